@@ -1,0 +1,145 @@
+"""silt: disaggregated LSM state storage for stream processing, on object storage.
+
+Quick start::
+
+    import silt
+
+    db = silt.open("file:///tmp/state")
+    db.put(b"user:1", b"42")
+    version = db.commit()          # durable: a manifest now names this version
+    db.close()
+
+    with silt.open("file:///tmp/state", version=version) as db:
+        assert db.get(b"user:1") == b"42"
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import errors, paths
+from .clock import Clock, ManualClock
+from .db import DB
+from .errors import CommitConflict, SiltError
+from .hookspecs import hookimpl
+from .manifest import Manifest
+from .plugins import get_registry, open_store
+from .settings import Settings
+from .store import ObjectInfo, ObjectStore
+from .writebatch import WriteBatch
+
+__version__ = "0.1.0"
+
+
+def _list_versions(store: ObjectStore) -> list[int]:
+    from .store import retrying
+
+    def listing() -> list[int]:
+        out = []
+        for info in store.list(paths.MANIFEST_PREFIX):
+            v = paths.parse_manifest_key(info.key)
+            if v is not None:
+                out.append(v)
+        return out
+
+    return retrying(listing)
+
+
+def read_manifest(store: ObjectStore, version: int) -> Manifest:
+    """Read and check the manifest of ``version``; ``VersionNotFoundError`` if there is none."""
+    from .store import retrying
+
+    name = paths.manifest_key(version)
+    try:
+        data = retrying(lambda: store.get(name))
+    except errors.NotFoundError:
+        raise errors.VersionNotFoundError(f"version {version} does not exist") from None
+    return Manifest.decode(data, name)
+
+
+def versions(url: str) -> list[int]:
+    """The committed versions under ``url``, ascending (empty for a new root)."""
+    store = open_store(url)
+    try:
+        return _list_versions(store)
+    finally:
+        store.close()
+
+
+def open(
+    url: str,
+    *,
+    version: int | None = None,
+    settings: Settings | None = None,
+    clock: Clock | None = None,
+    store: ObjectStore | None = None,
+) -> DB:
+    """Open the database at ``url``: the latest committed version, or exactly ``version``.
+
+    ``url`` is ``file:///path``, ``memory://name`` or any scheme an installed tier registers.
+    A root with no versions opens empty. Commits from a DB opened at an old version create newer
+    versions (``CommitConflict`` if the version already exists). ``clock`` and ``store`` are
+    injectable components for tests and simulations (``store`` replaces opening ``url``).
+    """
+    if settings is None:
+        settings = Settings()
+    elif not isinstance(settings, Settings):
+        raise errors.InvalidTypeError(
+            f"settings must be a silt.Settings, got {type(settings).__name__}"
+        )
+    if version is not None:
+        DB._check_version(version)
+    owns_store = store is None
+    if store is None:
+        store = open_store(url)
+    try:
+        manifest: Manifest | None = None
+        if version is None:
+            found = _list_versions(store)
+            if found:
+                manifest = read_manifest(store, found[-1])
+        else:
+            try:
+                manifest = read_manifest(store, version)
+            except errors.VersionNotFoundError:
+                found = _list_versions(store)
+                known = (
+                    f"committed versions are {found[0]}..{found[-1]} ({len(found)} in all)"
+                    if found else "the root has no committed versions"
+                )
+                raise errors.VersionNotFoundError(
+                    f"version {version} of {url!r} does not exist ({known}); open without "
+                    "version= for the latest"
+                ) from None
+        return DB(
+            store, url=url, settings=settings, clock=clock or Clock(), manifest=manifest,
+            owns_store=owns_store,
+        )
+    except BaseException:
+        if owns_store:
+            store.close()
+        raise
+
+
+def plugins() -> dict[str, Any]:
+    """What each installed plugin registered (see ``silt plugins``)."""
+    return {name: info.provides for name, info in get_registry().plugins.items()}
+
+
+__all__ = [
+    "DB",
+    "Clock",
+    "CommitConflict",
+    "ManualClock",
+    "ObjectInfo",
+    "ObjectStore",
+    "Settings",
+    "SiltError",
+    "WriteBatch",
+    "errors",
+    "hookimpl",
+    "open",
+    "plugins",
+    "read_manifest",
+    "versions",
+]

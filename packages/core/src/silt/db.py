@@ -1,0 +1,681 @@
+"""DB: one LSM tree under one root of an object store.
+
+Write path (DESIGN.md section 5): puts go to the active memtable; when it reaches
+``Settings.memtable_bytes`` it is frozen and a background uploader turns it into an SST while
+writes continue. ``commit`` freezes the memtable, waits for pending uploads and creates
+``manifest/<version>`` with ``put_if_absent``; nothing is visible to other readers before that
+manifest exists, and a version can be created by one writer only.
+
+Read path (section 6): active memtable, frozen memtables / freshly flushed SSTs (newest first),
+then the committed L0 SSTs newest first, then each level by key range. Each SST is probed through
+its bloom filter and index; blocks come from the byte-bounded LRU block cache or a ranged GET.
+
+Threading contract: one thread writes (put, delete, write, commit, flush) at a time; reads (get,
+multi_get, scan) may run concurrently with it from other threads. Uploads and parallel block
+fetches run in the DB's own thread pools. Durability: nothing is durable until ``commit`` returns;
+``close`` without ``commit`` discards uncommitted writes (their uploaded SSTs are garbage).
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from bisect import bisect_left, bisect_right
+from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+from . import paths
+from .cache import BlockCache
+from .clock import Clock
+from .errors import (
+    ClosedError,
+    CommitConflict,
+    InvalidArgumentError,
+    InvalidTypeError,
+    NotFoundError,
+    StoreError,
+)
+from .manifest import Manifest
+from .memtable import Memtable
+from .merge import live, merge_newest_first
+from .record import MISSING, visible
+from .settings import Settings
+from .sst.builder import SstInfo, build_sst
+from .sst.format import FOOTER_SIZE
+from .sst.reader import SstReader
+from .store import ObjectStore, retrying
+from .writebatch import WriteBatch
+
+_BYTES_LIKE = (bytearray, memoryview)
+
+
+class _Part:
+    """A frozen memtable on its way to becoming an SST (or already uploaded, not yet committed).
+
+    Readers look at ``memtable`` while it is set, else at ``reader``; the uploader sets ``reader``
+    before it clears ``memtable``, so a reader always finds one of them.
+    """
+
+    __slots__ = ("memtable", "reader", "info", "future")
+
+    def __init__(self, memtable: Memtable) -> None:
+        self.memtable: Memtable | None = memtable
+        self.reader: SstReader | None = None
+        self.info: SstInfo | None = None
+        self.future: Future[None] | None = None
+
+
+class _Level:
+    """A sorted run: SSTs with disjoint key ranges, ordered by key."""
+
+    __slots__ = ("readers", "largest")
+
+    def __init__(self, readers: list[SstReader]) -> None:
+        self.readers = readers
+        self.largest = [r.info.largest for r in readers]  # type: ignore[union-attr]
+
+    def find(self, key: bytes) -> SstReader | None:
+        i = bisect_left(self.largest, key)
+        if i < len(self.readers) and self.readers[i].info.smallest <= key:  # type: ignore[union-attr]
+            return self.readers[i]
+        return None
+
+    def overlapping(self, start: bytes | None, end: bytes | None) -> list[SstReader]:
+        lo = bisect_left(self.largest, start) if start is not None else 0
+        out = []
+        for r in self.readers[lo:]:
+            if end is not None and r.info.smallest >= end:  # type: ignore[union-attr]
+                break
+            out.append(r)
+        return out
+
+
+def _overlaps(info: SstInfo, start: bytes | None, end: bytes | None) -> bool:
+    return (start is None or info.largest >= start) and (end is None or info.smallest < end)
+
+
+class DB:
+    """An open silt database. Create it with :func:`silt.open`, not directly."""
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        *,
+        url: str,
+        settings: Settings,
+        clock: Clock,
+        manifest: Manifest | None,
+        owns_store: bool = True,
+    ) -> None:
+        self._store = store
+        self._url = url
+        self._settings = settings
+        self._clock = clock
+        self._owns_store = owns_store
+        self._cache = BlockCache(settings.block_cache_bytes)
+        self._writer_id = uuid.uuid4().hex
+        self._lock = threading.RLock()
+        self._closed = False
+        self._mem = Memtable()
+        self._parts: tuple[_Part, ...] = ()  # oldest first
+        self._readers: dict[str, SstReader] = {}
+        self._uploader: ThreadPoolExecutor | None = None
+        self._read_pool: ThreadPoolExecutor | None = None
+        self._uncertain: Manifest | None = None
+        self._max_key = settings.max_key_bytes
+        self._max_value = settings.max_value_bytes
+        self._memtable_limit = settings.memtable_bytes
+        self._manifest: Manifest | None = None
+        self._l0: tuple[SstReader, ...] = ()
+        self._levels: tuple[_Level, ...] = ()
+        self._install(manifest)
+
+    # -- properties ---------------------------------------------------------------------------
+    @property
+    def version(self) -> int | None:
+        """The committed version this DB is based on (``None`` for a root with no versions)."""
+        return self._manifest.version if self._manifest is not None else None
+
+    @property
+    def manifest(self) -> Manifest | None:
+        """The manifest of :attr:`version`."""
+        return self._manifest
+
+    @property
+    def meta(self) -> dict[str, str]:
+        """The ``meta`` map of the base version (a copy)."""
+        return dict(self._manifest.meta) if self._manifest is not None else {}
+
+    @property
+    def url(self) -> str:
+        return self._url
+
+    @property
+    def settings(self) -> Settings:
+        return self._settings
+
+    @property
+    def store(self) -> ObjectStore:
+        return self._store
+
+    @property
+    def cache(self) -> BlockCache:
+        return self._cache
+
+    def __repr__(self) -> str:
+        return f"<silt.DB {self._url!r} version={self.version}>"
+
+    def __enter__(self) -> DB:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- validation ---------------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClosedError(f"the database {self._url!r} is closed; open it again with silt.open")
+
+    def _check_key(self, key: Any) -> bytes:
+        if isinstance(key, _BYTES_LIKE):
+            key = bytes(key)
+        elif not isinstance(key, bytes):
+            hint = ": encode it first, e.g. key.encode()" if isinstance(key, str) else ""
+            raise InvalidTypeError(f"keys must be bytes, got {type(key).__name__}{hint}")
+        if len(key) > self._max_key:
+            raise InvalidArgumentError(
+                f"key of {len(key)} bytes exceeds Settings.max_key_bytes={self._max_key}; "
+                "use shorter keys (for example a hash of the long key) or raise the limit"
+            )
+        return key
+
+    def _check_value(self, value: Any) -> bytes:
+        if isinstance(value, _BYTES_LIKE):
+            value = bytes(value)
+        elif not isinstance(value, bytes):
+            hint = ": encode it first, e.g. value.encode()" if isinstance(value, str) else ""
+            if value is None:
+                hint = ": use DB.delete(key) to remove a key"
+            raise InvalidTypeError(f"values must be bytes, got {type(value).__name__}{hint}")
+        if len(value) > self._max_value:
+            raise InvalidArgumentError(
+                f"value of {len(value)} bytes exceeds Settings.max_value_bytes="
+                f"{self._max_value}; split it over several keys or raise the limit"
+            )
+        return value
+
+    def _expiry(self, ttl: Any) -> int:
+        if isinstance(ttl, bool) or not isinstance(ttl, (int, float)):
+            raise InvalidTypeError(f"ttl must be a number of seconds, got {type(ttl).__name__}")
+        if not ttl > 0 or ttl != ttl or ttl == float("inf"):
+            raise InvalidArgumentError(
+                f"ttl must be a positive, finite number of seconds, got {ttl!r}; omit ttl for "
+                "entries that never expire"
+            )
+        return self._clock.now_ms() + max(1, int(ttl * 1000))
+
+    # -- writes -------------------------------------------------------------------------------
+    def put(self, key: bytes, value: bytes, *, ttl: float | None = None) -> None:
+        """Set ``key`` to ``value``; with ``ttl`` (seconds) the entry expires after that time.
+
+        Visible to this DB's reads at once; durable and visible to others after :meth:`commit`.
+        """
+        if self._closed:
+            self._check_open()
+        if key.__class__ is not bytes or len(key) > self._max_key:
+            key = self._check_key(key)
+        if value.__class__ is not bytes or len(value) > self._max_value:
+            value = self._check_value(value)
+        mem = self._mem
+        if ttl is None:
+            mem.data[key] = value
+            mem.approx_bytes += len(key) + len(value) + 16
+            mem._sorted = None
+        else:
+            mem.put(key, (value, self._expiry(ttl)))
+        if mem.approx_bytes >= self._memtable_limit:
+            with self._lock:
+                if self._mem is mem:
+                    self._freeze()
+
+    def delete(self, key: bytes) -> None:
+        """Remove ``key`` (a tombstone that shadows older values until compacted away)."""
+        self._check_open()
+        key = self._check_key(key)
+        mem = self._mem
+        mem.put(key, None)
+        if mem.approx_bytes >= self._memtable_limit:
+            with self._lock:
+                if self._mem is mem:
+                    self._freeze()
+
+    def write(self, batch: WriteBatch) -> None:
+        """Apply every operation of ``batch``, in order, after validating all of them."""
+        self._check_open()
+        if not isinstance(batch, WriteBatch):
+            raise InvalidTypeError(f"DB.write takes a silt.WriteBatch, got {type(batch).__name__}")
+        ops = []
+        for key, value, ttl in batch.ops:
+            key = self._check_key(key)
+            if value is None:
+                ops.append((key, None))
+            else:
+                value = self._check_value(value)
+                ops.append((key, value if ttl is None else (value, self._expiry(ttl))))
+        with self._lock:
+            mem = self._mem
+            for key, record in ops:
+                mem.put(key, record)
+            if mem.approx_bytes >= self._memtable_limit:
+                self._freeze()
+
+    # -- flush --------------------------------------------------------------------------------
+    def _freeze(self) -> None:
+        """Hand the active memtable to the uploader (caller holds ``_lock``)."""
+        mem = self._mem
+        if not mem.data:
+            return
+        part = _Part(mem)
+        self._parts = (*self._parts, part)  # readers look at _mem before _parts
+        self._mem = Memtable()
+        if self._uploader is None:
+            self._uploader = ThreadPoolExecutor(
+                self._settings.upload_parallelism, thread_name_prefix="silt-upload"
+            )
+        part.future = self._uploader.submit(self._flush_part, part)
+        # Backpressure: block the writer while too many flushes wait.
+        while True:
+            pending = [p for p in self._parts if p.future is not None and not p.future.done()]
+            if len(pending) <= self._settings.max_pending_flushes:
+                break
+            pending[0].future.exception()  # type: ignore[union-attr]
+
+    def _flush_part(self, part: _Part) -> None:
+        mem = part.memtable
+        assert mem is not None
+        keys, records = mem.sorted_items()
+        now = self._clock.now_ms()
+        sst_id = paths.new_id(now)
+        data, info = build_sst(sst_id, keys, records, self._settings, created_ms=now)
+        name = paths.sst_key(sst_id)
+        if not retrying(lambda: self._store.put_if_absent(name, data)):
+            # A lost response whose retry found our own upload, or (never seen in practice) an
+            # id collision: only our bytes may stand under this name.
+            tail = retrying(
+                lambda: self._store.get_range(name, len(data) - FOOTER_SIZE, FOOTER_SIZE)
+            )
+            if tail != data[-FOOTER_SIZE:]:
+                raise StoreError(f"SST name {name!r} already holds another object; retry the flush")
+        reader = SstReader(
+            self._store, name, info, self._cache,
+            tail=data[info.tail_offset:], tail_start=info.tail_offset,
+        )
+        self._readers[sst_id] = reader
+        part.info = info
+        part.reader = reader
+        part.memtable = None
+
+    def _wait_uploads(self) -> None:
+        """Wait for every pending flush; a failed one is retried once, here, in this thread."""
+        for part in self._parts:
+            assert part.future is not None
+            if part.future.exception() is not None and part.reader is None:
+                self._flush_part(part)
+
+    def flush(self) -> None:
+        """Freeze the memtable and wait until every frozen memtable is an uploaded SST.
+
+        Uploaded SSTs are not part of any version until :meth:`commit`.
+        """
+        with self._lock:
+            self._check_open()
+            self._freeze()
+            self._wait_uploads()
+
+    # -- commit -------------------------------------------------------------------------------
+    def commit(self, version: int | None = None, *, meta: dict[str, str] | None = None) -> int:
+        """Make every write so far durable as a new version and return its number.
+
+        ``version`` defaults to one more than the base version (1 for an empty root); an explicit
+        version must be greater than the base version. ``meta`` entries (str -> str) are merged
+        into the base version's meta map. Raises :class:`~silt.errors.CommitConflict` when that
+        version already exists (another writer won it); this DB's writes stay pending and
+        nothing of this attempt is visible. Cost is proportional to the changes since the last
+        commit, not to the total state.
+        """
+        with self._lock:
+            self._check_open()
+            self._resolve_uncertain()
+            base = self.version
+            if version is None:
+                version = 1 if base is None else base + 1
+            self._check_version(version)
+            if base is not None and version <= base:
+                raise InvalidArgumentError(
+                    f"cannot commit version {version}: this DB is at version {base}; commit a "
+                    "greater version (or leave version=None for the next one)"
+                )
+            merged_meta = self.meta
+            if meta:
+                for k, v in meta.items():
+                    if not isinstance(k, str) or not isinstance(v, str):
+                        raise InvalidTypeError("commit meta must map str to str")
+                    merged_meta[k] = v
+            self._freeze()
+            self._wait_uploads()
+            new_l0 = tuple(p.info for p in reversed(self._parts))  # type: ignore[misc]
+            old = self._manifest
+            manifest = Manifest(
+                version=version,
+                parent=base,
+                writer_id=self._writer_id,
+                token=uuid.uuid4().hex,
+                created_ms=self._clock.now_ms(),
+                l0=new_l0 + (old.l0 if old is not None else ()),
+                levels=old.levels if old is not None else (),
+                meta=merged_meta,
+            )
+            name = paths.manifest_key(version)
+            data = manifest.encode()
+            try:
+                created = retrying(lambda: self._store.put_if_absent(name, data))
+            except StoreError:
+                self._uncertain = manifest  # resolved by reading back on the next commit
+                raise
+            if not created and not self._is_ours(manifest):
+                raise CommitConflict(
+                    f"version {version} of {self._url!r} was already committed by another "
+                    "writer; reopen the latest version (silt.open) and redo the work from there",
+                    version=version,
+                )
+            self._install(manifest)
+            return version
+
+    def _is_ours(self, manifest: Manifest) -> bool:
+        """Read back the manifest of ``manifest.version`` and compare the commit token."""
+        name = paths.manifest_key(manifest.version)
+        try:
+            existing = Manifest.decode(retrying(lambda: self._store.get(name)), name)
+        except NotFoundError:
+            return False
+        return existing.token == manifest.token
+
+    def _resolve_uncertain(self) -> None:
+        """After a commit whose outcome was unknown, find out whether it happened."""
+        manifest = self._uncertain
+        if manifest is None:
+            return
+        if self._is_ours(manifest):
+            self._install(manifest)
+        self._uncertain = None
+
+    @staticmethod
+    def _check_version(version: Any) -> None:
+        if isinstance(version, bool) or not isinstance(version, int):
+            raise InvalidTypeError(f"a version must be an int, got {type(version).__name__}")
+        if not 0 <= version <= paths.MAX_VERSION:
+            raise InvalidArgumentError(
+                f"a version must be between 0 and {paths.MAX_VERSION}, got {version}"
+            )
+
+    def _reader(self, info: SstInfo) -> SstReader:
+        reader = self._readers.get(info.id)
+        if reader is None:
+            reader = SstReader(self._store, paths.sst_key(info.id), info, self._cache)
+            self._readers[info.id] = reader
+        return reader
+
+    def _install(self, manifest: Manifest | None) -> None:
+        """Make ``manifest`` the base version; committed parts move into L0."""
+        self._manifest = manifest
+        if manifest is None:
+            return
+        live_ids = {s.id for s in manifest.all_ssts()}
+        self._l0 = tuple(self._reader(s) for s in manifest.l0)
+        self._levels = tuple(_Level([self._reader(s) for s in lv]) for lv in manifest.levels)
+        self._parts = tuple(p for p in self._parts if p.info is None or p.info.id not in live_ids)
+        for sst_id in [i for i in self._readers if i not in live_ids]:
+            if not any(p.info is not None and p.info.id == sst_id for p in self._parts):
+                del self._readers[sst_id]
+
+    # -- reads --------------------------------------------------------------------------------
+    def get(self, key: bytes) -> bytes | None:
+        """The value of ``key``, or ``None`` if it is absent, deleted or expired."""
+        if key.__class__ is not bytes:
+            key = self._check_key(key)
+        if self._closed:
+            self._check_open()
+        r = self._mem.data.get(key, MISSING)
+        if r is MISSING:
+            r = self._get_below(key)
+        if r.__class__ is bytes:
+            return r  # type: ignore[return-value]
+        return visible(r, self._clock.now_ms())
+
+    def _get_below(self, key: bytes) -> object:
+        for part in reversed(self._parts):
+            mem = part.memtable
+            if mem is not None:
+                r = mem.data.get(key, MISSING)
+            else:
+                r = part.reader.get(key)  # type: ignore[union-attr]
+            if r is not MISSING:
+                return r
+        for reader in self._l0:
+            info = reader.info
+            if info.smallest <= key <= info.largest:  # type: ignore[union-attr]
+                r = reader.get(key)
+                if r is not MISSING:
+                    return r
+        for level in self._levels:
+            reader = level.find(key)
+            if reader is not None:
+                r = reader.get(key)
+                if r is not MISSING:
+                    return r
+        return MISSING
+
+    def multi_get(self, keys: Sequence[bytes]) -> list[bytes | None]:
+        """Values for many keys at once (``None`` where absent), in the order given.
+
+        Keys are sorted and deduplicated; each SST is probed for the keys still unresolved, and
+        each needed block is read once, missing blocks fetched in parallel
+        (``Settings.read_parallelism``).
+        """
+        self._check_open()
+        if isinstance(keys, (bytes, str)):
+            raise InvalidTypeError("multi_get takes a sequence of keys, not a single key")
+        keys = [k if k.__class__ is bytes else self._check_key(k) for k in keys]
+        found: dict[bytes, object] = {}
+        mem = self._mem.data
+        parts = self._parts
+        l0 = self._l0
+        levels = self._levels
+        remaining: list[bytes] = []
+        for key in sorted(set(keys)):
+            r = mem.get(key, MISSING)
+            if r is MISSING:
+                for part in reversed(parts):
+                    pm = part.memtable
+                    if pm is not None:
+                        r = pm.data.get(key, MISSING)
+                        if r is not MISSING:
+                            break
+            if r is MISSING:
+                remaining.append(key)
+            else:
+                found[key] = r
+        flushed = [p.reader for p in reversed(parts) if p.memtable is None]
+        for reader in (*flushed, *l0):
+            if not remaining:
+                break
+            remaining = self._probe(reader, remaining, found)  # type: ignore[arg-type]
+        for level in levels:
+            if not remaining:
+                break
+            still: list[bytes] = []
+            pos = 0
+            for reader in level.readers:
+                info = reader.info
+                lo = bisect_left(remaining, info.smallest, pos)  # type: ignore[union-attr]
+                hi = bisect_right(remaining, info.largest, lo)  # type: ignore[union-attr]
+                still.extend(remaining[pos:lo])
+                if lo < hi:
+                    still.extend(self._probe(reader, remaining[lo:hi], found))
+                pos = hi
+            still.extend(remaining[pos:])
+            remaining = still
+        now = self._clock.now_ms()
+        return [visible(found.get(k, MISSING), now) for k in keys]
+
+    def _probe(
+        self, reader: SstReader, keys: list[bytes], found: dict[bytes, object]
+    ) -> list[bytes]:
+        """Look ``keys`` (sorted) up in one SST; fill ``found``; return the unresolved keys."""
+        info = reader.info
+        lo = bisect_left(keys, info.smallest)  # type: ignore[union-attr]
+        hi = bisect_right(keys, info.largest)  # type: ignore[union-attr]
+        if lo >= hi:
+            return keys
+        tail = reader.tail
+        bloom = tail.bloom
+        last_keys = tail.last_keys
+        by_block: dict[int, list[bytes]] = {}
+        unresolved = keys[:lo]
+        for key in keys[lo:hi]:
+            if bloom is not None and not bloom.may_contain(key):
+                unresolved.append(key)
+                continue
+            i = bisect_left(last_keys, key)
+            by_block.setdefault(i, []).append(key)
+        blocks = self._fetch_blocks(reader, list(by_block))
+        for i, block_keys in by_block.items():
+            blk = blocks[i]
+            for key in block_keys:
+                r = blk.get(key)
+                if r is MISSING:
+                    unresolved.append(key)
+                else:
+                    found[key] = r
+        unresolved.extend(keys[hi:])
+        unresolved.sort()
+        return unresolved
+
+    def _fetch_blocks(self, reader: SstReader, indexes: list[int]) -> dict[int, Any]:
+        out = {}
+        missing = []
+        for i in indexes:
+            blk = reader.cached_block(i)
+            if blk is None:
+                missing.append(i)
+            else:
+                out[i] = blk
+        if len(missing) == 1:
+            out[missing[0]] = reader.block(missing[0])
+        elif missing:
+            if self._read_pool is None:
+                with self._lock:
+                    if self._read_pool is None:
+                        self._read_pool = ThreadPoolExecutor(
+                            self._settings.read_parallelism, thread_name_prefix="silt-read"
+                        )
+            for i, raw in zip(missing, self._read_pool.map(reader.read_raw_block, missing)):
+                blk = reader.decode_block(i, raw)
+                reader.put_cached(i, blk)
+                out[i] = blk
+        return out
+
+    def scan(
+        self,
+        start: bytes | None = None,
+        end: bytes | None = None,
+        *,
+        prefix: bytes | None = None,
+    ) -> Iterator[tuple[bytes, bytes]]:
+        """Yield ``(key, value)`` for live keys in ``[start, end)`` (and with ``prefix``), in order.
+
+        The scan sees the state as of the call: later writes are not included. Blocks read by a
+        scan are not added to the block cache, so a full scan does not evict hot blocks.
+        """
+        self._check_open()
+        if start is not None:
+            start = self._check_key(start)
+        if end is not None:
+            end = self._check_key(end)
+        if prefix is not None:
+            prefix = self._check_key(prefix)
+            if start is None or start < prefix:
+                start = prefix
+            upper = _prefix_end(prefix)
+            if upper is not None and (end is None or end > upper):
+                end = upper
+        if start is not None and end is not None and start >= end:
+            return iter(())
+        sources: list[Iterator[tuple[bytes, object]]] = [self._mem.iter_range(start, end)]
+        for part in reversed(self._parts):
+            mem = part.memtable
+            if mem is not None:
+                sources.append(mem.iter_range(start, end))
+            elif _overlaps(part.info, start, end):  # type: ignore[arg-type]
+                sources.append(part.reader.iter_range(start, end))  # type: ignore[union-attr]
+        for reader in self._l0:
+            if _overlaps(reader.info, start, end):  # type: ignore[arg-type]
+                sources.append(reader.iter_range(start, end))
+        for level in self._levels:
+            readers = level.overlapping(start, end)
+            if readers:
+                sources.append(_chain_range(readers, start, end))
+        return live(merge_newest_first(sources), self._clock.now_ms())
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    def close(self) -> None:
+        """Release threads, caches and the store. Uncommitted writes are discarded.
+
+        Idempotent. Waits for uploads in progress so no thread touches the store afterwards.
+        """
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            for pool in (self._uploader, self._read_pool):
+                if pool is not None:
+                    pool.shutdown(wait=True, cancel_futures=True)
+            self._uploader = self._read_pool = None
+            self._cache.clear()
+            self._mem = Memtable()
+            self._parts = ()
+            if self._owns_store:
+                self._store.close()
+
+    def stats(self) -> dict[str, Any]:
+        """Counters for inspection: memtable, pending flushes, SSTs per level, cache use."""
+        return {
+            "version": self.version,
+            "memtable_bytes": self._mem.approx_bytes,
+            "memtable_entries": len(self._mem),
+            "pending_parts": len(self._parts),
+            "l0_ssts": len(self._l0),
+            "levels": [len(lv.readers) for lv in self._levels],
+            "cache_bytes": self._cache.used,
+            "cache_hits": self._cache.hits,
+            "cache_misses": self._cache.misses,
+        }
+
+
+def _chain_range(
+    readers: Iterable[SstReader], start: bytes | None, end: bytes | None
+) -> Iterator[tuple[bytes, object]]:
+    for reader in readers:
+        yield from reader.iter_range(start, end)
+
+
+def _prefix_end(prefix: bytes) -> bytes | None:
+    """The smallest key greater than every key starting with ``prefix`` (None: no bound)."""
+    p = bytearray(prefix)
+    while p and p[-1] == 0xFF:
+        p.pop()
+    if not p:
+        return None
+    p[-1] += 1
+    return bytes(p)

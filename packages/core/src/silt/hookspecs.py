@@ -1,0 +1,41 @@
+"""The plugin contract: every hook silt calls, in one module.
+
+Plugins are modules or objects with functions marked ``@silt.hookimpl`` and are found through the
+``silt`` entry-point group::
+
+    [project.entry-points.silt]
+    s3 = "silt_s3.plugin"
+
+silt chooses implementations by name (a URL scheme, a cache name, a policy name), never by
+broadcasting one call to every plugin: each plugin *registers* what it provides once, through
+:func:`silt_register`, into a :class:`silt.plugins.Registry`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pluggy
+
+if TYPE_CHECKING:
+    from .plugins import Registry
+
+PROJECT_NAME = "silt"
+
+hookspec = pluggy.HookspecMarker(PROJECT_NAME)
+hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+
+
+@hookspec
+def silt_register(registry: Registry) -> None:
+    """Register the tiers, caches and compaction policies this plugin provides.
+
+    Called once per plugin when silt first needs its registry (not ``firstresult``; return value
+    ignored). Use ``registry.add_tier(scheme, factory)``, ``registry.add_cache(name, factory)`` and
+    ``registry.add_compaction_policy(name, factory)``. A tier ``factory(url, options)`` receives the
+    URL without its query string and the query options as a ``dict[str, str]`` and returns a
+    :class:`silt.store.ObjectStore`. Registering a name another plugin already registered is an
+    error that names both plugins.
+
+    :param registry: the registry to fill.
+    """

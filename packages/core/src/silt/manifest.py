@@ -1,0 +1,96 @@
+"""Manifests: the record of one committed version. WARNING: on-disk format (docs/format.md).
+
+Object ``manifest/<version:020d>``, created with ``put_if_absent``::
+
+    magic "SILTMNF1" (8 bytes) | crc32 u32 of everything after it | format_version u32 | JSON body
+
+The JSON body holds the version, its parent, the writer id, a token unique to the commit attempt,
+the creation time, the SSTs (L0 newest first, then levels of sorted runs, each with key range and
+size) and an opaque ``meta`` map of strings for the layer above (Spark query id, watermarks).
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from .errors import CorruptionError
+from .sst.builder import SstInfo
+
+MANIFEST_MAGIC = b"SILTMNF1"
+#: Only grows; readers accept every version in READABLE_MANIFEST_FORMATS.
+MANIFEST_FORMAT_VERSION = 1
+READABLE_MANIFEST_FORMATS = frozenset({1})
+_HEAD = struct.Struct("<8sII")
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """One committed version. Immutable; ``levels[i]`` is a sorted run of non-overlapping SSTs."""
+
+    version: int
+    parent: int | None
+    writer_id: str
+    token: str
+    created_ms: int
+    l0: tuple[SstInfo, ...] = ()
+    levels: tuple[tuple[SstInfo, ...], ...] = ()
+    meta: dict[str, str] = field(default_factory=dict)
+
+    def all_ssts(self) -> Iterator[SstInfo]:
+        """Every SST the version references, in read order (newest data first)."""
+        yield from self.l0
+        for level in self.levels:
+            yield from level
+
+    def encode(self) -> bytes:
+        body = json.dumps(
+            {
+                "version": self.version,
+                "parent": self.parent,
+                "writer_id": self.writer_id,
+                "token": self.token,
+                "created_ms": self.created_ms,
+                "l0": [s.to_json() for s in self.l0],
+                "levels": [[s.to_json() for s in level] for level in self.levels],
+                "meta": self.meta,
+            },
+            sort_keys=True,
+            separators=(",", ":"),
+        ).encode()
+        rest = struct.pack("<I", MANIFEST_FORMAT_VERSION) + body
+        return MANIFEST_MAGIC + struct.pack("<I", zlib.crc32(rest)) + rest
+
+    @classmethod
+    def decode(cls, data: bytes, object_name: str) -> Manifest:
+        """Parse and check a manifest; raises :class:`CorruptionError` naming the object."""
+        if len(data) < _HEAD.size:
+            raise CorruptionError(object_name, 0, f"manifest of {len(data)} bytes is truncated")
+        magic, crc, fmt = _HEAD.unpack_from(data, 0)
+        if magic != MANIFEST_MAGIC:
+            raise CorruptionError(object_name, 0, "bad magic: not a silt manifest")
+        if zlib.crc32(memoryview(data)[12:]) != crc:
+            raise CorruptionError(object_name, 12, "manifest checksum mismatch")
+        if fmt not in READABLE_MANIFEST_FORMATS:
+            raise CorruptionError(
+                object_name, 12, f"manifest format {fmt} is not readable by this silt "
+                f"(reads {sorted(READABLE_MANIFEST_FORMATS)}); upgrade silt-core"
+            )
+        try:
+            d = json.loads(data[_HEAD.size:])
+            return cls(
+                version=int(d["version"]),
+                parent=None if d["parent"] is None else int(d["parent"]),
+                writer_id=str(d["writer_id"]),
+                token=str(d["token"]),
+                created_ms=int(d["created_ms"]),
+                l0=tuple(SstInfo.from_json(s) for s in d["l0"]),
+                levels=tuple(tuple(SstInfo.from_json(s) for s in lv) for lv in d["levels"]),
+                meta={str(k): str(v) for k, v in d["meta"].items()},
+            )
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise CorruptionError(object_name, _HEAD.size, f"malformed manifest body ({exc})") \
+                from None

@@ -1,0 +1,81 @@
+"""Every object name silt writes under a root, in one place.
+
+Layout (see ``docs/format.md``)::
+
+    manifest/<version:020d>   create-only; a version is committed when its manifest exists
+    sst/<id>.sst              immutable sorted string tables; ids are ULIDs (time-ordered)
+    compaction/<id>           finished compaction results waiting to be adopted
+
+Zero-padded versions sort lexicographically in the same order as numerically, so "latest version"
+is one LIST of ``manifest/``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+MANIFEST_PREFIX = "manifest/"
+SST_PREFIX = "sst/"
+COMPACTION_PREFIX = "compaction/"
+SST_SUFFIX = ".sst"
+VERSION_DIGITS = 20
+MAX_VERSION = 10**VERSION_DIGITS - 1
+
+_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+
+
+def manifest_key(version: int) -> str:
+    """Object name of the manifest of ``version``."""
+    return f"{MANIFEST_PREFIX}{version:0{VERSION_DIGITS}d}"
+
+
+def parse_manifest_key(key: str) -> int | None:
+    """The version a manifest object name denotes, or ``None`` if it is not a manifest name."""
+    if not key.startswith(MANIFEST_PREFIX):
+        return None
+    digits = key[len(MANIFEST_PREFIX):]
+    if len(digits) != VERSION_DIGITS or not digits.isdigit():
+        return None
+    return int(digits)
+
+
+def sst_key(sst_id: str) -> str:
+    """Object name of the SST ``sst_id``."""
+    return f"{SST_PREFIX}{sst_id}{SST_SUFFIX}"
+
+
+def parse_sst_key(key: str) -> str | None:
+    """The SST id in an SST object name, or ``None``."""
+    if key.startswith(SST_PREFIX) and key.endswith(SST_SUFFIX):
+        return key[len(SST_PREFIX):-len(SST_SUFFIX)]
+    return None
+
+
+def compaction_key(record_id: str) -> str:
+    """Object name of a compaction record."""
+    return f"{COMPACTION_PREFIX}{record_id}"
+
+
+def new_id(now_ms: int | None = None, randbytes: bytes | None = None) -> str:
+    """A new ULID: 48-bit millisecond time + 80 random bits, 26 Crockford base32 characters.
+
+    Ids sort by creation time; 80 random bits make collisions between writers negligible (and a
+    collision could not overwrite anything: SSTs are uploaded create-only by name, see db.py).
+    """
+    ms = int(time.time() * 1000) if now_ms is None else now_ms
+    rnd = os.urandom(10) if randbytes is None else randbytes
+    value = (ms & ((1 << 48) - 1)) << 80 | int.from_bytes(rnd, "big")
+    chars = []
+    for _ in range(26):
+        chars.append(_CROCKFORD[value & 31])
+        value >>= 5
+    return "".join(reversed(chars))
+
+
+def id_time_ms(ulid: str) -> int:
+    """The creation time in milliseconds encoded in a ULID made by :func:`new_id`."""
+    value = 0
+    for ch in ulid[:10]:
+        value = value * 32 + _CROCKFORD.index(ch)
+    return value

@@ -1,0 +1,205 @@
+"""Plugin discovery and the registry of tiers, caches and compaction policies.
+
+One path for everything: core's built-ins (``DEFAULT_PLUGINS``) and installed plugins (the ``silt``
+entry-point group) are registered with the same pluggy manager and fill the same
+:class:`Registry` through ``silt_register``. Names are looked up in the registry; a name that no
+installed plugin provides but that a first-party package would is reported with an install hint.
+
+Set ``SILT_DISABLE_PLUGIN_AUTOLOAD=1`` to load only the built-ins (tests use this so that whatever
+happens to be installed cannot change their outcome).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pluggy
+
+from . import hookspecs
+from .errors import InvalidArgumentError, NoTierError, SiltError
+from .store import ObjectStore, split_url
+
+#: Built-in plugins, registered exactly like entry-point plugins (entry name -> module).
+DEFAULT_PLUGINS: tuple[tuple[str, str], ...] = (
+    ("file", "silt.tiers.file"),
+    ("memory", "silt.tiers.memory"),
+)
+
+#: First-party names that live in their own distributions: what to install for each.
+KNOWN_TIERS: dict[str, str] = {
+    "s3": "silt-tier-s3",
+    "gs": "silt-tier-gcs",
+    "gcs": "silt-tier-gcs",
+    "az": "silt-tier-azure",
+    "azure": "silt-tier-azure",
+}
+KNOWN_CACHES: dict[str, str] = {"ssd": "silt-cache-ssd"}
+
+TierFactory = Callable[[str, dict[str, str]], ObjectStore]
+CacheFactory = Callable[[ObjectStore, dict[str, str]], ObjectStore]
+
+
+@dataclass
+class PluginInfo:
+    """What one plugin is and what it registered (shown by ``silt plugins``)."""
+
+    name: str
+    distribution: str | None
+    version: str | None
+    provides: list[str] = field(default_factory=list)
+
+
+class Registry:
+    """Name -> implementation tables filled by plugins. Read-mostly; safe to share.
+
+    Registration happens once, while the registry is built; lookups afterwards take no lock.
+    """
+
+    def __init__(self) -> None:
+        self.tiers: dict[str, TierFactory] = {}
+        self.caches: dict[str, CacheFactory] = {}
+        self.compaction_policies: dict[str, Callable[..., Any]] = {}
+        self.plugins: dict[str, PluginInfo] = {}
+        self._owners: dict[tuple[str, str], str] = {}
+        self._current: PluginInfo | None = None
+
+    def _add(self, kind: str, table: dict[str, Any], name: str, obj: Any) -> None:
+        if not isinstance(name, str) or not name:
+            raise InvalidArgumentError(f"a {kind} name must be a non-empty str, got {name!r}")
+        owner = self._current.name if self._current else "<direct>"
+        if name in table:
+            raise SiltError(
+                f"{kind} {name!r} is registered twice: by plugin {self._owners[kind, name]!r} "
+                f"and by plugin {owner!r}; uninstall one of them"
+            )
+        table[name] = obj
+        self._owners[kind, name] = owner
+        if self._current is not None:
+            self._current.provides.append(f"{kind} {name}")
+
+    def add_tier(self, scheme: str, factory: TierFactory) -> None:
+        """Provide the URL scheme ``scheme`` (lower case, without ``://``)."""
+        self._add("tier", self.tiers, scheme.lower() if isinstance(scheme, str) else scheme,
+                  factory)
+
+    def add_cache(self, name: str, factory: CacheFactory) -> None:
+        """Provide the cache tier ``name``; ``factory(store, options)`` wraps ``store``."""
+        self._add("cache", self.caches, name, factory)
+
+    def add_compaction_policy(self, name: str, factory: Callable[..., Any]) -> None:
+        """Provide the compaction policy ``name``."""
+        self._add("compaction policy", self.compaction_policies, name, factory)
+
+    def owner(self, kind: str, name: str) -> str | None:
+        """The plugin that registered ``name`` of ``kind`` ("tier", "cache", ...)."""
+        return self._owners.get((kind, name))
+
+
+def _distribution_of(plugin: object, pm: pluggy.PluginManager) -> tuple[str | None, str | None]:
+    for p, dist in pm.list_plugin_distinfo():
+        if p is plugin:
+            return dist.metadata["name"], dist.version
+    return None, None
+
+
+def build_registry(*, autoload: bool | None = None) -> Registry:
+    """Build a fresh registry from the built-ins and (unless disabled) installed plugins."""
+    if autoload is None:
+        autoload = os.environ.get("SILT_DISABLE_PLUGIN_AUTOLOAD", "") in ("", "0")
+    pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
+    pm.add_hookspecs(hookspecs)
+    for name, module in DEFAULT_PLUGINS:
+        pm.register(importlib.import_module(module), name=name)
+    if autoload:
+        pm.load_setuptools_entrypoints(hookspecs.PROJECT_NAME)
+    pm.check_pending()
+    registry = Registry()
+    from importlib.metadata import version as _version
+
+    core_version = _safe_version(_version, "silt-core")
+    for impl in pm.hook.silt_register.get_hookimpls():
+        dist, ver = _distribution_of(impl.plugin, pm)
+        if dist is None and impl.plugin_name in dict(DEFAULT_PLUGINS):
+            dist, ver = "silt-core", core_version
+        info = PluginInfo(impl.plugin_name, dist, ver)
+        registry.plugins[impl.plugin_name] = info
+        registry._current = info
+        try:
+            impl.function(registry=registry)
+        finally:
+            registry._current = None
+    return registry
+
+
+def _safe_version(fn: Callable[[str], str], dist: str) -> str | None:
+    try:
+        return fn(dist)
+    except Exception:  # not installed (running from a source tree)
+        return None
+
+
+_registry: Registry | None = None
+_lock = threading.Lock()
+
+
+def get_registry() -> Registry:
+    """The process-wide registry, built on first use."""
+    global _registry
+    if _registry is None:
+        with _lock:
+            if _registry is None:
+                _registry = build_registry()
+    return _registry
+
+
+def reset_registry() -> None:
+    """Forget the process-wide registry so the next use rebuilds it (for tests)."""
+    global _registry
+    with _lock:
+        _registry = None
+
+
+def open_store(url: str, registry: Registry | None = None) -> ObjectStore:
+    """Open the object store for ``url`` through the tier that registered its scheme.
+
+    Query options go to the tier, except ``cache=<name>`` and ``cache_*`` options, which choose a
+    cache plugin that wraps the tier. Raises ``NoTierError`` with an install hint when no
+    installed plugin provides the scheme or cache.
+    """
+    scheme, _location, options = split_url(url)
+    registry = registry or get_registry()
+    factory = registry.tiers.get(scheme)
+    if factory is None:
+        hint = KNOWN_TIERS.get(scheme)
+        if hint:
+            raise NoTierError(f"no tier installed for '{scheme}://' - pip install {hint}")
+        known = ", ".join(f"'{s}://'" for s in sorted(registry.tiers)) or "none"
+        raise NoTierError(
+            f"no tier installed for '{scheme}://' (installed: {known}); install a plugin that "
+            "provides it, or check the URL for typos"
+        )
+    cache_name = options.pop("cache", None)
+    cache_options = {k: options.pop(k) for k in [k for k in options if k.startswith("cache_")]}
+    base_url = url.split("?", 1)[0]
+    store = factory(base_url, options)
+    if cache_name:
+        cache_factory = registry.caches.get(cache_name)
+        if cache_factory is None:
+            hint = KNOWN_CACHES.get(cache_name)
+            if hint:
+                raise NoTierError(f"no cache installed named {cache_name!r} - pip install {hint}")
+            raise NoTierError(
+                f"no cache installed named {cache_name!r} (installed: "
+                f"{', '.join(sorted(registry.caches)) or 'none'})"
+            )
+        store = cache_factory(store, cache_options)
+    elif cache_options:
+        raise InvalidArgumentError(
+            f"cache options {sorted(cache_options)} given without 'cache=<name>' in {base_url!r}"
+        )
+    return store

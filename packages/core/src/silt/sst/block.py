@@ -1,0 +1,203 @@
+"""Data blocks and the checksummed framing every SST block shares.
+
+Data block payload (before compression), all integers little-endian::
+
+    count u32 | flags u8 | key_end u32 * count | value_end u32 * count | kind u8 * count
+    | [expire_at_ms u64 * count if flags & 1] | keys... | values...
+
+``key_end[i]``/``value_end[i]`` are end offsets into the keys and values regions. A framed block is
+``payload' | compression u8 | crc32(payload' + compression byte) u32`` where ``payload'`` is the
+payload, lz4-compressed (with its 4-byte size prefix) when compression is 1.
+"""
+
+from __future__ import annotations
+
+import sys
+import zlib
+from array import array
+from bisect import bisect_left
+from itertools import accumulate
+
+import lz4.block
+
+from ..errors import CorruptionError
+from ..record import MISSING
+from .format import (
+    BLOCK_FLAG_EXPIRY,
+    BLOCK_HEADER,
+    COMPRESSION_LZ4,
+    COMPRESSION_NONE,
+    KIND_DELETE,
+    KIND_PUT,
+    KIND_PUT_EXPIRING,
+    TRAILER,
+    TRAILER_SIZE,
+)
+
+_SWAP = sys.byteorder != "little"
+
+
+def _u32_bytes(values: list[int]) -> bytes:
+    arr = array("I", values)
+    if _SWAP:  # pragma: no cover - big-endian hosts
+        arr.byteswap()
+    return arr.tobytes()
+
+
+def _u64_bytes(values: list[int]) -> bytes:
+    arr = array("Q", values)
+    if _SWAP:  # pragma: no cover
+        arr.byteswap()
+    return arr.tobytes()
+
+
+def _read_array(code: str, buf: bytes, start: int, count: int, width: int) -> array:
+    arr = array(code)
+    arr.frombytes(buf[start:start + count * width])
+    if _SWAP:  # pragma: no cover
+        arr.byteswap()
+    return arr
+
+
+def encode_block(keys: list[bytes], records: list[object]) -> bytes:
+    """Encode sorted ``keys`` and their records (see :mod:`silt.record`) as a block payload."""
+    kinds = bytearray(len(keys))
+    values: list[bytes] = []
+    expiries: list[int] = []
+    has_expiry = False
+    append_value = values.append
+    append_expiry = expiries.append
+    for i, r in enumerate(records):
+        if r.__class__ is bytes:
+            append_value(r)  # type: ignore[arg-type]
+            append_expiry(0)
+        elif r is None:
+            kinds[i] = KIND_DELETE
+            append_value(b"")
+            append_expiry(0)
+        else:
+            kinds[i] = KIND_PUT_EXPIRING
+            append_value(r[0])  # type: ignore[index]
+            append_expiry(r[1])  # type: ignore[index]
+            has_expiry = True
+    parts = [
+        BLOCK_HEADER.pack(len(keys), BLOCK_FLAG_EXPIRY if has_expiry else 0),
+        _u32_bytes(list(accumulate(map(len, keys)))),
+        _u32_bytes(list(accumulate(map(len, values)))),
+        bytes(kinds),
+    ]
+    if has_expiry:
+        parts.append(_u64_bytes(expiries))
+    parts.append(b"".join(keys))
+    parts.append(b"".join(values))
+    return b"".join(parts)
+
+
+class Block:
+    """A decoded data block: keys as a list (for C-speed bisect), values sliced on demand.
+
+    Immutable and safe to share between threads (it lives in the block cache).
+    """
+
+    __slots__ = ("keys", "kinds", "values", "value_ends", "expiries", "charge")
+
+    def __init__(self, payload: bytes, object_name: str = "?", offset: int = 0) -> None:
+        try:
+            count, flags = BLOCK_HEADER.unpack_from(payload, 0)
+            pos = BLOCK_HEADER.size
+            key_ends = _read_array("I", payload, pos, count, 4)
+            pos += 4 * count
+            self.value_ends = _read_array("I", payload, pos, count, 4)
+            pos += 4 * count
+            self.kinds = payload[pos:pos + count]
+            pos += count
+            if flags & BLOCK_FLAG_EXPIRY:
+                self.expiries: array | None = _read_array("Q", payload, pos, count, 8)
+                pos += 8 * count
+            else:
+                self.expiries = None
+            keys_len = key_ends[-1] if count else 0
+            kbuf = payload[pos:pos + keys_len]
+            pos += keys_len
+            self.values = payload[pos:]
+            starts = [0, *key_ends]
+            self.keys = [kbuf[s:e] for s, e in zip(starts, key_ends)]
+            if (
+                len(self.kinds) != count
+                or len(kbuf) != keys_len
+                or (count and len(self.values) != self.value_ends[-1])
+            ):
+                raise ValueError("block regions do not add up")
+        except (ValueError, IndexError) as exc:
+            raise CorruptionError(object_name, offset, f"malformed data block ({exc})") from None
+        self.charge = len(payload) + 48 * count + 200
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def record_at(self, i: int) -> object:
+        """The record of entry ``i`` (bytes, ``None`` or ``(bytes, expire_at_ms)``)."""
+        kind = self.kinds[i]
+        if kind == KIND_DELETE:
+            return None
+        start = self.value_ends[i - 1] if i else 0
+        value = self.values[start:self.value_ends[i]]
+        if kind == KIND_PUT:
+            return value
+        if kind == KIND_PUT_EXPIRING and self.expiries is not None:
+            return (value, self.expiries[i])
+        raise CorruptionError("?", None, f"unknown entry kind {kind}")
+
+    def get(self, key: bytes) -> object:
+        """The record for ``key``, or :data:`MISSING`."""
+        keys = self.keys
+        i = bisect_left(keys, key)
+        if i < len(keys) and keys[i] == key:
+            return self.record_at(i)
+        return MISSING
+
+    def items_from(self, start: bytes | None, end: bytes | None):
+        """Yield ``(key, record)`` for keys in ``[start, end)`` in order."""
+        keys = self.keys
+        i = bisect_left(keys, start) if start is not None else 0
+        stop = bisect_left(keys, end) if end is not None else len(keys)
+        record_at = self.record_at
+        for j in range(i, stop):
+            yield keys[j], record_at(j)
+
+
+def frame(payload: bytes, compression: int) -> bytes:
+    """Compress (if asked) and append the trailer: the bytes written for one block."""
+    if compression == COMPRESSION_LZ4:
+        body = lz4.block.compress(payload, store_size=True)
+        if len(body) >= len(payload):  # incompressible: store raw, reader sees code 0
+            body, compression = payload, COMPRESSION_NONE
+    else:
+        body = payload
+    crc = zlib.crc32(bytes((compression,)), zlib.crc32(body))
+    return body + TRAILER.pack(compression, crc)
+
+
+def unframe(framed: bytes, object_name: str, offset: int) -> bytes:
+    """Check a framed block's checksum and return its uncompressed payload.
+
+    Raises :class:`CorruptionError` naming ``object_name`` and ``offset`` when the checksum,
+    compression code or compressed stream is bad; damaged bytes are never returned.
+    """
+    if len(framed) < TRAILER_SIZE:
+        raise CorruptionError(object_name, offset, f"block of {len(framed)} bytes is truncated")
+    body_len = len(framed) - TRAILER_SIZE
+    compression, crc = TRAILER.unpack_from(framed, body_len)
+    body = memoryview(framed)[:body_len]
+    if zlib.crc32(framed[body_len:body_len + 1], zlib.crc32(body)) != crc:
+        raise CorruptionError(
+            object_name, offset, f"checksum mismatch in block of {len(framed)} bytes"
+        )
+    if compression == COMPRESSION_NONE:
+        return bytes(body)
+    if compression == COMPRESSION_LZ4:
+        try:
+            return lz4.block.decompress(body)
+        except Exception as exc:  # lz4 raises LZ4BlockError (a ValueError subclass)
+            raise CorruptionError(object_name, offset, f"lz4 stream is invalid ({exc})") from None
+    raise CorruptionError(object_name, offset, f"unknown compression code {compression}")

@@ -1,0 +1,194 @@
+"""Writing an SST: sorted entries in, one immutable object's bytes out.
+
+Layout: data blocks, then the tail (bloom filter block, properties block, index block, footer).
+Every block is framed with a checksum (see :mod:`silt.sst.block`). The whole SST is built in
+memory: SSTs are bounded by ``Settings.memtable_bytes`` (flush) or by the compaction target size.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from dataclasses import dataclass
+
+from ..settings import Settings
+from .block import _u32_bytes, encode_block, frame
+from .bloom import build_bloom
+from .format import (
+    COMPRESSION_CODES,
+    COMPRESSION_NONE,
+    FOOTER,
+    INDEX_HEADER,
+    SST_FORMAT_VERSION,
+    SST_MAGIC,
+)
+
+
+@dataclass(frozen=True)
+class SstInfo:
+    """What a manifest records about one SST (enough to read it with one GET for the tail).
+
+    ``smallest``/``largest`` bound the keys; ``tail_offset`` is where the filter block starts.
+    ``min_expiry_ms``/``max_expiry_ms`` cover expiring entries (0 when there are none).
+    """
+
+    id: str
+    size: int
+    tail_offset: int
+    smallest: bytes
+    largest: bytes
+    entries: int
+    tombstones: int = 0
+    expiring: int = 0
+    min_expiry_ms: int = 0
+    max_expiry_ms: int = 0
+
+    def to_json(self) -> dict:
+        return {
+            "id": self.id,
+            "size": self.size,
+            "tail_offset": self.tail_offset,
+            "smallest": self.smallest.hex(),
+            "largest": self.largest.hex(),
+            "entries": self.entries,
+            "tombstones": self.tombstones,
+            "expiring": self.expiring,
+            "min_expiry_ms": self.min_expiry_ms,
+            "max_expiry_ms": self.max_expiry_ms,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict) -> SstInfo:
+        return cls(
+            id=str(d["id"]),
+            size=int(d["size"]),
+            tail_offset=int(d["tail_offset"]),
+            smallest=bytes.fromhex(d["smallest"]),
+            largest=bytes.fromhex(d["largest"]),
+            entries=int(d["entries"]),
+            tombstones=int(d.get("tombstones", 0)),
+            expiring=int(d.get("expiring", 0)),
+            min_expiry_ms=int(d.get("min_expiry_ms", 0)),
+            max_expiry_ms=int(d.get("max_expiry_ms", 0)),
+        )
+
+
+def build_sst(
+    sst_id: str,
+    keys: list[bytes],
+    records: list[object],
+    settings: Settings,
+    *,
+    created_ms: int = 0,
+) -> tuple[bytes, SstInfo]:
+    """Encode sorted, unique ``keys`` with their ``records`` into SST bytes.
+
+    Preconditions: ``keys`` is non-empty, strictly increasing, and as long as ``records``.
+    Returns the object's bytes and the :class:`SstInfo` a manifest records for it.
+    """
+    if not keys:
+        raise ValueError("an SST needs at least one entry")
+    compression = COMPRESSION_CODES[settings.compression]
+    target = settings.block_bytes
+    chunks: list[bytes] = []
+    offset = 0
+    block_offsets: list[int] = []
+    block_sizes: list[int] = []
+    last_keys: list[bytes] = []
+    n = len(keys)
+    tombstones = expiring = 0
+    min_exp = max_exp = 0
+    start = 0
+    size = 0
+    for i in range(n):
+        r = records[i]
+        if r.__class__ is bytes:
+            size += len(keys[i]) + len(r) + 9  # type: ignore[arg-type]
+        elif r is None:
+            size += len(keys[i]) + 9
+            tombstones += 1
+        else:
+            size += len(keys[i]) + len(r[0]) + 17  # type: ignore[index]
+            expiring += 1
+            exp = r[1]  # type: ignore[index]
+            min_exp = exp if not min_exp or exp < min_exp else min_exp
+            max_exp = exp if exp > max_exp else max_exp
+        if size >= target or i == n - 1:
+            framed = frame(encode_block(keys[start:i + 1], records[start:i + 1]), compression)
+            chunks.append(framed)
+            block_offsets.append(offset)
+            block_sizes.append(len(framed))
+            last_keys.append(keys[i])
+            offset += len(framed)
+            start = i + 1
+            size = 0
+
+    filter_off = offset
+    bloom = frame(build_bloom(keys, settings.bloom_bits_per_key), COMPRESSION_NONE) if (
+        settings.bloom_bits_per_key
+    ) else b""
+    chunks.append(bloom)
+    offset += len(bloom)
+
+    props = {
+        "format_version": SST_FORMAT_VERSION,
+        "id": sst_id,
+        "entries": n,
+        "tombstones": tombstones,
+        "expiring": expiring,
+        "min_expiry_ms": min_exp,
+        "max_expiry_ms": max_exp,
+        "smallest": keys[0].hex(),
+        "largest": keys[-1].hex(),
+        "blocks": len(block_offsets),
+        "compression": settings.compression,
+        "bloom_bits_per_key": settings.bloom_bits_per_key,
+        "created_ms": created_ms,
+    }
+    props_off = offset
+    props_block = frame(json.dumps(props, sort_keys=True).encode(), COMPRESSION_NONE)
+    chunks.append(props_block)
+    offset += len(props_block)
+
+    index_payload = b"".join(
+        (
+            INDEX_HEADER.pack(len(block_offsets)),
+            b"".join(o.to_bytes(8, "little") for o in block_offsets),
+            _u32_bytes(block_sizes),
+            _u32_bytes(_ends(last_keys)),
+            b"".join(last_keys),
+        )
+    )
+    index_off = offset
+    index_block = frame(index_payload, COMPRESSION_NONE)
+    chunks.append(index_block)
+    offset += len(index_block)
+
+    head = FOOTER.pack(
+        filter_off, len(bloom), props_off, len(props_block), index_off, len(index_block),
+        SST_FORMAT_VERSION, 0, SST_MAGIC,
+    )[:40]
+    footer = head + FOOTER.pack(0, 0, 0, 0, 0, 0, 0, zlib.crc32(head), SST_MAGIC)[40:]
+    chunks.append(footer)
+    data = b"".join(chunks)
+    info = SstInfo(
+        id=sst_id,
+        size=len(data),
+        tail_offset=filter_off,
+        smallest=keys[0],
+        largest=keys[-1],
+        entries=n,
+        tombstones=tombstones,
+        expiring=expiring,
+        min_expiry_ms=min_exp,
+        max_expiry_ms=max_exp,
+    )
+    return data, info
+
+
+def _ends(items: list[bytes]) -> list[int]:
+    out, total = [], 0
+    for item in items:
+        total += len(item)
+        out.append(total)
+    return out

@@ -1,0 +1,248 @@
+"""Reading an SST through an object store, lazily, with every byte checksummed.
+
+The tail (bloom filter, properties, index, footer) is fetched with one ranged GET on first use
+(two when the tail offset is unknown and larger than a guess) and kept for the reader's lifetime.
+Data blocks come from the shared :class:`~silt.cache.BlockCache` or one ranged GET each.
+Thread-safe: the tail is loaded under a lock; everything else is immutable.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import zlib
+from bisect import bisect_left
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from ..cache import BlockCache
+from ..errors import CorruptionError
+from ..record import MISSING
+from ..store import ObjectStore, retrying
+from .block import Block, _read_array, unframe
+from .bloom import BloomFilter
+from .builder import SstInfo
+from .format import (
+    FOOTER,
+    FOOTER_SIZE,
+    INDEX_HEADER,
+    READABLE_SST_FORMATS,
+    SST_MAGIC,
+    TAIL_GUESS,
+)
+
+
+class SstTail:
+    """The decoded tail of an SST: index, bloom filter and properties."""
+
+    __slots__ = ("block_offsets", "block_sizes", "last_keys", "bloom", "props", "filter_offset")
+
+    def __init__(self, tail: bytes, tail_start: int, size: int, name: str) -> None:
+        if size < FOOTER_SIZE or len(tail) < FOOTER_SIZE:
+            raise CorruptionError(name, 0, f"object of {size} bytes is too small to be an SST")
+        foot = size - FOOTER_SIZE
+        fields = FOOTER.unpack_from(tail, len(tail) - FOOTER_SIZE)
+        (filter_off, filter_len, props_off, props_len, index_off, index_len,
+         fmt, crc, magic) = fields
+        if magic != SST_MAGIC:
+            raise CorruptionError(name, size - 8, "bad magic number: not an SST or truncated")
+        head = tail[len(tail) - FOOTER_SIZE:len(tail) - 12]
+        if zlib.crc32(head) != crc:
+            raise CorruptionError(name, foot, "footer checksum mismatch")
+        if fmt not in READABLE_SST_FORMATS:
+            raise CorruptionError(
+                name, foot, f"SST format version {fmt} is not readable by this silt "
+                f"(reads {sorted(READABLE_SST_FORMATS)}); upgrade silt-core"
+            )
+        if not (filter_off + filter_len == props_off and props_off + props_len == index_off
+                and index_off + index_len == foot and filter_off >= tail_start):
+            raise CorruptionError(name, foot, "footer offsets are inconsistent")
+
+        def region(off: int, length: int) -> bytes:
+            return unframe(tail[off - tail_start:off - tail_start + length], name, off)
+
+        self.filter_offset = filter_off
+        self.bloom = BloomFilter(region(filter_off, filter_len)) if filter_len else None
+        try:
+            self.props: dict[str, Any] = json.loads(region(props_off, props_len))
+        except ValueError:
+            raise CorruptionError(name, props_off, "properties block is not valid JSON") from None
+        index = region(index_off, index_len)
+        try:
+            (count,) = INDEX_HEADER.unpack_from(index, 0)
+            pos = INDEX_HEADER.size
+            self.block_offsets = _read_array("Q", index, pos, count, 8)
+            pos += 8 * count
+            self.block_sizes = _read_array("I", index, pos, count, 4)
+            pos += 4 * count
+            ends = _read_array("I", index, pos, count, 4)
+            pos += 4 * count
+            kbuf = index[pos:]
+            if len(self.block_offsets) != count or len(ends) != count or (
+                count and len(kbuf) != ends[-1]
+            ):
+                raise ValueError("index regions do not add up")
+            starts = [0, *ends]
+            self.last_keys = [kbuf[s:e] for s, e in zip(starts, ends)]
+        except (ValueError, IndexError) as exc:
+            raise CorruptionError(name, index_off, f"malformed index block ({exc})") from None
+
+
+class SstReader:
+    """Reads one SST. ``info`` comes from the manifest; ``tail`` may be passed by the writer."""
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        object_name: str,
+        info: SstInfo | None,
+        cache: BlockCache | None,
+        *,
+        size: int | None = None,
+        tail: bytes | None = None,
+        tail_start: int | None = None,
+    ) -> None:
+        self.store = store
+        self.name = object_name
+        self.info = info
+        self.size = info.size if info is not None else size
+        if self.size is None:
+            raise ValueError("SstReader needs the object size (from SstInfo or a listing)")
+        self.cache = cache
+        self.cache_id = info.id if info is not None else object_name
+        self._tail: SstTail | None = None
+        self._lock = threading.Lock()
+        if tail is not None and tail_start is not None:
+            self._tail = SstTail(tail, tail_start, self.size, self.name)
+
+    # -- tail -------------------------------------------------------------------------------
+    @property
+    def tail(self) -> SstTail:
+        t = self._tail
+        if t is None:
+            with self._lock:
+                if self._tail is None:
+                    self._tail = self._load_tail()
+                t = self._tail
+        return t
+
+    def _load_tail(self) -> SstTail:
+        size = self.size
+        assert size is not None
+        if self.info is not None:
+            start = self.info.tail_offset
+        else:
+            start = max(0, size - TAIL_GUESS)
+        data = self._get_range(start, size - start)
+        if len(data) != size - start:
+            raise CorruptionError(self.name, start, f"object is shorter than its {size} bytes")
+        if self.info is None and len(data) >= FOOTER_SIZE:
+            filter_off = FOOTER.unpack_from(data, len(data) - FOOTER_SIZE)[0]
+            if filter_off < start:
+                data = self._get_range(filter_off, start - filter_off) + data
+                start = filter_off
+        return SstTail(data, start, size, self.name)
+
+    def _get_range(self, start: int, length: int) -> bytes:
+        return retrying(lambda: self.store.get_range(self.name, start, length))
+
+    @property
+    def properties(self) -> dict[str, Any]:
+        return self.tail.props
+
+    @property
+    def num_blocks(self) -> int:
+        return len(self.tail.block_offsets)
+
+    # -- blocks -----------------------------------------------------------------------------
+    def block_index_for(self, key: bytes) -> int:
+        """Index of the only block that can hold ``key``, or -1 when the key is past the end."""
+        last_keys = self.tail.last_keys
+        i = bisect_left(last_keys, key)
+        return i if i < len(last_keys) else -1
+
+    def may_contain(self, key: bytes) -> bool:
+        bloom = self.tail.bloom
+        return bloom is None or bloom.may_contain(key)
+
+    def read_raw_block(self, i: int) -> bytes:
+        """The framed bytes of block ``i`` straight from the store (no cache)."""
+        t = self.tail
+        off, size = t.block_offsets[i], t.block_sizes[i]
+        data = self._get_range(off, size)
+        if len(data) != size:
+            raise CorruptionError(self.name, off, f"block truncated: {len(data)} of {size} bytes")
+        return data
+
+    def decode_block(self, i: int, framed: bytes) -> Block:
+        off = self.tail.block_offsets[i]
+        return Block(unframe(framed, self.name, off), self.name, off)
+
+    def block(self, i: int, *, fill_cache: bool = True) -> Block:
+        """Decoded block ``i``, from the cache when present."""
+        cache = self.cache
+        if cache is not None:
+            key = (self.cache_id, i)
+            blk = cache.get(key)
+            if blk is not None:
+                return blk
+        blk = self.decode_block(i, self.read_raw_block(i))
+        if cache is not None and fill_cache:
+            cache.put((self.cache_id, i), blk, blk.charge)
+        return blk
+
+    def cached_block(self, i: int) -> Block | None:
+        return self.cache.get((self.cache_id, i)) if self.cache is not None else None
+
+    def put_cached(self, i: int, blk: Block) -> None:
+        if self.cache is not None:
+            self.cache.put((self.cache_id, i), blk, blk.charge)
+
+    # -- lookups ----------------------------------------------------------------------------
+    def get(self, key: bytes) -> object:
+        """The record for ``key`` in this SST, or :data:`MISSING`."""
+        t = self.tail
+        if t.bloom is not None and not t.bloom.may_contain(key):
+            return MISSING
+        i = bisect_left(t.last_keys, key)
+        if i >= len(t.last_keys):
+            return MISSING
+        return self.block(i).get(key)
+
+    def iter_range(
+        self, start: bytes | None, end: bytes | None, *, fill_cache: bool = False
+    ) -> Iterator[tuple[bytes, object]]:
+        """Yield ``(key, record)`` for keys in ``[start, end)`` in key order."""
+        t = self.tail
+        n = len(t.last_keys)
+        i = bisect_left(t.last_keys, start) if start is not None else 0
+        while i < n:
+            blk = self.block(i, fill_cache=fill_cache)
+            yield from blk.items_from(start, end)
+            if end is not None and t.last_keys[i] >= end:
+                return
+            i += 1
+
+    def verify(self) -> int:
+        """Read and check every block (bypassing the cache); return the entry count.
+
+        Raises :class:`CorruptionError` at the first damaged region.
+        """
+        self._tail = None
+        t = self.tail
+        total = 0
+        prev: bytes | None = None
+        for i in range(len(t.block_offsets)):
+            blk = self.decode_block(i, self.read_raw_block(i))
+            keys: Sequence[bytes] = blk.keys
+            if keys and prev is not None and keys[0] <= prev:
+                raise CorruptionError(self.name, t.block_offsets[i], "keys out of order")
+            if keys and keys[-1] != t.last_keys[i]:
+                raise CorruptionError(self.name, t.block_offsets[i], "index does not match block")
+            for j in range(len(blk)):
+                blk.record_at(j)
+            prev = keys[-1] if keys else prev
+            total += len(blk)
+        if total != t.props.get("entries"):
+            raise CorruptionError(self.name, None, "entry count does not match properties")
+        return total

@@ -1,0 +1,144 @@
+"""The object-store contract every tier implements.
+
+A tier stores immutable objects under a root (a folder, a bucket prefix, a container prefix).
+Object keys are relative to that root, use ``/`` as separator, and are plain ASCII names made by
+:mod:`silt.paths`. The contract is object-shaped, not file-shaped:
+
+``get``, ``get_range``, ``put``, ``put_if_absent``, ``delete_many``, ``list``.
+
+Contract shared by every method:
+
+* Thread safety: every method may be called from several threads at once.
+* Errors: a missing object raises :class:`~silt.errors.NotFoundError`; a failure that a retry may
+  fix raises :class:`~silt.errors.TransientStoreError` (the engine retries it with backoff, see
+  :func:`retrying`); anything else raises :class:`~silt.errors.StoreError`. SDK exceptions never
+  escape a tier, and messages never carry credentials.
+* Durability: when ``put`` or ``put_if_absent`` returns, the object is durable and complete; a
+  reader never sees a partial object.
+
+The conformance suite in :mod:`silt.testing` checks all of this for any tier.
+"""
+
+from __future__ import annotations
+
+import abc
+import random
+import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import NamedTuple, TypeVar
+from urllib.parse import parse_qsl, urlsplit
+
+from .errors import InvalidArgumentError, TransientStoreError
+
+T = TypeVar("T")
+
+
+class ObjectInfo(NamedTuple):
+    """One listed object: its key under the root and its size in bytes."""
+
+    key: str
+    size: int
+
+
+class ObjectStore(abc.ABC):
+    """Abstract object store rooted at one URL. See the module docstring for the contract."""
+
+    #: The URL this store was opened with (without query options or credentials).
+    url: str = ""
+
+    @abc.abstractmethod
+    def get(self, key: str) -> bytes:
+        """Return the whole object. Raises ``NotFoundError`` if it does not exist."""
+
+    @abc.abstractmethod
+    def get_range(self, key: str, start: int, length: int) -> bytes:
+        """Return ``length`` bytes from ``start``; fewer only when the object ends first.
+
+        ``start`` and ``length`` are non-negative. A range wholly past the end returns ``b""``.
+        Raises ``NotFoundError`` if the object does not exist.
+        """
+
+    @abc.abstractmethod
+    def put(self, key: str, data: bytes) -> None:
+        """Create or replace the object atomically: readers see the old or the new bytes, whole."""
+
+    @abc.abstractmethod
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        """Create the object only if no object has that key; atomic across processes and hosts.
+
+        Returns ``True`` when this call created it, ``False`` when the key already existed (the
+        existing object is left untouched). After a lost response a tier's own retry can return
+        ``False`` although the first attempt created the object: callers that must know whether
+        *they* won compare a token in the stored bytes (the engine does this for manifests).
+        """
+
+    @abc.abstractmethod
+    def delete_many(self, keys: Iterable[str]) -> None:
+        """Delete the objects; keys that do not exist are ignored."""
+
+    @abc.abstractmethod
+    def list(self, prefix: str = "", start_after: str | None = None) -> Iterator[ObjectInfo]:
+        """Yield the objects whose key starts with ``prefix``, in lexicographic key order.
+
+        With ``start_after``, only keys strictly greater than it are yielded. Implementations page
+        through large listings lazily.
+        """
+
+    def close(self) -> None:  # noqa: B027 - optional hook with a default
+        """Release connections and other resources. The default does nothing."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.url!r})"
+
+
+def split_url(url: str) -> tuple[str, str, dict[str, str]]:
+    """Split ``scheme://location?opt=val`` into ``(scheme, location, options)``.
+
+    ``location`` is everything between ``://`` and the query. Raises ``InvalidArgumentError`` for
+    strings that are not URLs, with a hint at the expected shape.
+    """
+    if not isinstance(url, str):
+        from .errors import InvalidTypeError
+
+        raise InvalidTypeError(
+            f"a store URL must be a str such as 'file:///data/state', got {type(url).__name__}"
+        )
+    if "://" not in url:
+        raise InvalidArgumentError(
+            f"{url!r} is not a store URL: use 'file:///absolute/path', 'memory://name', or a "
+            "scheme a tier plugin provides such as 's3://bucket/prefix'"
+        )
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    location = url.split("://", 1)[1].split("?", 1)[0].split("#", 1)[0]
+    options = dict(parse_qsl(parts.query, keep_blank_values=True))
+    return scheme, location, options
+
+
+def retrying(
+    call: Callable[[], T],
+    *,
+    attempts: int = 6,
+    base_delay: float = 0.05,
+    max_delay: float = 2.0,
+    deadline: float = 30.0,
+    sleep: Callable[[float], None] = time.sleep,
+    rng: random.Random | None = None,
+) -> T:
+    """Run ``call``, retrying ``TransientStoreError`` with capped exponential backoff and jitter.
+
+    Stops after ``attempts`` tries or when ``deadline`` seconds have passed, re-raising the last
+    error. Other exceptions propagate at once. ``sleep`` and ``rng`` are injectable for tests.
+    """
+    rng = rng or random.Random()
+    start = time.monotonic()
+    for attempt in range(attempts):
+        try:
+            return call()
+        except TransientStoreError:
+            elapsed = time.monotonic() - start
+            if attempt == attempts - 1 or elapsed >= deadline:
+                raise
+            delay = min(max_delay, base_delay * (2**attempt))
+            sleep(min(rng.uniform(0, delay), max(0.0, deadline - elapsed)))
+    raise AssertionError("unreachable")  # pragma: no cover

@@ -1,0 +1,530 @@
+"""The ``file://`` tier: objects are files under a local (or mounted network) directory.
+
+URL: ``file:///absolute/path`` or ``file://localhost/absolute/path``; percent-escapes are decoded
+(``file:///data/my%20state``). The tier takes no options.
+
+Layout: the object ``a/b/c`` is the file ``<root>/a/b/c``; ``<root>/.tmp/`` holds writes in
+flight and is never listed.
+
+How writes stay atomic and durable:
+
+* ``put`` writes the bytes to a uniquely named file in ``<root>/.tmp/``, fsyncs it, renames it
+  onto the final name with :func:`os.replace` and fsyncs the directory.
+* ``put_if_absent`` does the same but publishes with :func:`os.link`, which fails if the name
+  exists, so exactly one of any number of racing threads or processes (on any host sharing the
+  directory over a file system with POSIX link semantics) creates the object.
+* When either returns, the data, its directory entry, and every directory created for it have
+  been fsynced. A file is never visible under its final name before it is complete.
+* A writer that crashes leaves at most a stale file in ``<root>/.tmp/``; it is never listed or
+  read, and can be deleted once no writer that started before it is still running.
+
+Known simplifications, on purpose:
+
+* A key cannot also be a "directory" of another key: ``a`` and ``a/b`` cannot both exist, since
+  a file system cannot hold both. silt's own keys never collide this way; such a write raises
+  :class:`~silt.errors.StoreError` and such a read :class:`~silt.errors.NotFoundError`.
+* Keys that differ only in case collide on case-insensitive file systems (macOS, Windows).
+* A listing is not a snapshot: objects created or deleted while it runs may or may not appear.
+* Empty directories are never removed. ``put_if_absent`` needs hard links (every POSIX local file
+  system and NFS have them; FAT and some FUSE file systems do not).
+* Directory fsync is skipped on Windows and where the file system does not support it.
+
+Thread safety: every method may be called from any number of threads and processes at once.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import pathlib
+import re
+import secrets
+import stat
+import threading
+from collections.abc import Iterable, Iterator
+from typing import Any
+from urllib.parse import unquote
+
+from ..errors import (
+    InvalidArgumentError,
+    InvalidTypeError,
+    NotFoundError,
+    StoreError,
+    TransientStoreError,
+)
+from ..hookspecs import hookimpl
+from ..store import ObjectInfo, ObjectStore, split_url
+
+#: Name of the directory under the root that holds writes in flight. Never a valid first key
+#: segment, never listed.
+TMP_DIR = ".tmp"
+
+#: Options ``FileStore.from_url`` accepts (none yet).
+ACCEPTED_OPTIONS: frozenset[str] = frozenset()
+
+_TRANSIENT_ERRNOS = frozenset(
+    code
+    for code in (
+        errno.EINTR,
+        errno.EAGAIN,
+        errno.EWOULDBLOCK,
+        errno.EBUSY,
+        errno.ETIMEDOUT,
+        getattr(errno, "ESTALE", None),
+    )
+    if code is not None
+)
+_MISSING_ERRNOS = frozenset({errno.ENOENT, errno.ENOTDIR, errno.EISDIR})
+_NO_DIR_FSYNC_ERRNOS = frozenset(
+    code
+    for code in (errno.EINVAL, errno.EBADF, getattr(errno, "ENOTSUP", None))
+    if code is not None
+)
+
+
+# --- helpers shared by the built-in tiers ------------------------------------------------------
+
+
+def validate_key(key: object) -> str:
+    """Return ``key`` if it is a valid object key, else raise.
+
+    A key is a non-empty ``str`` of ``/``-separated segments; no segment is empty, ``.`` or
+    ``..``; it contains no backslash and no NUL. Raises :class:`~silt.errors.InvalidTypeError`
+    for a non-``str`` and :class:`~silt.errors.InvalidArgumentError` (naming the rule) otherwise.
+    """
+    if not isinstance(key, str):
+        raise InvalidTypeError(f"an object key must be a str, got {type(key).__name__}")
+    if not key:
+        raise InvalidArgumentError("an object key must not be empty")
+    if "\\" in key or "\x00" in key:
+        raise InvalidArgumentError(
+            f"object key {key!r} contains a backslash or NUL; keys use '/' as the only separator"
+        )
+    if key.startswith("/"):
+        raise InvalidArgumentError(
+            f"object key {key!r} starts with '/'; keys are relative to the store root"
+        )
+    for segment in key.split("/"):
+        if segment in ("", ".", ".."):
+            raise InvalidArgumentError(
+                f"object key {key!r} has an empty, '.' or '..' segment; keys name objects under "
+                "the root with plain '/'-separated names such as 'sst/01J0000000.sst'"
+            )
+    return key
+
+
+def check_data(data: object) -> bytes:
+    """Return ``data`` as ``bytes`` (copying a ``bytearray`` or ``memoryview``), else raise
+    :class:`~silt.errors.InvalidTypeError`."""
+    if isinstance(data, bytes):
+        return data
+    if isinstance(data, (bytearray, memoryview)):
+        return bytes(data)
+    raise InvalidTypeError(
+        f"object data must be bytes, got {type(data).__name__}; encode text first"
+    )
+
+
+def check_range(start: object, length: object) -> tuple[int, int]:
+    """Validate the ``start``/``length`` of a ranged read: non-negative ``int`` values."""
+    for name, value in (("start", start), ("length", length)):
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise InvalidTypeError(f"get_range {name} must be an int, got {type(value).__name__}")
+        if value < 0:
+            raise InvalidArgumentError(f"get_range {name} must be >= 0, got {value}")
+    return start, length  # type: ignore[return-value]
+
+
+def _advice(exc: OSError) -> tuple[type[StoreError], str]:
+    """The error class and the what-to-do sentence for an ``OSError`` from the file system."""
+    code = exc.errno
+    if code in _TRANSIENT_ERRNOS:
+        return TransientStoreError, "this is usually temporary; the request can be retried"
+    if code in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
+        return StoreError, "free space (or raise the quota) on that file system, or move the root"
+    if code in (errno.EACCES, errno.EPERM):
+        return StoreError, (
+            "make the store root and everything under it readable and writable by the user "
+            "this process runs as"
+        )
+    if code == errno.EROFS:
+        return StoreError, "the file system is read-only; remount it read-write or use another root"
+    if code == errno.EIO:
+        return StoreError, (
+            "the device reported an I/O error; check the disk (kernel log, SMART) before "
+            "trusting data on it"
+        )
+    if code == errno.ENAMETOOLONG:
+        return StoreError, "the key is too long for this file system"
+    if code in (errno.EMFILE, errno.ENFILE):
+        return StoreError, "too many open files; raise the limit (ulimit -n) or use fewer threads"
+    return StoreError, "check the store root and the file system"
+
+
+def _fsync_dir(path: str) -> None:
+    """fsync a directory so the names in it are durable (where the platform supports it)."""
+    if os.name == "nt":  # pragma: no cover - directories cannot be opened on Windows
+        return
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        if exc.errno not in _NO_DIR_FSYNC_ERRNOS:
+            raise
+    finally:
+        os.close(fd)
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass  # a stale temp file is harmless; see the module docstring
+
+
+# --- the store ---------------------------------------------------------------------------------
+
+
+class FileStore(ObjectStore):
+    """Objects as files under a root directory. See the module docstring for the guarantees.
+
+    ``root`` may be relative (it is made absolute at construction) and is created, with its
+    parents, if missing. Raises :class:`~silt.errors.StoreError` if it cannot be created or is
+    not a directory.
+    """
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        if not isinstance(root, (str, os.PathLike)):
+            raise InvalidTypeError(
+                f"FileStore root must be a str or path, got {type(root).__name__}"
+            )
+        path = os.fspath(root)
+        if not isinstance(path, str):
+            raise InvalidTypeError("FileStore root must be a str path, not bytes")
+        if not path:
+            raise InvalidArgumentError("FileStore root must not be empty")
+        self.root: str = os.path.abspath(path)
+        self.url = pathlib.Path(self.root).as_uri()
+        self._tmp_dir = os.path.join(self.root, TMP_DIR)
+        self._lock = threading.Lock()
+        # Directories whose entry in their parent is known to be durable (created or fsynced).
+        self._durable_dirs: set[str] = {self.root}
+        try:
+            os.makedirs(self.root, exist_ok=True)
+            os.makedirs(self._tmp_dir, exist_ok=True)
+        except FileExistsError as exc:
+            raise StoreError(
+                f"cannot open {self.url}: {exc.filename!r} exists and is not a directory; "
+                "point the URL at a directory"
+            ) from exc
+        except OSError as exc:
+            raise self._os_error(exc, "create the store root", self.root) from exc
+
+    @classmethod
+    def from_url(cls, url: str, options: dict[str, str] | None = None) -> FileStore:
+        """Open the store a ``file://`` URL names.
+
+        Accepts ``file:///absolute/path`` and ``file://localhost/absolute/path``. Options may
+        come in ``options`` or in the URL's query; there are none yet, so any option is an
+        :class:`~silt.errors.InvalidArgumentError` (as is a relative path or a remote host).
+        """
+        scheme, location, query = split_url(url)
+        if scheme != "file":
+            raise InvalidArgumentError(
+                f"FileStore opens file:// URLs, got {url!r}; use 'file:///absolute/path'"
+            )
+        given = {**query, **(options or {})}
+        unknown = sorted(set(given) - ACCEPTED_OPTIONS)
+        if unknown:
+            accepted = ", ".join(sorted(ACCEPTED_OPTIONS)) or "none"
+            raise InvalidArgumentError(
+                f"unknown option(s) {', '.join(map(repr, unknown))} for {url!r}; the file:// "
+                f"tier accepts: {accepted}"
+            )
+        if location.lower().startswith("localhost/"):
+            location = location[len("localhost") :]
+        if not location.startswith("/"):
+            host = location.split("/", 1)[0]
+            if not location:
+                problem = "names no path"
+            elif host in (".", ".."):
+                problem = "names a relative path"
+            else:
+                problem = f"names the host {host!r} (or a relative path)"
+            raise InvalidArgumentError(
+                f"{url!r} {problem}; a file:// URL holds an absolute path after three slashes, "
+                f"as in 'file:///{location or 'data/state'}' or 'file://localhost/data/state'. "
+                "Remote hosts are not supported: mount the share and use its local path"
+            )
+        path = unquote(location)
+        if os.name == "nt" and re.match(r"/[A-Za-z]:", path):  # pragma: no cover - Windows
+            path = path[1:]
+        if "\x00" in path:
+            raise InvalidArgumentError(f"{url!r} contains a NUL character")
+        return cls(path)
+
+    # --- paths and errors ----------------------------------------------------------------------
+
+    def _path(self, key: object) -> str:
+        """The file for ``key``, after validating it (``.tmp`` is reserved at the top level)."""
+        key = validate_key(key)
+        parts = key.split("/")
+        if parts[0] == TMP_DIR:
+            raise InvalidArgumentError(
+                f"object key {key!r} is reserved: the file:// tier keeps writes in flight in "
+                f"'{TMP_DIR}/'"
+            )
+        return os.path.join(self.root, *parts)
+
+    def _os_error(self, exc: OSError, action: str, path: str) -> StoreError:
+        cls, advice = _advice(exc)
+        reason = exc.strerror or str(exc)
+        return cls(f"failed to {action} {path!r} in {self.url}: {reason}; {advice}")
+
+    def _not_found(self, key: str) -> NotFoundError:
+        return NotFoundError(f"object {key!r} does not exist in {self.url}")
+
+    def _conflict(self, key: str, path: str) -> StoreError:
+        return StoreError(
+            f"cannot write object {key!r} in {self.url}: {path!r} or one of its parents is both "
+            "an object and a directory (the file:// tier cannot hold both 'a' and 'a/b'); use "
+            "keys that are not prefixes of other keys followed by '/'"
+        )
+
+    def _write_error(self, exc: OSError, key: str, path: str) -> StoreError:
+        if exc.errno in (errno.ENOTDIR, errno.EISDIR, errno.EEXIST):
+            return self._conflict(key, path)
+        return self._os_error(exc, f"write object {key!r} at", path)
+
+    # --- write machinery -----------------------------------------------------------------------
+
+    def _write_temp(self, data: bytes) -> str:
+        """Write ``data`` to a new, fsynced file in ``.tmp/`` and return its path."""
+        name = f"{os.getpid()}-{threading.get_ident()}-{secrets.token_hex(8)}.tmp"
+        tmp = os.path.join(self._tmp_dir, name)
+        try:
+            f = open(tmp, "xb")
+        except FileNotFoundError:  # someone removed .tmp/: recreate it once
+            os.makedirs(self._tmp_dir, exist_ok=True)
+            f = open(tmp, "xb")
+        try:
+            with f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+        except BaseException:
+            _unlink_quietly(tmp)
+            raise
+        return tmp
+
+    def _ensure_parents(self, key: str, path: str) -> None:
+        """Create the directories ``key`` lives in, each made durable in its parent."""
+        parts = key.split("/")[:-1]
+        directory = self.root
+        for part in parts:
+            parent, directory = directory, os.path.join(directory, part)
+            if directory in self._durable_dirs:
+                continue
+            try:
+                os.mkdir(directory)
+            except FileExistsError:
+                if not os.path.isdir(directory):
+                    raise self._conflict(key, path) from None
+            # fsync even if another thread or process created it: it may not have synced yet.
+            _fsync_dir(parent)
+            with self._lock:
+                self._durable_dirs.add(directory)
+
+    def _publish(self, key: str, path: str, tmp: str, exclusive: bool) -> bool:
+        """Move ``tmp`` to ``path`` (``os.link`` if ``exclusive`` else ``os.replace``)."""
+        for attempt in (1, 2):
+            self._ensure_parents(key, path)
+            try:
+                if exclusive:
+                    os.link(tmp, path)
+                else:
+                    os.replace(tmp, path)
+                return True
+            except FileExistsError:
+                if os.path.isdir(path):
+                    raise self._conflict(key, path) from None
+                return False
+            except FileNotFoundError:
+                if attempt == 2 or not os.path.exists(tmp):
+                    raise
+                # A parent directory vanished under us (removed by hand): forget and recreate.
+                with self._lock:
+                    self._durable_dirs = {self.root}
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _write(self, key: str, data: bytes, exclusive: bool) -> bool:
+        path = self._path(key)
+        payload = check_data(data)
+        try:
+            tmp = self._write_temp(payload)
+        except OSError as exc:
+            raise self._os_error(
+                exc, f"write object {key!r} to a temporary file in", self._tmp_dir
+            ) from exc
+        try:
+            created = self._publish(key, path, tmp, exclusive)
+        except StoreError:
+            raise
+        except OSError as exc:
+            raise self._write_error(exc, key, path) from exc
+        finally:
+            _unlink_quietly(tmp)  # already gone after os.replace; the link's source otherwise
+        if created:
+            directory = os.path.dirname(path)
+            try:
+                _fsync_dir(directory)
+            except OSError as exc:
+                raise self._os_error(exc, "sync directory", directory) from exc
+        return created
+
+    # --- ObjectStore ---------------------------------------------------------------------------
+
+    def get(self, key: str) -> bytes:
+        """Return the whole object; :class:`~silt.errors.NotFoundError` if it does not exist."""
+        path = self._path(key)
+        try:
+            with open(path, "rb") as f:
+                return f.read()
+        except OSError as exc:
+            if exc.errno in _MISSING_ERRNOS:
+                raise self._not_found(key) from exc
+            raise self._os_error(exc, f"read object {key!r} at", path) from exc
+
+    def get_range(self, key: str, start: int, length: int) -> bytes:
+        """Return up to ``length`` bytes from ``start`` (``b""`` past the end)."""
+        path = self._path(key)
+        start, length = check_range(start, length)
+        try:
+            with open(path, "rb") as f:
+                if length == 0:
+                    return b""
+                f.seek(start)
+                return f.read(length)
+        except OSError as exc:
+            if exc.errno in _MISSING_ERRNOS:
+                raise self._not_found(key) from exc
+            raise self._os_error(exc, f"read object {key!r} at", path) from exc
+
+    def put(self, key: str, data: bytes) -> None:
+        """Create or replace the object atomically and durably (see the module docstring)."""
+        self._write(key, data, exclusive=False)
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        """Create the object unless the key exists; atomic across threads and processes."""
+        return self._write(key, data, exclusive=True)
+
+    def delete_many(self, keys: Iterable[str]) -> None:
+        """Delete the objects, ignoring missing ones; the removals are fsynced.
+
+        All keys are validated before anything is deleted.
+        """
+        if isinstance(keys, (str, bytes)):
+            raise InvalidTypeError("delete_many takes an iterable of keys, not a single key")
+        items = [(key, self._path(key)) for key in keys]
+        touched: set[str] = set()
+        for key, path in items:
+            try:
+                os.unlink(path)
+            except OSError as exc:
+                if exc.errno in _MISSING_ERRNOS or os.path.isdir(path):
+                    continue  # no object by that name (a directory is not an object)
+                raise self._os_error(exc, f"delete object {key!r} at", path) from exc
+            touched.add(os.path.dirname(path))
+        for directory in sorted(touched):
+            try:
+                _fsync_dir(directory)
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                raise self._os_error(exc, "sync directory", directory) from exc
+
+    def list(self, prefix: str = "", start_after: str | None = None) -> Iterator[ObjectInfo]:
+        """Yield the objects under ``prefix`` with keys after ``start_after``, in key order.
+
+        Only the directory named by the prefix's part before its last ``/`` is walked (so
+        ``"manifest/000"`` reads ``<root>/manifest`` alone), and subdirectories that cannot hold
+        a key after ``start_after`` are skipped. Arguments are checked at the call; file-system
+        errors surface while iterating.
+        """
+        if not isinstance(prefix, str):
+            raise InvalidTypeError(f"list prefix must be a str, got {type(prefix).__name__}")
+        if start_after is not None and not isinstance(start_after, str):
+            raise InvalidTypeError(
+                f"list start_after must be a str or None, got {type(start_after).__name__}"
+            )
+        dir_part = prefix.rpartition("/")[0]
+        if not dir_part:
+            return self._walk(self.root, "", prefix, start_after)
+        try:
+            validate_key(dir_part)
+        except InvalidArgumentError:
+            return iter(())  # no valid key can start with this prefix
+        if dir_part.split("/", 1)[0] == TMP_DIR:
+            return iter(())
+        directory = os.path.join(self.root, *dir_part.split("/"))
+        return self._walk(directory, dir_part + "/", prefix, start_after)
+
+    def _walk(
+        self, directory: str, dir_key: str, prefix: str, start_after: str | None
+    ) -> Iterator[ObjectInfo]:
+        """Yield the objects under ``directory`` (whose keys start with ``dir_key``) in order.
+
+        Sorting each directory's entries by ``name`` (files) or ``name + "/"`` (directories)
+        gives global lexicographic key order, because every key below a directory starts with
+        that directory's key and ``/`` is part of the comparison.
+        """
+        try:
+            with os.scandir(directory) as it:
+                entries = [*it]
+        except OSError as exc:
+            if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+                return
+            raise self._os_error(exc, "list directory", directory) from exc
+        chosen: list[tuple[str, os.DirEntry[str], bool]] = []
+        for entry in entries:
+            name = entry.name
+            if (not dir_key and name == TMP_DIR) or "\\" in name:
+                continue
+            try:
+                is_dir = entry.is_dir()
+            except OSError:
+                continue  # vanished or unreadable entry: not an object
+            if is_dir:
+                sub = dir_key + name + "/"
+                if not (sub.startswith(prefix) or prefix.startswith(sub)):
+                    continue
+                if start_after is not None and sub < start_after and not start_after.startswith(sub):
+                    continue  # every key below sorts before start_after
+                chosen.append((sub, entry, True))
+            else:
+                key = dir_key + name
+                if not key.startswith(prefix) or (start_after is not None and key <= start_after):
+                    continue
+                chosen.append((key, entry, False))
+        chosen.sort(key=lambda item: item[0])
+        for key, entry, is_dir in chosen:
+            if is_dir:
+                yield from self._walk(entry.path, key, prefix, start_after)
+                continue
+            try:
+                st = entry.stat()
+            except OSError as exc:
+                if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+                    continue  # deleted while listing
+                raise self._os_error(exc, "stat", entry.path) from exc
+            if stat.S_ISREG(st.st_mode):
+                yield ObjectInfo(key, st.st_size)
+
+
+@hookimpl
+def silt_register(registry: Any) -> None:
+    """Register the ``file://`` tier (``registry.add_tier("file", FileStore.from_url)``)."""
+    registry.add_tier("file", FileStore.from_url)
+
+
+__all__ = ["FileStore", "check_data", "check_range", "validate_key"]

@@ -1,0 +1,38 @@
+"""WriteBatch: several puts and deletes applied by :meth:`silt.DB.write` as one unit.
+
+A batch is applied entirely before any later commit sees it, and validated entirely before any
+of it is applied (a bad key anywhere rejects the whole batch).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+
+class WriteBatch:
+    """An ordered list of operations. Later operations on the same key win."""
+
+    __slots__ = ("ops",)
+
+    def __init__(self) -> None:
+        #: ``(key, value_or_None, ttl_seconds_or_None)``; a ``None`` value is a delete.
+        self.ops: list[tuple[bytes, bytes | None, float | None]] = []
+
+    def put(self, key: bytes, value: bytes, *, ttl: float | None = None) -> WriteBatch:
+        """Add a put (checked when the batch is written). Returns the batch for chaining."""
+        self.ops.append((key, value, ttl))
+        return self
+
+    def delete(self, key: bytes) -> WriteBatch:
+        """Add a delete. Returns the batch for chaining."""
+        self.ops.append((key, None, None))
+        return self
+
+    def clear(self) -> None:
+        self.ops.clear()
+
+    def __len__(self) -> int:
+        return len(self.ops)
+
+    def __iter__(self) -> Iterator[tuple[bytes, bytes | None, float | None]]:
+        return iter(self.ops)
