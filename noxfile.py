@@ -1,0 +1,50 @@
+"""Sessions for the silt monorepo: tests, lint, bench, demo.
+
+``nox -s tests`` is the command CI runs (see README.md and .ci/run). Every session installs what
+it needs from PyPI into its own virtualenv, so a fresh machine with Python 3.11 is enough.
+"""
+
+from __future__ import annotations
+
+import nox
+
+nox.options.default_venv_backend = "virtualenv"
+nox.options.reuse_existing_virtualenvs = True
+nox.options.sessions = ["lint", "tests"]
+
+PYTHON = "3.11"
+TEST_DEPS = ["pytest>=8", "hypothesis>=6.100"]
+BENCH_DEPS = ["plyvel>=1.5", "rocksdict>=0.3"]
+
+
+@nox.session(python=PYTHON)
+def tests(session: nox.Session) -> None:
+    """Install silt-core from source and run the whole test suite."""
+    session.install(*TEST_DEPS)
+    session.install("./packages/core")
+    session.run(
+        "pytest", "tests", "-p", "no:cacheprovider", "-q", "-ra", *session.posargs,
+        env={"SILT_DISABLE_PLUGIN_AUTOLOAD": "1"},
+    )
+
+
+@nox.session(python=PYTHON)
+def lint(session: nox.Session) -> None:
+    """ruff over every package, the tests, the benchmarks and this file."""
+    session.install("ruff>=0.6")
+    session.run("ruff", "check", "packages", "tests", "bench", "noxfile.py")
+
+
+@nox.session(python=PYTHON)
+def bench(session: nox.Session) -> None:
+    """Benchmarks against peers measured in the same run (not tests): nox -s bench -- --quick."""
+    session.install(*BENCH_DEPS)
+    session.install("./packages/core")
+    session.run("python", "bench/core_bench.py", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def demo(session: nox.Session) -> None:
+    """The quick-start demo: write state, commit versions, reopen, time-travel, inspect."""
+    session.install("./packages/core")
+    session.run("python", "examples/core_demo.py", *session.posargs)
