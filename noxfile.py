@@ -23,7 +23,7 @@ def tests(session: nox.Session) -> None:
     session.install(*TEST_DEPS)
     session.install("./packages/core")
     session.run(
-        "pytest", "tests", "-p", "no:cacheprovider", "-q", "-ra", *session.posargs,
+        "pytest", "-p", "no:cacheprovider", "-q", "-ra", *(session.posargs or ["tests"]),
         env={"SILT_DISABLE_PLUGIN_AUTOLOAD": "1"},
     )
 
