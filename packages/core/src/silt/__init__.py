@@ -15,15 +15,13 @@ Quick start::
 
 from __future__ import annotations
 
-from typing import Any
-
 from . import errors, paths
 from .clock import Clock, ManualClock
 from .db import DB
 from .errors import CommitConflict, SiltError
 from .hookspecs import hookimpl
 from .manifest import Manifest
-from .plugins import get_registry, open_store
+from .plugins import open_store
 from .settings import Settings
 from .store import ObjectInfo, ObjectStore
 from .writebatch import WriteBatch
@@ -121,11 +119,6 @@ def open(
         raise
 
 
-def plugins() -> dict[str, Any]:
-    """What each installed plugin registered (see ``silt plugins``)."""
-    return {name: info.provides for name, info in get_registry().plugins.items()}
-
-
 __all__ = [
     "DB",
     "Clock",
@@ -139,7 +132,6 @@ __all__ = [
     "errors",
     "hookimpl",
     "open",
-    "plugins",
     "read_manifest",
     "versions",
 ]

@@ -1,0 +1,463 @@
+"""The ``silt`` command line, in-process through ``main([...])`` and as a real subprocess.
+
+Every test works on a real ``file://`` root filled through :func:`silt.open` (plus a few on
+``memory://``, which only the in-process runs can see).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import uuid
+
+import pytest
+import silt
+from silt import paths
+from silt.cli import escape, main, show_key
+from silt.tiers.memory import MemoryStore
+
+N = 5000  # keys in version 1: several SSTs at the test settings' 64 KiB memtable
+CORE_SRC = pathlib.Path(__file__).resolve().parents[1] / "packages" / "core" / "src"
+T0 = 1_700_000_000_000  # 2023-11-14T22:13:20Z
+
+
+def key(i: int) -> bytes:
+    return b"k%05d" % i
+
+
+def value(i: int) -> bytes:
+    return b"value-%d" % i
+
+
+def fill(url: str, settings: silt.Settings) -> None:
+    """Version 1: ``N`` keys (several SSTs); version 2: a delete, a binary key, a UTF-8 key."""
+    clock = silt.ManualClock(T0)
+    with silt.open(url, settings=settings, clock=clock) as db:
+        for i in range(N):
+            db.put(key(i), value(i))
+        assert db.commit(meta={"query": "q1"}) == 1
+        clock.advance(60_000)
+        db.delete(key(1))
+        db.put(b"\x00\xff", b"bin\tary\n")
+        db.put("zürich".encode(), b"\xe2\x82\xac")
+        assert db.commit(meta={"batch": "7"}) == 2
+
+
+@pytest.fixture
+def root(file_url: str, small: silt.Settings) -> str:
+    fill(file_url, small)
+    return file_url
+
+
+@pytest.fixture
+def mem_root(small: silt.Settings):
+    name = f"cli-{uuid.uuid4().hex}"
+    url = f"memory://{name}"
+    fill(url, small)
+    yield url
+    MemoryStore.drop(name)
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def run_process(*argv: str) -> subprocess.CompletedProcess[bytes]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(CORE_SRC), *filter(None, [os.environ.get("PYTHONPATH")])]
+    )
+    env["SILT_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    return subprocess.run(
+        [sys.executable, "-m", "silt", *argv], env=env, capture_output=True, timeout=120
+    )
+
+
+def root_dir(url: str) -> pathlib.Path:
+    return pathlib.Path(url.removeprefix("file://"))
+
+
+def flip_byte(path: pathlib.Path, offset: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[offset] ^= 0x40
+    path.write_bytes(bytes(data))
+
+
+def biggest_sst(url: str) -> tuple[str, pathlib.Path]:
+    """The object name and file of the largest SST (it has many blocks)."""
+    files = sorted((root_dir(url) / "sst").iterdir(), key=lambda p: p.stat().st_size)
+    return f"{paths.SST_PREFIX}{files[-1].name}", files[-1]
+
+
+# --- formatting ----------------------------------------------------------------------------------
+
+
+def test_escape_is_one_unambiguous_line() -> None:
+    assert escape(b"plain text") == "plain text"
+    assert escape("café €".encode()) == "café €"
+    assert escape(b"a\tb\nc\\d") == "a\\x09b\\x0ac\\\\d"
+    assert escape(b"\x00\xff\xfe") == "\\x00\\xff\\xfe"
+    assert escape("\u0085\u200b".encode()) == "\\u0085\\u200b"
+    assert escape(b"") == ""
+
+
+def test_show_key() -> None:
+    assert show_key(b"user:1") == "user:1"
+    assert show_key("zürich".encode()) == "zürich"
+    assert show_key(b"\x00\xff") == "0x00ff"
+    assert show_key(b"tab\there") == "0x" + b"tab\there".hex()
+    assert show_key(b"") == "0x"
+
+
+# --- ls ------------------------------------------------------------------------------------------
+
+
+def test_ls(root: str, capsys) -> None:
+    code, out, err = run(capsys, "ls", root)
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0].split() == ["VERSION", "CREATED", "SSTS", "BYTES", "META"]
+    assert len(lines) == 3
+    v1, v2 = (line.split() for line in lines[1:])
+    assert v1[:2] == ["1", "2023-11-14T22:13:20.000Z"]
+    assert v2[:2] == ["2", "2023-11-14T22:14:20.000Z"]
+    assert v1[4:] == ["query=q1"]
+    assert v2[4:] == ["batch=7", "query=q1"]
+    assert int(v2[2]) == int(v1[2]) + 1  # version 2 added one L0 SST
+    assert int(v2[3]) > int(v1[3]) > 0
+
+
+def test_ls_json_matches_manifests(root: str, capsys) -> None:
+    code, out, _ = run(capsys, "ls", root, "--json")
+    assert code == 0
+    rows = json.loads(out)
+    assert [r["version"] for r in rows] == [1, 2]
+    sst_dir = root_dir(root) / "sst"
+    all_bytes = sum(p.stat().st_size for p in sst_dir.iterdir())
+    assert rows[1]["bytes"] == all_bytes  # version 2 references every SST written
+    assert rows[1]["ssts"] == len(list(sst_dir.iterdir()))
+    assert rows[1]["parent"] == 1 and rows[0]["parent"] is None
+    assert rows[1]["meta"] == {"query": "q1", "batch": "7"}
+    assert rows[0]["created_ms"] == T0
+
+
+def test_ls_empty_root(tmp_path, capsys) -> None:
+    code, out, err = run(capsys, "ls", tmp_path.as_uri())
+    assert (code, out) == (0, "")
+    assert "no committed versions" in err
+
+
+def test_ls_reports_a_corrupt_manifest_and_goes_on(root: str, capsys) -> None:
+    flip_byte(root_dir(root) / paths.manifest_key(1), 30)
+    code, out, err = run(capsys, "ls", root)
+    assert code == 2
+    assert paths.manifest_key(1) in err and "checksum" in err
+    assert "CORRUPT" in out and "batch=7" in out
+
+
+# --- inspect -------------------------------------------------------------------------------------
+
+
+def test_inspect_latest(root: str, capsys) -> None:
+    code, out, err = run(capsys, "inspect", root)
+    assert code == 0, err
+    assert "version   2" in out and "parent    1" in out
+    assert "created   2023-11-14T22:14:20.000Z" in out
+    assert "meta      batch=7 query=q1" in out
+    assert "L0: " in out and "total: " in out
+    assert "k00000 .. " in out  # printable keys as text
+    assert "0x00ff .. zürich" in out  # non-printable as hex
+    assert "BLOCKS" not in out  # no SST reads without --tails
+
+
+def test_inspect_json_totals(root: str, capsys) -> None:
+    code, out, _ = run(capsys, "inspect", root, "--version", "1", "--json")
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["version"] == 1 and doc["parent"] is None
+    assert doc["meta"] == {"query": "q1"}
+    [l0] = doc["levels"]
+    assert l0["level"] == "L0"
+    assert l0["entries"] == N == doc["totals"]["entries"]
+    assert l0["ssts"] == len(l0["sst_list"]) > 1
+    assert doc["totals"]["bytes"] == sum(s["size"] for s in l0["sst_list"])
+    first = min(l0["sst_list"], key=lambda s: s["smallest"])
+    assert first["smallest"] == key(0).hex() and first["smallest_text"] == "k00000"
+    assert first["object"] == f"sst/{first['id']}.sst"
+    assert "properties" not in first
+
+
+def test_inspect_reads_only_the_manifest_unless_tails(root: str, capsys, monkeypatch) -> None:
+    from silt.sst import reader
+
+    def no_reads(self):
+        raise AssertionError("inspect read an SST")
+
+    monkeypatch.setattr(reader.SstReader, "_load_tail", no_reads)
+    assert run(capsys, "inspect", root)[0] == 0
+    monkeypatch.undo()
+    code, out, _ = run(capsys, "inspect", root, "--tails", "--json")
+    assert code == 0
+    ssts = json.loads(out)["levels"][0]["sst_list"]
+    for s in ssts:
+        assert s["properties"]["entries"] == s["entries"]
+        assert s["properties"]["blocks"] >= 1
+    code, out, _ = run(capsys, "inspect", root, "--tails")
+    assert code == 0 and "BLOCKS" in out and "lz4" in out
+
+
+def test_inspect_missing_version_and_empty_root(root: str, tmp_path, capsys) -> None:
+    code, out, err = run(capsys, "inspect", root, "--version", "9")
+    assert code == 1 and out == ""
+    assert err.startswith("silt: error: version 9 ") and "silt ls" in err
+    assert "Traceback" not in err
+    code, _, err = run(capsys, "inspect", tmp_path.as_uri())
+    assert code == 1 and "no committed versions" in err
+
+
+# --- get -----------------------------------------------------------------------------------------
+
+
+def test_get(root: str, capsysbinary) -> None:
+    assert main(["get", root, "k00042"]) == 0
+    assert capsysbinary.readouterr().out == value(42)  # raw bytes, no newline
+    assert main(["get", root, "zürich"]) == 0
+    assert capsysbinary.readouterr().out == b"\xe2\x82\xac"
+    assert main(["get", root, "00ff", "--key-hex"]) == 0
+    assert capsysbinary.readouterr().out == b"bin\tary\n"
+    assert main(["get", root, "00ff", "--key-hex", "--hex"]) == 0
+    assert capsysbinary.readouterr().out == b"bin\tary\n".hex().encode() + b"\n"
+
+
+def test_get_missing_key_exits_1(root: str, capsys) -> None:
+    code, out, err = run(capsys, "get", root, "k00001")  # deleted in version 2
+    assert code == 1 and out == ""
+    assert "'k00001' not found in version 2" in err
+    code, out, _ = run(capsys, "get", root, "k00001", "--version", "1")
+    assert code == 0 and out == value(1).decode()
+    code, _, err = run(capsys, "get", root, "nope")
+    assert code == 1 and "not found" in err
+
+
+def test_get_bad_hex_key(root: str, capsys) -> None:
+    code, _, err = run(capsys, "get", root, "zz", "--key-hex")
+    assert code == 1 and "silt: error: KEY 'zz' is not hex" in err
+
+
+def test_get_on_memory_root(mem_root: str, capsys) -> None:
+    code, out, _ = run(capsys, "get", mem_root, "k00007")
+    assert (code, out) == (0, "value-7")
+
+
+# --- scan ----------------------------------------------------------------------------------------
+
+
+def test_scan_everything(root: str, capsys) -> None:
+    code, out, _ = run(capsys, "scan", root)
+    assert code == 0
+    lines = out.splitlines()
+    assert len(lines) == N - 1 + 2
+    assert lines[0] == "\\x00\\xff\tbin\\x09ary\\x0a"
+    assert lines[1] == "k00000\tvalue-0"
+    assert lines[2] == "k00002\tvalue-2"  # k00001 was deleted
+    assert lines[-1] == "zürich\t€"
+    assert all(line.count("\t") == 1 for line in lines)
+
+
+def test_scan_ranges_prefix_limit_version(root: str, capsys) -> None:
+    code, out, _ = run(capsys, "scan", root, "--start", "k00010", "--end", "k00013")
+    assert out.splitlines() == [f"k{i:05d}\tvalue-{i}" for i in (10, 11, 12)]
+    code, out, _ = run(capsys, "scan", root, "--prefix", "k0150", "--limit", "3")
+    assert out.splitlines() == [f"k{i:05d}\tvalue-{i}" for i in (1500, 1501, 1502)]
+    code, out, _ = run(capsys, "scan", root, "--prefix", "k0000", "--version", "1")
+    assert [line.split("\t")[0] for line in out.splitlines()] == [
+        f"k{i:05d}" for i in range(10)
+    ]
+    code, out, _ = run(capsys, "scan", root, "--prefix", "00", "--key-hex", "--hex")
+    assert out == "00ff\t" + b"bin\tary\n".hex() + "\n"
+    code, out, _ = run(capsys, "scan", root, "--limit", "0")
+    assert (code, out) == (0, "")
+
+
+def test_scan_on_memory_root(mem_root: str, capsys) -> None:
+    _, out, _ = run(capsys, "scan", mem_root, "--start", f"k{N - 2:05d}")
+    assert out.splitlines() == [
+        f"k{N - 2:05d}\tvalue-{N - 2}", f"k{N - 1:05d}\tvalue-{N - 1}", "zürich\t€"
+    ]
+
+
+# --- verify --------------------------------------------------------------------------------------
+
+
+def test_verify_clean(root: str, capsys) -> None:
+    code, out, err = run(capsys, "verify", root)
+    assert (code, err) == (0, "")
+    assert out.startswith("verified version 2: 1 manifests, ")
+    assert out.rstrip().endswith(": OK")
+    code, out, _ = run(capsys, "verify", root, "--all", "--json")
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["ok"] is True and doc["problems"] == []
+    assert doc["versions"] == 2
+    assert doc["entries"] == N + 3  # every SST entry, tombstone included
+    assert doc["ssts"] == len(list((root_dir(root) / "sst").iterdir()))
+    assert doc["blocks"] > doc["ssts"]
+    on_disk = sum(p.stat().st_size for d in ("sst", "manifest")
+                  for p in (root_dir(root) / d).iterdir())
+    assert doc["bytes"] == on_disk
+
+
+def test_verify_detects_a_flipped_byte_in_a_block(root: str, capsys) -> None:
+    name, path = biggest_sst(root)
+    flip_byte(path, 100)  # inside the first data block
+    code, out, err = run(capsys, "verify", root)
+    assert code == 2
+    assert f"corruption in {name!r} at offset 0" in err
+    assert "1 PROBLEM(S)" in out
+    # The same damage is reported by reads that meet it, as exit 2, never as data.
+    code, out, err = run(capsys, "scan", root)
+    assert code == 2 and f"corruption in {name!r}" in err
+    assert "Traceback" not in err
+
+
+def test_verify_detects_damage_in_the_tail_and_a_manifest(root: str, capsys) -> None:
+    name, path = biggest_sst(root)
+    flip_byte(path, path.stat().st_size - 60)  # index block, just before the footer
+    flip_byte(root_dir(root) / paths.manifest_key(1), 40)
+    code, out, err = run(capsys, "verify", root, "--all", "--json")
+    assert code == 2
+    problems = json.loads(out)["problems"]
+    assert {p["object"] for p in problems} == {name, paths.manifest_key(1)}
+    assert all(p["kind"] == "corruption" for p in problems)
+    assert name in err and paths.manifest_key(1) in err
+
+
+def test_verify_reports_missing_and_truncated_ssts(root: str, capsys) -> None:
+    files = sorted((root_dir(root) / "sst").iterdir())
+    files[0].unlink()
+    files[1].write_bytes(files[1].read_bytes()[:-1])
+    code, out, err = run(capsys, "verify", root, "--json")
+    assert code == 2
+    kinds = {p["object"]: p["kind"] for p in json.loads(out)["problems"]}
+    assert kinds == {f"sst/{files[0].name}": "missing", f"sst/{files[1].name}": "corruption"}
+    assert "does not exist" in err and "bytes but the manifest" in err
+
+
+def test_verify_scope_errors(root: str, tmp_path, capsys) -> None:
+    code, _, err = run(capsys, "verify", root, "--version", "5")
+    assert code == 1 and "version 5" in err
+    code, _, err = run(capsys, "verify", tmp_path.as_uri(), "--all")
+    assert code == 1 and "no committed versions" in err
+    code, _, err = run(capsys, "verify", root, "--all", "--version", "1")
+    assert code == 2 and "not allowed with argument" in err  # argparse usage error
+
+
+def test_verify_memory_root(mem_root: str, capsys) -> None:
+    code, out, _ = run(capsys, "verify", mem_root, "--all")
+    assert code == 0 and out.startswith("verified all versions: 2 manifests")
+
+
+# --- plugins -------------------------------------------------------------------------------------
+
+
+def test_plugins(capsys) -> None:
+    code, out, _ = run(capsys, "plugins")
+    assert code == 0
+    assert out.splitlines()[0].split() == ["PLUGIN", "DISTRIBUTION", "VERSION", "PROVIDES"]
+    assert "tier file" in out and "tier memory" in out
+    assert "pip install silt-tier-s3" in out and "pip install silt-cache-ssd" in out
+    code, out, _ = run(capsys, "plugins", "--json")
+    doc = json.loads(out)
+    installed = {p["name"]: p for p in doc["installed"]}
+    assert installed["file"]["provides"] == ["tier file"]
+    assert installed["file"]["distribution"] == "silt-core"
+    missing = {n["distribution"]: n for n in doc["not_installed"]}
+    assert missing["silt-tier-gcs"]["provides"] == ["tier gs", "tier gcs"]
+    assert missing["silt-tier-azure"]["install"] == "pip install silt-tier-azure"
+
+
+# --- bad input -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("not-a-url", "is not a store URL"),
+        ("s3://bucket/state", "no tier installed for 's3://' - pip install silt-tier-s3"),
+        ("gs://bucket/state", "pip install silt-tier-gcs"),
+        ("nosuch://x", "no tier installed for 'nosuch://'"),
+        ("file://relative/path", "a file:// URL holds an absolute path"),
+        ("memory://x?cache=ssd", "pip install silt-cache-ssd"),
+    ],
+)
+def test_bad_urls(url: str, message: str, capsys) -> None:
+    for command in (["ls", url], ["get", url, "k"], ["verify", url]):
+        code, out, err = run(capsys, *command)
+        assert code == 1, command
+        assert out == ""
+        assert err.startswith("silt: error: ") and message in err
+        assert "Traceback" not in err
+
+
+def test_missing_file_root_is_not_created(tmp_path, capsys) -> None:
+    target = tmp_path / "typo"
+    code, _, err = run(capsys, "ls", target.as_uri())
+    assert code == 1 and "does not exist" in err
+    assert not target.exists()
+
+
+def test_usage_errors(capsys) -> None:
+    code, _, err = run(capsys)
+    assert code == 2 and "usage: silt" in err
+    code, _, err = run(capsys, "scan", "memory://x", "--limit", "-1")
+    assert code == 2 and "is negative" in err
+    code, out, _ = run(capsys, "--help")
+    assert code == 0 and "verify" in out
+
+
+# --- as a real process ---------------------------------------------------------------------------
+
+
+def test_process_ls_and_get(root: str) -> None:
+    proc = run_process("ls", root, "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert [r["version"] for r in json.loads(proc.stdout)] == [1, 2]
+    proc = run_process("get", root, "00ff", "--key-hex")
+    assert (proc.returncode, proc.stdout) == (0, b"bin\tary\n")
+    proc = run_process("get", root, "k00001")
+    assert proc.returncode == 1 and proc.stdout == b""
+    assert b"not found" in proc.stderr
+
+
+def test_process_scan_and_inspect(root: str) -> None:
+    proc = run_process("scan", root, "--prefix", "zür")
+    assert (proc.returncode, proc.stdout.decode()) == (0, "zürich\t€\n")
+    proc = run_process("inspect", root, "--tails")
+    assert proc.returncode == 0 and b"version   2" in proc.stdout
+
+
+def test_process_verify_corruption(root: str) -> None:
+    assert run_process("verify", root, "--all").returncode == 0
+    name, path = biggest_sst(root)
+    flip_byte(path, path.stat().st_size // 2)
+    proc = run_process("verify", root)
+    assert proc.returncode == 2
+    assert name.encode() in proc.stderr and b"corruption in" in proc.stderr
+    assert b"Traceback" not in proc.stderr
+
+
+def test_process_errors_and_plugins(tmp_path) -> None:
+    proc = run_process("ls", "s3://bucket/x")
+    assert proc.returncode == 1
+    assert proc.stderr.decode().strip() == (
+        "silt: error: no tier installed for 's3://' - pip install silt-tier-s3"
+    )
+    proc = run_process("plugins")
+    assert proc.returncode == 0 and b"tier memory" in proc.stdout
+    proc = run_process("get", (tmp_path / "missing").as_uri(), "k")
+    assert proc.returncode == 1 and b"does not exist" in proc.stderr
