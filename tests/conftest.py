@@ -14,8 +14,8 @@ import pytest
 
 os.environ.setdefault("SILT_DISABLE_PLUGIN_AUTOLOAD", "1")
 
-import silt  # noqa: E402
-from silt.tiers.memory import MemoryStore  # noqa: E402
+import silt
+from silt.tiers.memory import MemoryStore
 
 #: Small sizes so a few thousand keys exercise flushes, many blocks and several SSTs.
 SMALL = silt.Settings(memtable_bytes=64 * 1024, block_bytes=1024, block_cache_bytes=256 * 1024)

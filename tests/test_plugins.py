@@ -99,7 +99,7 @@ def test_builtins_register_through_default_plugins() -> None:
             kind, thing = entry.split(" ", 1)
             assert registry.owner(kind, thing) == name
     assert registry.plugins["memory"].provides == ["tier memory"]
-    assert silt.plugins()["file"] == ["tier file"]
+    assert silt.plugins.get_registry().plugins["file"].provides == ["tier file"]
 
 
 def test_session_registry_loads_only_builtins() -> None:

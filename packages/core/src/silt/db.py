@@ -496,21 +496,31 @@ class DB:
         for key in sorted(set(keys)):
             r = mem.get(key, MISSING)
             if r is MISSING:
-                for part in reversed(parts):
-                    pm = part.memtable
-                    if pm is not None:
-                        r = pm.data.get(key, MISSING)
-                        if r is not MISSING:
-                            break
-            if r is MISSING:
                 remaining.append(key)
             else:
                 found[key] = r
-        flushed = [p.reader for p in reversed(parts) if p.memtable is None]
-        for reader in (*flushed, *l0):
+        # Parts newest first, each as a memtable or (once uploaded) as an SST: uploads finish
+        # out of order (parallel uploads, a failed upload retried at commit), so an older part
+        # may still be a memtable while a newer one is already an SST.
+        for part in reversed(parts):
             if not remaining:
                 break
-            remaining = self._probe(reader, remaining, found)  # type: ignore[arg-type]
+            pm = part.memtable
+            if pm is not None:
+                unresolved: list[bytes] = []
+                for key in remaining:
+                    r = pm.data.get(key, MISSING)
+                    if r is MISSING:
+                        unresolved.append(key)
+                    else:
+                        found[key] = r
+                remaining = unresolved
+            else:
+                remaining = self._probe(part.reader, remaining, found)  # type: ignore[arg-type]
+        for reader in l0:
+            if not remaining:
+                break
+            remaining = self._probe(reader, remaining, found)
         for level in levels:
             if not remaining:
                 break

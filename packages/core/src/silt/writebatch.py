@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from .errors import InvalidTypeError
+
 
 class WriteBatch:
     """An ordered list of operations. Later operations on the same key win."""
@@ -19,7 +21,14 @@ class WriteBatch:
         self.ops: list[tuple[bytes, bytes | None, float | None]] = []
 
     def put(self, key: bytes, value: bytes, *, ttl: float | None = None) -> WriteBatch:
-        """Add a put (checked when the batch is written). Returns the batch for chaining."""
+        """Add a put (checked when the batch is written). Returns the batch for chaining.
+
+        A ``None`` value is refused at once: in ``ops`` it would mean a delete.
+        """
+        if value is None:
+            raise InvalidTypeError(
+                "values must be bytes, got NoneType: use WriteBatch.delete(key) to remove a key"
+            )
         self.ops.append((key, value, ttl))
         return self
 

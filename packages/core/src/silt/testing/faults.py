@@ -320,10 +320,10 @@ class FaultyStore(ObjectStore):
         )
 
     def delete_many(self, keys: Iterable[str]) -> None:
-        batch = tuple(keys) if not isinstance(keys, (str, bytes)) else keys
-        if isinstance(batch, (str, bytes)):
-            self.inner.delete_many(batch)  # let the inner store report the type error
+        if isinstance(keys, (str, bytes)):
+            self.inner.delete_many(keys)  # the inner store rejects a lone key in its own words
             return
+        batch = tuple(keys)
         fault = self._begin("delete_many", batch)
         self.inner.delete_many(batch)
         self._end(fault, "delete_many", batch)

@@ -75,6 +75,17 @@ _TRANSIENT_ERRNOS = frozenset(
     if code is not None
 )
 _MISSING_ERRNOS = frozenset({errno.ENOENT, errno.ENOTDIR, errno.EISDIR})
+_NO_LINK_ERRNOS = frozenset(
+    code
+    for code in (
+        errno.EPERM,
+        errno.EXDEV,
+        errno.EMLINK,
+        getattr(errno, "ENOTSUP", None),
+        getattr(errno, "EOPNOTSUPP", None),
+    )
+    if code is not None
+)
 _NO_DIR_FSYNC_ERRNOS = frozenset(
     code
     for code in (errno.EINVAL, errno.EBADF, getattr(errno, "ENOTSUP", None))
@@ -303,7 +314,7 @@ class FileStore(ObjectStore):
         name = f"{os.getpid()}-{threading.get_ident()}-{secrets.token_hex(8)}.tmp"
         tmp = os.path.join(self._tmp_dir, name)
         try:
-            f = open(tmp, "xb")
+            f = open(tmp, "xb")  # "x" is O_EXCL: a name is never reused; closed below
         except FileNotFoundError:  # someone removed .tmp/: recreate it once
             os.makedirs(self._tmp_dir, exist_ok=True)
             f = open(tmp, "xb")
@@ -355,11 +366,22 @@ class FileStore(ObjectStore):
                 # A parent directory vanished under us (removed by hand): forget and recreate.
                 with self._lock:
                     self._durable_dirs = {self.root}
+            except OSError as exc:
+                if exclusive and exc.errno in _NO_LINK_ERRNOS:
+                    raise StoreError(
+                        f"cannot create object {key!r} in {self.url}: hard-linking {tmp!r} to "
+                        f"{path!r} failed ({exc.strerror}). The file:// tier needs a file system "
+                        "with hard links for create-only writes (FAT and some FUSE or SMB mounts "
+                        "lack them) and write permission on the root; use another root"
+                    ) from exc
+                raise
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _write(self, key: str, data: bytes, exclusive: bool) -> bool:
         path = self._path(key)
         payload = check_data(data)
+        if exclusive and os.path.isfile(path):
+            return False  # it exists now, so a create-only write would fail: skip the upload
         try:
             tmp = self._write_temp(payload)
         except OSError as exc:
@@ -498,7 +520,11 @@ class FileStore(ObjectStore):
                 sub = dir_key + name + "/"
                 if not (sub.startswith(prefix) or prefix.startswith(sub)):
                     continue
-                if start_after is not None and sub < start_after and not start_after.startswith(sub):
+                if (
+                    start_after is not None
+                    and sub < start_after
+                    and not start_after.startswith(sub)
+                ):
                     continue  # every key below sorts before start_after
                 chosen.append((sub, entry, True))
             else:
