@@ -220,8 +220,25 @@ class FileStore(ObjectStore):
         self._lock = threading.Lock()
         # Directories whose entry in their parent is known to be durable (created or fsynced).
         self._durable_dirs: set[str] = {self.root}
+        if os.path.exists(self.root) and not os.path.isdir(self.root):
+            raise StoreError(
+                f"cannot open {self.url}: {self.root!r} exists and is not a directory; "
+                "point the URL at a directory"
+            )
+        # Directories are created on the first write, so opening a root only to read it (the
+        # CLI, a reader at an old version) never changes it.
+
+    def _make_root(self) -> None:
+        """Create the root and ``.tmp/``; each created directory is made durable in its parent."""
+        missing = []
+        directory = self.root
+        while not os.path.isdir(directory):
+            missing.append(directory)
+            parent = os.path.dirname(directory)
+            if parent == directory:
+                break
+            directory = parent
         try:
-            os.makedirs(self.root, exist_ok=True)
             os.makedirs(self._tmp_dir, exist_ok=True)
         except FileExistsError as exc:
             raise StoreError(
@@ -230,6 +247,8 @@ class FileStore(ObjectStore):
             ) from exc
         except OSError as exc:
             raise self._os_error(exc, "create the store root", self.root) from exc
+        for created in reversed(missing):
+            _fsync_dir(os.path.dirname(created))
 
     @classmethod
     def from_url(cls, url: str, options: dict[str, str] | None = None) -> FileStore:
@@ -315,8 +334,8 @@ class FileStore(ObjectStore):
         tmp = os.path.join(self._tmp_dir, name)
         try:
             f = open(tmp, "xb")  # "x" is O_EXCL: a name is never reused; closed below
-        except FileNotFoundError:  # someone removed .tmp/: recreate it once
-            os.makedirs(self._tmp_dir, exist_ok=True)
+        except FileNotFoundError:  # first write, or someone removed .tmp/: create it once
+            self._make_root()
             f = open(tmp, "xb")
         try:
             with f:
