@@ -15,9 +15,8 @@ command met a checksum failure) or a command-line usage error (argparse's conven
 
 Expected errors print ``silt: error: <message>`` on stderr, never a traceback.
 
-Known simplification: the CLI opens the root through the same tier as the engine, and some tiers
-prepare a root when opening it (``file://`` creates its ``.tmp/`` folder). To avoid creating a
-root by mistyping its path, a ``file://`` root that does not exist is an error here.
+A ``file://`` root that does not exist is an error here (a mistyped path would otherwise look
+like an empty root).
 """
 
 from __future__ import annotations
