@@ -1,0 +1,856 @@
+"""Core benchmark: silt (file:// tier) against plyvel (LevelDB) and rocksdict (RocksDB).
+
+Run ``python bench/core_bench.py`` (with ``PYTHONPATH=packages/core/src`` or silt-core
+installed), or ``nox -s bench -- [flags]``. ``--quick --repeat 1`` is a short smoke run.
+Every store runs in the same process, on the same generated data (16-byte random keys, 100-byte
+random values, random key order); every figure is measured ``--repeat`` times and reported as the
+median with min-max. Results are printed as tables and written to
+``bench/results/core_bench.json``. bench/README.md explains each figure.
+
+Internal: ``--child JSON`` runs one fresh-process measurement (cold gets, open time) and prints
+its result as JSON; the parent uses it, users never need it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+try:  # pragma: no cover - depends on how the script is launched
+    import silt  # noqa: F401
+except ImportError:  # running from a checkout without PYTHONPATH
+    sys.path.insert(0, str(REPO / "packages" / "core" / "src"))
+
+KEY_BYTES = 16
+VALUE_BYTES = 100
+BATCH = 1000  # write batch size and multi_get batch size
+COLD_FIRST = 10_000  # cold gets: also report the first this many separately
+now = time.perf_counter
+
+
+# ---------------------------------------------------------------------------------------------
+# Data
+# ---------------------------------------------------------------------------------------------
+def gen_keys(n: int, seed: str) -> list[bytes]:
+    """``n`` random 16-byte keys (distinct with overwhelming probability), in random order."""
+    buf = random.Random(seed).randbytes(KEY_BYTES * n)
+    return [buf[i:i + KEY_BYTES] for i in range(0, KEY_BYTES * n, KEY_BYTES)]
+
+
+def gen_values(n: int, seed: str) -> list[bytes]:
+    buf = random.Random(seed).randbytes(VALUE_BYTES * n)
+    return [buf[i:i + VALUE_BYTES] for i in range(0, VALUE_BYTES * n, VALUE_BYTES)]
+
+
+def batches(seq: Sequence[Any], size: int) -> Iterable[Sequence[Any]]:
+    for i in range(0, len(seq), size):
+        yield seq[i:i + size]
+
+
+# ---------------------------------------------------------------------------------------------
+# Stores: one small adapter per store, so every loop below has the same shape for all of them.
+# ---------------------------------------------------------------------------------------------
+class Store:
+    name = ""
+    label = ""
+    #: what "make durable" means for this store (printed in the README/JSON)
+    durable_means = ""
+
+    def available(self) -> str | None:
+        """None when usable, else why not."""
+        return None
+
+    def open(self, path: str, create: bool = False) -> Any:
+        raise NotImplementedError
+
+    def close(self, db: Any) -> None:
+        db.close()
+
+    def put_fn(self, db: Any) -> Callable[[bytes, bytes], Any]:
+        return db.put
+
+    def get_fn(self, db: Any) -> Callable[[bytes], Any]:
+        return db.get
+
+    def write_batch(self, db: Any, keys: Sequence[bytes], values: Sequence[bytes]) -> None:
+        raise NotImplementedError
+
+    def multi_get_fn(self, db: Any) -> Callable[[list[bytes]], list[Any]] | None:
+        return None
+
+    def durable(self, db: Any) -> None:
+        """Make every write so far durable (silt: commit)."""
+        raise NotImplementedError
+
+    def scan_count(self, db: Any) -> int:
+        raise NotImplementedError
+
+
+class SiltStore(Store):
+    name = "silt"
+    label = "silt (file://)"
+    durable_means = "DB.commit(): flush memtable to SSTs, fsync, create the manifest"
+
+    def __init__(self, settings: dict[str, Any] | None = None) -> None:
+        self.settings_dict = settings or {}
+
+    def available(self) -> str | None:
+        try:
+            import silt  # noqa: F401
+        except ImportError as exc:
+            return f"import silt failed: {exc}"
+        return None
+
+    def _settings(self) -> Any:
+        import silt
+        return silt.Settings(**self.settings_dict)
+
+    @staticmethod
+    def url(path: str) -> str:
+        return "file://" + os.path.abspath(path)
+
+    def open(self, path: str, create: bool = False) -> Any:
+        import silt
+        return silt.open(self.url(path), settings=self._settings())
+
+    def write_batch(self, db: Any, keys: Sequence[bytes], values: Sequence[bytes]) -> None:
+        import silt
+        wb = silt.WriteBatch()
+        put = wb.put
+        for k, v in zip(keys, values):
+            put(k, v)
+        db.write(wb)
+
+    def multi_get_fn(self, db: Any) -> Callable[[list[bytes]], list[Any]]:
+        return db.multi_get
+
+    def durable(self, db: Any) -> None:
+        db.commit()
+
+    def scan_count(self, db: Any) -> int:
+        n = 0
+        for _ in db.scan():
+            n += 1
+        return n
+
+
+class PlyvelStore(Store):
+    durable_means = "one write with sync=True (fsyncs the write-ahead log holding the writes)"
+
+    def __init__(self, bloom_bits: int | None) -> None:
+        self.bloom_bits = bloom_bits
+        if bloom_bits:
+            self.name = f"plyvel_bloom{bloom_bits}"
+            self.label = f"plyvel bloom{bloom_bits}"
+        else:
+            self.name = "plyvel"
+            self.label = "plyvel default"
+
+    def available(self) -> str | None:
+        try:
+            import plyvel  # noqa: F401
+        except ImportError as exc:
+            return f"import plyvel failed: {exc}"
+        return None
+
+    def open(self, path: str, create: bool = False) -> Any:
+        import plyvel
+        kw: dict[str, Any] = {"create_if_missing": create}
+        if self.bloom_bits:
+            kw["bloom_filter_bits"] = self.bloom_bits
+        return plyvel.DB(path, **kw)
+
+    def write_batch(self, db: Any, keys: Sequence[bytes], values: Sequence[bytes]) -> None:
+        with db.write_batch() as wb:
+            put = wb.put
+            for k, v in zip(keys, values):
+                put(k, v)
+
+    def durable(self, db: Any) -> None:
+        db.put(b"\xff__bench_sync__", b"", sync=True)
+
+    def scan_count(self, db: Any) -> int:
+        n = 0
+        with db.iterator() as it:
+            for _ in it:
+                n += 1
+        return n
+
+
+class RocksStore(Store):
+    name = "rocksdict"
+    label = "rocksdict"
+    durable_means = "Rdict.flush(wait=True): memtable to an L0 SST (synced)"
+
+    def available(self) -> str | None:
+        try:
+            import rocksdict  # noqa: F401
+        except ImportError as exc:
+            return f"import rocksdict failed: {exc}"
+        return None
+
+    def open(self, path: str, create: bool = False) -> Any:
+        from rocksdict import Options, Rdict
+        opts = Options(raw_mode=True)
+        opts.create_if_missing(create)
+        return Rdict(path, options=opts)
+
+    def write_batch(self, db: Any, keys: Sequence[bytes], values: Sequence[bytes]) -> None:
+        from rocksdict import WriteBatch
+        wb = WriteBatch(raw_mode=True)
+        put = wb.put
+        for k, v in zip(keys, values):
+            put(k, v)
+        db.write(wb)
+
+    def multi_get_fn(self, db: Any) -> Callable[[list[bytes]], list[Any]]:
+        return db.get  # Rdict.get(list) is RocksDB's MultiGet
+
+    def durable(self, db: Any) -> None:
+        db.flush(True)
+
+    def scan_count(self, db: Any) -> int:
+        n = 0
+        for _ in db.items():
+            n += 1
+        return n
+
+
+def make_stores(names: list[str], silt_settings: dict[str, Any]) -> list[Store]:
+    every: dict[str, Store] = {
+        "silt": SiltStore(silt_settings),
+        "plyvel_bloom10": PlyvelStore(10),
+        "plyvel": PlyvelStore(None),
+        "rocksdict": RocksStore(),
+    }
+    out = []
+    for n in names:
+        if n not in every:
+            raise SystemExit(f"unknown store {n!r}; choose from {', '.join(every)}")
+        out.append(every[n])
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Fresh-process measurements
+# ---------------------------------------------------------------------------------------------
+def write_keys_file(path: Path, keys: Sequence[bytes]) -> None:
+    path.write_bytes(b"".join(keys))
+
+
+def read_keys_file(path: str) -> list[bytes]:
+    buf = Path(path).read_bytes()
+    return [buf[i:i + KEY_BYTES] for i in range(0, len(buf), KEY_BYTES)]
+
+
+def child_main(spec: dict[str, Any]) -> dict[str, Any]:
+    """Runs in a fresh interpreter: open the store, optionally do gets, report timings."""
+    store = make_stores([spec["store"]], spec.get("silt_settings") or {})[0]
+    keys = read_keys_file(spec["keys_file"]) if spec.get("keys_file") else []
+    gc.collect()
+    t0 = now()
+    db = store.open(spec["path"])
+    t_open = now() - t0
+    out: dict[str, Any] = {"open_s": t_open}
+    get = store.get_fn(db)
+    if spec["op"] == "open":
+        probe = keys[0] if keys else b"\x00" * KEY_BYTES
+        t0 = now()
+        v = get(probe)
+        out["first_get_s"] = now() - t0
+        out["first_get_found"] = v is not None
+    elif spec["op"] == "cold_gets":
+        first = keys[:COLD_FIRST]
+        found = 0
+        t0 = now()
+        for k in first:
+            if get(k) is not None:
+                found += 1
+        t_first = now() - t0
+        rest = keys[COLD_FIRST:]
+        t0 = now()
+        for k in rest:
+            if get(k) is not None:
+                found += 1
+        t_rest = now() - t0
+        out.update(n=len(keys), first_n=len(first), first_s=t_first, total_s=t_first + t_rest,
+                   found=found)
+    store.close(db)
+    out["peak_rss_mib"] = peak_rss_mib()
+    return out
+
+
+def peak_rss_mib() -> float:
+    """This process's peak RSS. /proc VmHWM first: on Linux, ``ru_maxrss`` of a process started
+    by fork+exec inherits the parent's peak."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    import resource
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return rss / 2**20 if sys.platform == "darwin" else rss / 1024
+
+
+def run_child(spec: dict[str, Any]) -> dict[str, Any]:
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(spec)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=os.environ.copy())
+    if proc.returncode != 0:
+        raise RuntimeError(f"child {spec['op']} for {spec['store']} failed:\n{proc.stderr}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+# ---------------------------------------------------------------------------------------------
+# Timing helpers
+# ---------------------------------------------------------------------------------------------
+def timed(fn: Callable[..., Any], *args: Any) -> tuple[float, Any]:
+    gc.collect()
+    t0 = now()
+    result = fn(*args)
+    return now() - t0, result
+
+
+def loop_put(put: Callable[[bytes, bytes], Any], keys: Sequence[bytes],
+             values: Sequence[bytes]) -> None:
+    for k, v in zip(keys, values):
+        put(k, v)
+
+
+def loop_get(get: Callable[[bytes], Any], keys: Sequence[bytes]) -> int:
+    found = 0
+    for k in keys:
+        if get(k) is not None:
+            found += 1
+    return found
+
+
+def loop_multi_get(mget: Callable[[list[bytes]], list[Any]], keys: list[bytes]) -> int:
+    found = 0
+    for i in range(0, len(keys), BATCH):
+        for v in mget(keys[i:i + BATCH]):
+            if v is not None:
+                found += 1
+    return found
+
+
+def loop_write_batches(store: Store, db: Any, keys: Sequence[bytes],
+                       values: Sequence[bytes]) -> None:
+    wb = store.write_batch
+    for i in range(0, len(keys), BATCH):
+        wb(db, keys[i:i + BATCH], values[i:i + BATCH])
+
+
+class Recorder:
+    """Collects samples: results[section][metric][store] -> list of floats."""
+
+    def __init__(self) -> None:
+        self.samples: dict[str, dict[str, dict[str, list[float]]]] = {}
+        self.checks: list[str] = []
+
+    def add(self, section: str, metric: str, store: str, value: float) -> None:
+        self.samples.setdefault(section, {}).setdefault(metric, {}).setdefault(store, []).append(
+            value)
+
+    def check(self, ok: bool, what: str) -> None:
+        if not ok:
+            self.checks.append(what)
+            print(f"  !! check failed: {what}", file=sys.stderr)
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Main section: 1M keys
+# ---------------------------------------------------------------------------------------------
+def run_main(args: argparse.Namespace, stores: list[Store], rec: Recorder, work: Path) -> None:
+    n = args.keys
+    log(f"generating {n:,} keys/values ...")
+    keys = gen_keys(n, "keys")
+    values = gen_values(n, "values")
+    n_gets = min(args.gets, n)
+    data = {
+        "keys": keys,
+        "values": values,
+        "sample": random.Random("sample").sample(keys, n_gets),
+        "missing": gen_keys(n_gets, "missing"),
+    }
+    cold_file = work / "cold_keys.bin"
+    write_keys_file(cold_file, random.Random("cold").sample(keys, min(args.cold_gets, n)))
+    for rep in range(args.repeat):
+        for store in stores:
+            log(f"[main rep {rep + 1}/{args.repeat}] {store.label}")
+            main_one(args, store, rec, work, data, cold_file, rep)
+    data.clear()
+    gc.collect()
+
+
+def main_one(args: argparse.Namespace, store: Store, rec: Recorder, work: Path,
+             data: dict[str, list[bytes]], cold_file: Path, rep: int) -> None:
+    """One round of the main section for one store (locals die on return)."""
+    S = "main"
+    name = store.name
+    keys, values, sample, missing = data["keys"], data["values"], data["sample"], data["missing"]
+    n, n_gets = len(keys), len(sample)
+    # 1. puts, one call per key, into a fresh store (then discarded)
+    path = str(work / f"{name}-puts-{rep}")
+    db = store.open(path, create=True)
+    t, _ = timed(loop_put, store.put_fn(db), keys, values)
+    rec.add(S, "puts", name, n / t)
+    store.close(db)
+    shutil.rmtree(path, ignore_errors=True)
+
+    # 2. batched puts into a fresh store, then make them durable
+    path = str(work / f"{name}-batched-{rep}")
+    db = store.open(path, create=True)
+    t, _ = timed(loop_write_batches, store, db, keys, values)
+    rec.add(S, "batched_puts", name, n / t)
+    t2, _ = timed(store.durable, db)
+    rec.add(S, "durable_s", name, t2)
+    rec.add(S, "load_durable", name, n / (t + t2))
+
+    # 3. warm gets: a warm-up pass, then the timed pass over the same keys
+    get = store.get_fn(db)
+    found = loop_get(get, sample)
+    rec.check(found == n_gets, f"{name}: warm-up found {found}/{n_gets}")
+    t, found = timed(loop_get, get, sample)
+    rec.add(S, "warm_gets", name, n_gets / t)
+    rec.check(found == n_gets, f"{name}: warm gets found {found}/{n_gets}")
+
+    # 4. missing keys
+    t, found = timed(loop_get, get, missing)
+    rec.add(S, "missing_gets", name, n_gets / t)
+    rec.check(found == 0, f"{name}: missing gets found {found}")
+
+    # 5. multi_get in batches of 1000
+    mget = store.multi_get_fn(db)
+    if mget is not None:
+        t, found = timed(loop_multi_get, mget, sample)
+        rec.add(S, "multi_get", name, n_gets / t)
+        rec.check(found == n_gets, f"{name}: multi_get found {found}/{n_gets}")
+
+    # 6. full scan
+    t, count = timed(store.scan_count, db)
+    expected = n + (1 if isinstance(store, PlyvelStore) else 0)  # plyvel's sync marker
+    rec.add(S, "scan", name, count / t)
+    rec.check(count == expected, f"{name}: scan saw {count} rows, expected {expected}")
+    store.close(db)
+
+    # 7. cold gets and open in a fresh process (OS page cache left as it is)
+    res = run_child({"op": "cold_gets", "store": name, "path": path,
+                     "keys_file": str(cold_file), "silt_settings": args.silt_settings})
+    rec.add(S, "cold_gets", name, res["n"] / res["total_s"])
+    rec.add(S, "cold_first_gets", name, res["first_n"] / res["first_s"])
+    rec.add(S, "open_fresh_s", name, res["open_s"])
+    rec.add(S, "cold_peak_rss_mib", name, res["peak_rss_mib"])
+    rec.check(res["found"] == res["n"], f"{name}: cold gets found {res['found']}")
+    shutil.rmtree(path, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Scale section: commit and open time against total state size
+# ---------------------------------------------------------------------------------------------
+def load_chunks(total: int, chunk: int, seed: str) -> Iterable[tuple[list[bytes], list[bytes]]]:
+    done = 0
+    i = 0
+    while done < total:
+        m = min(chunk, total - done)
+        yield gen_keys(m, f"{seed}-k{i}"), gen_values(m, f"{seed}-v{i}")
+        done += m
+        i += 1
+
+
+def run_scale(args: argparse.Namespace, stores: list[Store], rec: Recorder, work: Path) -> None:
+    deltas = [(gen_keys(args.delta, f"delta-k{r}"), gen_values(args.delta, f"delta-v{r}"))
+              for r in range(args.scale_repeat)]
+    for size in args.scale:
+        # every store loads the same keys for this size (chunks generated per store, untimed)
+        for store in stores:
+            log(f"[scale {size:,}] {store.label}")
+            scale_one(args, store, rec, work, size, deltas)
+
+
+def scale_one(args: argparse.Namespace, store: Store, rec: Recorder, work: Path, size: int,
+              deltas: list[tuple[list[bytes], list[bytes]]]) -> None:
+    S = f"scale_{size}"
+    name = store.name
+    path = str(work / f"{name}-scale-{size}")
+    probe_file = work / "probe_key.bin"
+    db = store.open(path, create=True)
+    load_t = 0.0
+    first_key = None
+    since_commit = 0
+    for ks, vs in load_chunks(size, args.load_chunk, f"scale{size}"):
+        if first_key is None:
+            first_key = ks[0]
+        t0 = now()
+        loop_write_batches(store, db, ks, vs)
+        since_commit += len(ks)
+        if since_commit >= args.commit_every:
+            store.durable(db)
+            since_commit = 0
+        load_t += now() - t0
+    t0 = now()
+    store.durable(db)
+    load_t += now() - t0
+    rec.add(S, "load_rate", name, size / load_t)
+    assert first_key is not None
+    write_keys_file(probe_file, [first_key])
+    # the same small delta at every size; time only making it durable
+    for ks, vs in deltas:
+        t, _ = timed(loop_write_batches, store, db, ks, vs)
+        rec.add(S, "delta_write_s", name, t)
+        t, _ = timed(store.durable, db)
+        rec.add(S, "commit_s", name, t)
+    if isinstance(store, SiltStore):
+        st = db.stats()
+        rec.add(S, "silt_l0_ssts", name, st["l0_ssts"])
+        rec.add(S, "silt_levels", name, sum(st["levels"]))
+        mf = db.manifest
+        rec.add(S, "silt_manifest_bytes", name, len(mf.encode()) if mf else 0)
+    store.close(db)
+    # open: fresh process, then in-process (the writer has closed the store)
+    for _ in range(args.scale_repeat):
+        res = run_child({"op": "open", "store": name, "path": path,
+                         "keys_file": str(probe_file), "silt_settings": args.silt_settings})
+        rec.add(S, "open_fresh_s", name, res["open_s"])
+        rec.add(S, "first_get_fresh_s", name, res["first_get_s"])
+        rec.check(res["first_get_found"], f"{name}: probe key missing after open")
+    for _ in range(args.scale_repeat):
+        gc.collect()
+        t0 = now()
+        db = store.open(path)
+        t = now() - t0
+        rec.add(S, "open_inproc_s", name, t)
+        store.close(db)
+    shutil.rmtree(path, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reporting
+# ---------------------------------------------------------------------------------------------
+MAIN_ROWS = [
+    # metric, label, kind ('rate' higher is better, 'time' lower is better)
+    ("puts", "puts/s (one call per key)", "rate"),
+    ("batched_puts", "batched puts/s (batches of 1000)", "rate"),
+    ("durable_s", "make durable after load (s)", "time"),
+    ("load_durable", "batched puts + durable, keys/s", "rate"),
+    ("warm_gets", "warm gets/s", "rate"),
+    ("cold_gets", "cold gets/s (fresh process)", "rate"),
+    ("cold_first_gets", f"  first {COLD_FIRST // 1000}k cold gets/s", "rate"),
+    ("missing_gets", "missing-key gets/s", "rate"),
+    ("multi_get", "multi_get keys/s (batches of 1000)", "rate"),
+    ("scan", "full scan rows/s", "rate"),
+    ("open_fresh_s", "open, fresh process (s)", "time"),
+    ("cold_peak_rss_mib", "peak RSS of the cold-get process (MiB)", "time"),
+]
+
+SCALE_ROWS = [
+    ("commit_s", "commit of the delta (ms)", "time"),
+    ("open_fresh_s", "open, fresh process (ms)", "time"),
+    ("open_inproc_s", "open, in-process (ms)", "time"),
+    ("first_get_fresh_s", "first get after open (ms)", "time"),
+    ("delta_write_s", "write the delta, untimed in commit (ms)", "time"),
+    ("load_rate", "load rate keys/s (batches + periodic commits)", "rate"),
+]
+
+
+def summarize(values: list[float]) -> dict[str, float]:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values),
+            "n": len(values)}
+
+
+def fmt_num(x: float, kind: str, scale: float = 1.0) -> str:
+    if kind == "time":
+        x *= scale
+        if x >= 100:
+            return f"{x:.0f}"
+        if x >= 10:
+            return f"{x:.1f}"
+        return f"{x:.2f}" if x >= 0.1 else f"{x:.3f}"
+    if x >= 1e6:
+        return f"{x / 1e6:.2f}M"
+    if x >= 1e3:
+        return f"{x / 1e3:.0f}k" if x >= 1e5 else f"{x / 1e3:.1f}k"
+    return f"{x:.0f}"
+
+
+def fmt_cell(values: list[float] | None, kind: str, scale: float = 1.0) -> str:
+    if not values:
+        return "n/a"
+    s = summarize(values)
+    cell = fmt_num(s["median"], kind, scale)
+    if s["n"] > 1:
+        cell += f" [{fmt_num(s['min'], kind, scale)}-{fmt_num(s['max'], kind, scale)}]"
+    return cell
+
+
+def silt_vs_best(metric_samples: dict[str, list[float]], kind: str) -> tuple[str, float | None]:
+    """Ratio of silt to the best peer, as 'how many times better' (>1: silt wins)."""
+    if "silt" not in metric_samples:
+        return "n/a", None
+    silt_m = statistics.median(metric_samples["silt"])
+    peers = {k: statistics.median(v) for k, v in metric_samples.items() if k != "silt" and v}
+    if not peers:
+        return "n/a", None
+    if kind == "rate":
+        best = max(peers, key=lambda k: peers[k])
+        ratio = silt_m / peers[best] if peers[best] else float("inf")
+    else:
+        best = min(peers, key=lambda k: peers[k])
+        ratio = peers[best] / silt_m if silt_m else float("inf")
+    return best, ratio
+
+
+def print_table(title: str, header: list[str], rows: list[list[str]]) -> None:
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    print()
+    print(title)
+    print("| " + " | ".join(h.ljust(w) for h, w in zip(header, widths)) + " |")
+    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    for r in rows:
+        print("| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |")
+
+
+def report(args: argparse.Namespace, stores: list[Store], rec: Recorder) -> dict[str, Any]:
+    labels = {s.name: s.label for s in stores}
+    names = [s.name for s in stores]
+    summary: dict[str, Any] = {}
+    main = rec.samples.get("main", {})
+    if main:
+        header = ["figure", *[labels[n] for n in names], "silt vs best peer"]
+        rows = []
+        summary["main"] = {}
+        for metric, label, kind in MAIN_ROWS:
+            ms = main.get(metric, {})
+            best, ratio = silt_vs_best(ms, kind)
+            ratio_s = "n/a" if ratio is None else f"{ratio:.2f}x ({labels.get(best, best)})"
+            rows.append([label, *[fmt_cell(ms.get(n), kind) for n in names], ratio_s])
+            summary["main"][metric] = {
+                "kind": kind, "label": label,
+                "stores": {n: summarize(v) for n, v in ms.items()},
+                "best_peer": best if ratio is not None else None,
+                "silt_vs_best_peer": ratio,
+                "silt_vs_peer": {
+                    n: (statistics.median(ms["silt"]) / statistics.median(v) if kind == "rate"
+                        else statistics.median(v) / statistics.median(ms["silt"]))
+                    for n, v in ms.items() if n != "silt" and "silt" in ms
+                },
+            }
+        print_table(
+            f"Core benchmark: {args.keys:,} keys, {KEY_BYTES} B keys, {VALUE_BYTES} B values; "
+            f"median [min-max] of {args.repeat}; silt vs best peer: >1 means silt is faster",
+            header, rows)
+    scale_sections = [f"scale_{s}" for s in args.scale if f"scale_{s}" in rec.samples]
+    if scale_sections:
+        summary["scale"] = {}
+        header = ["figure", "total keys", *[labels[n] for n in names], "silt vs best peer"]
+        rows = []
+        for metric, label, kind in SCALE_ROWS:
+            for sec in scale_sections:
+                ms = rec.samples[sec].get(metric, {})
+                best, ratio = silt_vs_best(ms, kind)
+                ratio_s = "n/a" if ratio is None else f"{ratio:.2f}x ({labels.get(best, best)})"
+                scale = 1000.0 if kind == "time" else 1.0
+                rows.append([label, f"{int(sec.split('_')[1]):,}",
+                             *[fmt_cell(ms.get(n), kind, scale) for n in names], ratio_s])
+                summary["scale"].setdefault(sec, {})[metric] = {
+                    "kind": kind, "stores": {n: summarize(v) for n, v in ms.items()},
+                    "best_peer": best if ratio is not None else None,
+                    "silt_vs_best_peer": ratio,
+                }
+        # growth ratios largest/smallest
+        lo, hi = scale_sections[0], scale_sections[-1]
+        growth: dict[str, dict[str, float]] = {}
+        for metric in ("commit_s", "open_fresh_s", "open_inproc_s", "first_get_fresh_s"):
+            growth[metric] = {}
+            cells = []
+            for n in names:
+                a = rec.samples[lo].get(metric, {}).get(n)
+                b = rec.samples[hi].get(metric, {}).get(n)
+                if a and b:
+                    g = statistics.median(b) / statistics.median(a)
+                    growth[metric][n] = g
+                    cells.append(f"{g:.2f}x")
+                else:
+                    cells.append("n/a")
+            label = dict((m, lab) for m, lab, _ in SCALE_ROWS)[metric]
+            rows.append([f"growth of {label.split(' (')[0]}",
+                         f"{int(hi.split('_')[1]) // 1000:,}k/{int(lo.split('_')[1]) // 1000:,}k",
+                         *cells, ""])
+        summary["scale_growth"] = {"from": lo, "to": hi, "ratios": growth}
+        silt_rows = []
+        for sec in scale_sections:
+            d = rec.samples[sec]
+            if "silt_l0_ssts" in d:
+                silt_rows.append(
+                    f"{int(sec.split('_')[1]):,} keys: {int(d['silt_l0_ssts']['silt'][0])} L0 SSTs, "
+                    f"{int(d['silt_levels']['silt'][0])} level SSTs, manifest "
+                    f"{int(d['silt_manifest_bytes']['silt'][0]):,} B")
+        print_table(
+            f"Checkpoint/recovery: same delta of {args.delta:,} puts at each total size; "
+            f"median [min-max] of {args.scale_repeat}; growth = median at largest / smallest "
+            "size (1.00x = flat)",
+            header, rows)
+        if silt_rows:
+            print("silt shape after the deltas: " + "; ".join(silt_rows))
+    if rec.checks:
+        print("\nFAILED CHECKS:\n  " + "\n  ".join(rec.checks))
+    return summary
+
+
+def versions_info() -> dict[str, Any]:
+    info: dict[str, Any] = {"python": sys.version.split()[0], "platform": platform.platform(),
+                            "cpus": os.cpu_count()}
+    from importlib import metadata
+    for mod, dist in (("silt", "silt-core"), ("plyvel", "plyvel"), ("rocksdict", "rocksdict")):
+        try:
+            m = __import__(mod)
+        except ImportError:
+            info[mod] = None
+            continue
+        version = getattr(m, "__version__", None)
+        if version is None:
+            try:
+                version = metadata.version(dist)
+            except metadata.PackageNotFoundError:
+                version = "?"
+        info[mod] = version
+    try:
+        import silt
+        sp = getattr(silt, "speedups", None)
+        info["silt_speedups"] = sp() if callable(sp) else None
+    except Exception as exc:  # informational only
+        info["silt_speedups"] = repr(exc)
+    try:
+        info["git"] = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
+                                     capture_output=True, text=True).stdout.strip()
+        info["git_dirty_core"] = bool(subprocess.run(
+            ["git", "-C", str(REPO), "status", "--porcelain", "packages/core"],
+            capture_output=True, text=True).stdout.strip())
+    except OSError:
+        info["git"] = None
+    info["SILT_NO_EXTENSIONS"] = os.environ.get("SILT_NO_EXTENSIONS")
+    return info
+
+
+# ---------------------------------------------------------------------------------------------
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--keys", type=int, default=None, help="keys in the main section "
+                   "(default 1,000,000; 100,000 with --quick)")
+    p.add_argument("--quick", action="store_true",
+                   help="short run: 100k keys, scale 10k,100k, fewer gets")
+    p.add_argument("--repeat", type=int, default=3, help="runs of each figure")
+    p.add_argument("--scale-repeat", type=int, default=None,
+                   help="runs of each scale figure (default: --repeat)")
+    p.add_argument("--scale", type=str, default=None,
+                   help="comma-separated total sizes for commit/open time "
+                        "(default 100000,1000000,5000000; 10000,100000 with --quick); "
+                        "'none' skips the section")
+    p.add_argument("--delta", type=int, default=10_000, help="puts in the delta per commit")
+    p.add_argument("--commit-every", type=int, default=1_000_000,
+                   help="scale section: commit after this many loaded keys")
+    p.add_argument("--load-chunk", type=int, default=100_000, help=argparse.SUPPRESS)
+    p.add_argument("--gets", type=int, default=None,
+                   help="keys per warm/missing/multi_get pass (default 200k; 50k with --quick)")
+    p.add_argument("--cold-gets", type=int, default=None,
+                   help="gets in the fresh process (default 100k; 20k with --quick)")
+    p.add_argument("--stores", type=str, default="silt,plyvel_bloom10,plyvel,rocksdict")
+    p.add_argument("--sections", type=str, default="main,scale")
+    p.add_argument("--silt-setting", action="append", default=[], metavar="NAME=INT",
+                   help="override a silt.Settings field (repeatable)")
+    p.add_argument("--workdir", type=str, default=None, help="where to put the stores "
+                   "(default: a new temp dir, removed at the end)")
+    p.add_argument("--json", type=str, default=str(HERE / "results" / "core_bench.json"))
+    p.add_argument("--child", type=str, default=None, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.keys is None:
+        args.keys = 100_000 if args.quick else 1_000_000
+    if args.gets is None:
+        args.gets = 50_000 if args.quick else 200_000
+    if args.cold_gets is None:
+        args.cold_gets = 20_000 if args.quick else 100_000
+    if args.scale is None:
+        args.scale = "10000,100000" if args.quick else "100000,1000000,5000000"
+    args.scale = [] if args.scale == "none" else [int(s) for s in args.scale.split(",")]
+    args.scale.sort()
+    if args.scale_repeat is None:
+        args.scale_repeat = args.repeat
+    settings: dict[str, Any] = {}
+    for item in args.silt_setting:
+        k, _, v = item.partition("=")
+        settings[k] = v if k == "compression" else int(v)
+    args.silt_settings = settings
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.child is not None:
+        print(json.dumps(child_main(json.loads(args.child))))
+        return 0
+    stores = make_stores(args.stores.split(","), args.silt_settings)
+    usable = []
+    for s in stores:
+        why = s.available()
+        if why:
+            log(f"skipping {s.label}: {why}")
+        else:
+            usable.append(s)
+    stores = usable
+    sections = set(args.sections.split(","))
+    rec = Recorder()
+    own_work = args.workdir is None
+    work = Path(tempfile.mkdtemp(prefix="silt-bench-") if own_work else args.workdir)
+    work.mkdir(parents=True, exist_ok=True)
+    started = time.time()
+    try:
+        if "main" in sections:
+            run_main(args, stores, rec, work)
+        if "scale" in sections and args.scale:
+            run_scale(args, stores, rec, work)
+    finally:
+        if own_work:
+            shutil.rmtree(work, ignore_errors=True)
+    summary = report(args, stores, rec)
+    elapsed = time.time() - started
+    print(f"\n(wall time {elapsed:.0f} s)")
+    result = {
+        "config": {k: v for k, v in vars(args).items() if k != "child"},
+        "key_bytes": KEY_BYTES, "value_bytes": VALUE_BYTES, "batch": BATCH,
+        "durable_means": {s.name: s.durable_means for s in stores},
+        "environment": versions_info(),
+        "started_unix": started, "elapsed_s": elapsed,
+        "summary": summary,
+        "samples": rec.samples,
+        "failed_checks": rec.checks,
+    }
+    out = Path(args.json)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1))
+    print(f"results written to {out}")
+    return 1 if rec.checks else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
