@@ -442,7 +442,7 @@ class DB:
     # -- reads --------------------------------------------------------------------------------
     def get(self, key: bytes) -> bytes | None:
         """The value of ``key``, or ``None`` if it is absent, deleted or expired."""
-        if key.__class__ is not bytes:
+        if key.__class__ is not bytes or len(key) > self._max_key:
             key = self._check_key(key)
         if self._closed:
             self._check_open()
@@ -486,7 +486,8 @@ class DB:
         self._check_open()
         if isinstance(keys, (bytes, str)):
             raise InvalidTypeError("multi_get takes a sequence of keys, not a single key")
-        keys = [k if k.__class__ is bytes else self._check_key(k) for k in keys]
+        limit = self._max_key
+        keys = [k if k.__class__ is bytes and len(k) <= limit else self._check_key(k) for k in keys]
         found: dict[bytes, object] = {}
         mem = self._mem.data
         parts = self._parts

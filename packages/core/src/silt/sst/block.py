@@ -99,7 +99,7 @@ class Block:
     Immutable and safe to share between threads (it lives in the block cache).
     """
 
-    __slots__ = ("keys", "kinds", "values", "value_ends", "expiries", "charge")
+    __slots__ = ("keys", "kinds", "values", "value_ends", "expiries", "charge", "where")
 
     def __init__(self, payload: bytes, object_name: str = "?", offset: int = 0) -> None:
         try:
@@ -131,6 +131,7 @@ class Block:
         except (ValueError, IndexError) as exc:
             raise CorruptionError(object_name, offset, f"malformed data block ({exc})") from None
         self.charge = len(payload) + 48 * count + 200
+        self.where = (object_name, offset)
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -146,7 +147,7 @@ class Block:
             return value
         if kind == KIND_PUT_EXPIRING and self.expiries is not None:
             return (value, self.expiries[i])
-        raise CorruptionError("?", None, f"unknown entry kind {kind}")
+        raise CorruptionError(*self.where, f"unknown entry kind {kind} in entry {i}")
 
     def get(self, key: bytes) -> object:
         """The record for ``key``, or :data:`MISSING`."""

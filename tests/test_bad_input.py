@@ -1,0 +1,325 @@
+"""Bad input gets clear errors: the right class (a SiltError and the fitting builtin) and a
+message that says what was wrong and what to do."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import silt
+from silt.errors import (
+    ClosedError,
+    InvalidArgumentError,
+    InvalidTypeError,
+    NoTierError,
+    VersionNotFoundError,
+)
+
+
+@pytest.fixture
+def db(url: str, small: silt.Settings):
+    with silt.open(url, settings=small) as db:
+        yield db
+
+
+def raises(cls: type[BaseException], match: str | None = None):
+    """``pytest.raises`` that also checks the error is a ``SiltError``."""
+    assert issubclass(cls, silt.SiltError)
+    return pytest.raises(cls, match=match)
+
+
+# --- keys and values ----------------------------------------------------------------------------
+
+
+def test_str_key_and_value_say_encode(db: silt.DB) -> None:
+    with raises(InvalidTypeError, match=r"keys must be bytes, got str.*encode") as info:
+        db.put("k", b"v")
+    assert isinstance(info.value, TypeError)
+    with raises(InvalidTypeError, match=r"values must be bytes, got str.*encode"):
+        db.put(b"k", "v")
+    with raises(InvalidTypeError, match="encode"):
+        db.get("k")
+    with raises(InvalidTypeError, match="encode"):
+        db.delete("k")
+    with raises(InvalidTypeError, match="encode"):
+        db.multi_get([b"a", "b"])
+    with raises(InvalidTypeError, match="encode"):
+        list(db.scan(start="a"))
+    with raises(InvalidTypeError, match="encode"):
+        db.scan(prefix="a")
+    assert list(db.scan()) == []
+
+
+def test_none_value_points_to_delete(db: silt.DB) -> None:
+    with raises(InvalidTypeError, match=r"got NoneType.*DB\.delete"):
+        db.put(b"k", None)
+    assert db.get(b"k") is None
+
+
+@pytest.mark.parametrize("key", [1, 1.5, None, ["k"], object()])
+def test_non_bytes_keys(db: silt.DB, key: object) -> None:
+    with raises(InvalidTypeError, match=f"keys must be bytes, got {type(key).__name__}"):
+        db.put(key, b"v")
+    with raises(InvalidTypeError, match="keys must be bytes"):
+        db.get(key)
+    with raises(InvalidTypeError, match="keys must be bytes"):
+        db.delete(key)
+
+
+def test_bytes_like_keys_and_values_are_accepted(db: silt.DB) -> None:
+    db.put(bytearray(b"k"), memoryview(b"v"))
+    assert db.get(b"k") == b"v"
+    assert db.get(bytearray(b"k")) == b"v"
+
+
+def test_oversized_key_and_value(url: str) -> None:
+    settings = silt.Settings(max_key_bytes=16, max_value_bytes=100)
+    with silt.open(url, settings=settings) as db:
+        db.put(b"k" * 16, b"v" * 100)  # exactly at the limits is fine
+        too_long = r"key of 17 bytes exceeds Settings\.max_key_bytes=16"
+        with raises(InvalidArgumentError, match=too_long) as info:
+            db.put(b"k" * 17, b"v")
+        assert isinstance(info.value, ValueError)
+        assert "hash" in str(info.value)  # what to do about it
+        with raises(InvalidArgumentError, match=r"value of 101 bytes exceeds .*_bytes=100"):
+            db.put(b"k", b"v" * 101)
+        with raises(InvalidArgumentError, match="max_key_bytes"):
+            db.delete(b"k" * 17)
+        with raises(InvalidArgumentError, match="max_key_bytes"):
+            db.write(silt.WriteBatch().put(b"k" * 17, b"v"))
+        # Reads reject it the same way: a key that long can never have been written.
+        with raises(InvalidArgumentError, match="max_key_bytes"):
+            db.get(b"k" * 17)
+        with raises(InvalidArgumentError, match="max_key_bytes"):
+            db.multi_get([b"k" * 17, b"k" * 16])
+        assert db.multi_get([b"k" * 16]) == [b"v" * 100]
+        assert db.get(b"k") is None
+        assert list(db.scan()) == [(b"k" * 16, b"v" * 100)]
+
+
+@pytest.mark.parametrize("ttl", [0, -1, -0.5, math.nan, math.inf, -math.inf])
+def test_bad_ttl_values(db: silt.DB, ttl: float) -> None:
+    with raises(InvalidArgumentError, match="ttl must be a positive, finite number of seconds"):
+        db.put(b"k", b"v", ttl=ttl)
+    assert db.get(b"k") is None
+
+
+@pytest.mark.parametrize("ttl", ["5", b"5", True, [5]])
+def test_bad_ttl_types(db: silt.DB, ttl: object) -> None:
+    with raises(InvalidTypeError, match="ttl must be a number of seconds"):
+        db.put(b"k", b"v", ttl=ttl)
+    assert db.get(b"k") is None
+
+
+def test_multi_get_given_a_single_key(db: silt.DB) -> None:
+    with raises(InvalidTypeError, match="sequence of keys, not a single key"):
+        db.multi_get(b"abc")
+    with raises(InvalidTypeError, match="sequence of keys, not a single key"):
+        db.multi_get("abc")
+    assert db.multi_get([]) == []
+
+
+# --- write batches ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        lambda b: b.put("str-key", b"v"),
+        lambda b: b.put(b"k", "str-value"),
+        lambda b: b.put(b"k", b"v", ttl=-1),
+        lambda b: b.put(b"k", b"v", ttl="1"),
+        lambda b: b.delete(5),
+        lambda b: b.put(b"x" * 70_000, b"v"),
+    ],
+)
+def test_write_batch_with_a_bad_entry_is_rejected_whole(db: silt.DB, bad) -> None:
+    db.put(b"before", b"1")
+    batch = silt.WriteBatch().put(b"a", b"1").delete(b"before").put(b"b", b"2", ttl=10)
+    bad(batch)
+    batch.put(b"c", b"3")
+    with pytest.raises(silt.SiltError):
+        db.write(batch)
+    assert db.multi_get([b"a", b"b", b"c", b"before"]) == [None, None, None, b"1"]
+    db.commit()
+    assert list(db.scan()) == [(b"before", b"1")]
+
+
+def test_write_batch_put_of_none_is_not_a_delete(db: silt.DB) -> None:
+    """``batch.put(k, None)`` is a mistake like ``db.put(k, None)``, not a silent delete."""
+    db.put(b"k", b"v")
+    batch = silt.WriteBatch().put(b"a", b"1")
+    with raises(InvalidTypeError, match=r"got NoneType.*WriteBatch\.delete"):
+        batch.put(b"k", None)
+    assert len(batch) == 1
+    db.write(batch)
+    assert db.multi_get([b"k", b"a"]) == [b"v", b"1"]
+
+
+def test_write_takes_a_write_batch(db: silt.DB) -> None:
+    with raises(InvalidTypeError, match="silt.WriteBatch, got list"):
+        db.write([(b"k", b"v", None)])
+
+
+# --- URLs and tiers -----------------------------------------------------------------------------
+
+
+def test_unknown_scheme() -> None:
+    with raises(NoTierError, match=r"no tier installed for 'foo://'") as info:
+        silt.open("foo://x")
+    assert isinstance(info.value, ValueError)
+    assert "'file://'" in str(info.value) and "'memory://'" in str(info.value)
+    assert "typo" in str(info.value)
+    with raises(NoTierError, match="foo://"):
+        silt.versions("foo://x")
+
+
+@pytest.mark.parametrize(
+    ("url", "hint"),
+    [
+        ("s3://b/p", "no tier installed for 's3://' - pip install silt-tier-s3"),
+        ("gs://b/p", "no tier installed for 'gs://' - pip install silt-tier-gcs"),
+        ("az://c/p", "no tier installed for 'az://' - pip install silt-tier-azure"),
+    ],
+)
+def test_known_but_missing_tiers_give_an_install_hint(url: str, hint: str) -> None:
+    with raises(NoTierError) as info:
+        silt.open(url)
+    assert str(info.value) == hint
+
+
+@pytest.mark.parametrize("url", ["relative/path", "/abs/path", "", "file:/one-slash"])
+def test_not_a_url(url: str) -> None:
+    with raises(InvalidArgumentError, match="is not a store URL") as info:
+        silt.open(url)
+    assert "file:///" in str(info.value)
+
+
+def test_url_of_wrong_type(tmp_path) -> None:
+    with raises(InvalidTypeError, match="must be a str such as 'file:///"):
+        silt.open(tmp_path)
+    with raises(InvalidTypeError):
+        silt.open(b"memory://x")
+
+
+def test_file_url_with_a_host_or_relative_path() -> None:
+    with raises(InvalidArgumentError, match="three slashes"):
+        silt.open("file://relative/path")
+
+
+def test_unknown_url_option(url: str) -> None:
+    with raises(InvalidArgumentError, match="unknown option"):
+        silt.open(url + "?colour=blue")
+
+
+# --- versions -----------------------------------------------------------------------------------
+
+
+def test_missing_version_mentions_the_committed_range(url: str) -> None:
+    with raises(VersionNotFoundError, match="the root has no committed versions") as info:
+        silt.open(url, version=1)
+    assert isinstance(info.value, LookupError)
+    with silt.open(url) as db:
+        for _ in range(3):
+            db.put(b"k", b"v")
+            db.commit()
+    in_all = r"version 7 .*committed versions are 1\.\.3 \(3 in all\)"
+    with raises(VersionNotFoundError, match=in_all) as info:
+        silt.open(url, version=7)
+    assert "open without version=" in str(info.value)
+    with raises(VersionNotFoundError, match=r"1\.\.3"):
+        silt.open(url, version=0)
+
+
+@pytest.mark.parametrize("version", ["1", 1.0, True, b"1"])
+def test_version_of_wrong_type(url: str, version: object) -> None:
+    with raises(InvalidTypeError, match="a version must be an int"):
+        silt.open(url, version=version)
+
+
+@pytest.mark.parametrize("version", [-1, 10**20])
+def test_version_out_of_range(url: str, version: int) -> None:
+    with raises(InvalidArgumentError, match="a version must be between 0 and"):
+        silt.open(url, version=version)
+
+
+def test_commit_at_or_below_the_base_version(db: silt.DB) -> None:
+    db.put(b"k", b"v")
+    assert db.commit(5) == 5
+    for version in (0, 3, 5):
+        with raises(InvalidArgumentError, match=r"cannot commit version \d+: this DB is at "
+                    r"version 5; commit a greater version"):
+            db.commit(version)
+    with raises(InvalidArgumentError, match="between 0 and"):
+        db.commit(-1)
+    with raises(InvalidTypeError, match="must be an int"):
+        db.commit("6")
+    with raises(InvalidTypeError, match="meta must map str to str"):
+        db.commit(6, meta={"a": 1})
+    assert db.version == 5
+    assert db.commit() == 6
+
+
+# --- lifecycle ----------------------------------------------------------------------------------
+
+
+def test_use_after_close(url: str) -> None:
+    db = silt.open(url)
+    db.put(b"k", b"v")
+    db.commit()
+    db.close()
+    db.close()  # idempotent
+    calls = [
+        lambda: db.put(b"k", b"v"),
+        lambda: db.put(b"k", b"v", ttl=5),
+        lambda: db.get(b"k"),
+        lambda: db.delete(b"k"),
+        lambda: db.multi_get([b"k"]),
+        lambda: db.scan(),
+        lambda: db.write(silt.WriteBatch().put(b"k", b"v")),
+        lambda: db.flush(),
+        lambda: db.commit(),
+    ]
+    for call in calls:
+        with raises(ClosedError, match="is closed; open it again with silt.open"):
+            call()
+    with silt.open(url) as again:
+        assert again.get(b"k") == b"v"
+
+
+# --- settings -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("changes", "cls", "match"),
+    [
+        ({"memtable_bytes": 0}, InvalidArgumentError, r"memtable_bytes must be >= 1, got 0"),
+        ({"block_bytes": 10}, InvalidArgumentError, r"block_bytes must be >= 64"),
+        ({"upload_parallelism": 0}, InvalidArgumentError, "upload_parallelism must be >= 1"),
+        ({"bloom_bits_per_key": -1}, InvalidArgumentError, "bloom_bits_per_key must be >= 0"),
+        ({"bloom_bits_per_key": 65}, InvalidArgumentError, "bloom_bits_per_key must be <= 64"),
+        ({"compression": "zstd"}, InvalidArgumentError, r"compression must be one of .*'zstd'"),
+        ({"memtable_bytes": "1MiB"}, InvalidTypeError, "memtable_bytes must be an int, got str"),
+        ({"block_bytes": 4096.0}, InvalidTypeError, "block_bytes must be an int, got float"),
+        ({"read_parallelism": True}, InvalidTypeError, "read_parallelism must be an int"),
+        ({"max_key_bytes": 2**33}, InvalidArgumentError, "must be < 4 GiB"),
+    ],
+)
+def test_bad_settings(changes: dict, cls: type, match: str) -> None:
+    with raises(cls, match=match):
+        silt.Settings(**changes)
+    with raises(cls, match=match):
+        silt.Settings().replace(**changes)
+
+
+def test_unknown_settings_fields() -> None:
+    with raises(InvalidArgumentError, match="unknown Settings fields: \\['memtable_size'\\]"):
+        silt.Settings().replace(memtable_size=1)
+    with raises(InvalidArgumentError, match="unknown Settings fields"):
+        silt.Settings.from_dict({"nope": 1})
+    assert silt.Settings.from_dict(silt.Settings().to_dict()) == silt.Settings()
+
+
+def test_settings_must_be_settings(url: str) -> None:
+    with raises(InvalidTypeError, match="settings must be a silt.Settings, got dict"):
+        silt.open(url, settings={"memtable_bytes": 1024})
