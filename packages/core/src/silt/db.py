@@ -18,6 +18,8 @@ fetches run in the DB's own thread pools. Durability: nothing is durable until `
 
 from __future__ import annotations
 
+import json
+import re
 import threading
 import uuid
 from bisect import bisect_left, bisect_right
@@ -28,22 +30,28 @@ from typing import Any
 from . import paths
 from .cache import BlockCache
 from .clock import Clock
+from .compaction.driver import CompactionDriver
 from .errors import (
+    AlreadyExistsError,
     ClosedError,
     CommitConflict,
+    FencedError,
     InvalidArgumentError,
     InvalidTypeError,
     NotFoundError,
     StoreError,
 )
+from .gc import GcReport, collect_garbage, horizon, read_checkpoints
 from .manifest import Manifest
-from .memtable import Memtable
-from .merge import live, merge_newest_first
+from .memtable import Memtable, apply_ops, check_ops, check_pairs, insert_pairs
+from .merge import live, merge_newest_first, visible_many
+from .metrics import MeteredStore, Metrics
 from .record import MISSING, visible
 from .settings import Settings
+from .sst.bloom import bloom_hash
 from .sst.builder import SstInfo, build_sst
 from .sst.format import FOOTER_SIZE
-from .sst.reader import SstReader
+from .sst.reader import SstReader, lookup_many, plan_probe
 from .store import ObjectStore, retrying
 from .writebatch import WriteBatch
 
@@ -108,7 +116,8 @@ class DB:
         manifest: Manifest | None,
         owns_store: bool = True,
     ) -> None:
-        self._store = store
+        self._metrics = Metrics()
+        self._store = MeteredStore(store, self._metrics)
         self._url = url
         self._settings = settings
         self._clock = clock
@@ -122,7 +131,7 @@ class DB:
         self._readers: dict[str, SstReader] = {}
         self._uploader: ThreadPoolExecutor | None = None
         self._read_pool: ThreadPoolExecutor | None = None
-        self._uncertain: Manifest | None = None
+        self._uncertain: tuple[Manifest, list, list] | None = None
         self._max_key = settings.max_key_bytes
         self._max_value = settings.max_value_bytes
         self._memtable_limit = settings.memtable_bytes
@@ -130,6 +139,7 @@ class DB:
         self._l0: tuple[SstReader, ...] = ()
         self._levels: tuple[_Level, ...] = ()
         self._install(manifest)
+        self._compaction = CompactionDriver(self._store, settings, clock, self._metrics)
 
     # -- properties ---------------------------------------------------------------------------
     @property
@@ -255,6 +265,15 @@ class DB:
         self._check_open()
         if not isinstance(batch, WriteBatch):
             raise InvalidTypeError(f"DB.write takes a silt.WriteBatch, got {type(batch).__name__}")
+        if check_ops(batch.ops, self._max_key, self._max_value):
+            # Every op is a plain put or delete of valid bytes: apply without a call per op.
+            with self._lock:
+                mem = self._mem
+                mem.approx_bytes += apply_ops(mem.data, batch.ops)
+                mem._sorted = None
+                if mem.approx_bytes >= self._memtable_limit:
+                    self._freeze()
+            return
         ops = []
         for key, value, ttl in batch.ops:
             key = self._check_key(key)
@@ -269,6 +288,34 @@ class DB:
                 mem.put(key, record)
             if mem.approx_bytes >= self._memtable_limit:
                 self._freeze()
+
+    def put_many(self, keys: Sequence[bytes], values: Sequence[bytes]) -> None:
+        """Set ``keys[i]`` to ``values[i]`` for every ``i``, like ``put`` in a loop but without a
+        Python call per item (compiled hot path). Later duplicates win.
+
+        All pairs are validated before any is applied. A memtable that fills up is frozen and
+        flushed in the background between items, as with ``put``.
+        """
+        self._check_open()
+        if isinstance(keys, (bytes, str)) or isinstance(values, (bytes, str)):
+            raise InvalidTypeError("put_many takes two sequences (keys, values), not single items")
+        if len(keys) != len(values):
+            raise InvalidArgumentError(
+                f"put_many got {len(keys)} keys but {len(values)} values; pass one value per key"
+            )
+        if check_pairs(keys, values, self._max_key, self._max_value) >= 0:
+            keys = [self._check_key(k) for k in keys]
+            values = [self._check_value(v) for v in values]
+        i, n = 0, len(keys)
+        with self._lock:
+            while i < n:
+                mem = self._mem
+                i, mem.approx_bytes = insert_pairs(
+                    mem.data, keys, values, i, mem.approx_bytes, self._memtable_limit
+                )
+                mem._sorted = None
+                if mem.approx_bytes >= self._memtable_limit:
+                    self._freeze()
 
     # -- flush --------------------------------------------------------------------------------
     def _freeze(self) -> None:
@@ -292,6 +339,10 @@ class DB:
             pending[0].future.exception()  # type: ignore[union-attr]
 
     def _flush_part(self, part: _Part) -> None:
+        with self._metrics.purpose("flush"):
+            self._flush_part_now(part)
+
+    def _flush_part_now(self, part: _Part) -> None:
         mem = part.memtable
         assert mem is not None
         keys, records = mem.sorted_items()
@@ -299,6 +350,7 @@ class DB:
         sst_id = paths.new_id(now)
         data, info = build_sst(sst_id, keys, records, self._settings, created_ms=now)
         name = paths.sst_key(sst_id)
+        self._metrics.add("flush_bytes", len(data))
         if not retrying(lambda: self._store.put_if_absent(name, data)):
             # A lost response whose retry found our own upload, or (never seen in practice) an
             # id collision: only our bytes may stand under this name.
@@ -364,33 +416,98 @@ class DB:
                     merged_meta[k] = v
             self._freeze()
             self._wait_uploads()
-            new_l0 = tuple(p.info for p in reversed(self._parts))  # type: ignore[misc]
+            self._refresh_aged_parts()
             old = self._manifest
+            new_l0 = tuple(p.info for p in reversed(self._parts))  # type: ignore[misc]
+            l0 = new_l0 + (old.l0 if old is not None else ())
+            levels = old.levels if old is not None else ()
+            records = self._compaction.gather(old, len(l0))
+            l0, levels, adopted, refused = self._compaction.apply(l0, levels, records)
             manifest = Manifest(
                 version=version,
                 parent=base,
                 writer_id=self._writer_id,
                 token=uuid.uuid4().hex,
                 created_ms=self._clock.now_ms(),
-                l0=new_l0 + (old.l0 if old is not None else ()),
-                levels=old.levels if old is not None else (),
+                l0=l0,
+                levels=levels,
                 meta=merged_meta,
             )
             name = paths.manifest_key(version)
             data = manifest.encode()
-            try:
-                created = retrying(lambda: self._store.put_if_absent(name, data))
-            except StoreError:
-                self._uncertain = manifest  # resolved by reading back on the next commit
-                raise
-            if not created and not self._is_ours(manifest):
-                raise CommitConflict(
-                    f"version {version} of {self._url!r} was already committed by another "
-                    "writer; reopen the latest version (silt.open) and redo the work from there",
-                    version=version,
-                )
-            self._install(manifest)
+            with self._metrics.purpose("commit"):
+                try:
+                    created = retrying(lambda: self._store.put_if_absent(name, data))
+                except StoreError:
+                    # Resolved by reading back on the next commit.
+                    self._uncertain = (manifest, adopted, refused)
+                    raise
+                if not created and not self._is_ours(manifest):
+                    raise CommitConflict(
+                        f"version {version} of {self._url!r} was already committed by another "
+                        "writer; reopen the latest version (silt.open) and redo the work from "
+                        "there",
+                        version=version,
+                    )
+                self._check_horizon(manifest)
+            self._landed(manifest, adopted, refused)
             return version
+
+    def _landed(self, manifest: Manifest, adopted: list, refused: list) -> None:
+        """Bookkeeping once ``manifest`` is committed: install it, settle compactions."""
+        self._install(manifest)
+        self._metrics.add("commits")
+        self._compaction.resolved(adopted, refused)
+        self._compaction.schedule(manifest)
+
+    def _check_horizon(self, manifest: Manifest) -> None:
+        """Withdraw ``manifest`` if GC's horizon passed it (this writer is a zombie)."""
+        h = horizon(self._store)
+        base = manifest.parent
+        if manifest.version >= h and (base is None or base >= h):
+            return
+        if base is not None and base < h <= manifest.version:
+            if base in read_checkpoints(self._store).values():
+                return  # the base is pinned: its SSTs are kept
+        name = paths.manifest_key(manifest.version)
+        retrying(lambda: self._store.delete_many([name]))
+        raise FencedError(
+            f"version {manifest.version} (from base {base}) of {self._url!r} is below the "
+            f"garbage-collection horizon {h}: newer versions exist and GC has removed older "
+            "ones, so this writer is stale. The commit was withdrawn; reopen the latest version "
+            "(silt.open) and redo the work from there"
+        )
+
+    def _refresh_aged_parts(self) -> None:
+        """Copy uploaded-but-unpublished SSTs older than half the GC grace period to new ids.
+
+        GC may delete an unreferenced SST once it is older than the grace period; publishing
+        only young SSTs is what makes that safe (see :mod:`silt.gc`).
+        """
+        max_age = int(self._settings.gc_grace_seconds * 500)
+        now = self._clock.now_ms()
+        for part in self._parts:
+            info = part.info
+            if info is None or now - paths.id_time_ms(info.id) <= max_age:
+                continue
+            old_name = paths.sst_key(info.id)
+            try:
+                data = retrying(lambda old_name=old_name: self._store.get(old_name))
+            except NotFoundError:
+                raise StoreError(
+                    f"an SST uploaded {(now - paths.id_time_ms(info.id)) // 1000}s ago and never "
+                    "committed was garbage-collected; its writes are lost to this DB. Reopen "
+                    "and redo them, and commit more often than Settings.gc_grace_seconds/2"
+                ) from None
+            new_id = paths.new_id(now)
+            new_name = paths.sst_key(new_id)
+            if not retrying(lambda n=new_name, d=data: self._store.put_if_absent(n, d)):
+                raise StoreError(f"SST name {new_name!r} already exists")
+            part.info = SstInfo(**{**info.__dict__, "id": new_id})
+            reader = SstReader(self._store, new_name, part.info, self._cache)
+            self._readers[new_id] = reader
+            part.reader = reader
+            self._metrics.add("ssts_reuploaded")
 
     def _is_ours(self, manifest: Manifest) -> bool:
         """Read back the manifest of ``manifest.version`` and compare the commit token."""
@@ -403,12 +520,13 @@ class DB:
 
     def _resolve_uncertain(self) -> None:
         """After a commit whose outcome was unknown, find out whether it happened."""
-        manifest = self._uncertain
-        if manifest is None:
+        if self._uncertain is None:
             return
-        if self._is_ours(manifest):
-            self._install(manifest)
+        manifest, adopted, refused = self._uncertain
         self._uncertain = None
+        if self._is_ours(manifest):
+            self._check_horizon(manifest)
+            self._landed(manifest, adopted, refused)
 
     @staticmethod
     def _check_version(version: Any) -> None:
@@ -454,24 +572,31 @@ class DB:
         return visible(r, self._clock.now_ms())
 
     def _get_below(self, key: bytes) -> object:
+        h = -1  # bloom_hash(key), computed once for all SSTs when the first one needs it
         for part in reversed(self._parts):
             mem = part.memtable
             if mem is not None:
                 r = mem.data.get(key, MISSING)
             else:
-                r = part.reader.get(key)  # type: ignore[union-attr]
+                if h < 0:
+                    h = bloom_hash(key)
+                r = part.reader.get(key, h)  # type: ignore[union-attr]
             if r is not MISSING:
                 return r
         for reader in self._l0:
             info = reader.info
             if info.smallest <= key <= info.largest:  # type: ignore[union-attr]
-                r = reader.get(key)
+                if h < 0:
+                    h = bloom_hash(key)
+                r = reader.get(key, h)
                 if r is not MISSING:
                     return r
         for level in self._levels:
             reader = level.find(key)
             if reader is not None:
-                r = reader.get(key)
+                if h < 0:
+                    h = bloom_hash(key)
+                r = reader.get(key, h)
                 if r is not MISSING:
                     return r
         return MISSING
@@ -537,8 +662,7 @@ class DB:
                 pos = hi
             still.extend(remaining[pos:])
             remaining = still
-        now = self._clock.now_ms()
-        return [visible(found.get(k, MISSING), now) for k in keys]
+        return visible_many(keys, found, self._clock.now_ms())
 
     def _probe(
         self, reader: SstReader, keys: list[bytes], found: dict[bytes, object]
@@ -550,25 +674,11 @@ class DB:
         if lo >= hi:
             return keys
         tail = reader.tail
-        bloom = tail.bloom
-        last_keys = tail.last_keys
-        by_block: dict[int, list[bytes]] = {}
-        unresolved = keys[:lo]
-        for key in keys[lo:hi]:
-            if bloom is not None and not bloom.may_contain(key):
-                unresolved.append(key)
-                continue
-            i = bisect_left(last_keys, key)
-            by_block.setdefault(i, []).append(key)
-        blocks = self._fetch_blocks(reader, list(by_block))
-        for i, block_keys in by_block.items():
-            blk = blocks[i]
-            for key in block_keys:
-                r = blk.get(key)
-                if r is MISSING:
-                    unresolved.append(key)
-                else:
-                    found[key] = r
+        # One pass of the sorted keys against the bloom filter and the index (compiled: a merge).
+        unresolved, block_ids, groups = plan_probe(keys, lo, hi, tail.bloom, tail.last_keys)
+        blocks = self._fetch_blocks(reader, block_ids)
+        for i, block_keys in zip(block_ids, groups):
+            lookup_many(blocks[i], block_keys, found, unresolved)
         unresolved.extend(keys[hi:])
         unresolved.sort()
         return unresolved
@@ -653,6 +763,7 @@ class DB:
                 if pool is not None:
                     pool.shutdown(wait=True, cancel_futures=True)
             self._uploader = self._read_pool = None
+            self._compaction.close()
             self._cache.clear()
             self._mem = Memtable()
             self._parts = ()
@@ -660,7 +771,17 @@ class DB:
                 self._store.close()
 
     def stats(self) -> dict[str, Any]:
-        """Counters for inspection: memtable, pending flushes, SSTs per level, cache use."""
+        """Counters for inspection: memtable, SSTs per level, amplification, cache, requests.
+
+        ``read_amplification`` is the number of SSTs a point read may probe (L0 SSTs plus one per
+        non-empty level); ``write_amplification`` is bytes written to SSTs (flushes and
+        compaction outputs) per byte flushed from memtables; ``requests`` counts object-store
+        requests and bytes by purpose (write, flush, commit, compaction, gc, read) and kind.
+        """
+        m = self._metrics.snapshot()
+        flushed = m.get("flush_bytes", 0)
+        written = flushed + m.get("compaction_output_bytes", 0)
+        manifest = self._manifest
         return {
             "version": self.version,
             "memtable_bytes": self._mem.approx_bytes,
@@ -668,10 +789,64 @@ class DB:
             "pending_parts": len(self._parts),
             "l0_ssts": len(self._l0),
             "levels": [len(lv.readers) for lv in self._levels],
+            "level_bytes": [sum(s.size for s in run) for run in manifest.levels]
+            if manifest is not None else [],
+            "read_amplification": len(self._l0) + sum(1 for lv in self._levels if lv.readers),
+            "write_amplification": (written / flushed) if flushed else 0.0,
+            "compaction_running": self._compaction.running,
             "cache_bytes": self._cache.used,
             "cache_hits": self._cache.hits,
             "cache_misses": self._cache.misses,
+            **m,
         }
+
+    # -- retention ----------------------------------------------------------------------------
+    def checkpoint(self, name: str) -> int:
+        """Pin the committed version under ``name`` so GC keeps it; returns the version.
+
+        Checkpoint objects are create-only: naming a version twice is fine, re-pointing a name
+        at another version is an error.
+        """
+        with self._lock:
+            self._check_open()
+            if not isinstance(name, str) or not _CHECKPOINT_NAME.fullmatch(name):
+                raise InvalidArgumentError(
+                    f"checkpoint names are 1-128 characters of letters, digits, '.', '_' and '-'"
+                    f", got {name!r}"
+                )
+            version = self.version
+            if version is None:
+                raise InvalidArgumentError("nothing is committed yet: commit before checkpointing")
+            key = paths.checkpoint_key(name)
+            body = json.dumps({"version": version, "created_ms": self._clock.now_ms()}).encode()
+            if not retrying(lambda: self._store.put_if_absent(key, body)):
+                pinned = read_checkpoints(self._store).get(name)
+                if pinned != version:
+                    raise AlreadyExistsError(
+                        f"checkpoint {name!r} already pins version {pinned} of {self._url!r}; "
+                        "choose another name"
+                    )
+            return version
+
+    def gc(self, *, retain_versions: int | None = None, grace_seconds: float | None = None,
+           dry_run: bool = False) -> GcReport:
+        """Run garbage collection on this DB's root (see :mod:`silt.gc`).
+
+        Defaults come from :class:`Settings` (``retain_versions``, ``gc_grace_seconds``).
+        """
+        self._check_open()
+        with self._metrics.purpose("gc"):
+            return collect_garbage(
+                self._store,
+                retain_versions=retain_versions or self._settings.retain_versions,
+                grace_seconds=self._settings.gc_grace_seconds if grace_seconds is None
+                else grace_seconds,
+                clock=self._clock,
+                dry_run=dry_run,
+            )
+
+
+_CHECKPOINT_NAME = re.compile(r"[A-Za-z0-9._-]{1,128}")
 
 
 def _chain_range(

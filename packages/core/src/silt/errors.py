@@ -48,6 +48,13 @@ class CommitConflict(SiltError):
         self.version = version
 
 
+class FencedError(SiltError):
+    """This writer is stale: garbage collection has moved past the version it tried to commit.
+
+    The commit is withdrawn. Reopen the latest version and redo the work from there.
+    """
+
+
 class CorruptionError(SiltError):
     """Stored bytes failed a checksum or structural check; they are never returned as data.
 
@@ -91,6 +98,7 @@ __all__ = [
     "ClosedError",
     "CommitConflict",
     "CorruptionError",
+    "FencedError",
     "InvalidArgumentError",
     "InvalidTypeError",
     "NoTierError",

@@ -13,6 +13,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Iterator
 
+from ._ext import load
 from .record import MISSING, record_size
 
 
@@ -58,3 +59,74 @@ class Memtable:
         data = self.data
         snapshot = [(k, data[k]) for k in keys[i:j]]
         return iter(snapshot)
+
+
+# --- batch writes (DB.put_many, DB.write): no Python call per item when compiled ---------------
+def check_pairs(keys, values, max_key: int, max_value: int) -> int:  # type: ignore[no-untyped-def]
+    """Index of the first pair that is not (bytes within the limits), or -1 when all are.
+
+    0 when ``keys`` and ``values`` differ in length.
+    """
+    if len(keys) != len(values):
+        return 0
+    for i, (k, v) in enumerate(zip(keys, values)):
+        if (k.__class__ is not bytes or len(k) > max_key
+                or v.__class__ is not bytes or len(v) > max_value):
+            return i
+    return -1
+
+
+def insert_pairs(  # type: ignore[no-untyped-def]
+    data: dict[bytes, object], keys, values, start: int, approx: int, limit: int
+) -> tuple[int, int]:
+    """Put ``keys[i] -> values[i]`` for ``i >= start`` into ``data`` until the memtable size
+    ``approx`` reaches ``limit``. Returns ``(next_index, approx)``."""
+    n = len(keys)
+    i = start
+    while i < n:
+        k = keys[i]
+        v = values[i]
+        data[k] = v
+        approx += len(k) + len(v) + 16
+        i += 1
+        if approx >= limit:
+            break
+    return i, approx
+
+
+def check_ops(ops: list[tuple[bytes, bytes | None, float | None]], max_key: int,
+              max_value: int) -> bool:
+    """True when every op is ``(bytes key, bytes value or None, None)`` within the limits."""
+    for op in ops:
+        if op.__class__ is not tuple or len(op) != 3:
+            return False
+        k, v, ttl = op
+        if ttl is not None or k.__class__ is not bytes or len(k) > max_key:
+            return False
+        if v is not None and (v.__class__ is not bytes or len(v) > max_value):
+            return False
+    return True
+
+
+def apply_ops(data: dict[bytes, object], ops: list[tuple[bytes, bytes | None, None]]) -> int:
+    """Apply ops that passed :func:`check_ops`; return the memtable bytes they add."""
+    added = 0
+    for k, v, _ in ops:
+        data[k] = v
+        added += len(k) + 16 if v is None else len(k) + len(v) + 16
+    return added
+
+
+#: The pure-Python twins, whichever implementation is selected (tests compare both).
+check_pairs_py = check_pairs
+insert_pairs_py = insert_pairs
+check_ops_py = check_ops
+apply_ops_py = apply_ops
+
+_c = load()
+COMPILED = _c is not None
+if _c is not None:
+    check_pairs = _c.check_pairs
+    insert_pairs = _c.insert_pairs
+    check_ops = _c.check_ops
+    apply_ops = _c.apply_ops

@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from heapq import heapify, heappop, heapreplace
 
-from .record import MISSING
+from ._ext import load
+from .record import MISSING, visible
 
 
 def merge_newest_first(
@@ -47,3 +48,22 @@ def live(items: Iterable[tuple[bytes, object]], now_ms: int) -> Iterator[tuple[b
             yield key, r  # type: ignore[misc]
         elif r is not None and now_ms < r[1]:  # type: ignore[index]
             yield key, r[0]  # type: ignore[index]
+
+
+def visible_many(keys: list[bytes], found: dict[bytes, object], now_ms: int) -> list[bytes | None]:
+    """``[visible(found.get(k, MISSING), now_ms) for k in keys]`` (multi_get's answer)."""
+    get = found.get
+    return [visible(get(k, MISSING), now_ms) for k in keys]
+
+
+#: The pure-Python twins, whichever implementation is selected (tests compare both).
+merge_newest_first_py = merge_newest_first
+live_py = live
+visible_many_py = visible_many
+
+_c = load()
+COMPILED = _c is not None
+if _c is not None:
+    merge_newest_first = _c.merge_newest_first
+    live = _c.live
+    visible_many = _c.visible_many

@@ -5,6 +5,8 @@ Layout (see ``docs/format.md``)::
     manifest/<version:020d>   create-only; a version is committed when its manifest exists
     sst/<id>.sst              immutable sorted string tables; ids are ULIDs (time-ordered)
     compaction/<id>           finished compaction results waiting to be adopted
+    checkpoint/<name>         a named checkpoint: pins one version against GC
+    gc/horizon/<version:020d> GC's low-water marks: no version below the greatest may be created
 
 Zero-padded versions sort lexicographically in the same order as numerically, so "latest version"
 is one LIST of ``manifest/``.
@@ -18,6 +20,8 @@ import time
 MANIFEST_PREFIX = "manifest/"
 SST_PREFIX = "sst/"
 COMPACTION_PREFIX = "compaction/"
+CHECKPOINT_PREFIX = "checkpoint/"
+HORIZON_PREFIX = "gc/horizon/"
 SST_SUFFIX = ".sst"
 VERSION_DIGITS = 20
 MAX_VERSION = 10**VERSION_DIGITS - 1
@@ -55,6 +59,23 @@ def parse_sst_key(key: str) -> str | None:
 def compaction_key(record_id: str) -> str:
     """Object name of a compaction record."""
     return f"{COMPACTION_PREFIX}{record_id}"
+
+
+def checkpoint_key(name: str) -> str:
+    """Object name of the named checkpoint ``name``."""
+    return f"{CHECKPOINT_PREFIX}{name}"
+
+
+def horizon_key(version: int) -> str:
+    """Object name of a GC horizon marker at ``version``."""
+    return f"{HORIZON_PREFIX}{version:0{VERSION_DIGITS}d}"
+
+
+def parse_horizon_key(key: str) -> int | None:
+    if not key.startswith(HORIZON_PREFIX):
+        return None
+    digits = key[len(HORIZON_PREFIX):]
+    return int(digits) if len(digits) == VERSION_DIGITS and digits.isdigit() else None
 
 
 def new_id(now_ms: int | None = None, randbytes: bytes | None = None) -> str:

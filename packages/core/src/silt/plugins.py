@@ -28,6 +28,9 @@ from .store import ObjectStore, split_url
 DEFAULT_PLUGINS: tuple[tuple[str, str], ...] = (
     ("file", "silt.tiers.file"),
     ("memory", "silt.tiers.memory"),
+    ("leveled", "silt.compaction.leveled"),
+    ("tiered", "silt.compaction.tiered"),
+    ("ttl", "silt.compaction.ttl"),
 )
 
 #: First-party names that live in their own distributions: what to install for each.
@@ -93,7 +96,7 @@ class Registry:
 
     def add_compaction_policy(self, name: str, factory: Callable[..., Any]) -> None:
         """Provide the compaction policy ``name``."""
-        self._add("compaction policy", self.compaction_policies, name, factory)
+        self._add("compaction_policy", self.compaction_policies, name, factory)
 
     def owner(self, kind: str, name: str) -> str | None:
         """The plugin that registered ``name`` of ``kind`` ("tier", "cache", ...)."""

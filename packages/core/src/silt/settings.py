@@ -16,6 +16,7 @@ KiB = 1024
 MiB = 1024 * KiB
 
 COMPRESSIONS = ("lz4", "none")
+COMPACTION_MODES = ("background", "external")
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,23 @@ class Settings:
             (backpressure). Default 2.
         max_key_bytes: largest accepted key. Default 64 KiB.
         max_value_bytes: largest accepted value. Default 256 MiB.
+        compaction: name of the compaction policy (a plugin name: ``"leveled"``, ``"tiered"``,
+            ``"ttl"``, or a third party's), or ``"none"``. Default ``"leveled"``.
+        compaction_mode: ``"background"`` (a thread of the writer compacts and the writer adopts
+            the result at its next commit) or ``"external"`` (``silt compact URL`` runs elsewhere;
+            the writer adopts the records it finds under ``compaction/``). Default background.
+        compaction_poll_seconds: in external mode, how often a commit lists ``compaction/``.
+        target_sst_bytes: size at which compaction starts a new output SST. Default 64 MiB.
+        l0_compaction_trigger: L0 SSTs that make a policy compact L0. Default 4.
+        l0_stall_trigger: L0 SSTs at which a commit waits for the running compaction instead of
+            letting L0 grow (the ``stall_seconds`` metric counts the wait). Default 12.
+        level_size_ratio: size ratio between adjacent levels (leveled) and the size ratio that
+            groups runs (tiered). Default 10.
+        level1_bytes: target size of level 1 (leveled). Default 256 MiB.
+        tiered_max_runs: sorted runs above which tiered merges the newest ones. Default 8.
+        retain_versions: versions GC keeps (the newest ones), besides named checkpoints. Default 10.
+        gc_grace_seconds: age an unreferenced object must reach before GC deletes it; a writer
+            publishes only SSTs younger than half of it. Writers and GC must agree. Default 3600.
     """
 
     memtable_bytes: int = 64 * MiB
@@ -48,6 +66,17 @@ class Settings:
     max_pending_flushes: int = 2
     max_key_bytes: int = 64 * KiB
     max_value_bytes: int = 256 * MiB
+    compaction: str = "leveled"
+    compaction_mode: str = "background"
+    compaction_poll_seconds: float = 10.0
+    target_sst_bytes: int = 64 * MiB
+    l0_compaction_trigger: int = 4
+    l0_stall_trigger: int = 12
+    level_size_ratio: int = 10
+    level1_bytes: int = 256 * MiB
+    tiered_max_runs: int = 8
+    retain_versions: int = 10
+    gc_grace_seconds: float = 3600.0
 
     def __post_init__(self) -> None:
         minimums = {
@@ -60,6 +89,13 @@ class Settings:
             "max_pending_flushes": 1,
             "max_key_bytes": 1,
             "max_value_bytes": 0,
+            "target_sst_bytes": 1,
+            "l0_compaction_trigger": 1,
+            "l0_stall_trigger": 1,
+            "level_size_ratio": 2,
+            "level1_bytes": 1,
+            "tiered_max_runs": 2,
+            "retain_versions": 1,
         }
         for name, low in minimums.items():
             value = getattr(self, name)
@@ -74,6 +110,21 @@ class Settings:
         if self.bloom_bits_per_key > 64:
             raise InvalidArgumentError(
                 f"Settings.bloom_bits_per_key must be <= 64, got {self.bloom_bits_per_key}"
+            )
+        for name in ("compaction_poll_seconds", "gc_grace_seconds"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+                raise InvalidArgumentError(
+                    f"Settings.{name} must be a number of seconds >= 0, got {value!r}"
+                )
+        if self.compaction_mode not in COMPACTION_MODES:
+            raise InvalidArgumentError(
+                f"Settings.compaction_mode must be one of {COMPACTION_MODES}, got "
+                f"{self.compaction_mode!r}"
+            )
+        if not isinstance(self.compaction, str) or not self.compaction:
+            raise InvalidArgumentError(
+                "Settings.compaction must name a compaction policy (e.g. 'leveled') or be 'none'"
             )
         if self.compression not in COMPRESSIONS:
             raise InvalidArgumentError(

@@ -12,14 +12,17 @@ payload, lz4-compressed (with its 4-byte size prefix) when compression is 1.
 
 from __future__ import annotations
 
+import struct
 import sys
 import zlib
 from array import array
 from bisect import bisect_left
 from itertools import accumulate
+from typing import NoReturn
 
 import lz4.block
 
+from .._ext import load
 from ..errors import CorruptionError
 from ..record import MISSING
 from .format import (
@@ -102,36 +105,48 @@ class Block:
     __slots__ = ("keys", "kinds", "values", "value_ends", "expiries", "charge", "where")
 
     def __init__(self, payload: bytes, object_name: str = "?", offset: int = 0) -> None:
+        # The checks match the compiled twin's, which needs them for memory safety.
+        if payload.__class__ is not bytes:
+            payload = bytes(payload)
+        self.where = (object_name, offset)
         try:
             count, flags = BLOCK_HEADER.unpack_from(payload, 0)
-            pos = BLOCK_HEADER.size
-            key_ends = _read_array("I", payload, pos, count, 4)
-            pos += 4 * count
-            self.value_ends = _read_array("I", payload, pos, count, 4)
-            pos += 4 * count
-            self.kinds = payload[pos:pos + count]
-            pos += count
-            if flags & BLOCK_FLAG_EXPIRY:
-                self.expiries: array | None = _read_array("Q", payload, pos, count, 8)
-                pos += 8 * count
-            else:
-                self.expiries = None
-            keys_len = key_ends[-1] if count else 0
-            kbuf = payload[pos:pos + keys_len]
-            pos += keys_len
-            self.values = payload[pos:]
-            starts = [0, *key_ends]
-            self.keys = [kbuf[s:e] for s, e in zip(starts, key_ends)]
-            if (
-                len(self.kinds) != count
-                or len(kbuf) != keys_len
-                or (count and len(self.values) != self.value_ends[-1])
-            ):
-                raise ValueError("block regions do not add up")
-        except (ValueError, IndexError) as exc:
-            raise CorruptionError(object_name, offset, f"malformed data block ({exc})") from None
+        except struct.error:
+            self._bad("payload shorter than its header")
+        pos = BLOCK_HEADER.size
+        head = pos + count * (17 if flags & BLOCK_FLAG_EXPIRY else 9)
+        if head > len(payload):
+            self._bad("block regions do not add up")
+        key_ends = _read_array("I", payload, pos, count, 4)
+        pos += 4 * count
+        self.value_ends = value_ends = _read_array("I", payload, pos, count, 4)
+        pos += 4 * count
+        self.kinds = payload[pos:pos + count]
+        pos += count
+        if flags & BLOCK_FLAG_EXPIRY:
+            self.expiries: array | None = _read_array("Q", payload, pos, count, 8)
+            pos += 8 * count
+        else:
+            self.expiries = None
+        if count > 1:
+            ends = key_ends.tolist()
+            if ends != sorted(ends):
+                self._bad("key offsets decrease")
+            ends = value_ends.tolist()
+            if ends != sorted(ends):
+                self._bad("value offsets decrease")
+        keys_len = key_ends[-1] if count else 0
+        if head + keys_len > len(payload) or (
+            count and head + keys_len + value_ends[-1] != len(payload)
+        ):
+            self._bad("block regions do not add up")
+        kbuf = payload[pos:pos + keys_len]
+        self.values = payload[pos + keys_len:]
+        self.keys = [kbuf[s:e] for s, e in zip([0, *key_ends], key_ends)]
         self.charge = len(payload) + 48 * count + 200
-        self.where = (object_name, offset)
+
+    def _bad(self, why: str) -> NoReturn:
+        raise CorruptionError(*self.where, f"malformed data block ({why})")
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -202,3 +217,14 @@ def unframe(framed: bytes, object_name: str, offset: int) -> bytes:
         except Exception as exc:  # lz4 raises LZ4BlockError (a ValueError subclass)
             raise CorruptionError(object_name, offset, f"lz4 stream is invalid ({exc})") from None
     raise CorruptionError(object_name, offset, f"unknown compression code {compression}")
+
+
+#: The pure-Python twins, whichever implementation is selected (tests compare both).
+Block_py = Block
+encode_block_py = encode_block
+
+_c = load()
+COMPILED = _c is not None
+if _c is not None:
+    Block = _c.Block  # type: ignore[misc,assignment]
+    encode_block = _c.encode_block

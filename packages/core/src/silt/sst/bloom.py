@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import zlib
 
+from .._ext import load
 from .format import BLOOM_HEADER
 
 _M32 = 0xFFFFFFFF
@@ -59,11 +60,14 @@ class BloomFilter:
         self._nbits = len(self._bits) * 8
 
     def may_contain(self, key: bytes) -> bool:
+        return self.may_contain_hash(bloom_hash(key))
+
+    def may_contain_hash(self, h: int) -> bool:
+        """``may_contain`` for a key whose :func:`bloom_hash` is ``h`` (hash once, probe many)."""
         nbits = self._nbits
         if nbits == 0:
             return True
         bits = self._bits
-        h = bloom_hash(key)
         delta = ((h >> 17) | (h << 15)) & _M32
         for _ in range(self._k):
             pos = h % nbits
@@ -75,3 +79,16 @@ class BloomFilter:
     @property
     def nbytes(self) -> int:
         return len(self._bits) + BLOOM_HEADER.size
+
+
+#: The pure-Python twins, whichever implementation is selected (tests compare both).
+bloom_hash_py = bloom_hash
+build_bloom_py = build_bloom
+BloomFilter_py = BloomFilter
+
+_c = load()
+COMPILED = _c is not None
+if _c is not None:
+    bloom_hash = _c.bloom_hash
+    build_bloom = _c.build_bloom
+    BloomFilter = _c.BloomFilter  # type: ignore[misc,assignment]

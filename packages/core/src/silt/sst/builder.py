@@ -11,6 +11,7 @@ import json
 import zlib
 from dataclasses import dataclass
 
+from .._ext import load
 from ..settings import Settings
 from .block import _u32_bytes, encode_block, frame
 from .bloom import build_bloom
@@ -89,39 +90,24 @@ def build_sst(
     if not keys:
         raise ValueError("an SST needs at least one entry")
     compression = COMPRESSION_CODES[settings.compression]
-    target = settings.block_bytes
     chunks: list[bytes] = []
     offset = 0
     block_offsets: list[int] = []
     block_sizes: list[int] = []
     last_keys: list[bytes] = []
     n = len(keys)
-    tombstones = expiring = 0
-    min_exp = max_exp = 0
+    ends, tombstones, expiring, min_exp, max_exp = split_blocks(
+        keys, records, settings.block_bytes
+    )
     start = 0
-    size = 0
-    for i in range(n):
-        r = records[i]
-        if r.__class__ is bytes:
-            size += len(keys[i]) + len(r) + 9  # type: ignore[arg-type]
-        elif r is None:
-            size += len(keys[i]) + 9
-            tombstones += 1
-        else:
-            size += len(keys[i]) + len(r[0]) + 17  # type: ignore[index]
-            expiring += 1
-            exp = r[1]  # type: ignore[index]
-            min_exp = exp if not min_exp or exp < min_exp else min_exp
-            max_exp = exp if exp > max_exp else max_exp
-        if size >= target or i == n - 1:
-            framed = frame(encode_block(keys[start:i + 1], records[start:i + 1]), compression)
-            chunks.append(framed)
-            block_offsets.append(offset)
-            block_sizes.append(len(framed))
-            last_keys.append(keys[i])
-            offset += len(framed)
-            start = i + 1
-            size = 0
+    for end in ends:
+        framed = frame(encode_block(keys[start:end], records[start:end]), compression)
+        chunks.append(framed)
+        block_offsets.append(offset)
+        block_sizes.append(len(framed))
+        last_keys.append(keys[end - 1])
+        offset += len(framed)
+        start = end
 
     filter_off = offset
     bloom = frame(build_bloom(keys, settings.bloom_bits_per_key), COMPRESSION_NONE) if (
@@ -186,9 +172,51 @@ def build_sst(
     return data, info
 
 
+def split_blocks(
+    keys: list[bytes], records: list[object], target: int
+) -> tuple[list[int], int, int, int, int]:
+    """Where :func:`build_sst` closes data blocks, and the SST's tombstone/expiry counters.
+
+    A block is closed once its estimated encoded size reaches ``target`` (and after the last
+    entry). Returns ``(ends, tombstones, expiring, min_expiry_ms, max_expiry_ms)``; ``ends[j]``
+    is the exclusive end index of block ``j``.
+    """
+    n = len(keys)
+    ends: list[int] = []
+    tombstones = expiring = 0
+    min_exp = max_exp = 0
+    size = 0
+    for i in range(n):
+        r = records[i]
+        if r.__class__ is bytes:
+            size += len(keys[i]) + len(r) + 9  # type: ignore[arg-type]
+        elif r is None:
+            size += len(keys[i]) + 9
+            tombstones += 1
+        else:
+            size += len(keys[i]) + len(r[0]) + 17  # type: ignore[index]
+            expiring += 1
+            exp = r[1]  # type: ignore[index]
+            min_exp = exp if not min_exp or exp < min_exp else min_exp
+            max_exp = exp if exp > max_exp else max_exp
+        if size >= target or i == n - 1:
+            ends.append(i + 1)
+            size = 0
+    return ends, tombstones, expiring, min_exp, max_exp
+
+
 def _ends(items: list[bytes]) -> list[int]:
     out, total = [], 0
     for item in items:
         total += len(item)
         out.append(total)
     return out
+
+
+#: The pure-Python twin, whichever implementation is selected (tests compare both).
+split_blocks_py = split_blocks
+
+_c = load()
+COMPILED = _c is not None
+if _c is not None:
+    split_blocks = _c.split_blocks

@@ -15,12 +15,13 @@ from bisect import bisect_left
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from .._ext import load
 from ..cache import BlockCache
 from ..errors import CorruptionError
 from ..record import MISSING
 from ..store import ObjectStore, retrying
 from .block import Block, _read_array, unframe
-from .bloom import BloomFilter
+from .bloom import BloomFilter, bloom_hash
 from .builder import SstInfo
 from .format import (
     FOOTER,
@@ -182,13 +183,15 @@ class SstReader:
         """Decoded block ``i``, from the cache when present."""
         cache = self.cache
         if cache is not None:
-            key = (self.cache_id, i)
-            blk = cache.get(key)
+            blk = cache.get((self.cache_id, i))
             if blk is not None:
                 return blk
+        return self._read_block(i, fill_cache)
+
+    def _read_block(self, i: int, fill_cache: bool = True) -> Block:
         blk = self.decode_block(i, self.read_raw_block(i))
-        if cache is not None and fill_cache:
-            cache.put((self.cache_id, i), blk, blk.charge)
+        if self.cache is not None and fill_cache:
+            self.cache.put((self.cache_id, i), blk, blk.charge)
         return blk
 
     def cached_block(self, i: int) -> Block | None:
@@ -199,29 +202,30 @@ class SstReader:
             self.cache.put((self.cache_id, i), blk, blk.charge)
 
     # -- lookups ----------------------------------------------------------------------------
-    def get(self, key: bytes) -> object:
-        """The record for ``key`` in this SST, or :data:`MISSING`."""
-        t = self.tail
-        if t.bloom is not None and not t.bloom.may_contain(key):
+    def get(self, key: bytes, h: int = -1) -> object:
+        """The record for ``key`` in this SST, or :data:`MISSING`.
+
+        ``h`` is ``bloom_hash(key)`` when the caller has it (one hash for every SST of a get).
+        """
+        t = self._tail
+        if t is None:
+            t = self.tail
+        i = find_block(t.bloom, t.last_keys, key, h)
+        if i < 0:
             return MISSING
-        i = bisect_left(t.last_keys, key)
-        if i >= len(t.last_keys):
-            return MISSING
-        return self.block(i).get(key)
+        cache = self.cache
+        if cache is not None:
+            blk = cache.get((self.cache_id, i))
+            if blk is not None:
+                return blk.get(key)
+        return self._read_block(i).get(key)
 
     def iter_range(
         self, start: bytes | None, end: bytes | None, *, fill_cache: bool = False
     ) -> Iterator[tuple[bytes, object]]:
-        """Yield ``(key, record)`` for keys in ``[start, end)`` in key order."""
-        t = self.tail
-        n = len(t.last_keys)
-        i = bisect_left(t.last_keys, start) if start is not None else 0
-        while i < n:
-            blk = self.block(i, fill_cache=fill_cache)
-            yield from blk.items_from(start, end)
-            if end is not None and t.last_keys[i] >= end:
-                return
-            i += 1
+        """Iterate ``(key, record)`` for keys in ``[start, end)`` in key order (lazily: nothing
+        is read before the first item is asked for)."""
+        return RangeIter(self, start, end, fill_cache)
 
     def verify(self) -> int:
         """Read and check every block (bypassing the cache); return the entry count.
@@ -246,3 +250,90 @@ class SstReader:
         if total != t.props.get("entries"):
             raise CorruptionError(self.name, None, "entry count does not match properties")
         return total
+
+
+def find_block(bloom: BloomFilter | None, last_keys: list[bytes], key: bytes, h: int = -1) -> int:
+    """The only block of an SST that can hold ``key``, or -1 when the bloom filter rules the key
+    out or it is past the last key. ``h`` is ``bloom_hash(key)`` when the caller has it."""
+    if bloom is not None and not bloom.may_contain_hash(bloom_hash(key) if h < 0 else h):
+        return -1
+    i = bisect_left(last_keys, key)
+    return i if i < len(last_keys) else -1
+
+
+def RangeIter(
+    reader: SstReader, start: bytes | None, end: bytes | None, fill_cache: bool = False
+) -> Iterator[tuple[bytes, object]]:
+    """``(key, record)`` for keys in ``[start, end)`` of one SST, block by block, in key order."""
+    t = reader.tail
+    last_keys = t.last_keys
+    n = len(last_keys)
+    i = bisect_left(last_keys, start) if start is not None else 0
+    first = i
+    while i < n:
+        blk = reader.block(i, fill_cache=fill_cache)
+        yield from blk.items_from(start if i == first else None, end)
+        if end is not None and last_keys[i] >= end:
+            return
+        i += 1
+
+
+def plan_probe(
+    keys: list[bytes], lo: int, hi: int, bloom: BloomFilter | None, last_keys: list[bytes]
+) -> tuple[list[bytes], list[int], list[list[bytes]]]:
+    """Group sorted ``keys[lo:hi]`` by the block that may hold them (a merge against the index).
+
+    Returns ``(unresolved, blocks, groups)``: ``unresolved`` starts with ``keys[:lo]`` plus the
+    keys the bloom filter rules out or that are past the last block; ``groups[j]`` holds the keys
+    to look up in block ``blocks[j]``.
+    """
+    unresolved = keys[:lo]
+    blocks: list[int] = []
+    groups: list[list[bytes]] = []
+    group: list[bytes] = []
+    cur = -1
+    n = len(last_keys)
+    b = 0
+    for key in keys[lo:hi]:
+        if bloom is not None and not bloom.may_contain_hash(bloom_hash(key)):
+            unresolved.append(key)
+            continue
+        b = bisect_left(last_keys, key, b)
+        if b >= n:
+            unresolved.append(key)
+            continue
+        if b != cur:
+            cur = b
+            group = []
+            blocks.append(b)
+            groups.append(group)
+        group.append(key)
+    return unresolved, blocks, groups
+
+
+def lookup_many(
+    blk: Block, keys: list[bytes], found: dict[bytes, object], unresolved: list[bytes]
+) -> None:
+    """Look sorted ``keys`` up in ``blk``: records go to ``found``, misses to ``unresolved``."""
+    get = blk.get
+    for key in keys:
+        r = get(key)
+        if r is MISSING:
+            unresolved.append(key)
+        else:
+            found[key] = r
+
+
+#: The pure-Python twins, whichever implementation is selected (tests compare both).
+find_block_py = find_block
+RangeIter_py = RangeIter
+plan_probe_py = plan_probe
+lookup_many_py = lookup_many
+
+_c = load()
+COMPILED = _c is not None
+if _c is not None:
+    find_block = _c.find_block
+    RangeIter = _c.RangeIter
+    plan_probe = _c.plan_probe
+    lookup_many = _c.lookup_many

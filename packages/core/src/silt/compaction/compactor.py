@@ -1,0 +1,113 @@
+"""The compactor: runs a :class:`CompactionTask` against the store and writes its record.
+
+It reads the input SSTs (newest first, so the newest record of each key wins), writes the merged
+entries as new SSTs of at most ``Settings.target_sst_bytes``, then creates
+``compaction/<id>`` naming inputs and outputs. It never writes or changes a manifest, so any
+number of compactors may run anywhere: the writer decides what to adopt. Output SSTs and records
+are create-only objects with fresh ids (nothing is ever overwritten).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from .. import paths
+from ..clock import Clock
+from ..errors import StoreError
+from ..manifest import Manifest
+from ..merge import merge_newest_first
+from ..settings import Settings
+from ..sst.builder import SstInfo, build_sst
+from ..sst.reader import SstReader
+from ..store import ObjectStore, retrying
+from .record import CompactionRecord
+from .task import CompactionTask
+
+
+def _sources(manifest: Manifest, task: CompactionTask, store: ObjectStore
+             ) -> list[Iterator[tuple[bytes, object]]]:
+    ids = set(task.inputs)
+    sources: list[Iterator[tuple[bytes, object]]] = []
+    for s in manifest.l0:
+        if s.id in ids:
+            sources.append(SstReader(store, paths.sst_key(s.id), s, None).iter_range(None, None))
+    for run in manifest.levels:
+        chosen = [s for s in run if s.id in ids]
+        if chosen:
+            sources.append(_chain(store, chosen))
+    return sources
+
+
+def _chain(store: ObjectStore, run: list[SstInfo]) -> Iterator[tuple[bytes, object]]:
+    for s in run:
+        yield from SstReader(store, paths.sst_key(s.id), s, None).iter_range(None, None)
+
+
+def upload_sst(store: ObjectStore, keys: list[bytes], records: list[object], settings: Settings,
+               now_ms: int) -> tuple[SstInfo, bytes]:
+    """Build and upload one SST create-only; returns its info and bytes."""
+    sst_id = paths.new_id(now_ms)
+    data, info = build_sst(sst_id, keys, records, settings, created_ms=now_ms)
+    name = paths.sst_key(sst_id)
+    if not retrying(lambda: store.put_if_absent(name, data)):
+        tail = retrying(lambda: store.get_range(name, len(data) - 52, 52))
+        if tail != data[-52:]:
+            raise StoreError(f"SST name {name!r} already holds another object")
+    return info, data
+
+
+def run_compaction(
+    store: ObjectStore,
+    manifest: Manifest,
+    task: CompactionTask,
+    settings: Settings,
+    clock: Clock,
+) -> CompactionRecord:
+    """Do ``task`` (picked from ``manifest``) and publish its record; return the record."""
+    by_id = {s.id: s for s in manifest.all_ssts()}
+    missing = [i for i in task.inputs if i not in by_id]
+    if missing:
+        raise ValueError(f"task inputs {missing[:3]} are not in version {manifest.version}")
+    input_bytes = sum(by_id[i].size for i in task.inputs)
+    outputs: list[SstInfo] = []
+    if task.mode != "drop":
+        now = clock.now_ms()
+        drop = task.drop_tombstones
+        target = settings.target_sst_bytes
+        keys: list[bytes] = []
+        records: list[object] = []
+        size = 0
+        for key, r in merge_newest_first(_sources(manifest, task, store)):
+            if r.__class__ is bytes:
+                size += len(key) + len(r) + 9  # type: ignore[arg-type]
+            elif r is None:
+                if drop:
+                    continue
+                size += len(key) + 9
+            else:
+                if drop and r[1] <= now:  # type: ignore[index]
+                    continue
+                size += len(key) + len(r[0]) + 17  # type: ignore[index]
+            keys.append(key)
+            records.append(r)
+            if size >= target:
+                outputs.append(upload_sst(store, keys, records, settings, clock.now_ms())[0])
+                keys, records, size = [], [], 0
+        if keys:
+            outputs.append(upload_sst(store, keys, records, settings, clock.now_ms())[0])
+    now = clock.now_ms()
+    record = CompactionRecord(
+        id=paths.new_id(now),
+        base_version=manifest.version,
+        created_ms=now,
+        task=task,
+        outputs=tuple(outputs),
+        input_bytes=input_bytes,
+    )
+    name = paths.compaction_key(record.id)
+    data = record.encode()
+    if not retrying(lambda: store.put_if_absent(name, data)):
+        existing = retrying(lambda: store.get(name))
+        if existing != data:
+            raise StoreError(f"compaction record {name!r} already holds another object")
+    return record
