@@ -15,13 +15,15 @@ nox.options.sessions = ["lint", "tests"]
 PYTHON = "3.11"
 TEST_DEPS = ["pytest>=8", "hypothesis>=6.100"]
 BENCH_DEPS = ["plyvel>=1.5", "rocksdict>=0.3"]
+#: First-party plugin packages, installed beside the core for the whole suite.
+PLUGIN_PACKAGES = ["./packages/cache-ssd"]
 
 
 @nox.session(python=PYTHON)
 def tests(session: nox.Session) -> None:
     """Install silt-core from source and run the whole test suite."""
     session.install(*TEST_DEPS)
-    session.install("./packages/core")
+    session.install("./packages/core", *PLUGIN_PACKAGES)
     session.run(
         "pytest", "-p", "no:cacheprovider", "-q", "-ra", *(session.posargs or ["tests"]),
         env={"SILT_DISABLE_PLUGIN_AUTOLOAD": "1"},

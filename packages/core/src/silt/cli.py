@@ -263,6 +263,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
             for info in m.all_ssts():
                 reader = SstReader(store, paths.sst_key(info.id), info, None)
                 props[info.id] = dict(reader.properties)
+        store_stats = store.stats()
     finally:
         store.close()
 
@@ -292,6 +293,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
                 for name, ssts in levels
             ],
             "totals": totals(everything),
+            "store": store_stats,
         })
         return EXIT_OK
 
@@ -323,6 +325,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     t = totals(everything)
     print(f"total: {t['ssts']} SSTs, {t['bytes']} bytes, {t['entries']} entries, "
           f"{t['tombstones']} tombstones")
+    if store_stats:
+        print("store: " + " ".join(f"{k}={v}" for k, v in sorted(store_stats.items())))
     return EXIT_OK
 
 

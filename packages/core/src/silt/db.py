@@ -132,6 +132,8 @@ class DB:
         self._uploader: ThreadPoolExecutor | None = None
         self._read_pool: ThreadPoolExecutor | None = None
         self._uncertain: tuple[Manifest, list, list] | None = None
+        self._fenced: str | None = None  # why this writer is stale, once GC fenced it
+        self._withdrawing: str | None = None  # a fenced manifest not yet deleted
         self._max_key = settings.max_key_bytes
         self._max_value = settings.max_value_bytes
         self._memtable_limit = settings.memtable_bytes
@@ -398,6 +400,7 @@ class DB:
         """
         with self._lock:
             self._check_open()
+            self._check_fenced()
             self._resolve_uncertain()
             base = self.version
             if version is None:
@@ -438,18 +441,21 @@ class DB:
             with self._metrics.purpose("commit"):
                 try:
                     created = retrying(lambda: self._store.put_if_absent(name, data))
+                    if not created and not self._is_ours(manifest):
+                        raise CommitConflict(
+                            f"version {version} of {self._url!r} was already committed by "
+                            "another writer; reopen the latest version (silt.open) and redo the "
+                            "work from there",
+                            version=version,
+                        )
+                    self._check_horizon(manifest)
+                    self._check_age(manifest)
+                except (CommitConflict, FencedError):
+                    raise
                 except StoreError:
-                    # Resolved by reading back on the next commit.
+                    # The manifest may exist: resolved by reading back on the next commit.
                     self._uncertain = (manifest, adopted, refused)
                     raise
-                if not created and not self._is_ours(manifest):
-                    raise CommitConflict(
-                        f"version {version} of {self._url!r} was already committed by another "
-                        "writer; reopen the latest version (silt.open) and redo the work from "
-                        "there",
-                        version=version,
-                    )
-                self._check_horizon(manifest)
             self._landed(manifest, adopted, refused)
             return version
 
@@ -461,7 +467,11 @@ class DB:
         self._compaction.schedule(manifest)
 
     def _check_horizon(self, manifest: Manifest) -> None:
-        """Withdraw ``manifest`` if GC's horizon passed it (this writer is a zombie)."""
+        """Withdraw ``manifest`` if GC's horizon passed it (this writer is a zombie).
+
+        A fenced DB stays fenced: every later commit raises :class:`FencedError` (and first
+        retries the withdrawal if deleting the manifest failed).
+        """
         h = horizon(self._store)
         base = manifest.parent
         if manifest.version >= h and (base is None or base >= h):
@@ -469,13 +479,58 @@ class DB:
         if base is not None and base < h <= manifest.version:
             if base in read_checkpoints(self._store).values():
                 return  # the base is pinned: its SSTs are kept
-        name = paths.manifest_key(manifest.version)
-        retrying(lambda: self._store.delete_many([name]))
-        raise FencedError(
+        self._fenced = (
             f"version {manifest.version} (from base {base}) of {self._url!r} is below the "
             f"garbage-collection horizon {h}: newer versions exist and GC has removed older "
             "ones, so this writer is stale. The commit was withdrawn; reopen the latest version "
             "(silt.open) and redo the work from there"
+        )
+        self._withdraw(paths.manifest_key(manifest.version))
+
+    def _withdraw(self, name: str) -> None:
+        """Delete this writer's manifest ``name`` and raise :class:`FencedError`."""
+        self._withdrawing = name
+        try:
+            retrying(lambda: self._store.delete_many([name]))
+        except StoreError as exc:
+            raise FencedError(
+                f"{self._fenced}. Deleting {name!r} failed ({exc}); the next commit of this DB "
+                "retries it"
+            ) from exc
+        self._withdrawing = None
+        raise FencedError(self._fenced)
+
+    def _check_fenced(self) -> None:
+        if self._fenced is None:
+            return
+        if self._withdrawing is not None:
+            self._withdraw(self._withdrawing)
+        raise FencedError(self._fenced)
+
+    def _check_age(self, manifest: Manifest) -> None:
+        """Withdraw ``manifest`` if an SST it newly publishes may already have been collected.
+
+        Commit checks ages before publishing (:meth:`_refresh_aged_parts`, and refusing old
+        compaction outputs), but the writer may stall between that check and the manifest PUT.
+        GC deletes only SSTs older than the grace period at the moment it starts, and lists
+        manifests after that; so if the manifest exists before the oldest new SST reaches the
+        grace period, GC sees the manifest and keeps it. Otherwise the version is withdrawn.
+        """
+        grace_ms = int(self._settings.gc_grace_seconds * 1000)
+        old = {s.id for s in self._manifest.all_ssts()} if self._manifest is not None else set()
+        ids = [s.id for s in manifest.all_ssts() if s.id not in old]
+        if not ids:
+            return
+        age = self._clock.now_ms() - min(paths.id_time_ms(i) for i in ids)
+        if grace_ms <= 0 or age < grace_ms:  # a grace of 0 promises nothing to GC
+            return
+        name = paths.manifest_key(manifest.version)
+        retrying(lambda: self._store.delete_many([name]))
+        raise StoreError(
+            f"version {manifest.version} of {self._url!r} was withdrawn: the commit stalled until "
+            f"an SST it publishes was {age // 1000}s old, past Settings.gc_grace_seconds="
+            f"{self._settings.gc_grace_seconds}, so garbage collection may have deleted it. "
+            "Commit again (young SSTs are re-uploaded) or reopen and redo the work"
         )
 
     def _refresh_aged_parts(self) -> None:
@@ -523,9 +578,12 @@ class DB:
         if self._uncertain is None:
             return
         manifest, adopted, refused = self._uncertain
-        self._uncertain = None
-        if self._is_ours(manifest):
+        ours = self._is_ours(manifest)
+        if ours:
             self._check_horizon(manifest)
+            self._check_age(manifest)
+        self._uncertain = None
+        if ours:
             self._landed(manifest, adopted, refused)
 
     @staticmethod
@@ -569,6 +627,8 @@ class DB:
             r = self._get_below(key)
         if r.__class__ is bytes:
             return r  # type: ignore[return-value]
+        if r is MISSING or r is None:
+            return None
         return visible(r, self._clock.now_ms())
 
     def _get_below(self, key: bytes) -> object:
@@ -797,6 +857,7 @@ class DB:
             "cache_bytes": self._cache.used,
             "cache_hits": self._cache.hits,
             "cache_misses": self._cache.misses,
+            "store": self._store.stats(),
             **m,
         }
 

@@ -95,3 +95,6 @@ class MeteredStore(ObjectStore):
 
     def close(self) -> None:
         self.inner.close()
+
+    def stats(self) -> dict[str, Any]:
+        return self.inner.stats()

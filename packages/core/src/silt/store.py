@@ -25,7 +25,7 @@ import abc
 import random
 import time
 from collections.abc import Callable, Iterable, Iterator
-from typing import NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar
 from urllib.parse import parse_qsl, urlsplit
 
 from .errors import InvalidArgumentError, TransientStoreError
@@ -86,6 +86,13 @@ class ObjectStore(abc.ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook with a default
         """Release connections and other resources. The default does nothing."""
+
+    def stats(self) -> dict[str, Any]:
+        """Optional counters for inspection (a cache tier reports hits, misses, bytes used...).
+
+        JSON-serializable; the default is empty. Shown by ``DB.stats()`` and ``silt inspect``.
+        """
+        return {}
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.url!r})"

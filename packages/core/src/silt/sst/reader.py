@@ -9,6 +9,7 @@ Thread-safe: the tail is loaded under a lock; everything else is immutable.
 from __future__ import annotations
 
 import json
+import random
 import threading
 import zlib
 from bisect import bisect_left
@@ -31,6 +32,8 @@ from .format import (
     SST_MAGIC,
     TAIL_GUESS,
 )
+
+_JITTER = random.Random()
 
 
 class SstTail:
@@ -89,6 +92,24 @@ class SstTail:
             raise CorruptionError(name, index_off, f"malformed index block ({exc})") from None
 
 
+def read_ranges(data: bytes, name: str = "<sst>") -> list[tuple[int, int]]:
+    """The ``(start, length)`` ranges an :class:`SstReader` requests from the SST ``data``.
+
+    First the tail (``SstInfo.tail_offset`` to the end), then every data block in order. A cache
+    tier uses this to admit a freshly written SST (write-through) under exactly the ranges later
+    reads ask for, without knowing the format. Raises ``CorruptionError`` if ``data`` is not a
+    readable SST.
+    """
+    size = len(data)
+    if size < FOOTER_SIZE:
+        raise CorruptionError(name, 0, f"object of {size} bytes is too small to be an SST")
+    tail_start = FOOTER.unpack_from(data, size - FOOTER_SIZE)[0]
+    if not 0 <= tail_start < size:
+        raise CorruptionError(name, size - FOOTER_SIZE, "footer offsets are inconsistent")
+    tail = SstTail(data[tail_start:], tail_start, size, name)
+    return [(tail_start, size - tail_start), *zip(tail.block_offsets, tail.block_sizes)]
+
+
 class SstReader:
     """Reads one SST. ``info`` comes from the manifest; ``tail`` may be passed by the writer."""
 
@@ -145,7 +166,9 @@ class SstReader:
         return SstTail(data, start, size, self.name)
 
     def _get_range(self, start: int, length: int) -> bytes:
-        return retrying(lambda: self.store.get_range(self.name, start, length))
+        # A shared jitter source: retrying() would otherwise seed a new Random (os.urandom)
+        # for every block read.
+        return retrying(lambda: self.store.get_range(self.name, start, length), rng=_JITTER)
 
     @property
     def properties(self) -> dict[str, Any]:
