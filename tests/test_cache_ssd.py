@@ -174,7 +174,7 @@ def test_registers_cache_and_parses_url_options(
 def test_entry_point_is_declared() -> None:
     import tomllib
 
-    pyproject = Path(silt_ssd.__file__).parents[2] / "pyproject.toml"
+    pyproject = Path(__file__).resolve().parents[1] / "packages" / "cache-ssd" / "pyproject.toml"
     meta = tomllib.loads(pyproject.read_text())
     assert meta["project"]["entry-points"]["silt"] == {"ssd": "silt_ssd.plugin"}
     assert meta["project"]["dependencies"] == ["silt-core>=0.1"]
