@@ -13,21 +13,33 @@ nox.options.reuse_existing_virtualenvs = True
 nox.options.sessions = ["lint", "tests"]
 
 PYTHON = "3.11"
-TEST_DEPS = ["pytest>=8", "hypothesis>=6.100"]
+#: Test tools and the protocol servers the tier tests start themselves (moto's S3 server).
+TEST_DEPS = ["pytest>=8", "hypothesis>=6.100", "moto[server]>=5.1"]
 BENCH_DEPS = ["plyvel>=1.5", "rocksdict>=0.3"]
 #: First-party plugin packages, installed beside the core for the whole suite.
-PLUGIN_PACKAGES = ["./packages/cache-ssd"]
+PLUGIN_PACKAGES = ["./packages/cache-ssd", "./packages/tier-s3"]
+
+
+#: The hot path has a compiled twin (silt._speedups, DESIGN.md section 6): the suite runs once
+#: per implementation. REQUIRE makes a failed compile an error instead of a silent fallback.
+IMPLEMENTATIONS = {
+    "compiled": {"SILT_REQUIRE_EXTENSIONS": "1"},
+    "pure Python": {"SILT_NO_EXTENSIONS": "1"},
+}
 
 
 @nox.session(python=PYTHON)
 def tests(session: nox.Session) -> None:
-    """Install silt-core from source and run the whole test suite."""
+    """Install silt-core from source (compiling its hot path) and run the whole test suite under
+    both implementations: compiled, then pure Python."""
     session.install(*TEST_DEPS)
     session.install("./packages/core", *PLUGIN_PACKAGES)
-    session.run(
-        "pytest", "-p", "no:cacheprovider", "-q", "-ra", *(session.posargs or ["tests"]),
-        env={"SILT_DISABLE_PLUGIN_AUTOLOAD": "1"},
-    )
+    for label, env in IMPLEMENTATIONS.items():
+        session.log(f"silt hot path: {label}")
+        session.run(
+            "pytest", "-p", "no:cacheprovider", "-q", "-ra", *(session.posargs or ["tests"]),
+            env={"SILT_DISABLE_PLUGIN_AUTOLOAD": "1", **env},
+        )
 
 
 @nox.session(python=PYTHON)

@@ -110,3 +110,164 @@ def s3_bucket(moto_admin, aws_env) -> str:
 def s3_url(s3_bucket, moto_server) -> str:
     """``s3://<fresh bucket>/state?endpoint_url=<moto>``: a fresh, empty root on moto."""
     return f"s3://{s3_bucket}/state?endpoint_url={moto_server}"
+
+
+# --- Spark (packages/spark) ---------------------------------------------------------------------
+# One local SparkSession for every Spark test: 2 cores, task retries on (local[2,2]: a failed
+# task is retried once, as on a cluster), tiny shuffles, no UI. pyspark missing is an error.
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """A session-wide local SparkSession (``local[2,2]``)."""
+    from pyspark.sql import SparkSession
+
+    session = (
+        SparkSession.builder.master("local[2,2]")
+        .appName("silt-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.streaming.stopTimeout", "30s")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+# --- which hot path runs (silt._speedups or pure Python; see tests/test_twins.py) ---------------
+def pytest_report_header(config: pytest.Config) -> str:
+    compiled = sorted(name for name, on in silt.speedups().items() if on)
+    if not compiled:
+        return "silt hot path: pure Python"
+    return f"silt hot path: compiled ({len(compiled)} modules, silt._speedups)"
+
+
+# --- Azurite (packages/tier-azure) --------------------------------------------------------------
+# Azurite's blob service, installed from npm by .ci/install-azurite (run here if missing), starts
+# once per session on a free port and is stopped by PID; each test gets its own container.
+
+
+@pytest.fixture(scope="session")
+def azurite_server(tmp_path_factory):
+    """The blob endpoint (``http://127.0.0.1:<port>``) of an Azurite subprocess."""
+    from servers import start_azurite
+
+    server = start_azurite(tmp_path_factory.mktemp("azurite"))
+    yield server.url
+    server.stop()
+
+
+@pytest.fixture
+def azure_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No Azure account, key, SAS or Entra ID settings from the machine's environment."""
+    for name in ("AZURE_STORAGE_CONNECTION_STRING", "AZURE_STORAGE_ACCOUNT_URL",
+                 "AZURE_STORAGE_ACCOUNT", "AZURE_STORAGE_KEY", "AZURE_STORAGE_SAS_TOKEN",
+                 "AZURE_CLIENT_ID", "AZURE_TENANT_ID", "AZURE_CLIENT_SECRET",
+                 "AZURE_FEDERATED_TOKEN_FILE", "AZURE_AUTHORITY_HOST"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture(scope="session")
+def azurite_connection(azurite_server) -> str:
+    """The connection string of Azurite's development account (its key is public)."""
+    from servers import azurite_connection_string
+
+    return azurite_connection_string(azurite_server)
+
+
+@pytest.fixture(scope="session")
+def azurite_admin(azurite_connection):
+    """An SDK ``BlobServiceClient`` on Azurite, for setting up containers (not for the code
+    under test)."""
+    from azure.storage.blob import BlobServiceClient
+
+    client = BlobServiceClient.from_connection_string(azurite_connection)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def az_container(azurite_admin, azure_env) -> str:
+    """A new, empty container on Azurite, unique to this test (deleted afterwards)."""
+    name = f"silt-{uuid.uuid4().hex[:24]}"
+    azurite_admin.create_container(name)
+    yield name
+    azurite_admin.delete_container(name)
+
+
+@pytest.fixture
+def az_url(az_container, azurite_connection) -> str:
+    """``az://<fresh container>/state?connection_string=...``: a fresh, empty root on Azurite."""
+    from urllib.parse import quote
+
+    return f"az://{az_container}/state?connection_string={quote(azurite_connection, safe='')}"
+
+
+# --- fake-gcs-server for packages/tier-gcs (tests/servers.py) -----------------------------------
+# One emulator per session (plain HTTP, in-memory backend); each test gets its own bucket.
+
+#: Environment variables through which the machine's Google setup could leak into a test.
+GCS_ENV_VARIABLES = (
+    "STORAGE_EMULATOR_HOST", "GOOGLE_APPLICATION_CREDENTIALS", "GOOGLE_CLOUD_PROJECT",
+    "GCLOUD_PROJECT", "CLOUDSDK_CORE_PROJECT", "API_ENDPOINT_OVERRIDE",
+    "GOOGLE_CLOUD_UNIVERSE_DOMAIN", "GOOGLE_API_USE_CLIENT_CERTIFICATE",
+    "GCE_METADATA_HOST", "GCE_METADATA_ROOT", "GCE_METADATA_IP",
+)
+
+
+@pytest.fixture(scope="session")
+def gcs_server():
+    """The endpoint URL (``http://127.0.0.1:<port>``) of a fake-gcs-server subprocess."""
+    from servers import start_fake_gcs
+
+    server = start_fake_gcs()
+    yield server.url
+    server.stop()
+
+
+@pytest.fixture
+def gcs_env(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    """A clean Google environment: no emulator variable, no ADC file, no gcloud configuration
+    of the machine's user, and no probing for a GCE metadata server."""
+    for name in GCS_ENV_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path / "no-gcloud-config"))
+    monkeypatch.setenv("NO_GCE_CHECK", "true")
+    from google.auth.compute_engine import _metadata
+
+    monkeypatch.setattr(_metadata, "_NO_GCE_CHECK", True)  # read at import time
+
+
+@pytest.fixture(scope="session")
+def gcs_admin(gcs_server):
+    """A google-cloud-storage client on the emulator, for setting up buckets (not for the code
+    under test)."""
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import storage
+
+    client = storage.Client(
+        project="silt-test", credentials=AnonymousCredentials(),
+        client_options={"api_endpoint": gcs_server},
+    )
+    client._bucket_metadata_cache = None  # no background bucket lookups
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def gcs_bucket(gcs_admin, gcs_env) -> str:
+    """A new, empty bucket on the emulator, unique to this test."""
+    name = f"silt-{uuid.uuid4().hex[:24]}"
+    gcs_admin.create_bucket(name)
+    return name
+
+
+@pytest.fixture
+def gcs_url(gcs_bucket, gcs_server) -> str:
+    """``gs://<fresh bucket>/state?endpoint=<emulator>``: a fresh, empty root on fake-gcs."""
+    return f"gs://{gcs_bucket}/state?endpoint={gcs_server}"

@@ -1,0 +1,171 @@
+"""Mapping botocore's errors onto silt's (:mod:`silt.errors`), in one place.
+
+=======================================================  ==========================================
+what S3 (or the network) said                            silt error
+=======================================================  ==========================================
+``NoSuchKey``, 404 on an object                          ``NotFoundError``
+``NoSuchBucket``                                         ``StoreError`` ("bucket does not exist")
+``AccessDenied``, 403, bad/expired keys, no credentials  ``StoreError`` naming where credentials
+                                                         come from (never the credentials)
+5xx, ``SlowDown``, throttling, ``RequestTimeout``,       ``TransientStoreError``
+409 ``ConditionalRequestConflict``, connection errors,
+connect/read timeouts, a body that broke mid-read
+anything else                                            ``StoreError``
+=======================================================  ==========================================
+
+``412 PreconditionFailed`` on a create-only write and ``416 InvalidRange`` on a ranged read are
+answers, not errors: the store handles them before mapping. Every message goes through
+:func:`~silt_s3._tierkit.redact`.
+"""
+
+from __future__ import annotations
+
+import http.client
+
+import urllib3.exceptions
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    ConnectionError,
+    CredentialRetrievalError,
+    FlexibleChecksumError,
+    HTTPClientError,
+    IncompleteReadError,
+    NoCredentialsError,
+    PartialCredentialsError,
+    ProfileNotFound,
+    ReadTimeoutError,
+    ResponseStreamingError,
+    TokenRetrievalError,
+)
+from silt.errors import NotFoundError, StoreError, TransientStoreError
+
+from ._tierkit import redact
+
+TRANSIENT_CODES = frozenset(
+    {
+        "SlowDown",
+        "Throttling",
+        "ThrottlingException",
+        "ThrottledException",
+        "RequestThrottled",
+        "RequestThrottledException",
+        "TooManyRequestsException",
+        "ProvisionedThroughputExceededException",
+        "RequestLimitExceeded",
+        "BandwidthLimitExceeded",
+        "RequestTimeout",
+        "RequestTimeoutException",
+        "PriorRequestNotComplete",
+        "InternalError",
+        "ServiceUnavailable",
+        "ConditionalRequestConflict",
+        "OperationAborted",
+    }
+)
+ACCESS_CODES = frozenset(
+    {
+        "AccessDenied",
+        "AllAccessDisabled",
+        "InvalidAccessKeyId",
+        "SignatureDoesNotMatch",
+        "ExpiredToken",
+        "InvalidToken",
+        "TokenRefreshRequired",
+        "AccountProblem",
+        "InvalidSecurity",
+        "RequestTimeTooSkewed",
+    }
+)
+TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+
+#: Exceptions that mean the connection or the response failed in transit: a retry may help.
+NETWORK_ERRORS: tuple[type[BaseException], ...] = (
+    ConnectionError,  # botocore's: endpoint, connect timeout, closed, proxy
+    HTTPClientError,  # includes ReadTimeoutError
+    ReadTimeoutError,
+    ResponseStreamingError,
+    IncompleteReadError,
+    FlexibleChecksumError,  # body damaged in transit (checksum mismatch)
+    urllib3.exceptions.HTTPError,
+    http.client.HTTPException,
+    OSError,
+)
+
+CREDENTIALS_HINT = (
+    "check where credentials come from: the profile= option or AWS_PROFILE, "
+    "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY(/AWS_SESSION_TOKEN), ~/.aws/credentials, SSO "
+    "(aws sso login), or the instance/container role"
+)
+
+
+class BodyBrokenError(TransientStoreError):
+    """A response body broke mid-read (reset, truncated, checksum mismatch): retry the read."""
+
+
+def error_code(exc: ClientError) -> tuple[str, int | None]:
+    """S3's error code (``"NoSuchKey"``, or the status as text for bodiless HEAD answers)
+    and the HTTP status."""
+    response = getattr(exc, "response", None) or {}
+    code = str((response.get("Error") or {}).get("Code") or "")
+    status = (response.get("ResponseMetadata") or {}).get("HTTPStatusCode")
+    return code, status if isinstance(status, int) else None
+
+
+def map_error(
+    exc: BaseException,
+    *,
+    action: str,
+    key: str | None,
+    url: str,
+    bucket: str,
+    endpoint: str | None,
+    secrets: tuple[str | None, ...] = (),
+) -> StoreError:
+    """Return the silt error for ``exc`` raised while ``action`` (a verb phrase) on ``key``."""
+    where = f"{action} {key!r} in {url}" if key is not None else f"{action} {url}"
+    at = f" at {endpoint}" if endpoint else ""
+
+    def clean(text: str) -> str:
+        return redact(text, secrets)
+
+    if isinstance(exc, ClientError):
+        code, status = error_code(exc)
+        message = clean(str(((exc.response or {}).get("Error") or {}).get("Message") or ""))
+        detail = f"{code or status}" + (f": {message}" if message else "")
+        if code == "NoSuchBucket":
+            return StoreError(
+                f"{where}: bucket {bucket!r} does not exist{at}; create it, or fix the bucket "
+                "name or the endpoint (endpoint_url= option, AWS_ENDPOINT_URL_S3)"
+            )
+        if code in ("NoSuchKey", "NotFound") or (status == 404 and code in ("", "404")):
+            return NotFoundError(f"object {key!r} does not exist in {url}")
+        if code in ACCESS_CODES or status in (401, 403):
+            skew = " (the machine's clock is off)" if code == "RequestTimeTooSkewed" else ""
+            return StoreError(
+                f"{where}: access denied ({detail}){skew}{at}; {CREDENTIALS_HINT}; and that "
+                f"they may read, write, list and delete objects in bucket {bucket!r}"
+            )
+        if code in TRANSIENT_CODES or (status is not None and (status in TRANSIENT_STATUS
+                                                               or status >= 500)):
+            return TransientStoreError(f"{where}: temporary S3 failure ({detail}){at}")
+        if code == "PermanentRedirect" or status == 301:
+            return StoreError(
+                f"{where}: bucket {bucket!r} is in another region ({detail}); set region= to "
+                "the bucket's region"
+            )
+        return StoreError(f"{where}: S3 request failed ({detail}){at}")
+    if isinstance(exc, (NoCredentialsError, PartialCredentialsError)):
+        return StoreError(f"{where}: no usable AWS credentials found; {CREDENTIALS_HINT}")
+    if isinstance(exc, ProfileNotFound):
+        return StoreError(f"{where}: {clean(str(exc))}; {CREDENTIALS_HINT}")
+    if isinstance(exc, (CredentialRetrievalError, TokenRetrievalError)):
+        return StoreError(f"{where}: could not load credentials ({type(exc).__name__}); "
+                          f"{CREDENTIALS_HINT}")
+    if isinstance(exc, NETWORK_ERRORS):
+        return TransientStoreError(
+            f"{where}: connection problem{at} ({type(exc).__name__}: {clean(str(exc))})"
+        )
+    if isinstance(exc, BotoCoreError):
+        return StoreError(f"{where}: {type(exc).__name__}: {clean(str(exc))}")
+    return StoreError(f"{where}: unexpected {type(exc).__name__}: {clean(str(exc))}")
