@@ -22,7 +22,6 @@ from pathlib import Path
 
 import pytest
 import silt
-import silt_s3
 from botocore.awsrequest import AWSResponse
 from botocore.stub import Stubber
 from faultproxy import FaultProxy
