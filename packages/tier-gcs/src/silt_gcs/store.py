@@ -1,0 +1,395 @@
+"""``GcsStore``: the silt object-store contract on Google Cloud Storage (or an emulator).
+
+Layout: the object ``k`` of a store opened on ``gs://bucket/prefix`` is the GCS object
+``prefix/k``; listings return keys relative to the prefix.
+
+How each method maps onto the JSON API (through google-cloud-storage):
+
+* ``get`` / ``get_range``: a media download (``alt=media``), with ``Range: bytes=a-b`` for
+  ranges. A range wholly past the end (GCS answers ``416``) and the range of an empty object
+  return ``b""``; an empty range reads the object's metadata instead, so that a missing object
+  still raises ``NotFoundError``. The SDK resumes a download whose body broke mid-read (pinned
+  to the object's generation, so it never mixes two versions) and checks whole downloads
+  against the stored CRC32C; a read that still comes back corrupt is retried as a whole read,
+  ``read_attempts`` times.
+* ``put``: an upload (one multipart request up to 8 MiB, a resumable upload above), retried by
+  the SDK: a replayed put writes the same bytes under the same name.
+* ``put_if_absent``: the same upload with ``ifGenerationMatch=0``; ``412`` means the object
+  exists: ``False``. When a response is lost the SDK retries and the retry answers 412
+  although the first attempt created the object: the method then returns ``False``, as the
+  contract allows, and the engine resolves it with the writer token in the manifest.
+* ``delete_many``: one ``DELETE`` per object, ``delete_concurrency`` at a time; ``404`` is
+  ignored. (The JSON API's batch endpoint is not used: the SDK does not retry it, each
+  sub-request would need its own retry, and emulators do not implement it.)
+* ``list``: ``objects.list`` with ``prefix`` and ``startOffset`` (inclusive, so the
+  ``start_after`` key itself is dropped), 1,000 objects a page, paged lazily.
+
+Requirements on the server: none beyond GCS itself (strongly consistent, honours
+``ifGenerationMatch``). Emulators differ; see the package README for fake-gcs-server's gaps.
+
+Thread safety: every method may be called from any number of threads. The store holds one
+``storage.Client`` on one ``requests`` session with ``max_pool_connections`` pooled connections
+per host (requests' default of 10 would make parallel block reads and uploads queue and
+reconnect), and a thread pool for deletes. Blob objects are made per call, never shared.
+
+Retries: the SDK retries each request (408, 429, 5xx, connection errors, timeouts) with
+exponential backoff and jitter for up to ``retry_deadline`` seconds, including uploads, which it
+otherwise retries only with a precondition; what still fails surfaces as
+``TransientStoreError`` for the engine's own backoff. Messages never contain credentials.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+import google.auth
+import requests.adapters
+from google.api_core.client_info import ClientInfo
+from google.auth.credentials import AnonymousCredentials
+from google.auth.transport.requests import AuthorizedSession
+from google.cloud import storage
+from google.cloud.storage.exceptions import DataCorruption
+from google.cloud.storage.retry import DEFAULT_RETRY
+from silt.errors import InvalidTypeError, SiltError, StoreError, TransientStoreError
+from silt.store import ObjectInfo, ObjectStore
+from silt.tiers.file import check_data, check_range, validate_key
+
+from ._tierkit import retry_on
+from .config import SCHEME, GcsOptions, check_bucket, normalize_prefix, parse_url
+from .errors import SDK_ERRORS, BodyBrokenError, bucket_missing, map_error, status_of
+
+T = TypeVar("T")
+
+__version__ = "0.1.0"
+
+#: OAuth scope for Application Default Credentials: objects only, no IAM or bucket settings.
+SCOPES = ("https://www.googleapis.com/auth/devstorage.read_write",)
+
+#: Objects per listing page (the JSON API's maximum).
+LIST_PAGE = 1000
+
+#: Every object silt writes is opaque bytes.
+CONTENT_TYPE = "application/octet-stream"
+
+
+class GcsStore(ObjectStore):
+    """Objects under ``gs://bucket/prefix``. See the module docstring for the mapping.
+
+    ``options`` tune the client (see :mod:`silt_gcs.config`). ``credentials`` (any
+    ``google.auth`` credentials) replace Application Default Credentials in code; ``client``
+    (a ``google.cloud.storage.Client``) replaces the client entirely (tests, custom transports).
+    Without either the store is picklable: it travels as its URL and options and opens a fresh
+    client where it lands.
+    """
+
+    def __init__(
+        self,
+        bucket: str,
+        prefix: str = "",
+        *,
+        options: GcsOptions | None = None,
+        credentials: Any = None,
+        client: Any = None,
+    ) -> None:
+        self.bucket = check_bucket(bucket)
+        self.prefix = normalize_prefix(prefix)
+        self.options = options or GcsOptions()
+        self.url = f"{SCHEME}://{self.bucket}/{self.prefix}".rstrip("/")
+        self._picklable = credentials is None and client is None
+        endpoint, source = self.options.resolved_endpoint()
+        self.endpoint = endpoint
+        self.anonymous = False
+        if client is None:
+            client = self._make_client(credentials, endpoint, source)
+        self._client = client
+        connection = getattr(client, "_connection", None)
+        self.endpoint = getattr(connection, "API_BASE_URL", None) or endpoint
+        self._bucket = client.bucket(self.bucket, user_project=self.options.user_project)
+        self._timeout = (self.options.connect_timeout, self.options.read_timeout)
+        retry = DEFAULT_RETRY.with_delay(initial=0.1, maximum=2.0, multiplier=2.0)
+        with_timeout = getattr(retry, "with_timeout", None) or retry.with_deadline  # api-core<2.17
+        self._retry = with_timeout(self.options.retry_deadline)
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
+
+    # --- construction --------------------------------------------------------------------------
+
+    @classmethod
+    def from_url(cls, url: str, options: dict[str, str] | None = None) -> GcsStore:
+        """The tier factory: ``gs://bucket[/prefix]`` plus query options (merged with
+        ``options``; see :mod:`silt_gcs.config`)."""
+        bucket, prefix, query = parse_url(url)
+        merged = {**query, **(options or {})}
+        return cls(bucket, prefix, options=GcsOptions.from_query(url, merged))
+
+    def _make_client(self, credentials: Any, endpoint: str | None, source: str) -> Any:
+        opts = self.options
+        if credentials is None:
+            self.anonymous = opts.resolved_anonymous(endpoint, source)
+            if self.anonymous:
+                credentials = AnonymousCredentials()
+            else:
+                try:
+                    credentials, _project = google.auth.default(scopes=list(SCOPES))
+                except SDK_ERRORS as exc:
+                    raise self._error(exc, "open", None) from None
+        session = AuthorizedSession(credentials)
+        # requests keeps 10 connections per host by default; parallel block fetches and SST
+        # uploads need more, or they queue and reconnect.
+        adapter = requests.adapters.HTTPAdapter(
+            pool_connections=4, pool_maxsize=opts.max_pool_connections, max_retries=0
+        )
+        session.mount("https://", adapter)
+        session.mount("http://", adapter)
+        try:
+            client = storage.Client(
+                project=opts.resolved_project(self.anonymous),  # None: no project lookup
+                credentials=credentials,
+                _http=session,
+                client_options={"api_endpoint": endpoint} if endpoint else None,
+                client_info=ClientInfo(user_agent=f"silt-tier-gcs/{__version__}"),
+            )
+        except SDK_ERRORS as exc:
+            session.close()
+            raise self._error(exc, "open", None) from None
+        except ValueError as exc:  # e.g. mismatched universe domains
+            session.close()
+            raise StoreError(f"cannot open {self.url}: {exc}") from None
+        # The client fetches each bucket's metadata in a background thread only to label
+        # OpenTelemetry spans: an extra request per bucket that needs storage.buckets.get.
+        if getattr(client, "_bucket_metadata_cache", None) is not None:
+            client._bucket_metadata_cache = None
+        return client
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        if not self._picklable:
+            raise TypeError(
+                "a GcsStore built with explicit credentials or client cannot be pickled; open it "
+                "with GcsStore.from_url (or without credentials=/client=) to ship it to workers"
+            )
+        return (_reopen, (self.bucket, self.prefix, self.options))
+
+    def close(self) -> None:
+        """Stop the delete threads and close the client's connections."""
+        with self._pool_lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True)
+        close = getattr(self._client, "close", None)
+        if close is not None:
+            close()
+
+    # --- helpers -------------------------------------------------------------------------------
+
+    def _full(self, key: str) -> str:
+        return self.prefix + validate_key(key)
+
+    def _error(
+        self, exc: BaseException, action: str, key: str | None, missing: str = "object"
+    ) -> StoreError:
+        return map_error(
+            exc, action=action, key=key, url=self.url, bucket=self.bucket,
+            endpoint=self.endpoint if self.endpoint and "googleapis.com" not in self.endpoint
+            else None,
+            missing=missing,
+        )
+
+    def _request(
+        self, action: str, key: str | None, call: Callable[[], T], missing: str = "object"
+    ) -> T:
+        """Run one SDK call, mapping its errors (``action`` names it in messages)."""
+        try:
+            return call()
+        except SiltError:
+            raise
+        except SDK_ERRORS as exc:
+            raise self._error(exc, action, key, missing) from exc
+
+    def _retry_reads(self, call: Callable[[], T]) -> T:
+        return retry_on(
+            BodyBrokenError,
+            call,
+            attempts=self.options.read_attempts,
+            deadline=self.options.read_timeout * self.options.read_attempts,
+        )
+
+    def _delete_pool(self) -> ThreadPoolExecutor:
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(
+                    self.options.delete_concurrency, thread_name_prefix="silt-gcs-delete"
+                )
+            return self._pool
+
+    # --- reads ---------------------------------------------------------------------------------
+
+    def get(self, key: str) -> bytes:
+        """The whole object; ``NotFoundError`` if it does not exist."""
+        full = self._full(key)
+        return self._retry_reads(lambda: self._download(key, full, None, None))
+
+    def get_range(self, key: str, start: int, length: int) -> bytes:
+        """``length`` bytes from ``start`` (fewer at the end, ``b""`` past it)."""
+        full = self._full(key)
+        start, length = check_range(start, length)
+        if length == 0:
+            blob = self._bucket.blob(full)
+            self._request(
+                "read", key, lambda: blob.reload(timeout=self._timeout, retry=self._retry)
+            )
+            return b""
+        return self._retry_reads(lambda: self._download(key, full, start, length))
+
+    def _download(self, key: str, full: str, start: int | None, length: int | None) -> bytes:
+        blob = self._bucket.blob(full)
+        ranged = start is not None and length is not None
+        try:
+            data = blob.download_as_bytes(
+                start=start,
+                end=start + length - 1 if ranged else None,  # type: ignore[operator]
+                timeout=self._timeout,
+                retry=self._retry,
+                checksum=None if ranged else "auto",  # GCS keeps checksums of whole objects
+            )
+        except DataCorruption as exc:
+            raise BodyBrokenError(
+                f"read {key!r} in {self.url}: the downloaded bytes do not match the stored "
+                "checksum; the whole read is retried"
+            ) from exc
+        except SDK_ERRORS as exc:
+            if ranged and status_of(exc) == 416:
+                return b""  # the range starts at or past the end (or the object is empty)
+            raise self._error(exc, "read", key) from exc
+        if ranged and len(data) > length:  # type: ignore[operator]
+            # A server that ignored the Range header sent the whole object: cut it here.
+            data = data[start : start + length]  # type: ignore[operator]
+        return data
+
+    # --- writes --------------------------------------------------------------------------------
+
+    def put(self, key: str, data: bytes) -> None:
+        """Create or replace the object (retried by the SDK: a replay writes the same bytes)."""
+        full = self._full(key)
+        payload = check_data(data)
+        blob = self._bucket.blob(full)
+        self._request(
+            "write",
+            key,
+            lambda: blob.upload_from_string(
+                payload, content_type=CONTENT_TYPE, timeout=self._timeout, retry=self._retry
+            ),
+            missing="bucket",
+        )
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        """Create the object unless the name exists (``ifGenerationMatch=0``); see the module
+        docstring for what a lost response means."""
+        full = self._full(key)
+        payload = check_data(data)
+        blob = self._bucket.blob(full)
+        try:
+            blob.upload_from_string(
+                payload,
+                content_type=CONTENT_TYPE,
+                if_generation_match=0,
+                timeout=self._timeout,
+                retry=self._retry,
+            )
+            return True
+        except SDK_ERRORS as exc:
+            if status_of(exc) == 412:
+                return False
+            raise self._error(exc, "create", key, missing="bucket") from exc
+
+    # --- delete / list -------------------------------------------------------------------------
+
+    def delete_many(self, keys: Iterable[str]) -> None:
+        """Delete the objects, ``delete_concurrency`` at a time; missing ones are ignored. All
+        keys are validated before anything is deleted; every delete is attempted, then the
+        first failure (if any) is raised, transient only if every failure was."""
+        if isinstance(keys, (str, bytes)):
+            raise InvalidTypeError("delete_many takes an iterable of keys, not a single key")
+        fulls = list(dict.fromkeys(self._full(key) for key in keys))
+        if not fulls:
+            return
+        if len(fulls) == 1:
+            self._delete_one(fulls[0])
+            return
+        failures: list[StoreError] = []
+
+        def run(full: str) -> None:
+            try:
+                self._delete_one(full)
+            except StoreError as exc:
+                failures.append(exc)
+
+        list(self._delete_pool().map(run, fulls))
+        if failures:
+            permanent = [f for f in failures if not isinstance(f, TransientStoreError)]
+            first = (permanent or failures)[0]
+            kind = type(first) if not permanent else StoreError
+            raise kind(f"delete objects from {self.url}: {len(failures)} of {len(fulls)} "
+                       f"failed; first: {first}") from first
+
+    def _delete_one(self, full: str) -> None:
+        key = full[len(self.prefix):]
+        blob = self._bucket.blob(full)
+        try:
+            blob.delete(timeout=self._timeout, retry=self._retry)
+        except SDK_ERRORS as exc:
+            if status_of(exc) == 404 and not bucket_missing(exc):
+                return  # already gone (or our own earlier attempt deleted it)
+            raise self._error(exc, "delete", key, missing="bucket") from exc
+
+    def list(self, prefix: str = "", start_after: str | None = None) -> Iterator[ObjectInfo]:
+        """Yield objects under ``prefix`` after ``start_after``, in key order, a page (up to
+        1,000 objects) at a time. Arguments are checked at the call."""
+        if not isinstance(prefix, str):
+            raise InvalidTypeError(f"list prefix must be a str, got {type(prefix).__name__}")
+        if start_after is not None and not isinstance(start_after, str):
+            raise InvalidTypeError(
+                f"list start_after must be a str or None, got {type(start_after).__name__}"
+            )
+        return self._list(prefix, start_after)
+
+    def _list(self, prefix: str, start_after: str | None) -> Iterator[ObjectInfo]:
+        cut = len(self.prefix)
+        kwargs: dict[str, Any] = {}
+        if start_after:
+            kwargs["start_offset"] = self.prefix + start_after  # inclusive: filtered below
+        iterator = self._client.list_blobs(
+            self._bucket,
+            prefix=self.prefix + prefix,
+            page_size=LIST_PAGE,
+            fields="items(name,size),nextPageToken",
+            timeout=self._timeout,
+            retry=self._retry,
+            **kwargs,
+        )
+        pages = self._request("list", prefix or None, lambda: iterator.pages, missing="bucket")
+        while True:
+            page = self._request(
+                "list", prefix or None, lambda: next(pages, None), missing="bucket"
+            )
+            if page is None:
+                return
+            for blob in page:
+                name = blob.name
+                if start_after is not None and name[cut:] <= start_after:
+                    continue
+                yield ObjectInfo(name[cut:], int(blob.size or 0))
+
+    def __repr__(self) -> str:
+        where = f", endpoint={self.endpoint!r}" if self.endpoint else ""
+        return f"GcsStore({self.url!r}{where})"
+
+
+def _reopen(bucket: str, prefix: str, options: GcsOptions) -> GcsStore:
+    """Unpickle a :class:`GcsStore`: a fresh client from the standard chain where it lands."""
+    return GcsStore(bucket, prefix, options=options)
+
+
+__all__ = ["GcsStore", "LIST_PAGE", "parse_url"]
