@@ -28,7 +28,6 @@ PLUGIN_PACKAGES = ["./packages/cache-ssd", "./packages/tier-s3", "./packages/tie
 #: The hot path has a compiled twin (silt._speedups, DESIGN.md section 6): the suite runs once
 #: per implementation. REQUIRE makes a failed compile an error instead of a silent fallback.
 IMPLEMENTATIONS = {
-    "compiled": {"SILT_REQUIRE_EXTENSIONS": "1"},
     "pure Python": {"SILT_NO_EXTENSIONS": "1"},
 }
 
