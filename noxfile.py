@@ -22,7 +22,12 @@ TEST_DEPS = [
 ]
 BENCH_DEPS = ["plyvel>=1.5", "rocksdict>=0.3"]
 #: First-party plugin packages, installed beside the core for the whole suite.
-PLUGIN_PACKAGES = ["./packages/cache-ssd", "./packages/tier-s3", "./packages/tier-gcs"]
+PLUGIN_PACKAGES = [
+    "./packages/cache-ssd",
+    "./packages/tier-s3",
+    "./packages/tier-gcs",
+    "./packages/tier-azure[identity]",
+]
 
 
 #: The hot path has a compiled twin (silt._speedups, DESIGN.md section 6): the suite runs once

@@ -27,6 +27,7 @@ from botocore.stub import Stubber
 from faultproxy import FaultProxy
 from servers import free_port
 from silt import plugins
+from silt import tierkit as _tierkit
 from silt.errors import (
     CommitConflict,
     InvalidArgumentError,
@@ -37,7 +38,7 @@ from silt.errors import (
 )
 from silt.store import ObjectInfo
 from silt.testing import StoreConformance
-from silt_s3 import S3Options, S3Store, _tierkit
+from silt_s3 import S3Options, S3Store
 from silt_s3 import store as s3_store_module
 from silt_s3.config import parse_url
 from silt_s3.plugin import silt_register

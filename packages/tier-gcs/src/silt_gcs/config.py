@@ -46,9 +46,7 @@ from urllib.parse import unquote, urlsplit
 
 from silt.errors import InvalidArgumentError
 from silt.store import split_url
-from silt.tiers.file import validate_key
-
-from ._tierkit import check_options, parse_bool, parse_float, parse_int
+from silt.tierkit import check_options, parse_bool, parse_float, parse_int, validate_key
 
 #: The canonical scheme first; ``gcs://`` is an alias that opens the same store.
 SCHEMES = ("gs", "gcs")

@@ -33,8 +33,8 @@ from google.api_core import exceptions as api_exceptions
 from google.auth import exceptions as auth_exceptions
 from google.cloud.storage.exceptions import InvalidResponse
 from silt.errors import NotFoundError, StoreError, TransientStoreError
+from silt.tierkit import redact
 
-from ._tierkit import redact
 from .config import CREDENTIALS_HINT
 
 TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
@@ -67,7 +67,7 @@ ROLES_HINT = (
     "(roles/storage.objectUser or roles/storage.objectAdmin)"
 )
 
-# Google-specific secret shapes on top of the generic ones in _tierkit: OAuth access tokens,
+# Google-specific secret shapes on top of the generic ones in silt.tierkit: OAuth access tokens,
 # bearer headers, signed-URL parameters, private keys from service-account files.
 _GOOGLE_SECRETS = [
     re.compile(r"\bya29\.[\w.-]+"),

@@ -55,9 +55,8 @@ from google.cloud.storage.exceptions import DataCorruption
 from google.cloud.storage.retry import DEFAULT_RETRY
 from silt.errors import InvalidTypeError, SiltError, StoreError, TransientStoreError
 from silt.store import ObjectInfo, ObjectStore
-from silt.tiers.file import check_data, check_range, validate_key
+from silt.tierkit import check_data, check_range, retry_on, validate_key
 
-from ._tierkit import retry_on
 from .config import SCHEME, GcsOptions, check_bucket, normalize_prefix, parse_url
 from .errors import SDK_ERRORS, BodyBrokenError, bucket_missing, map_error, status_of
 

@@ -45,15 +45,14 @@ from urllib.parse import unquote
 
 from silt.errors import InvalidArgumentError
 from silt.store import split_url
-from silt.tiers.file import validate_key
-
-from ._tierkit import (
+from silt.tierkit import (
     check_options,
     parse_bool,
     parse_choice,
     parse_float,
     parse_int,
     parse_size,
+    validate_key,
 )
 
 SCHEME = "s3"

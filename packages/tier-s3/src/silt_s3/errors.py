@@ -15,7 +15,7 @@ anything else                                            ``StoreError``
 
 ``412 PreconditionFailed`` on a create-only write and ``416 InvalidRange`` on a ranged read are
 answers, not errors: the store handles them before mapping. Every message goes through
-:func:`~silt_s3._tierkit.redact`.
+:func:`~silt.tierkit.redact`.
 """
 
 from __future__ import annotations
@@ -39,8 +39,7 @@ from botocore.exceptions import (
     TokenRetrievalError,
 )
 from silt.errors import NotFoundError, StoreError, TransientStoreError
-
-from ._tierkit import redact
+from silt.tierkit import redact
 
 TRANSIENT_CODES = frozenset(
     {

@@ -49,9 +49,8 @@ import botocore.config
 from botocore.exceptions import BotoCoreError, ClientError
 from silt.errors import InvalidTypeError, SiltError, StoreError, TransientStoreError
 from silt.store import ObjectInfo, ObjectStore
-from silt.tiers.file import check_data, check_range, validate_key
+from silt.tierkit import check_data, check_range, retry_on, validate_key
 
-from ._tierkit import retry_on
 from .config import MAX_PARTS, S3Options, check_bucket, normalize_prefix, parse_url
 from .errors import NETWORK_ERRORS, BodyBrokenError, error_code, map_error
 

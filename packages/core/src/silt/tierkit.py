@@ -1,8 +1,9 @@
-"""Tier-agnostic helpers: option parsing, secret redaction, retrying whole reads.
+"""Helpers for tier plugins: option parsing, secret redaction, retrying whole reads, key checks.
 
-Nothing here knows about S3. The GCS and Azure tiers need the same pieces; until silt-core offers
-them (proposed as ``silt.tierkit``), each tier package carries a copy of this module, so keep it
-free of SDK imports and of anything tier-specific.
+Nothing here knows about any one cloud: the first-party S3, GCS and Azure tiers (and third-party
+tiers) share it, so their options parse alike and their errors never leak secrets. Free of SDK
+imports. ``validate_key``, ``check_data`` and ``check_range`` are the argument checks every tier
+applies the same way (defined beside the file tier, re-exported here).
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import TypeVar
 
-from silt.errors import InvalidArgumentError
+from .errors import InvalidArgumentError
+from .tiers.file import check_data, check_range, validate_key
 
 T = TypeVar("T")
 
@@ -101,7 +103,8 @@ def parse_choice(name: str, value: str, choices: Iterable[str]) -> str:
 _SECRETS = [
     re.compile(r"\b(?:AKIA|ASIA|AIDA|AROA)[A-Z0-9]{16}\b"),
     re.compile(
-        r"(?i)((?:x-amz-(?:credential|signature|security-token)|sig|signature|se|sv|skoid|"
+        r"(?i)((?<![A-Za-z0-9_-])(?:x-amz-(?:credential|signature|security-token)|sig|"
+        r"signature|se|sv|skoid|"
         r"sktid|accountkey|sharedaccesssignature|access_token|token)=)[^&;\s\"']+"
     ),
     re.compile(r"(?i)(authorization:\s*)[^\r\n]+"),
@@ -147,3 +150,18 @@ def retry_on(
             delay = min(max_delay, base_delay * (2**attempt))
             sleep(min(random.uniform(0, delay), max(0.0, deadline - elapsed)))
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+__all__ = [
+    "check_data",
+    "check_options",
+    "check_range",
+    "parse_bool",
+    "parse_choice",
+    "parse_float",
+    "parse_int",
+    "parse_size",
+    "redact",
+    "retry_on",
+    "validate_key",
+]
