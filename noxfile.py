@@ -27,6 +27,7 @@ PLUGIN_PACKAGES = [
     "./packages/tier-s3",
     "./packages/tier-gcs",
     "./packages/tier-azure[identity]",
+    "./packages/spark",
 ]
 
 

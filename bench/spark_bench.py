@@ -1,0 +1,227 @@
+"""silt-spark against Spark's own state store, measured in the same run (not a test).
+
+    python bench/spark_bench.py                      # 200k rows/batch, K = 100k and 2M keys
+    python bench/spark_bench.py --quick              # small, for a smoke run
+
+For each K: generated parquet input (one file per micro-batch), 4 shards / shuffle partitions,
+local[2]. Runs
+  * silt_spark.aggregate  vs  groupBy().agg() on the RocksDB state store with changelog
+    checkpointing (update mode), and
+  * silt_spark.transform_with_state  vs  transformWithStateInPandas (RocksDB), on fewer rows,
+then stops each query and restarts it from its checkpoint on one more batch (recovery time:
+restart until that batch is done). Prints a table and the raw numbers as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+sys.path[:0] = [
+    str(Path(__file__).resolve().parents[1] / "packages" / p / "src") for p in ("core", "spark")
+]
+os.environ["PYTHONPATH"] = os.pathsep.join([*sys.path[:2], os.environ.get("PYTHONPATH", "")])
+
+import silt_spark  # noqa: E402
+
+
+def make_input(folder: Path, batches: int, rows: int, keys: int, seed: int) -> None:
+    folder.mkdir(parents=True)
+    rng = np.random.default_rng(seed)
+    for b in range(batches):
+        k = rng.integers(0, keys, rows)
+        t = pa.table({
+            "key": pa.array(k, pa.int64()),
+            "amount": pa.array(rng.integers(0, 1000, rows), pa.int64()),
+        })
+        pq.write_table(t, folder / f"part-{b:05d}.parquet")
+
+
+class Count(silt_spark.StatefulProcessor):
+    def init(self, handle):
+        self.state = handle.getValueState("s", "n long, total long")
+
+    def handleInputRows(self, key, rows, timerValues):
+        n, total = self.state.get() or (0, 0)
+        for df in rows:
+            n += len(df)
+            total += int(df["amount"].sum())
+        self.state.update((n, total))
+        yield pd.DataFrame({"key": [key[0]], "n": [n], "total": [total]})
+
+
+class FastCount(silt_spark.StatefulProcessor):
+    """The same logic on silt's fast path: Arrow rows in, one tuple out per key."""
+
+    def init(self, handle):
+        self.state = handle.getValueState("s", "n long, total long")
+
+    def handleInputRows(self, key, rows, timerValues):
+        import pyarrow.compute as pc
+
+        n, total = self.state.get() or (0, 0)
+        for t in rows:
+            n += t.num_rows
+            total += pc.sum(t["amount"]).as_py() or 0
+        self.state.update((n, total))
+        yield (key[0], n, total)
+
+
+class SparkCount:
+    """The same logic for transformWithStateInPandas."""
+
+    def __new__(cls):
+        from pyspark.sql.streaming import StatefulProcessor
+
+        class _P(StatefulProcessor):
+            def init(self, handle):
+                self.state = handle.getValueState("s", "n long, total long")
+
+            def handleInputRows(self, key, rows, timerValues):
+                n, total = self.state.get() if self.state.exists() else (0, 0)
+                for df in rows:
+                    n += len(df)
+                    total += int(df["amount"].sum())
+                self.state.update((n, total))
+                yield pd.DataFrame({"key": [key[0]], "n": [n], "total": [total]})
+
+        return _P()
+
+
+def run_query(spark, build, data: Path, chk: Path, batches: int) -> dict:
+    """Run until ``batches`` micro-batches are done, stop, add one file, restart, time it."""
+    src = chk.with_name(chk.name + "-in")
+    shutil.copytree(data, src)
+    stream = spark.readStream.schema("key long, amount long").option("maxFilesPerTrigger", 1)
+    q = (build(stream.parquet(str(src))).writeStream.format("noop").outputMode("update")
+         .option("checkpointLocation", str(chk)).trigger(processingTime="0 seconds").start())
+    q.processAllAvailable()
+    progress = [p for p in q.recentProgress if p["numInputRows"] > 0]
+    q.stop()
+    shutil.copy(sorted(src.glob("*.parquet"))[0], src / "part-99999.parquet")
+    t0 = time.perf_counter()
+    q = (build(stream.parquet(str(src))).writeStream.format("noop").outputMode("update")
+         .option("checkpointLocation", str(chk)).trigger(processingTime="0 seconds").start())
+    q.processAllAvailable()
+    recovery = time.perf_counter() - t0
+    q.stop()
+    per_batch = [
+        {"rows": p["numInputRows"], "ms": p["durationMs"].get("triggerExecution", 0),
+         "commit_ms": sum(s.get("commitTimeMs", 0) for s in p.get("stateOperators", []))}
+        for p in progress
+    ]
+    steady = per_batch[1:] or per_batch  # the first batch pays Python worker start-up
+    rows = sum(b["rows"] for b in steady)
+    ms = sum(b["ms"] for b in steady)
+    return {
+        "batches": per_batch,
+        "rows_per_s": rows / (ms / 1000) if ms else 0.0,
+        "native_commit_ms": np.mean([b["commit_ms"] for b in steady]) if steady else 0.0,
+        "recovery_s": recovery,
+    }
+
+
+def measure(spark, name, build, src, work, keys, rows, args) -> dict:
+    """One case; a peer that cannot run here (say, transformWithStateInPandas without
+    protobuf installed) is reported with its error instead of stopping the benchmark."""
+    try:
+        r = run_query(spark, build, src, work / f"chk-{name}-{keys}", args.batches)
+    except Exception as exc:  # reported in the table
+        msg = str(exc).strip().splitlines()[0][:120]
+        print(f"{name:32s} K={keys:>9,d} failed: {msg}", flush=True)
+        return {"case": name, "keys": keys, "rows": rows, "error": msg,
+                "rows_per_s": 0.0, "recovery_s": 0.0}
+    print(f"{name:32s} K={keys:>9,d} {r['rows_per_s']:>10,.0f} rows/s "
+          f"recovery {r['recovery_s']:.1f}s", flush=True)
+    return {"case": name, "keys": keys, "rows": rows, **r}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--rows", type=int, default=200_000)
+    ap.add_argument("--batches", type=int, default=4)
+    ap.add_argument("--keys", type=int, nargs="+", default=[100_000, 2_000_000])
+    ap.add_argument("--processor-rows", type=int, default=20_000)
+    ap.add_argument("--shards", type=int, default=4)
+    args = ap.parse_args()
+    if args.quick:
+        args.rows, args.batches, args.keys, args.processor_rows = 20_000, 3, [10_000], 5_000
+
+    from pyspark.sql import SparkSession
+    from pyspark.sql import functions as F
+
+    spark = (
+        SparkSession.builder.master("local[2]").appName("silt-spark-bench")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", str(args.shards))
+        .config("spark.sql.streaming.stateStore.providerClass",
+                "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
+        .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
+        .config("spark.driver.memory", "2g")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    work = Path(tempfile.mkdtemp(prefix="silt-spark-bench-"))
+    results = []
+    try:
+        for keys in args.keys:
+            src = work / f"agg-{keys}"
+            make_input(src, args.batches, args.rows, keys, seed=keys)
+            state = (work / f"state-agg-{keys}").as_uri()
+            cases = {
+                "silt aggregate": lambda df, state=state: silt_spark.aggregate(
+                    df, ["key"], ["count", "sum(amount)"], state_url=state,
+                    num_shards=args.shards),
+                "native groupBy (RocksDB)": lambda df: df.groupBy("key").agg(
+                    F.count("*").alias("count"), F.sum("amount").alias("sum")),
+            }
+            for name, build in cases.items():
+                results.append(measure(spark, name, build, src, work, keys, args.rows, args))
+            psrc = work / f"proc-{keys}"
+            make_input(psrc, args.batches, args.processor_rows, keys, seed=keys + 1)
+            pstate = (work / f"state-proc-{keys}").as_uri()
+            cases = {
+                "silt StatefulProcessor (pandas)": lambda df, pstate=pstate: (
+                    silt_spark.transform_with_state(
+                        df, Count(), ["key"], "key long, n long, total long",
+                        state_url=pstate + "-pandas", num_shards=args.shards)),
+                "silt StatefulProcessor (arrow)": lambda df, pstate=pstate: (
+                    silt_spark.transform_with_state(
+                        df, FastCount(), ["key"], "key long, n long, total long",
+                        state_url=pstate + "-arrow", num_shards=args.shards,
+                        rows_format="arrow")),
+                "transformWithStateInPandas": lambda df: df.groupBy("key")
+                .transformWithStateInPandas(
+                    SparkCount(), "key long, n long, total long", "Update", "None"),
+            }
+            for name, build in cases.items():
+                results.append(
+                    measure(spark, name, build, psrc, work, keys, args.processor_rows, args)
+                )
+    finally:
+        spark.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    print()
+    print(f"{'case':32s} {'K':>10s} {'rows/batch':>10s} {'rows/s':>10s} {'recovery s':>10s}")
+    for r in results:
+        tail = f"  ({r['error']})" if "error" in r else ""
+        print(f"{r['case']:32s} {r['keys']:>10,d} {r['rows']:>10,d} {r['rows_per_s']:>10,.0f} "
+              f"{r['recovery_s']:>10.1f}{tail}")
+    print(json.dumps(results, default=float))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,45 @@
+"""silt_spark: keyed stateful streaming operators for PySpark, with state in silt.
+
+Each operator's state lives under one root URL, split by a stable hash of the key into key
+groups and served by ``num_shards`` shards, each its own silt LSM. A shard commits state version
+``b`` when micro-batch ``b`` finishes, so a checkpoint is a manifest commit and recovery opens a
+manifest: neither grows with the state size. See ``docs/spark.md``.
+
+Quick start::
+
+    import silt_spark
+
+    totals = silt_spark.aggregate(
+        events, ["user"], ["count", "sum(amount)"],
+        state_url="file:///data/state/totals", num_shards=4,
+    )
+    totals.writeStream.format("parquet").option("path", "/data/out") \\
+        .option("checkpointLocation", "/data/chk").start()
+"""
+
+from __future__ import annotations
+
+from . import errors
+from ._api import aggregate, transform_with_state
+from ._processor import (
+    ListState,
+    MapState,
+    StatefulProcessor,
+    StatefulProcessorHandle,
+    TimerValues,
+    ValueState,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ListState",
+    "MapState",
+    "StatefulProcessor",
+    "StatefulProcessorHandle",
+    "TimerValues",
+    "ValueState",
+    "aggregate",
+    "errors",
+    "transform_with_state",
+]

@@ -1,0 +1,258 @@
+"""The entry points: build the operator's plan on the driver (no state is touched here)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from . import _aggregate, _layout, _processor, _shard
+
+
+def _spec(
+    kind: str,
+    state_url: str,
+    num_shards: int,
+    key_groups: int,
+    reset: bool,
+    settings: Any,
+    **hooks: Any,
+) -> _shard.OperatorSpec:
+    import silt
+
+    if not isinstance(state_url, str) or "://" not in state_url:
+        raise ValueError(
+            f"state_url must be a store URL such as 'file:///data/state/op1', got {state_url!r}"
+        )
+    if state_url.startswith("memory://"):
+        raise ValueError(
+            "memory:// state lives in one process; Spark runs tasks in other processes. Use "
+            "file:// (one machine) or an object-store URL"
+        )
+    _layout.check_layout(num_shards, key_groups)
+    if settings is not None and not isinstance(settings, silt.Settings):
+        raise TypeError(f"settings must be a silt.Settings, got {type(settings).__name__}")
+    return _shard.OperatorSpec(
+        kind=kind,
+        root=state_url,
+        num_shards=num_shards,
+        key_groups=key_groups,
+        reset=bool(reset),
+        settings=settings.to_dict() if settings is not None else None,
+        **hooks,
+    )
+
+
+def _key_list(key_columns: Sequence[str] | str, df: Any) -> list[str]:
+    keys = [key_columns] if isinstance(key_columns, str) else list(key_columns)
+    if not keys:
+        raise ValueError("key_columns must name at least one column")
+    missing = [c for c in keys if c not in df.columns]
+    if missing:
+        raise ValueError(f"key columns {missing} are not in the DataFrame ({df.columns})")
+    return keys
+
+
+def _struct(schema: Any) -> Any:
+    from pyspark.sql.types import DataType, StructType
+
+    if isinstance(schema, str):
+        schema = DataType.fromDDL(schema)
+    if not isinstance(schema, StructType):
+        raise TypeError(f"output_schema must be a StructType or DDL string, got {schema!r}")
+    return schema
+
+
+def _route(df: Any, keys: list[str], spec: _shard.OperatorSpec) -> Any:
+    routed = _layout.with_routing_columns(df, keys, spec.num_shards, spec.key_groups)
+    return routed.repartition(spec.num_shards, _layout.PARTITION_COLUMN)
+
+
+def transform_with_state(
+    df: Any,
+    processor: Any,
+    key_columns: Sequence[str] | str,
+    output_schema: Any,
+    state_url: str,
+    num_shards: int,
+    *,
+    key_groups: int = _layout.DEFAULT_KEY_GROUPS,
+    reset: bool = False,
+    settings: Any = None,
+    rows_format: str = "pandas",
+) -> Any:
+    """Apply a :class:`StatefulProcessor` per key to a streaming DataFrame, state in silt.
+
+    The silt counterpart of ``df.groupBy(keys).transformWithStateInPandas(...)``: rows are
+    routed to ``num_shards`` shards by a stable hash of the key columns, and each shard keeps its
+    keys' state in its own LSM under ``state_url``. State version ``b`` is committed when
+    micro-batch ``b`` finishes on a shard, so restarting the query from its checkpoint resumes
+    from exactly the state of its last finished batch. Output is what ``handleInputRows`` yields,
+    per micro-batch; the result works with any sink and output mode that a ``mapInArrow``
+    allows.
+
+    Parameters
+    ----------
+    df : pyspark.sql.DataFrame
+        A streaming DataFrame (``spark.readStream...``).
+    processor : StatefulProcessor
+        The per-key logic (PySpark's own ``StatefulProcessor`` subclasses work too). It is
+        pickled to the executors; each task gets a fresh copy.
+    key_columns : str or list of str
+        The grouping key columns.
+    output_schema : pyspark.sql.types.StructType or str
+        Schema of the DataFrames that ``handleInputRows`` yields (DDL strings allowed).
+    state_url : str
+        Root URL of this operator's state, e.g. ``"file:///data/state/sessions"`` or
+        ``"s3://bucket/state/sessions"``. One operator per root.
+    num_shards : int
+        Number of shards (Spark partitions of the operator); fixed per root for now.
+    key_groups : int, default 256
+        Number of key groups, fixed per root; the upper bound on ``num_shards``.
+    reset : bool, default False
+        Discard state that belongs to another streaming query instead of failing.
+    settings : silt.Settings, optional
+        LSM settings for the shards.
+    rows_format : {"pandas", "arrow"}, default "pandas"
+        What ``handleInputRows`` receives: an iterator of pandas DataFrames (PySpark's shape)
+        or of ``pyarrow.Table`` slices (far cheaper per key when keys have few rows).
+
+    Returns
+    -------
+    pyspark.sql.DataFrame
+        A streaming DataFrame with ``output_schema``. ``handleInputRows`` may yield pandas
+        DataFrames, Arrow tables or record batches, or single rows as tuples (in
+        ``output_schema`` order, ``pyspark.sql.Row`` included) or dicts; rows are the cheapest
+        when a key produces one output row.
+
+    Raises
+    ------
+    silt_spark.errors.LayoutMismatchError
+        ``state_url`` was created by another operator kind or with other shard or key-group
+        counts.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> import silt_spark
+    >>> class Count(silt_spark.StatefulProcessor):
+    ...     def init(self, handle):
+    ...         self.n = handle.getValueState("n", "n long")
+    ...     def handleInputRows(self, key, rows, timerValues):
+    ...         n = (self.n.get() or (0,))[0] + sum(len(df) for df in rows)
+    ...         self.n.update((n,))
+    ...         yield pd.DataFrame({"user": [key[0]], "events": [n]})
+    >>> events = spark.readStream.schema("user string, amount double").json("/data/in")
+    >>> counts = silt_spark.transform_with_state(
+    ...     events, Count(), ["user"], "user string, events long",
+    ...     state_url="file:///data/state/counts", num_shards=4)
+    >>> query = (counts.writeStream.format("parquet").option("path", "/data/out")
+    ...          .option("checkpointLocation", "/data/chk").start())
+    """
+    keys = _key_list(key_columns, df)
+    for method in ("init", "handleInputRows"):
+        if not callable(getattr(processor, method, None)):
+            raise TypeError(f"processor must have a {method}() method (see StatefulProcessor)")
+    struct = _struct(output_schema)
+    if rows_format not in ("pandas", "arrow"):
+        raise ValueError(f"rows_format must be 'pandas' or 'arrow', got {rows_format!r}")
+    spec = _spec(
+        "processor", state_url, num_shards, key_groups, reset, settings,
+        fail_after_commit=tuple(_shard.TEST_FAIL_AFTER_COMMIT),
+        test_marker_dir=_shard.TEST_MARKER_DIR,
+    )
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    arrow_schema = to_arrow_schema(struct)
+    _shard.ensure_descriptor(spec)
+
+    def process(task: _shard.ShardTask, batches: Any) -> Any:
+        return _processor.process_partition(
+            task, batches, processor, keys, arrow_schema, rows_format
+        )
+
+    def shard_fn(batches: Any) -> Any:
+        return _shard.run_shard(spec, batches, process)
+
+    return _route(df, keys, spec).mapInArrow(shard_fn, struct)
+
+
+def aggregate(
+    df: Any,
+    key_columns: Sequence[str] | str,
+    aggs: Sequence[str] | Mapping[str, str],
+    state_url: str,
+    num_shards: int,
+    *,
+    key_groups: int = _layout.DEFAULT_KEY_GROUPS,
+    reset: bool = False,
+    settings: Any = None,
+) -> Any:
+    """Keyed running aggregation (count, sum, min, max, avg) of a streaming DataFrame.
+
+    The counterpart of ``df.groupBy(keys).agg(...)`` in update mode, vectorized end to end: a
+    partial aggregation per input partition before the shuffle, then per shard one sorted
+    ``multi_get`` of the batch's keys, numpy arithmetic and one write per key. Each micro-batch
+    emits one row per key that received rows in that batch, with its aggregates over
+    everything seen so far, so any sink works (append to files, ``foreachBatch`` upserts, ...).
+
+    Parameters
+    ----------
+    df : pyspark.sql.DataFrame
+        A streaming DataFrame.
+    key_columns : str or list of str
+        The grouping key columns.
+    aggs : list of str or dict of str to str
+        Aggregates such as ``["count", "sum(amount)", "avg(amount)"]`` (output columns named
+        like the expressions, ``count`` for the row count), or ``{"name": "expr"}``. Functions:
+        ``count`` / ``count(*)`` (rows), ``count(col)`` (non-null values), ``sum``, ``min``,
+        ``max``, ``avg`` of integral or floating-point columns; nulls are ignored as in Spark.
+    state_url : str
+        Root URL of this operator's state (one operator per root).
+    num_shards : int
+        Number of shards; fixed per root for now.
+    key_groups : int, default 256
+        Number of key groups, fixed per root.
+    reset : bool, default False
+        Discard state that belongs to another streaming query instead of failing.
+    settings : silt.Settings, optional
+        LSM settings for the shards.
+
+    Returns
+    -------
+    pyspark.sql.DataFrame
+        Streaming DataFrame: the key columns, then one column per aggregate. ``count`` is
+        ``long``; ``sum`` is ``long`` for integral and ``double`` for floating columns; ``avg`` is
+        ``double``; ``min``/``max`` keep the column's type.
+
+    Examples
+    --------
+    >>> import silt_spark
+    >>> tx = spark.readStream.schema("card string, amount double").parquet("/data/tx")
+    >>> totals = silt_spark.aggregate(
+    ...     tx, ["card"], ["count", "sum(amount)", "max(amount)"],
+    ...     state_url="file:///data/state/totals", num_shards=4)
+    >>> query = (totals.writeStream.foreachBatch(lambda out, batch_id: out.show())
+    ...          .option("checkpointLocation", "/data/chk/totals").start())
+    """
+    keys = _key_list(key_columns, df)
+    parsed = _aggregate.parse_aggs(aggs)
+    p, partial_struct, output_struct = _aggregate.plan(df.schema, keys, parsed)
+    spec = _spec(
+        "aggregate", state_url, num_shards, key_groups, reset, settings,
+        fail_after_commit=tuple(_shard.TEST_FAIL_AFTER_COMMIT),
+        test_marker_dir=_shard.TEST_MARKER_DIR,
+    )
+    _shard.ensure_descriptor(spec)
+
+    def partial_fn(batches: Any) -> Any:
+        return _aggregate.partial_aggregate(batches, p)
+
+    def process(task: _shard.ShardTask, batches: Any) -> Any:
+        return _aggregate.merge_partition(task, batches, p)
+
+    def shard_fn(batches: Any) -> Any:
+        return _shard.run_shard(spec, batches, process)
+
+    needed = list(dict.fromkeys([*keys, *p.value_columns]))
+    partials = df.select(*needed).mapInArrow(partial_fn, partial_struct)
+    return _route(partials, keys, spec).mapInArrow(shard_fn, output_struct)

@@ -1,0 +1,132 @@
+"""Key groups, shards and Spark partitions: how a key finds its shard (DESIGN.md section 10).
+
+* A key's **key group** is ``pmod(xxhash64(key columns), key_groups)``, computed by Spark's own
+  ``xxhash64`` (seed 42) on the JVM before the shuffle, so no Python runs per row to route it.
+  It depends only on the key's values and Spark types, never on Python's ``hash`` or on the
+  process; ``key_groups`` is fixed for the life of a state root (like Flink's max parallelism).
+* Shard ``i`` of ``N`` owns the contiguous key groups ``kg`` with ``kg * N // G == i``, that is
+  ``[ceil(i*G/N), ceil((i+1)*G/N) - 1]``, and keeps them in its own LSM at
+  ``<root>/kg-<first>-<last>/`` (five digits each), with the key group as key prefix.
+* ``repartition(N, col)`` places a row in partition ``pmod(murmur3_32(col, seed=42), N)``. For
+  each shard we pick a small integer whose Murmur3 hash lands in that shard's partition, and the
+  row's partition column is that integer: Spark partition id == shard id, exactly.
+"""
+
+from __future__ import annotations
+
+_M32 = 0xFFFFFFFF
+
+#: Default number of key groups per state root (fixed per root; shards <= key groups).
+DEFAULT_KEY_GROUPS = 256
+#: Key groups are stored as a 2-byte big-endian key prefix.
+MAX_KEY_GROUPS = 1 << 16
+
+KG_COLUMN = "__silt_kg"
+PARTITION_COLUMN = "__silt_part"
+
+
+def _rotl32(x: int, r: int) -> int:
+    return ((x << r) | (x >> (32 - r))) & _M32
+
+
+def murmur3_hash_int(value: int, seed: int = 42) -> int:
+    """Spark's ``Murmur3_x86_32.hashInt``: the value of ``F.hash(F.lit(value))`` for an int.
+
+    Returns a signed 32-bit int, as Spark does.
+    """
+    k1 = value & _M32
+    k1 = (k1 * 0xCC9E2D51) & _M32
+    k1 = _rotl32(k1, 15)
+    k1 = (k1 * 0x1B873593) & _M32
+    h1 = (seed & _M32) ^ k1
+    h1 = _rotl32(h1, 13)
+    h1 = (h1 * 5 + 0xE6546B64) & _M32
+    h1 ^= 4
+    h1 ^= h1 >> 16
+    h1 = (h1 * 0x85EBCA6B) & _M32
+    h1 ^= h1 >> 13
+    h1 = (h1 * 0xC2B2AE35) & _M32
+    h1 ^= h1 >> 16
+    return h1 - (1 << 32) if h1 & 0x80000000 else h1
+
+
+def spark_partition_of_int(value: int, num_partitions: int) -> int:
+    """The partition ``repartition(num_partitions, col)`` gives a row whose int ``col`` is
+    ``value``: ``pmod(murmur3(value, 42), num_partitions)``."""
+    return murmur3_hash_int(value) % num_partitions
+
+
+def partition_values(num_shards: int) -> list[int]:
+    """For each shard ``i``, the smallest non-negative int that Spark hashes into partition ``i``.
+
+    Deterministic, so driver and executors agree without communicating.
+    """
+    out: list[int | None] = [None] * num_shards
+    missing = num_shards
+    candidate = 0
+    while missing:
+        p = spark_partition_of_int(candidate, num_shards)
+        if out[p] is None:
+            out[p] = candidate
+            missing -= 1
+        candidate += 1
+    return out  # type: ignore[return-value]
+
+
+def check_layout(num_shards: int, key_groups: int) -> None:
+    """Raise ``ValueError`` unless ``1 <= num_shards <= key_groups <= 65536``."""
+    for name, value in (("num_shards", num_shards), ("key_groups", key_groups)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if not 1 <= key_groups <= MAX_KEY_GROUPS:
+        raise ValueError(f"key_groups must be between 1 and {MAX_KEY_GROUPS}, got {key_groups}")
+    if not 1 <= num_shards <= key_groups:
+        raise ValueError(
+            f"num_shards must be between 1 and key_groups ({key_groups}), got {num_shards}"
+        )
+
+
+def shard_of(key_group: int, num_shards: int, key_groups: int) -> int:
+    """The shard that owns ``key_group``."""
+    return key_group * num_shards // key_groups
+
+
+def shard_range(shard: int, num_shards: int, key_groups: int) -> tuple[int, int]:
+    """``(first, last)`` key groups (inclusive) owned by ``shard``."""
+    first = -(-shard * key_groups // num_shards)
+    nxt = -(-(shard + 1) * key_groups // num_shards)
+    return first, nxt - 1
+
+
+def shard_dir(shard: int, num_shards: int, key_groups: int) -> str:
+    """The shard's folder name under the operator root: ``kg-<first>-<last>``."""
+    first, last = shard_range(shard, num_shards, key_groups)
+    return f"kg-{first:05d}-{last:05d}"
+
+
+def child_url(root: str, name: str) -> str:
+    """``root`` with ``/name`` appended to its path, keeping any ``?options``."""
+    base, sep, query = root.partition("?")
+    return f"{base.rstrip('/')}/{name}{sep}{query}"
+
+
+def shard_url(root: str, shard: int, num_shards: int, key_groups: int) -> str:
+    """URL of shard ``shard``'s LSM under the operator root ``root``."""
+    return child_url(root, shard_dir(shard, num_shards, key_groups))
+
+
+def partition_table(num_shards: int, key_groups: int) -> list[int]:
+    """For each key group, the partition-column value that sends it to its shard's partition."""
+    values = partition_values(num_shards)
+    return [values[shard_of(kg, num_shards, key_groups)] for kg in range(key_groups)]
+
+
+def with_routing_columns(df, key_columns, num_shards: int, key_groups: int):
+    """``df`` plus the key-group column and the partition column (Spark expressions only)."""
+    from pyspark.sql import functions as F
+
+    kg = F.pmod(F.xxhash64(*[F.col(c) for c in key_columns]), F.lit(key_groups)).cast("int")
+    table = F.array(*[F.lit(v) for v in partition_table(num_shards, key_groups)])
+    return df.withColumn(KG_COLUMN, kg).withColumn(
+        PARTITION_COLUMN, F.element_at(table, F.col(KG_COLUMN) + 1)
+    )

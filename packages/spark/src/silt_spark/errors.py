@@ -1,0 +1,39 @@
+"""The errors silt_spark raises (all are :class:`silt.errors.SiltError`)."""
+
+from __future__ import annotations
+
+from silt.errors import SiltError
+
+
+class SparkStateError(SiltError):
+    """Base class of silt_spark's own errors."""
+
+
+class ForeignStateError(SparkStateError):
+    """The state root belongs to another streaming query (its id is in the manifests).
+
+    Use a new ``state_url``, restart the original query from its checkpoint, or build the
+    operator with ``reset=True`` to discard that state.
+    """
+
+
+class StateAheadError(SparkStateError):
+    """The shard already has versions newer than the micro-batch being run: the query's
+    checkpoint is older than its state."""
+
+
+class LayoutMismatchError(SparkStateError, ValueError):
+    """The state root was created with another operator kind, key-group or shard count."""
+
+
+class NotStreamingError(SparkStateError):
+    """An operator ran outside a streaming query (no micro-batch id in the task)."""
+
+
+__all__ = [
+    "ForeignStateError",
+    "LayoutMismatchError",
+    "NotStreamingError",
+    "SparkStateError",
+    "StateAheadError",
+]

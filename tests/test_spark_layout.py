@@ -1,0 +1,129 @@
+"""silt_spark routing: key groups, shard ranges, and Spark partition id == shard id; the value
+codec; aggregate parsing. The partition checks run against a real local SparkSession."""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+
+import pyarrow as pa
+import pytest
+from pyspark.sql import functions as F
+from silt_spark import _aggregate, _codec, _layout
+
+
+@pytest.mark.parametrize("key_groups", [1, 7, 256, 1000])
+@pytest.mark.parametrize("num_shards", [1, 2, 3, 4, 7, 16])
+def test_shard_ranges_partition_the_key_groups(num_shards, key_groups):
+    if num_shards > key_groups:
+        with pytest.raises(ValueError):
+            _layout.check_layout(num_shards, key_groups)
+        return
+    _layout.check_layout(num_shards, key_groups)
+    expected_first = 0
+    for shard in range(num_shards):
+        first, last = _layout.shard_range(shard, num_shards, key_groups)
+        assert first == expected_first and first <= last
+        for kg in (first, last):
+            assert _layout.shard_of(kg, num_shards, key_groups) == shard
+        expected_first = last + 1
+    assert expected_first == key_groups
+
+
+def test_murmur3_matches_spark_hash(spark):
+    values = [0, 1, 2, 42, -1, -(2**31), 2**31 - 1, 123456789]
+    df = spark.createDataFrame([(v,) for v in values], "v int")
+    got = {r.v: r.h for r in df.select("v", F.hash("v").alias("h")).collect()}
+    assert got == {v: _layout.murmur3_hash_int(v) for v in values}
+
+
+@pytest.mark.parametrize("num_shards", [1, 2, 3, 4, 7, 16])
+def test_partition_values_land_in_their_shard(spark, num_shards):
+    values = _layout.partition_values(num_shards)
+    df = spark.createDataFrame([(i, v) for i, v in enumerate(values)], "shard int, v int")
+    rows = df.select(
+        "shard", F.pmod(F.hash("v"), F.lit(num_shards)).alias("p")
+    ).collect()
+    assert all(r.shard == r.p for r in rows)
+
+
+def test_routing_puts_each_key_group_in_its_shard_partition(spark):
+    num_shards, key_groups = 5, 64
+    df = spark.range(0, 3000).selectExpr("id as user", "cast(id % 7 as string) as device")
+    routed = _layout.with_routing_columns(df, ["user", "device"], num_shards, key_groups)
+    routed = routed.repartition(num_shards, _layout.PARTITION_COLUMN)
+
+    def report(batches):
+        from pyspark import TaskContext
+
+        pid = TaskContext.get().partitionId()
+        for b in batches:
+            yield pa.RecordBatch.from_pydict(
+                {"pid": pa.array([pid] * b.num_rows, pa.int32()), "kg": b.column(_layout.KG_COLUMN)}
+            )
+
+    rows = routed.mapInArrow(report, "pid int, kg int").collect()
+    assert len(rows) == 3000
+    assert {r.kg for r in rows} == set(range(key_groups))  # 3000 keys cover all groups
+    for r in rows:
+        assert r.pid == _layout.shard_of(r.kg, num_shards, key_groups)
+    # The key group is a function of the key values only (Spark's xxhash64, seed 42).
+    again = _layout.with_routing_columns(df, ["user", "device"], num_shards, key_groups)
+    a = {(r.user, r.device): r[_layout.KG_COLUMN] for r in again.collect()}
+    b = {(r.user, r.device): r.kg for r in df.select(
+        "user", "device",
+        F.pmod(F.xxhash64("user", "device"), F.lit(key_groups)).alias("kg"),
+    ).collect()}
+    assert a == b
+
+
+def test_child_and_shard_urls():
+    assert _layout.child_url("file:///tmp/x/", "kg-1") == "file:///tmp/x/kg-1"
+    assert (
+        _layout.child_url("s3://b/state?endpoint_url=http://h:1", "kg-00000-00063")
+        == "s3://b/state/kg-00000-00063?endpoint_url=http://h:1"
+    )
+    assert _layout.shard_url("file:///r", 1, 4, 256) == "file:///r/kg-00064-00127"
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        None, True, False, 0, -1, 2**63 - 1, -(2**63), 2**70, 1.5, float("-inf"), "", "héllo",
+        b"\x00\xff", (1, "a", None), [1, [2, (3,)]], {"a": 1, 2: [b"x"]},
+        dt.datetime(2024, 5, 6, 7, 8, 9, 123456, tzinfo=dt.UTC), dt.date(1999, 12, 31),
+        decimal.Decimal("12.340"),
+    ],
+)
+def test_codec_round_trips(value):
+    assert _codec.decode(_codec.encode(value)) == value
+
+
+def test_codec_normalizes_numpy_and_is_stable():
+    import numpy as np
+
+    assert _codec.encode((np.int64(5), np.float64(2.5))) == _codec.encode((5, 2.5))
+    # On-disk format: these bytes must never change.
+    assert _codec.encode(("a", 1)).hex() == "0700000002050000000161030000000000000001"
+    with pytest.raises(TypeError, match="cannot store"):
+        _codec.encode(object())
+
+
+def test_parse_aggs():
+    parsed = _aggregate.parse_aggs(["count", "sum(x)", "AVG( y )", "count(z)"])
+    assert parsed == [
+        _aggregate.Agg("count", "count", None),
+        _aggregate.Agg("sum(x)", "sum", "x"),
+        _aggregate.Agg("AVG( y )", "avg", "y"),
+        _aggregate.Agg("count(z)", "count", "z"),
+    ]
+    parsed = _aggregate.parse_aggs({"n": "count(1)", "t": "sum(x)", "m": "mean(y)"})
+    assert parsed == [
+        _aggregate.Agg("n", "count", None),
+        _aggregate.Agg("t", "sum", "x"),
+        _aggregate.Agg("m", "avg", "y"),
+    ]
+    assert _aggregate.parse_aggs(["max(`a`)"]) == [_aggregate.Agg("max(`a`)", "max", "a")]
+    for bad in (["median(x)"], ["sum(*)"], [], ["sum(x)", "sum(x)"], ["sum x"]):
+        with pytest.raises(ValueError):
+            _aggregate.parse_aggs(bad)

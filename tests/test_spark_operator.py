@@ -1,0 +1,351 @@
+"""silt_spark operators in real streaming queries (local SparkSession, file source).
+
+Every test drives a query over a folder of JSON files, one file per micro-batch
+(``maxFilesPerTrigger=1``), collects each batch's output by batch id with ``foreachBatch``, and
+compares it with a pandas model. Restarts reuse the checkpoint, as a production restart would.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import silt
+import silt_spark
+from pyspark import cloudpickle
+from pyspark.errors import StreamingQueryException
+from silt_spark import _shard
+from silt_spark.errors import LayoutMismatchError, NotStreamingError
+
+# The processors below are defined here, and the Python workers cannot import this file.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+SCHEMA = "user string, device string, amount long"
+
+
+class Run:
+    """A source folder, a checkpoint and the outputs of the query's micro-batches."""
+
+    def __init__(self, spark, tmp_path: Path, name: str = "q") -> None:
+        self.spark = spark
+        self.src = tmp_path / f"{name}-in"
+        self.src.mkdir()
+        self.checkpoint = tmp_path / f"{name}-chk"
+        self.outputs: dict[int, pd.DataFrame] = {}
+        self.files = 0
+        self.query = None
+
+    def write(self, rows: list[tuple]) -> None:
+        name = self.src / f"part-{self.files:05d}.json"
+        tmp = self.src / f".tmp-{self.files:05d}"
+        with open(tmp, "w") as f:
+            for user, device, amount in rows:
+                f.write(json.dumps({"user": user, "device": device, "amount": amount}) + "\n")
+        os.replace(tmp, name)
+        self.files += 1
+
+    def stream(self):
+        return (
+            self.spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1)
+            .json(str(self.src))
+        )
+
+    def start(self, out_df) -> None:
+        outputs = self.outputs
+
+        def sink(df, batch_id):
+            outputs[batch_id] = df.toPandas()
+
+        self.query = (
+            out_df.writeStream.foreachBatch(sink)
+            .option("checkpointLocation", str(self.checkpoint))
+            .trigger(processingTime="0 seconds")
+            .start()
+        )
+
+    def drain(self) -> None:
+        self.query.processAllAvailable()
+
+    def stop(self) -> None:
+        if self.query is not None:
+            self.query.stop()
+            self.query = None
+
+
+@pytest.fixture
+def run(spark, tmp_path):
+    r = Run(spark, tmp_path)
+    yield r
+    r.stop()
+
+
+def batch(seed: int, n: int = 40, users: int = 9) -> list[tuple]:
+    import random
+
+    rng = random.Random(seed)
+    return [
+        (f"u{rng.randrange(users)}", f"d{rng.randrange(3)}", rng.randrange(-50, 100))
+        for _ in range(n)
+    ]
+
+
+# --- models --------------------------------------------------------------------------------------
+AGGS = ["count", "sum(amount)", "min(amount)", "max(amount)", "avg(amount)"]
+
+
+def agg_model(batches: list[list[tuple]]) -> list[pd.DataFrame]:
+    """Per batch: for each user in the batch, the aggregates over all rows so far."""
+    seen = pd.DataFrame(columns=["user", "device", "amount"])
+    out = []
+    for rows in batches:
+        now = pd.DataFrame(rows, columns=["user", "device", "amount"])
+        seen = pd.concat([seen, now], ignore_index=True)
+        seen["amount"] = seen["amount"].astype("int64")
+        g = seen[seen["user"].isin(now["user"])].groupby("user")["amount"]
+        df = pd.DataFrame({
+            "count": g.size(), "sum(amount)": g.sum(), "min(amount)": g.min(),
+            "max(amount)": g.max(), "avg(amount)": g.mean(),
+        }).reset_index()
+        out.append(df)
+    return out
+
+
+def norm(df: pd.DataFrame) -> pd.DataFrame:
+    return df.sort_values(list(df.columns[:1])).reset_index(drop=True)
+
+
+def assert_frames(got: pd.DataFrame, want: pd.DataFrame) -> None:
+    got, want = norm(got), norm(want)
+    assert list(got.columns) == list(want.columns)
+    pd.testing.assert_frame_equal(got, want, check_dtype=False)
+
+
+class Profile(silt_spark.StatefulProcessor):
+    """Uses every kind of state: a value (count, total), a list (batch sizes), a map (devices)."""
+
+    def init(self, handle):
+        self.stats = handle.getValueState("stats", "count long, total long")
+        self.sizes = handle.getListState("sizes", "n long")
+        self.devices = handle.getMapState("devices", "device string", "n long")
+
+    def handleInputRows(self, key, rows, timerValues):
+        df = pd.concat(list(rows))
+        count, total = self.stats.get() or (0, 0)
+        count += len(df)
+        total += int(df["amount"].sum())
+        self.stats.update((count, total))
+        self.sizes.appendValue((len(df),))
+        for device, n in df.groupby("device").size().items():
+            old = self.devices.getValue((device,))
+            self.devices.updateValue((device,), ((old[0] if old else 0) + int(n),))
+        top = max(v[0] for v in self.devices.values())
+        yield pd.DataFrame({
+            "user": [key[0]], "count": [count], "total": [total],
+            "calls": [len(list(self.sizes.get()))],
+            "devices": [len(list(self.devices.keys()))], "top_device": [top],
+        })
+
+
+PROFILE_SCHEMA = "user string, count long, total long, calls long, devices long, top_device long"
+
+
+def profile_model(batches: list[list[tuple]]) -> list[pd.DataFrame]:
+    seen = pd.DataFrame(columns=["user", "device", "amount", "batch"])
+    out = []
+    for i, rows in enumerate(batches):
+        now = pd.DataFrame(rows, columns=["user", "device", "amount"]).assign(batch=i)
+        seen = pd.concat([seen, now], ignore_index=True)
+        recs = []
+        for user in sorted(set(now["user"])):
+            mine = seen[seen["user"] == user]
+            recs.append({
+                "user": user, "count": len(mine), "total": int(mine["amount"].sum()),
+                "calls": mine["batch"].nunique(), "devices": mine["device"].nunique(),
+                "top_device": int(mine.groupby("device").size().max()),
+            })
+        out.append(pd.DataFrame(recs))
+    return out
+
+
+def shard_versions(state_url: str) -> dict[str, list[int]]:
+    root = Path(state_url.removeprefix("file://"))
+    return {
+        d.name: silt.versions((root / d.name).as_uri())
+        for d in sorted(root.iterdir()) if d.name.startswith("kg-")
+    }
+
+
+# --- tests ---------------------------------------------------------------------------------------
+def test_aggregate_matches_model_across_batches_and_restart(run, tmp_path):
+    state = (tmp_path / "state").as_uri()
+    batches = [batch(i) for i in range(5)]
+
+    def build():
+        return silt_spark.aggregate(run.stream(), ["user"], AGGS, state_url=state, num_shards=3)
+
+    run.start(build())
+    for rows in batches[:3]:
+        run.write(rows)
+        run.drain()
+    query_id = str(run.query.id)
+    run.stop()
+    # Restart from the checkpoint: state comes back from silt.
+    run.start(build())
+    for rows in batches[3:]:
+        run.write(rows)
+        run.drain()
+    assert str(run.query.id) == query_id
+    run.stop()
+
+    want = agg_model(batches)
+    assert sorted(run.outputs) == list(range(5))
+    for b in range(5):
+        assert_frames(run.outputs[b], want[b])
+    versions = shard_versions(state)
+    assert len(versions) == 3
+    assert set().union(*versions.values()) <= set(range(5))
+    for name, vs in versions.items():
+        db = silt.open(f"{state}/{name}")
+        assert db.meta[_shard.META_QUERY_ID] == query_id
+        assert db.meta[_shard.META_BATCH_ID] == str(vs[-1])
+        db.close()
+
+
+def test_processor_matches_model_with_value_list_and_map_state(run, tmp_path):
+    state = (tmp_path / "state").as_uri()
+    batches = [batch(10 + i, n=30, users=6) for i in range(4)]
+
+    def build():
+        return silt_spark.transform_with_state(
+            run.stream(), Profile(), ["user"], PROFILE_SCHEMA, state_url=state, num_shards=2,
+        )
+
+    run.start(build())
+    for rows in batches[:2]:
+        run.write(rows)
+        run.drain()
+    run.stop()
+    run.start(build())
+    for rows in batches[2:]:
+        run.write(rows)
+        run.drain()
+    run.stop()
+    want = profile_model(batches)
+    for b in range(4):
+        assert_frames(run.outputs[b], want[b])
+
+
+def test_batch_rerun_after_restart_is_not_applied_twice(run, tmp_path):
+    """The query stops after a batch's state was committed but before Spark recorded the batch
+    as done (its commit log entry is lost): the restart re-runs the batch with the same id.
+    The re-run must emit the same output and leave the state as if the batch ran once."""
+    state = (tmp_path / "state").as_uri()
+    batches = [batch(20 + i) for i in range(3)]
+
+    def build():
+        return silt_spark.aggregate(run.stream(), ["user"], AGGS, state_url=state, num_shards=2)
+
+    run.start(build())
+    for rows in batches[:2]:
+        run.write(rows)
+        run.drain()
+    run.stop()
+    first_output = run.outputs.pop(1)
+    versions_before = shard_versions(state)
+    (run.checkpoint / "commits" / "1").unlink()
+    for crc in (run.checkpoint / "commits").glob(".1.crc"):
+        crc.unlink()
+    run.start(build())
+    run.drain()
+    assert 1 in run.outputs, "Spark did not re-run batch 1"
+    assert shard_versions(state) == versions_before  # nothing re-committed
+    run.write(batches[2])
+    run.drain()
+    run.stop()
+    want = agg_model(batches)
+    assert_frames(run.outputs[1], first_output)
+    assert_frames(run.outputs[1], want[1])
+    assert_frames(run.outputs[2], want[2])
+
+
+def test_task_failing_after_commit_is_retried_without_double_counting(
+    run, tmp_path, monkeypatch
+):
+    state = (tmp_path / "state").as_uri()
+    batches = [batch(30 + i, n=30, users=6) for i in range(3)]
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    monkeypatch.setattr(_shard, "TEST_FAIL_AFTER_COMMIT", [1])
+    monkeypatch.setattr(_shard, "TEST_MARKER_DIR", str(markers))
+    df = silt_spark.transform_with_state(
+        run.stream(), Profile(), ["user"], PROFILE_SCHEMA, state_url=state, num_shards=2,
+    )
+    run.start(df)
+    for rows in batches:
+        run.write(rows)
+        run.drain()
+    run.stop()
+    failed = sorted(p.name for p in markers.iterdir())
+    assert failed and all(name.startswith("failed-1-") for name in failed)
+    want = profile_model(batches)
+    for b in range(3):
+        assert_frames(run.outputs[b], want[b])
+
+
+def test_state_of_another_query_is_refused_unless_reset(spark, tmp_path):
+    state = (tmp_path / "state").as_uri()
+    first = Run(spark, tmp_path, "first")
+    first.start(silt_spark.aggregate(first.stream(), ["user"], ["count"], state, num_shards=2))
+    first.write(batch(40))
+    first.drain()
+    first.stop()
+
+    second = Run(spark, tmp_path, "second")  # new checkpoint: a new query id
+    second.write(batch(41))
+    second.start(silt_spark.aggregate(second.stream(), ["user"], ["count"], state, num_shards=2))
+    with pytest.raises(StreamingQueryException, match="belongs to streaming query"):
+        second.drain()
+    second.stop()
+
+    third = Run(spark, tmp_path, "third")
+    rows = batch(42)
+    third.write(rows)
+    third.start(silt_spark.aggregate(
+        third.stream(), ["user"], ["count"], state, num_shards=2, reset=True,
+    ))
+    third.drain()
+    third.stop()
+    want = agg_model([rows])[0][["user", "count"]]
+    assert_frames(third.outputs[0], want)
+
+
+def test_layout_is_fixed_per_root(spark, tmp_path):
+    state = (tmp_path / "state").as_uri()
+    src = tmp_path / "in"
+    src.mkdir()
+    stream = spark.readStream.schema(SCHEMA).json(str(src))
+    silt_spark.aggregate(stream, ["user"], ["count"], state, num_shards=2)
+    with pytest.raises(LayoutMismatchError, match="num_shards=2"):
+        silt_spark.aggregate(stream, ["user"], ["count"], state, num_shards=3)
+    with pytest.raises(LayoutMismatchError, match="key_groups"):
+        silt_spark.aggregate(stream, ["user"], ["count"], state, num_shards=2, key_groups=128)
+    with pytest.raises(LayoutMismatchError, match="aggregate"):
+        silt_spark.transform_with_state(stream, Profile(), ["user"], PROFILE_SCHEMA, state, 2)
+    with pytest.raises(ValueError, match="memory://"):
+        silt_spark.aggregate(stream, ["user"], ["count"], "memory://x", num_shards=2)
+    with pytest.raises(ValueError, match="not in the DataFrame"):
+        silt_spark.aggregate(stream, ["nope"], ["count"], state, num_shards=2)
+    shutil.rmtree(src)
+
+
+def test_batch_dataframes_are_refused(spark, tmp_path):
+    df = spark.createDataFrame([("u1", "d1", 1)], SCHEMA)
+    out = silt_spark.aggregate(df, ["user"], ["count"], (tmp_path / "s").as_uri(), num_shards=1)
+    with pytest.raises(Exception, match="streaming DataFrames only") as info:
+        out.collect()
+    assert NotStreamingError.__name__ in str(info.value)
