@@ -323,3 +323,22 @@ def test_unknown_settings_fields() -> None:
 def test_settings_must_be_settings(url: str) -> None:
     with raises(InvalidTypeError, match="settings must be a silt.Settings, got dict"):
         silt.open(url, settings={"memtable_bytes": 1024})
+
+
+def test_open_at_most(url: str) -> None:
+    for v in (2, 5, 9):
+        with silt.open(url, at_most=v - 1) as db:
+            db.put(b"v", str(v).encode())
+            assert db.commit(v) == v
+    with silt.open(url, at_most=7) as db:
+        assert db.version == 5 and db.get(b"v") == b"5"
+        assert db.newer_versions() == [9]
+    with silt.open(url, at_most=1) as db:
+        assert db.version is None and db.get(b"v") is None
+        assert db.newer_versions() == [2, 5, 9]
+        with raises(silt.CommitConflict):
+            db.commit(2)
+    with raises(InvalidArgumentError, match="either version= or at_most="):
+        silt.open(url, version=2, at_most=3)
+    with raises(InvalidTypeError, match="at_most must be an int"):
+        silt.open(url, at_most="3")

@@ -16,6 +16,7 @@ Quick start::
 from __future__ import annotations
 
 from . import errors, paths
+from ._ext import speedups
 from .clock import Clock, ManualClock
 from .db import DB
 from .errors import CommitConflict, SiltError
@@ -68,11 +69,16 @@ def open(
     url: str,
     *,
     version: int | None = None,
+    at_most: int | None = None,
     settings: Settings | None = None,
     clock: Clock | None = None,
     store: ObjectStore | None = None,
 ) -> DB:
     """Open the database at ``url``: the latest committed version, or exactly ``version``.
+
+    With ``at_most``, open the latest version not greater than it, or an empty database when
+    there is none (a stream processor recomputing batch ``b`` opens ``at_most=b - 1`` and commits
+    ``b``). ``version`` and ``at_most`` exclude each other.
 
     ``url`` is ``file:///path``, ``memory://name`` or any scheme an installed tier registers.
     A root with no versions opens empty. Commits from a DB opened at an old version create newer
@@ -87,6 +93,13 @@ def open(
         )
     if version is not None:
         DB._check_version(version)
+    if at_most is not None:
+        if version is not None:
+            raise errors.InvalidArgumentError("pass either version= or at_most=, not both")
+        if isinstance(at_most, bool) or not isinstance(at_most, int):
+            raise errors.InvalidTypeError(
+                f"at_most must be an int version, got {type(at_most).__name__}"
+            )
     owns_store = store is None
     if store is None:
         store = open_store(url)
@@ -94,6 +107,8 @@ def open(
         manifest: Manifest | None = None
         if version is None:
             found = _list_versions(store)
+            if at_most is not None:
+                found = [v for v in found if v <= at_most]
             if found:
                 manifest = read_manifest(store, found[-1])
         else:
@@ -133,5 +148,6 @@ __all__ = [
     "hookimpl",
     "open",
     "read_manifest",
+    "speedups",
     "versions",
 ]

@@ -40,10 +40,11 @@ from .errors import (
     InvalidTypeError,
     NotFoundError,
     StoreError,
+    VersionNotFoundError,
 )
 from .gc import GcReport, collect_garbage, horizon, read_checkpoints
 from .manifest import Manifest
-from .memtable import Memtable, apply_ops, check_ops, check_pairs, insert_pairs
+from .memtable import Memtable, apply_ops, check_ops, check_pairs, insert_pairs, split_found
 from .merge import live, merge_newest_first, visible_many
 from .metrics import MeteredStore, Metrics
 from .record import MISSING, visible
@@ -51,7 +52,7 @@ from .settings import Settings
 from .sst.bloom import bloom_hash
 from .sst.builder import SstInfo, build_sst
 from .sst.format import FOOTER_SIZE
-from .sst.reader import SstReader, lookup_many, plan_probe
+from .sst.reader import SstReader, get_from, lookup_groups, plan_probe
 from .store import ObjectStore, retrying
 from .writebatch import WriteBatch
 
@@ -476,6 +477,11 @@ class DB:
         base = manifest.parent
         if manifest.version >= h and (base is None or base >= h):
             return
+        if manifest.version == h:
+            # The marker names this very version: the GC pass that wrote it listed this
+            # manifest and kept everything it references (e.g. a commit whose response was lost
+            # and that GC saw before this writer resolved it). Withdrawing it would lose data.
+            return
         if base is not None and base < h <= manifest.version:
             if base in read_checkpoints(self._store).values():
                 return  # the base is pinned: its SSTs are kept
@@ -507,7 +513,7 @@ class DB:
             self._withdraw(self._withdrawing)
         raise FencedError(self._fenced)
 
-    def _check_age(self, manifest: Manifest) -> None:
+    def _check_age(self, manifest: Manifest, *, resolving: bool = False) -> None:
         """Withdraw ``manifest`` if an SST it newly publishes may already have been collected.
 
         Commit checks ages before publishing (:meth:`_refresh_aged_parts`, and refusing old
@@ -524,6 +530,11 @@ class DB:
         age = self._clock.now_ms() - min(paths.id_time_ms(i) for i in ids)
         if grace_ms <= 0 or age < grace_ms:  # a grace of 0 promises nothing to GC
             return
+        if resolving and self._all_exist(ids):
+            # A commit whose outcome was unknown, resolved late: the PUT happened long ago (just
+            # after its age check), GC passes since then listed the manifest, and nothing it
+            # needs is gone. Withdrawing it now could delete a version GC kept as the newest.
+            return
         name = paths.manifest_key(manifest.version)
         retrying(lambda: self._store.delete_many([name]))
         raise StoreError(
@@ -532,6 +543,16 @@ class DB:
             f"{self._settings.gc_grace_seconds}, so garbage collection may have deleted it. "
             "Commit again (young SSTs are re-uploaded) or reopen and redo the work"
         )
+
+    def _all_exist(self, sst_ids: list[str]) -> bool:
+        """Whether every SST in ``sst_ids`` is still in the store (one ranged GET each)."""
+        for sst_id in sst_ids:
+            name = paths.sst_key(sst_id)
+            try:
+                retrying(lambda name=name: self._store.get_range(name, 0, 1))
+            except NotFoundError:
+                return False
+        return True
 
     def _refresh_aged_parts(self) -> None:
         """Copy uploaded-but-unpublished SSTs older than half the GC grace period to new ids.
@@ -581,7 +602,7 @@ class DB:
         ours = self._is_ours(manifest)
         if ours:
             self._check_horizon(manifest)
-            self._check_age(manifest)
+            self._check_age(manifest, resolving=True)
         self._uncertain = None
         if ours:
             self._landed(manifest, adopted, refused)
@@ -643,14 +664,10 @@ class DB:
                 r = part.reader.get(key, h)  # type: ignore[union-attr]
             if r is not MISSING:
                 return r
-        for reader in self._l0:
-            info = reader.info
-            if info.smallest <= key <= info.largest:  # type: ignore[union-attr]
-                if h < 0:
-                    h = bloom_hash(key)
-                r = reader.get(key, h)
-                if r is not MISSING:
-                    return r
+        if self._l0:
+            r = get_from(self._l0, key, h)
+            if r is not MISSING:
+                return r
         for level in self._levels:
             reader = level.find(key)
             if reader is not None:
@@ -678,13 +695,7 @@ class DB:
         parts = self._parts
         l0 = self._l0
         levels = self._levels
-        remaining: list[bytes] = []
-        for key in sorted(set(keys)):
-            r = mem.get(key, MISSING)
-            if r is MISSING:
-                remaining.append(key)
-            else:
-                found[key] = r
+        remaining = split_found(sorted(set(keys)), mem, found)
         # Parts newest first, each as a memtable or (once uploaded) as an SST: uploads finish
         # out of order (parallel uploads, a failed upload retried at commit), so an older part
         # may still be a memtable while a newer one is already an SST.
@@ -693,14 +704,7 @@ class DB:
                 break
             pm = part.memtable
             if pm is not None:
-                unresolved: list[bytes] = []
-                for key in remaining:
-                    r = pm.data.get(key, MISSING)
-                    if r is MISSING:
-                        unresolved.append(key)
-                    else:
-                        found[key] = r
-                remaining = unresolved
+                remaining = split_found(remaining, pm.data, found)
             else:
                 remaining = self._probe(part.reader, remaining, found)  # type: ignore[arg-type]
         for reader in l0:
@@ -736,24 +740,21 @@ class DB:
         tail = reader.tail
         # One pass of the sorted keys against the bloom filter and the index (compiled: a merge).
         unresolved, block_ids, groups = plan_probe(keys, lo, hi, tail.bloom, tail.last_keys)
-        blocks = self._fetch_blocks(reader, block_ids)
-        for i, block_keys in zip(block_ids, groups):
-            lookup_many(blocks[i], block_keys, found, unresolved)
+        lookup_groups(self._fetch_blocks(reader, block_ids), groups, found, unresolved)
         unresolved.extend(keys[hi:])
         unresolved.sort()
         return unresolved
 
-    def _fetch_blocks(self, reader: SstReader, indexes: list[int]) -> dict[int, Any]:
-        out = {}
-        missing = []
-        for i in indexes:
-            blk = reader.cached_block(i)
-            if blk is None:
-                missing.append(i)
-            else:
-                out[i] = blk
+    def _fetch_blocks(self, reader: SstReader, indexes: list[int]) -> list[Any]:
+        """Blocks ``indexes`` of ``reader`` (a list in the same order): cached ones from the
+        cache, the others read in parallel (``Settings.read_parallelism``) and cached."""
+        out = reader.cached_blocks(indexes)
+        if None not in out:
+            return out
+        where = {i: j for j, (i, blk) in enumerate(zip(indexes, out)) if blk is None}
+        missing = list(where)
         if len(missing) == 1:
-            out[missing[0]] = reader.block(missing[0])
+            out[where[missing[0]]] = reader.block(missing[0])
         elif missing:
             if self._read_pool is None:
                 with self._lock:
@@ -764,7 +765,7 @@ class DB:
             for i, raw in zip(missing, self._read_pool.map(reader.read_raw_block, missing)):
                 blk = reader.decode_block(i, raw)
                 reader.put_cached(i, blk)
-                out[i] = blk
+                out[where[i]] = blk
         return out
 
     def scan(
@@ -861,12 +862,28 @@ class DB:
             **m,
         }
 
+    def newer_versions(self) -> list[int]:
+        """Committed versions greater than this DB's base version (one LIST), ascending.
+
+        A non-empty answer means another writer (or an earlier run) has moved on.
+        """
+        self._check_open()
+        base = self.version
+        start = paths.manifest_key(base) if base is not None else None
+        out = []
+        for info in retrying(lambda: list(self._store.list(paths.MANIFEST_PREFIX, start))):
+            v = paths.parse_manifest_key(info.key)
+            if v is not None and (base is None or v > base):
+                out.append(v)
+        return out
+
     # -- retention ----------------------------------------------------------------------------
     def checkpoint(self, name: str) -> int:
         """Pin the committed version under ``name`` so GC keeps it; returns the version.
 
         Checkpoint objects are create-only: naming a version twice is fine, re-pointing a name
-        at another version is an error.
+        at another version is an error. A version below the GC horizon cannot be checkpointed
+        (``VersionNotFoundError``): GC may be deleting it.
         """
         with self._lock:
             self._check_open()
@@ -879,14 +896,31 @@ class DB:
             if version is None:
                 raise InvalidArgumentError("nothing is committed yet: commit before checkpointing")
             key = paths.checkpoint_key(name)
-            body = json.dumps({"version": version, "created_ms": self._clock.now_ms()}).encode()
-            if not retrying(lambda: self._store.put_if_absent(key, body)):
+            token = uuid.uuid4().hex
+            body = json.dumps({"version": version, "created_ms": self._clock.now_ms(),
+                               "token": token}).encode()
+            created = retrying(lambda: self._store.put_if_absent(key, body))
+            if not created:
                 pinned = read_checkpoints(self._store).get(name)
                 if pinned != version:
                     raise AlreadyExistsError(
                         f"checkpoint {name!r} already pins version {pinned} of {self._url!r}; "
                         "choose another name"
                     )
+                try:  # a lost response whose retry found our own object?
+                    existing = json.loads(retrying(lambda: self._store.get(key)))
+                    created = existing.get("token") == token
+                except (NotFoundError, ValueError, AttributeError):
+                    created = False
+            if created and version < horizon(self._store):
+                # GC has passed this version (it may already be deleted, or be deleted by a GC
+                # pass that read the checkpoints before this one existed): withdraw.
+                retrying(lambda: self._store.delete_many([key]))
+                raise VersionNotFoundError(
+                    f"version {version} of {self._url!r} is below the garbage-collection "
+                    f"horizon {horizon(self._store)} and may be collected, so it cannot be "
+                    "checkpointed; checkpoint a newer version"
+                )
             return version
 
     def gc(self, *, retain_versions: int | None = None, grace_seconds: float | None = None,
