@@ -47,9 +47,13 @@ class Memtable:
         return keys
 
     def sorted_items(self) -> tuple[list[bytes], list[object]]:
-        keys = self.sorted_keys()
-        data = self.data
-        return keys, [data[k] for k in keys]
+        """All keys in order and their records (what a flush writes)."""
+        if self._sorted is not None and len(self._sorted) == len(self.data):
+            keys = self._sorted
+            return keys, list(map(self.data.__getitem__, keys))
+        keys, records = sorted_items(self.data)
+        self._sorted = keys
+        return keys, records
 
     def iter_range(self, start: bytes | None, end: bytes | None) -> Iterator[tuple[bytes, object]]:
         """A snapshot of ``(key, record)`` in ``[start, end)``, taken when first advanced."""
@@ -59,6 +63,12 @@ class Memtable:
         data = self.data
         snapshot = [(k, data[k]) for k in keys[i:j]]
         return iter(snapshot)
+
+
+def sorted_items(data: dict[bytes, object]) -> tuple[list[bytes], list[object]]:
+    """``(keys, records)`` of ``data`` in key order."""
+    keys = sorted(data)
+    return keys, list(map(data.__getitem__, keys))
 
 
 # --- batch writes (DB.put_many, DB.write): no Python call per item when compiled ---------------
@@ -108,6 +118,21 @@ def check_ops(ops: list[tuple[bytes, bytes | None, float | None]], max_key: int,
     return True
 
 
+def split_found(keys: list[bytes], data: dict[bytes, object],
+                found: dict[bytes, object]) -> list[bytes]:
+    """Move the keys that ``data`` has into ``found`` (with their records); return the others."""
+    if not data:
+        return list(keys)
+    rest = []
+    for key in keys:
+        r = data.get(key, MISSING)
+        if r is MISSING:
+            rest.append(key)
+        else:
+            found[key] = r
+    return rest
+
+
 def apply_ops(data: dict[bytes, object], ops: list[tuple[bytes, bytes | None, None]]) -> int:
     """Apply ops that passed :func:`check_ops`; return the memtable bytes they add."""
     added = 0
@@ -122,6 +147,8 @@ check_pairs_py = check_pairs
 insert_pairs_py = insert_pairs
 check_ops_py = check_ops
 apply_ops_py = apply_ops
+split_found_py = split_found
+sorted_items_py = sorted_items
 
 _c = load()
 COMPILED = _c is not None
@@ -130,3 +157,5 @@ if _c is not None:
     insert_pairs = _c.insert_pairs
     check_ops = _c.check_ops
     apply_ops = _c.apply_ops
+    split_found = _c.split_found
+    sorted_items = _c.sorted_items

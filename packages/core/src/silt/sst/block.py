@@ -177,6 +177,13 @@ class Block:
         keys = self.keys
         i = bisect_left(keys, start) if start is not None else 0
         stop = bisect_left(keys, end) if end is not None else len(keys)
+        if self.kinds.count(KIND_PUT, i, stop) == stop - i:
+            # Only plain puts (the common case): slice the values and let zip build the pairs.
+            ends = self.value_ends
+            vals = self.values
+            starts = ends[i - 1:stop - 1] if i else [0, *ends[:stop - 1]]
+            yield from zip(keys[i:stop], [vals[a:b] for a, b in zip(starts, ends[i:stop])])
+            return
         record_at = self.record_at
         for j in range(i, stop):
             yield keys[j], record_at(j)

@@ -220,6 +220,14 @@ class SstReader:
     def cached_block(self, i: int) -> Block | None:
         return self.cache.get((self.cache_id, i)) if self.cache is not None else None
 
+    def cached_blocks(self, indexes: list[int]) -> list[Block | None]:
+        """``cached_block(i)`` for each of ``indexes``."""
+        cache = self.cache
+        if cache is None:
+            return [None] * len(indexes)
+        get, cid = cache.get, self.cache_id
+        return [get((cid, i)) for i in indexes]
+
     def put_cached(self, i: int, blk: Block) -> None:
         if self.cache is not None:
             self.cache.put((self.cache_id, i), blk, blk.charge)
@@ -282,6 +290,20 @@ def find_block(bloom: BloomFilter | None, last_keys: list[bytes], key: bytes, h:
         return -1
     i = bisect_left(last_keys, key)
     return i if i < len(last_keys) else -1
+
+
+def get_from(readers: Sequence[SstReader], key: bytes, h: int = -1) -> object:
+    """The record of ``key`` in the first of ``readers`` (SstReaders, newest first) whose key
+    range holds it and that has it, or :data:`MISSING` (one bloom hash for all of them)."""
+    for reader in readers:
+        info = reader.info
+        if info.smallest <= key <= info.largest:  # type: ignore[union-attr]
+            if h < 0:
+                h = bloom_hash(key)
+            r = reader.get(key, h)
+            if r is not MISSING:
+                return r
+    return MISSING
 
 
 def RangeIter(
@@ -347,8 +369,25 @@ def lookup_many(
             found[key] = r
 
 
+def lookup_groups(
+    blocks: list[Block], groups: list[list[bytes]], found: dict[bytes, object],
+    unresolved: list[bytes],
+) -> None:
+    """:func:`lookup_many` of ``groups[j]`` in ``blocks[j]`` for every ``j``."""
+    for blk, keys in zip(blocks, groups):
+        get = blk.get
+        for key in keys:
+            r = get(key)
+            if r is MISSING:
+                unresolved.append(key)
+            else:
+                found[key] = r
+
+
 #: The pure-Python twins, whichever implementation is selected (tests compare both).
 find_block_py = find_block
+get_from_py = get_from
+lookup_groups_py = lookup_groups
 RangeIter_py = RangeIter
 plan_probe_py = plan_probe
 lookup_many_py = lookup_many
@@ -357,6 +396,8 @@ _c = load()
 COMPILED = _c is not None
 if _c is not None:
     find_block = _c.find_block
+    get_from = _c.get_from
     RangeIter = _c.RangeIter
     plan_probe = _c.plan_probe
     lookup_many = _c.lookup_many
+    lookup_groups = _c.lookup_groups
