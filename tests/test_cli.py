@@ -217,8 +217,13 @@ def test_inspect_missing_version_and_empty_root(root: str, tmp_path, capsys) -> 
     assert code == 1 and out == ""
     assert err.startswith("silt: error: version 9 ") and "silt ls" in err
     assert "Traceback" not in err
-    code, _, err = run(capsys, "inspect", tmp_path.as_uri())
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    code, _, err = run(capsys, "inspect", empty.as_uri())
     assert code == 1 and "no committed versions" in err
+    # A folder holding DBs (here the root fixture's "root/") is shown as a root of DBs.
+    code, out, _ = run(capsys, "inspect", tmp_path.as_uri())
+    assert code == 0 and "1 DBs" in out and "\nroot " in out
 
 
 # --- get -----------------------------------------------------------------------------------------

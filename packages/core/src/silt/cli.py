@@ -1,13 +1,23 @@
-"""The ``silt`` command line: look at, read and check a silt root. Every command only reads.
+"""The ``silt`` command line: look at, read, check and maintain a silt root.
 
 Commands (``silt COMMAND --help`` for each one's options)::
 
     silt ls URL                     committed versions: created, SSTs, bytes, meta
-    silt inspect URL                one version's manifest: levels, SSTs, sizes, key ranges
+    silt inspect URL                one version's manifest: levels, SSTs, sizes, key ranges, plus
+                                    compaction state, pending compaction records, checkpoints and
+                                    the GC horizon (for a root of several DBs: one line per DB)
     silt get URL KEY                one value (raw bytes on stdout)
     silt scan URL                   key<TAB>value lines in key order
     silt verify URL                 read every manifest and block in scope, check checksums
     silt plugins                    installed plugins and first-party ones not installed
+    silt compact URL [--loop]       external compactor: run the policy's next task, write its
+                                    record under compaction/ (never a manifest)
+    silt gc URL                     delete old versions and unreferenced objects (all DBs under URL)
+    silt checkpoint URL NAME        pin a version under NAME so GC keeps it
+
+``ls``, ``inspect``, ``get``, ``scan``, ``verify`` and ``plugins`` only read. ``compact`` writes
+new SSTs and a compaction record, ``gc`` deletes (nothing with ``--dry-run``), ``checkpoint``
+creates one small object; none of them ever changes an existing object.
 
 Exit status: 0 success; 1 an error (bad URL, no such version, no tier for the scheme) or, for
 ``get``, an absent key; 2 damaged data (``verify`` found corruption or a missing SST, or any
@@ -33,6 +43,8 @@ from urllib.parse import unquote
 
 from . import _list_versions, paths, read_manifest
 from . import open as open_db
+from .clock import Clock
+from .compaction.record import CompactionRecord
 from .db import DB
 from .errors import (
     CorruptionError,
@@ -43,6 +55,7 @@ from .errors import (
 )
 from .manifest import Manifest
 from .plugins import KNOWN_CACHES, KNOWN_TIERS, get_registry, open_store
+from .settings import Settings
 from .sst.builder import SstInfo
 from .sst.reader import SstReader
 from .store import ObjectStore, retrying, split_url
@@ -253,9 +266,110 @@ def _sst_json(info: SstInfo, props: dict[str, Any] | None) -> dict[str, Any]:
     return d
 
 
+def _read_records(store: ObjectStore, prefix: str = ""
+                  ) -> list[tuple[str, CompactionRecord | CorruptionError]]:
+    """Every compaction record under ``prefix``: ``(object name, record or the decode error)``."""
+    out: list[tuple[str, CompactionRecord | CorruptionError]] = []
+    for info in retrying(lambda: list(store.list(prefix + paths.COMPACTION_PREFIX))):
+        try:
+            data = retrying(lambda key=info.key: store.get(key))  # type: ignore[misc]
+        except NotFoundError:
+            continue  # adopted or collected while we listed
+        try:
+            out.append((info.key, CompactionRecord.decode(data, info.key)))
+        except CorruptionError as exc:
+            out.append((info.key, exc))
+    return out
+
+
+def _record_json(name: str, rec: CompactionRecord | CorruptionError) -> dict[str, Any]:
+    if isinstance(rec, CorruptionError):
+        return {"object": name, "error": str(rec)}
+    return {
+        "object": name, "id": rec.id, "base_version": rec.base_version,
+        "created_ms": rec.created_ms, "created": _time(rec.created_ms), "mode": rec.task.mode,
+        "target_level": rec.task.target_level, "drop_tombstones": rec.task.drop_tombstones,
+        "inputs": len(rec.task.inputs), "outputs": len(rec.outputs),
+        "input_bytes": rec.input_bytes, "output_bytes": sum(o.size for o in rec.outputs),
+        "reason": rec.task.reason,
+    }
+
+
+def _compaction_state(m: Manifest) -> dict[str, Any]:
+    """L0 count, bytes per level and the SSTs a point read may probe, for one manifest."""
+    return {
+        "l0_ssts": len(m.l0),
+        "l0_bytes": sum(s.size for s in m.l0),
+        "level_bytes": [sum(s.size for s in run) for run in m.levels],
+        "read_amplification": len(m.l0) + sum(1 for run in m.levels if run),
+    }
+
+
+def _versions_at(store: ObjectStore, db: str) -> list[int]:
+    return sorted(v for v in (
+        paths.parse_manifest_key(i.key[len(db):])
+        for i in retrying(lambda: list(store.list(db + paths.MANIFEST_PREFIX)))
+    ) if v is not None)
+
+
+def _db_prefixes(store: ObjectStore) -> list[str]:
+    """Key prefixes of every DB under the root (``""`` for the root itself), from one listing."""
+    from .gc import _split
+
+    found = set()
+    for info in retrying(lambda: list(store.list(""))):
+        db, rest = _split(info.key)
+        if rest.startswith(paths.MANIFEST_PREFIX):
+            found.add(db)
+    return sorted(found)
+
+
+def _inspect_root(store: ObjectStore, url: str, dbs: list[str], as_json: bool) -> int:
+    """``silt inspect`` of a root that holds several DBs (e.g. a Spark operator's shards)."""
+    from .gc import horizon, read_checkpoints
+
+    rows = []
+    for db in dbs:
+        found = _versions_at(store, db)
+        if not found:
+            continue
+        name = db + paths.manifest_key(found[-1])
+        try:
+            m = Manifest.decode(retrying(lambda name=name: store.get(name)), name)
+        except NotFoundError:
+            continue
+        rows.append({
+            "db": db.rstrip("/"), "version": m.version, "versions": len(found),
+            **_compaction_state(m),
+            "bytes": sum(s.size for s in m.all_ssts()),
+            "pending_compactions": len(_read_records(store, db)),
+            "checkpoints": read_checkpoints(store, db),
+            "gc_horizon": horizon(store, db),
+        })
+    if as_json:
+        _print_json({"root": url, "dbs": rows})
+        return EXIT_OK
+    print(f"root {url}: {len(rows)} DBs")
+    print(_table(
+        ["DB", "VERSION", "VERSIONS", "L0", "READ_AMP", "BYTES", "PENDING", "HORIZON",
+         "CHECKPOINTS"],
+        [[r["db"], r["version"], r["versions"], r["l0_ssts"], r["read_amplification"],
+          r["bytes"], r["pending_compactions"], r["gc_horizon"] or "-",
+          " ".join(f"{k}={v}" for k, v in sorted(r["checkpoints"].items())) or "-"]
+         for r in rows],
+    ))
+    return EXIT_OK
+
+
 def cmd_inspect(args: argparse.Namespace) -> int:
+    from .gc import horizon, read_checkpoints
+
     store = _open_store(args.url)
     try:
+        if args.version is None and not _list_versions(store):
+            dbs = [db for db in _db_prefixes(store) if db]
+            if dbs:
+                return _inspect_root(store, args.url, dbs, args.json)
         version = _resolve_version(store, args.url, args.version)
         m = _read_manifest(store, args.url, version)
         props: dict[str, dict[str, Any]] = {}
@@ -263,9 +377,13 @@ def cmd_inspect(args: argparse.Namespace) -> int:
             for info in m.all_ssts():
                 reader = SstReader(store, paths.sst_key(info.id), info, None)
                 props[info.id] = dict(reader.properties)
+        records = [_record_json(name, rec) for name, rec in _read_records(store)]
+        checkpoints = read_checkpoints(store)
+        gc_horizon = horizon(store)
         store_stats = store.stats()
     finally:
         store.close()
+    compaction = {**_compaction_state(m), "pending_records": records}
 
     levels = [("L0", m.l0)] + [(f"L{i}", lv) for i, lv in enumerate(m.levels, start=1)]
 
@@ -294,6 +412,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
             ],
             "totals": totals(everything),
             "store": store_stats,
+            "compaction": compaction,
+            "checkpoints": checkpoints,
+            "gc_horizon": gc_horizon,
         })
         return EXIT_OK
 
@@ -325,6 +446,21 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     t = totals(everything)
     print(f"total: {t['ssts']} SSTs, {t['bytes']} bytes, {t['entries']} entries, "
           f"{t['tombstones']} tombstones")
+    levels_text = " ".join(f"L{i}={b}" for i, b in enumerate(compaction["level_bytes"], 1))
+    print(f"compaction: L0 {compaction['l0_ssts']} SSTs, read amplification "
+          f"{compaction['read_amplification']}, level bytes {levels_text or '-'}")
+    print(f"pending compaction records: {len(records)}")
+    if records:
+        print(_table(
+            ["ID", "BASE", "MODE", "INPUTS", "OUTPUTS", "IN_BYTES", "OUT_BYTES", "REASON"],
+            [[r["object"], "-", "CORRUPT", "-", "-", "-", "-", r["error"]] if "error" in r
+             else [r["id"], r["base_version"], r["mode"], r["inputs"], r["outputs"],
+                   r["input_bytes"], r["output_bytes"], r["reason"]] for r in records],
+            indent="  ",
+        ))
+    print("checkpoints: " + (" ".join(f"{k}={v}" for k, v in sorted(checkpoints.items()))
+                             or "-"))
+    print(f"gc horizon: {gc_horizon or '-'}")
     if store_stats:
         print("store: " + " ".join(f"{k}={v}" for k, v in sorted(store_stats.items())))
     return EXIT_OK
@@ -505,7 +641,188 @@ def cmd_plugins(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _settings_from(args: argparse.Namespace) -> Settings:
+    """Settings for ``compact``: defaults, then ``--set KEY=VALUE`` items, then ``--policy``."""
+    fields = Settings().to_dict()
+    changes: dict[str, Any] = {}
+    for item in args.set or ():
+        key, sep, text = item.partition("=")
+        if not sep or key not in fields:
+            raise InvalidArgumentError(
+                f"--set takes KEY=VALUE with KEY one of {', '.join(sorted(fields))}; got {item!r}"
+            )
+        kind = type(fields[key])
+        try:
+            changes[key] = kind(text)
+        except ValueError:
+            raise InvalidArgumentError(
+                f"--set {key}: {text!r} is not a valid {kind.__name__}"
+            ) from None
+    if args.policy is not None:
+        changes["compaction"] = args.policy
+    return Settings().replace(**changes)
+
+
+def _compact_once(store: ObjectStore, url: str, settings: Settings, policy: Any,
+                  clock: Clock) -> dict[str, Any]:
+    """One pass of the external compactor over the latest version. Never writes a manifest."""
+    from .compaction.compactor import run_compaction
+
+    found = _list_versions(store)
+    if not found:
+        return {"status": "empty", "version": None}
+    m = _read_manifest(store, url, found[-1])
+    task = policy.pick(m, clock.now_ms())
+    if task is None:
+        return {"status": "idle", "version": m.version}
+    # A record the writer has not adopted yet, whose inputs are all still live and overlap this
+    # task, would make this one redundant: wait for the writer instead of doing it twice.
+    live = {s.id for s in m.all_ssts()}
+    for name, rec in _read_records(store):
+        if isinstance(rec, CompactionRecord) and set(rec.task.inputs) <= live and (
+            set(rec.task.inputs) & set(task.inputs)
+        ):
+            return {"status": "waiting", "version": m.version, "record": name}
+    record = run_compaction(store, m, task, settings, clock)
+    return {"status": "compacted", "version": m.version,
+            **_record_json(paths.compaction_key(record.id), record)}
+
+
+def cmd_compact(args: argparse.Namespace) -> int:
+    import signal
+    import time
+
+    from .compaction.task import make_policy
+
+    settings = _settings_from(args)
+    policy = make_policy(settings.compaction, settings)
+    if policy is None:
+        raise InvalidArgumentError("--policy none compacts nothing; name a policy")
+    stop = False
+
+    def on_term(signum: int, frame: object) -> None:
+        nonlocal stop
+        stop = True
+
+    previous = signal.signal(signal.SIGTERM, on_term) if args.loop else None
+    store = _open_store(args.url)
+    clock = Clock()
+    passes = 0
+    try:
+        while True:
+            try:
+                result = _compact_once(store, args.url, settings, policy, clock)
+            except (CorruptionError, InvalidArgumentError):
+                raise
+            except SiltError as exc:
+                if not args.loop:
+                    raise
+                result = {"status": "failed", "error": str(exc)}
+                print(f"silt: warning: compaction pass failed (retried next pass): {exc}",
+                      file=sys.stderr)
+            passes += 1
+            if args.json:
+                print(json.dumps(result, sort_keys=True), flush=True)
+            else:
+                print(_compact_line(args.url, result), flush=True)
+            if not args.loop or stop or (args.iterations and passes >= args.iterations):
+                break
+            deadline = time.monotonic() + args.interval
+            while not stop and time.monotonic() < deadline:
+                time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
+            if stop:
+                break
+    except KeyboardInterrupt:
+        if not args.loop:
+            raise
+    finally:
+        store.close()
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+    return EXIT_OK
+
+
+def _compact_line(url: str, r: dict[str, Any]) -> str:
+    at = f"{url} version {r.get('version')}"
+    if r["status"] == "empty":
+        return f"{url}: no committed versions, nothing to compact"
+    if r["status"] == "idle":
+        return f"{at}: nothing to compact"
+    if r["status"] == "waiting":
+        return f"{at}: waiting for the writer to adopt {r['record']}"
+    if r["status"] == "failed":
+        return f"{url}: pass failed: {r['error']}"
+    return (f"{at}: {r['mode']} {r['inputs']} SSTs ({r['input_bytes']} bytes) -> "
+            f"{r['outputs']} SSTs ({r['output_bytes']} bytes): {r['reason']}; wrote {r['object']}")
+
+
+def cmd_gc(args: argparse.Namespace) -> int:
+    from .gc import collect_garbage
+
+    store = _open_store(args.url)
+    try:
+        report = collect_garbage(store, retain_versions=args.retain, grace_seconds=args.grace,
+                                 dry_run=args.dry_run)
+    finally:
+        store.close()
+    if args.json:
+        _print_json({
+            "dry_run": report.dry_run,
+            "dbs": [db.rstrip("/") for db in report.dbs],
+            "kept_versions": {db.rstrip("/"): v for db, v in report.kept_versions.items()},
+            "horizons": {db.rstrip("/"): h for db, h in report.horizons.items()},
+            "deleted_manifests": report.deleted_manifests,
+            "deleted_ssts": report.deleted_ssts,
+            "deleted_records": report.deleted_records,
+            "deleted_bytes": report.deleted_bytes,
+        })
+        return EXIT_OK
+    verb = "would delete" if report.dry_run else "deleted"
+    for db in report.dbs:
+        kept = report.kept_versions.get(db, [])
+        shown = ", ".join(map(str, kept)) if len(kept) <= 12 else (
+            f"{kept[0]}..{kept[-1]} ({len(kept)} versions)")
+        print(f"{db.rstrip('/') or '.'}: keeps versions {shown or '-'}, horizon "
+              f"{report.horizons.get(db, '-')}")
+    print(f"gc of {args.url}: {verb} {len(report.deleted_manifests)} manifests, "
+          f"{len(report.deleted_ssts)} SSTs ({report.deleted_bytes} bytes), "
+          f"{len(report.deleted_records)} compaction records")
+    return EXIT_OK
+
+
+def cmd_checkpoint(args: argparse.Namespace) -> int:
+    store, db = _open_db(args.url, args.version)
+    try:
+        version = db.checkpoint(args.name)
+    finally:
+        db.close()
+        store.close()
+    if args.json:
+        _print_json({"name": args.name, "version": version,
+                     "object": paths.checkpoint_key(args.name)})
+    else:
+        print(f"checkpoint {args.name!r} pins version {version} of {args.url}")
+    return EXIT_OK
+
+
 # --- argument parsing ----------------------------------------------------------------------------
+
+
+def _positive(text: str) -> int:
+    value = _non_negative(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is negative")
+    return value
 
 
 def _non_negative(text: str) -> int:
@@ -521,7 +838,8 @@ def _non_negative(text: str) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="silt",
-        description="Look at, read and check a silt root (every command only reads).",
+        description="Look at, read, check and maintain a silt root (only compact, gc and "
+                    "checkpoint write).",
         epilog="exit status: 0 ok; 1 error or absent key (get); 2 corruption found or usage error",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -576,6 +894,45 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("plugins", cmd_plugins, "list installed plugins and first-party ones to install",
                 url=False)
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+    p = command("compact", cmd_compact,
+                "external compactor: pick the policy's next task from the latest version, merge "
+                "its SSTs into new ones and write a record under compaction/ for the writer to "
+                "adopt (the writer uses compaction_mode='external'); never writes a manifest")
+    p.add_argument("--policy", metavar="NAME",
+                   help="compaction policy (default: Settings.compaction, 'leveled')")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="a Settings field, e.g. --set l0_compaction_trigger=4 (repeatable); use "
+                        "the writer's values")
+    p.add_argument("--loop", action="store_true",
+                   help="keep compacting until interrupted (SIGINT/SIGTERM)")
+    p.add_argument("--interval", type=_seconds, default=10.0, metavar="SECONDS",
+                   help="pause between passes with --loop (default 10)")
+    p.add_argument("--iterations", type=_non_negative, default=0, metavar="N",
+                   help="with --loop, stop after N passes (default: never)")
+    p.add_argument("--json", action="store_true", help="one JSON object per pass")
+
+    defaults = Settings()
+    p = command("gc", cmd_gc,
+                "delete versions beyond the newest N (except checkpoints), then SSTs and "
+                "compaction records no kept version needs that are older than the grace period; "
+                "covers every DB under URL")
+    p.add_argument("--retain", type=_positive, default=defaults.retain_versions, metavar="N",
+                   help=f"versions to keep per DB (default {defaults.retain_versions})")
+    p.add_argument("--grace", type=_seconds, default=defaults.gc_grace_seconds,
+                   metavar="SECONDS",
+                   help=f"minimum age of a deleted SST or record (default "
+                        f"{defaults.gc_grace_seconds:g}); must match the writers' "
+                        "Settings.gc_grace_seconds")
+    p.add_argument("--dry-run", action="store_true", help="report what would go; delete nothing")
+    p.add_argument("--json", action="store_true", help="machine-readable report")
+
+    p = command("checkpoint", cmd_checkpoint,
+                "pin a committed version under NAME so GC keeps it (names are create-only)")
+    p.add_argument("name", metavar="NAME", help="1-128 letters, digits, '.', '_' or '-'")
+    p.add_argument("--version", type=_non_negative, metavar="N",
+                   help="the version to pin (default: the latest)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     return parser
 

@@ -13,7 +13,11 @@ The order is what makes GC safe beside live writers (DESIGN.md section 8):
    ones is the DB's *horizon*.
 4. **Horizon marker** ``gc/horizon/<H>`` is created *before* any manifest is deleted. A writer
    checks the markers right after creating a manifest and withdraws a version below the horizon
-   (so a stalled writer can never re-create a version GC deleted and have it stand).
+   (so a stalled writer can never re-create a version GC deleted and have it stand). The
+   manifests are then listed again: one created between the first listing and the marker was
+   checked by a writer that could not see the marker yet, so what it references is kept. Then
+   the checkpoints are read again, for the same reason: a version pinned meanwhile is kept (a
+   checkpoint created after that re-read sees the marker and is withdrawn by its creator).
 5. Delete manifests below the horizon that no checkpoint pins; then delete the candidates that
    no kept manifest and no young compaction record references.
 
@@ -131,12 +135,7 @@ def collect_garbage(
     referenced: set[str] = set()
     doomed_manifests: list[str] = []
     for db in report.dbs:
-        versions = sorted(
-            v for v in (
-                paths.parse_manifest_key(i.key[len(db):])
-                for i in retrying(lambda db=db: list(store.list(db + paths.MANIFEST_PREFIX)))
-            ) if v is not None
-        )
+        versions = _versions(store, db)
         if not versions:
             continue
         pinned = set(read_checkpoints(store, db).values())
@@ -158,6 +157,34 @@ def collect_garbage(
         # 4. the horizon marker goes first
         if not dry_run and h > horizon(store, db):
             retrying(lambda db=db, h=h: store.put_if_absent(db + paths.horizon_key(h), b"{}"))
+        # 4b. manifests created since the listing above: their writers may have read the horizon
+        # before the marker existed, so they would not withdraw. Keep what they reference this
+        # pass (a writer creating a manifest after this listing sees the marker and withdraws).
+        for v in _versions(store, db):
+            if v in versions:
+                continue
+            name = db + paths.manifest_key(v)
+            try:
+                manifest = Manifest.decode(retrying(lambda name=name: store.get(name)), name)
+            except NotFoundError:
+                continue
+            for s in manifest.all_ssts():
+                referenced.add(db + paths.sst_key(s.id))
+        # 4c. checkpoints created since they were read: their creators may not have seen the
+        # marker either (a checkpoint creator withdraws one below a horizon it sees), so the
+        # versions they pin are kept this pass too.
+        for v in set(read_checkpoints(store, db).values()) - pinned:
+            name = db + paths.manifest_key(v)
+            if name not in doomed_manifests:
+                continue
+            try:
+                manifest = Manifest.decode(retrying(lambda name=name: store.get(name)), name)
+            except NotFoundError:
+                continue
+            doomed_manifests.remove(name)
+            report.kept_versions[db] = sorted({*report.kept_versions[db], v})
+            for s in manifest.all_ssts():
+                referenced.add(db + paths.sst_key(s.id))
 
     # Outputs of compaction records that are still young may be adopted soon: keep them.
     young_outputs: set[str] = set()
@@ -180,6 +207,16 @@ def collect_garbage(
                 chunk = batch[i:i + 1000]
                 retrying(lambda chunk=chunk: store.delete_many(chunk))
     return report
+
+
+def _versions(store: ObjectStore, db: str) -> list[int]:
+    """The committed versions of the DB at prefix ``db``, ascending."""
+    return sorted(
+        v for v in (
+            paths.parse_manifest_key(i.key[len(db):])
+            for i in retrying(lambda: list(store.list(db + paths.MANIFEST_PREFIX)))
+        ) if v is not None
+    )
 
 
 def _id_time(ulid: str) -> int:

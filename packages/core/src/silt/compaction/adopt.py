@@ -4,9 +4,10 @@ The record was computed from an older version; since then the writer may have ad
 adopted other compactions. :func:`adopt` accepts the record only if
 
 1. every input is still live;
-2. the inputs sit where the mode allows (an L0 *suffix*, i.e. the oldest L0 SSTs; for
-   ``into_level`` the level above the target and the target; for ``new_run`` adjacent whole runs,
-   starting at the first run when L0 inputs are present);
+2. the inputs sit where the mode allows (an L0 *suffix*, i.e. the oldest L0 SSTs, except for
+   ``drop``, which may take any SST; for ``into_level`` the level above the target and the
+   target; for ``new_run`` adjacent whole runs, starting at the first non-empty run when L0
+   inputs are present; empty runs are ignored);
 3. the resulting target run is still sorted with disjoint ranges;
 4. for ``drop_tombstones`` (and ``drop``), nothing below the output overlaps it.
 
@@ -38,9 +39,14 @@ def adopt(l0: tuple[SstInfo, ...], levels: tuple[tuple[SstInfo, ...], ...],
     found = len(l0_pos) + sum(len(h) for h in run_hits.values())
     if found != len(ids):
         raise Refused(f"{len(ids) - found} of {len(ids)} inputs are no longer live")
-    if l0_pos and l0_pos != list(range(len(l0) - len(l0_pos), len(l0))):
+    if task.mode == "drop":
+        # Dropping rewrites nothing, so any L0 SST may go (not only the oldest), as long as no
+        # older data it shadows lies below it (checked below).
+        new_l0 = tuple(s for s in l0 if s.id not in ids)
+    elif l0_pos and l0_pos != list(range(len(l0) - len(l0_pos), len(l0))):
         raise Refused("L0 inputs are not the oldest L0 SSTs")
-    new_l0 = l0[:len(l0) - len(l0_pos)]
+    else:
+        new_l0 = l0[:len(l0) - len(l0_pos)]
     in_lo, in_hi = hull([l0[i] for i in l0_pos] + [s for hit in run_hits.values() for s in hit])
     outputs = tuple(sorted(record.outputs, key=lambda s: s.smallest))
     if not is_sorted_run(outputs):
@@ -82,12 +88,13 @@ def adopt(l0: tuple[SstInfo, ...], levels: tuple[tuple[SstInfo, ...], ...],
         position = target
     else:  # new_run
         hit = sorted(run_hits)
-        if hit and hit != list(range(hit[0], hit[-1] + 1)):
+        # Empty runs (a leveled tree can leave some) hold no data: they never separate runs.
+        if hit and any(levels[i] and i not in run_hits for i in range(hit[0], hit[-1] + 1)):
             raise Refused("input runs are not adjacent")
         for i in hit:
             if len(run_hits[i]) != len(levels[i]):
                 raise Refused(f"run {i} is only partly an input")
-        if l0_pos and hit and hit[0] != 0:
+        if l0_pos and hit and any(levels[i] for i in range(hit[0])):
             raise Refused("L0 inputs must merge with the newest runs")
         start = hit[0] if hit else 0
         stop = hit[-1] + 1 if hit else 0
