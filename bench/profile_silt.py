@@ -52,6 +52,9 @@ def main() -> None:
     p.add_argument("--top", type=int, default=12)
     p.add_argument("--ops", default="flush,commit,warm_get,cold_get,missing_get,multi_get,scan")
     args = p.parse_args()
+    compiled = [m for m, on in silt.speedups().items() if on]
+    print(f"silt hot path: {'compiled: ' + ', '.join(compiled) if compiled else 'pure Python'}"
+          " (cProfile does not see inside compiled functions: their time shows as the caller's)")
     ops = set(args.ops.split(","))
     keys = cb.gen_keys(args.keys, "keys")
     values = cb.gen_values(args.keys, "values")

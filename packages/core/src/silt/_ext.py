@@ -1,9 +1,9 @@
 """Selecting the compiled hot path (``silt._speedups``) or its pure-Python twins, at import.
 
-``SILT_NO_EXTENSIONS=1`` forces pure Python. ``SILT_REQUIRE_EXTENSIONS=1`` turns a missing or
-broken build into an ``ImportError`` (CI sets it so that it never silently tests pure Python
-twice). Each accelerated module asks :func:`load` once and says in ``COMPILED`` what it uses;
-:func:`silt.speedups` collects them.
+``SILT_NO_EXTENSIONS=1`` forces pure Python (and wins when both are set).
+``SILT_REQUIRE_EXTENSIONS=1`` turns a missing or broken build into an ``ImportError`` (CI sets it
+so that it never silently tests pure Python twice). Each accelerated module asks :func:`load`
+once and says in ``COMPILED`` what it uses; :func:`silt.speedups` collects them.
 """
 
 from __future__ import annotations

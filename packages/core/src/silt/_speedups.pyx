@@ -1,0 +1,1167 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+# cython: initializedcheck=False, embedsignature=True
+"""Compiled twins of silt's hot path (DESIGN.md section 6, STYLE.md "Pure-Python and Cython twins").
+
+Every public name here has a pure-Python twin with the same behaviour, and the module that owns
+the twin selects this one at import (see :mod:`silt._ext`):
+
+================================  =============================================
+compiled (here)                   pure-Python twin
+================================  =============================================
+crc32, bloom_hash                 zlib.crc32, silt.sst.bloom.bloom_hash
+build_bloom, BloomFilter          silt.sst.bloom
+encode_block, Block               silt.sst.block
+split_blocks                      silt.sst.builder.split_blocks
+find_block, get_from, RangeIter   silt.sst.reader
+plan_probe, lookup_many/_groups   silt.sst.reader
+merge_newest_first, live          silt.merge
+visible_many                      silt.merge
+sorted_items, split_found         silt.memtable
+check_pairs, insert_pairs         silt.memtable
+check_ops, apply_ops              silt.memtable
+================================  =============================================
+
+The on-disk bytes are defined in docs/format.md; tests/test_twins.py checks both implementations
+byte for byte on random inputs. Why a .pyx and not a ``*_cy.py`` pure-mode source: the fast
+algorithms (table CRC-32, binary search over raw key offsets with memcmp, a heap over C arrays)
+are per-byte loops that run 100x slower interpreted, so a single pure-mode source would have to
+carry both algorithms behind ``cython.compiled`` branches anyway.
+"""
+
+cimport cython
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.dict cimport PyDict_GetItem, PyDict_Next, PyDict_SetItem
+from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
+from cpython.object cimport PyObject
+from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
+from libc.stdint cimport uint8_t, uint32_t, uint64_t
+from libc.stdlib cimport free, malloc
+from libc.string cimport memcmp, memcpy, memset
+
+from silt.errors import CorruptionError
+from silt.record import MISSING
+
+cdef extern from "Python.h":
+    bint PyBytes_CheckExact(object o)
+    bint PyTuple_CheckExact(object o)
+    bint PyList_CheckExact(object o)
+
+cdef object _MISSING = MISSING
+cdef uint8_t KIND_PUT = 0
+cdef uint8_t KIND_DELETE = 1
+cdef uint8_t KIND_PUT_EXPIRING = 2
+
+# --- CRC-32 (zlib's polynomial, reflected), slicing by 8 -------------------------------------
+cdef uint32_t _crc_tab[8][256]
+
+
+cdef void _init_crc() noexcept:
+    cdef uint32_t c
+    cdef int i, j, t
+    for i in range(256):
+        c = <uint32_t>i
+        for j in range(8):
+            if c & 1:
+                c = (c >> 1) ^ 0xEDB88320u
+            else:
+                c = c >> 1
+        _crc_tab[0][i] = c
+    for i in range(256):
+        c = _crc_tab[0][i]
+        for t in range(1, 8):
+            c = _crc_tab[0][c & 0xFF] ^ (c >> 8)
+            _crc_tab[t][i] = c
+
+
+_init_crc()
+
+
+cdef inline uint32_t _le32(const unsigned char* p) noexcept nogil:
+    return (<uint32_t>p[0] | (<uint32_t>p[1] << 8) | (<uint32_t>p[2] << 16)
+            | (<uint32_t>p[3] << 24))
+
+
+cdef inline uint64_t _le64(const unsigned char* p) noexcept nogil:
+    return <uint64_t>_le32(p) | (<uint64_t>_le32(p + 4) << 32)
+
+
+cdef inline void _put32(unsigned char* p, uint32_t v) noexcept nogil:
+    p[0] = v & 0xFF
+    p[1] = (v >> 8) & 0xFF
+    p[2] = (v >> 16) & 0xFF
+    p[3] = (v >> 24) & 0xFF
+
+
+cdef inline void _put64(unsigned char* p, uint64_t v) noexcept nogil:
+    _put32(p, <uint32_t>(v & 0xFFFFFFFFu))
+    _put32(p + 4, <uint32_t>(v >> 32))
+
+
+cdef inline uint32_t _crc32(const unsigned char* p, Py_ssize_t n) noexcept nogil:
+    cdef uint32_t c = 0xFFFFFFFFu
+    cdef uint32_t one, two
+    while n >= 8:
+        one = _le32(p) ^ c
+        two = _le32(p + 4)
+        c = (_crc_tab[7][one & 0xFF] ^ _crc_tab[6][(one >> 8) & 0xFF]
+             ^ _crc_tab[5][(one >> 16) & 0xFF] ^ _crc_tab[4][one >> 24]
+             ^ _crc_tab[3][two & 0xFF] ^ _crc_tab[2][(two >> 8) & 0xFF]
+             ^ _crc_tab[1][(two >> 16) & 0xFF] ^ _crc_tab[0][two >> 24])
+        p += 8
+        n -= 8
+    while n > 0:
+        c = _crc_tab[0][(c ^ p[0]) & 0xFF] ^ (c >> 8)
+        p += 1
+        n -= 1
+    return c ^ 0xFFFFFFFFu
+
+
+cdef inline uint32_t _fmix(uint32_t h) noexcept nogil:
+    h ^= h >> 16
+    h *= 0x85EBCA6Bu
+    h ^= h >> 13
+    h *= 0xC2B2AE35u
+    h ^= h >> 16
+    return h
+
+
+cdef inline uint32_t _hash(bytes key) noexcept:
+    return _fmix(_crc32(<const unsigned char*>PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key)))
+
+
+def crc32(bytes data):
+    """zlib.crc32 of ``data`` (the twin is zlib itself)."""
+    return _crc32(<const unsigned char*>PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data))
+
+
+def bloom_hash(bytes key):
+    """32-bit hash of ``key`` used by the filter (on-disk format: never change)."""
+    return _hash(key)
+
+
+# --- bloom filters ---------------------------------------------------------------------------
+cdef int _probes_for(long bits_per_key) noexcept:
+    cdef long k = <long>(bits_per_key * 0.69)
+    return <int>max(1, min(30, k))
+
+
+def build_bloom(keys, long bits_per_key):
+    """Serialize a filter for ``keys``: a probe-count byte followed by the bit array."""
+    cdef list ks = keys if PyList_CheckExact(keys) else list(keys)
+    cdef int k = _probes_for(bits_per_key)
+    cdef Py_ssize_t n = len(ks)
+    cdef uint64_t nbits = max(64, n * bits_per_key)
+    cdef uint64_t nbytes = (nbits + 7) // 8
+    nbits = nbytes * 8
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, <Py_ssize_t>(nbytes + 1))
+    cdef unsigned char* buf = <unsigned char*>PyBytes_AS_STRING(out)
+    memset(buf, 0, nbytes + 1)
+    buf[0] = <unsigned char>k
+    cdef unsigned char* bits = buf + 1
+    cdef Py_ssize_t i
+    cdef int j
+    cdef uint32_t h, delta
+    cdef uint64_t pos
+    cdef object key
+    for i in range(n):
+        key = <object>PyList_GET_ITEM(ks, i)
+        if not PyBytes_CheckExact(key):
+            raise TypeError(f"bloom keys must be bytes, got {type(key).__name__}")
+        h = _hash(<bytes>key)
+        delta = (h >> 17) | (h << 15)
+        for j in range(k):
+            pos = h % nbits
+            bits[pos >> 3] |= <unsigned char>(1 << (pos & 7))
+            h += delta
+    return out
+
+
+@cython.final
+cdef class BloomFilter:
+    """A decoded filter. ``may_contain`` is exact for keys added and rarely true for others."""
+
+    cdef readonly bytes _bits
+    cdef readonly int _k
+    cdef readonly uint64_t _nbits
+    cdef const unsigned char* _p
+
+    def __init__(self, data):
+        if not PyBytes_CheckExact(data):
+            data = bytes(data)
+        if PyBytes_GET_SIZE(data) < 1:
+            raise ValueError("bloom filter block is empty")
+        self._k = <unsigned char>PyBytes_AS_STRING(data)[0]
+        self._bits = data[1:]
+        self._nbits = <uint64_t>PyBytes_GET_SIZE(self._bits) * 8
+        self._p = <const unsigned char*>PyBytes_AS_STRING(self._bits)
+
+    cdef bint _test(self, uint32_t h) noexcept:
+        cdef uint64_t nbits = self._nbits
+        if nbits == 0:
+            return True
+        cdef uint32_t delta = (h >> 17) | (h << 15)
+        cdef uint64_t pos
+        cdef int j
+        for j in range(self._k):
+            pos = h % nbits
+            if not (self._p[pos >> 3] & (1 << (pos & 7))):
+                return False
+            h += delta
+        return True
+
+    def may_contain(self, bytes key):
+        return self._test(_hash(key))
+
+    def may_contain_hash(self, uint32_t h):
+        """``may_contain`` for a key whose :func:`bloom_hash` is ``h`` (hash once, probe many)."""
+        return self._test(h)
+
+    @property
+    def nbytes(self):
+        return PyBytes_GET_SIZE(self._bits) + 1
+
+
+# --- data blocks -----------------------------------------------------------------------------
+cdef inline uint64_t _prefix(const unsigned char* p, Py_ssize_t n) noexcept nogil:
+    """The first 8 bytes of a key as a big-endian integer, zero-padded: ordering two keys by it
+    agrees with their byte order whenever the prefixes differ."""
+    cdef uint64_t v = 0
+    cdef Py_ssize_t i
+    if n >= 8:
+        for i in range(8):
+            v = (v << 8) | p[i]
+        return v
+    for i in range(8):
+        v = (v << 8) | (p[i] if i < n else 0)
+    return v
+
+
+cdef inline int _cmp(const unsigned char* a, Py_ssize_t na,
+                     const unsigned char* b, Py_ssize_t nb) noexcept nogil:
+    cdef int c = memcmp(a, b, na if na < nb else nb)
+    if c:
+        return c
+    return -1 if na < nb else (1 if na > nb else 0)
+
+
+def encode_block(keys, records):
+    """Encode sorted ``keys`` and their records (see :mod:`silt.record`) as a block payload."""
+    cdef list ks = keys if PyList_CheckExact(keys) else list(keys)
+    cdef list rs = records if PyList_CheckExact(records) else list(records)
+    cdef Py_ssize_t n = len(ks)
+    if len(rs) != n:
+        raise ValueError("keys and records differ in length")
+    cdef Py_ssize_t i, klen = 0, vlen = 0, pos
+    cdef bint has_exp = False
+    cdef object key, r, v
+    for i in range(n):
+        key = <object>PyList_GET_ITEM(ks, i)
+        if not PyBytes_CheckExact(key):
+            raise TypeError(f"keys must be bytes, got {type(key).__name__}")
+        klen += PyBytes_GET_SIZE(key)
+        r = <object>PyList_GET_ITEM(rs, i)
+        if PyBytes_CheckExact(r):
+            vlen += PyBytes_GET_SIZE(r)
+        elif r is not None:
+            v = r[0]
+            if not PyBytes_CheckExact(v):
+                raise TypeError(f"values must be bytes, got {type(v).__name__}")
+            vlen += PyBytes_GET_SIZE(v)
+            has_exp = True
+    if klen > 0xFFFFFFFF or vlen > 0xFFFFFFFF or n > 0xFFFFFFFF:
+        raise OverflowError("block too large")
+    cdef Py_ssize_t head = 5 + n * (17 if has_exp else 9)
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, head + klen + vlen)
+    cdef unsigned char* b = <unsigned char*>PyBytes_AS_STRING(out)
+    _put32(b, <uint32_t>n)
+    b[4] = 1 if has_exp else 0
+    cdef unsigned char* kend = b + 5
+    cdef unsigned char* vend = kend + 4 * n
+    cdef unsigned char* kinds = vend + 4 * n
+    cdef unsigned char* exps = kinds + n
+    cdef unsigned char* kp = exps + (8 * n if has_exp else 0)
+    cdef unsigned char* vp = kp + klen
+    cdef Py_ssize_t ko = 0, vo = 0, sz
+    cdef uint64_t exp
+    for i in range(n):
+        key = <object>PyList_GET_ITEM(ks, i)
+        sz = PyBytes_GET_SIZE(key)
+        memcpy(kp + ko, PyBytes_AS_STRING(key), sz)
+        ko += sz
+        _put32(kend + 4 * i, <uint32_t>ko)
+        r = <object>PyList_GET_ITEM(rs, i)
+        exp = 0
+        if PyBytes_CheckExact(r):
+            kinds[i] = KIND_PUT
+            sz = PyBytes_GET_SIZE(r)
+            memcpy(vp + vo, PyBytes_AS_STRING(r), sz)
+            vo += sz
+        elif r is None:
+            kinds[i] = KIND_DELETE
+        else:
+            kinds[i] = KIND_PUT_EXPIRING
+            v = r[0]
+            sz = PyBytes_GET_SIZE(v)
+            memcpy(vp + vo, PyBytes_AS_STRING(v), sz)
+            vo += sz
+            exp = r[1]
+        _put32(vend + 4 * i, <uint32_t>vo)
+        if has_exp:
+            _put64(exps + 8 * i, exp)
+    return out
+
+
+@cython.final
+cdef class Block:
+    """A decoded data block over its payload bytes: keys are found by binary search with memcmp
+    over the key offsets and sliced out only when returned.
+
+    Immutable and safe to share between threads (it lives in the block cache).
+    """
+
+    cdef bytes _payload
+    cdef const unsigned char* _b
+    cdef Py_ssize_t _n
+    cdef const unsigned char* _kend
+    cdef const unsigned char* _vend
+    cdef const unsigned char* _kinds
+    cdef const unsigned char* _exps
+    cdef const unsigned char* _keys
+    cdef const unsigned char* _vals
+    cdef list _keylist
+    cdef uint64_t* _pfx  # big-endian first 8 bytes of every key (zero-padded): the search runs
+                         # over this small array and touches key bytes only on prefix ties
+    cdef readonly Py_ssize_t charge
+    cdef readonly tuple where
+
+    def __init__(self, payload, object_name="?", offset=0):
+        if not PyBytes_CheckExact(payload):
+            payload = bytes(payload)
+        cdef Py_ssize_t size = PyBytes_GET_SIZE(payload)
+        cdef const unsigned char* b = <const unsigned char*>PyBytes_AS_STRING(payload)
+        cdef uint64_t n, need, prev, e, klen = 0, vlen = 0
+        cdef Py_ssize_t i
+        cdef int flags
+        self.where = (object_name, offset)
+        if size < 5:
+            self._bad("payload shorter than its header")
+        n = _le32(b)
+        flags = b[4]
+        need = 5 + n * (17 if flags & 1 else 9)
+        if need > <uint64_t>size:
+            self._bad("block regions do not add up")
+        self._payload = payload
+        self._b = b
+        self._n = <Py_ssize_t>n
+        self._kend = b + 5
+        self._vend = self._kend + 4 * n
+        self._kinds = self._vend + 4 * n
+        self._exps = self._kinds + n if flags & 1 else NULL
+        self._keys = b + need
+        prev = 0
+        for i in range(self._n):
+            e = _le32(self._kend + 4 * i)
+            if e < prev:
+                self._bad("key offsets decrease")
+            prev = e
+        klen = prev
+        prev = 0
+        for i in range(self._n):
+            e = _le32(self._vend + 4 * i)
+            if e < prev:
+                self._bad("value offsets decrease")
+            prev = e
+        vlen = prev
+        if need + klen > <uint64_t>size or (n and need + klen + vlen != <uint64_t>size):
+            self._bad("block regions do not add up")
+        self._vals = self._keys + klen
+        free(self._pfx)
+        self._pfx = <uint64_t*>malloc(max(self._n, 1) * sizeof(uint64_t))
+        if self._pfx == NULL:
+            raise MemoryError()
+        prev = 0
+        for i in range(self._n):
+            e = _le32(self._kend + 4 * i)
+            self._pfx[i] = _prefix(self._keys + prev, e - prev)
+            prev = e
+        self.charge = size + 48 * self._n + 200
+
+    def __dealloc__(self):
+        free(self._pfx)
+
+    cdef int _bad(self, str why) except -1:
+        raise CorruptionError(self.where[0], self.where[1], f"malformed data block ({why})")
+
+    def __len__(self):
+        return self._n
+
+    cdef Py_ssize_t _kstart(self, Py_ssize_t i) noexcept nogil:
+        return _le32(self._kend + 4 * (i - 1)) if i else 0
+
+    cdef Py_ssize_t _vstart(self, Py_ssize_t i) noexcept nogil:
+        return _le32(self._vend + 4 * (i - 1)) if i else 0
+
+    cdef bytes _key(self, Py_ssize_t i):
+        cdef Py_ssize_t s = self._kstart(i)
+        return PyBytes_FromStringAndSize(<const char*>self._keys + s,
+                                         _le32(self._kend + 4 * i) - s)
+
+    cdef Py_ssize_t _lower_bound(self, const unsigned char* k, Py_ssize_t nk,
+                                 Py_ssize_t lo) noexcept nogil:
+        """First index >= lo whose key is >= k."""
+        cdef Py_ssize_t hi = self._n, mid, s
+        cdef uint64_t pk = _prefix(k, nk), p
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            p = self._pfx[mid]
+            if p < pk:
+                lo = mid + 1
+            elif p > pk:
+                hi = mid
+            else:  # same 8-byte prefix: compare the whole keys
+                s = self._kstart(mid)
+                if _cmp(self._keys + s, _le32(self._kend + 4 * mid) - s, k, nk) < 0:
+                    lo = mid + 1
+                else:
+                    hi = mid
+        return lo
+
+    cdef bint _key_eq(self, Py_ssize_t i, const unsigned char* k,
+                             Py_ssize_t nk) noexcept nogil:
+        cdef Py_ssize_t s = self._kstart(i)
+        return (_le32(self._kend + 4 * i) - s == <uint32_t>nk
+                and memcmp(self._keys + s, k, nk) == 0)
+
+    cdef object _record(self, Py_ssize_t i):
+        cdef uint8_t kind = self._kinds[i]
+        if kind == KIND_DELETE:
+            return None
+        cdef Py_ssize_t s = self._vstart(i)
+        cdef bytes value = PyBytes_FromStringAndSize(<const char*>self._vals + s,
+                                                     _le32(self._vend + 4 * i) - s)
+        if kind == KIND_PUT:
+            return value
+        if kind == KIND_PUT_EXPIRING and self._exps != NULL:
+            return (value, _le64(self._exps + 8 * i))
+        raise CorruptionError(self.where[0], self.where[1],
+                              f"unknown entry kind {kind} in entry {i}")
+
+    def record_at(self, Py_ssize_t i):
+        """The record of entry ``i`` (bytes, ``None`` or ``(bytes, expire_at_ms)``)."""
+        if i < 0 or i >= self._n:
+            raise IndexError("block entry out of range")
+        return self._record(i)
+
+    cpdef object get(self, bytes key):
+        """The record for ``key``, or :data:`MISSING`."""
+        cdef const unsigned char* k = <const unsigned char*>PyBytes_AS_STRING(key)
+        cdef Py_ssize_t nk = PyBytes_GET_SIZE(key)
+        cdef Py_ssize_t i = self._lower_bound(k, nk, 0)
+        if i < self._n and self._key_eq(i, k, nk):
+            return self._record(i)
+        return _MISSING
+
+    def items_from(self, start, end):
+        """Iterate ``(key, record)`` for keys in ``[start, end)`` in order."""
+        cdef Py_ssize_t i = 0, stop = self._n
+        _check_bound(start)
+        _check_bound(end)
+        if start is not None:
+            i = self._lower_bound(<const unsigned char*>PyBytes_AS_STRING(start),
+                                  PyBytes_GET_SIZE(start), 0)
+        if end is not None:
+            stop = self._lower_bound(<const unsigned char*>PyBytes_AS_STRING(end),
+                                     PyBytes_GET_SIZE(end), 0)
+        return BlockIter._make(self, i, stop)
+
+    # Compatibility with the pure-Python Block's attributes (verify, compaction, tests).
+    @property
+    def keys(self):
+        if self._keylist is None:
+            self._keylist = [self._key(i) for i in range(self._n)]
+        return self._keylist
+
+    @property
+    def kinds(self):
+        return PyBytes_FromStringAndSize(<const char*>self._kinds, self._n)
+
+    @property
+    def values(self):
+        return self._payload[self._vals - self._b:]
+
+    @property
+    def value_ends(self):
+        from array import array
+        return array("I", [_le32(self._vend + 4 * i) for i in range(self._n)])
+
+    @property
+    def expiries(self):
+        if self._exps == NULL:
+            return None
+        from array import array
+        return array("Q", [_le64(self._exps + 8 * i) for i in range(self._n)])
+
+
+cdef int _check_bound(object b) except -1:
+    if b is not None and not PyBytes_CheckExact(b):
+        raise TypeError(f"range bounds must be bytes or None, got {type(b).__name__}")
+    return 0
+
+
+cdef class BlockIter:
+    """Iterator over ``(key, record)`` of entries ``[i, stop)`` of a compiled :class:`Block`."""
+
+    cdef Block _blk
+    cdef Py_ssize_t _i, _stop
+
+    @staticmethod
+    cdef BlockIter _make(Block blk, Py_ssize_t i, Py_ssize_t stop):
+        cdef BlockIter it = BlockIter.__new__(BlockIter)
+        it._blk = blk
+        it._i = i
+        it._stop = stop
+        return it
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        cdef Py_ssize_t i = self._i
+        if i >= self._stop:
+            raise StopIteration
+        self._i = i + 1
+        return (self._blk._key(i), self._blk._record(i))
+
+
+# --- SST building ----------------------------------------------------------------------------
+def split_blocks(keys, records, Py_ssize_t target):
+    """Where ``build_sst`` closes data blocks, and the SST's tombstone/expiry counters.
+
+    Returns ``(ends, tombstones, expiring, min_expiry_ms, max_expiry_ms)``; ``ends[j]`` is the
+    exclusive end index of block ``j``.
+    """
+    cdef list ks = keys if PyList_CheckExact(keys) else list(keys)
+    cdef list rs = records if PyList_CheckExact(records) else list(records)
+    cdef Py_ssize_t n = len(ks), i, size = 0
+    cdef Py_ssize_t tombstones = 0, expiring = 0
+    cdef object min_exp = 0, max_exp = 0, exp, r, key
+    cdef list ends = []
+    if len(rs) < n:
+        raise IndexError("fewer records than keys")
+    for i in range(n):
+        key = <object>PyList_GET_ITEM(ks, i)
+        r = <object>PyList_GET_ITEM(rs, i)
+        if PyBytes_CheckExact(r):
+            size += len(key) + PyBytes_GET_SIZE(r) + 9
+        elif r is None:
+            size += len(key) + 9
+            tombstones += 1
+        else:
+            size += len(key) + len(r[0]) + 17
+            expiring += 1
+            exp = r[1]
+            if not min_exp or exp < min_exp:
+                min_exp = exp
+            if exp > max_exp:
+                max_exp = exp
+        if size >= target or i == n - 1:
+            ends.append(i + 1)
+            size = 0
+    return ends, tombstones, expiring, min_exp, max_exp
+
+
+# --- SST reads -------------------------------------------------------------------------------
+cdef inline Py_ssize_t _bisect_bytes(list a, const unsigned char* k, Py_ssize_t nk,
+                                     Py_ssize_t lo, Py_ssize_t hi):
+    """bisect_left over a list of bytes, with memcmp."""
+    cdef Py_ssize_t mid
+    cdef object x
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        x = <object>PyList_GET_ITEM(a, mid)
+        if _cmp(<const unsigned char*>PyBytes_AS_STRING(x), PyBytes_GET_SIZE(x), k, nk) < 0:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+cdef Py_ssize_t _find_block(BloomFilter bloom, list last_keys, bytes key,
+                            long long h) except -2:
+    if bloom is not None:
+        if h < 0:
+            h = _hash(key)
+        if not bloom._test(<uint32_t>h):
+            return -1
+    cdef Py_ssize_t n = PyList_GET_SIZE(last_keys)
+    cdef Py_ssize_t i = _bisect_bytes(last_keys, <const unsigned char*>PyBytes_AS_STRING(key),
+                                      PyBytes_GET_SIZE(key), 0, n)
+    return i if i < n else -1
+
+
+def find_block(BloomFilter bloom, list last_keys, bytes key, long long h=-1):
+    """The only block of an SST that can hold ``key``, or -1 when the bloom filter rules the key
+    out or it is past the last key. ``h`` is ``bloom_hash(key)`` when the caller has it."""
+    return _find_block(bloom, last_keys, key, h)
+
+
+def get_from(readers, bytes key, long long h=-1):
+    """The record of ``key`` in the first of ``readers`` (SstReaders, newest first) whose key
+    range holds it and that has it, or MISSING: ``SstReader.get`` over each, without a Python
+    frame per SST and with one bloom hash for all."""
+    cdef object reader, info, t, cache, blk, r, lo, hi, bloom
+    cdef Py_ssize_t i
+    cdef const unsigned char* k = <const unsigned char*>PyBytes_AS_STRING(key)
+    cdef Py_ssize_t nk = PyBytes_GET_SIZE(key)
+    for reader in readers:
+        info = reader.info
+        lo = info.smallest
+        hi = info.largest
+        if not (PyBytes_CheckExact(lo) and PyBytes_CheckExact(hi)):
+            raise TypeError("SST key bounds must be bytes")
+        if (_cmp(<const unsigned char*>PyBytes_AS_STRING(lo), PyBytes_GET_SIZE(lo), k, nk) > 0
+                or _cmp(k, nk, <const unsigned char*>PyBytes_AS_STRING(hi),
+                        PyBytes_GET_SIZE(hi)) > 0):
+            continue
+        t = reader._tail
+        if t is None:
+            t = reader.tail
+        if h < 0:
+            h = _hash(key)
+        bloom = t.bloom
+        if bloom is not None and type(bloom) is not BloomFilter:
+            r = reader.get(key, h)  # a tail decoded by the pure-Python twins
+            if r is not _MISSING:
+                return r
+            continue
+        i = _find_block(bloom, t.last_keys, key, h)
+        if i < 0:
+            continue
+        cache = reader.cache
+        blk = None
+        if cache is not None:
+            blk = cache.get((reader.cache_id, i))
+        if blk is None:
+            blk = reader._read_block(i)
+        if type(blk) is Block:
+            r = (<Block>blk).get(key)
+        else:
+            r = blk.get(key)
+        if r is not _MISSING:
+            return r
+    return _MISSING
+
+
+def plan_probe(list keys, Py_ssize_t lo, Py_ssize_t hi, BloomFilter bloom, list last_keys):
+    """Group sorted ``keys[lo:hi]`` by the block that may hold them (a merge against the index).
+
+    Returns ``(unresolved, blocks, groups)``: ``unresolved`` starts with ``keys[:lo]`` plus the
+    keys the bloom filter rules out or that are past the last block; ``groups[j]`` holds the keys
+    to look up in block ``blocks[j]``.
+    """
+    cdef list unresolved = keys[:lo]
+    cdef list blocks = []
+    cdef list groups = []
+    cdef list group = None
+    cdef Py_ssize_t nb = PyList_GET_SIZE(last_keys), b = 0, j, cur = -1
+    cdef object key, last
+    cdef const unsigned char* k
+    cdef Py_ssize_t nk
+    for j in range(lo, hi):
+        key = <object>PyList_GET_ITEM(keys, j)
+        if not PyBytes_CheckExact(key):
+            raise TypeError("keys must be bytes")
+        k = <const unsigned char*>PyBytes_AS_STRING(key)
+        nk = PyBytes_GET_SIZE(key)
+        if bloom is not None and not bloom._test(_hash(<bytes>key)):
+            unresolved.append(key)
+            continue
+        # advance through the index: keys are sorted, so the block never moves back
+        while b < nb:
+            last = <object>PyList_GET_ITEM(last_keys, b)
+            if _cmp(<const unsigned char*>PyBytes_AS_STRING(last), PyBytes_GET_SIZE(last),
+                    k, nk) >= 0:
+                break
+            b += 1
+            if b < nb:  # gallop when many blocks lie between two keys
+                last = <object>PyList_GET_ITEM(last_keys, b)
+                if _cmp(<const unsigned char*>PyBytes_AS_STRING(last),
+                        PyBytes_GET_SIZE(last), k, nk) < 0:
+                    b = _bisect_bytes(last_keys, k, nk, b, nb)
+        if b >= nb:
+            unresolved.append(key)
+            continue
+        if b != cur:
+            cur = b
+            group = []
+            blocks.append(b)
+            groups.append(group)
+        group.append(key)
+    return unresolved, blocks, groups
+
+
+cpdef lookup_many(Block blk, list keys, dict found, list unresolved):
+    """Look sorted ``keys`` up in ``blk``: records go to ``found``, misses to ``unresolved``."""
+    cdef Py_ssize_t j, i = 0, n = PyList_GET_SIZE(keys), nk
+    cdef object key
+    cdef const unsigned char* k
+    for j in range(n):
+        key = <object>PyList_GET_ITEM(keys, j)
+        if not PyBytes_CheckExact(key):
+            raise TypeError("keys must be bytes")
+        k = <const unsigned char*>PyBytes_AS_STRING(key)
+        nk = PyBytes_GET_SIZE(key)
+        i = blk._lower_bound(k, nk, i)
+        if i < blk._n and blk._key_eq(i, k, nk):
+            found[key] = blk._record(i)
+        else:
+            unresolved.append(key)
+
+
+def lookup_groups(list blocks, list groups, dict found, list unresolved):
+    """:func:`lookup_many` of ``groups[j]`` in ``blocks[j]`` for every ``j``."""
+    cdef Py_ssize_t j
+    for j in range(PyList_GET_SIZE(groups)):
+        lookup_many(<Block?>PyList_GET_ITEM(blocks, j), <list>PyList_GET_ITEM(groups, j),
+                    found, unresolved)
+
+
+cdef class RangeIter:
+    """``(key, record)`` for keys in ``[start, end)`` of one SST, block by block, in key order."""
+
+    cdef object _reader
+    cdef list _last_keys
+    cdef object _start, _end
+    cdef bint _fill
+    cdef Py_ssize_t _bi, _nb
+    cdef Block _blk
+    cdef Py_ssize_t _i, _stop
+    cdef object _it  # a non-compiled block's iterator
+    cdef Py_ssize_t _first
+
+    def __init__(self, reader, start, end, bint fill_cache=False):
+        _check_bound(start)
+        _check_bound(end)
+        self._reader = reader
+        self._start = start
+        self._end = end
+        self._fill = fill_cache
+        self._bi = -1
+        self._nb = 0
+
+    def __iter__(self):
+        return self
+
+    cdef int _open(self, Py_ssize_t bi) except -1:
+        blk = self._reader.block(bi, fill_cache=self._fill)
+        start = self._start if bi == self._first else None
+        if type(blk) is Block:
+            self._blk = <Block>blk
+            self._it = None
+            self._i = 0
+            self._stop = self._blk._n
+            if start is not None:
+                self._i = self._blk._lower_bound(
+                    <const unsigned char*>PyBytes_AS_STRING(start), PyBytes_GET_SIZE(start), 0)
+            if self._end is not None:
+                self._stop = self._blk._lower_bound(
+                    <const unsigned char*>PyBytes_AS_STRING(self._end),
+                    PyBytes_GET_SIZE(self._end), 0)
+        else:
+            self._blk = None
+            self._it = iter(blk.items_from(start, self._end))
+        return 0
+
+    def __next__(self):
+        cdef Py_ssize_t i
+        cdef object last
+        if self._bi < 0:  # first call: load the tail lazily, like the generator it replaces
+            self._last_keys = self._reader.tail.last_keys
+            self._nb = len(self._last_keys)
+            if self._start is not None:
+                self._bi = _bisect_bytes(
+                    self._last_keys, <const unsigned char*>PyBytes_AS_STRING(self._start),
+                    PyBytes_GET_SIZE(self._start), 0, self._nb)
+            else:
+                self._bi = 0
+            self._first = self._bi
+            if self._bi >= self._nb:
+                raise StopIteration
+            self._open(self._bi)
+        while True:
+            if self._blk is not None:
+                i = self._i
+                if i < self._stop:
+                    self._i = i + 1
+                    return (self._blk._key(i), self._blk._record(i))
+            elif self._it is not None:
+                for item in self._it:
+                    return item
+            if self._bi >= self._nb:
+                raise StopIteration
+            # the current block is exhausted: stop at the end bound, else open the next one
+            last = <object>PyList_GET_ITEM(self._last_keys, self._bi)
+            if self._end is not None and last >= self._end:
+                self._bi = self._nb
+                raise StopIteration
+            self._bi += 1
+            if self._bi >= self._nb:
+                raise StopIteration
+            self._open(self._bi)
+
+
+# --- merging ---------------------------------------------------------------------------------
+cdef class merge_newest_first:
+    """Iterate ``(key, record)`` over sorted sources in key order; on ties the lowest index
+    (newest source) wins and older records of the same key are skipped."""
+
+    cdef list _its
+    cdef list _heads      # current (key, record) item of each source, or None
+    cdef int* _heap       # source indexes, a binary min-heap on (key, index)
+    cdef int _size
+    cdef object _last
+    cdef bint _started
+
+    def __cinit__(self, sources):
+        self._its = [iter(s) for s in sources]
+        cdef int n = len(self._its)
+        self._heads = [None] * n
+        self._heap = <int*>malloc(max(n, 1) * sizeof(int))
+        if self._heap == NULL:
+            raise MemoryError()
+        self._size = 0
+        self._last = None
+        self._started = False
+
+    cdef int _start(self) except -1:
+        """Pull every source's first item (on the first ``next``: nothing is read before)."""
+        self._started = True
+        cdef int i, n = len(self._its)
+        cdef object item
+        for i in range(n):
+            item = self._pull(i)
+            if item is not None:
+                self._heads[i] = item
+                self._heap[self._size] = i
+                self._size += 1
+        for i in range(self._size // 2 - 1, -1, -1):
+            self._sift(i)
+        return 0
+
+    def __dealloc__(self):
+        free(self._heap)
+
+    cdef object _pull(self, int i):
+        item = next(<object>PyList_GET_ITEM(self._its, i), None)
+        if item is None:
+            return None
+        if not PyTuple_CheckExact(item) or PyTuple_GET_SIZE(item) != 2:
+            item = tuple(item)
+            if len(item) != 2:
+                raise ValueError("merge sources must yield (key, record) pairs")
+        if not PyBytes_CheckExact(<object>PyTuple_GET_ITEM(item, 0)):
+            raise TypeError("merge keys must be bytes")
+        return item
+
+    cdef bint _less(self, int a, int b):
+        ka = <object>PyTuple_GET_ITEM(<tuple>PyList_GET_ITEM(self._heads, a), 0)
+        kb = <object>PyTuple_GET_ITEM(<tuple>PyList_GET_ITEM(self._heads, b), 0)
+        cdef int c = _cmp(<const unsigned char*>PyBytes_AS_STRING(ka), PyBytes_GET_SIZE(ka),
+                          <const unsigned char*>PyBytes_AS_STRING(kb), PyBytes_GET_SIZE(kb))
+        return c < 0 or (c == 0 and a < b)
+
+    cdef void _sift(self, int pos):
+        cdef int size = self._size, child, top = self._heap[pos]
+        while True:
+            child = 2 * pos + 1
+            if child >= size:
+                break
+            if child + 1 < size and self._less(self._heap[child + 1], self._heap[child]):
+                child += 1
+            if not self._less(self._heap[child], top):
+                break
+            self._heap[pos] = self._heap[child]
+            pos = child
+        self._heap[pos] = top
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        cdef int top
+        cdef object item, nxt, key
+        if not self._started:
+            self._start()
+        while self._size > 0:
+            top = self._heap[0]
+            item = <object>PyList_GET_ITEM(self._heads, top)
+            nxt = self._pull(top)
+            self._heads[top] = nxt
+            if nxt is None:
+                self._size -= 1
+                self._heap[0] = self._heap[self._size]
+            if self._size > 0:
+                self._sift(0)
+            key = <object>PyTuple_GET_ITEM(item, 0)
+            if self._last is not None and key == self._last:
+                continue
+            self._last = key
+            return item
+        raise StopIteration
+
+
+cdef class live:
+    """Drop tombstones and expired entries of ``(key, record)`` items; yield ``(key, value)``."""
+
+    cdef object _it
+    cdef object _now
+
+    def __cinit__(self, items, now_ms):
+        self._it = iter(items)
+        self._now = now_ms
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        cdef object item, r
+        while True:
+            item = next(self._it, None)
+            if item is None:
+                raise StopIteration
+            r = item[1]
+            if PyBytes_CheckExact(r):
+                if PyTuple_CheckExact(item):
+                    return item
+                return (item[0], r)
+            if r is not None and self._now < r[1]:
+                return (item[0], r[0])
+
+
+def visible_many(list keys, dict found, now_ms):
+    """``[visible(found.get(k, MISSING), now_ms) for k in keys]``."""
+    cdef Py_ssize_t i, n = PyList_GET_SIZE(keys)
+    cdef list out = [None] * n
+    cdef PyObject* p
+    cdef object r
+    for i in range(n):
+        p = PyDict_GetItem(found, <object>PyList_GET_ITEM(keys, i))
+        if p == NULL:
+            continue
+        r = <object>p
+        if PyBytes_CheckExact(r):
+            out[i] = r
+        elif r is not None and now_ms < r[1]:
+            out[i] = r[0]
+    return out
+
+
+# --- writes ----------------------------------------------------------------------------------
+def check_pairs(keys, values, Py_ssize_t max_key, Py_ssize_t max_value):
+    """Index of the first pair that is not (bytes within the limits), or -1 when all are."""
+    cdef Py_ssize_t i, n = len(keys)
+    if len(values) != n:
+        return 0
+    cdef object k, v
+    for i in range(n):
+        k = keys[i]
+        v = values[i]
+        if (not PyBytes_CheckExact(k) or PyBytes_GET_SIZE(k) > max_key
+                or not PyBytes_CheckExact(v) or PyBytes_GET_SIZE(v) > max_value):
+            return i
+    return -1
+
+
+def insert_pairs(dict data, keys, values, Py_ssize_t start, Py_ssize_t approx,
+                 Py_ssize_t limit):
+    """Put ``keys[i] -> values[i]`` for ``i >= start`` into ``data`` until the memtable size
+    ``approx`` reaches ``limit``. Returns ``(next_index, approx)``."""
+    cdef Py_ssize_t i = start, n = len(keys)
+    cdef object k, v
+    while i < n:
+        k = keys[i]
+        v = values[i]
+        PyDict_SetItem(data, k, v)
+        approx += PyBytes_GET_SIZE(k) + PyBytes_GET_SIZE(v) + 16
+        i += 1
+        if approx >= limit:
+            break
+    return i, approx
+
+
+def check_ops(list ops, Py_ssize_t max_key, Py_ssize_t max_value):
+    """True when every op is ``(bytes key, bytes value or None, None)`` within the limits."""
+    cdef object op, k, v
+    for op in ops:
+        if not PyTuple_CheckExact(op) or PyTuple_GET_SIZE(op) != 3:
+            return False
+        k = <object>PyTuple_GET_ITEM(op, 0)
+        v = <object>PyTuple_GET_ITEM(op, 1)
+        if <object>PyTuple_GET_ITEM(op, 2) is not None:
+            return False
+        if not PyBytes_CheckExact(k) or PyBytes_GET_SIZE(k) > max_key:
+            return False
+        if v is not None and (not PyBytes_CheckExact(v) or PyBytes_GET_SIZE(v) > max_value):
+            return False
+    return True
+
+
+def split_found(list keys, dict data, dict found):
+    """Move the keys that ``data`` has into ``found`` (with their records); return the others."""
+    cdef list rest = []
+    cdef Py_ssize_t i
+    cdef PyObject* p
+    cdef object key
+    if not data:
+        return list(keys)
+    for i in range(PyList_GET_SIZE(keys)):
+        key = <object>PyList_GET_ITEM(keys, i)
+        p = PyDict_GetItem(data, key)
+        if p == NULL:
+            rest.append(key)
+        else:
+            found[key] = <object>p
+    return rest
+
+
+ctypedef struct _Item:
+    uint64_t pfx
+    PyObject* key
+    PyObject* value
+
+
+cdef inline int _item_cmp(const _Item* a, const _Item* b) noexcept:
+    if a.pfx != b.pfx:
+        return -1 if a.pfx < b.pfx else 1
+    return _cmp(<const unsigned char*>PyBytes_AS_STRING(<object>a.key),
+                PyBytes_GET_SIZE(<object>a.key),
+                <const unsigned char*>PyBytes_AS_STRING(<object>b.key),
+                PyBytes_GET_SIZE(<object>b.key))
+
+
+cdef void _insertion_sort(_Item* a, Py_ssize_t n) noexcept:
+    cdef Py_ssize_t i, j
+    cdef _Item x
+    for i in range(1, n):
+        x = a[i]
+        j = i
+        while j > 0 and _item_cmp(&a[j - 1], &x) > 0:
+            a[j] = a[j - 1]
+            j -= 1
+        a[j] = x
+
+
+cdef void _merge_sort(_Item* a, _Item* tmp, Py_ssize_t n) noexcept:
+    """Sort by full key (runs of keys sharing their first 8 bytes)."""
+    if n <= 16:
+        _insertion_sort(a, n)
+        return
+    cdef Py_ssize_t h = n // 2, i = 0, j, k = 0
+    _merge_sort(a, tmp, h)
+    _merge_sort(a + h, tmp, n - h)
+    j = h
+    while i < h and j < n:
+        if _item_cmp(&a[j], &a[i]) < 0:
+            tmp[k] = a[j]
+            j += 1
+        else:
+            tmp[k] = a[i]
+            i += 1
+        k += 1
+    while i < h:
+        tmp[k] = a[i]
+        i += 1
+        k += 1
+    while j < n:
+        tmp[k] = a[j]
+        j += 1
+        k += 1
+    memcpy(a, tmp, n * sizeof(_Item))
+
+
+def sorted_items(dict data):
+    """``(keys, records)`` of ``data`` in key order: an LSD radix sort on the keys' first 8 bytes
+    (runs that share them are merge-sorted by whole key), read straight from the dict, so there
+    is no per-key comparison call and no second, random-order pass of lookups."""
+    cdef Py_ssize_t n = len(data), pos = 0, i = 0, j, run
+    cdef PyObject* k
+    cdef PyObject* v
+    cdef _Item* a
+    cdef _Item* b
+    cdef _Item* t
+    cdef size_t counts[8][256]
+    cdef size_t total, c
+    cdef int pas, byte
+    cdef bint trivial
+    for key in data:
+        if not PyBytes_CheckExact(key):
+            keys = sorted(data)
+            return keys, [data[x] for x in keys]
+    a = <_Item*>malloc(max(n, 1) * sizeof(_Item))
+    b = <_Item*>malloc(max(n, 1) * sizeof(_Item))
+    if a == NULL or b == NULL:
+        free(a)
+        free(b)
+        raise MemoryError()
+    try:
+        memset(counts, 0, sizeof(counts))
+        while PyDict_Next(data, &pos, &k, &v):
+            a[i].key = k
+            a[i].value = v
+            a[i].pfx = _prefix(<const unsigned char*>PyBytes_AS_STRING(<object>k),
+                               PyBytes_GET_SIZE(<object>k))
+            for pas in range(8):
+                counts[pas][(a[i].pfx >> (8 * pas)) & 0xFF] += 1
+            i += 1
+        for pas in range(8):  # least significant byte first; skip bytes that never differ
+            trivial = False
+            for byte in range(256):
+                if counts[pas][byte] == <size_t>n:
+                    trivial = True
+                    break
+            if trivial:
+                continue
+            total = 0
+            for byte in range(256):
+                c = counts[pas][byte]
+                counts[pas][byte] = total
+                total += c
+            for j in range(n):
+                byte = (a[j].pfx >> (8 * pas)) & 0xFF
+                b[counts[pas][byte]] = a[j]
+                counts[pas][byte] += 1
+            t = a
+            a = b
+            b = t
+        j = 0
+        while j < n:  # whole-key order inside runs of equal prefixes
+            run = j + 1
+            while run < n and a[run].pfx == a[j].pfx:
+                run += 1
+            if run - j > 1:
+                _merge_sort(a + j, b, run - j)
+            j = run
+        keys = [None] * n
+        records = [None] * n
+        for j in range(n):
+            keys[j] = <object>a[j].key
+            records[j] = <object>a[j].value
+        return keys, records
+    finally:
+        free(a)
+        free(b)
+
+
+def apply_ops(dict data, list ops):
+    """Apply ops that passed :func:`check_ops`; return the memtable bytes they add."""
+    cdef Py_ssize_t added = 0
+    cdef object op, k, v
+    for op in ops:
+        k = <object>PyTuple_GET_ITEM(op, 0)
+        v = <object>PyTuple_GET_ITEM(op, 1)
+        PyDict_SetItem(data, k, v)
+        if v is None:
+            added += PyBytes_GET_SIZE(k) + 16
+        else:
+            added += PyBytes_GET_SIZE(k) + PyBytes_GET_SIZE(v) + 16
+    return added

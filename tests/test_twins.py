@@ -1,0 +1,476 @@
+"""The compiled hot path (silt._speedups) against its pure-Python twins, in one process.
+
+Both implementations are imported explicitly (whatever SILT_NO_EXTENSIONS selects for the rest of
+the suite) and must produce byte-identical blocks, blooms and SSTs and equal results for random
+inputs, including damaged block payloads. The nox ``tests`` session also runs the whole suite once
+per implementation. Without a compiled build these tests are skipped, unless
+SILT_REQUIRE_EXTENSIONS=1 is set: then a missing build fails them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import subprocess
+import sys
+import zlib
+from bisect import bisect_left
+
+import pytest
+import silt
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from silt import memtable as mt
+from silt import merge
+from silt.errors import CorruptionError, InvalidArgumentError, InvalidTypeError
+from silt.sst import block as blk_mod
+from silt.sst import bloom as bloom_mod
+from silt.sst import builder as builder_mod
+from silt.sst import reader as reader_mod
+
+try:
+    from silt import _speedups as C
+except ImportError as exc:  # pragma: no cover - depends on the build
+    if os.environ.get("SILT_REQUIRE_EXTENSIONS", "") not in ("", "0"):
+        raise ImportError(f"SILT_REQUIRE_EXTENSIONS=1, no silt._speedups: {exc}") from exc
+    pytest.skip(f"silt._speedups is not compiled ({exc})", allow_module_level=True)
+
+FAST = settings(max_examples=150, deadline=None,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+keys_st = st.lists(st.binary(max_size=24), max_size=60, unique=True).map(sorted)
+record_st = st.one_of(
+    st.binary(max_size=80),
+    st.none(),
+    st.tuples(st.binary(max_size=40), st.integers(0, 2**64 - 1)),
+)
+
+
+@st.composite
+def entries(draw, min_size: int = 0) -> tuple[list[bytes], list[object]]:
+    keys = draw(st.lists(st.binary(max_size=24), min_size=min_size, max_size=60,
+                         unique=True).map(sorted))
+    records = draw(st.lists(record_st, min_size=len(keys), max_size=len(keys)))
+    return keys, records
+
+
+def block_view(b: object) -> dict:
+    """Everything observable about a decoded block."""
+    n = len(b)  # type: ignore[arg-type]
+    return {
+        "len": n,
+        "keys": list(b.keys),  # type: ignore[attr-defined]
+        "records": [b.record_at(i) for i in range(n)],  # type: ignore[attr-defined]
+        "kinds": bytes(b.kinds),  # type: ignore[attr-defined]
+        "values": bytes(b.values),  # type: ignore[attr-defined]
+        "value_ends": list(b.value_ends),  # type: ignore[attr-defined]
+        "expiries": None if b.expiries is None else list(b.expiries),  # type: ignore[attr-defined]
+        "charge": b.charge,  # type: ignore[attr-defined]
+        "where": b.where,  # type: ignore[attr-defined]
+    }
+
+
+# --- selection ------------------------------------------------------------------------------------
+def test_speedups_reports_every_accelerated_module() -> None:
+    report = silt.speedups()
+    assert set(report) == {"silt.sst.bloom", "silt.sst.block", "silt.sst.builder",
+                           "silt.sst.reader", "silt.merge", "silt.memtable"}
+    forced_pure = os.environ.get("SILT_NO_EXTENSIONS", "") not in ("", "0")
+    assert all(v is (not forced_pure) for v in report.values())
+    assert (blk_mod.Block is C.Block) is (not forced_pure)
+
+
+def _run(code: str, **env: str) -> subprocess.CompletedProcess:
+    full = {k: v for k, v in os.environ.items()
+            if k not in ("SILT_NO_EXTENSIONS", "SILT_REQUIRE_EXTENSIONS")}
+    full.update(env)
+    src = os.path.dirname(os.path.dirname(silt.__file__))
+    full["PYTHONPATH"] = src + os.pathsep + full.get("PYTHONPATH", "")
+    return subprocess.run([sys.executable, "-c", code], env=full, capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_env_switches() -> None:
+    pure = _run("import silt; print(sorted(set(silt.speedups().values())))",
+                SILT_NO_EXTENSIONS="1")
+    assert pure.returncode == 0 and pure.stdout.strip() == "[False]", pure.stderr
+    comp = _run("import silt; print(sorted(set(silt.speedups().values())))",
+                SILT_REQUIRE_EXTENSIONS="1")
+    assert comp.returncode == 0 and comp.stdout.strip() == "[True]", comp.stderr
+    # A missing build: an error with a clear message when required, pure Python otherwise.
+    hide = "import sys; sys.modules['silt._speedups'] = None; import silt; print(silt.speedups())"
+    missing = _run(hide, SILT_REQUIRE_EXTENSIONS="1")
+    assert missing.returncode != 0
+    assert "ImportError: SILT_REQUIRE_EXTENSIONS=1" in missing.stderr
+    assert "pip install ./packages/core" in missing.stderr
+    fallback = _run(hide)
+    assert fallback.returncode == 0 and "True" not in fallback.stdout
+
+
+# --- hashing and bloom filters --------------------------------------------------------------------
+@FAST
+@given(st.binary(max_size=300))
+def test_crc32_and_bloom_hash(data: bytes) -> None:
+    assert C.crc32(data) == zlib.crc32(data)
+    assert C.bloom_hash(data) == bloom_mod.bloom_hash_py(data)
+
+
+@FAST
+@given(st.lists(st.binary(max_size=20), max_size=200, unique=True), st.integers(0, 64),
+       st.lists(st.binary(max_size=20), max_size=50))
+def test_bloom_identical(keys: list[bytes], bits: int, probes: list[bytes]) -> None:
+    data = bloom_mod.build_bloom_py(keys, bits)
+    assert C.build_bloom(keys, bits) == data
+    py, c = bloom_mod.BloomFilter_py(data), C.BloomFilter(data)
+    assert py.nbytes == c.nbytes
+    for key in keys:
+        assert py.may_contain(key) and c.may_contain(key)
+    for key in probes:
+        h = bloom_mod.bloom_hash_py(key)
+        assert py.may_contain(key) == c.may_contain(key) == c.may_contain_hash(h)
+
+
+# --- blocks ---------------------------------------------------------------------------------------
+@FAST
+@given(entries(), st.lists(st.binary(max_size=24), max_size=20),
+       st.binary(max_size=24) | st.none(), st.binary(max_size=24) | st.none())
+def test_block_identical(kr, probes: list[bytes], start, end) -> None:
+    keys, records = kr
+    payload = blk_mod.encode_block_py(keys, records)
+    assert C.encode_block(keys, records) == payload
+    py, c = blk_mod.Block_py(payload, "o", 9), C.Block(payload, "o", 9)
+    assert block_view(py) == block_view(c)
+    for key in keys + probes:
+        assert c.get(key) == py.get(key)
+    assert list(py.items_from(start, end)) == list(c.items_from(start, end))
+    found_py: dict = {}
+    found_c: dict = {}
+    miss_py: list = []
+    miss_c: list = []
+    probe = sorted(set(keys[::2] + probes))
+    reader_mod.lookup_many_py(py, probe, found_py, miss_py)
+    C.lookup_many(c, probe, found_c, miss_c)
+    assert (found_py, miss_py) == (found_c, miss_c)
+
+
+def _decode(cls: type, payload: bytes) -> object:
+    try:
+        b = cls(payload, "obj", 3)
+    except CorruptionError:
+        return "corrupt"
+    out = []
+    for i in range(len(b)):  # type: ignore[arg-type]
+        try:
+            out.append(b.record_at(i))  # type: ignore[attr-defined]
+        except CorruptionError:
+            out.append("bad kind")
+    return b.keys, out  # type: ignore[attr-defined]
+
+
+@FAST
+@given(entries(min_size=1), st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)),
+                                     min_size=1, max_size=4),
+       st.integers(-8, 8))
+def test_damaged_blocks_agree(kr, flips, cut: int) -> None:
+    """Damaged payloads (never seen behind a checksum) are rejected or read alike."""
+    payload = bytearray(blk_mod.encode_block_py(*kr))
+    for pos, val in flips:
+        payload[pos % len(payload)] = val
+    if cut < 0:
+        del payload[cut:]
+    elif cut:
+        payload += bytes(cut)
+    data = bytes(payload)
+    assert _decode(blk_mod.Block_py, data) == _decode(C.Block, data)
+
+
+@FAST
+@given(st.binary(max_size=64))
+def test_garbage_blocks_agree(data: bytes) -> None:
+    assert _decode(blk_mod.Block_py, data) == _decode(C.Block, data)
+
+
+# --- SSTs -----------------------------------------------------------------------------------------
+def _build(impl: str, keys, records, s: silt.Settings) -> tuple[bytes, object]:
+    names = ("encode_block", "build_bloom", "split_blocks")
+    saved = {n: getattr(builder_mod, n) for n in names}
+    if impl == "py":
+        new = (blk_mod.encode_block_py, bloom_mod.build_bloom_py, builder_mod.split_blocks_py)
+    else:
+        new = (C.encode_block, C.build_bloom, C.split_blocks)
+    try:
+        for n, f in zip(names, new):
+            setattr(builder_mod, n, f)
+        return builder_mod.build_sst("01ARZ3NDEKTSV4RRFFQ69G5FAV", keys, records, s,
+                                     created_ms=1234)
+    finally:
+        for n, f in saved.items():
+            setattr(builder_mod, n, f)
+
+
+@FAST
+@given(entries(min_size=1), st.sampled_from([64, 256, 4096]), st.sampled_from([0, 1, 10, 33]),
+       st.sampled_from(["none", "lz4"]))
+def test_sst_identical(kr, block_bytes: int, bits: int, compression: str) -> None:
+    keys, records = kr
+    s = silt.Settings(block_bytes=block_bytes, bloom_bits_per_key=bits, compression=compression)
+    assert C.split_blocks(keys, records, block_bytes) == builder_mod.split_blocks_py(
+        keys, records, block_bytes)
+    data_py, info_py = _build("py", keys, records, s)
+    data_c, info_c = _build("c", keys, records, s)
+    assert data_py == data_c
+    assert info_py == info_c
+
+
+def test_sst_format_is_pinned() -> None:
+    """A fixed input gives fixed bytes (no compression, whose output may vary by lz4 version):
+    docs/format.md must not change, whichever implementation writes."""
+    rng = random.Random(7)
+    keys = sorted({rng.randbytes(rng.randrange(0, 30)) for _ in range(5000)})
+    recs: list[object] = []
+    for _ in keys:
+        c = rng.random()
+        recs.append(rng.randbytes(rng.randrange(0, 200)) if c < 0.7 else None if c < 0.85
+                    else (rng.randbytes(rng.randrange(0, 50)), rng.randrange(0, 2**63)))
+    want = {0: "431b804f3bb3068a", 10: "a6e4ebe8160c9baa", 3: "c0b455c831eefc9f"}
+    for bits, digest in want.items():
+        s = silt.Settings(block_bytes=4096, compression="none", bloom_bits_per_key=bits)
+        for impl in ("py", "c"):
+            data, _ = _build(impl, keys, recs, s)
+            assert hashlib.sha256(data).hexdigest()[:16] == digest, (impl, bits)
+
+
+class _FakeReader:
+    """Just what RangeIter needs from an SstReader: a tail and decoded blocks."""
+
+    class _Tail:
+        def __init__(self, last_keys: list[bytes]) -> None:
+            self.last_keys = last_keys
+
+    def __init__(self, payloads: list[bytes], cls: type) -> None:
+        self.blocks = [cls(p) for p in payloads]
+        self.tail = self._Tail([b.keys[-1] for b in self.blocks])
+        self.loads: list[int] = []
+
+    def block(self, i: int, *, fill_cache: bool = True) -> object:
+        self.loads.append(i)
+        return self.blocks[i]
+
+
+@FAST
+@given(entries(min_size=1), st.integers(1, 8), st.binary(max_size=24) | st.none(),
+       st.binary(max_size=24) | st.none(), st.lists(st.binary(max_size=24), max_size=40),
+       st.integers(0, 40))
+def test_sst_reads_identical(kr, per_block: int, start, end, probes, bits: int) -> None:
+    keys, records = kr
+    payloads = [blk_mod.encode_block_py(keys[i:i + per_block], records[i:i + per_block])
+                for i in range(0, len(keys), per_block)]
+    fake_py = _FakeReader(payloads, blk_mod.Block_py)
+    fake_c = _FakeReader(payloads, C.Block)
+    assert list(reader_mod.RangeIter_py(fake_py, start, end)) == list(
+        C.RangeIter(fake_c, start, end))
+    assert fake_py.loads == fake_c.loads  # the same blocks are read
+    lazy = _FakeReader(payloads, C.Block)
+    it = C.RangeIter(lazy, start, end)
+    assert iter(it) is it and lazy.loads == []  # nothing is read before the first item
+    last_keys = fake_py.tail.last_keys
+    bloom = bloom_mod.build_bloom_py(keys, bits)
+    bf_py, bf_c = bloom_mod.BloomFilter_py(bloom), C.BloomFilter(bloom)
+    for key in keys + probes:
+        h = bloom_mod.bloom_hash_py(key)
+        want = reader_mod.find_block_py(bf_py, last_keys, key)
+        assert reader_mod.find_block_py(bf_py, last_keys, key, h) == want
+        assert C.find_block(bf_c, last_keys, key) == want == C.find_block(bf_c, last_keys, key, h)
+        assert C.find_block(None, last_keys, key) == reader_mod.find_block_py(None, last_keys, key)
+    probe = sorted(set(keys + probes))
+    lo = bisect_left(probe, keys[0])
+    hi = bisect_left(probe, keys[-1] + b"\x00")
+    assert reader_mod.plan_probe_py(probe, lo, hi, bf_py, last_keys) == C.plan_probe(
+        probe, lo, hi, bf_c, last_keys)
+    assert reader_mod.plan_probe_py(probe, 0, len(probe), None, last_keys) == C.plan_probe(
+        probe, 0, len(probe), None, last_keys)
+
+
+@FAST
+@given(st.lists(st.dictionaries(st.binary(min_size=1, max_size=3), record_st, min_size=1,
+                                max_size=30), min_size=1, max_size=4),
+       st.lists(st.binary(max_size=4), max_size=30), st.sampled_from([0, 10]),
+       st.booleans())
+def test_get_from_identical(dicts: list[dict], probes: list[bytes], bits: int,
+                            cached: bool) -> None:
+    from silt.cache import BlockCache
+    from silt.tiers.memory import MemoryStore
+
+    store = MemoryStore()
+    cache = BlockCache(1 << 20) if cached else None
+    s = silt.Settings(block_bytes=64, bloom_bits_per_key=bits)
+    readers = []
+    for n, d in enumerate(dicts):
+        keys = sorted(d)
+        data, info = builder_mod.build_sst(f"sst{n}", keys, [d[k] for k in keys], s)
+        store.put(f"sst{n}", data)
+        readers.append(reader_mod.SstReader(store, f"sst{n}", info, cache))
+    for key in probes + [k for d in dicts for k in d]:
+        want = reader_mod.get_from_py(readers, key)
+        assert C.get_from(readers, key) == want
+        assert C.get_from(readers, key, bloom_mod.bloom_hash_py(key)) == want
+
+
+# --- merging --------------------------------------------------------------------------------------
+sources_st = st.lists(st.dictionaries(st.binary(max_size=6), record_st, max_size=25), max_size=6)
+
+
+@FAST
+@given(sources_st, st.integers(0, 2**64))
+def test_merge_and_live_identical(dicts: list[dict], now: int) -> None:
+    def srcs() -> list:
+        return [iter(sorted(d.items())) for d in dicts]
+
+    merged = list(merge.merge_newest_first_py(srcs()))
+    assert list(C.merge_newest_first(srcs())) == merged
+    assert list(C.live(iter(merged), now)) == list(merge.live_py(iter(merged), now))
+    assert list(C.live(C.merge_newest_first(srcs()), now)) == list(
+        merge.live_py(merge.merge_newest_first_py(srcs()), now))
+    found = dict(merged)
+    keys = [k for d in dicts for k in d] + [b"absent"]
+    assert C.visible_many(keys, found, now) == merge.visible_many_py(keys, found, now)
+
+
+def test_merge_propagates_source_errors() -> None:
+    def broken():
+        yield (b"a", b"1")
+        raise CorruptionError("x", 1, "boom")
+
+    for impl in (C.merge_newest_first, merge.merge_newest_first_py):
+        with pytest.raises(CorruptionError):
+            list(impl([broken(), iter([(b"b", b"2")])]))
+        # lazy, like the generator: nothing is pulled from a source before the first next()
+        pulled: list[int] = []
+
+        def source(n: int, pulled: list[int] = pulled):
+            pulled.append(n)
+            yield (b"k", b"v")
+
+        it = impl([source(1), source(2)])
+        assert pulled == []
+        assert next(it) == (b"k", b"v") and sorted(pulled) == [1, 2]
+
+
+# --- batch writes ---------------------------------------------------------------------------------
+item_st = st.one_of(st.binary(max_size=12), st.just(bytearray(b"ba")), st.just("str"),
+                    st.none())
+
+
+@FAST
+@given(st.lists(st.tuples(item_st, item_st), max_size=30), st.integers(0, 12),
+       st.integers(0, 2000))
+def test_write_helpers_identical(pairs, limit: int, budget: int) -> None:
+    keys = [k for k, _ in pairs]
+    values = [v for _, v in pairs]
+    assert C.check_pairs(keys, values, limit, limit) == mt.check_pairs_py(keys, values, limit,
+                                                                          limit)
+    assert C.check_pairs(keys, values[:-1], 8, 8) == mt.check_pairs_py(keys, values[:-1], 8, 8)
+    ops = [(k, v, None) for k, v in pairs]
+    ok = C.check_ops(ops, limit, limit)
+    assert ok == mt.check_ops_py(ops, limit, limit)
+    if ok:
+        d_py: dict = {}
+        d_c: dict = {}
+        assert C.apply_ops(d_c, ops) == mt.apply_ops_py(d_py, ops)
+        assert d_py == d_c
+    if C.check_pairs(keys, values, 1 << 20, 1 << 20) < 0:
+        d_py, d_c = {}, {}
+        start = len(keys) // 3
+        assert C.insert_pairs(d_c, keys, values, start, 5, budget) == mt.insert_pairs_py(
+            d_py, keys, values, start, 5, budget)
+        assert d_py == d_c
+
+
+prefixed_key_st = st.tuples(st.sampled_from([b"", b"user:", b"user:000", b"\x00" * 8, b"\xff" * 9]),
+                            st.binary(max_size=4)).map(lambda t: t[0] + t[1])
+
+
+@FAST
+@given(st.dictionaries(prefixed_key_st, record_st, max_size=300),
+       st.lists(prefixed_key_st, max_size=30))
+def test_sorted_items_and_split_found_identical(data: dict, probes: list[bytes]) -> None:
+    assert C.sorted_items(data) == mt.sorted_items_py(data)
+    keys = sorted(set(probes) | set(list(data)[::3]))
+    found_py: dict = {}
+    found_c: dict = {}
+    assert C.split_found(keys, data, found_c) == mt.split_found_py(keys, data, found_py)
+    assert found_py == found_c
+    m = mt.Memtable()
+    for k, r in data.items():
+        m.put(k, r)
+    assert m.sorted_items() == mt.sorted_items_py(data)
+    assert m.sorted_keys() == sorted(data)
+
+
+@FAST
+@given(entries(min_size=1), st.lists(st.binary(max_size=24), max_size=30))
+def test_lookup_groups_identical(kr, probes: list[bytes]) -> None:
+    keys, records = kr
+    payloads = [blk_mod.encode_block_py(keys[i:i + 3], records[i:i + 3])
+                for i in range(0, len(keys), 3)]
+    last_keys = [blk_mod.Block_py(p).keys[-1] for p in payloads]
+    probe = sorted(set(keys + probes))
+    _, ids, groups = reader_mod.plan_probe_py(probe, 0, len(probe), None, last_keys)
+    out = []
+    for cls, fn in ((blk_mod.Block_py, reader_mod.lookup_groups_py), (C.Block, C.lookup_groups)):
+        found: dict = {}
+        unresolved: list = []
+        fn([cls(payloads[i]) for i in ids], groups, found, unresolved)
+        out.append((found, unresolved))
+    assert out[0] == out[1]
+
+
+# --- DB.put_many (under whichever implementation the session selected) ----------------------------
+def test_put_many(url: str, small: silt.Settings) -> None:
+    rng = random.Random(3)
+    keys = [rng.randbytes(8) for _ in range(5000)]
+    values = [rng.randbytes(rng.randrange(0, 40)) for _ in keys]
+    with silt.open(url, settings=small) as db:
+        db.put(keys[0], b"old")
+        db.put_many(keys, values)
+        assert db.stats()["pending_parts"] > 1  # a full memtable froze between items
+        want = dict(zip(keys, values))
+        assert db.multi_get(keys) == [want[k] for k in keys]
+        assert list(db.scan()) == sorted(want.items())
+        db.put_many([bytearray(b"k1"), memoryview(b"k2")], [b"v1", bytearray(b"v2")])
+        assert db.multi_get([b"k1", b"k2"]) == [b"v1", b"v2"]
+        db.put_many([], [])
+        # validated entirely before anything is applied
+        for bad_keys, bad_values, err in [
+            ([b"x", "str"], [b"1", b"2"], InvalidTypeError),
+            ([b"x", b"y"], [b"1", None], InvalidTypeError),
+            ([b"x", b"k" * (small.max_key_bytes + 1)], [b"1", b"2"], InvalidArgumentError),
+            ([b"x", b"y"], [b"1"], InvalidArgumentError),
+            (b"xy", [b"1", b"2"], InvalidTypeError),
+        ]:
+            with pytest.raises(err):
+                db.put_many(bad_keys, bad_values)
+            assert db.get(b"x") is None
+        version = db.commit()
+    with silt.open(url, version=version) as db:
+        assert db.multi_get(keys[:100]) == [want[k] for k in keys[:100]]
+
+
+def test_write_batch_fast_and_slow_paths_agree(url: str, small: silt.Settings) -> None:
+    rng = random.Random(4)
+    keys = [rng.randbytes(6) for _ in range(3000)]
+    with silt.open(url, settings=small) as db:
+        fast = silt.WriteBatch()
+        slow = silt.WriteBatch()
+        for i, k in enumerate(keys):
+            if i % 7 == 0:
+                fast.delete(k)
+            else:
+                fast.put(k, k * 2)
+            slow.put(k + b"s", k, ttl=3600 if i % 2 else None)
+        db.write(fast)
+        db.write(slow)
+        for i, k in enumerate(keys[:300]):
+            assert db.get(k) == (None if i % 7 == 0 else k * 2)
+            assert db.get(k + b"s") == k
