@@ -70,6 +70,14 @@ def bench(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def demo(session: nox.Session) -> None:
-    """The quick-start demo: write state, commit versions, reopen, time-travel, inspect."""
+    """The main demo: a PySpark streaming job whose keyed state lives in silt (needs Java 17):
+    keyed aggregation and a StatefulProcessor, restarted once, state read back at the end."""
+    session.install("./packages/core", "./packages/spark")
+    session.run("python", "examples/spark_demo.py", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def core_demo(session: nox.Session) -> None:
+    """The core alone: write state, commit versions, reopen, time-travel, inspect."""
     session.install("./packages/core")
     session.run("python", "examples/core_demo.py", *session.posargs)

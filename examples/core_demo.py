@@ -16,7 +16,7 @@ import silt
 
 
 def main() -> None:
-    root = sys.argv[1] if len(sys.argv) > 1 else Path(tempfile.mkdtemp(prefix="silt-demo-")).as_uri()
+    root = sys.argv[1] if len(sys.argv) > 1 else Path(tempfile.mkdtemp(prefix="silt-")).as_uri()
     print(f"state root: {root}\n")
     settings = silt.Settings(memtable_bytes=4 * 1024 * 1024)
     rng = random.Random(7)

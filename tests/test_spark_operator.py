@@ -329,11 +329,22 @@ def test_layout_is_fixed_per_root(spark, tmp_path):
     src = tmp_path / "in"
     src.mkdir()
     stream = spark.readStream.schema(SCHEMA).json(str(src))
-    silt_spark.aggregate(stream, ["user"], ["count"], state, num_shards=2)
-    with pytest.raises(LayoutMismatchError, match="num_shards=2"):
-        silt_spark.aggregate(stream, ["user"], ["count"], state, num_shards=3)
+    silt_spark.aggregate(stream, ["user"], ["count", "sum(amount)"], state, num_shards=2)
+    # The state records depend on the aggregated columns and the key groups on the key types.
+    with pytest.raises(LayoutMismatchError, match="state_columns"):
+        silt_spark.aggregate(
+            stream.selectExpr("user", "cast(amount as double) as amount"),
+            ["user"], ["count", "sum(amount)"], state, num_shards=2,
+        )
+    with pytest.raises(LayoutMismatchError, match="key_columns"):
+        silt_spark.aggregate(
+            stream.selectExpr("cast(length(user) as int) as user", "amount"),
+            ["user"], ["count", "sum(amount)"], state, num_shards=2,
+        )
     with pytest.raises(LayoutMismatchError, match="key_groups"):
-        silt_spark.aggregate(stream, ["user"], ["count"], state, num_shards=2, key_groups=128)
+        silt_spark.aggregate(
+            stream, ["user"], ["sum(amount)"], state, num_shards=2, key_groups=128
+        )
     with pytest.raises(LayoutMismatchError, match="aggregate"):
         silt_spark.transform_with_state(stream, Profile(), ["user"], PROFILE_SCHEMA, state, 2)
     with pytest.raises(ValueError, match="memory://"):

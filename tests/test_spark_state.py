@@ -24,6 +24,18 @@ class FakeTask:
         self.first_kg, self.last_kg = 0, 255
         self.shard = 0
         self.url = db.url
+        self.base_meta = db.meta
+        self.meta_updates = {}
+
+    def commit(self, version):
+        """Commit like ShardTask.finish, then reopen (as a restarted worker would)."""
+        if self.changed:
+            self.db.commit(version, meta=self.meta_updates)
+        self.db.close()
+        self.db = silt.open(self.url)
+        self.base_meta = self.db.meta
+        self.meta_updates = {}
+        self.changed = False
 
 
 @pytest.fixture
@@ -33,9 +45,9 @@ def clock():
 
 @pytest.fixture
 def task(file_url, clock):
-    db = silt.open(file_url, clock=clock)
-    yield FakeTask(db)
-    db.close()
+    t = FakeTask(silt.open(file_url, clock=clock))
+    yield t
+    t.db.close()
 
 
 def test_state_variables_are_per_key_and_typed(task):
@@ -237,3 +249,129 @@ def test_shard_task_rerun_with_a_warm_handle_reads_the_older_base(tmp_path):
             _shard.ShardTask(spec, 0, 3, "query-2", 0)
     finally:
         _shard.drop_cached_handles()
+
+
+def test_shard_task_reopens_a_warm_handle_another_worker_moved_past(tmp_path):
+    """Two Python workers cache the same shard: a handle cached at version 0 must not be the
+    base of batch 2 when the other worker committed batch 1."""
+    from silt_spark import _shard
+
+    spec = _shard.OperatorSpec("processor", tmp_path.as_uri(), 1)
+
+    def run(batch_id):
+        t = _shard.ShardTask(spec, 0, batch_id, "query-1", 0)
+        n = int(t.db.get(b"k") or b"0") + 1
+        t.db.put(b"k", str(n).encode())
+        t.changed = True
+        t.finish()
+        t.release(True)
+        return n
+
+    try:
+        url = spec.shard_url(0)
+        assert run(0) == 1
+        worker_a = _shard._CACHE.pop(url)  # worker A keeps its handle at version 0
+        assert run(1) == 2  # worker B runs batch 1
+        _shard._CACHE.pop(url)[1].close()
+        _shard._CACHE[url] = worker_a  # batch 2 lands on worker A again
+        assert run(2) == 3
+    finally:
+        _shard.drop_cached_handles()
+
+
+class _Timers:
+    """Registers a timer per input row at its ``t`` (``t < 0``: delete the key's timers)."""
+
+    def init(self, handle):
+        self.handle = handle
+        self.seen = handle.getValueState("seen")
+
+    def handleInputRows(self, key, rows, timerValues):
+        for df in rows:
+            for t in df["t"]:
+                if t < 0:
+                    for old in list(self.handle.listTimers()):
+                        self.handle.deleteTimer(old)
+                else:
+                    self.handle.registerTimer(int(t))
+        self.seen.update((True,))
+        yield (key[0], "in", timerValues.getCurrentWatermarkInMs())
+
+    def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):
+        assert self.seen.get() == (True,)  # state is bound to the timer's key
+        assert expiredTimerInfo.isValid()
+        yield (key[0], "fired", expiredTimerInfo.getExpiryTimeInMs())
+
+
+_TIMER_OUT = pa.schema([("k", pa.string()), ("what", pa.string()), ("ms", pa.int64())])
+
+
+def _timer_batch(task, rows, mode, now_s=0.0, monkeypatch=None):
+    if monkeypatch is not None:
+        monkeypatch.setattr(_processor._time, "time", lambda: now_s)
+    if rows:
+        keys = [k for k, _, _ in rows]
+        table = pa.table({
+            "k": keys, "t": [t for _, t, _ in rows], "ts": [ts for _, _, ts in rows],
+            _layout.KG_COLUMN: pa.array([ord(k) for k in keys], pa.int32()),
+            _layout.PARTITION_COLUMN: pa.array([0] * len(rows), pa.int32()),
+        })
+        batches = iter(table.to_batches())
+    else:
+        batches = iter(())
+    out = pa.Table.from_batches(list(_processor.process_partition(
+        task, batches, _Timers(), ["k"], _TIMER_OUT, "pandas", mode,
+    )), schema=_TIMER_OUT)
+    return [tuple(r.values()) for r in out.to_pylist()]
+
+
+def test_processing_time_timers_fire_once_in_order_and_survive_restarts(task, monkeypatch):
+    mode = _processor.TimeConfig("processingtime")
+    scans = []
+    real = _processor._due_timers
+    monkeypatch.setattr(_processor, "_due_timers", lambda t, th: scans.append(th) or real(t, th))
+    got = _timer_batch(task, [("a", 1000, 0), ("a", 5000, 0), ("b", 3000, 0)], mode, 0.0,
+                       monkeypatch)
+    assert sorted(got) == [("a", "in", -1), ("b", "in", -1)]
+    task.commit(0)
+    assert task.base_meta[_processor.META_NEXT_TIMER] == "1000"
+    # No rows for the shard: due timers fire anyway, oldest first, each once.
+    assert _timer_batch(task, [], mode, 3.5, monkeypatch) == [
+        ("a", "fired", 1000), ("b", "fired", 3000)
+    ]
+    task.commit(1)
+    assert task.base_meta[_processor.META_NEXT_TIMER] == "5000"
+    scans.clear()
+    assert _timer_batch(task, [], mode, 4.0, monkeypatch) == []
+    assert scans == []  # the meta's lower bound says nothing is due: no scan
+    task.commit(2)
+    # a deletes its timers; nothing fires later and the bound is dropped.
+    assert _timer_batch(task, [("a", -1, 0)], mode, 4.5, monkeypatch) == [("a", "in", -1)]
+    task.commit(3)
+    assert _timer_batch(task, [], mode, 100.0, monkeypatch) == []
+    task.commit(4)
+    assert task.base_meta[_processor.META_NEXT_TIMER] == ""
+    h = _processor.StatefulProcessorHandle(task)
+    with pytest.raises(RuntimeError, match="time_mode"):
+        h.registerTimer(5)
+
+
+def test_event_time_timers_fire_on_the_shard_watermark(task):
+    mode = _processor.TimeConfig("eventtime", "ts", 1000)
+    # Batch 0: events up to 5000; the watermark (5000 - 1000) applies from the next batch.
+    got = _timer_batch(task, [("a", 4000, 5000), ("b", 4500, 2000)], mode)
+    assert sorted(got) == [("a", "in", -1), ("b", "in", -1)]
+    task.commit(0)
+    assert task.base_meta[_processor.META_WATERMARK] == "4000"
+    # Batch 1 brings this shard no rows: a's timer (4000 <= watermark) fires, b's waits.
+    assert _timer_batch(task, [], mode) == [("a", "fired", 4000)]
+    task.commit(1)
+    # Late rows do not move the watermark back.
+    got = _timer_batch(task, [("c", 9000, 100)], mode)
+    assert got == [("c", "in", 4000)]
+    task.commit(2)
+    assert task.base_meta[_processor.META_WATERMARK] == "4000"
+    got = _timer_batch(task, [("a", 99_999, 6000)], mode)
+    assert got == [("a", "in", 4000)]
+    task.commit(3)
+    assert _timer_batch(task, [], mode) == [("b", "fired", 4500)]

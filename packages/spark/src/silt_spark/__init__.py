@@ -22,6 +22,7 @@ from __future__ import annotations
 from . import errors
 from ._api import aggregate, transform_with_state
 from ._processor import (
+    ExpiredTimerInfo,
     ListState,
     MapState,
     StatefulProcessor,
@@ -29,10 +30,12 @@ from ._processor import (
     TimerValues,
     ValueState,
 )
+from ._read import read_state
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "ExpiredTimerInfo",
     "ListState",
     "MapState",
     "StatefulProcessor",
@@ -41,5 +44,6 @@ __all__ = [
     "ValueState",
     "aggregate",
     "errors",
+    "read_state",
     "transform_with_state",
 ]

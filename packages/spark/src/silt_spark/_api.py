@@ -52,6 +52,16 @@ def _key_list(key_columns: Sequence[str] | str, df: Any) -> list[str]:
     return keys
 
 
+#: Descriptor fields a restart must not change: the key columns' Spark types decide the key
+#: groups (Spark's xxhash64 depends on them).
+PINNED = ("key_columns",)
+
+
+def _key_types(df: Any, keys: list[str]) -> list[list[str]]:
+    fields = {f.name: f for f in df.schema.fields}
+    return [[c, fields[c].dataType.simpleString()] for c in keys]
+
+
 def _struct(schema: Any) -> Any:
     from pyspark.sql.types import DataType, StructType
 
@@ -62,9 +72,74 @@ def _struct(schema: Any) -> Any:
     return schema
 
 
-def _route(df: Any, keys: list[str], spec: _shard.OperatorSpec) -> Any:
+def _route(df: Any, keys: list[str], spec: _shard.OperatorSpec, heartbeat: bool = False) -> Any:
     routed = _layout.with_routing_columns(df, keys, spec.num_shards, spec.key_groups)
+    if heartbeat:
+        routed = routed.union(_heartbeat(df, routed.schema))
     return routed.repartition(spec.num_shards, _layout.PARTITION_COLUMN)
+
+
+def _heartbeat(df: Any, schema: Any) -> Any:
+    """A 1 row/s ``rate`` stream shaped like the routed input, with key group ``-1`` (tasks
+    drop such rows): it only makes micro-batches happen, and Spark then runs every shard."""
+    from pyspark.sql import functions as F
+
+    rate = df.sparkSession.readStream.format("rate").option("rowsPerSecond", 1).load()
+    cols = []
+    for f in schema.fields:
+        if f.name == _layout.KG_COLUMN:
+            cols.append(F.lit(-1).cast(f.dataType).alias(f.name))
+        elif f.name == _layout.PARTITION_COLUMN:
+            cols.append(F.lit(_layout.partition_values(1)[0]).cast(f.dataType).alias(f.name))
+        else:
+            cols.append(F.lit(None).cast(f.dataType).alias(f.name))
+    return rate.select(*cols)
+
+
+_UNITS_MS = {
+    "ms": 1, "millisecond": 1, "milliseconds": 1, "s": 1000, "second": 1000, "seconds": 1000,
+    "m": 60_000, "minute": 60_000, "minutes": 60_000, "h": 3_600_000, "hour": 3_600_000,
+    "hours": 3_600_000, "d": 86_400_000, "day": 86_400_000, "days": 86_400_000,
+}
+
+
+def parse_delay_ms(delay: int | str) -> int:
+    """``1500`` or ``"10 seconds"`` / ``"5 minutes"`` / ``"2 hours"`` -> ms."""
+    if isinstance(delay, bool):
+        raise TypeError("watermark_delay must be ms or an interval string")
+    if isinstance(delay, int):
+        ms = delay
+    elif isinstance(delay, str):
+        parts = delay.strip().lower().split()
+        if len(parts) != 2 or parts[1] not in _UNITS_MS:
+            raise ValueError(f"cannot parse interval {delay!r}: use e.g. '10 seconds'")
+        ms = int(float(parts[0]) * _UNITS_MS[parts[1]])
+    else:
+        raise TypeError(f"watermark_delay must be ms or an interval string, got {delay!r}")
+    if ms < 0:
+        raise ValueError(f"watermark_delay must not be negative, got {delay!r}")
+    return ms
+
+
+def _time_config(df: Any, mode: str, column: str | None, delay: int | str) -> Any:
+    from pyspark.sql import types as T
+
+    m = str(mode).lower()
+    if m not in _processor.TIME_MODES:
+        raise ValueError(f"time_mode must be one of {_processor.TIME_MODES}, got {mode!r}")
+    if m != "eventtime":
+        if column is not None:
+            raise ValueError("event_time_column needs time_mode='eventtime'")
+        return _processor.TimeConfig(m)
+    if column is None:
+        raise ValueError("time_mode='eventtime' needs event_time_column")
+    fields = {f.name: f.dataType for f in df.schema.fields}
+    t = fields.get(column)
+    if t is None:
+        raise ValueError(f"event_time_column {column!r} is not in the DataFrame")
+    if not isinstance(t, (T.TimestampType, T.TimestampNTZType, T.LongType, T.IntegerType)):
+        raise TypeError(f"event_time_column {column!r} must be a timestamp or ms, not {t}")
+    return _processor.TimeConfig(m, column, parse_delay_ms(delay))
 
 
 def transform_with_state(
@@ -79,6 +154,10 @@ def transform_with_state(
     reset: bool = False,
     settings: Any = None,
     rows_format: str = "pandas",
+    time_mode: str = "none",
+    event_time_column: str | None = None,
+    watermark_delay: int | str = 0,
+    heartbeat: bool = False,
 ) -> Any:
     """Apply a :class:`StatefulProcessor` per key to a streaming DataFrame, state in silt.
 
@@ -115,6 +194,21 @@ def transform_with_state(
     rows_format : {"pandas", "arrow"}, default "pandas"
         What ``handleInputRows`` receives: an iterator of pandas DataFrames (PySpark's shape)
         or of ``pyarrow.Table`` slices (far cheaper per key when keys have few rows).
+    time_mode : {"none", "processingtime", "eventtime"}, default "none"
+        What timers registered with ``handle.registerTimer`` mean (case-insensitive, as
+        PySpark's ``timeMode``). Due timers call ``processor.handleExpiredTimer(key,
+        timerValues, expiredTimerInfo)`` after the batch's rows were processed.
+    event_time_column : str, optional
+        With ``time_mode="eventtime"``: a timestamp column (or integral ms). Each shard's
+        watermark is the largest event time it has seen minus ``watermark_delay``; it is kept
+        in the shard's manifest, survives restarts, and applies from the next micro-batch on.
+    watermark_delay : int or str, default 0
+        Delay in ms, or a Spark-style interval such as ``"10 seconds"`` or ``"5 minutes"``.
+    heartbeat : bool, default False
+        Union a 1 row/s ``rate`` source into the operator so micro-batches (and so timers) keep
+        running while the input is idle; heartbeat rows never reach the processor. Set the
+        cadence with the query's trigger, e.g. ``trigger(processingTime="10 seconds")``, and
+        keep the setting across restarts (it is a source of the query).
 
     Returns
     -------
@@ -155,6 +249,7 @@ def transform_with_state(
     struct = _struct(output_schema)
     if rows_format not in ("pandas", "arrow"):
         raise ValueError(f"rows_format must be 'pandas' or 'arrow', got {rows_format!r}")
+    time_cfg = _time_config(df, time_mode, event_time_column, watermark_delay)
     spec = _spec(
         "processor", state_url, num_shards, key_groups, reset, settings,
         fail_after_commit=tuple(_shard.TEST_FAIL_AFTER_COMMIT),
@@ -163,17 +258,17 @@ def transform_with_state(
     from pyspark.sql.pandas.types import to_arrow_schema
 
     arrow_schema = to_arrow_schema(struct)
-    _shard.ensure_descriptor(spec)
+    spec = _shard.ensure_descriptor(spec, {"key_columns": _key_types(df, keys)}, PINNED)
 
     def process(task: _shard.ShardTask, batches: Any) -> Any:
         return _processor.process_partition(
-            task, batches, processor, keys, arrow_schema, rows_format
+            task, batches, processor, keys, arrow_schema, rows_format, time_cfg
         )
 
     def shard_fn(batches: Any) -> Any:
         return _shard.run_shard(spec, batches, process)
 
-    return _route(df, keys, spec).mapInArrow(shard_fn, struct)
+    return _route(df, keys, spec, heartbeat).mapInArrow(shard_fn, struct)
 
 
 def aggregate(
@@ -242,7 +337,10 @@ def aggregate(
         fail_after_commit=tuple(_shard.TEST_FAIL_AFTER_COMMIT),
         test_marker_dir=_shard.TEST_MARKER_DIR,
     )
-    _shard.ensure_descriptor(spec)
+    spec = _shard.ensure_descriptor(spec, {
+        "key_columns": _key_types(df, keys),
+        "state_columns": [[c, "f64" if f else "i64"] for c, f in zip(p.value_columns, p.floating)],
+    }, (*PINNED, "state_columns"))
 
     def partial_fn(batches: Any) -> Any:
         return _aggregate.partial_aggregate(batches, p)

@@ -98,10 +98,15 @@ def shard_range(shard: int, num_shards: int, key_groups: int) -> tuple[int, int]
     return first, nxt - 1
 
 
-def shard_dir(shard: int, num_shards: int, key_groups: int) -> str:
-    """The shard's folder name under the operator root: ``kg-<first>-<last>``."""
+def shard_dir(shard: int, num_shards: int, key_groups: int, generation: int = 0) -> str:
+    """The shard's folder name under the operator root: ``kg-<first>-<last>``.
+
+    Layouts after a rescale (``generation >= 1``) append ``-g<generation>``, so a layout that
+    reuses a key-group range of an older one (4 -> 2 -> 4 shards) never sees the old versions.
+    """
     first, last = shard_range(shard, num_shards, key_groups)
-    return f"kg-{first:05d}-{last:05d}"
+    name = f"kg-{first:05d}-{last:05d}"
+    return f"{name}-g{generation}" if generation else name
 
 
 def child_url(root: str, name: str) -> str:
@@ -110,9 +115,25 @@ def child_url(root: str, name: str) -> str:
     return f"{base.rstrip('/')}/{name}{sep}{query}"
 
 
-def shard_url(root: str, shard: int, num_shards: int, key_groups: int) -> str:
+def shard_url(
+    root: str, shard: int, num_shards: int, key_groups: int, generation: int = 0
+) -> str:
     """URL of shard ``shard``'s LSM under the operator root ``root``."""
-    return child_url(root, shard_dir(shard, num_shards, key_groups))
+    return child_url(root, shard_dir(shard, num_shards, key_groups, generation))
+
+
+def overlapping_shards(first: int, last: int, num_shards: int, key_groups: int) -> list[int]:
+    """Shards of a ``num_shards`` layout owning any key group in ``[first, last]``."""
+    return list(range(shard_of(first, num_shards, key_groups),
+                      shard_of(last, num_shards, key_groups) + 1))
+
+
+def kg_bounds(first: int, last: int) -> tuple[bytes, bytes | None]:
+    """``[start, end)`` LSM key bounds of key groups ``first..last`` (2-byte big-endian
+    prefix); ``end`` is ``None`` past the last possible key group."""
+    start = first.to_bytes(2, "big")
+    end = (last + 1).to_bytes(2, "big") if last + 1 < MAX_KEY_GROUPS else None
+    return start, end
 
 
 def partition_table(num_shards: int, key_groups: int) -> list[int]:

@@ -11,15 +11,21 @@ by key-group range)::
 whole, so ``appendValue`` rewrites it: fine for short lists, see the docs); each map entry is its
 own LSM entry, so a map can be large. Values are tuples (like PySpark's ``Row`` tuples).
 
-Simplifications: timers are not implemented yet (``registerTimer`` raises); TTL is processing
-time (the LSM's own expiry) and restarts on every update, as in PySpark.
+Timers live in the same LSM: each key's timers under its prefix (``key_prefix 0x00 expiry``,
+for ``listTimers``), and a shard-wide index per key group (``kg 'T' expiry enc(key)``) scanned
+for due timers. The manifest meta keeps the shard's watermark and a lower bound of its timers
+(``spark.next_timer_ms``), so a batch with nothing due scans nothing.
+
+Simplifications: TTL is processing time (the LSM's own expiry) and restarts on every update, as
+in PySpark; the watermark is per shard (max event time seen by the shard minus the delay).
 """
 
 from __future__ import annotations
 
 import struct
-import time
+import time as _time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from . import _codec
@@ -28,7 +34,17 @@ from ._shard import ShardTask, check_key_groups
 
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
+_U64 = struct.Struct(">Q")
 STATE_TAG = b"S"
+#: Shard-wide timer index: ``kg:u16 'T' expiry:u64 enc(grouping key)`` (value empty).
+TIMER_TAG = b"T"
+#: A key's own timer entries: ``key_prefix + 0x00 + expiry:u64`` (state names are never empty,
+#: so their length byte is never 0).
+TIMER_MARK = b"\x00"
+TIME_MODES = ("none", "processingtime", "eventtime")
+META_WATERMARK = "spark.watermark_ms"
+META_MAX_EVENT_TIME = "spark.max_event_time_ms"
+META_NEXT_TIMER = "spark.next_timer_ms"
 
 
 class TimerValues:
@@ -43,8 +59,8 @@ class TimerValues:
         return self._processing
 
     def getCurrentWatermarkInMs(self) -> int:
-        """The event-time watermark in ms (``-1``: no watermark; event time is not yet
-        supported)."""
+        """The shard's event-time watermark in ms at the start of the micro-batch (``-1``: none,
+        or not in ``time_mode="eventtime"``)."""
         return self._watermark
 
 
@@ -119,6 +135,25 @@ class StatefulProcessor:
         """
         raise NotImplementedError
 
+    def handleExpiredTimer(
+        self, key: tuple, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo
+    ) -> Iterator[Any]:
+        """Called once per timer of ``key`` that is due, after the batch's input rows.
+
+        State variables and timer calls act on ``key`` here, as in ``handleInputRows``. The
+        timer is already removed; register another one to fire again. Output rows are yielded
+        as from ``handleInputRows``. Spark runs every shard in every micro-batch, so a timer
+        fires even when its shard gets no rows (see ``heartbeat`` for idle streams).
+
+        Examples
+        --------
+        >>> class Timeout(StatefulProcessor):
+        ...     def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):
+        ...         yield pd.DataFrame({"user": [key[0]], "timed_out_at": [
+        ...             expiredTimerInfo.getExpiryTimeInMs()]})
+        """
+        return iter(())
+
     def close(self) -> None:
         """Called once after the last key of the micro-batch.
 
@@ -142,6 +177,20 @@ def _name_bytes(name: str) -> bytes:
 def key_prefix(kg: int, encoded_key: bytes) -> bytes:
     """The LSM key prefix of all state of one grouping key."""
     return _U16.pack(kg) + STATE_TAG + _U32.pack(len(encoded_key)) + encoded_key
+
+
+def _timer_bytes(ms: int) -> bytes:
+    """A signed ms timestamp as 8 bytes that sort like the numbers."""
+    return _U64.pack(ms + (1 << 63))
+
+
+def _timer_value(raw: bytes) -> int:
+    return _U64.unpack(raw[:8])[0] - (1 << 63)
+
+
+def _due_key(kg: int, expiry: int, encoded_key: bytes) -> bytes:
+    """The shard-wide timer index entry: timers of a key group sorted by expiry."""
+    return _U16.pack(kg) + TIMER_TAG + _timer_bytes(expiry) + encoded_key
 
 
 def _ttl_seconds(ttl_ms: int | None) -> float | None:
@@ -329,10 +378,20 @@ class StatefulProcessorHandle:
     ...         self.seen = handle.getMapState("seen", "id string", "ts long")
     """
 
-    def __init__(self, task: ShardTask) -> None:
+    def __init__(self, task: ShardTask, time_mode: str = "none") -> None:
         self._task = task
+        self._time_mode = time_mode
         self._prefix: bytes | None = None
+        self._kg = 0
+        self._enc = b""
         self._names: dict[str, type] = {}
+        #: Smallest timer registered since the last reset (keeps the shard's timer bound).
+        self._registered_min: int | None = None
+
+    def _bind(self, kg: int, encoded_key: bytes) -> None:
+        self._kg = kg
+        self._enc = encoded_key
+        self._prefix = key_prefix(kg, encoded_key)
 
     def _require_key(self) -> bytes:
         if self._prefix is None:
@@ -424,16 +483,103 @@ class StatefulProcessorHandle:
         return MapState(self, stateName, ttlDurationMs)
 
     def registerTimer(self, expiryTimestampMs: int) -> None:
-        """Not supported yet: timers are planned (processing time and event time)."""
-        raise NotImplementedError("silt_spark does not support timers yet")
+        """Register a timer for the current key, firing when time passes ``expiryTimestampMs``.
+
+        In ``time_mode="processingtime"`` the timer fires in the first micro-batch whose
+        processing time is at or after it; in ``"eventtime"``, in the first micro-batch whose
+        watermark is at or after it. Firing calls ``handleExpiredTimer(key, timerValues,
+        expiredTimerInfo)`` once and removes the timer. A key has at most one timer per
+        timestamp; registering it again does nothing.
+
+        Examples
+        --------
+        >>> class Idle(StatefulProcessor):
+        ...     def init(self, handle):
+        ...         self.handle = handle
+        ...     def handleInputRows(self, key, rows, timerValues):
+        ...         now = timerValues.getCurrentProcessingTimeInMs()
+        ...         self.handle.registerTimer(now + 60_000)  # one minute from now
+        ...         return iter(())
+        ...     def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):
+        ...         yield pd.DataFrame({"user": [key[0]], "idle_since": [
+        ...             expiredTimerInfo.getExpiryTimeInMs() - 60_000]})
+        """
+        expiry = self._check_timer(expiryTimestampMs)
+        db = self._task.db
+        db.put(self._require_key() + TIMER_MARK + _timer_bytes(expiry), b"")
+        db.put(_due_key(self._kg, expiry, self._enc), b"")
+        self._task.changed = True
+        if self._registered_min is None or expiry < self._registered_min:
+            self._registered_min = expiry
 
     def deleteTimer(self, expiryTimestampMs: int) -> None:
-        """Not supported yet."""
-        raise NotImplementedError("silt_spark does not support timers yet")
+        """Delete the current key's timer at ``expiryTimestampMs`` (no error if there is none).
+
+        Examples
+        --------
+        >>> class P(StatefulProcessor):
+        ...     def init(self, handle):
+        ...         self.handle = handle
+        ...     def handleInputRows(self, key, rows, timerValues):
+        ...         for t in list(self.handle.listTimers()):
+        ...             self.handle.deleteTimer(t)
+        ...         return iter(())
+        """
+        expiry = self._check_timer(expiryTimestampMs)
+        db = self._task.db
+        mark = self._require_key() + TIMER_MARK + _timer_bytes(expiry)
+        if db.get(mark) is None:
+            return
+        db.delete(mark)
+        db.delete(_due_key(self._kg, expiry, self._enc))
+        self._task.changed = True
 
     def listTimers(self) -> Iterator[int]:
-        """Not supported yet."""
-        raise NotImplementedError("silt_spark does not support timers yet")
+        """The current key's registered timers (expiry timestamps in ms), ascending.
+
+        Examples
+        --------
+        >>> class P(StatefulProcessor):
+        ...     def init(self, handle):
+        ...         self.handle = handle
+        ...     def handleInputRows(self, key, rows, timerValues):
+        ...         pending = list(self.handle.listTimers())
+        ...         return iter(())
+        """
+        self._check_timers_on()
+        prefix = self._require_key() + TIMER_MARK
+        n = len(prefix)
+        return iter([_timer_value(k[n:]) for k, _ in self._task.db.scan(prefix=prefix)])
+
+    def _check_timers_on(self) -> None:
+        if self._time_mode == "none":
+            raise RuntimeError(
+                "timers need time_mode='processingtime' or 'eventtime' in transform_with_state"
+            )
+
+    def _check_timer(self, expiry: Any) -> int:
+        self._check_timers_on()
+        if isinstance(expiry, bool) or not isinstance(expiry, (int, float)):
+            raise TypeError(f"a timer is an int timestamp in ms, got {type(expiry).__name__}")
+        expiry = int(expiry)
+        if not -(1 << 63) <= expiry < (1 << 63):
+            raise ValueError(f"timer timestamp {expiry} is out of range")
+        return expiry
+
+
+class ExpiredTimerInfo:
+    """What ``handleExpiredTimer`` learns about the timer that fired (PySpark's shape)."""
+
+    def __init__(self, expiryTimeInMs: int) -> None:
+        self._expiry = expiryTimeInMs
+
+    def isValid(self) -> bool:
+        """Always ``True`` here: the object is only made for a firing timer."""
+        return True
+
+    def getExpiryTimeInMs(self) -> int:
+        """The timer's timestamp in ms."""
+        return self._expiry
 
 
 class _Output:
@@ -510,6 +656,61 @@ class _Output:
             yield from t.to_batches(max_chunksize=65536)
 
 
+@dataclass(frozen=True)
+class TimeConfig:
+    """Time handling of a processor operator (plain data, shipped to the tasks)."""
+
+    mode: str = "none"
+    event_time_column: str | None = None
+    watermark_delay_ms: int = 0
+
+
+def _meta_int(meta: dict[str, str], name: str) -> int | None:
+    v = meta.get(name)
+    return int(v) if v else None
+
+
+def _max_event_time_ms(column: Any) -> int | None:
+    """The largest value of an event-time column in ms (timestamps or integral ms)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    t = column.type
+    if pa.types.is_timestamp(t):
+        top = pc.max(column.cast(pa.int64())).as_py()
+        if top is None:
+            return None
+        per_ms = {"s": None, "ms": 1, "us": 1000, "ns": 1_000_000}[t.unit]
+        return top * 1000 if per_ms is None else top // per_ms
+    if pa.types.is_integer(t):
+        top = pc.max(column).as_py()
+        return None if top is None else int(top)
+    raise TypeError(
+        f"the event-time column must be a timestamp or integral ms column, got {t}"
+    )
+
+
+def _due_timers(task: ShardTask, threshold: int) -> tuple[list[tuple[int, int, bytes]], int | None]:
+    """Timers of the shard with expiry ``<= threshold`` as ``(expiry, kg, encoded key)`` in
+    firing order, and the smallest expiry after ``threshold`` (``None``: no timer left).
+    One short scan per key group of the shard's timer index."""
+    due: list[tuple[int, int, bytes]] = []
+    nxt: int | None = None
+    scan = task.db.scan
+    for kg in range(task.first_kg, task.last_kg + 1):
+        head = _U16.pack(kg) + TIMER_TAG
+        n = len(head)
+        for k, _ in scan(head, _U16.pack(kg) + b"U"):
+            expiry = _timer_value(k[n:n + 8])
+            if expiry > threshold:
+                if nxt is None or expiry < nxt:
+                    nxt = expiry
+                break
+            due.append((expiry, kg, k[n + 8:]))
+    due.sort()
+    return due, nxt
+
+
 def process_partition(
     task: ShardTask,
     batches: Iterator[Any],
@@ -517,52 +718,118 @@ def process_partition(
     key_columns: list[str],
     output_schema: Any,
     rows_format: str = "pandas",
+    time: TimeConfig = TimeConfig(),
 ) -> Iterator[Any]:
-    """Group the shard's rows by key, run the processor per key, yield output Arrow batches.
+    """Group the shard's rows by key, run the processor per key, then fire due timers; yield
+    output Arrow batches.
 
     ``rows_format`` is ``"pandas"`` (PySpark's shape: an iterator of DataFrames per key) or
-    ``"arrow"`` (an iterator of ``pyarrow.Table`` slices: much cheaper per key).
+    ``"arrow"`` (an iterator of ``pyarrow.Table`` slices: much cheaper per key). Spark runs this
+    for every partition, empty ones included, so timers fire even in batches that bring the
+    shard no rows. Heartbeat rows (key group ``-1``) only make a batch happen; they are dropped.
     """
     import numpy as np
     import pyarrow as pa
+    import pyarrow.compute as pc
 
     batches = list(batches)
-    rows = sum(b.num_rows for b in batches)
-    if rows == 0:
+    table = pa.Table.from_batches(batches) if batches else None
+    if table is not None and table.num_rows:
+        kg_col = table[KG_COLUMN]
+        if pc.min(kg_col).as_py() < 0:
+            table = table.filter(pc.greater_equal(kg_col, 0))
+    rows = table.num_rows if table is not None else 0
+    meta = task.base_meta
+    timers_on = time.mode != "none"
+    next_timer = _meta_int(meta, META_NEXT_TIMER) if timers_on else None
+    if rows == 0 and next_timer is None:
         return
-    table = pa.Table.from_batches(batches)
-    check_key_groups(task, table[KG_COLUMN])
-    table = table.drop_columns([PARTITION_COLUMN])
-    data = table.drop_columns([KG_COLUMN])
-    keys_pdf = table.select(key_columns).to_pandas()
-    codes = keys_pdf.groupby(key_columns, sort=False, dropna=False).ngroup().to_numpy()
-    order = np.argsort(codes, kind="stable")
-    sorted_codes = codes[order]
-    starts = np.flatnonzero(np.r_[True, sorted_codes[1:] != sorted_codes[:-1]])
-    ends = np.r_[starts[1:], len(order)]
-    first_rows = pa.array(order[starts])
-    key_values = [table[c].take(first_rows).to_pylist() for c in key_columns]
-    kgs = table[KG_COLUMN].take(first_rows).to_pylist()
-    sorted_rows = data.take(pa.array(order))
-    if rows_format != "arrow":
-        sorted_rows = sorted_rows.to_pandas()
+    now_ms = int(_time.time() * 1000)
+    watermark = _meta_int(meta, META_WATERMARK) if time.mode == "eventtime" else None
+    timer_values = TimerValues(now_ms, -1 if watermark is None else watermark)
+    threshold = now_ms if time.mode == "processingtime" else watermark
+    if rows == 0 and (threshold is None or next_timer > threshold):
+        return  # nothing due: this shard has no work in this batch
 
-    handle = StatefulProcessorHandle(task)
-    timer_values = TimerValues(int(time.time() * 1000), -1)
+    handle = StatefulProcessorHandle(task, time.mode)
     processor.init(handle)
     output = _Output(output_schema)
     add = output.add
     try:
-        encode = _codec.encode
-        arrow = rows_format == "arrow"
-        for i, key in enumerate(zip(*key_values)):
-            handle._prefix = key_prefix(kgs[i], encode(key))
-            a, b = int(starts[i]), int(ends[i])
-            sub = sorted_rows.slice(a, b - a) if arrow else sorted_rows.iloc[a:b]
-            add(processor.handleInputRows(key, iter((sub,)), timer_values))
-        handle._prefix = None
+        if rows:
+            check_key_groups(task, table[KG_COLUMN])
+            table = table.drop_columns([PARTITION_COLUMN])
+            if time.mode == "eventtime":
+                top = _max_event_time_ms(table[time.event_time_column])
+                old = _meta_int(meta, META_MAX_EVENT_TIME)
+                if top is not None and (old is None or top > old):
+                    task.meta_updates[META_MAX_EVENT_TIME] = str(top)
+                    wm = top - time.watermark_delay_ms
+                    if watermark is None or wm > watermark:
+                        # Applies from the next micro-batch on, as Spark's watermark does.
+                        task.meta_updates[META_WATERMARK] = str(wm)
+                    task.changed = True
+            data = table.drop_columns([KG_COLUMN])
+            keys_pdf = table.select(key_columns).to_pandas()
+            codes = keys_pdf.groupby(key_columns, sort=False, dropna=False).ngroup().to_numpy()
+            order = np.argsort(codes, kind="stable")
+            sorted_codes = codes[order]
+            starts = np.flatnonzero(np.r_[True, sorted_codes[1:] != sorted_codes[:-1]])
+            ends = np.r_[starts[1:], len(order)]
+            first_rows = pa.array(order[starts])
+            key_values = [table[c].take(first_rows).to_pylist() for c in key_columns]
+            kgs = table[KG_COLUMN].take(first_rows).to_pylist()
+            sorted_rows = data.take(pa.array(order))
+            if rows_format != "arrow":
+                sorted_rows = sorted_rows.to_pandas()
+            encode = _codec.encode
+            arrow = rows_format == "arrow"
+            bind = handle._bind
+            for i, key in enumerate(zip(*key_values)):
+                bind(kgs[i], encode(key))
+                a, b = int(starts[i]), int(ends[i])
+                sub = sorted_rows.slice(a, b - a) if arrow else sorted_rows.iloc[a:b]
+                add(processor.handleInputRows(key, iter((sub,)), timer_values))
+            handle._prefix = None
+        if timers_on:
+            _fire_timers(task, handle, processor, timer_values, threshold, next_timer, add)
     finally:
         close = getattr(processor, "close", None)
         if close is not None:
             close()
     yield from output.batches()
+
+
+def _fire_timers(
+    task: ShardTask, handle: StatefulProcessorHandle, processor: Any,
+    timer_values: TimerValues, threshold: int | None, next_timer: int | None, add: Any,
+) -> None:
+    """Fire the shard's due timers and record the shard's next-timer bound in the meta.
+
+    ``spark.next_timer_ms`` is a lower bound of the shard's timers (deleting a timer leaves it
+    alone), so a batch scans the timer index only when a timer may be due.
+    """
+    registered = handle._registered_min
+    bound = next_timer if registered is None else (
+        registered if next_timer is None else min(next_timer, registered)
+    )
+    if bound is not None and threshold is not None and bound <= threshold:
+        due, bound = _due_timers(task, threshold)
+        handle._registered_min = None
+        fire = getattr(processor, "handleExpiredTimer", None)
+        db = task.db
+        decode = _codec.decode
+        for expiry, kg, enc in due:
+            handle._bind(kg, enc)
+            db.delete(handle._prefix + TIMER_MARK + _timer_bytes(expiry))
+            db.delete(_due_key(kg, expiry, enc))
+            task.changed = True
+            if fire is not None:
+                add(fire(decode(enc), timer_values, ExpiredTimerInfo(expiry)))
+        handle._prefix = None
+        again = handle._registered_min
+        if again is not None and (bound is None or again < bound):
+            bound = again
+    if bound != next_timer:
+        task.meta_updates[META_NEXT_TIMER] = "" if bound is None else str(bound)
+        task.changed = True

@@ -30,12 +30,12 @@ import json
 import logging
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import silt
 from silt import paths
-from silt.clock import Clock
+from silt.errors import NotFoundError
 from silt.plugins import open_store
 from silt.store import retrying
 
@@ -48,7 +48,7 @@ log = logging.getLogger("silt_spark")
 MAX_CACHED_SHARDS = 16
 #: Name of the operator descriptor under the operator root.
 DESCRIPTOR = "silt-spark.json"
-DESCRIPTOR_FORMAT = 1
+DESCRIPTOR_FORMAT = 2
 
 META_QUERY_ID = "spark.query_id"
 META_BATCH_ID = "spark.batch_id"
@@ -73,6 +73,10 @@ class OperatorSpec:
     key_groups: int = _layout.DEFAULT_KEY_GROUPS
     reset: bool = False
     settings: dict[str, Any] | None = None
+    #: Layout generation of ``num_shards`` (0 until the first rescale) and every layout of the
+    #: root, oldest first, as ``(generation, num_shards)``; the last one is this spec's.
+    generation: int = 0
+    layouts: tuple[tuple[int, int], ...] = ()
     #: Test hook: batch ids whose first task attempt fails right after committing its state.
     fail_after_commit: tuple[int, ...] = field(default=())
     test_marker_dir: str | None = None
@@ -80,27 +84,59 @@ class OperatorSpec:
     def silt_settings(self) -> silt.Settings:
         return silt.Settings.from_dict(self.settings) if self.settings else silt.Settings()
 
+    def shard_url(self, shard: int) -> str:
+        return _layout.shard_url(
+            self.root, shard, self.num_shards, self.key_groups, self.generation
+        )
 
-def ensure_descriptor(spec: OperatorSpec) -> None:
-    """Create the operator root's descriptor, or check that it matches ``spec`` (driver side).
 
-    The descriptor pins the operator kind, the key-group count and the shard count, so a
-    restart with different settings fails at once instead of silently reading empty shards.
+def read_descriptor(root: str) -> dict[str, Any] | None:
+    """The operator root's descriptor (format 1 upgraded in memory), or ``None``."""
+    store = open_store(root)
+    try:
+        have = json.loads(retrying(lambda: store.get(DESCRIPTOR)))
+    except NotFoundError:
+        return None
+    finally:
+        store.close()
+    if "layouts" not in have:  # format 1: one layout, generation 0
+        have["layouts"] = [{"generation": 0, "num_shards": have["num_shards"]}]
+        have["generation"] = 0
+    return have
+
+
+def ensure_descriptor(
+    spec: OperatorSpec, extra: dict[str, Any] | None = None, pinned: tuple[str, ...] = ()
+) -> OperatorSpec:
+    """Create the operator root's descriptor, or check it against ``spec`` (driver side).
+
+    The descriptor pins the operator kind and the key-group count (a mismatch fails at once
+    with :class:`LayoutMismatchError` instead of reading garbage), and records the layouts
+    (shard counts) the root has had. A different ``num_shards`` is a **rescale**: a new layout
+    generation is appended, and each new shard builds its first version from the previous
+    layout's shards when its first task runs (see :func:`migrate`). ``extra`` holds more
+    descriptor fields (key schema, state record layout); those named in ``pinned`` must not
+    change. Returns ``spec`` with its layout generation and history filled in.
     """
+    extra = dict(extra or {})
     want = {
         "format": DESCRIPTOR_FORMAT,
         "operator": spec.kind,
         "key_groups": spec.key_groups,
         "num_shards": spec.num_shards,
+        "generation": 0,
+        "layouts": [{"generation": 0, "num_shards": spec.num_shards}],
+        **extra,
     }
     store = open_store(spec.root)
     try:
         data = json.dumps(want, sort_keys=True).encode()
         if retrying(lambda: store.put_if_absent(DESCRIPTOR, data)):
-            return
-        have = json.loads(retrying(lambda: store.get(DESCRIPTOR)))
+            return replace(spec, generation=0, layouts=((0, spec.num_shards),))
     finally:
         store.close()
+    have = read_descriptor(spec.root)
+    assert have is not None
     if have.get("operator") != spec.kind:
         raise LayoutMismatchError(
             f"the state root {spec.root!r} holds state of a {have.get('operator')!r} operator, "
@@ -111,17 +147,43 @@ def ensure_descriptor(spec: OperatorSpec) -> None:
             f"the state root {spec.root!r} was created with key_groups={have.get('key_groups')}; "
             f"key_groups is fixed per root, got {spec.key_groups}"
         )
-    if have.get("num_shards") != spec.num_shards:
-        raise LayoutMismatchError(
-            f"the state root {spec.root!r} was created with num_shards={have.get('num_shards')}; "
-            f"changing the shard count (rescaling) is not supported yet, got {spec.num_shards}"
+    for name in pinned:
+        if name in have and name in extra and have[name] != extra[name]:
+            raise LayoutMismatchError(
+                f"the state root {spec.root!r} was created with {name}={have[name]!r}, which "
+                f"its state records depend on; got {extra[name]!r}. Use another state_url"
+            )
+    changed = any(k not in have for k in extra)
+    for k, v in extra.items():
+        have.setdefault(k, v)
+    if have["num_shards"] != spec.num_shards:
+        gen = have["generation"] + 1
+        log.warning(
+            "silt_spark: rescaling %s from %d to %d shards (layout generation %d); each new "
+            "shard builds its first version from the old shards' state when its first task runs",
+            spec.root, have["num_shards"], spec.num_shards, gen,
         )
+        have["layouts"].append({"generation": gen, "num_shards": spec.num_shards})
+        have["generation"] = gen
+        have["num_shards"] = spec.num_shards
+        changed = True
+    if changed:
+        have["format"] = DESCRIPTOR_FORMAT
+        store = open_store(spec.root)
+        try:
+            body = json.dumps(have, sort_keys=True).encode()
+            retrying(lambda: store.put(DESCRIPTOR, body))
+        finally:
+            store.close()
+    layouts = tuple((int(x["generation"]), int(x["num_shards"])) for x in have["layouts"])
+    return replace(spec, generation=int(have["generation"]), layouts=layouts)
 
 
 class ShardTask:
     """The open shard of one task: ``db`` at the base version, plus the batch's identity.
 
-    Operators read and write ``db`` directly and set :attr:`changed` when they wrote anything.
+    Operators read and write ``db`` directly and set :attr:`changed` when they wrote anything;
+    :attr:`meta_updates` are merged into the committed manifest's meta (watermarks, timers).
     """
 
     def __init__(
@@ -133,12 +195,20 @@ class ShardTask:
         self.query_id = query_id
         self.attempt = attempt
         self.first_kg, self.last_kg = _layout.shard_range(shard, spec.num_shards, spec.key_groups)
-        self.url = _layout.shard_url(spec.root, shard, spec.num_shards, spec.key_groups)
+        self.url = spec.shard_url(shard)
         self.changed = False
         #: True when version ``batch_id`` already exists: recompute and emit, never commit.
         self.replay = False
         self.committed = False
+        self.meta_updates: dict[str, str] = {}
+        #: The base state's meta (after a rescale: combined from the old shards').
+        self.base_meta: dict[str, str] = {}
+        #: Entries copied from the previous layout's shards (rescale), 0 otherwise.
+        self.migrated = 0
+        self.started_ms = _now_ms()
+        t0 = _perf()
         self.db: silt.DB = self._open()
+        self.open_ms = (_perf() - t0) * 1000
 
     # -- opening ------------------------------------------------------------------------------
     def _open(self) -> silt.DB:
@@ -151,23 +221,19 @@ class ShardTask:
                 db = cached[1]
             else:
                 # Another query's handle, or one at/after this batch (a re-run): the base is
-                # older than the handle, so list everything from a fresh open.
+                # older than the handle, so reopen at the latest version <= b - 1.
                 cached[1].close()
-        store = db.store if db is not None else open_store(self.url)
         try:
-            after = (
-                paths.manifest_key(db.version) if db is not None and db.version is not None
-                else None
-            )
-            known = _list_versions(store, after)
-            if db is not None and db.version is not None:
-                known.append(db.version)
-            known.sort()
+            if db is None:
+                db = self._open_at_most(b - 1)
+            known = db.newer_versions()  # one LIST: the versions after the base
+            if db.version is not None:
+                known.insert(0, db.version)
             if known:
                 latest = known[-1]
                 meta = (
-                    db.meta if db is not None and db.version == latest
-                    else silt.read_manifest(store, latest).meta
+                    db.meta if db.version == latest
+                    else silt.read_manifest(db.store, latest).meta
                 )
                 owner = meta.get(META_QUERY_ID)
                 if owner is not None and owner != self.query_id:
@@ -179,12 +245,10 @@ class ShardTask:
                             "that state"
                         )
                     log.warning("reset: discarding %s (state of query %s)", self.url, owner)
-                    if db is not None:
-                        db.close()
-                        db = None
-                        store = open_store(self.url)
-                    keys = [info.key for info in retrying(lambda: list(store.list("")))]
-                    retrying(lambda: store.delete_many(keys))
+                    db.close()
+                    db = None
+                    _delete_all(self.url)
+                    db = self._open_at_most(b - 1)
                     known = []
             newer = [v for v in known if v > b]
             if newer:
@@ -194,34 +258,42 @@ class ShardTask:
                     "the matching checkpoint or start with a new state_url"
                 )
             self.replay = b in known
-            older = [v for v in known if v < b]
-            base = older[-1] if older else None
-            if db is not None and db.version == base:
-                return db
-            if db is not None:
+            if any(v < b for v in newer_base(db, known)):
+                # A warm handle that another worker process has moved past (its commits of
+                # this shard are newer than the handle): reopen at the latest version <= b - 1.
                 db.close()
                 db = None
-                store = open_store(self.url)
-            manifest = silt.read_manifest(store, base) if base is not None else None
-            # Workaround until the core offers silt.open(url, at_most=v) (an empty view of a
-            # root whose only versions are >= b is needed when batch 0 is replayed).
-            return silt.DB(
-                store, url=self.url, settings=self.spec.silt_settings(), clock=Clock(),
-                manifest=manifest, owns_store=True,
-            )
+                db = self._open_at_most(b - 1)
+            self.base_meta = db.meta
+            if db.version is None and self.spec.generation > 0 and not self.spec.reset:
+                # A shard of a rescaled layout without a version of its own yet.
+                self.base_meta, self.migrated = migrate(
+                    self.spec, db, self.first_kg, self.last_kg, b - 1
+                )
+                self.meta_updates.update(self.base_meta)
+                self.changed = True
+            return db
         except BaseException:
             if db is not None:
                 db.close()
-            else:
-                store.close()
             raise
+
+    def _open_at_most(self, version: int) -> silt.DB:
+        return silt.open(self.url, at_most=version, settings=self.spec.silt_settings())
 
     # -- finishing ----------------------------------------------------------------------------
     def finish(self) -> None:
         """Commit version ``batch_id`` if anything changed (and it is not a replay)."""
         if not self.changed or self.replay:
             return
+        # Timings for inspection (see docs/spark.md): the commit's own duration is about
+        # manifest.created_ms - task_start_ms - open_ms - process_ms (SST uploads included).
+        process_ms = _now_ms() - self.started_ms - self.open_ms
         meta = {
+            **self.meta_updates,
+            "spark.task_start_ms": str(self.started_ms),
+            "spark.open_ms": f"{self.open_ms:.1f}",
+            "spark.process_ms": f"{process_ms:.1f}",
             META_QUERY_ID: self.query_id,
             META_BATCH_ID: str(self.batch_id),
             "spark.operator": self.spec.kind,
@@ -257,16 +329,145 @@ class ShardTask:
             db.close()
 
 
-def _list_versions(store: Any, start_after: str | None) -> list[int]:
-    def listing() -> list[int]:
-        out = []
-        for info in store.list(paths.MANIFEST_PREFIX, start_after=start_after):
-            v = paths.parse_manifest_key(info.key)
-            if v is not None:
-                out.append(v)
-        return out
+def _now_ms() -> int:
+    import time
 
-    return retrying(listing)
+    return int(time.time() * 1000)
+
+
+def _perf() -> float:
+    import time
+
+    return time.perf_counter()
+
+
+def newer_base(db: silt.DB, known: list[int]) -> list[int]:
+    """The versions in ``known`` newer than ``db``'s base."""
+    return [v for v in known if db.version is None or v > db.version]
+
+
+def _delete_all(url: str) -> None:
+    store = open_store(url)
+    try:
+        keys = [info.key for info in retrying(lambda: list(store.list("")))]
+        for i in range(0, len(keys), 1000):
+            chunk = keys[i:i + 1000]
+            retrying(lambda chunk=chunk: store.delete_many(chunk))
+    finally:
+        store.close()
+
+
+# -- rescaling ------------------------------------------------------------------------------------
+#: Meta entries combined across old shards by a rescale: the minimum is the safe choice (a
+#: watermark never runs ahead of any of its keys; a timer lower bound stays a lower bound).
+MIN_COMBINED_META = ("spark.watermark_ms", "spark.max_event_time_ms", "spark.next_timer_ms")
+
+
+def manifest_records(db: silt.DB, start: bytes, end: bytes | None) -> Iterator[tuple[bytes, Any]]:
+    """``(key, record)`` of a DB opened at a committed version, in ``[start, end)``, newest
+    record per key (tombstones ``None``, expiring values ``(value, expire_at_ms)``).
+
+    Reads the manifest's SSTs directly, as a compaction does, because ``DB.scan`` drops expiry
+    times and a rescale must keep TTLs.
+    """
+    from silt.merge import merge_newest_first
+    from silt.sst.reader import SstReader
+
+    manifest = db.manifest
+    if manifest is None:
+        return iter(())
+    store = db.store
+
+    def overlaps(s: Any) -> bool:
+        return s.largest >= start and (end is None or s.smallest < end)
+
+    def reader(s: Any) -> Iterator[tuple[bytes, Any]]:
+        return SstReader(store, paths.sst_key(s.id), s, None).iter_range(start, end)
+
+    def chain(run: list[Any]) -> Iterator[tuple[bytes, Any]]:
+        for s in run:
+            yield from reader(s)
+
+    sources = [reader(s) for s in manifest.l0 if overlaps(s)]
+    for run in manifest.levels:
+        chosen = [s for s in run if overlaps(s)]
+        if chosen:
+            sources.append(chain(chosen))
+    return merge_newest_first(sources) if sources else iter(())
+
+
+def _previous_sources(
+    spec: OperatorSpec, layout_index: int, first: int, last: int, at_most: int,
+    out: list[tuple[silt.DB, int, int]],
+) -> None:
+    """Open, for key groups ``[first, last]``, the shards of layout ``layout_index`` that have a
+    version ``<= at_most``; ranges whose shard has none come from the layout before it."""
+    gen, n = spec.layouts[layout_index]
+    for j in _layout.overlapping_shards(first, last, n, spec.key_groups):
+        f, la = _layout.shard_range(j, n, spec.key_groups)
+        lo, hi = max(f, first), min(la, last)
+        url = _layout.shard_url(spec.root, j, n, spec.key_groups, gen)
+        db = silt.open(url, at_most=at_most, settings=spec.silt_settings())
+        if db.version is not None:
+            out.append((db, lo, hi))
+            continue
+        db.close()
+        if layout_index > 0:
+            _previous_sources(spec, layout_index - 1, lo, hi, at_most, out)
+
+
+def migrate(
+    spec: OperatorSpec, db: silt.DB, first: int, last: int, at_most: int
+) -> tuple[dict[str, str], int]:
+    """Fill an empty shard of a rescaled layout with the state of its key groups as of version
+    ``at_most``, read from the previous layout's shards (recursively where those have no
+    version yet). Returns the combined meta and the number of entries written.
+
+    This is the fallback until the core can reference a sibling DB's SSTs clipped to a key
+    range (DESIGN.md section 10): it reads and rewrites the state, so a rescale costs time
+    proportional to the state. The old shards are never modified.
+    """
+    import time
+
+    index = [g for g, _ in spec.layouts].index(spec.generation)
+    if index == 0:
+        return {}, 0
+    t0 = time.perf_counter()
+    sources: list[tuple[silt.DB, int, int]] = []
+    try:
+        _previous_sources(spec, index - 1, first, last, at_most, sources)
+        meta: dict[str, str] = {}
+        for src, _, _ in sources:
+            for k in MIN_COMBINED_META:
+                v = src.meta.get(k)
+                if v:
+                    meta[k] = str(min(int(v), int(meta.get(k, v))))
+        written = 0
+        put = db.put
+        now = int(time.time() * 1000)
+        for src, lo, hi in sources:
+            start, end = _layout.kg_bounds(lo, hi)
+            for key, rec in manifest_records(src, start, end):
+                if rec.__class__ is bytes:
+                    put(key, rec)
+                elif rec is not None and rec[1] > now:
+                    put(key, rec[0], ttl=(rec[1] - now) / 1000.0)
+                else:
+                    continue
+                written += 1
+        meta["spark.rescaled_from"] = ",".join(
+            f"{src.url.rstrip('/').rsplit('/', 1)[-1]}@{src.version}" for src, _, _ in sources
+        )
+    finally:
+        for src, _, _ in sources:
+            src.close()
+    log.warning(
+        "silt_spark rescale: copied %d entries of key groups %d..%d from %d old shard(s) into "
+        "%s in %.2fs (fallback: the core cannot reference a sibling DB's SSTs yet, so the state "
+        "is read and rewritten instead of referenced)",
+        written, first, last, len(sources), db.url, time.perf_counter() - t0,
+    )
+    return meta, written
 
 
 def run_shard(

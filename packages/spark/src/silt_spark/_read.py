@@ -1,0 +1,202 @@
+"""``read_state``: an operator's state as a DataFrame, at the latest or any retained version.
+
+One Spark task per shard of the root's current layout reads that shard at the latest version
+``<= version`` (a shard of a rescaled layout without such a version is read through the
+previous layout's shards, as its first task would), straight from the manifest's SSTs, so the
+expiry time of every entry is known. Nothing is written.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from . import _aggregate, _codec, _layout, _processor, _shard
+
+#: Columns after the key columns.
+STATE_COLUMNS = (
+    ("state", "string"),
+    ("map_key", "string"),
+    ("value", "string"),
+    ("expires_at_ms", "bigint"),
+    ("shard_version", "bigint"),
+)
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, (bytes, bytearray)):
+        return value.hex()
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    return str(value)
+
+
+def to_json(value: Any) -> str:
+    return json.dumps(value, default=_json_default, separators=(",", ":"))
+
+
+def _spec(desc: dict[str, Any], root: str) -> _shard.OperatorSpec:
+    layouts = tuple((int(x["generation"]), int(x["num_shards"])) for x in desc["layouts"])
+    return _shard.OperatorSpec(
+        kind=desc["operator"], root=root, num_shards=int(desc["num_shards"]),
+        key_groups=int(desc["key_groups"]), generation=int(desc["generation"]), layouts=layouts,
+    )
+
+
+def decode_entries(
+    kind: str, items: Any, state_columns: list[list[str]] | None
+) -> Any:
+    """``(key tuple, state, map_key, value, expires_at_ms, version)`` per live state entry of
+    ``items`` (``(key, value, expires_at_ms, version)``)."""
+    import numpy as np
+
+    if kind == "aggregate":
+        cols = [c for c, _ in state_columns or []]
+        plan = _aggregate.AggPlan((), (), tuple(cols), tuple(t == "f64" for _, t in
+                                                              state_columns or []), None, None)
+        dt = _aggregate.state_dtype(plan)
+        for key, value, expiry, ver in items:
+            if key[2:3] != _aggregate.AGG_TAG:
+                continue
+            rec = np.frombuffer(value, dt)[0]
+            out: dict[str, Any] = {"rows": int(rec["rows"])}
+            for j, c in enumerate(cols):
+                n = int(rec[f"n{j}"])
+                out[c] = {"n": n, **({
+                    "sum": rec[f"s{j}"].item(), "min": rec[f"mn{j}"].item(),
+                    "max": rec[f"mx{j}"].item(),
+                } if n else {})}
+            yield _codec.decode(key[3:]), "aggregate", None, to_json(out), expiry, ver
+        return
+    for key, value, expiry, ver in items:
+        if key[2:3] != _processor.STATE_TAG:
+            continue  # the timer index repeats the keys' own timer entries
+        n = int.from_bytes(key[3:7], "big")
+        gkey = _codec.decode(key[7:7 + n])
+        rest = key[7 + n:]
+        if rest[:1] == _processor.TIMER_MARK:
+            value_ms = str(_processor._timer_value(rest[1:9]))
+            yield gkey, "__timer__", None, value_ms, expiry, ver
+            continue
+        name_len = rest[0]
+        name = rest[1:1 + name_len].decode("utf-8")
+        sub = rest[1 + name_len:]
+        map_key = to_json(_codec.decode(sub)) if sub else None
+        yield gkey, name, map_key, to_json(_codec.decode(value)), expiry, ver
+
+
+def read_shard(spec: _shard.OperatorSpec, shard: int, version: int) -> Any:
+    """``(key, value, expires_at_ms or None, shard version)`` of one shard at ``<= version``."""
+    import time
+
+    import silt
+
+    first, last = _layout.shard_range(shard, spec.num_shards, spec.key_groups)
+    db = silt.open(spec.shard_url(shard), at_most=version, settings=spec.silt_settings())
+    sources: list[tuple[Any, int, int]] = []
+    try:
+        if db.version is not None:
+            sources.append((db, first, last))
+        else:
+            index = [g for g, _ in spec.layouts].index(spec.generation)
+            if index > 0:
+                _shard._previous_sources(spec, index - 1, first, last, version, sources)
+        now = int(time.time() * 1000)
+        for src, lo, hi in sources:
+            start, end = _layout.kg_bounds(lo, hi)
+            for key, rec in _shard.manifest_records(src, start, end):
+                if rec.__class__ is bytes:
+                    yield key, rec, None, src.version
+                elif rec is not None and rec[1] > now:
+                    yield key, rec[0], rec[1], src.version
+    finally:
+        db.close()
+        for src, _, _ in sources:
+            if src is not db:
+                src.close()
+
+
+def read_state(spark: Any, state_url: str, version: int | None = None) -> Any:
+    """The state of a silt_spark operator as a DataFrame, for inspection and time travel.
+
+    Parameters
+    ----------
+    spark : pyspark.sql.SparkSession
+        Runs one task per shard, in parallel.
+    state_url : str
+        The operator's ``state_url``.
+    version : int, optional
+        A micro-batch id: each shard is read at its latest version ``<= version`` (shards commit
+        only when their state changes). Default: the latest state. Versions removed by GC are
+        gone.
+
+    Returns
+    -------
+    pyspark.sql.DataFrame
+        The key columns (typed as in the query; a JSON ``key`` column for roots created before
+        key types were recorded), then ``state`` (the state variable's name, ``"__timer__"``
+        for a timer, ``"aggregate"`` for :func:`silt_spark.aggregate`), ``map_key`` (JSON, map
+        state only), ``value`` (JSON: a value state's tuple as a list, a list state's list, a
+        timer's ms, an aggregate's running parts), ``expires_at_ms`` (TTL, else null) and
+        ``shard_version`` (the version the row was read from).
+
+    Examples
+    --------
+    >>> import silt_spark
+    >>> df = silt_spark.read_state(spark, "file:///data/state/sessions")
+    >>> df.filter("state = 'count'").orderBy("user").show()
+    >>> before = silt_spark.read_state(spark, "file:///data/state/sessions", version=41)
+    """
+    from pyspark.sql import types as T
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    desc = _shard.read_descriptor(state_url)
+    if desc is None:
+        raise ValueError(f"{state_url!r} is not a silt_spark state root (no {_shard.DESCRIPTOR})")
+    spec = _spec(desc, state_url)
+    key_columns = desc.get("key_columns") or [["key", "string"]]
+    json_key = "key_columns" not in desc
+    ddl = ", ".join(f"`{n}` {t}" for n, t in key_columns)
+    ddl += ", " + ", ".join(f"`{n}` {t}" for n, t in STATE_COLUMNS)
+    schema = T.DataType.fromDDL(ddl)
+    arrow_schema = to_arrow_schema(schema)
+    kind = desc["operator"]
+    state_columns = desc.get("state_columns")
+    at = _layout_version(version)
+    nkeys = len(key_columns)
+
+    def read(batches: Any) -> Any:
+        import pyarrow as pa
+
+        for b in batches:
+            for shard in b.column(0).to_pylist():
+                rows = list(decode_entries(kind, read_shard(spec, shard, at), state_columns))
+                if not rows:
+                    continue
+                cols: list[list[Any]] = [[] for _ in range(nkeys)]
+                for gkey, *_ in rows:
+                    if json_key:
+                        cols[0].append(to_json(list(gkey)))
+                    else:
+                        for j in range(nkeys):
+                            cols[j].append(gkey[j])
+                arrays = [pa.array(c, type=arrow_schema.field(j).type)
+                          for j, c in enumerate(cols)]
+                for j, (name, _) in enumerate(STATE_COLUMNS):
+                    arrays.append(pa.array([r[1 + j] for r in rows],
+                                           type=arrow_schema.field(name).type))
+                yield pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
+
+    n = spec.num_shards
+    shards = spark.range(0, n, 1, n).selectExpr("cast(id as int) as shard")
+    return shards.mapInArrow(read, schema)
+
+
+def _layout_version(version: int | None) -> int:
+    from silt import paths
+
+    if version is None:
+        return paths.MAX_VERSION
+    if isinstance(version, bool) or not isinstance(version, int) or version < 0:
+        raise ValueError(f"version must be a micro-batch id (an int >= 0), got {version!r}")
+    return version
