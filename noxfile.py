@@ -39,17 +39,46 @@ IMPLEMENTATIONS = {
 }
 
 
+#: One ``tests`` session per object-store tier: only that tier's package is installed beside the
+#: core (so each installs alone), its emulator starts, its test files run, and
+#: tests/test_engine_on_tiers.py runs for its scheme only (``SILT_TEST_TIERS``).
+#: session name -> (package to install, URL scheme, test files that need its server)
+TIER_SESSIONS = {
+    "s3": ("./packages/tier-s3", "s3", ["tests/test_tier_s3.py"]),
+    "gcs": ("./packages/tier-gcs", "gs", ["tests/test_tier_gcs.py"]),
+    "azure": ("./packages/tier-azure[identity]", "az", ["tests/test_tier_azure.py"]),
+}
+ENGINE_ON_TIERS = "tests/test_engine_on_tiers.py"
+
+
 @nox.session(python=PYTHON)
-def tests(session: nox.Session) -> None:
-    """Install silt-core from source (compiling its hot path) and run the whole test suite under
-    both implementations: compiled, then pure Python."""
+@nox.parametrize("tier", ["core", *TIER_SESSIONS])
+def tests(session: nox.Session, tier: str) -> None:
+    """Install silt-core from source (compiling its hot path) and run the test suite under both
+    implementations: compiled, then pure Python. ``nox -s tests`` runs every parametrization,
+    which together are the whole suite: ``tests(tier='core')`` everything but the object-store
+    tiers (every plugin package installed), ``tests(tier='s3')``, ``tests(tier='gcs')`` and
+    ``tests(tier='azure')`` one tier each. Positional arguments replace the core session's test
+    paths (``nox -s "tests(tier='core')" -- tests/test_sst.py``) and are appended to a tier
+    session's (``nox -s "tests(tier='s3')" -- -x -k race``)."""
     session.install(*TEST_DEPS)
-    session.install("./packages/core", *PLUGIN_PACKAGES)
-    for label, env in IMPLEMENTATIONS.items():
-        session.log(f"silt hot path: {label}")
+    env = {"SILT_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    if tier == "core":
+        session.install("./packages/core", *PLUGIN_PACKAGES)
+        tier_files = [f for _, _, files in TIER_SESSIONS.values() for f in files]
+        args = session.posargs or [
+            "tests", *(f"--ignore={f}" for f in [*tier_files, ENGINE_ON_TIERS])
+        ]
+    else:
+        package, scheme, files = TIER_SESSIONS[tier]
+        session.install("./packages/core", package)
+        args = [*files, ENGINE_ON_TIERS, *session.posargs]
+        env["SILT_TEST_TIERS"] = scheme
+    for label, implementation in IMPLEMENTATIONS.items():
+        session.log(f"silt hot path: {label}; tests(tier={tier!r})")
         session.run(
-            "pytest", "-p", "no:cacheprovider", "-q", "-ra", *(session.posargs or ["tests"]),
-            env={"SILT_DISABLE_PLUGIN_AUTOLOAD": "1", **env},
+            "pytest", "-p", "no:cacheprovider", "-q", "-ra", *args,
+            env={**env, **implementation},
         )
 
 

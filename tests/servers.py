@@ -387,3 +387,17 @@ def start_fake_gcs(timeout: float = 60.0) -> Server:
         ready_path="/storage/v1/b",
         timeout=timeout,
     )
+
+
+# --- moto (the s3:// tier) ------------------------------------------------------------------------
+
+
+def start_moto(timeout: float = 60.0) -> Server:
+    """Start moto's S3 server (``python -m moto.server``) on a free 127.0.0.1 port; it is ready
+    when its admin API answers. Any access key works; create buckets through boto3."""
+    return start_server(
+        "moto S3",
+        [sys.executable, "-m", "moto.server", "-H", "{host}", "-p", "{port}"],
+        ready_path="/moto-api/",
+        timeout=timeout,
+    )

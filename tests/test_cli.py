@@ -20,7 +20,9 @@ from silt.cli import escape, main, show_key
 from silt.tiers.memory import MemoryStore
 
 N = 5000  # keys in version 1: several SSTs at the test settings' 64 KiB memtable
-CORE_SRC = pathlib.Path(__file__).resolve().parents[1] / "packages" / "core" / "src"
+#: Where this process imported silt from (the installed build, or packages/core/src):
+#: subprocesses must run the same implementation.
+CORE_SRC = pathlib.Path(silt.__file__).resolve().parents[1]
 T0 = 1_700_000_000_000  # 2023-11-14T22:13:20Z
 
 

@@ -38,7 +38,9 @@ from silt.sst.builder import SstInfo
 from silt.tiers.memory import MemoryStore
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-CORE_SRC = REPO / "packages" / "core" / "src"
+#: Where this process imported silt from (the installed build, or packages/core/src):
+#: subprocesses must run the same implementation.
+CORE_SRC = pathlib.Path(silt.__file__).resolve().parents[1]
 PLUGIN = REPO / "examples" / "policy-plugin"
 T0 = 1_700_000_000_000
 NOW = T0 + 10_000_000
@@ -413,9 +415,7 @@ def test_policy_end_to_end(url: str, policy: str) -> None:
             db.commit()
             if entries(db.manifest)[0] <= 7 * 3:
                 break
-            deadline = time.monotonic() + 5  # let the background compaction finish, so that
-            while db.stats()["compaction_running"] and time.monotonic() < deadline:  # each
-                time.sleep(0.002)  # commit adopts one
+            db.wait_for_compaction()  # so that each commit adopts one
         left = entries(db.manifest)[0]
         assert left < peak / 4, (left, peak)
         assert dict(db.scan()) == {b"filler-%03d" % i: b"x" * 50 for i in range(7)}

@@ -29,7 +29,9 @@ from silt.gc import collect_garbage, horizon, read_checkpoints
 from silt.testing import FaultyStore
 from silt.tiers.memory import MemoryStore
 
-CORE_SRC = pathlib.Path(__file__).resolve().parents[1] / "packages" / "core" / "src"
+#: Where this process imported silt from (the installed build, or packages/core/src):
+#: subprocesses must run the same implementation.
+CORE_SRC = pathlib.Path(silt.__file__).resolve().parents[1]
 T0 = 1_700_000_000_000
 GRACE = 100.0  # seconds
 SETTINGS = silt.Settings(memtable_bytes=2000, block_bytes=256, compaction="none",

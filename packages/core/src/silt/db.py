@@ -862,6 +862,15 @@ class DB:
             **m,
         }
 
+    def wait_for_compaction(self, timeout: float | None = None) -> bool:
+        """Block until the background compaction in flight (if any) has finished.
+
+        Its result is adopted by the next :meth:`commit`. Returns False if ``timeout`` seconds
+        passed first. Useful before measuring, and in tests.
+        """
+        self._check_open()
+        return self._compaction.wait(timeout)
+
     def newer_versions(self) -> list[int]:
         """Committed versions greater than this DB's base version (one LIST), ascending.
 

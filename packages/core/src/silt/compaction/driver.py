@@ -54,6 +54,17 @@ class CompactionDriver:
     def running(self) -> bool:
         return self._future is not None and not self._future.done()
 
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait for the running compaction (if any); True when none is running afterwards."""
+        future = self._future
+        if future is None:
+            return True
+        try:
+            future.exception(timeout)
+        except TimeoutError:
+            return False
+        return True
+
     def schedule(self, manifest: Manifest | None) -> CompactionTask | None:
         """Start the policy's next task for ``manifest`` if nothing is running or waiting."""
         if self.policy is None or self.mode != "background" or manifest is None:
