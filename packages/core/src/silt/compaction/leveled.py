@@ -19,7 +19,8 @@ class LeveledPolicy:
     """Scores L0 (SSTs / ``l0_compaction_trigger``) and each level (bytes / its target) and
     compacts the highest score of at least 1, like RocksDB; L0 always wins once it holds half of
     ``l0_stall_trigger`` SSTs. With no score that high, an SST that is mostly tombstones and
-    expired entries is pushed down (to carry them to the bottom, where they are dropped).
+    expired entries is pushed down (to carry them to the bottom, where they are dropped), or
+    rewritten in place without them when nothing lies below it.
 
     Scoring matters: with L0 always first, a steady stream of flushes would keep L0 at its
     trigger and no level would ever be pushed down (L1 would grow without bound).
@@ -82,18 +83,22 @@ class LeveledPolicy:
         they are dropped (RocksDB's deletion-triggered compaction does the same).
         """
         best: tuple[int, int, SstInfo] | None = None
-        for i, run in enumerate(levels[:-1]):
+        for i, run in enumerate(levels):
             for s in run:
                 dead = _dead(s, now_ms)
                 if dead * 2 < s.entries or dead == 0:
-                    continue
-                if nothing_below(levels, i, s.smallest, s.largest):
                     continue
                 if best is None or dead > best[0]:
                     best = (dead, i, s)
         if best is None:
             return None
         dead, i, victim = best
+        if nothing_below(levels, i, victim.smallest, victim.largest):
+            # Already at the bottom of its key range: rewrite it in place without the dead.
+            return CompactionTask(
+                (victim.id,), "into_level", target_level=i + 1, drop_tombstones=True,
+                reason=f"{dead} of {victim.entries} entries of a bottom L{i + 1} SST are dead",
+            )
         below = overlapping(levels[i + 1], victim.smallest, victim.largest)
         out_lo, out_hi = hull([victim, *below])
         return CompactionTask(
