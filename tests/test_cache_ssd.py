@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import random
@@ -642,12 +641,13 @@ def test_disk_reserve_is_honoured_together_with_the_size_limit(tmp_path: Path) -
 # --- in front of S3 (moto) ---------------------------------------------------------------------
 
 
-@pytest.mark.skipif(importlib.util.find_spec("silt_s3") is None,
-                    reason="silt-tier-s3 is not on the path (add packages/tier-s3/src)")
 def test_engine_through_the_cache_on_moto_s3(
     tmp_path: Path, s3_url: str, ssd_registry: silt.plugins.Registry
 ) -> None:
-    """The cache in front of silt-tier-s3 on a moto server: model check, then warm reads."""
+    """The cache in front of silt-tier-s3 on a moto server: model check, then warm reads.
+
+    The suite installs silt-tier-s3 beside the cache (noxfile.py); without it this test fails.
+    """
     from silt_s3.plugin import silt_register as register_s3
 
     register_s3(registry=ssd_registry)

@@ -335,7 +335,7 @@ class TestTemplateTierConformance(StoreConformance):
 def test_template_is_discovered_through_its_declared_entry_point(
     dists: Distributions, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    tomllib = pytest.importorskip("tomllib")
+    import tomllib
     project = tomllib.loads((TEMPLATE / "pyproject.toml").read_text())["project"]
     [(entry, module)] = project["entry-points"]["silt"].items()
     monkeypatch.syspath_prepend(str(TEMPLATE / "src"))

@@ -24,7 +24,6 @@ from __future__ import annotations
 import pickle
 import random
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -39,7 +38,6 @@ from faultproxy import FaultProxy
 from servers import AZURITE_ACCOUNT, AZURITE_KEY, azurite_connection_string, free_port
 from silt import plugins
 from silt.errors import (
-    CommitConflict,
     InvalidArgumentError,
     InvalidTypeError,
     NotFoundError,
@@ -721,99 +719,5 @@ def test_black_hole_fails_within_the_deadline(
     store.close()
 
 
-# --- the engine on Azure -------------------------------------------------------------------------
-
-
-@pytest.fixture
-def az_open(az_url: str, az_plugin: None, small: silt.Settings):
-    """``silt.open`` on the test's container, through the registered ``az`` tier."""
-    def open_(**kwargs: object) -> silt.DB:
-        kwargs.setdefault("settings", small)
-        return silt.open(az_url, **kwargs)  # type: ignore[arg-type]
-    return open_
-
-
-def test_engine_round_trip(az_open, az_url: str) -> None:
-    values = {b"key:%05d" % i: payload(i, 40 + i % 60) for i in range(3000)}
-    with az_open() as db:
-        assert db.version is None
-        for key, value in values.items():
-            db.put(key, value)
-        db.delete(b"key:00007")
-        assert db.commit(meta={"query": "q1"}) == 1
-        db.put(b"key:00001", b"changed")
-        assert db.commit() == 2
-    assert silt.versions(az_url) == [1, 2]
-    with az_open() as db:
-        assert db.version == 2 and db.meta == {"query": "q1"}
-        assert db.get(b"key:00001") == b"changed"
-        assert db.get(b"key:00007") is None
-        assert db.get(b"key:02999") == values[b"key:02999"]
-        probe = [b"key:%05d" % i for i in range(0, 3000, 7)] + [b"absent"]
-        got = db.multi_get(probe)
-        expected = {**values, b"key:00001": b"changed"}
-        expected.pop(b"key:00007")
-        assert got == [expected.get(k) for k in probe]
-        scanned = list(db.scan(b"key:00100", b"key:00200"))
-        assert [k for k, _ in scanned] == [b"key:%05d" % i for i in range(100, 200)]
-        assert all(v == expected[k] for k, v in scanned)
-        assert len(list(db.manifest.all_ssts())) >= 2  # several SSTs, read by ranged GETs
-    with az_open(version=1) as db:
-        assert db.get(b"key:00001") == values[b"key:00001"]
-
-
-def test_engine_two_writers_race_for_one_version(az_open) -> None:
-    with az_open() as db:
-        db.put(b"base", b"0")
-        assert db.commit() == 1
-    writers = [az_open(), az_open()]
-    for i, db in enumerate(writers):
-        for n in range(500):
-            db.put(b"w%d:%04d" % (i, n), b"x" * 50)
-    barrier = threading.Barrier(2)
-    outcomes: list[object] = [None, None]
-
-    def commit(i: int) -> None:
-        barrier.wait(timeout=30)
-        try:
-            outcomes[i] = writers[i].commit()
-        except CommitConflict as exc:
-            outcomes[i] = exc
-
-    threads = [threading.Thread(target=commit, args=(i,)) for i in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
-    winners = [i for i, o in enumerate(outcomes) if o == 2]
-    losers = [o for o in outcomes if isinstance(o, CommitConflict)]
-    assert len(winners) == 1 and len(losers) == 1, outcomes
-    assert losers[0].version == 2
-    for db in writers:
-        db.close()
-    with az_open() as db:
-        assert db.version == 2
-        w = winners[0]
-        assert db.get(b"w%d:0000" % w) == b"x" * 50
-        assert db.get(b"w%d:0000" % (1 - w)) is None
-
-
-def test_engine_commit_survives_a_lost_manifest_response(
-    azure_env: None, az_container: str, via_proxy: str, proxy: FaultProxy, az_plugin: None,
-    small: silt.Settings,
-) -> None:
-    """The manifest is created, its answer lost; the retry says 409, the engine reads the
-    manifest back, finds its own token and the commit lands exactly once."""
-    url = f"az://{az_container}/state?connection_string={quote(via_proxy, safe='')}"
-    with silt.open(url, settings=small) as db:
-        for i in range(1000):
-            db.put(b"k%04d" % i, b"v%d" % i)
-        proxy.fault("lose_response", match=b"/manifest/")
-        proxy.fault("reset", match=b"/sst/")
-        assert db.commit() == 1
-        assert proxy.counts["lose_response"] == 1 and proxy.counts["reset"] == 1
-        db.put(b"after", b"x")
-        assert db.commit() == 2
-    assert silt.versions(url) == [1, 2]
-    with silt.open(url) as db:
-        assert db.multi_get([b"k0000", b"k0999", b"after"]) == [b"v0", b"v999", b"x"]
+# The engine on this tier (round trip, commit races, lost responses, corruption,
+# compaction and GC, the model test) is tests/test_engine_on_tiers.py, run for every tier.

@@ -21,7 +21,7 @@ import pickle
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -38,7 +38,6 @@ from google.api_core import exceptions as api_exceptions
 from servers import fake_gcs_server_binary, free_port
 from silt import plugins
 from silt.errors import (
-    CommitConflict,
     InvalidArgumentError,
     InvalidTypeError,
     NotFoundError,
@@ -709,110 +708,8 @@ def test_black_hole_fails_within_the_deadline(
     store.close()
 
 
-# --- the engine on GCS ---------------------------------------------------------------------------
-
-
-@pytest.fixture
-def gcs_open(gcs_url: str, gcs_plugin: None, small: silt.Settings) -> Callable[..., silt.DB]:
-    """``silt.open`` on the test's bucket, through the registered ``gs`` tier."""
-    def open_(**kwargs: Any) -> silt.DB:
-        kwargs.setdefault("settings", small)
-        return silt.open(gcs_url, **kwargs)
-    return open_
-
-
-def test_engine_round_trip(gcs_open: Callable[..., silt.DB], gcs_url: str) -> None:
-    values = {b"key:%05d" % i: payload(i, 40 + i % 60) for i in range(3000)}
-    with gcs_open() as db:
-        assert db.version is None
-        for key, value in values.items():
-            db.put(key, value)
-        db.delete(b"key:00007")
-        assert db.commit(meta={"query": "q1"}) == 1
-        db.put(b"key:00001", b"changed")
-        assert db.commit() == 2
-    assert silt.versions(gcs_url) == [1, 2]
-    with gcs_open() as db:
-        assert db.version == 2 and db.meta == {"query": "q1"}
-        assert db.get(b"key:00001") == b"changed"
-        assert db.get(b"key:00007") is None
-        assert db.get(b"key:02999") == values[b"key:02999"]
-        probe = [b"key:%05d" % i for i in range(0, 3000, 7)] + [b"absent"]
-        expected = {**values, b"key:00001": b"changed"}
-        expected.pop(b"key:00007")
-        assert db.multi_get(probe) == [expected.get(k) for k in probe]
-        scanned = list(db.scan(b"key:00100", b"key:00200"))
-        assert [k for k, _ in scanned] == [b"key:%05d" % i for i in range(100, 200)]
-        assert all(v == expected[k] for k, v in scanned)
-        assert len(list(db.manifest.all_ssts())) >= 2  # several SSTs, read by ranged downloads
-    with gcs_open(version=1) as db:
-        assert db.get(b"key:00001") == values[b"key:00001"]
-
-
-def test_engine_two_writers_race_for_one_version(gcs_open: Callable[..., silt.DB]) -> None:
-    with gcs_open() as db:
-        db.put(b"base", b"0")
-        assert db.commit() == 1
-    writers = [gcs_open(), gcs_open()]
-    for i, db in enumerate(writers):
-        for n in range(500):
-            db.put(b"w%d:%04d" % (i, n), b"x" * 50)
-    barrier = threading.Barrier(2)
-    outcomes: list[object] = [None, None]
-
-    def commit(i: int) -> None:
-        barrier.wait(timeout=30)
-        try:
-            outcomes[i] = writers[i].commit()
-        except CommitConflict as exc:
-            outcomes[i] = exc
-
-    threads = [threading.Thread(target=commit, args=(i,)) for i in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
-    winners = [i for i, o in enumerate(outcomes) if o == 2]
-    losers = [o for o in outcomes if isinstance(o, CommitConflict)]
-    assert len(winners) == 1 and len(losers) == 1, outcomes
-    assert losers[0].version == 2
-    for db in writers:
-        db.close()
-    with gcs_open() as db:
-        assert db.version == 2
-        w = winners[0]
-        assert db.get(b"w%d:0000" % w) == b"x" * 50
-        assert db.get(b"w%d:0000" % (1 - w)) is None
-
-
-def test_engine_commit_lands_once_through_reset_and_lost_response(
-    gcs_env: None, gcs_bucket: str, proxy: FaultProxy, gcs_plugin: None, small: silt.Settings
-) -> None:
-    """A commit's create-only uploads (its SST, then its manifest): the first is reset before
-    it reaches the server, a later one is created but its answer lost. The SDK retries both;
-    the lost one answers 412 and the engine, reading back, finds its own bytes: the commit
-    lands exactly once."""
-    url = f"gs://{gcs_bucket}/state?endpoint={proxy.url}"
-    with silt.open(url, settings=small) as db:
-        for i in range(1000):  # ~15 KB: one SST, uploaded by the commit
-            db.put(b"k%04d" % i, b"v%d" % i)
-        seen = {"uploads": 0}
-
-        def later_upload(head: bytes) -> bool:
-            if not is_create_only_upload(head):
-                return False
-            seen["uploads"] += 1
-            return seen["uploads"] >= 2  # not the retry of the reset one: the next upload
-
-        proxy.fault("reset", match=is_create_only_upload)
-        proxy.fault("lose_response", match=later_upload)
-        assert db.commit() == 1
-        assert proxy.counts["reset"] == 1 and proxy.counts["lose_response"] == 1
-        db.put(b"after", b"x")
-        assert db.commit() == 2
-    assert silt.versions(url) == [1, 2]
-    with silt.open(url) as db:
-        assert db.multi_get([b"k0000", b"k0999", b"after"]) == [b"v0", b"v999", b"x"]
+# The engine on this tier (round trip, commit races, lost responses, corruption,
+# compaction and GC, the model test) is tests/test_engine_on_tiers.py, run for every tier.
 
 
 # --- fake-gcs-server's known gaps (documented in packages/tier-gcs/README.md) -------------------
