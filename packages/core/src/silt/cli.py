@@ -36,6 +36,7 @@ import json
 import os
 import sys
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from itertools import islice
 from typing import Any
@@ -56,6 +57,7 @@ from .errors import (
 from .manifest import Manifest
 from .plugins import KNOWN_CACHES, KNOWN_TIERS, get_registry, open_store
 from .settings import Settings
+from .siblings import SiblingStores
 from .sst.builder import SstInfo
 from .sst.reader import SstReader
 from .store import ObjectStore, retrying, split_url
@@ -261,6 +263,11 @@ def _sst_json(info: SstInfo, props: dict[str, Any] | None) -> dict[str, Any]:
         "smallest_text": show_key(info.smallest),
         "largest_text": show_key(info.largest),
     }
+    if info.db:
+        d["object"] = f"../{info.db}/{d['object']}"
+        d["db"] = info.db
+    if info.clipped:
+        d["clip"] = [None if b is None else b.hex() for b in (info.clip_start, info.clip_end)]
     if props is not None:
         d["properties"] = props
     return d
@@ -373,14 +380,15 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         version = _resolve_version(store, args.url, args.version)
         m = _read_manifest(store, args.url, version)
         props: dict[str, dict[str, Any]] = {}
+        siblings = SiblingStores(args.url, store)
         if args.tails:
             for info in m.all_ssts():
-                reader = SstReader(store, paths.sst_key(info.id), info, None)
-                props[info.id] = dict(reader.properties)
+                props[info.id] = dict(siblings.reader(info).properties)
         records = [_record_json(name, rec) for name, rec in _read_records(store)]
         checkpoints = read_checkpoints(store)
         gc_horizon = horizon(store)
         store_stats = store.stats()
+        siblings.close()
     finally:
         store.close()
     compaction = {**_compaction_state(m), "pending_records": records}
@@ -513,9 +521,18 @@ def _check_properties(info: SstInfo, props: dict[str, Any], name: str) -> None:
     expected = {
         "entries": info.entries,
         "tombstones": info.tombstones,
-        "smallest": info.smallest.hex(),
-        "largest": info.largest.hex(),
     }
+    if info.clipped:
+        # A clipped reference: its bounds lie inside the object's own.
+        low, high = props.get("smallest", ""), props.get("largest", "")
+        if not (low <= info.smallest.hex() and info.largest.hex() <= high):
+            raise CorruptionError(
+                name, None, f"the reference's key range {info.smallest.hex()}.."
+                f"{info.largest.hex()} is not inside the object's {low}..{high}"
+            )
+    else:
+        expected["smallest"] = info.smallest.hex()
+        expected["largest"] = info.largest.hex()
     for field, want in expected.items():
         if props.get(field) != want:
             raise CorruptionError(
@@ -563,20 +580,30 @@ def cmd_verify(args: argparse.Namespace) -> int:
             for info in m.all_ssts():
                 ssts.setdefault(info.id, (info, version))
 
-        listed = {o.key: o.size for o in retrying(lambda: list(store.list(paths.SST_PREFIX)))}
+        siblings = SiblingStores(args.url, store)
+        listings: dict[str, dict[str, int]] = {}
         for sst_id, (info, version) in ssts.items():
-            name = paths.sst_key(sst_id)
+            # A reference to a sibling DB's SST (silt.siblings) is checked where it lives.
+            where = siblings.store_for(info)
+            if info.db not in listings:
+                listings[info.db] = {
+                    o.key: o.size
+                    for o in retrying(lambda where=where: list(where.list(paths.SST_PREFIX)))
+                }
+            listed = listings[info.db]
+            key = paths.sst_key(sst_id)
+            name = key if not info.db else f"../{info.db}/{key}"
             counts["ssts"] += 1
-            if name not in listed:
+            if key not in listed:
                 problem("missing", name, f"SST {name!r} referenced by version {version} does not "
                         "exist; restore it from a replica or open a version that does not need it")
                 continue
-            if listed[name] != info.size:
+            if listed[key] != info.size:
                 problem("corruption", name, str(CorruptionError(
-                    name, None, f"object is {listed[name]} bytes but the manifest of version "
+                    name, None, f"object is {listed[key]} bytes but the manifest of version "
                     f"{version} records {info.size}")))
                 continue
-            reader = SstReader(store, name, info, None)
+            reader = SstReader(where, key, replace(info, clipped=False), None)
             try:
                 entries = reader.verify()
                 _check_properties(info, reader.properties, name)
@@ -590,6 +617,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
             counts["blocks"] += reader.num_blocks
             counts["entries"] += entries
             counts["sst_bytes"] += info.size
+        siblings.close()
     finally:
         store.close()
 
@@ -683,7 +711,11 @@ def _compact_once(store: ObjectStore, url: str, settings: Settings, policy: Any,
             set(rec.task.inputs) & set(task.inputs)
         ):
             return {"status": "waiting", "version": m.version, "record": name}
-    record = run_compaction(store, m, task, settings, clock)
+    siblings = SiblingStores(url, store)
+    try:
+        record = run_compaction(store, m, task, settings, clock, siblings=siblings)
+    finally:
+        siblings.close()
     return {"status": "compacted", "version": m.version,
             **_record_json(paths.compaction_key(record.id), record)}
 

@@ -39,6 +39,7 @@ from .errors import (
     InvalidArgumentError,
     InvalidTypeError,
     NotFoundError,
+    ReferenceConflict,
     StoreError,
     VersionNotFoundError,
 )
@@ -49,6 +50,8 @@ from .merge import live, merge_newest_first, visible_many
 from .metrics import MeteredStore, Metrics
 from .record import MISSING, visible
 from .settings import Settings
+from .siblings import SiblingStores, clip_manifest, combine, mark_referrers, sibling_name
+from .siblings import split_parent as _split_parent
 from .sst.bloom import bloom_hash
 from .sst.builder import SstInfo, build_sst
 from .sst.format import FOOTER_SIZE
@@ -100,6 +103,21 @@ class _Level:
         return out
 
 
+class _Reference:
+    """One :meth:`DB.reference` call not committed yet."""
+
+    __slots__ = ("source", "version", "start", "end", "l0", "levels")
+
+    def __init__(self, source: str, version: int, start: bytes | None, end: bytes | None,
+                 l0: list[SstInfo], levels: list[list[SstInfo]]) -> None:
+        self.source = source
+        self.version = version
+        self.start = start
+        self.end = end
+        self.l0 = l0
+        self.levels = levels
+
+
 def _overlaps(info: SstInfo, start: bytes | None, end: bytes | None) -> bool:
     return (start is None or info.largest >= start) and (end is None or info.smallest < end)
 
@@ -141,8 +159,17 @@ class DB:
         self._manifest: Manifest | None = None
         self._l0: tuple[SstReader, ...] = ()
         self._levels: tuple[_Level, ...] = ()
+        #: Stores of sibling DBs whose SSTs the manifests reference (silt.siblings).
+        self._siblings = SiblingStores(
+            url, self._store, wrap=lambda raw: MeteredStore(raw, self._metrics)
+        )
+        #: References made by :meth:`reference` and not committed yet.
+        self._refs: list[_Reference] = []
+        self._ref_base: tuple[tuple[SstInfo, ...], tuple[tuple[SstInfo, ...], ...]] = ((), ())
         self._install(manifest)
-        self._compaction = CompactionDriver(self._store, settings, clock, self._metrics)
+        self._compaction = CompactionDriver(
+            self._store, settings, clock, self._metrics, siblings=self._siblings
+        )
 
     # -- properties ---------------------------------------------------------------------------
     @property
@@ -423,8 +450,9 @@ class DB:
             self._refresh_aged_parts()
             old = self._manifest
             new_l0 = tuple(p.info for p in reversed(self._parts))  # type: ignore[misc]
-            l0 = new_l0 + (old.l0 if old is not None else ())
-            levels = old.levels if old is not None else ()
+            base_l0, base_levels = (old.l0, old.levels) if old is not None else self._ref_base
+            l0 = new_l0 + base_l0
+            levels = base_levels
             records = self._compaction.gather(old, len(l0))
             l0, levels, adopted, refused = self._compaction.apply(l0, levels, records)
             manifest = Manifest(
@@ -440,6 +468,10 @@ class DB:
             name = paths.manifest_key(version)
             data = manifest.encode()
             with self._metrics.purpose("commit"):
+                if old is None and self._refs:
+                    # Before the manifest exists: the owners' GC must know it may be referenced.
+                    mark_referrers(self._siblings, list(manifest.all_ssts()),
+                                   _split_parent(self._url)[1])
                 try:
                     created = retrying(lambda: self._store.put_if_absent(name, data))
                     if not created and not self._is_ours(manifest):
@@ -451,6 +483,8 @@ class DB:
                         )
                     self._check_horizon(manifest)
                     self._check_age(manifest)
+                    if old is None and self._refs:
+                        self._check_sources(manifest)
                 except (CommitConflict, FencedError):
                     raise
                 except StoreError:
@@ -463,6 +497,8 @@ class DB:
     def _landed(self, manifest: Manifest, adopted: list, refused: list) -> None:
         """Bookkeeping once ``manifest`` is committed: install it, settle compactions."""
         self._install(manifest)
+        self._refs = []
+        self._ref_base = ((), ())
         self._metrics.add("commits")
         self._compaction.resolved(adopted, refused)
         self._compaction.schedule(manifest)
@@ -524,7 +560,8 @@ class DB:
         """
         grace_ms = int(self._settings.gc_grace_seconds * 1000)
         old = {s.id for s in self._manifest.all_ssts()} if self._manifest is not None else set()
-        ids = [s.id for s in manifest.all_ssts() if s.id not in old]
+        # References to siblings' SSTs are protected by the sources' horizons instead.
+        ids = [s.id for s in manifest.all_ssts() if s.id not in old and not s.db]
         if not ids:
             return
         age = self._clock.now_ms() - min(paths.id_time_ms(i) for i in ids)
@@ -619,7 +656,7 @@ class DB:
     def _reader(self, info: SstInfo) -> SstReader:
         reader = self._readers.get(info.id)
         if reader is None:
-            reader = SstReader(self._store, paths.sst_key(info.id), info, self._cache)
+            reader = self._siblings.reader(info, self._cache)
             self._readers[info.id] = reader
         return reader
 
@@ -635,6 +672,93 @@ class DB:
         for sst_id in [i for i in self._readers if i not in live_ids]:
             if not any(p.info is not None and p.info.id == sst_id for p in self._parts):
                 del self._readers[sst_id]
+
+    # -- references to siblings --------------------------------------------------------------
+    def reference(
+        self, source: DB, start: bytes | None = None, end: bytes | None = None
+    ) -> int:
+        """Take keys ``[start, end)`` of sibling ``source``'s committed version as this DB's
+        state **by reference**: the next commit's manifest lists ``source``'s SSTs clipped to the
+        range, so nothing is read or written but at most two blocks per SST at each boundary
+        the range cuts (see :mod:`silt.siblings`). Returns the number of SST entries referenced.
+
+        This is how a rescaled Spark operator's new shard starts from its old shards' state. The
+        DB must be new: no committed version and no writes yet (writes made after the call are
+        newer than the referenced state, as usual). Call it once per source, with disjoint
+        ranges; ``source`` must be open at a committed version (its uncommitted writes are not
+        part of the reference) in the same parent folder as this DB, with the same tier options.
+        Reads see the referenced state at once; it becomes durable with :meth:`commit`, which
+        then fails with :class:`~silt.errors.FencedError` if garbage collection of ``source``
+        passed the referenced version meanwhile. Compaction later rewrites the referenced SSTs
+        into this DB's own; run GC on the common parent folder, so that it sees every
+        reference (GC of the source alone keeps all of the source's SSTs from then on).
+
+        Raises :class:`~silt.errors.ReferenceConflict` when the ranges overlap or a sibling SST
+        cannot be listed once with one clip range (copy such a range instead).
+        """
+        with self._lock:
+            self._check_open()
+            if not isinstance(source, DB):
+                raise InvalidTypeError(
+                    f"reference() takes an open silt.DB, got {type(source).__name__}"
+                )
+            source._check_open()
+            if start is not None:
+                start = self._check_key(start)
+            if end is not None:
+                end = self._check_key(end)
+            if start is not None and end is not None and start >= end:
+                raise InvalidArgumentError(f"empty range: start {start!r} >= end {end!r}")
+            if self._manifest is not None or self._parts or len(self._mem) or self._uncertain:
+                raise InvalidArgumentError(
+                    f"{self._url!r} already has state (a committed version or writes): "
+                    "reference() starts a new DB; open a new root next to the source instead"
+                )
+            name = sibling_name(self._url, source.url)
+            if name == _split_parent(self._url)[1]:
+                raise InvalidArgumentError("a DB cannot reference itself")
+            for r in self._refs:
+                if (r.end is None or start is None or start < r.end) and (
+                    end is None or r.start is None or r.start < end
+                ):
+                    raise ReferenceConflict(
+                        f"range [{start!r}, {end!r}) overlaps the range [{r.start!r}, "
+                        f"{r.end!r}) already referenced from {r.source!r}"
+                    )
+            manifest = source.manifest
+            if manifest is None:
+                return 0
+            with self._metrics.purpose("read"):
+                l0, levels = clip_manifest(manifest, name, start, end, self._siblings)
+            ref = _Reference(name, manifest.version, start, end, l0, levels)
+            base = combine([(r.l0, r.levels) for r in [*self._refs, ref]])
+            seen: set[tuple[str, str]] = set()
+            for s in (*base[0], *(s for run in base[1] for s in run)):
+                if (s.db, s.id) in seen:
+                    raise ReferenceConflict(
+                        f"SST {s.id} of {s.db!r} would be listed twice (in L0 and a level); "
+                        "copy this range instead"
+                    )
+                seen.add((s.db, s.id))
+            self._refs.append(ref)
+            self._ref_base = base
+            self._l0 = tuple(self._reader(s) for s in base[0])
+            self._levels = tuple(_Level([self._reader(s) for s in run]) for run in base[1])
+            return len(l0) + sum(len(run) for run in levels)
+
+    def _check_sources(self, manifest: Manifest) -> None:
+        """Withdraw ``manifest`` if GC of a referenced source passed the referenced version."""
+        for r in self._refs:
+            h = horizon(self._siblings.named(r.source))
+            if r.version >= h:
+                continue
+            self._fenced = (
+                f"version {manifest.version} of {self._url!r} references version {r.version} of "
+                f"sibling {r.source!r}, which garbage collection has passed (horizon {h}): its "
+                "SSTs may be gone. The commit was withdrawn; reopen the source at its latest "
+                "version and reference it again from a new DB"
+            )
+            self._withdraw(paths.manifest_key(manifest.version))
 
     # -- reads --------------------------------------------------------------------------------
     def get(self, key: bytes) -> bytes | None:
@@ -828,6 +952,7 @@ class DB:
             self._cache.clear()
             self._mem = Memtable()
             self._parts = ()
+            self._siblings.close()
             if self._owns_store:
                 self._store.close()
 

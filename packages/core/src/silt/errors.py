@@ -55,6 +55,15 @@ class FencedError(SiltError):
     """
 
 
+class ReferenceConflict(SiltError, ValueError):
+    """:meth:`silt.DB.reference` cannot express the requested state as references.
+
+    Raised when the referenced ranges overlap, or when one sibling SST would have to be listed
+    twice with clip ranges that do not touch (its middle was rewritten by a compaction of one
+    source). Nothing was changed; copy the range instead (read it and write it).
+    """
+
+
 class CorruptionError(SiltError):
     """Stored bytes failed a checksum or structural check; they are never returned as data.
 

@@ -21,6 +21,12 @@ The order is what makes GC safe beside live writers (DESIGN.md section 8):
 5. Delete manifests below the horizon that no checkpoint pins; then delete the candidates that
    no kept manifest and no young compaction record references.
 
+References between sibling DBs (:mod:`silt.siblings`): an SST referenced by a sibling's manifest
+counts as referenced under its owner's folder. A DB holding ``refs/<name>`` markers may be
+referenced by sibling ``<name>``: the re-listing of step 4 covers those siblings' manifests too
+(all horizon markers are written before any re-listing), and when the sibling lies outside this
+GC's root (GC run on the owner DB alone) no SST of the owner is deleted at all.
+
 Why an uploaded-but-unpublished SST is safe: a writer publishes only SSTs younger than half the
 grace period (older ones are copied under a new id first). An SST that is a candidate is older
 than the grace period at step 2, so its writer either published it before step 2 began (and the
@@ -59,7 +65,7 @@ class GcReport:
 def _split(key: str) -> tuple[str, str]:
     """``(db_prefix, rest)`` where rest starts with a known top-level folder of a DB."""
     for folder in (paths.MANIFEST_PREFIX, paths.SST_PREFIX, paths.COMPACTION_PREFIX,
-                   paths.CHECKPOINT_PREFIX, paths.HORIZON_PREFIX):
+                   paths.CHECKPOINT_PREFIX, paths.HORIZON_PREFIX, paths.REFS_PREFIX):
         if key.startswith(folder):
             return "", key
         i = key.find("/" + folder)
@@ -119,6 +125,8 @@ def collect_garbage(
             continue
         if rest.startswith(paths.MANIFEST_PREFIX):
             dbs.add(db)
+        if rest.startswith(paths.REFS_PREFIX):
+            continue  # read in step 4b, after the horizon markers
         sst_id = paths.parse_sst_key(rest)
         if sst_id is not None:
             dbs.add(db)
@@ -134,57 +142,73 @@ def collect_garbage(
     # 3. manifests, listed after the candidates
     referenced: set[str] = set()
     doomed_manifests: list[str] = []
+    listed: dict[str, list[int]] = {}
+    pinned_by: dict[str, set[int]] = {}
+
+    def keep(db: str, manifest: Manifest) -> None:
+        for s in manifest.all_ssts():
+            name = _object_of(db, s.db, s.id)
+            if name is not None:
+                referenced.add(name)
+
     for db in report.dbs:
-        versions = _versions(store, db)
+        versions = listed[db] = _versions(store, db)
         if not versions:
             continue
-        pinned = set(read_checkpoints(store, db).values())
+        pinned = pinned_by[db] = set(read_checkpoints(store, db).values())
         newest = versions[-retain_versions:]
         h = newest[0]
         kept = sorted(set(newest) | (pinned & set(versions)))
         report.kept_versions[db] = kept
         report.horizons[db] = h
         for v in kept:
-            name = db + paths.manifest_key(v)
-            try:
-                manifest = Manifest.decode(retrying(lambda name=name: store.get(name)), name)
-            except NotFoundError:
-                continue
-            for s in manifest.all_ssts():
-                referenced.add(db + paths.sst_key(s.id))
+            manifest = _read(store, db, v)
+            if manifest is not None:
+                keep(db, manifest)
         doomed_manifests += [db + paths.manifest_key(v) for v in versions
                              if v < h and v not in pinned]
-        # 4. the horizon marker goes first
-        if not dry_run and h > horizon(store, db):
-            retrying(lambda db=db, h=h: store.put_if_absent(db + paths.horizon_key(h), b"{}"))
-        # 4b. manifests created since the listing above: their writers may have read the horizon
-        # before the marker existed, so they would not withdraw. Keep what they reference this
-        # pass (a writer creating a manifest after this listing sees the marker and withdraws).
+    # 4. the horizon markers go first, all of them before any re-listing (a sibling that
+    # references a DB checks that DB's horizon after committing: see silt.siblings)
+    if not dry_run:
+        for db, h in report.horizons.items():
+            if h > horizon(store, db):
+                retrying(lambda db=db, h=h: store.put_if_absent(db + paths.horizon_key(h), b"{}"))
+    # 4b. manifests created since the listing above: their writers may have read the horizon
+    # before the marker existed, so they would not withdraw. Keep what they reference this
+    # pass (a writer creating a manifest after this listing sees the marker and withdraws).
+    # Siblings that may reference a DB (its refs/ markers, listed again now) are covered too.
+    relist = set(report.dbs)
+    protected: set[str] = set()
+    for db in report.dbs:
+        for name in _referrers(store, db):
+            sibling = _sibling_prefix(db, name)
+            if sibling is None:
+                protected.add(db)  # the referrer is outside this root: keep all of db's SSTs
+            else:
+                relist.add(sibling)
+    for db in sorted(relist):
         for v in _versions(store, db):
-            if v in versions:
+            if v in listed.get(db, ()):
                 continue
-            name = db + paths.manifest_key(v)
-            try:
-                manifest = Manifest.decode(retrying(lambda name=name: store.get(name)), name)
-            except NotFoundError:
-                continue
-            for s in manifest.all_ssts():
-                referenced.add(db + paths.sst_key(s.id))
-        # 4c. checkpoints created since they were read: their creators may not have seen the
-        # marker either (a checkpoint creator withdraws one below a horizon it sees), so the
-        # versions they pin are kept this pass too.
-        for v in set(read_checkpoints(store, db).values()) - pinned:
+            manifest = _read(store, db, v)
+            if manifest is not None:
+                keep(db, manifest)
+    # 4c. checkpoints created since they were read: their creators may not have seen the
+    # marker either (a checkpoint creator withdraws one below a horizon it sees), so the
+    # versions they pin are kept this pass too.
+    for db in report.dbs:
+        if db not in pinned_by:
+            continue
+        for v in set(read_checkpoints(store, db).values()) - pinned_by[db]:
             name = db + paths.manifest_key(v)
             if name not in doomed_manifests:
                 continue
-            try:
-                manifest = Manifest.decode(retrying(lambda name=name: store.get(name)), name)
-            except NotFoundError:
+            manifest = _read(store, db, v)
+            if manifest is None:
                 continue
             doomed_manifests.remove(name)
             report.kept_versions[db] = sorted({*report.kept_versions[db], v})
-            for s in manifest.all_ssts():
-                referenced.add(db + paths.sst_key(s.id))
+            keep(db, manifest)
 
     # Outputs of compaction records that are still young may be adopted soon: keep them.
     young_outputs: set[str] = set()
@@ -196,7 +220,8 @@ def collect_garbage(
         young_outputs.update(db + paths.sst_key(s.id) for s in rec.outputs)
 
     # 5. delete
-    garbage = [k for k in ssts if k not in referenced and k not in young_outputs]
+    garbage = [k for k in ssts if k not in referenced and k not in young_outputs
+               and _split(k)[0] not in protected]
     report.deleted_manifests = doomed_manifests
     report.deleted_ssts = sorted(garbage)
     report.deleted_records = sorted(records)
@@ -207,6 +232,37 @@ def collect_garbage(
                 chunk = batch[i:i + 1000]
                 retrying(lambda chunk=chunk: store.delete_many(chunk))
     return report
+
+
+def _read(store: ObjectStore, db: str, version: int) -> Manifest | None:
+    name = db + paths.manifest_key(version)
+    try:
+        return Manifest.decode(retrying(lambda: store.get(name)), name)
+    except NotFoundError:
+        return None
+
+
+def _sibling_prefix(db: str, name: str) -> str | None:
+    """The prefix of sibling ``name`` of the DB at prefix ``db`` (None: outside this root)."""
+    if not db:
+        return None
+    parent = db.rstrip("/").rpartition("/")[0]
+    return f"{parent}/{name}/" if parent else f"{name}/"
+
+
+def _object_of(db: str, owner: str, sst_id: str) -> str | None:
+    """Object name, under this GC's root, of SST ``sst_id`` listed by the DB at ``db`` and held
+    by sibling ``owner`` (``""``: by that DB itself); None when the owner is outside the root."""
+    if not owner:
+        return db + paths.sst_key(sst_id)
+    prefix = _sibling_prefix(db, owner)
+    return None if prefix is None else prefix + paths.sst_key(sst_id)
+
+
+def _referrers(store: ObjectStore, db: str) -> list[str]:
+    """Names of the siblings that marked the DB at ``db`` as referenced (``refs/``)."""
+    base = db + paths.REFS_PREFIX
+    return [i.key[len(base):] for i in retrying(lambda: list(store.list(base)))]
 
 
 def _versions(store: ObjectStore, db: str) -> list[int]:

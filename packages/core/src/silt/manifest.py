@@ -21,9 +21,12 @@ from .errors import CorruptionError
 from .sst.builder import SstInfo
 
 MANIFEST_MAGIC = b"SILTMNF1"
-#: Only grows; readers accept every version in READABLE_MANIFEST_FORMATS.
-MANIFEST_FORMAT_VERSION = 1
-READABLE_MANIFEST_FORMATS = frozenset({1})
+#: Only grows; readers accept every version in READABLE_MANIFEST_FORMATS. Format 2 adds
+#: references to sibling DBs' SSTs (``db`` and ``clip`` fields of an SST entry); a manifest
+#: without references is still written as format 1, so older readers keep reading it, and a
+#: reader that predates references refuses a manifest that has them instead of misreading it.
+MANIFEST_FORMAT_VERSION = 2
+READABLE_MANIFEST_FORMATS = frozenset({1, 2})
 _HEAD = struct.Struct("<8sII")
 
 
@@ -61,7 +64,8 @@ class Manifest:
             sort_keys=True,
             separators=(",", ":"),
         ).encode()
-        rest = struct.pack("<I", MANIFEST_FORMAT_VERSION) + body
+        fmt = 2 if any(s.db or s.clipped for s in self.all_ssts()) else 1
+        rest = struct.pack("<I", fmt) + body
         return MANIFEST_MAGIC + struct.pack("<I", zlib.crc32(rest)) + rest
 
     @classmethod

@@ -7,6 +7,7 @@ Layout (see ``docs/format.md``)::
     compaction/<id>           finished compaction results waiting to be adopted
     checkpoint/<name>         a named checkpoint: pins one version against GC
     gc/horizon/<version:020d> GC's low-water marks: no version below the greatest may be created
+    refs/<name>               a sibling DB ``<name>`` may reference this DB's SSTs (silt.siblings)
 
 Zero-padded versions sort lexicographically in the same order as numerically, so "latest version"
 is one LIST of ``manifest/``.
@@ -22,6 +23,7 @@ SST_PREFIX = "sst/"
 COMPACTION_PREFIX = "compaction/"
 CHECKPOINT_PREFIX = "checkpoint/"
 HORIZON_PREFIX = "gc/horizon/"
+REFS_PREFIX = "refs/"
 SST_SUFFIX = ".sst"
 VERSION_DIGITS = 20
 MAX_VERSION = 10**VERSION_DIGITS - 1
@@ -47,6 +49,11 @@ def parse_manifest_key(key: str) -> int | None:
 def sst_key(sst_id: str) -> str:
     """Object name of the SST ``sst_id``."""
     return f"{SST_PREFIX}{sst_id}{SST_SUFFIX}"
+
+
+def refs_key(referrer: str) -> str:
+    """Object name of the marker saying sibling DB ``referrer`` may reference this DB's SSTs."""
+    return f"{REFS_PREFIX}{referrer}"
 
 
 def parse_sst_key(key: str) -> str | None:

@@ -17,30 +17,31 @@ from ..errors import StoreError
 from ..manifest import Manifest
 from ..merge import merge_newest_first
 from ..settings import Settings
+from ..siblings import SiblingStores
 from ..sst.builder import SstInfo, build_sst
-from ..sst.reader import SstReader
 from ..store import ObjectStore, retrying
 from .record import CompactionRecord
 from .task import CompactionTask
 
 
-def _sources(manifest: Manifest, task: CompactionTask, store: ObjectStore
+def _sources(manifest: Manifest, task: CompactionTask, siblings: SiblingStores
              ) -> list[Iterator[tuple[bytes, object]]]:
     ids = set(task.inputs)
     sources: list[Iterator[tuple[bytes, object]]] = []
     for s in manifest.l0:
         if s.id in ids:
-            sources.append(SstReader(store, paths.sst_key(s.id), s, None).iter_range(None, None))
+            sources.append(siblings.reader(s).iter_range(None, None))
     for run in manifest.levels:
         chosen = [s for s in run if s.id in ids]
         if chosen:
-            sources.append(_chain(store, chosen))
+            sources.append(_chain(siblings, chosen))
     return sources
 
 
-def _chain(store: ObjectStore, run: list[SstInfo]) -> Iterator[tuple[bytes, object]]:
+def _chain(siblings: SiblingStores, run: list[SstInfo]) -> Iterator[tuple[bytes, object]]:
     for s in run:
-        yield from SstReader(store, paths.sst_key(s.id), s, None).iter_range(None, None)
+        # A clipped reference to a sibling's SST yields only its keys inside the clip range.
+        yield from siblings.reader(s).iter_range(None, None)
 
 
 def upload_sst(store: ObjectStore, keys: list[bytes], records: list[object], settings: Settings,
@@ -62,8 +63,14 @@ def run_compaction(
     task: CompactionTask,
     settings: Settings,
     clock: Clock,
+    *,
+    siblings: SiblingStores | None = None,
 ) -> CompactionRecord:
-    """Do ``task`` (picked from ``manifest``) and publish its record; return the record."""
+    """Do ``task`` (picked from ``manifest``) and publish its record; return the record.
+
+    ``siblings`` opens the stores of sibling DBs whose SSTs ``manifest`` references (needed
+    only when it references any; see :mod:`silt.siblings`). Outputs always go to ``store``.
+    """
     by_id = {s.id: s for s in manifest.all_ssts()}
     missing = [i for i in task.inputs if i not in by_id]
     if missing:
@@ -77,7 +84,13 @@ def run_compaction(
         keys: list[bytes] = []
         records: list[object] = []
         size = 0
-        for key, r in merge_newest_first(_sources(manifest, task, store)):
+        if siblings is None:
+            if any(by_id[i].db for i in task.inputs):
+                raise ValueError(
+                    "the task reads sibling DBs' SSTs: pass siblings=SiblingStores(url, store)"
+                )
+            siblings = SiblingStores("", store)
+        for key, r in merge_newest_first(_sources(manifest, task, siblings)):
             if r.__class__ is bytes:
                 size += len(key) + len(r) + 9  # type: ignore[arg-type]
             elif r is None:

@@ -22,6 +22,7 @@ from ..errors import CorruptionError, NotFoundError
 from ..manifest import Manifest
 from ..metrics import Metrics
 from ..settings import Settings
+from ..siblings import SiblingStores
 from ..sst.builder import SstInfo
 from ..store import ObjectStore, retrying
 from .adopt import Refused, adopt
@@ -36,8 +37,9 @@ class CompactionDriver:
     """Schedules, gathers and adopts compactions for one writer."""
 
     def __init__(self, store: ObjectStore, settings: Settings, clock: Clock,
-                 metrics: Metrics) -> None:
+                 metrics: Metrics, siblings: SiblingStores | None = None) -> None:
         self.store = store
+        self.siblings = siblings
         self.settings = settings
         self.clock = clock
         self.metrics = metrics
@@ -83,7 +85,8 @@ class CompactionDriver:
 
     def _run(self, manifest: Manifest, task: CompactionTask) -> CompactionRecord:
         with self.metrics.purpose("compaction"):
-            return run_compaction(self.store, manifest, task, self.settings, self.clock)
+            return run_compaction(self.store, manifest, task, self.settings, self.clock,
+                                  siblings=self.siblings)
 
     def _harvest(self) -> None:
         future = self._future

@@ -31,6 +31,13 @@ class SstInfo:
 
     ``smallest``/``largest`` bound the keys; ``tail_offset`` is where the filter block starts.
     ``min_expiry_ms``/``max_expiry_ms`` cover expiring entries (0 when there are none).
+
+    A **reference** to a sibling DB's SST (a rescale or a clone, :meth:`silt.DB.reference`)
+    names that DB's folder in ``db`` (``""``: the object is this DB's own) and is **clipped**:
+    only keys in ``[clip_start, clip_end)`` belong to this DB (``None``: unbounded), and
+    ``smallest``/``largest`` are the first and last keys of the object inside that range, so
+    every range check of the read path clips it. ``size``, ``entries`` and the other counts
+    still describe the whole object.
     """
 
     id: str
@@ -43,8 +50,20 @@ class SstInfo:
     expiring: int = 0
     min_expiry_ms: int = 0
     max_expiry_ms: int = 0
+    db: str = ""
+    clipped: bool = False
+    clip_start: bytes | None = None
+    clip_end: bytes | None = None
 
     def to_json(self) -> dict:
+        out = self._json()
+        if self.db:
+            out["db"] = self.db
+        if self.clipped:
+            out["clip"] = [None if b is None else b.hex() for b in (self.clip_start, self.clip_end)]
+        return out
+
+    def _json(self) -> dict:
         return {
             "id": self.id,
             "size": self.size,
@@ -71,7 +90,20 @@ class SstInfo:
             expiring=int(d.get("expiring", 0)),
             min_expiry_ms=int(d.get("min_expiry_ms", 0)),
             max_expiry_ms=int(d.get("max_expiry_ms", 0)),
+            db=str(d.get("db", "")),
+            clipped="clip" in d,
+            clip_start=_hex_or_none(d["clip"][0]) if "clip" in d else None,
+            clip_end=_hex_or_none(d["clip"][1]) if "clip" in d else None,
         )
+
+    @property
+    def is_reference(self) -> bool:
+        """Whether this entry points at another DB's object (see the class docstring)."""
+        return bool(self.db)
+
+
+def _hex_or_none(text: str | None) -> bytes | None:
+    return None if text is None else bytes.fromhex(text)
 
 
 def build_sst(

@@ -132,6 +132,8 @@ class SstReader:
             raise ValueError("SstReader needs the object size (from SstInfo or a listing)")
         self.cache = cache
         self.cache_id = info.id if info is not None else object_name
+        #: A clipped reference (silt.siblings): iteration stays inside [smallest, largest].
+        self.clipped = info is not None and info.clipped
         self._tail: SstTail | None = None
         self._lock = threading.Lock()
         if tail is not None and tail_start is not None:
@@ -255,7 +257,18 @@ class SstReader:
         self, start: bytes | None, end: bytes | None, *, fill_cache: bool = False
     ) -> Iterator[tuple[bytes, object]]:
         """Iterate ``(key, record)`` for keys in ``[start, end)`` in key order (lazily: nothing
-        is read before the first item is asked for)."""
+        is read before the first item is asked for). A clipped reference yields only keys inside
+        its clip range."""
+        if self.clipped:
+            info = self.info
+            assert info is not None
+            if start is None or start < info.smallest:
+                start = info.smallest
+            upper = info.largest + b"\x00"
+            if end is None or end > upper:
+                end = upper
+            if start >= end:
+                return iter(())
         return RangeIter(self, start, end, fill_cache)
 
     def verify(self) -> int:

@@ -1,0 +1,282 @@
+"""Sibling DBs, and manifests that reference their SSTs (rescaling without moving state).
+
+DBs whose roots share a parent folder are **siblings**: the shards of a Spark operator,
+``<root>/kg-0-63/`` and ``<root>/kg-64-127/``. A manifest may list a sibling's SST as part of
+its own state, **clipped** to a key range (:class:`~silt.sst.builder.SstInfo` ``db`` and
+``clip_*``). :meth:`silt.DB.reference` builds such entries from a sibling's committed version,
+so a new DB starts with the state of a key range without reading or writing that state; a
+compaction later rewrites the referenced SSTs into the DB's own.
+
+Clipping costs no read-path checks: a clipped entry's ``smallest``/``largest`` are the first and
+last keys of the object inside the clip range (found by reading at most two blocks at each
+boundary when the reference is made), so the range checks every lookup already does keep keys
+outside the range out; scans and compactions clamp their iteration to those bounds
+(:class:`~silt.sst.reader.SstReader`).
+
+Safety (nothing committed is ever lost):
+
+* Before a writer commits its first manifest that references DB ``o``'s objects, it creates
+  ``o/refs/<its name>`` (:func:`mark_referrers`). GC of a root that does not contain that
+  referrer keeps every SST of ``o`` (it cannot see the references); GC of a common parent reads
+  the referrers' manifests like the others' (:mod:`silt.gc`).
+* After the commit, the writer reads each source's GC horizon: if GC passed the source version
+  the references were taken from (it may have dropped that version and objects only it used),
+  the commit is withdrawn (:class:`~silt.errors.FencedError`). GC writes every horizon marker
+  before it re-lists manifests, so a commit that saw no marker is seen by the re-listing.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+from . import paths
+from .errors import InvalidArgumentError, ReferenceConflict
+from .manifest import Manifest
+from .sst.builder import SstInfo
+from .sst.reader import SstReader
+from .store import ObjectStore, retrying
+
+
+# -- naming -----------------------------------------------------------------------------------
+def split_parent(url: str) -> tuple[str, str, str]:
+    """``(parent, name, query)`` of a DB URL: ``s3://b/root/kg-0-63?x=1`` gives
+    ``("s3://b/root", "kg-0-63", "?x=1")``. Raises when the URL has no parent folder."""
+    base, sep, query = url.partition("?")
+    base = base.rstrip("/")
+    location = base.partition("://")[2]
+    if "/" not in location.strip("/"):
+        raise InvalidArgumentError(
+            f"{url!r} has no parent folder, so it has no siblings: references work between DBs "
+            "in one folder, such as 'file:///state/op/a' and 'file:///state/op/b'"
+        )
+    parent, name = base.rsplit("/", 1)
+    return parent, name, sep + query
+
+
+def sibling_url(url: str, name: str) -> str:
+    """The URL of the sibling ``name`` of the DB at ``url`` (same tier options)."""
+    check_name(name)
+    parent, _, query = split_parent(url)
+    return f"{parent}/{name}{query}"
+
+
+def sibling_name(url: str, other: str) -> str:
+    """The folder name of ``other`` if it is a sibling of ``url``; raises otherwise."""
+    parent, _, query = split_parent(url)
+    oparent, oname, oquery = split_parent(other)
+    if (parent, query) != (oparent, oquery):
+        raise InvalidArgumentError(
+            f"{other!r} is not a sibling of {url!r}: a DB can reference the SSTs of DBs in the "
+            "same parent folder, opened with the same tier options"
+        )
+    return oname
+
+
+def check_name(name: str) -> str:
+    if not name or "/" in name or name in (".", "..") or "?" in name:
+        raise InvalidArgumentError(f"{name!r} is not a sibling DB folder name")
+    return name
+
+
+# -- stores -----------------------------------------------------------------------------------
+class SiblingStores:
+    """Stores of the siblings a DB's manifests reference, opened lazily and shared.
+
+    ``open_url`` opens a store for a URL (default :func:`silt.plugins.open_store`); ``wrap``
+    wraps each (the DB's request metrics). Thread-safe; :meth:`close` closes what it opened.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        own: ObjectStore,
+        *,
+        wrap: Callable[[ObjectStore], ObjectStore] | None = None,
+        open_url: Callable[[str], ObjectStore] | None = None,
+    ) -> None:
+        self.url = url
+        self.own = own
+        self._wrap = wrap
+        self._open_url = open_url
+        self._stores: dict[str, tuple[ObjectStore, ObjectStore]] = {}
+        self._lock = threading.Lock()
+
+    def store_for(self, info: SstInfo) -> ObjectStore:
+        """The store holding ``info``'s object."""
+        return self.own if not info.db else self.named(info.db)
+
+    def named(self, name: str) -> ObjectStore:
+        got = self._stores.get(name)
+        if got is not None:
+            return got[1]
+        with self._lock:
+            got = self._stores.get(name)
+            if got is None:
+                opener = self._open_url
+                if opener is None:
+                    from .plugins import open_store as opener
+                raw = opener(sibling_url(self.url, name))
+                got = (raw, self._wrap(raw) if self._wrap is not None else raw)
+                self._stores[name] = got
+            return got[1]
+
+    def reader(self, info: SstInfo, cache: object = None) -> SstReader:
+        """An :class:`SstReader` of ``info`` in whichever DB holds it."""
+        return SstReader(self.store_for(info), paths.sst_key(info.id), info, cache)  # type: ignore[arg-type]
+
+    def close(self) -> None:
+        with self._lock:
+            stores, self._stores = self._stores, {}
+        for raw, _ in stores.values():
+            raw.close()
+
+
+# -- clipping ---------------------------------------------------------------------------------
+def _intersect(
+    a: tuple[bytes | None, bytes | None], b: tuple[bytes | None, bytes | None]
+) -> tuple[bytes | None, bytes | None]:
+    lo = a[0] if b[0] is None else b[0] if a[0] is None else max(a[0], b[0])
+    hi = a[1] if b[1] is None else b[1] if a[1] is None else min(a[1], b[1])
+    return lo, hi
+
+
+def clip(info: SstInfo, owner: str, start: bytes | None, end: bytes | None,
+         stores: SiblingStores) -> SstInfo | None:
+    """``info`` (an entry of sibling ``owner``'s manifest) as a reference clipped to
+    ``[start, end)``, or ``None`` when it holds no key there. Reads at most two blocks at each
+    boundary the range cuts through the object."""
+    own_range = (info.clip_start, info.clip_end) if info.clipped else (None, None)
+    lo, hi = _intersect(own_range, (start, end))
+    if (lo is not None and info.largest < lo) or (hi is not None and info.smallest >= hi):
+        return None
+    if lo is not None and hi is not None and lo >= hi:
+        return None
+    ref = replace(info, db=info.db or owner)
+    reader: SstReader | None = None
+    smallest, largest = info.smallest, info.largest
+    if lo is not None and smallest < lo:
+        reader = stores.reader(ref)
+        first = next(iter(reader.iter_range(lo, hi)), None)
+        if first is None:
+            return None
+        smallest = first[0]
+    if hi is not None and largest >= hi:
+        reader = reader or stores.reader(ref)
+        largest = _last_key_below(reader, lo, hi)
+        if largest is None or largest < smallest:
+            return None
+    return replace(ref, smallest=smallest, largest=largest, clipped=True,
+                   clip_start=lo, clip_end=hi)
+
+
+def _last_key_below(reader: SstReader, lo: bytes | None, hi: bytes) -> bytes | None:
+    """The greatest key in ``[lo, hi)`` of the SST (the block that may hold ``hi``, then the one
+    before it)."""
+    i = reader.block_index_for(hi)
+    for j in (i, i - 1):
+        if j < 0:
+            break
+        items = list(reader.block(j, fill_cache=False).items_from(lo, hi))
+        if items:
+            return items[-1][0]
+    return None
+
+
+def clip_manifest(manifest: Manifest, owner: str, start: bytes | None, end: bytes | None,
+                  stores: SiblingStores) -> tuple[list[SstInfo], list[list[SstInfo]]]:
+    """Sibling ``owner``'s version ``manifest`` clipped to ``[start, end)``: L0 (newest first)
+    and the levels, keeping only entries with keys in the range."""
+    l0 = [c for c in (clip(s, owner, start, end, stores) for s in manifest.l0) if c is not None]
+    levels = [
+        [c for c in (clip(s, owner, start, end, stores) for s in run) if c is not None]
+        for run in manifest.levels
+    ]
+    while levels and not levels[-1]:
+        levels.pop()
+    return l0, levels
+
+
+# -- combining references to several sources -------------------------------------------------
+def _unify(a: SstInfo, b: SstInfo) -> SstInfo:
+    """One entry for two references to the same object whose clip ranges touch."""
+    first, second = (a, b) if a.smallest <= b.smallest else (b, a)
+    if first.clip_end is None or first.clip_end != second.clip_start:
+        raise ReferenceConflict(
+            f"SST {a.id} of {a.db!r} would be referenced twice with clip ranges that do not "
+            "touch (a source compacted part of it away): these ranges cannot be referenced "
+            "together; copy them instead"
+        )
+    return replace(first, largest=second.largest, clip_end=second.clip_end)
+
+
+def _merge_run(run: list[SstInfo]) -> list[SstInfo]:
+    run = sorted(run, key=lambda s: s.smallest)
+    out: list[SstInfo] = []
+    for s in run:
+        if out and out[-1].id == s.id and out[-1].db == s.db:
+            out[-1] = _unify(out[-1], s)
+            continue
+        if out and out[-1].largest >= s.smallest:
+            raise ReferenceConflict(
+                f"referenced SSTs {out[-1].id} and {s.id} overlap in one level: the referenced "
+                "ranges overlap; reference disjoint key ranges"
+            )
+        out.append(s)
+    return out
+
+
+def _merge_l0(lists: Sequence[list[SstInfo]]) -> list[SstInfo]:
+    """Interleave newest-first L0 lists of disjoint key ranges into one, keeping each list's
+    order and listing an object two lists share once (its clip ranges must touch)."""
+    key = lambda s: (s.db, s.id)  # noqa: E731
+    merged: dict[tuple[str, str], SstInfo] = {}
+    after: dict[tuple[str, str], set[tuple[str, str]]] = {}
+    order: list[tuple[str, str]] = []
+    for lst in lists:
+        prev = None
+        for s in lst:
+            k = key(s)
+            if k in merged:
+                merged[k] = _unify(merged[k], s)
+            else:
+                merged[k] = s
+                after[k] = set()
+                order.append(k)
+            if prev is not None:
+                after[k].add(prev)
+            prev = k
+    out: list[SstInfo] = []
+    placed: set[tuple[str, str]] = set()
+    pending = list(order)
+    while pending:
+        for i, k in enumerate(pending):
+            if after[k] <= placed:
+                out.append(merged[k])
+                placed.add(k)
+                del pending[i]
+                break
+        else:
+            raise ReferenceConflict(
+                "the referenced sources order their shared L0 SSTs differently; copy instead"
+            )
+    return out
+
+
+def combine(
+    parts: Sequence[tuple[list[SstInfo], list[list[SstInfo]]]],
+) -> tuple[tuple[SstInfo, ...], tuple[tuple[SstInfo, ...], ...]]:
+    """One DB's L0 and levels from references to disjoint key ranges of several sources."""
+    l0 = _merge_l0([p[0] for p in parts])
+    depth = max((len(p[1]) for p in parts), default=0)
+    levels = [_merge_run([s for p in parts if i < len(p[1]) for s in p[1][i]])
+              for i in range(depth)]
+    return tuple(l0), tuple(tuple(run) for run in levels)
+
+
+def mark_referrers(stores: SiblingStores, infos: Sequence[SstInfo], referrer: str) -> None:
+    """Create ``<owner>/refs/<referrer>`` in every DB whose objects ``infos`` reference."""
+    for owner in sorted({s.db for s in infos if s.db}):
+        store = stores.named(owner)
+        retrying(lambda store=store: store.put_if_absent(paths.refs_key(referrer), b"{}"))
