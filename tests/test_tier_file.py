@@ -472,6 +472,7 @@ def test_os_errors_are_mapped(
         raise OSError(code, os.strerror(code))
 
     monkeypatch.setattr(file_tier, "open", failing_open, raising=False)
+    monkeypatch.setattr(file_tier, "_open_fd", failing_open)  # ranged reads use os.open
     for call in (lambda: store.get("k"), lambda: store.get_range("k", 0, 1),
                  lambda: store.put("k", b"w")):
         with pytest.raises(cls, match=hint) as info:

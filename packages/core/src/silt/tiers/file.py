@@ -86,6 +86,8 @@ _NO_LINK_ERRNOS = frozenset(
     )
     if code is not None
 )
+#: Flags of ranged reads: read-only, binary (Windows), closed on exec.
+_O_RDONLY = os.O_RDONLY | getattr(os, "O_BINARY", 0) | getattr(os, "O_CLOEXEC", 0)
 _NO_DIR_FSYNC_ERRNOS = frozenset(
     code
     for code in (errno.EINVAL, errno.EBADF, getattr(errno, "ENOTSUP", None))
@@ -170,6 +172,22 @@ def _advice(exc: OSError) -> tuple[type[StoreError], str]:
     if code in (errno.EMFILE, errno.ENFILE):
         return StoreError, "too many open files; raise the limit (ulimit -n) or use fewer threads"
     return StoreError, "check the store root and the file system"
+
+
+def _pread(fd: int, length: int, start: int) -> bytes:
+    """``os.pread`` where it exists (POSIX), else seek and read (Windows)."""
+    if _HAS_PREAD:
+        return os.pread(fd, length, start)
+    os.lseek(fd, start, os.SEEK_SET)  # pragma: no cover - Windows
+    return os.read(fd, length)  # pragma: no cover
+
+
+_HAS_PREAD = hasattr(os, "pread")
+
+
+def _open_fd(path: str) -> int:
+    """A read-only descriptor of ``path`` (a name tests can replace to inject errors)."""
+    return os.open(path, _O_RDONLY)
 
 
 def _fsync_dir(path: str) -> None:
@@ -440,12 +458,30 @@ class FileStore(ObjectStore):
         """Return up to ``length`` bytes from ``start`` (``b""`` past the end)."""
         path = self._path(key)
         start, length = check_range(start, length)
+        # os.open + pread, not open(): a buffered file object costs ~30 us more per 64 KiB
+        # block read. No descriptor is kept between calls: get_range also answers "does this
+        # object still exist?" (a kept descriptor would go on reading a deleted file), and
+        # keeping one would save only ~5 us more.
         try:
-            with open(path, "rb") as f:
-                if length == 0:
+            if length == 0:
+                with open(path, "rb"):  # fails like a read would (missing, a directory)
                     return b""
-                f.seek(start)
-                return f.read(length)
+            fd = _open_fd(path)
+            try:
+                data = _pread(fd, length, start)
+                got = len(data)
+                if got < length and got:  # a short read (signal, network file system): go on
+                    parts = [data]
+                    while got < length:
+                        more = _pread(fd, length - got, start + got)
+                        if not more:
+                            break
+                        parts.append(more)
+                        got += len(more)
+                    data = b"".join(parts)
+                return data
+            finally:
+                os.close(fd)
         except OSError as exc:
             if exc.errno in _MISSING_ERRNOS:
                 raise self._not_found(key) from exc
