@@ -60,6 +60,7 @@ from .store import ObjectStore, retrying
 from .writebatch import WriteBatch
 
 _BYTES_LIKE = (bytearray, memoryview)
+_BYTES_ONLY = {bytes}
 
 
 class _Part:
@@ -813,7 +814,13 @@ class DB:
         if isinstance(keys, (bytes, str)):
             raise InvalidTypeError("multi_get takes a sequence of keys, not a single key")
         limit = self._max_key
-        keys = [k if k.__class__ is bytes and len(k) <= limit else self._check_key(k) for k in keys]
+        keys = list(keys)
+        # C loops over the keys; the per-key check (which also converts bytes-like) only when
+        # some key is not plain bytes within the limit.
+        if keys and (set(map(type, keys)) != _BYTES_ONLY or max(map(len, keys)) > limit):
+            keys = [
+                k if k.__class__ is bytes and len(k) <= limit else self._check_key(k) for k in keys
+            ]
         found: dict[bytes, object] = {}
         mem = self._mem.data
         parts = self._parts

@@ -227,8 +227,8 @@ class SstReader:
         cache = self.cache
         if cache is None:
             return [None] * len(indexes)
-        get, cid = cache.get, self.cache_id
-        return [get((cid, i)) for i in indexes]
+        cid = self.cache_id
+        return cache.get_many([(cid, i) for i in indexes])
 
     def put_cached(self, i: int, blk: Block) -> None:
         if self.cache is not None:
