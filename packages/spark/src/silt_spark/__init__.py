@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from . import errors
 from ._api import aggregate, transform_with_state
+from ._metrics import MetricsListener, metrics
 from ._processor import (
     ExpiredTimerInfo,
     ListState,
@@ -38,12 +39,14 @@ __all__ = [
     "ExpiredTimerInfo",
     "ListState",
     "MapState",
+    "MetricsListener",
     "StatefulProcessor",
     "StatefulProcessorHandle",
     "TimerValues",
     "ValueState",
     "aggregate",
     "errors",
+    "metrics",
     "read_state",
     "transform_with_state",
 ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from . import _aggregate, _layout, _processor, _shard
+from . import _aggregate, _layout, _metrics, _processor, _shard
 
 
 def _spec(
@@ -265,8 +265,10 @@ def transform_with_state(
             task, batches, processor, keys, arrow_schema, rows_format, time_cfg
         )
 
+    report = _metrics.accumulator(df)
+
     def shard_fn(batches: Any) -> Any:
-        return _shard.run_shard(spec, batches, process)
+        return _shard.run_shard(spec, batches, process, report)
 
     return _route(df, keys, spec, heartbeat).mapInArrow(shard_fn, struct)
 
@@ -348,8 +350,10 @@ def aggregate(
     def process(task: _shard.ShardTask, batches: Any) -> Any:
         return _aggregate.merge_partition(task, batches, p)
 
+    report = _metrics.accumulator(df)
+
     def shard_fn(batches: Any) -> Any:
-        return _shard.run_shard(spec, batches, process)
+        return _shard.run_shard(spec, batches, process, report)
 
     needed = list(dict.fromkeys([*keys, *p.value_columns]))
     partials = df.select(*needed).mapInArrow(partial_fn, partial_struct)

@@ -39,7 +39,7 @@ from silt.errors import NotFoundError
 from silt.plugins import open_store
 from silt.store import retrying
 
-from . import _layout
+from . import _layout, _metrics
 from .errors import ForeignStateError, LayoutMismatchError, NotStreamingError, StateAheadError
 
 log = logging.getLogger("silt_spark")
@@ -284,11 +284,12 @@ class ShardTask:
     # -- finishing ----------------------------------------------------------------------------
     def finish(self) -> None:
         """Commit version ``batch_id`` if anything changed (and it is not a replay)."""
+        # Timings for inspection (see docs/spark.md and _metrics.py): the commit's own duration
+        # is about manifest.created_ms - task_start_ms - open_ms - process_ms.
+        process_ms = self.process_ms = _now_ms() - self.started_ms - self.open_ms
+        self.commit_ms = 0.0
         if not self.changed or self.replay:
             return
-        # Timings for inspection (see docs/spark.md): the commit's own duration is about
-        # manifest.created_ms - task_start_ms - open_ms - process_ms (SST uploads included).
-        process_ms = _now_ms() - self.started_ms - self.open_ms
         meta = {
             **self.meta_updates,
             "spark.task_start_ms": str(self.started_ms),
@@ -301,6 +302,7 @@ class ShardTask:
             "spark.first_key_group": str(self.first_kg),
             "spark.last_key_group": str(self.last_kg),
         }
+        t0 = _perf()
         try:
             self.db.commit(self.batch_id, meta=meta)
             self.committed = True
@@ -308,6 +310,7 @@ class ShardTask:
             # Another attempt of this task committed first; its version stands.
             log.info("%s: version %d was committed by another attempt", self.url, self.batch_id)
             self.replay = True
+        self.commit_ms = (_perf() - t0) * 1000
         if self.batch_id in self.spec.fail_after_commit and self.attempt == 0:
             if self.spec.test_marker_dir:
                 import os
@@ -320,11 +323,16 @@ class ShardTask:
 
     def release(self, ok: bool) -> None:
         """Return the handle to the worker's cache, or close it (failure, pending writes)."""
+        probe = getattr(self, "probe", None)
+        if probe is not None:
+            probe.unwrap()  # the cache keeps the plain DB, never the counting wrapper
         db = self.db
         if ok and not (self.changed and not self.committed):
             _CACHE[self.url] = (self.query_id, db)
             while len(_CACHE) > MAX_CACHED_SHARDS:
                 _CACHE.popitem(last=False)[1][1].close()
+            if probe is not None:
+                probe.cached()
         else:
             db.close()
 
@@ -474,8 +482,14 @@ def run_shard(
     spec: OperatorSpec,
     batches: Iterator[Any],
     process: Callable[[ShardTask, Iterator[Any]], Iterator[Any]],
+    report: Any = None,
 ) -> Iterator[Any]:
-    """The body of the operator's ``mapInArrow`` function: open, process, commit, release."""
+    """The body of the operator's ``mapInArrow`` function: open, process, commit, release.
+
+    Each task is measured (:mod:`silt_spark._metrics`): its counts go into the committed
+    manifest's meta, and a successful task's record is added to ``report`` (the driver's
+    metrics accumulator, or ``None``).
+    """
     from pyspark import TaskContext
 
     ctx = TaskContext.get()
@@ -493,13 +507,17 @@ def run_shard(
             "query execution must stay off for silt_spark operators"
         )
     task = ShardTask(spec, shard, int(batch_id), query_id, ctx.attemptNumber())
+    probe = task.probe = _metrics.TaskProbe(task)
     ok = False
     try:
-        yield from process(task, batches)
+        yield from probe.count_out(process(task, probe.count_in(batches)))
+        task.meta_updates.update(probe.meta())
         task.finish()
         ok = True
     finally:
+        record = probe.record() if ok else None
         task.release(ok)
+    _metrics.report(report, record)
 
 
 def check_key_groups(task: ShardTask, kg_array: Any) -> None:

@@ -1,0 +1,199 @@
+"""Operator metrics of silt_spark (silt_spark/_metrics.py) in real streaming queries.
+
+Each query reads a folder of JSON files, one small file (so one input partition) per
+micro-batch, and the figures the tasks report are compared with what the input implies: rows in
+and out, keys read and written, which shards committed, and the manifests' meta.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import silt
+import silt_spark
+from pyspark import cloudpickle
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+SCHEMA = "user string, amount long"
+
+
+class Feed:
+    """A folder source, one file per micro-batch, and a query over it with a no-op sink."""
+
+    def __init__(self, spark, tmp_path: Path) -> None:
+        self.spark = spark
+        self.src = tmp_path / "in"
+        self.src.mkdir()
+        self.checkpoint = tmp_path / "chk"
+        self.files = 0
+        self.query = None
+
+    def write(self, rows: list[tuple[str, int]]) -> None:
+        tmp = self.src / f".tmp-{self.files}"
+        with open(tmp, "w") as f:
+            for user, amount in rows:
+                f.write(json.dumps({"user": user, "amount": amount}) + "\n")
+        os.replace(tmp, self.src / f"part-{self.files:05d}.json")
+        self.files += 1
+
+    def stream(self):
+        return self.spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).json(
+            str(self.src)
+        )
+
+    def start(self, df, name: str) -> None:
+        self.query = (
+            df.writeStream.queryName(name).foreachBatch(lambda out, batch_id: out.count())
+            .option("checkpointLocation", str(self.checkpoint)).start()
+        )
+
+    def stop(self) -> None:
+        if self.query is not None:
+            self.query.stop()
+            self.query = None
+
+
+def rows_of(seed: int, n: int = 60, users: int = 12) -> list[tuple[str, int]]:
+    import random
+
+    rng = random.Random(seed)
+    return [(f"u{rng.randrange(users)}", rng.randrange(100)) for _ in range(n)]
+
+
+class Count(silt_spark.StatefulProcessor):
+    """One value read and one value written per key and batch."""
+
+    def init(self, handle):
+        self.n = handle.getValueState("n", "n long")
+
+    def handleInputRows(self, key, rows, timerValues):
+        n = (self.n.get() or (0,))[0] + sum(len(df) for df in rows)
+        self.n.update((n,))
+        yield pd.DataFrame({"user": [key[0]], "n": [n]})
+
+
+def check_batch(records, rows, num_shards, state, *, rows_in):
+    users = {u for u, _ in rows}
+    assert sorted(r["shard"] for r in records) == list(range(num_shards))
+    assert sum(r["rows_in"] for r in records) == rows_in
+    assert sum(r["rows_out"] for r in records) == len(users)
+    assert sum(r["state_reads"] for r in records) == len(users)
+    assert sum(r["state_writes"] for r in records) == len(users)
+    for r in records:
+        # A shard with keys commits (and says so in its manifest); one without writes nothing.
+        assert r["committed"] == (r["rows_out"] > 0)
+        assert r["state_reads"] == r["state_writes"] == r["rows_out"]
+        assert r["open_ms"] > 0 and r["process_ms"] >= 0
+        puts = r["requests"].get("PUT", {"count": 0, "bytes": 0})
+        if r["committed"]:
+            assert r["commit_ms"] > 0
+            assert puts["count"] >= 1 and puts["bytes"] > 0
+            assert "commit" in r["requests_by_purpose"]
+            url = silt_spark._layout.shard_url(state, r["shard"], num_shards, 256, 0)
+            meta = _meta(url, r["batch_id"])
+            assert int(meta["spark.rows_in"]) == r["rows_in"]
+            assert int(meta["spark.rows_out"]) == r["rows_out"]
+            assert int(meta["spark.state_reads"]) == r["state_reads"]
+            assert int(meta["spark.state_writes"]) == r["state_writes"]
+        else:
+            assert r["commit_ms"] == 0 and puts["count"] == 0
+
+
+def _meta(url: str, version: int) -> dict[str, str]:
+    db = silt.open(url, at_most=version)
+    try:
+        assert db.version == version
+        return dict(db.meta)
+    finally:
+        db.close()
+
+
+def test_aggregate_reports_rows_reads_writes_and_commits(spark, tmp_path):
+    state = (tmp_path / "state").as_uri()
+    feed = Feed(spark, tmp_path)
+    batches = [rows_of(i) for i in range(3)] + [[("u1", 5), ("u1", 7)]]
+    feed.start(silt_spark.aggregate(feed.stream(), ["user"], ["count", "sum(amount)"],
+                                    state_url=state, num_shards=3), "metrics_agg")
+    try:
+        for rows in batches:
+            feed.write(rows)
+            feed.query.processAllAvailable()
+        query = feed.query
+        for b, rows in enumerate(batches):
+            records = silt_spark.metrics(query, b)
+            # One input partition per batch: the shards receive one partial row per key.
+            check_batch(records, rows, 3, state, rows_in=len({u for u, _ in rows}))
+            assert {r["operator"] for r in records} == {"aggregate"}
+            assert {r["state_url"] for r in records} == {state}
+        assert [r["batch_id"] for r in silt_spark.metrics(str(query.id))] == sorted(
+            b for b in range(len(batches)) for _ in range(3)
+        )
+    finally:
+        feed.stop()
+    # Request counts are per task, not the warm handle's running totals: each committed version
+    # is one manifest PUT (purpose "commit") and, at this size, one SST PUT (purpose "flush").
+    root = Path(state.removeprefix("file://"))
+    for shard in range(3):
+        mine = [r for r in silt_spark.metrics(query) if r["shard"] == shard]
+        url = silt_spark._layout.shard_url(state, shard, 3, 256, 0)
+        manifests = len(list((root / url.rsplit("/", 1)[-1] / "manifest").iterdir()))
+        assert manifests == sum(r["committed"] for r in mine) == len(silt.versions(url))
+        for purpose in ("commit", "flush"):
+            assert sum(
+                r["requests_by_purpose"].get(purpose, {}).get("PUT", {}).get("count", 0)
+                for r in mine
+            ) == manifests
+
+
+def test_processor_metrics_reach_a_listener_and_the_log(spark, tmp_path, caplog):
+    state = (tmp_path / "state").as_uri()
+    feed = Feed(spark, tmp_path)
+    batches = [rows_of(10 + i, n=40, users=8) for i in range(3)]
+    listener = silt_spark.MetricsListener()
+    spark.streams.addListener(listener)
+    caplog.set_level(logging.INFO, logger="silt_spark")
+    try:
+        feed.start(silt_spark.transform_with_state(
+            feed.stream(), Count(), ["user"], "user string, n long", state_url=state,
+            num_shards=2,
+        ), "metrics_tws")
+        for rows in batches:
+            feed.write(rows)
+            feed.query.processAllAvailable()
+        query_id = str(feed.query.id)
+        for b, rows in enumerate(batches):
+            check_batch(silt_spark.metrics(query_id, b), rows, 2, state, rows_in=len(rows))
+        # Listener callbacks are asynchronous: wait for the summaries of every batch.
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            mine = [s for s in listener.summaries if s["query_id"] == query_id]
+            if {s["batch_id"] for s in mine} >= set(range(len(batches))):
+                break
+            time.sleep(0.2)
+    finally:
+        feed.stop()
+        spark.streams.removeListener(listener)
+    by_batch = {s["batch_id"]: s for s in mine}
+    assert set(by_batch) >= set(range(len(batches)))
+    for b, rows in enumerate(batches):
+        s = by_batch[b]
+        users = len({u for u, _ in rows})
+        assert (s["operator"], s["state_url"], s["shards"]) == ("processor", state, 2)
+        assert (s["rows_in"], s["rows_out"]) == (len(rows), users)
+        assert (s["state_reads"], s["state_writes"]) == (users, users)
+        assert s["committed"] >= 1 and s["max_commit_ms"] > 0
+        assert s["requests"]["PUT"]["count"] >= s["committed"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "silt_spark"]
+    for b, rows in enumerate(batches):
+        want = f"silt_spark query metrics_tws batch {b}: processor {state} 2 shards"
+        line = next((x for x in lines if x.startswith(want)), None)
+        assert line is not None, (want, lines)
+        assert f"rows in {len(rows)} out {len({u for u, _ in rows})}" in line
+        assert "requests" in line and "PUT" in line
