@@ -5,12 +5,15 @@ silt-core + silt-spark importable). Everything lives in a temporary folder on th
 ``file://`` tier; nothing else is needed.
 
 Two streaming queries read the same generated card transactions (parquet files, one per
-micro-batch):
+micro-batch; each batch brings six hours of event time):
 
-* ``failures``: :func:`silt_spark.aggregate` keeps, per user, the count, total and largest
-  amount of failed transactions (vectorized: no Python per row);
-* ``spikes``: a :class:`silt_spark.StatefulProcessor` counts each user's failures in a sliding
-  event-time window with a timer per failure, and flags a user whose count reaches a threshold.
+* ``failures``: :func:`silt_spark.window_aggregate` counts each user's failed transactions (and
+  their total and largest amount) over a sliding 24-hour event-time window that moves every six
+  hours, with a one-hour watermark delay; each window is emitted once, when the watermark passes
+  its end (vectorized: no Python per row);
+* ``spikes``: a :class:`silt_spark.StatefulProcessor` counts each user's failures over the last
+  12 hours of event time with a timer per failure, and flags a user whose failures jump to a
+  threshold (and clears the flag when they fall back).
 
 After a few batches both queries stop and start again from their checkpoints; the script prints
 per-batch throughput, state size and commit time, and how long recovery took.
@@ -50,13 +53,14 @@ from pyspark.sql import SparkSession
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
-WINDOW_MS = 60_000  # failures counted over the last minute of event time
+BATCH_HOURS = 6  # event time each micro-batch covers
+RECENT_MS = 12 * 3_600_000  # spikes: failures counted over the last 12 hours of event time
 THRESHOLD = 3  # ... and a user is flagged when they reach this many
 SCHEMA = "user string, card string, ok boolean, amount double, ts timestamp"
 
 
 class FailureSpikes(silt_spark.StatefulProcessor):
-    """Per user: failures in the last ``WINDOW_MS`` of event time; flag when >= THRESHOLD.
+    """Per user: failures in the last ``RECENT_MS`` of event time; flag when >= THRESHOLD.
 
     Each failure adds one to ``recent`` and registers an event-time timer at its time plus the
     window; when the shard's watermark passes the timer, the failure leaves the window.
@@ -75,7 +79,7 @@ class FailureSpikes(silt_spark.StatefulProcessor):
         n = (self.recent.get() or (0,))[0] + failed.num_rows
         self.recent.update((n,))
         for ts in failed["ts"].cast(pa.int64()).to_pylist():  # microseconds
-            self.handle.registerTimer(ts // 1000 + WINDOW_MS)
+            self.handle.registerTimer(ts // 1000 + RECENT_MS)
         if n >= THRESHOLD and self.flagged.get() is None:
             self.flagged.update((int(failed["ts"].cast(pa.int64())[-1].as_py() // 1000),))
             yield (key[0], n, "flagged")
@@ -92,14 +96,15 @@ class FailureSpikes(silt_spark.StatefulProcessor):
 
 
 def generate(folder: Path, batch: int, rows: int, users: int, seed: int) -> None:
-    """One parquet file of transactions: event time advances 20 s per batch; a few 'bad'
-    users fail much more often than the rest."""
+    """One parquet file of transactions: event time advances BATCH_HOURS per batch; a few
+    'bad' users fail much more often than the rest."""
     rng = np.random.default_rng(seed + batch)
     user = rng.integers(0, users, rows)
     bad = user % 97 == 0
     ok = rng.random(rows) > np.where(bad, 0.6, 0.02)
-    base = pd.Timestamp("2026-01-01T00:00:00Z") + pd.Timedelta(seconds=20 * batch)
-    ts = base + pd.to_timedelta(rng.integers(0, 20_000, rows), unit="ms")
+    span = BATCH_HOURS * 3_600_000
+    base = pd.Timestamp("2026-01-01T00:00:00Z") + pd.Timedelta(milliseconds=span * batch)
+    ts = base + pd.to_timedelta(rng.integers(0, span, rows), unit="ms")
     table = pa.table({
         "user": pa.array([f"user-{u:06d}" for u in user]),
         "card": pa.array([f"card-{u % 5}" for u in user]),
@@ -144,15 +149,18 @@ class Demo:
         self.src = work / "in"
         self.src.mkdir()
         self.flags: list[tuple] = []
-        self.totals = 0
+        self.closed = 0  # (user, window) results emitted in the last batch
+        self.top: list[tuple] = []  # the largest closed windows so far
         self.queries: dict[str, object] = {}
 
     def start(self) -> None:
         stream = (self.spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1)
                   .parquet(str(self.src)))
-        failures = silt_spark.aggregate(
-            stream.where("not ok"), ["user"], ["count", "sum(amount)", "max(amount)"],
+        failures = silt_spark.window_aggregate(
+            stream.where("not ok"), ["user"], "ts", "24 hours",
+            {"failures": "count", "failed_amount": "sum(amount)", "largest": "max(amount)"},
             state_url=(self.work / "state" / "failures").as_uri(), num_shards=4,
+            slide_duration=f"{BATCH_HOURS} hours", watermark_delay="1 hour",
         )
         spikes = silt_spark.transform_with_state(
             stream, FailureSpikes(), ["user"], "user string, failures long, event string",
@@ -161,13 +169,17 @@ class Demo:
             watermark_delay="10 seconds",
         )
 
-        def keep_totals(df, batch_id):
-            self.totals = df.count()
+        def keep_windows(df, batch_id):
+            rows = df.collect()
+            self.closed = len(rows)
+            self.top = sorted(self.top + [tuple(r) for r in rows],
+                              key=lambda r: (-r[3], r[0], r[1]))[:5]
 
         def keep_flags(df, batch_id):
             self.flags += [(batch_id, *r) for r in df.collect()]
 
-        for name, df, sink in (("failures", failures, keep_totals), ("spikes", spikes, keep_flags)):
+        for name, df, sink in (("failures", failures, keep_windows),
+                               ("spikes", spikes, keep_flags)):
             self.queries[name] = (
                 df.writeStream.foreachBatch(sink)
                 .option("checkpointLocation", str(self.work / "chk" / name))
@@ -193,7 +205,7 @@ class Demo:
                          f"state {size / 1e6:5.2f} MB")
         new_flags = [f for f in self.flags if f[0] == batch_id]
         print(f"batch {batch_id}: {rows:,} rows in {seconds:5.2f} s "
-              f"({rows / seconds:8,.0f} rows/s); {self.totals:,} users updated, "
+              f"({rows / seconds:8,.0f} rows/s); {self.closed:,} user windows closed, "
               f"{len(new_flags)} flag events | " + " | ".join(parts), flush=True)
 
 
@@ -243,12 +255,16 @@ def main() -> None:
 
         flagged = sorted({f[1] for f in demo.flags if f[3] == "flagged"})
         print(f"\n{len(flagged)} users were flagged, e.g. {flagged[:5]}")
+        print("most failures in a closed 24-hour window (emitted once each, at the watermark):")
+        print(pd.DataFrame(demo.top, columns=["user", "window_start", "window_end", "failures",
+                                              "failed_amount", "largest"]).to_string(index=False))
         state = silt_spark.read_state(spark, (work / "state" / "failures").as_uri())
-        print("largest failure totals, read back with silt_spark.read_state:")
+        print("most failures in a window still open, read back with silt_spark.read_state:")
         top = (state.selectExpr(
-                   "user", "cast(get_json_object(value, '$.rows') as long) as failures",
+                   "user", "timestamp_millis(cast(map_key as long)) as window_start",
+                   "cast(get_json_object(value, '$.rows') as long) as failures",
                    "cast(get_json_object(value, '$.amount.sum') as double) as failed_amount")
-               .orderBy("failures", ascending=False).limit(5).toPandas())
+               .orderBy(["failures", "user"], ascending=[False, True]).limit(5).toPandas())
         print(top.to_string(index=False))
     finally:
         demo.stop()

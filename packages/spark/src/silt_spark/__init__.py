@@ -20,7 +20,7 @@ Quick start::
 from __future__ import annotations
 
 from . import errors
-from ._api import aggregate, transform_with_state
+from ._api import aggregate, deduplicate, transform_with_state, window_aggregate
 from ._metrics import MetricsListener, metrics
 from ._processor import (
     ExpiredTimerInfo,
@@ -45,8 +45,10 @@ __all__ = [
     "TimerValues",
     "ValueState",
     "aggregate",
+    "deduplicate",
     "errors",
     "metrics",
     "read_state",
     "transform_with_state",
+    "window_aggregate",
 ]

@@ -189,36 +189,64 @@ def encode_keys(kgs: Any, key_values: list[list[Any]]) -> list[bytes]:
 
 def merge_partition(task: ShardTask, batches: Iterator[Any], p: AggPlan) -> Iterator[Any]:
     """After the shuffle, in the shard's task: merge partials into state, emit updated keys."""
-    import numpy as np
     import pyarrow as pa
-    import pyarrow.compute as pc
 
     batches = list(batches)
     if not any(b.num_rows for b in batches):
         return
     t = pa.Table.from_batches(batches)
     check_key_groups(task, t[KG_COLUMN])
+    g = t.drop_columns([PARTITION_COLUMN]).group_by(
+        [*p.key_columns, KG_COLUMN], use_threads=False
+    ).aggregate(merge_specs(p))
+    keys = encode_keys(g[KG_COLUMN].to_pylist(), [g[c].to_pylist() for c in p.key_columns])
+    db = task.db
+    new = combine(read_records(db.multi_get(keys), p, task.url), g, p)
+
+    buf = new.tobytes()
+    width = new.dtype.itemsize
+    put = db.put
+    for i, k in enumerate(keys):
+        put(k, buf[i * width:(i + 1) * width])
+    task.changed = True
+
+    arrays = [g[c] for c in p.key_columns] + output_arrays(new, p)
+    yield from pa.Table.from_arrays(arrays, schema=p.output_schema).to_batches()
+
+
+# -- the arithmetic, shared with window aggregation (_window.py) ---------------------------------
+def merge_specs(p: AggPlan) -> list[tuple[str, str]]:
+    """``group_by(...).aggregate(...)`` specs that merge partial rows (see :func:`combine`)."""
     specs: list[tuple[str, str]] = [("__rows", "sum")]
     for j in range(len(p.value_columns)):
         specs += [(f"__n{j}", "sum"), (f"__s{j}", "sum"), (f"__mn{j}", "min"),
                   (f"__mx{j}", "max")]
-    g = t.drop_columns([PARTITION_COLUMN]).group_by(
-        [*p.key_columns, KG_COLUMN], use_threads=False
-    ).aggregate(specs)
-    n = g.num_rows
-    keys = encode_keys(g[KG_COLUMN].to_pylist(), [g[c].to_pylist() for c in p.key_columns])
-    db = task.db
-    values = db.multi_get(keys)
+    return specs
+
+
+def read_records(values: list[bytes | None], p: AggPlan, url: str) -> Any:
+    """State records for ``multi_get`` results, zeros where a key has no state yet."""
+    import numpy as np
 
     dt = state_dtype(p)
-    old = np.zeros(n, dt)
+    old = np.zeros(len(values), dt)
     found = [i for i, v in enumerate(values) if v is not None]
     if found:
         raw = np.frombuffer(b"".join([values[i] for i in found]), dt)
         if (raw["fmt"] != STATE_FORMAT).any():
-            raise ValueError(f"unknown aggregation state format in {task.url!r}")
+            raise ValueError(f"unknown aggregation state format in {url!r}")
         old[np.asarray(found)] = raw
-    new = np.empty(n, dt)
+    return old
+
+
+def combine(old: Any, g: Any, p: AggPlan) -> Any:
+    """``old`` state records merged with ``g``, a table of partials grouped with
+    :func:`merge_specs` (one row per record, same order)."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    dt = old.dtype
+    new = np.empty(len(old), dt)
     new["fmt"] = STATE_FORMAT
     new["rows"] = old["rows"] + g["__rows_sum"].to_numpy()
 
@@ -235,15 +263,15 @@ def merge_partition(task: ShardTask, batches: Iterator[Any], p: AggPlan) -> Iter
             b = col(f"__{part}{j}_{'min' if part == 'mn' else 'max'}", zero)
             o = old[f"{part}{j}"]
             new[f"{part}{j}"] = np.where(on == 0, b, np.where(bn == 0, o, fn(o, b)))
+    return new
 
-    buf = new.tobytes()
-    width = dt.itemsize
-    put = db.put
-    for i, k in enumerate(keys):
-        put(k, buf[i * width:(i + 1) * width])
-    task.changed = True
 
-    arrays = [g[c] for c in p.key_columns]
+def output_arrays(new: Any, p: AggPlan) -> list[Any]:
+    """One Arrow array per aggregate of ``p`` from state records ``new``."""
+    import numpy as np
+    import pyarrow as pa
+
+    arrays = []
     for a in p.aggs:
         if a.column is None:
             arrays.append(pa.array(np.ascontiguousarray(new["rows"]), pa.int64()))
@@ -260,4 +288,4 @@ def merge_partition(task: ShardTask, batches: Iterator[Any], p: AggPlan) -> Iter
             field = {"sum": "s", "min": "mn", "max": "mx"}[a.func]
             arr = pa.array(np.ascontiguousarray(new[f"{field}{j}"]), mask=empty)
         arrays.append(arr.cast(p.output_schema.field(a.name).type))
-    yield from pa.Table.from_arrays(arrays, schema=p.output_schema).to_batches()
+    return arrays

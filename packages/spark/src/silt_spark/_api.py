@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from . import _aggregate, _layout, _metrics, _processor, _shard
+from . import _aggregate, _dedup, _layout, _metrics, _processor, _shard, _window
 
 
 def _spec(
@@ -111,9 +111,12 @@ def parse_delay_ms(delay: int | str) -> int:
         ms = delay
     elif isinstance(delay, str):
         parts = delay.strip().lower().split()
-        if len(parts) != 2 or parts[1] not in _UNITS_MS:
-            raise ValueError(f"cannot parse interval {delay!r}: use e.g. '10 seconds'")
-        ms = int(float(parts[0]) * _UNITS_MS[parts[1]])
+        try:
+            if len(parts) != 2 or parts[1] not in _UNITS_MS:
+                raise ValueError
+            ms = int(float(parts[0]) * _UNITS_MS[parts[1]])
+        except ValueError:
+            raise ValueError(f"cannot parse interval {delay!r}: use e.g. '10 seconds'") from None
     else:
         raise TypeError(f"watermark_delay must be ms or an interval string, got {delay!r}")
     if ms < 0:
@@ -358,3 +361,256 @@ def aggregate(
     needed = list(dict.fromkeys([*keys, *p.value_columns]))
     partials = df.select(*needed).mapInArrow(partial_fn, partial_struct)
     return _route(partials, keys, spec).mapInArrow(shard_fn, output_struct)
+
+
+def _duration_ms(value: Any, name: str) -> int:
+    """A positive duration: ms (int), a ``datetime.timedelta``, or ``"10 minutes"`` style."""
+    import datetime
+
+    if isinstance(value, datetime.timedelta):
+        ms = int(value.total_seconds() * 1000)
+    elif isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise TypeError(f"{name} must be ms, a timedelta or an interval string, got {value!r}")
+    else:
+        try:
+            ms = parse_delay_ms(value)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"{name}: {e}") from None
+    if ms <= 0:
+        raise ValueError(f"{name} must be positive, got {value!r}")
+    return ms
+
+
+def window_aggregate(
+    df: Any,
+    key_columns: Sequence[str] | str,
+    time_column: str,
+    window_duration: int | str,
+    aggs: Sequence[str] | Mapping[str, str],
+    state_url: str,
+    num_shards: int,
+    *,
+    slide_duration: int | str | None = None,
+    watermark_delay: int | str = 0,
+    output: str = "append",
+    key_groups: int = _layout.DEFAULT_KEY_GROUPS,
+    reset: bool = False,
+    settings: Any = None,
+    heartbeat: bool = False,
+) -> Any:
+    """Event-time window aggregation (tumbling or sliding) of a streaming DataFrame.
+
+    The counterpart of ``df.withWatermark(time_column, delay).groupBy(window(time_column,
+    window_duration, slide_duration), *keys).agg(...)``, vectorized as :func:`aggregate` is: a
+    partial aggregation per input partition and window before the shuffle, then per shard one
+    sorted ``multi_get`` of the touched windows, numpy arithmetic and one write batch.
+
+    Each shard keeps an event-time watermark (the largest event time it has seen minus
+    ``watermark_delay``) in its manifests. A row is late, and dropped, for each of its windows
+    that the watermark had closed (window end ``<=`` watermark) when its micro-batch started; the
+    count of rows dropped because all their windows were closed is kept per shard in the
+    manifest meta (``spark.late_rows``). A window closes when the watermark reaches its end; its
+    state is then evicted.
+
+    Parameters
+    ----------
+    df : pyspark.sql.DataFrame
+        A streaming DataFrame.
+    key_columns : str or list of str
+        The grouping key columns (besides the window). An empty list is not allowed: add a
+        constant column to aggregate all rows per window.
+    time_column : str
+        The event-time column: ``timestamp`` or ``timestamp_ntz``. Rows where it is null are
+        dropped.
+    window_duration : int or str
+        Window length: ms, a ``datetime.timedelta``, or ``"10 minutes"`` / ``"24 hours"`` style.
+    aggs : list of str or dict of str to str
+        As for :func:`aggregate`: ``count``, ``count(col)``, ``sum``, ``min``, ``max``,
+        ``avg`` of integral or floating-point columns.
+    state_url : str
+        Root URL of this operator's state (one operator per root).
+    num_shards : int
+        Number of shards.
+    slide_duration : int or str, optional
+        Slide of a sliding window (at most ``window_duration``); ``None`` (default) makes
+        tumbling windows. Windows start at multiples of the slide since the epoch, as in Spark,
+        so a row belongs to ``window_duration / slide_duration`` windows.
+    watermark_delay : int or str, default 0
+        How late rows may arrive: ms or an interval string.
+    output : {"append", "update"}, default "append"
+        ``"append"`` (Spark's append mode): each window is emitted **once**, with its final
+        aggregates, in the micro-batch whose rows move the shard's watermark to or past the
+        window's end. ``"update"``: every micro-batch emits each window that received rows in
+        it, with its running aggregates (closed windows are evicted without output).
+    key_groups : int, default 256
+        Number of key groups, fixed per root.
+    reset : bool, default False
+        Discard state that belongs to another streaming query instead of failing.
+    settings : silt.Settings, optional
+        LSM settings for the shards.
+    heartbeat : bool, default False
+        Union a 1 row/s ``rate`` source so that micro-batches keep running on an idle input.
+        Windows close only when a shard's own rows move its watermark, so this helps only
+        ``update``-mode latency and eviction of shards that already have a later watermark.
+
+    Returns
+    -------
+    pyspark.sql.DataFrame
+        Streaming DataFrame: the key columns, ``window_start`` and ``window_end`` (of the time
+        column's type), then one column per aggregate (types as in :func:`aggregate`).
+
+    Raises
+    ------
+    TypeError
+        ``time_column`` is not a timestamp column, or an aggregated column is not numeric.
+    ValueError
+        Non-positive durations, a slide longer than the window, an unknown ``output``.
+
+    Examples
+    --------
+    >>> import silt_spark
+    >>> tx = spark.readStream.schema("user string, ok boolean, ts timestamp").parquet("/data/tx")
+    >>> failures = silt_spark.window_aggregate(
+    ...     tx.where("not ok"), ["user"], "ts", "24 hours", ["count"],
+    ...     state_url="file:///data/state/failures", num_shards=4,
+    ...     slide_duration="1 hour", watermark_delay="10 minutes")
+    >>> query = (failures.writeStream.format("parquet").option("path", "/data/out/failures")
+    ...          .option("checkpointLocation", "/data/chk/failures").start())
+    """
+    keys = _key_list(key_columns, df)
+    window_ms = _duration_ms(window_duration, "window_duration")
+    slide_ms = window_ms if slide_duration is None else _duration_ms(
+        slide_duration, "slide_duration"
+    )
+    if slide_ms > window_ms:
+        raise ValueError(
+            f"slide_duration ({slide_ms} ms) must not be longer than window_duration "
+            f"({window_ms} ms)"
+        )
+    delay_ms = parse_delay_ms(watermark_delay)
+    if output not in _window.OUTPUTS:
+        raise ValueError(f"output must be one of {_window.OUTPUTS}, got {output!r}")
+    parsed = _aggregate.parse_aggs(aggs)
+    wp, partial_struct, output_struct = _window.plan(
+        df.schema, keys, parsed, time_column, window_ms, slide_ms, delay_ms, output
+    )
+    spec = _spec(
+        "window", state_url, num_shards, key_groups, reset, settings,
+        fail_after_commit=tuple(_shard.TEST_FAIL_AFTER_COMMIT),
+        test_marker_dir=_shard.TEST_MARKER_DIR,
+    )
+    p = wp.agg
+    spec = _shard.ensure_descriptor(spec, {
+        "key_columns": _key_types(df, keys),
+        "state_columns": [[c, "f64" if f else "i64"] for c, f in zip(p.value_columns, p.floating)],
+        "window": {"window_ms": window_ms, "slide_ms": slide_ms},
+    }, (*PINNED, "state_columns", "window"))
+
+    def partial_fn(batches: Any) -> Any:
+        return _window.partial_aggregate(batches, wp)
+
+    def process(task: _shard.ShardTask, batches: Any) -> Any:
+        return _window.merge_partition(task, batches, wp)
+
+    report = _metrics.accumulator(df)
+
+    def shard_fn(batches: Any) -> Any:
+        return _shard.run_shard(spec, batches, process, report)
+
+    needed = list(dict.fromkeys([*keys, time_column, *p.value_columns]))
+    partials = df.select(*needed).mapInArrow(partial_fn, partial_struct)
+    return _route(partials, keys, spec, heartbeat).mapInArrow(shard_fn, output_struct)
+
+
+def deduplicate(
+    df: Any,
+    key_columns: Sequence[str] | str,
+    state_url: str,
+    num_shards: int,
+    *,
+    ttl: int | str | None = None,
+    key_groups: int = _layout.DEFAULT_KEY_GROUPS,
+    reset: bool = False,
+    settings: Any = None,
+) -> Any:
+    """Drop duplicate rows of a streaming DataFrame: each key's first row only.
+
+    The counterpart of ``df.dropDuplicates(keys)`` (``ttl=None``) and of
+    ``dropDuplicatesWithinWatermark`` (with a ``ttl``, in processing time). Vectorized: before
+    the shuffle, duplicates within each input partition are dropped with ``pyarrow``; each shard
+    then reads its batch's distinct keys with one sorted ``multi_get`` and writes the new ones
+    with one write batch.
+
+    Parameters
+    ----------
+    df : pyspark.sql.DataFrame
+        A streaming DataFrame.
+    key_columns : str or list of str
+        The columns that identify a duplicate (nulls compare equal, as in Spark).
+    state_url : str
+        Root URL of this operator's state (one operator per root).
+    num_shards : int
+        Number of shards.
+    ttl : int or str, optional
+        How long a key is remembered after its first row, in **processing time**: ms, a
+        ``datetime.timedelta`` or ``"24 hours"`` style. Later duplicates do not extend it; once
+        it has passed, the key's next row is emitted again. ``None`` (default): forever.
+    key_groups : int, default 256
+        Number of key groups, fixed per root.
+    reset : bool, default False
+        Discard state that belongs to another streaming query instead of failing.
+    settings : silt.Settings, optional
+        LSM settings for the shards.
+
+    Returns
+    -------
+    pyspark.sql.DataFrame
+        Streaming DataFrame with ``df``'s columns: the first row of each key not seen before
+        (within the TTL). Among one micro-batch's rows of a new key, the first in the batch's
+        input order (input partition, then position) wins, so a re-run of the batch emits the
+        same row.
+
+    Examples
+    --------
+    >>> import silt_spark
+    >>> clicks = spark.readStream.schema("event_id string, user string, ts timestamp") \\
+    ...     .json("/data/clicks")
+    >>> unique = silt_spark.deduplicate(
+    ...     clicks, ["event_id"], state_url="file:///data/state/dedup", num_shards=4,
+    ...     ttl="24 hours")
+    >>> query = (unique.writeStream.format("parquet").option("path", "/data/out/clicks")
+    ...          .option("checkpointLocation", "/data/chk/dedup").start())
+    """
+    from pyspark.sql import types as T
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    keys = _key_list(key_columns, df)
+    ttl_ms = None if ttl is None else _duration_ms(ttl, "ttl")
+    for name in (_dedup.SEQ_COLUMN, _layout.KG_COLUMN, _layout.PARTITION_COLUMN):
+        if name in df.columns:
+            raise ValueError(f"the DataFrame must not have a column named {name!r}")
+    spec = _spec(
+        "dedup", state_url, num_shards, key_groups, reset, settings,
+        fail_after_commit=tuple(_shard.TEST_FAIL_AFTER_COMMIT),
+        test_marker_dir=_shard.TEST_MARKER_DIR,
+    )
+    spec = _shard.ensure_descriptor(spec, {"key_columns": _key_types(df, keys)}, PINNED)
+    seq_struct = T.StructType([*df.schema.fields, T.StructField(_dedup.SEQ_COLUMN, T.LongType())])
+    dp = _dedup.DedupPlan(
+        tuple(keys), ttl_ms, to_arrow_schema(df.schema, timezone="UTC"),
+        to_arrow_schema(seq_struct, timezone="UTC"),
+    )
+
+    def number_fn(batches: Any) -> Any:
+        return _dedup.number_and_drop(batches, dp)
+
+    def process(task: _shard.ShardTask, batches: Any) -> Any:
+        return _dedup.merge_partition(task, batches, dp)
+
+    report = _metrics.accumulator(df)
+
+    def shard_fn(batches: Any) -> Any:
+        return _shard.run_shard(spec, batches, process, report)
+
+    numbered = df.mapInArrow(number_fn, seq_struct)
+    return _route(numbered, keys, spec).mapInArrow(shard_fn, df.schema)

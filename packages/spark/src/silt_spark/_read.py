@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from . import _aggregate, _codec, _layout, _processor, _shard
+from . import _aggregate, _codec, _dedup, _layout, _processor, _shard, _window
 
 #: Columns after the key columns.
 STATE_COLUMNS = (
@@ -50,13 +50,14 @@ def decode_entries(
     ``items`` (``(key, value, expires_at_ms, version)``)."""
     import numpy as np
 
-    if kind == "aggregate":
+    if kind in ("aggregate", "window"):
         cols = [c for c, _ in state_columns or []]
         plan = _aggregate.AggPlan((), (), tuple(cols), tuple(t == "f64" for _, t in
                                                               state_columns or []), None, None)
         dt = _aggregate.state_dtype(plan)
+        tag = _aggregate.AGG_TAG if kind == "aggregate" else _window.WINDOW_TAG
         for key, value, expiry, ver in items:
-            if key[2:3] != _aggregate.AGG_TAG:
+            if key[2:3] != tag:
                 continue
             rec = np.frombuffer(value, dt)[0]
             out: dict[str, Any] = {"rows": int(rec["rows"])}
@@ -66,7 +67,17 @@ def decode_entries(
                     "sum": rec[f"s{j}"].item(), "min": rec[f"mn{j}"].item(),
                     "max": rec[f"mx{j}"].item(),
                 } if n else {})}
-            yield _codec.decode(key[3:]), "aggregate", None, to_json(out), expiry, ver
+            if kind == "aggregate":
+                yield _codec.decode(key[3:]), "aggregate", None, to_json(out), expiry, ver
+            else:  # map_key: the window's start (ms since the epoch)
+                start, gkey = _window.decode_key(key)
+                yield gkey, "window", str(start), to_json(out), expiry, ver
+        return
+    if kind == "dedup":
+        for key, value, expiry, ver in items:
+            if key[2:3] == _dedup.DEDUP_TAG:  # value: the micro-batch that first saw the key
+                yield (_codec.decode(key[3:]), "seen", None, str(int.from_bytes(value, "big")),
+                       expiry, ver)
         return
     for key, value, expiry, ver in items:
         if key[2:3] != _processor.STATE_TAG:
@@ -135,10 +146,13 @@ def read_state(spark: Any, state_url: str, version: int | None = None) -> Any:
     pyspark.sql.DataFrame
         The key columns (typed as in the query; a JSON ``key`` column for roots created before
         key types were recorded), then ``state`` (the state variable's name, ``"__timer__"``
-        for a timer, ``"aggregate"`` for :func:`silt_spark.aggregate`), ``map_key`` (JSON, map
-        state only), ``value`` (JSON: a value state's tuple as a list, a list state's list, a
-        timer's ms, an aggregate's running parts), ``expires_at_ms`` (TTL, else null) and
-        ``shard_version`` (the version the row was read from).
+        for a timer, ``"aggregate"`` for :func:`silt_spark.aggregate`, ``"window"`` for an open
+        window of :func:`silt_spark.window_aggregate`, ``"seen"`` for a key remembered by
+        :func:`silt_spark.deduplicate`), ``map_key`` (JSON: a map state's key; a window's start
+        in ms), ``value`` (JSON: a value state's tuple as a list, a list state's list, a timer's
+        ms, an aggregate's or window's running parts, the micro-batch that first saw a
+        deduplicated key), ``expires_at_ms`` (TTL, else null) and ``shard_version`` (the
+        version the row was read from).
 
     Examples
     --------

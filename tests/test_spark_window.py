@@ -1,0 +1,355 @@
+"""silt_spark.window_aggregate in real streaming queries, compared with a plain-Python model.
+
+The input is a folder of parquet files, one per micro-batch (``maxFilesPerTrigger=1``); each
+batch's output is collected by batch id with ``foreachBatch``. The model replays the same rows
+with the operator's documented semantics: windows start at multiples of the slide; each shard's
+watermark is its largest event time minus the delay; a (row, window) pair is late when the window
+ends at or before the watermark as of the batch's start; ``append`` emits a window once, in the
+batch whose rows move the shard's watermark to or past its end; ``update`` emits every window
+that received rows in the batch. The shard of each user comes from Spark's own ``xxhash64``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections import defaultdict
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import silt
+import silt_spark
+from pyspark.sql import functions as F
+from silt_spark import _layout, _shard, _window
+from test_spark_operator import shard_versions
+
+SCHEMA = "user string, amount long, ts timestamp"
+USERS = [f"u{i}" for i in range(8)]
+AGGS = ["count", "sum(amount)", "min(amount)", "max(amount)", "avg(amount)"]
+OUT_COLUMNS = ["user", "window_start", "window_end", *AGGS]
+
+
+class Run:
+    """A source folder of parquet files, a checkpoint, and each micro-batch's output."""
+
+    def __init__(self, spark, tmp_path: Path, name: str = "w") -> None:
+        self.spark = spark
+        self.src = tmp_path / f"{name}-in"
+        self.src.mkdir()
+        self.checkpoint = tmp_path / f"{name}-chk"
+        self.outputs: dict[int, pd.DataFrame] = {}
+        self.files = 0
+        self.query = None
+
+    def write(self, rows: list[tuple[str, int, int]]) -> None:
+        """``rows``: (user, amount, event time in ms)."""
+        table = pa.table({
+            "user": pa.array([r[0] for r in rows], pa.string()),
+            "amount": pa.array([r[1] for r in rows], pa.int64()),
+            "ts": pa.array([r[2] * 1000 for r in rows], pa.timestamp("us", tz="UTC")),
+        })
+        tmp = self.src / f".tmp-{self.files:05d}"
+        pq.write_table(table, tmp)
+        os.replace(tmp, self.src / f"part-{self.files:05d}.parquet")
+        self.files += 1
+
+    def stream(self):
+        return (self.spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1)
+                .parquet(str(self.src)))
+
+    def start(self, out_df) -> None:
+        outputs = self.outputs
+
+        def sink(df, batch_id):
+            outputs[batch_id] = df.toPandas()
+
+        self.query = (out_df.writeStream.foreachBatch(sink)
+                      .option("checkpointLocation", str(self.checkpoint))
+                      .trigger(processingTime="0 seconds").start())
+
+    def drain(self) -> None:
+        self.query.processAllAvailable()
+
+    def stop(self) -> None:
+        if self.query is not None:
+            self.query.stop()
+            self.query = None
+
+
+@pytest.fixture(scope="module")
+def shard_of_user(spark):
+    """user -> shard for 2 shards and 256 key groups, from Spark's own xxhash64."""
+    rows = (spark.createDataFrame([(u,) for u in USERS], "user string")
+            .select("user", F.pmod(F.xxhash64("user"), F.lit(256)).alias("kg")).collect())
+    out = {r.user: _layout.shard_of(r.kg, 2, 256) for r in rows}
+    assert len(set(out.values())) == 2
+    return out
+
+
+# --- the model -----------------------------------------------------------------------------------
+def windows_of(t: int, window: int, slide: int) -> list[int]:
+    """Starts of the windows containing event time ``t`` (ms), latest first (Spark's rule)."""
+    last = (t // slide) * slide
+    return [last - i * slide for i in range(math.ceil(window / slide))
+            if t < last - i * slide + window]
+
+
+def _row(user: str, start: int, window: int, amounts: list[int]) -> dict:
+    return {
+        "user": user, "window_start": pd.Timestamp(start, unit="ms"),
+        "window_end": pd.Timestamp(start + window, unit="ms"), "count": len(amounts),
+        "sum(amount)": sum(amounts), "min(amount)": min(amounts), "max(amount)": max(amounts),
+        "avg(amount)": sum(amounts) / len(amounts),
+    }
+
+
+def model(batches, shard_of, window, slide, delay, output):
+    """Per batch the expected output frame, plus the late rows per shard."""
+    state: dict[tuple[str, int], list[int]] = {}
+    wm: dict[int, int | None] = defaultdict(lambda: None)
+    top: dict[int, int | None] = defaultdict(lambda: None)
+    late_rows: dict[int, int] = defaultdict(int)
+    outs = []
+    for rows in batches:
+        emitted = []
+        touched: set[tuple[str, int]] = set()
+        for shard in sorted(set(shard_of.values())):
+            mine = [r for r in rows if shard_of[r[0]] == shard]
+            prev = wm[shard]
+            for user, amount, t in mine:
+                starts = windows_of(t, window, slide)
+                if prev is not None and starts[0] + window <= prev:
+                    late_rows[shard] += 1
+                for s in starts:
+                    if prev is not None and s + window <= prev:
+                        continue
+                    state.setdefault((user, s), []).append(amount)
+                    touched.add((user, s))
+            if mine:
+                m = max(r[2] for r in mine)
+                if top[shard] is None or m > top[shard]:
+                    top[shard] = m
+                    if prev is None or m - delay > prev:
+                        wm[shard] = m - delay
+            now = wm[shard]
+            if output == "update":
+                emitted += [_row(u, s, window, state[(u, s)]) for (u, s) in sorted(touched)
+                            if shard_of[u] == shard]
+            for (u, s) in sorted(state):
+                if shard_of[u] == shard and now is not None and s + window <= now:
+                    amounts = state.pop((u, s))
+                    if output == "append":
+                        emitted.append(_row(u, s, window, amounts))
+        outs.append(pd.DataFrame(emitted, columns=OUT_COLUMNS))
+    return outs, dict(late_rows), state
+
+
+def norm(df: pd.DataFrame) -> pd.DataFrame:
+    df = df.copy()
+    for c in ("window_start", "window_end"):
+        df[c] = pd.to_datetime(df[c]).dt.tz_localize(None).astype("datetime64[us]")
+    return df.sort_values(["user", "window_start"]).reset_index(drop=True)
+
+
+def assert_batches(got: dict[int, pd.DataFrame], want: list[pd.DataFrame]) -> None:
+    for b, w in enumerate(want):
+        g = got.get(b, pd.DataFrame(columns=OUT_COLUMNS))
+        assert list(g.columns) == OUT_COLUMNS
+        pd.testing.assert_frame_equal(norm(g), norm(w), check_dtype=False, obj=f"batch {b}")
+
+
+def late_rows_in_meta(state_url: str) -> dict[str, int]:
+    out = {}
+    for name, versions in shard_versions(state_url).items():
+        db = silt.open(f"{state_url}/{name}")
+        out[name] = int(db.meta.get(_window.META_LATE_ROWS) or 0)
+        db.close()
+        assert versions
+    return out
+
+
+def stream_rows(seed: int, n_batches: int, per_batch: int = 24) -> list[list[tuple]]:
+    """Batch ``b`` has event times in ``[10 s * b - 7 s, 10 s * b + 3 s]`` (whole seconds) and a
+    row per user at exactly ``10 s * b + 3 s``, so with a 3 s delay every shard's watermark lands
+    exactly on a window end (``10 s * b``), closing that window (end ``<=`` watermark). Batches
+    after the first also bring rows whose window ended exactly at the previous watermark (late),
+    rows just after it (not late), and rows from far back (late)."""
+    import random
+
+    rng = random.Random(seed)
+    out = []
+    for b in range(n_batches):
+        base = 10_000 * b
+        rows = [(USERS[rng.randrange(len(USERS))], rng.randrange(-20, 50),
+                 base - 7000 + 1000 * rng.randrange(0, 10)) for _ in range(per_batch)]
+        rows += [(u, rng.randrange(0, 9), base + 3000) for u in USERS]
+        if b:
+            for i, t in enumerate((base - 10_001, base - 10_000, base - 25_000)):
+                rows.append((USERS[rng.randrange(len(USERS))], 100 + i, t))
+        rng.shuffle(rows)
+        out.append(rows)
+    return out
+
+
+# --- tests ---------------------------------------------------------------------------------------
+def test_tumbling_append_matches_model_with_late_rows_restart_and_failed_task(
+    spark, tmp_path, shard_of_user, monkeypatch
+):
+    """Tumbling 10 s windows, 3 s delay, append mode: windows are emitted once, when their
+    shard's watermark passes their end; late rows are dropped and counted; a restart from the
+    checkpoint mid-stream and a task failing after its commit change nothing."""
+    state = (tmp_path / "state").as_uri()
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    monkeypatch.setattr(_shard, "TEST_FAIL_AFTER_COMMIT", [2])
+    monkeypatch.setattr(_shard, "TEST_MARKER_DIR", str(markers))
+    batches = stream_rows(1, 6)
+    run = Run(spark, tmp_path)
+
+    def build():
+        return silt_spark.window_aggregate(
+            run.stream(), ["user"], "ts", "10 seconds", AGGS, state, 2,
+            watermark_delay="3 seconds",
+        )
+
+    try:
+        run.start(build())
+        for rows in batches[:3]:
+            run.write(rows)
+            run.drain()
+        run.stop()
+        run.start(build())  # watermarks and open windows come back from the manifests
+        for rows in batches[3:]:
+            run.write(rows)
+            run.drain()
+    finally:
+        run.stop()
+
+    want, late, left = model(batches, shard_of_user, 10_000, 10_000, 3000, "append")
+    assert_batches(run.outputs, want)
+    assert sum(len(w) for w in want[1:]) > 0 and sum(late.values()) > 0  # the data exercises both
+    emitted = pd.concat([run.outputs[b] for b in sorted(run.outputs)])
+    assert not emitted.duplicated(["user", "window_start"]).any()  # each window at most once
+    assert sorted(late_rows_in_meta(state).values()) == sorted(late.get(s, 0) for s in (0, 1))
+    failed = sorted(p.name for p in markers.iterdir())
+    assert failed and all(name.startswith("failed-2-") for name in failed)
+    # Windows still open are in the state (read_state shows them); closed ones were evicted.
+    got = {
+        (r.user, int(r.map_key)): json.loads(r.value)
+        for r in silt_spark.read_state(spark, state).collect()
+    }
+    assert len(left) > 0
+    assert {k: (v["rows"], v["amount"]["sum"]) for k, v in got.items()} == {
+        k: (len(a), sum(a)) for k, a in left.items()
+    }
+
+
+def test_sliding_windows_append_and_update_match_model_and_spark(
+    spark, tmp_path, shard_of_user
+):
+    """Sliding 6 s windows every 2 s, in both output modes on one input (two queries); without
+    late rows, the append output over the whole stream equals Spark's own batch
+    ``groupBy(window(...))`` of the closed windows."""
+    import random
+
+    rng = random.Random(5)
+    batches = [
+        [(u, rng.randrange(1, 40), 5000 * b + rng.randrange(0, 5000))
+         for u in USERS for _ in range(3)]
+        for b in range(5)
+    ]
+    append = Run(spark, tmp_path, "append")
+    update_outputs: dict[int, pd.DataFrame] = {}
+
+    def sink(df, batch_id):
+        update_outputs[batch_id] = df.toPandas()
+
+    stream = append.stream()
+    common = dict(slide_duration=2000, watermark_delay=1000)
+    update_query = None
+    try:
+        append.start(silt_spark.window_aggregate(
+            stream, "user", "ts", 6000, AGGS, (tmp_path / "s-append").as_uri(), 2, **common,
+        ))
+        update_query = (
+            silt_spark.window_aggregate(
+                stream, "user", "ts", 6000, AGGS, (tmp_path / "s-update").as_uri(), 2,
+                output="update", **common,
+            ).writeStream.foreachBatch(sink)
+            .option("checkpointLocation", str(tmp_path / "update-chk")).start()
+        )
+        for rows in batches:
+            append.write(rows)
+            append.drain()
+            update_query.processAllAvailable()
+    finally:
+        append.stop()
+        if update_query is not None:
+            update_query.stop()
+
+    want_append, late, _ = model(batches, shard_of_user, 6000, 2000, 1000, "append")
+    want_update, _, _ = model(batches, shard_of_user, 6000, 2000, 1000, "update")
+    assert not late
+    assert_batches(append.outputs, want_append)
+    assert_batches(update_outputs, want_update)
+
+    rows = [r for b in batches for r in b]
+    df = spark.createDataFrame(
+        [(u, a, pd.Timestamp(t, unit="ms", tz="UTC").to_pydatetime()) for u, a, t in rows],
+        SCHEMA,
+    )
+    spark_out = (df.groupBy("user", F.window("ts", "6 seconds", "2 seconds"))
+                 .agg(F.count("*").alias("count"), F.sum("amount").alias("sum(amount)"),
+                      F.min("amount").alias("min(amount)"), F.max("amount").alias("max(amount)"),
+                      F.avg("amount").alias("avg(amount)"))
+                 .select("user", F.col("window.start").alias("window_start"),
+                         F.col("window.end").alias("window_end"), *AGGS)
+                 .toPandas())
+    got = norm(pd.concat(append.outputs.values()))
+    keys = set(zip(got["user"], got["window_start"]))
+    spark_out = norm(spark_out)
+    spark_out = spark_out[[k in keys for k in zip(spark_out["user"],
+                                                   spark_out["window_start"])]]
+    assert len(got) == len(keys) > 10
+    pd.testing.assert_frame_equal(got, spark_out.reset_index(drop=True), check_dtype=False)
+
+
+def test_bad_input_is_refused_with_clear_errors(spark, tmp_path):
+    src = tmp_path / "in"
+    src.mkdir()
+    stream = spark.readStream.schema(SCHEMA + ", ms long").parquet(str(src))
+    state = (tmp_path / "state").as_uri()
+
+    def build(**kw):
+        args = dict(key_columns=["user"], time_column="ts", window_duration="10 seconds",
+                    aggs=["count"], state_url=state, num_shards=2)
+        args.update(kw)
+        return silt_spark.window_aggregate(stream, **args)
+
+    with pytest.raises(TypeError, match="needs a timestamp column"):
+        build(time_column="ms")
+    with pytest.raises(TypeError, match="needs a timestamp column"):
+        build(time_column="user")
+    with pytest.raises(ValueError, match="not in the DataFrame"):
+        build(time_column="nope")
+    with pytest.raises(ValueError, match="must not be longer than window_duration"):
+        build(slide_duration="20 seconds")
+    with pytest.raises(ValueError, match="window_duration must be positive"):
+        build(window_duration=0)
+    with pytest.raises(ValueError, match="slide_duration must be positive"):
+        build(slide_duration="0 seconds")
+    with pytest.raises(ValueError, match=r"window_duration: .*cannot parse"):
+        build(window_duration="ten seconds")
+    with pytest.raises(ValueError, match="watermark_delay must not be negative"):
+        build(watermark_delay=-5)
+    with pytest.raises(ValueError, match="output must be one of"):
+        build(output="complete")
+    with pytest.raises(TypeError, match="integral and floating-point"):
+        build(aggs=["sum(user)"])
+    build(slide_duration="5 seconds")  # a valid plan: pins the window in the descriptor
+    with pytest.raises(silt_spark.errors.LayoutMismatchError, match="window"):
+        build(slide_duration="2 seconds")
