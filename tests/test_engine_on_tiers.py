@@ -412,6 +412,49 @@ def nth_create_only_write(tier: Tier, n: int) -> Callable[[bytes], bool]:
     return match
 
 
+def test_reference_between_siblings(tier: Tier) -> None:
+    """A DB takes a key range of a sibling by reference (silt.siblings) on the tier: nothing is
+    copied, reads are clipped, and GC of the common parent keeps what the reference needs."""
+    rng = random.Random(f"ref-{tier.scheme}")
+    expected: dict[bytes, bytes] = {}
+    with silt.open(tier.url("op/a"), settings=COMPACTING) as a:
+        for round_ in range(4):
+            for _ in range(80):
+                k = b"k%03d" % rng.randrange(200)
+                expected[k] = b"r%d-" % round_ + bytes(rng.randrange(256) for _ in range(30))
+                a.put(k, expected[k])
+            a.commit()
+            wait_for_compaction(a)
+        a.commit()
+    want = {k: v for k, v in expected.items() if b"k050" <= k < b"k150"}
+    with silt.open(tier.url("op/a")) as a, silt.open(tier.url("op/b"), settings=SMALL) as b:
+        assert b.reference(a, b"k050", b"k150") > 0
+        b.commit()
+    store = silt.open_store(tier.url("op/b"))
+    try:
+        assert list(store.list(paths.SST_PREFIX)) == []  # nothing copied
+    finally:
+        store.close()
+    with silt.open(tier.url("op/a"), settings=COMPACTING) as a:  # the source moves on
+        for k in list(expected):
+            a.put(k, b"later")
+        a.commit()
+        wait_for_compaction(a)
+        a.commit()
+    time.sleep(0.01)
+    from silt.gc import collect_garbage
+
+    parent = silt.open_store(tier.url("op"))
+    try:
+        report = collect_garbage(parent, retain_versions=1, grace_seconds=0)
+    finally:
+        parent.close()
+    assert report.deleted_ssts  # a's old SSTs that only b does not need
+    with silt.open(tier.url("op/b"), settings=SMALL) as b:
+        assert dict(b.scan()) == want
+        assert b.multi_get(sorted(want)) == [want[k] for k in sorted(want)]
+
+
 def test_resets_and_lost_responses_commit_exactly_once(tier: Tier, proxy: FaultProxy) -> None:
     """A commit uploads its SST, then its manifest, both create-only. Commit 1: the SST upload
     is reset before it reaches the server (the SDK retries it), the manifest is created but its

@@ -96,6 +96,9 @@ def test_reference_takes_a_range_without_writing_data(url):
         assert ssts and all(s.db == "a" and s.clipped for s in ssts)
         assert all(lo <= s.smallest <= s.largest < hi for s in ssts)
         assert dict(b.scan(prefix=b"k001")) == _in(model, b"k001", b"k002")
+        records = dict(b.committed_records())
+        assert all(lo <= k < hi for k in records)  # tombstones too, but nothing outside
+        assert {k: v for k, v in records.items() if v is not None} == _in(model, lo, hi)
         # writes on top of the referenced state are newer than it
         b.put(_key(800), b"new")
         b.delete(_key(801))
@@ -155,7 +158,10 @@ def test_nested_references_resolve_to_the_owner(url):
             silt.open(url + "/c", settings=SETTINGS) as c:
         c.reference(b1, _key(500), mid)
         c.reference(b2, mid, _key(2500))
+        # before the commit too (the two references to a shared SST are unified in place)
+        _check(c, _in(model, _key(500), _key(2500)), _probe_keys())
         c.commit()
+        _check(c, _in(model, _key(500), _key(2500)), _probe_keys())
     with silt.open(url + "/c") as c:
         _check(c, _in(model, _key(500), _key(2500)), _probe_keys())
         ssts = list(c.manifest.all_ssts())
@@ -289,6 +295,9 @@ def test_rescale_twice_keeps_every_key(tmp_path_factory, seed, cuts1, cuts2):
                         continue
                     with silt.open(f"{root}/{src_name}") as src:
                         db.reference(src, *part)
+                assert dict(db.scan()) == _in(model, *rng)
+                probe = [_key(i) for i in range(0, 3000, 37)]
+                assert db.multi_get(probe) == [_in(model, *rng).get(k) for k in probe]
                 db.commit()
             current.append((name, rng))
         previous = current

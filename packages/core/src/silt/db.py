@@ -656,7 +656,8 @@ class DB:
 
     def _reader(self, info: SstInfo) -> SstReader:
         reader = self._readers.get(info.id)
-        if reader is None:
+        if reader is None or (reader.info is not info and reader.info != info):
+            # New, or a reference whose clip range changed (references to one SST unified)
             reader = self._siblings.reader(info, self._cache)
             self._readers[info.id] = reader
         return reader
@@ -940,6 +941,26 @@ class DB:
             if readers:
                 sources.append(_chain_range(readers, start, end))
         return live(merge_newest_first(sources), self._clock.now_ms())
+
+    def committed_records(
+        self, start: bytes | None = None, end: bytes | None = None
+    ) -> Iterator[tuple[bytes, object]]:
+        """``(key, record)`` of the base version's SSTs in ``[start, end)``, newest record per key
+        in key order, **including** tombstones (record ``None``) and expired entries (records
+        ``(value, expire_at_ms)``); plain values are ``bytes``. Uncommitted writes are not
+        included. For tools that must keep expiry times or see deletions (a copy that keeps
+        TTLs, state inspection); applications want :meth:`scan`.
+        """
+        self._check_open()
+        sources: list[Iterator[tuple[bytes, object]]] = []
+        for reader in self._l0:
+            if _overlaps(reader.info, start, end):  # type: ignore[arg-type]
+                sources.append(reader.iter_range(start, end))
+        for level in self._levels:
+            readers = level.overlapping(start, end)
+            if readers:
+                sources.append(_chain_range(readers, start, end))
+        return merge_newest_first(sources) if sources else iter(())
 
     # -- lifecycle ----------------------------------------------------------------------------
     def close(self) -> None:

@@ -34,8 +34,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import silt
-from silt import paths
-from silt.errors import NotFoundError
+from silt.errors import NotFoundError, ReferenceConflict
 from silt.plugins import open_store
 from silt.store import retrying
 
@@ -205,6 +204,8 @@ class ShardTask:
         self.base_meta: dict[str, str] = {}
         #: Entries copied from the previous layout's shards (rescale), 0 otherwise.
         self.migrated = 0
+        #: SSTs of the previous layout's shards referenced (rescale), 0 otherwise.
+        self.referenced = 0
         self.started_ms = _now_ms()
         t0 = _perf()
         self.db: silt.DB = self._open()
@@ -267,7 +268,7 @@ class ShardTask:
             self.base_meta = db.meta
             if db.version is None and self.spec.generation > 0 and not self.spec.reset:
                 # A shard of a rescaled layout without a version of its own yet.
-                self.base_meta, self.migrated = migrate(
+                self.base_meta, self.migrated, self.referenced = migrate(
                     self.spec, db, self.first_kg, self.last_kg, b - 1
                 )
                 self.meta_updates.update(self.base_meta)
@@ -375,33 +376,9 @@ def manifest_records(db: silt.DB, start: bytes, end: bytes | None) -> Iterator[t
     """``(key, record)`` of a DB opened at a committed version, in ``[start, end)``, newest
     record per key (tombstones ``None``, expiring values ``(value, expire_at_ms)``).
 
-    Reads the manifest's SSTs directly, as a compaction does, because ``DB.scan`` drops expiry
-    times and a rescale must keep TTLs.
+    ``DB.scan`` drops expiry times, and a copy or an inspection must keep TTLs.
     """
-    from silt.merge import merge_newest_first
-    from silt.sst.reader import SstReader
-
-    manifest = db.manifest
-    if manifest is None:
-        return iter(())
-    store = db.store
-
-    def overlaps(s: Any) -> bool:
-        return s.largest >= start and (end is None or s.smallest < end)
-
-    def reader(s: Any) -> Iterator[tuple[bytes, Any]]:
-        return SstReader(store, paths.sst_key(s.id), s, None).iter_range(start, end)
-
-    def chain(run: list[Any]) -> Iterator[tuple[bytes, Any]]:
-        for s in run:
-            yield from reader(s)
-
-    sources = [reader(s) for s in manifest.l0 if overlaps(s)]
-    for run in manifest.levels:
-        chosen = [s for s in run if overlaps(s)]
-        if chosen:
-            sources.append(chain(chosen))
-    return merge_newest_first(sources) if sources else iter(())
+    return db.committed_records(start, end)
 
 
 def _previous_sources(
@@ -426,20 +403,24 @@ def _previous_sources(
 
 def migrate(
     spec: OperatorSpec, db: silt.DB, first: int, last: int, at_most: int
-) -> tuple[dict[str, str], int]:
-    """Fill an empty shard of a rescaled layout with the state of its key groups as of version
-    ``at_most``, read from the previous layout's shards (recursively where those have no
-    version yet). Returns the combined meta and the number of entries written.
+) -> tuple[dict[str, str], int, int]:
+    """Start an empty shard of a rescaled layout from the state of its key groups as of version
+    ``at_most`` of the previous layout's shards (recursively where those have no version yet).
+    Returns the combined meta, the number of entries copied and of SSTs referenced.
 
-    This is the fallback until the core can reference a sibling DB's SSTs clipped to a key
-    range (DESIGN.md section 10): it reads and rewrites the state, so a rescale costs time
-    proportional to the state. The old shards are never modified.
+    The state is taken **by reference** (:meth:`silt.DB.reference`, DESIGN.md section 10): the
+    shard's first manifest lists the old shards' SSTs clipped to its key groups, so nothing is
+    downloaded or rewritten (at most two blocks are read where a key-group boundary cuts an SST)
+    and a rescale takes the same time whatever the state size. The old shards are never
+    modified, except for a ``refs/`` marker that tells their GC they are referenced. A range
+    the core cannot reference (:class:`silt.errors.ReferenceConflict`, possible after repeated
+    rescales when a compaction rewrote the middle of a shared SST) is copied instead.
     """
     import time
 
     index = [g for g, _ in spec.layouts].index(spec.generation)
     if index == 0:
-        return {}, 0
+        return {}, 0, 0
     t0 = time.perf_counter()
     sources: list[tuple[silt.DB, int, int]] = []
     try:
@@ -450,10 +431,19 @@ def migrate(
                 v = src.meta.get(k)
                 if v:
                     meta[k] = str(min(int(v), int(meta.get(k, v))))
+        referenced = 0
+        to_copy: list[tuple[silt.DB, int, int]] = []
+        for src, lo, hi in sources:
+            try:
+                referenced += db.reference(src, *_layout.kg_bounds(lo, hi))
+            except ReferenceConflict as exc:
+                log.warning("silt_spark rescale: copying key groups %d..%d of %s (%s)",
+                            lo, hi, src.url, exc)
+                to_copy.append((src, lo, hi))
         written = 0
         put = db.put
         now = int(time.time() * 1000)
-        for src, lo, hi in sources:
+        for src, lo, hi in to_copy:
             start, end = _layout.kg_bounds(lo, hi)
             for key, rec in manifest_records(src, start, end):
                 if rec.__class__ is bytes:
@@ -466,16 +456,17 @@ def migrate(
         meta["spark.rescaled_from"] = ",".join(
             f"{src.url.rstrip('/').rsplit('/', 1)[-1]}@{src.version}" for src, _, _ in sources
         )
+        meta["spark.rescale_referenced_ssts"] = str(referenced)
+        meta["spark.rescale_copied_entries"] = str(written)
     finally:
         for src, _, _ in sources:
             src.close()
-    log.warning(
-        "silt_spark rescale: copied %d entries of key groups %d..%d from %d old shard(s) into "
-        "%s in %.2fs (fallback: the core cannot reference a sibling DB's SSTs yet, so the state "
-        "is read and rewritten instead of referenced)",
-        written, first, last, len(sources), db.url, time.perf_counter() - t0,
+    log.info(
+        "silt_spark rescale: key groups %d..%d of %s from %d old shard(s): %d SSTs referenced, "
+        "%d entries copied, in %.3fs", first, last, db.url, len(sources), referenced, written,
+        time.perf_counter() - t0,
     )
-    return meta, written
+    return meta, written, referenced
 
 
 def run_shard(
