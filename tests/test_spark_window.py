@@ -248,6 +248,43 @@ def test_tumbling_append_matches_model_with_late_rows_restart_and_failed_task(
     }
 
 
+def test_restart_with_more_shards_keeps_open_windows_and_watermarks(
+    spark, tmp_path, shard_of_user
+):
+    """Restarting with 3 shards instead of 2 (a rescale): the new shards start from the old
+    shards' windows and watermarks. Every batch brings each user's largest event time, so all
+    shards of either layout share one watermark and the model needs no shard mapping."""
+    state = (tmp_path / "state").as_uri()
+    batches = stream_rows(3, 5)
+    run = Run(spark, tmp_path)
+
+    def build(n):
+        return silt_spark.window_aggregate(
+            run.stream(), ["user"], "ts", "10 seconds", AGGS, state, n,
+            watermark_delay="3 seconds",
+        )
+
+    try:
+        run.start(build(2))
+        for rows in batches[:3]:
+            run.write(rows)
+            run.drain()
+        run.stop()
+        run.start(build(3))
+        for rows in batches[3:]:
+            run.write(rows)
+            run.drain()
+    finally:
+        run.stop()
+    want, _, left = model(batches, shard_of_user, 10_000, 10_000, 3000, "append")
+    assert sum(len(w) for w in want[3:]) > 0
+    assert_batches(run.outputs, want)
+    desc = _shard.read_descriptor(state)
+    assert [x["num_shards"] for x in desc["layouts"]] == [2, 3]
+    got = {(r.user, int(r.map_key)) for r in silt_spark.read_state(spark, state).collect()}
+    assert got == set(left)
+
+
 def test_sliding_windows_append_and_update_match_model_and_spark(
     spark, tmp_path, shard_of_user
 ):

@@ -396,7 +396,6 @@ def window_aggregate(
     key_groups: int = _layout.DEFAULT_KEY_GROUPS,
     reset: bool = False,
     settings: Any = None,
-    heartbeat: bool = False,
 ) -> Any:
     """Event-time window aggregation (tumbling or sliding) of a streaming DataFrame.
 
@@ -448,10 +447,6 @@ def window_aggregate(
         Discard state that belongs to another streaming query instead of failing.
     settings : silt.Settings, optional
         LSM settings for the shards.
-    heartbeat : bool, default False
-        Union a 1 row/s ``rate`` source so that micro-batches keep running on an idle input.
-        Windows close only when a shard's own rows move its watermark, so this helps only
-        ``update``-mode latency and eviction of shards that already have a later watermark.
 
     Returns
     -------
@@ -519,7 +514,7 @@ def window_aggregate(
 
     needed = list(dict.fromkeys([*keys, time_column, *p.value_columns]))
     partials = df.select(*needed).mapInArrow(partial_fn, partial_struct)
-    return _route(partials, keys, spec, heartbeat).mapInArrow(shard_fn, output_struct)
+    return _route(partials, keys, spec).mapInArrow(shard_fn, output_struct)
 
 
 def deduplicate(

@@ -242,8 +242,6 @@ def merge_partition(task: ShardTask, batches: Iterator[Any], wp: WindowPlan) -> 
     bound = meta.get(META_MIN_START)  # None: unknown (e.g. after a rescale); "": no windows
     batches = list(batches)
     t = pa.Table.from_batches(batches) if batches else None
-    if t is not None and t.num_rows and pc.min(t[KG_COLUMN]).as_py() < 0:
-        t = t.filter(pc.greater_equal(t[KG_COLUMN], 0))  # heartbeat rows
     rows = t is not None and t.num_rows > 0
 
     wm = wm_prev
