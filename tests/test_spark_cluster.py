@@ -85,7 +85,7 @@ def cluster(tmp_path_factory):
         webui = free_port()
         master = start_server(
             "spark master",
-            [spark_class, "org.apache.spark.deploy.master.Master", "--host", "{host}",
+            ["bash", spark_class, "org.apache.spark.deploy.master.Master", "--host", "{host}",
              "--port", "{port}", "--webui-port", str(webui)],
             ready="tcp", timeout=90, env=env,
         )
@@ -97,7 +97,7 @@ def cluster(tmp_path_factory):
             dirs.append(tmp_path_factory.mktemp(f"worker{i}"))
             started.append(start_server(
                 f"spark worker{i}",
-                [spark_class, "org.apache.spark.deploy.worker.Worker",
+                ["bash", spark_class, "org.apache.spark.deploy.worker.Worker",
                  f"spark://127.0.0.1:{master.port}", "--host", "{host}", "--port", "{port}",
                  "--webui-port", str(free_port()), "--cores", "1", "--memory", "1g",
                  "--work-dir", str(dirs[i])],
