@@ -360,3 +360,49 @@ def test_batch_dataframes_are_refused(spark, tmp_path):
     with pytest.raises(Exception, match="streaming DataFrames only") as info:
         out.collect()
     assert NotStreamingError.__name__ in str(info.value)
+
+
+class FirstSeen(silt_spark.StatefulProcessor):
+    """Emits, per user, a timestamp (the output schema has a timestamp column)."""
+
+    def init(self, handle):
+        self.n = handle.getValueState("n", "n long")
+
+    def handleInputRows(self, key, rows, timerValues):
+        n = (self.n.get() or (0,))[0] + sum(len(df) for df in rows)
+        self.n.update((n,))
+        yield pd.DataFrame({"user": [key[0]], "n": [n],
+                            "at": [pd.Timestamp(1_700_000_000_000 + n, unit="ms")]})
+
+
+def test_timestamp_columns_in_outputs_and_keys(run, tmp_path):
+    """Timestamps in a processor's output schema and among aggregate keys (Arrow schemas with
+    the session's UTC time zone)."""
+    from pyspark.sql import functions as F
+
+    run.start(silt_spark.transform_with_state(
+        run.stream(), FirstSeen(), ["user"], "user string, n long, at timestamp",
+        state_url=(tmp_path / "ts-state").as_uri(), num_shards=2,
+    ))
+    run.write([("u1", "d0", 1), ("u1", "d1", 2), ("u2", "d0", 3)])
+    run.drain()
+    run.stop()
+    out = run.outputs[0].sort_values("user").reset_index(drop=True)
+    assert list(out["n"]) == [2, 1]
+    assert list(out["at"]) == [pd.Timestamp(1_700_000_000_002, unit="ms"),
+                               pd.Timestamp(1_700_000_000_001, unit="ms")]
+
+    agg = Run(run.spark, tmp_path, name="agg")
+    try:
+        keyed = agg.stream().withColumn("day", F.timestamp_millis(F.lit(86_400_000)))
+        agg.start(silt_spark.aggregate(
+            keyed, ["day"], ["count", "sum(amount)"],
+            state_url=(tmp_path / "ts-agg").as_uri(), num_shards=2,
+        ))
+        agg.write([("u1", "d0", 5), ("u2", "d0", 7)])
+        agg.drain()
+    finally:
+        agg.stop()
+    got = agg.outputs[0]
+    assert list(got["count"]) == [2] and list(got["sum(amount)"]) == [12]
+    assert list(got["day"]) == [pd.Timestamp("1970-01-02")]

@@ -143,7 +143,7 @@ def plan(df_schema: Any, key_columns: Sequence[str], aggs: list[Agg]) -> tuple[A
             output.add(a.name, fields[a.column].dataType, True)
     p = AggPlan(
         tuple(key_columns), tuple(aggs), tuple(value_columns), tuple(floating),
-        to_arrow_schema(partial), to_arrow_schema(output),
+        to_arrow_schema(partial, timezone="UTC"), to_arrow_schema(output, timezone="UTC"),
     )
     assert isinstance(p.partial_schema, pa.Schema)
     return p, partial, output

@@ -260,7 +260,7 @@ def transform_with_state(
     )
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    arrow_schema = to_arrow_schema(struct)
+    arrow_schema = to_arrow_schema(struct, timezone="UTC")
     spec = _shard.ensure_descriptor(spec, {"key_columns": _key_types(df, keys)}, PINNED)
 
     def process(task: _shard.ShardTask, batches: Any) -> Any:

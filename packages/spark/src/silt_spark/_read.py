@@ -173,7 +173,7 @@ def read_state(spark: Any, state_url: str, version: int | None = None) -> Any:
     ddl = ", ".join(f"`{n}` {t}" for n, t in key_columns)
     ddl += ", " + ", ".join(f"`{n}` {t}" for n, t in STATE_COLUMNS)
     schema = T.DataType.fromDDL(ddl)
-    arrow_schema = to_arrow_schema(schema)
+    arrow_schema = to_arrow_schema(schema, timezone="UTC")
     kind = desc["operator"]
     state_columns = desc.get("state_columns")
     at = _layout_version(version)
