@@ -6,7 +6,7 @@ Every task (one shard, one micro-batch) measures:
   input rows are the per-partition partial aggregates, one per key and input partition);
 - ``state_reads`` (keys looked up: ``get`` plus each key of a ``multi_get``), ``state_scans``
   and ``state_scanned`` (range scans and the entries they returned), ``state_writes`` (``put``,
-  ``delete``; timers count as the two entries they are);
+  ``delete``, each entry of ``put_many`` and of a ``WriteBatch``; a timer is two entries);
 - ``open_ms``, ``process_ms``, ``commit_ms`` (the manifest commit, SST uploads included);
 - object-store ``requests`` and bytes by kind (``GET``, ``RANGE_GET``, ``PUT``, ``LIST``,
   ``DELETE``) and by purpose, the difference of the shard DB's :meth:`silt.DB.stats` over the
@@ -89,6 +89,10 @@ class CountingDB:
     def delete(self, key: bytes) -> None:
         self.writes += 1
         self.inner.delete(key)
+
+    def write(self, batch: Any) -> None:
+        self.writes += len(batch)
+        self.inner.write(batch)
 
     def scan(self, *args: Any, **kwargs: Any) -> Iterator[tuple[bytes, bytes]]:
         self.scans += 1
