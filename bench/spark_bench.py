@@ -99,6 +99,51 @@ class SparkCount:
         return _P()
 
 
+def pandas_with_state_count(key, pdfs, state):
+    """The same logic for applyInPandasWithState."""
+    n, total = state.get if state.exists else (0, 0)
+    for df in pdfs:
+        n += len(df)
+        total += int(df["amount"].sum())
+    state.update((n, total))
+    yield pd.DataFrame({"key": [key[0]], "n": [n], "total": [total]})
+
+
+def silt_commit_ms(state_url: str) -> dict[str, float]:
+    """silt's per-batch state commit and open times, from the shards' manifests: for each
+    micro-batch the slowest shard (shards commit in parallel), then the mean over batches.
+    A commit's duration is its manifest's creation time minus the task's start, open and
+    processing time (docs/spark.md, Metrics)."""
+    import silt
+
+    root = Path(state_url[len("file://"):])
+    commits: dict[int, float] = {}
+    opens: dict[int, float] = {}
+    for d in sorted(p for p in root.iterdir() if p.is_dir() and p.name.startswith("kg-")):
+        store = silt.open_store(d.as_uri())
+        try:
+            for v in silt.versions(d.as_uri()):
+                m = silt.read_manifest(store, v)
+                meta = m.meta
+                if "spark.task_start_ms" not in meta or meta.get("spark.batch_id") != str(v):
+                    continue
+                c = m.created_ms - int(meta["spark.task_start_ms"]) - float(
+                    meta["spark.open_ms"]) - float(meta["spark.process_ms"])
+                commits[v] = max(commits.get(v, 0.0), c)
+                opens[v] = max(opens.get(v, 0.0), float(meta["spark.open_ms"]))
+        finally:
+            store.close()
+    batches = sorted(commits)
+    last = batches[-1] if batches else None
+    steady = batches[1:-1] or batches  # the restart's batch is reported on its own
+    return {
+        "commit_ms": float(np.mean([commits[b] for b in steady])) if steady else 0.0,
+        "open_ms": float(np.mean([opens[b] for b in steady])) if steady else 0.0,
+        "restart_open_ms": opens.get(last, 0.0) if last is not None else 0.0,
+        "restart_commit_ms": commits.get(last, 0.0) if last is not None else 0.0,
+    }
+
+
 def run_query(spark, build, data: Path, chk: Path, batches: int) -> dict:
     """Run until ``batches`` micro-batches are done, stop, add one file, restart, time it."""
     src = chk.with_name(chk.name + "-in")
@@ -132,7 +177,7 @@ def run_query(spark, build, data: Path, chk: Path, batches: int) -> dict:
     }
 
 
-def measure(spark, name, build, src, work, keys, rows, args) -> dict:
+def measure(spark, name, build, src, work, keys, rows, args, state: str | None = None) -> dict:
     """One case; a peer that cannot run here (say, transformWithStateInPandas without
     protobuf installed) is reported with its error instead of stopping the benchmark."""
     try:
@@ -142,8 +187,11 @@ def measure(spark, name, build, src, work, keys, rows, args) -> dict:
         print(f"{name:32s} K={keys:>9,d} failed: {msg}", flush=True)
         return {"case": name, "keys": keys, "rows": rows, "error": msg,
                 "rows_per_s": 0.0, "recovery_s": 0.0}
+    if state is not None:
+        r.update(silt_commit_ms(state))
+    commit = r.get("commit_ms", r.get("native_commit_ms", 0.0))
     print(f"{name:32s} K={keys:>9,d} {r['rows_per_s']:>10,.0f} rows/s "
-          f"recovery {r['recovery_s']:.1f}s", flush=True)
+          f"commit {commit:.0f} ms recovery {r['recovery_s']:.1f}s", flush=True)
     return {"case": name, "keys": keys, "rows": rows, **r}
 
 
@@ -189,7 +237,8 @@ def main() -> None:
                     F.count("*").alias("count"), F.sum("amount").alias("sum")),
             }
             for name, build in cases.items():
-                results.append(measure(spark, name, build, src, work, keys, args.rows, args))
+                results.append(measure(spark, name, build, src, work, keys, args.rows, args,
+                                       state if name.startswith("silt") else None))
             psrc = work / f"proc-{keys}"
             make_input(psrc, args.batches, args.processor_rows, keys, seed=keys + 1)
             pstate = (work / f"state-proc-{keys}").as_uri()
@@ -206,20 +255,40 @@ def main() -> None:
                 "transformWithStateInPandas": lambda df: df.groupBy("key")
                 .transformWithStateInPandas(
                     SparkCount(), "key long, n long, total long", "Update", "None"),
+                "applyInPandasWithState": lambda df: df.groupBy("key")
+                .applyInPandasWithState(
+                    pandas_with_state_count, "key long, n long, total long",
+                    "n long, total long", "Update", "NoTimeout"),
             }
             for name, build in cases.items():
+                st = {"silt StatefulProcessor (pandas)": pstate + "-pandas",
+                      "silt StatefulProcessor (arrow)": pstate + "-arrow"}.get(name)
                 results.append(
-                    measure(spark, name, build, psrc, work, keys, args.processor_rows, args)
+                    measure(spark, name, build, psrc, work, keys, args.processor_rows, args, st)
                 )
     finally:
         spark.stop()
         shutil.rmtree(work, ignore_errors=True)
     print()
-    print(f"{'case':32s} {'K':>10s} {'rows/batch':>10s} {'rows/s':>10s} {'recovery s':>10s}")
+    print(f"{'case':32s} {'K':>10s} {'rows/batch':>10s} {'rows/s':>10s} {'commit ms':>10s} "
+          f"{'recovery s':>10s}")
     for r in results:
         tail = f"  ({r['error']})" if "error" in r else ""
+        commit = r.get("commit_ms", r.get("native_commit_ms", 0.0))
         print(f"{r['case']:32s} {r['keys']:>10,d} {r['rows']:>10,d} {r['rows_per_s']:>10,.0f} "
-              f"{r['recovery_s']:>10.1f}{tail}")
+              f"{commit:>10.0f} {r['recovery_s']:>10.1f}{tail}")
+    for keys in args.keys:
+        by = {r["case"]: r for r in results if r["keys"] == keys and "error" not in r}
+        agg, nat = by.get("silt aggregate"), by.get("native groupBy (RocksDB)")
+        if agg and nat and nat["rows_per_s"] and agg["recovery_s"]:
+            print(f"K={keys:,d}: silt aggregate / native: {agg['rows_per_s'] / nat['rows_per_s']:.2f}x"
+                  f" rows/s, recovery {nat['recovery_s'] / agg['recovery_s']:.2f}x faster")
+        best = max((by[c]["rows_per_s"] for c in ("transformWithStateInPandas",
+                                                  "applyInPandasWithState") if c in by),
+                   default=0.0)
+        for c in ("silt StatefulProcessor (pandas)", "silt StatefulProcessor (arrow)"):
+            if c in by and best:
+                print(f"K={keys:,d}: {c} / best Python peer: {by[c]['rows_per_s'] / best:.1f}x")
     print(json.dumps(results, default=float))
 
 
