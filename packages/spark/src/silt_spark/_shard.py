@@ -287,7 +287,8 @@ class ShardTask:
         """Commit version ``batch_id`` if anything changed (and it is not a replay)."""
         # Timings for inspection (see docs/spark.md and _metrics.py): the commit's own duration
         # is about manifest.created_ms - task_start_ms - open_ms - process_ms.
-        process_ms = self.process_ms = _now_ms() - self.started_ms - self.open_ms
+        # (started_ms is wall-clock ms, truncated: a sub-ms task could come out negative)
+        process_ms = self.process_ms = max(0.0, _now_ms() - self.started_ms - self.open_ms)
         self.commit_ms = 0.0
         if not self.changed or self.replay:
             return
