@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -48,6 +49,9 @@ def cluster_env() -> dict[str, str]:
         "SPARK_HOME": spark_home(),
         "SPARK_LOCAL_IP": "127.0.0.1",
         "SPARK_DAEMON_MEMORY": "256m",
+        # The master's REST submission server has a fixed port (6066): not needed, and two
+        # clusters on one machine (parallel test runs) would fight over it.
+        "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false",
         "PYSPARK_PYTHON": sys.executable,
         "PYTHONPATH": os.pathsep.join(dict.fromkeys(paths)),
         "SILT_DISABLE_PLUGIN_AUTOLOAD": "1",
@@ -55,8 +59,12 @@ def cluster_env() -> dict[str, str]:
     return env
 
 
-def master_state(webui: int) -> dict:
-    with urllib.request.urlopen(f"http://127.0.0.1:{webui}/json/", timeout=5) as r:
+def master_state(master: Server, webui: int) -> dict:
+    """The master's status page as JSON. Spark moves to the next port when the chosen one was
+    taken meanwhile, so the port is read from the master's log when it says so."""
+    found = re.findall(r"'MasterUI' on port (\d+)", master.output())
+    port = int(found[-1]) if found else webui
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/", timeout=5) as r:
         return json.loads(r.read())
 
 
@@ -108,7 +116,7 @@ def cluster(tmp_path_factory):
         alive = 0
         while time.monotonic() < deadline:
             try:
-                alive = sum(w["state"] == "ALIVE" for w in master_state(webui)["workers"])
+                alive = sum(w["state"] == "ALIVE" for w in master_state(master, webui)["workers"])
             except OSError:
                 alive = 0
             if alive == WORKERS:
