@@ -213,6 +213,8 @@ def test_operators_on_a_standalone_cluster_with_restart(cluster, spark, tmp_path
             assert sum(r["rows_out"] for r in records) == users
             assert sum(r["state_reads"] for r in records) == touched
             assert sum(r["state_writes"] for r in records) == touched
+            # the processor lists each key's map once (one scan per key)
+            assert sum(r["state_scans"] for r in records) == (name == "processor") * users
             assert all(r["committed"] == (r["rows_out"] > 0) for r in records)
 
     # The final state, read back with the suite's own local session, equals the model.
