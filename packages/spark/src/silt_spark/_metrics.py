@@ -26,8 +26,9 @@ after a restart reports again (``committed`` is false for shards whose version a
 
 Simplifications: the registry lives in the driver process and keeps the latest
 :data:`MAX_BATCHES` batches of the latest :data:`MAX_QUERIES` queries; requests made by a
-compaction running in the background during the task count toward it; with Spark Connect (no
-``SparkContext``) only the manifests carry metrics.
+compaction running in the background count toward the task that is running, or toward the
+shard's next task on this worker if it ran in between; with Spark Connect (no ``SparkContext``)
+only the manifests carry metrics.
 """
 
 from __future__ import annotations
