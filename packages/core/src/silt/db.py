@@ -771,7 +771,10 @@ class DB:
             self._check_open()
         r = self._mem.data.get(key, MISSING)
         if r is MISSING:
-            r = self._get_below(key)
+            if self._parts or self._levels:
+                r = self._get_below(key)
+            elif self._l0:  # everything below the memtable is in L0: one call, no frame more
+                r = get_from(self._l0, key)
         if r.__class__ is bytes:
             return r  # type: ignore[return-value]
         if r is MISSING or r is None:

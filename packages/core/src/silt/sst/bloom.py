@@ -14,6 +14,7 @@ from .._ext import load
 from .format import BLOOM_HEADER
 
 _M32 = 0xFFFFFFFF
+_BIT = bytes(1 << i for i in range(8))  # _BIT[i] == 1 << i, one index instead of a shift
 
 
 def bloom_hash(key: bytes) -> int:
@@ -39,13 +40,20 @@ def build_bloom(keys: list[bytes], bits_per_key: int) -> bytes:
     nbytes = (nbits + 7) // 8
     nbits = nbytes * 8
     bits = bytearray(nbytes)
-    for key in keys:
-        h = bloom_hash(key)
-        delta = ((h >> 17) | (h << 15)) & _M32
-        for _ in range(k):
+    m32 = _M32
+    bit = _BIT
+    probes = range(k)
+    for h in map(zlib.crc32, keys):  # bloom_hash inlined: this loop is most of a flush
+        h ^= h >> 16
+        h = (h * 0x85EBCA6B) & m32
+        h ^= h >> 13
+        h = (h * 0xC2B2AE35) & m32
+        h ^= h >> 16
+        delta = ((h >> 17) | (h << 15)) & m32
+        for _ in probes:
             pos = h % nbits
-            bits[pos >> 3] |= 1 << (pos & 7)
-            h = (h + delta) & _M32
+            bits[pos >> 3] |= bit[pos & 7]
+            h = (h + delta) & m32
     return BLOOM_HEADER.pack(k) + bytes(bits)
 
 
@@ -68,12 +76,13 @@ class BloomFilter:
         if nbits == 0:
             return True
         bits = self._bits
+        bit = _BIT
         delta = ((h >> 17) | (h << 15)) & _M32
         for _ in range(self._k):
             pos = h % nbits
-            if not bits[pos >> 3] & (1 << (pos & 7)):
+            if not bits[pos >> 3] & bit[pos & 7]:
                 return False
-            h = (h + delta) & _M32
+            h = (h + delta) & 0xFFFFFFFF
         return True
 
     @property

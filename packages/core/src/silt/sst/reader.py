@@ -308,12 +308,33 @@ def find_block(bloom: BloomFilter | None, last_keys: list[bytes], key: bytes, h:
 def get_from(readers: Sequence[SstReader], key: bytes, h: int = -1) -> object:
     """The record of ``key`` in the first of ``readers`` (SstReaders, newest first) whose key
     range holds it and that has it, or :data:`MISSING` (one bloom hash for all of them)."""
+    # SstReader.get and find_block inlined: a Python frame per step is most of a warm get.
     for reader in readers:
         info = reader.info
         if info.smallest <= key <= info.largest:  # type: ignore[union-attr]
-            if h < 0:
-                h = bloom_hash(key)
-            r = reader.get(key, h)
+            t = reader._tail
+            if t is None:
+                t = reader.tail
+            bloom = t.bloom
+            if bloom is not None:
+                if h < 0:
+                    h = zlib.crc32(key)  # bloom_hash inlined
+                    h ^= h >> 16
+                    h = (h * 0x85EBCA6B) & 0xFFFFFFFF
+                    h ^= h >> 13
+                    h = (h * 0xC2B2AE35) & 0xFFFFFFFF
+                    h ^= h >> 16
+                if not bloom.may_contain_hash(h):
+                    continue
+            last_keys = t.last_keys
+            i = bisect_left(last_keys, key)
+            if i == len(last_keys):
+                continue
+            cache = reader.cache
+            blk = None if cache is None else cache.get((reader.cache_id, i))
+            if blk is None:
+                blk = reader._read_block(i)
+            r = blk.get(key)
             if r is not MISSING:
                 return r
     return MISSING
@@ -352,10 +373,18 @@ def plan_probe(
     cur = -1
     n = len(last_keys)
     b = 0
+    may_contain = bloom.may_contain_hash if bloom is not None else None
+    crc32 = zlib.crc32
     for key in keys[lo:hi]:
-        if bloom is not None and not bloom.may_contain_hash(bloom_hash(key)):
-            unresolved.append(key)
-            continue
+        if may_contain is not None:
+            h = crc32(key)  # bloom_hash inlined
+            h ^= h >> 16
+            h = (h * 0x85EBCA6B) & 0xFFFFFFFF
+            h ^= h >> 13
+            h = (h * 0xC2B2AE35) & 0xFFFFFFFF
+            if not may_contain(h ^ (h >> 16)):
+                unresolved.append(key)
+                continue
         b = bisect_left(last_keys, key, b)
         if b >= n:
             unresolved.append(key)
