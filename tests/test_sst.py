@@ -198,6 +198,20 @@ def test_block_cache_lru_eviction_and_byte_bound() -> None:
     assert cache.get("big") is None and len(cache) == 2
     cache.put("d", "D", 90)  # evicts as many as needed
     assert cache.used <= 100
+
+
+def test_block_cache_get_many_is_get_in_order() -> None:
+    cache = BlockCache(100)
+    for name in "abc":
+        cache.put(name, name.upper(), 30)
+    hits, misses = cache.hits, cache.misses
+    assert cache.get_many(["c", "x", "a"]) == ["C", None, "A"]
+    assert (cache.hits - hits, cache.misses - misses) == (2, 1)
+    assert cache.get_many([]) == []
+    cache.put("d", "D", 30)  # evicts b: c and a were used after it, in that order
+    assert cache.get("b") is None
+    cache.put("e", "E", 30)  # then c
+    assert cache.get_many(["c", "a", "d", "e"]) == [None, "A", "D", "E"]
     assert cache.get("d") == "D"
     assert cache.hits >= 5 and cache.misses >= 2
     cache.clear()

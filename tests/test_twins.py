@@ -75,7 +75,7 @@ def block_view(b: object) -> dict:
 def test_speedups_reports_every_accelerated_module() -> None:
     report = silt.speedups()
     assert set(report) == {"silt.sst.bloom", "silt.sst.block", "silt.sst.builder",
-                           "silt.sst.reader", "silt.merge", "silt.memtable"}
+                           "silt.sst.reader", "silt.merge", "silt.memtable", "silt.cache"}
     forced_pure = os.environ.get("SILT_NO_EXTENSIONS", "") not in ("", "0")
     assert all(v is (not forced_pure) for v in report.values())
     assert (blk_mod.Block is C.Block) is (not forced_pure)
@@ -424,6 +424,38 @@ def test_lookup_groups_identical(kr, probes: list[bytes]) -> None:
         fn([cls(payloads[i]) for i in ids], groups, found, unresolved)
         out.append((found, unresolved))
     assert out[0] == out[1]
+
+
+# --- the block cache ------------------------------------------------------------------------------
+cache_ops_st = st.lists(st.one_of(
+    st.tuples(st.just("put"), st.integers(0, 6), st.integers(0, 50)),
+    st.tuples(st.just("get"), st.integers(0, 6)),
+    st.tuples(st.just("get_many"), st.lists(st.integers(0, 6), max_size=5)),
+    st.tuples(st.just("clear")),
+), max_size=60)
+
+
+@FAST
+@given(st.integers(0, 120), cache_ops_st)
+def test_block_cache_identical(capacity: int, ops: list) -> None:
+    from silt import cache as cache_mod
+
+    def run(cls: type) -> list:
+        c = cls(capacity)
+        out = []
+        for op in ops:
+            if op[0] == "put":
+                out.append(c.put(("sst", op[1]), f"v{op[1]}-{op[2]}", op[2]))
+            elif op[0] == "get":
+                out.append(c.get(("sst", op[1])))
+            elif op[0] == "get_many":
+                out.append(c.get_many([("sst", i) for i in op[1]]))
+            else:
+                out.append(c.clear())
+            out.append((len(c), c.used, c.hits, c.misses, c.evictions, c.capacity))
+        return out
+
+    assert run(cache_mod.BlockCache_py) == run(C.BlockCache)
 
 
 # --- DB.put_many (under whichever implementation the session selected) ----------------------------

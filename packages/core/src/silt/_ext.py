@@ -20,6 +20,7 @@ ACCELERATED = (
     "silt.sst.reader",
     "silt.merge",
     "silt.memtable",
+    "silt.cache",
 )
 
 

@@ -19,6 +19,7 @@ visible_many                      silt.merge
 sorted_items, split_found         silt.memtable
 check_pairs, insert_pairs         silt.memtable
 check_ops, apply_ops              silt.memtable
+BlockCache                        silt.cache
 ================================  =============================================
 
 The on-disk bytes are defined in docs/format.md; tests/test_twins.py checks both implementations
@@ -37,6 +38,9 @@ from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from libc.stdint cimport uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcmp, memcpy, memset
+
+from collections import OrderedDict as _OrderedDict
+from threading import Lock as _Lock
 
 from silt.errors import CorruptionError
 from silt.record import MISSING
@@ -570,6 +574,98 @@ def split_blocks(keys, records, Py_ssize_t target):
     return ends, tombstones, expiring, min_exp, max_exp
 
 
+# --- the block cache -------------------------------------------------------------------------
+@cython.final
+cdef class BlockCache:
+    """LRU cache bounded by the sum of the entries' ``charge`` (bytes): the twin of
+    :class:`silt.cache.BlockCache`, over the same OrderedDict and lock, whose ``get`` the
+    compiled readers call without a Python frame. Thread-safe."""
+
+    cdef public Py_ssize_t capacity, used, hits, misses, evictions
+    cdef readonly object _data
+    cdef object _move, _acquire, _release
+
+    def __init__(self, Py_ssize_t capacity_bytes):
+        self.capacity = capacity_bytes
+        self.used = self.hits = self.misses = self.evictions = 0
+        self._data = _OrderedDict()
+        self._move = self._data.move_to_end
+        lock = _Lock()
+        self._acquire = lock.acquire
+        self._release = lock.release
+
+    cdef object _get(self, object key):
+        cdef PyObject* p
+        self._acquire()
+        try:
+            p = PyDict_GetItem(self._data, key)  # a read: the OrderedDict is a dict
+            if p == NULL:
+                self.misses += 1
+                return None
+            self._move(key)
+            self.hits += 1
+            return <object>PyTuple_GET_ITEM(<object>p, 0)
+        finally:
+            self._release()
+
+    def get(self, key):
+        """The cached value or ``None``; a hit makes the entry most recently used."""
+        return self._get(key)
+
+    def get_many(self, list keys):
+        """``[get(key) for key in keys]`` under one lock acquisition (multi_get's blocks)."""
+        cdef Py_ssize_t i, n = PyList_GET_SIZE(keys)
+        cdef list out = [None] * n
+        cdef PyObject* p
+        cdef object key
+        self._acquire()
+        try:
+            for i in range(n):
+                key = <object>PyList_GET_ITEM(keys, i)
+                p = PyDict_GetItem(self._data, key)
+                if p == NULL:
+                    self.misses += 1
+                else:
+                    self._move(key)
+                    self.hits += 1
+                    out[i] = <object>PyTuple_GET_ITEM(<object>p, 0)
+        finally:
+            self._release()
+        return out
+
+    def put(self, key, value, Py_ssize_t charge):
+        """Insert ``value``; evicts least recently used entries to stay within capacity.
+
+        An entry larger than the whole capacity is not cached.
+        """
+        if charge > self.capacity:
+            return
+        self._acquire()
+        try:
+            old = self._data.pop(key, None)
+            if old is not None:
+                self.used -= old[1]
+            self._data[key] = (value, charge)
+            self.used += charge
+            while self.used > self.capacity:
+                evicted = self._data.popitem(last=False)[1]
+                self.used -= evicted[1]
+                self.evictions += 1
+        finally:
+            self._release()
+
+    def __len__(self):
+        return len(self._data)
+
+    def clear(self):
+        self._acquire()
+        try:
+            self._data.clear()
+            self.used = 0
+        finally:
+            self._release()
+
+
 # --- SST reads -------------------------------------------------------------------------------
 cdef inline Py_ssize_t _bisect_bytes(list a, const unsigned char* k, Py_ssize_t nk,
                                      Py_ssize_t lo, Py_ssize_t hi):
@@ -639,7 +735,9 @@ def get_from(readers, bytes key, long long h=-1):
             continue
         cache = reader.cache
         blk = None
-        if cache is not None:
+        if type(cache) is BlockCache:
+            blk = (<BlockCache>cache)._get((reader.cache_id, i))
+        elif cache is not None:
             blk = cache.get((reader.cache_id, i))
         if blk is None:
             blk = reader._read_block(i)

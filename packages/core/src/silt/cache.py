@@ -11,6 +11,8 @@ from collections import OrderedDict, deque
 from collections.abc import Hashable
 from typing import Any
 
+from ._ext import load
+
 
 class BlockCache:
     """LRU cache bounded by the sum of the entries' ``charge`` (bytes)."""
@@ -75,3 +77,12 @@ class BlockCache:
         with self._lock:
             self._data.clear()
             self.used = 0
+
+
+#: The pure-Python twin, whichever implementation is selected (tests compare both).
+BlockCache_py = BlockCache
+
+_c = load()
+COMPILED = _c is not None
+if _c is not None:
+    BlockCache = _c.BlockCache  # type: ignore[misc,assignment]
