@@ -46,15 +46,26 @@ now = time.perf_counter
 # ---------------------------------------------------------------------------------------------
 # Data
 # ---------------------------------------------------------------------------------------------
+def _random_items(n: int, width: int, seed: str) -> list[bytes]:
+    """``n`` random items of ``width`` bytes, drawn in chunks (``randbytes`` of more than
+    256 MiB overflows)."""
+    rng = random.Random(seed)
+    out: list[bytes] = []
+    chunk = 1 << 20
+    for start in range(0, n, chunk):
+        m = min(chunk, n - start)
+        buf = rng.randbytes(width * m)
+        out += [buf[i:i + width] for i in range(0, width * m, width)]
+    return out
+
+
 def gen_keys(n: int, seed: str) -> list[bytes]:
     """``n`` random 16-byte keys (distinct with overwhelming probability), in random order."""
-    buf = random.Random(seed).randbytes(KEY_BYTES * n)
-    return [buf[i:i + KEY_BYTES] for i in range(0, KEY_BYTES * n, KEY_BYTES)]
+    return _random_items(n, KEY_BYTES, seed)
 
 
 def gen_values(n: int, seed: str) -> list[bytes]:
-    buf = random.Random(seed).randbytes(VALUE_BYTES * n)
-    return [buf[i:i + VALUE_BYTES] for i in range(0, VALUE_BYTES * n, VALUE_BYTES)]
+    return _random_items(n, VALUE_BYTES, seed)
 
 
 def batches(seq: Sequence[Any], size: int) -> Iterable[Sequence[Any]]:
