@@ -6,30 +6,23 @@ from __future__ import annotations
 import json
 import os
 import time
-from pathlib import Path
 
 import pandas as pd
 import pytest
 import silt
 import silt_spark
 from silt_spark import _dedup, _shard
+from test_spark_operator import Run as OperatorRun
 from test_spark_operator import shard_versions
 
 SCHEMA = "id string, src string, n long"
 COLUMNS = ["id", "src", "n"]
 
 
-class Run:
-    """A source folder of JSON files (one per micro-batch), a checkpoint and the outputs."""
+class Run(OperatorRun):
+    """JSON files of this module's columns, one per micro-batch."""
 
-    def __init__(self, spark, tmp_path: Path, name: str = "d") -> None:
-        self.spark = spark
-        self.src = tmp_path / f"{name}-in"
-        self.src.mkdir()
-        self.checkpoint = tmp_path / f"{name}-chk"
-        self.outputs: dict[int, pd.DataFrame] = {}
-        self.files = 0
-        self.query = None
+    schema = SCHEMA
 
     def write(self, rows: list[tuple]) -> None:
         tmp = self.src / f".tmp-{self.files:05d}"
@@ -38,28 +31,6 @@ class Run:
                 f.write(json.dumps(dict(zip(COLUMNS, r))) + "\n")
         os.replace(tmp, self.src / f"part-{self.files:05d}.json")
         self.files += 1
-
-    def stream(self):
-        return (self.spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1)
-                .json(str(self.src)))
-
-    def start(self, out_df) -> None:
-        outputs = self.outputs
-
-        def sink(df, batch_id):
-            outputs[batch_id] = df.toPandas()
-
-        self.query = (out_df.writeStream.foreachBatch(sink)
-                      .option("checkpointLocation", str(self.checkpoint))
-                      .trigger(processingTime="0 seconds").start())
-
-    def drain(self) -> None:
-        self.query.processAllAvailable()
-
-    def stop(self) -> None:
-        if self.query is not None:
-            self.query.stop()
-            self.query = None
 
 
 def dedup_model(batches: list[list[tuple]], key: list[int]) -> list[pd.DataFrame]:

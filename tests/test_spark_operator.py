@@ -29,7 +29,13 @@ SCHEMA = "user string, device string, amount long"
 
 
 class Run:
-    """A source folder, a checkpoint and the outputs of the query's micro-batches."""
+    """A source folder, a checkpoint and the outputs of the query's micro-batches.
+
+    Subclasses for other inputs set ``schema`` and ``source_format`` and override ``write``.
+    """
+
+    schema = SCHEMA
+    source_format = "json"
 
     def __init__(self, spark, tmp_path: Path, name: str = "q") -> None:
         self.spark = spark
@@ -51,8 +57,8 @@ class Run:
 
     def stream(self):
         return (
-            self.spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1)
-            .json(str(self.src))
+            self.spark.readStream.schema(self.schema).option("maxFilesPerTrigger", 1)
+            .format(self.source_format).load(str(self.src))
         )
 
     def start(self, out_df) -> None:

@@ -15,7 +15,6 @@ import json
 import math
 import os
 from collections import defaultdict
-from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
@@ -25,6 +24,7 @@ import silt
 import silt_spark
 from pyspark.sql import functions as F
 from silt_spark import _layout, _shard, _window
+from test_spark_operator import Run as OperatorRun
 from test_spark_operator import shard_versions
 
 SCHEMA = "user string, amount long, ts timestamp"
@@ -33,17 +33,11 @@ AGGS = ["count", "sum(amount)", "min(amount)", "max(amount)", "avg(amount)"]
 OUT_COLUMNS = ["user", "window_start", "window_end", *AGGS]
 
 
-class Run:
-    """A source folder of parquet files, a checkpoint, and each micro-batch's output."""
+class Run(OperatorRun):
+    """Parquet files of (user, amount, event time), one per micro-batch."""
 
-    def __init__(self, spark, tmp_path: Path, name: str = "w") -> None:
-        self.spark = spark
-        self.src = tmp_path / f"{name}-in"
-        self.src.mkdir()
-        self.checkpoint = tmp_path / f"{name}-chk"
-        self.outputs: dict[int, pd.DataFrame] = {}
-        self.files = 0
-        self.query = None
+    schema = SCHEMA
+    source_format = "parquet"
 
     def write(self, rows: list[tuple[str, int, int]]) -> None:
         """``rows``: (user, amount, event time in ms)."""
@@ -56,28 +50,6 @@ class Run:
         pq.write_table(table, tmp)
         os.replace(tmp, self.src / f"part-{self.files:05d}.parquet")
         self.files += 1
-
-    def stream(self):
-        return (self.spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1)
-                .parquet(str(self.src)))
-
-    def start(self, out_df) -> None:
-        outputs = self.outputs
-
-        def sink(df, batch_id):
-            outputs[batch_id] = df.toPandas()
-
-        self.query = (out_df.writeStream.foreachBatch(sink)
-                      .option("checkpointLocation", str(self.checkpoint))
-                      .trigger(processingTime="0 seconds").start())
-
-    def drain(self) -> None:
-        self.query.processAllAvailable()
-
-    def stop(self) -> None:
-        if self.query is not None:
-            self.query.stop()
-            self.query = None
 
 
 @pytest.fixture(scope="module")

@@ -187,7 +187,8 @@ def transform_with_state(
         Root URL of this operator's state, e.g. ``"file:///data/state/sessions"`` or
         ``"s3://bucket/state/sessions"``. One operator per root.
     num_shards : int
-        Number of shards (Spark partitions of the operator); fixed per root for now.
+        Number of shards (Spark partitions of the operator). Restarting the query with
+        another number rescales without moving state (see ``docs/spark.md``, Rescaling).
     key_groups : int, default 256
         Number of key groups, fixed per root; the upper bound on ``num_shards``.
     reset : bool, default False
@@ -309,7 +310,8 @@ def aggregate(
     state_url : str
         Root URL of this operator's state (one operator per root).
     num_shards : int
-        Number of shards; fixed per root for now.
+        Number of shards (Spark partitions of the operator). Restarting the query with
+        another number rescales without moving state (see ``docs/spark.md``, Rescaling).
     key_groups : int, default 256
         Number of key groups, fixed per root.
     reset : bool, default False
@@ -429,7 +431,8 @@ def window_aggregate(
     state_url : str
         Root URL of this operator's state (one operator per root).
     num_shards : int
-        Number of shards.
+        Number of shards (Spark partitions of the operator). Restarting the query with
+        another number rescales without moving state (see ``docs/spark.md``, Rescaling).
     slide_duration : int or str, optional
         Slide of a sliding window (at most ``window_duration``); ``None`` (default) makes
         tumbling windows. Windows start at multiples of the slide since the epoch, as in Spark,
@@ -545,7 +548,8 @@ def deduplicate(
     state_url : str
         Root URL of this operator's state (one operator per root).
     num_shards : int
-        Number of shards.
+        Number of shards (Spark partitions of the operator). Restarting the query with
+        another number rescales without moving state (see ``docs/spark.md``, Rescaling).
     ttl : int or str, optional
         How long a key is remembered after its first row, in **processing time**: ms, a
         ``datetime.timedelta`` or ``"24 hours"`` style. Later duplicates do not extend it; once
