@@ -180,11 +180,21 @@ def state_dtype(p: AggPlan) -> Any:
     return np.dtype(fields)
 
 
-def encode_keys(kgs: Any, key_values: list[list[Any]]) -> list[bytes]:
-    """State keys for distinct grouping keys (``key_values``: one list per key column)."""
+def encode_keys(kgs: Any, key_values: list[list[Any]], tag: bytes = AGG_TAG) -> list[bytes]:
+    """State keys ``kg:u16 tag enc(key tuple)`` for distinct grouping keys (``key_values``: one
+    list per key column)."""
     pack = _U16.pack
     enc = _codec.encode
-    return [pack(kg) + AGG_TAG + enc(key) for kg, key in zip(kgs, zip(*key_values))]
+    return [pack(kg) + tag + enc(key) for kg, key in zip(kgs, zip(*key_values))]
+
+
+def state_keys(kg: Any, columns: list[Any], tag: bytes) -> list[bytes]:
+    """:func:`encode_keys` of Arrow columns, through :func:`encode_keys_arrow` when it handles
+    them (no Python call per key), in row order."""
+    encoded = encode_keys_arrow(kg, columns, tag)
+    if encoded is not None:
+        return encoded.to_pylist()
+    return encode_keys(kg.to_pylist(), [c.to_pylist() for c in columns], tag)
 
 
 def _fixed(rec: Any) -> Any:

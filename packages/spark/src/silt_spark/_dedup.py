@@ -27,13 +27,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from . import _codec
+from ._aggregate import state_keys
 from ._layout import KG_COLUMN, PARTITION_COLUMN
 from ._shard import ShardTask, check_key_groups
 
 DEDUP_TAG = b"D"
 SEQ_COLUMN = "__silt_seq"
-_U16 = struct.Struct(">H")
 _U64 = struct.Struct(">Q")
 #: Rows per input partition that a sequence number can tell apart.
 _ROW_BITS = 40
@@ -88,13 +87,7 @@ def merge_partition(task: ShardTask, batches: Iterator[Any], dp: DedupPlan) -> I
     t = pa.Table.from_batches(batches)
     check_key_groups(task, t[KG_COLUMN])
     t = _first_per_key(t.drop_columns([PARTITION_COLUMN]), dp.key_columns, (KG_COLUMN,))
-    pack, enc = _U16.pack, _codec.encode
-    keys = [
-        pack(kg) + DEDUP_TAG + enc(key)
-        for kg, key in zip(
-            t[KG_COLUMN].to_pylist(), zip(*[t[c].to_pylist() for c in dp.key_columns])
-        )
-    ]
+    keys = state_keys(t[KG_COLUMN], [t[c] for c in dp.key_columns], DEDUP_TAG)
     seen = task.db.multi_get(keys)
     new = np.fromiter((v is None for v in seen), bool, len(seen))
     if not new.any():
