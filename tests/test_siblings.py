@@ -309,3 +309,43 @@ def test_rescale_twice_keeps_every_key(tmp_path_factory, seed, cuts1, cuts2):
             assert all(s.db == "g0" for s in db.manifest.all_ssts())
         union.update(got)
     assert union == model
+
+
+def test_lost_response_of_a_referencing_commit_is_checked_against_the_source():
+    """A first commit whose response was lost is resolved at the next commit; if GC of the
+    source passed the referenced version meanwhile, the resolved version is withdrawn too."""
+    import uuid
+
+    from silt.errors import StoreError
+    from silt.testing import FaultyStore
+    from silt.tiers.memory import MemoryStore
+
+    ns = f"lost-ref-{uuid.uuid4().hex}"
+    try:
+        with silt.open(f"memory://{ns}/a", settings=SETTINGS) as a:
+            for i in range(200):
+                a.put(_key(i), b"v")
+            a.commit()
+            faulty = FaultyStore(MemoryStore(f"{ns}/b"))
+            b = silt.open(f"memory://{ns}/b", settings=SETTINGS, store=faulty)
+            try:
+                b.reference(a)
+                faulty.lose_response_next(
+                    "put_if_absent", predicate=lambda key: key.startswith("manifest/"),
+                    error=StoreError,
+                )
+                with pytest.raises(StoreError):
+                    b.commit()
+                assert silt._list_versions(faulty) == [1]  # it landed
+                for _ in range(3):
+                    a.put(_key(1), b"newer")
+                    a.commit()
+                a.gc(retain_versions=1, grace_seconds=0)
+                b.put(_key(5), b"x")
+                with pytest.raises(FencedError, match="garbage collection has passed"):
+                    b.commit()
+                assert silt._list_versions(faulty) == []  # withdrawn
+            finally:
+                b.close()
+    finally:
+        MemoryStore.drop(ns)

@@ -641,6 +641,8 @@ class DB:
         if ours:
             self._check_horizon(manifest)
             self._check_age(manifest, resolving=True)
+            if manifest.parent is None and self._refs:
+                self._check_sources(manifest)
         self._uncertain = None
         if ours:
             self._landed(manifest, adopted, refused)
