@@ -1,4 +1,4 @@
-"""silt_spark timers in real streaming queries: event-time timers on the per-shard watermark
+"""silt_spark timers in real streaming queries: event-time timers on the query-wide watermark
 (firing in shards that get no rows, across a restart) and processing-time timers on an idle
 stream kept alive by the heartbeat source."""
 
@@ -50,6 +50,10 @@ def _rows(out: pd.DataFrame, what: str) -> set[tuple]:
 
 
 def test_event_time_timers_fire_in_idle_shards_and_survive_restart(spark, run, tmp_path):
+    """One query-wide watermark: a timer fires in the first batch whose watermark (from the
+    batches before it) is at or past it, in every shard, also in shards that get no rows and
+    across a restart; timers due before a batch fire before its rows, and late rows (at or
+    before the watermark) never reach the processor."""
     state = (tmp_path / "state").as_uri()
     users = [f"u{i}" for i in range(9)]
     kg = {r.user: r.kg for r in spark.createDataFrame([(u,) for u in users], "user string")
@@ -64,31 +68,30 @@ def test_event_time_timers_fire_in_idle_shards_and_survive_restart(spark, run, t
         )
 
     run.start(build())
-    # Batch 0: each user at 1000 and 5000 -> timers 2000 and 6000; both shards' watermark 5000.
+    # Batch 0 (watermark 0): each user at 1000 and 5000 -> timers 2000 and 6000.
     run.write([(u, "d", t) for u in users for t in (1000, 5000)])
     run.drain()
-    # Batch 1: rows for u0 only; the other shard gets none but its due timers fire too.
-    run.write([("u0", "d", 5000)])
+    # Batch 1 (watermark 5000): every 2000 timer fires, in both shards, before u0's row.
+    run.write([("u0", "d", 5500), ("u1", "d", 5000)])  # u1's row is late
     run.drain()
     run.stop()
-    run.start(build())  # the watermark and the timers come back from the manifests
-    # Batch 2: event time 8000 in u0's shard only: its watermark moves, the other's stays.
-    run.write([("u0", "d", 8000)])
+    run.start(build())  # the timers come back from the manifests, the watermark from markers
+    run.write([("u0", "d", 8000)])  # batch 2 (watermark 5500): nothing due
     run.drain()
-    run.write([("u0", "d", 8000)])  # batch 3: u0's shard fires its 6000 timers
+    run.write([("u1", "d", 9000)])  # batch 3 (watermark 8000): 6000 and 6500 fire everywhere
     run.drain()
     run.stop()
 
     out = run.outputs
-    assert _rows(out[0], "in") == {(u, -1) for u in users}
+    assert _rows(out[0], "in") == {(u, 0) for u in users}
     assert _rows(out[1], "in") == {("u0", 5000)}
     assert _rows(out[1], "fired") == {(u, 2000) for u in users}
+    assert _rows(out[2], "in") == {("u0", 5500)}
     assert _rows(out[2], "fired") == set()
-    same = [u for u in users if shard[u] == shard["u0"]]
-    assert _rows(out[3], "fired") == {(u, 6000) for u in same}
-    assert {r.what for r in out[3].itertuples() if r.user == "u0" and r.ms == 6000} == {
-        "fired:5"
-    }
+    assert _rows(out[3], "fired") == {(u, 6000) for u in users} | {("u0", 6500)}
+    assert _rows(out[3], "in") == {("u1", 8000)}
+    fired_u0 = {r.what for r in out[3].itertuples() if r.user == "u0"}
+    assert fired_u0 == {"fired:4"}  # u0's 4 rows so far; fired before batch 3's rows
 
 
 class Reminder(silt_spark.StatefulProcessor):

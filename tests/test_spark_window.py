@@ -2,11 +2,13 @@
 
 The input is a folder of parquet files, one per micro-batch (``maxFilesPerTrigger=1``); each
 batch's output is collected by batch id with ``foreachBatch``. The model replays the same rows
-with the operator's documented semantics: windows start at multiples of the slide; each shard's
-watermark is its largest event time minus the delay; a (row, window) pair is late when the window
-ends at or before the watermark as of the batch's start; ``append`` emits a window once, in the
-batch whose rows move the shard's watermark to or past its end; ``update`` emits every window
-that received rows in the batch. The shard of each user comes from Spark's own ``xxhash64``.
+with the operator's documented semantics: windows start at multiples of the slide; batch ``b``
+runs with the query-wide watermark of the batches before it (the largest event time minus the
+delay, at least 0); a (row, window) pair is late when the window ends at or before it;
+``append`` emits a window once, in the first batch whose watermark is at or past its end;
+``update`` emits every window that received rows in the batch. The shard of each user (for the
+late-row counts) comes from Spark's own ``xxhash64``. tests/test_spark_event_time.py compares
+with Spark's own operator.
 """
 
 from __future__ import annotations
@@ -80,42 +82,37 @@ def _row(user: str, start: int, window: int, amounts: list[int]) -> dict:
 
 
 def model(batches, shard_of, window, slide, delay, output):
-    """Per batch the expected output frame, plus the late rows per shard."""
+    """Per batch the expected output frame, plus the late rows per shard and the windows left
+    open. Batch ``b`` runs with the query-wide watermark of the batches before it (Spark's
+    rule: ``max(0, largest event time - delay)``): windows whose end is ``<=`` it are emitted
+    (append) and evicted, then the batch's (row, window) pairs are merged, except late ones."""
     state: dict[tuple[str, int], list[int]] = {}
-    wm: dict[int, int | None] = defaultdict(lambda: None)
-    top: dict[int, int | None] = defaultdict(lambda: None)
+    top: int | None = None
     late_rows: dict[int, int] = defaultdict(int)
     outs = []
     for rows in batches:
+        wm = 0 if top is None else max(0, top - delay)
         emitted = []
+        for (u, s) in sorted(state):
+            if s + window <= wm:
+                amounts = state.pop((u, s))
+                if output == "append":
+                    emitted.append(_row(u, s, window, amounts))
         touched: set[tuple[str, int]] = set()
-        for shard in sorted(set(shard_of.values())):
-            mine = [r for r in rows if shard_of[r[0]] == shard]
-            prev = wm[shard]
-            for user, amount, t in mine:
-                starts = windows_of(t, window, slide)
-                if prev is not None and starts[0] + window <= prev:
-                    late_rows[shard] += 1
-                for s in starts:
-                    if prev is not None and s + window <= prev:
-                        continue
-                    state.setdefault((user, s), []).append(amount)
-                    touched.add((user, s))
-            if mine:
-                m = max(r[2] for r in mine)
-                if top[shard] is None or m > top[shard]:
-                    top[shard] = m
-                    if prev is None or m - delay > prev:
-                        wm[shard] = m - delay
-            now = wm[shard]
-            if output == "update":
-                emitted += [_row(u, s, window, state[(u, s)]) for (u, s) in sorted(touched)
-                            if shard_of[u] == shard]
-            for (u, s) in sorted(state):
-                if shard_of[u] == shard and now is not None and s + window <= now:
-                    amounts = state.pop((u, s))
-                    if output == "append":
-                        emitted.append(_row(u, s, window, amounts))
+        for user, amount, t in rows:
+            starts = windows_of(t, window, slide)
+            if starts[0] + window <= wm:
+                late_rows[shard_of[user]] += 1
+            for s in starts:
+                if s + window <= wm:
+                    continue
+                state.setdefault((user, s), []).append(amount)
+                touched.add((user, s))
+        if rows:
+            m = max(r[2] for r in rows)
+            top = m if top is None else max(top, m)
+        if output == "update":
+            emitted += [_row(u, s, window, state[(u, s)]) for (u, s) in sorted(touched)]
         outs.append(pd.DataFrame(emitted, columns=OUT_COLUMNS))
     return outs, dict(late_rows), state
 

@@ -256,6 +256,9 @@ def transform_with_state(
     time_cfg = _time_config(df, time_mode, event_time_column, watermark_delay)
     spec = _spec(
         "processor", state_url, num_shards, key_groups, reset, settings,
+        event_time_delays=(
+            (time_cfg.watermark_delay_ms,) if time_cfg.mode == "eventtime" else ()
+        ),
         fail_after_commit=tuple(_shard.TEST_FAIL_AFTER_COMMIT),
         test_marker_dir=_shard.TEST_MARKER_DIR,
     )
@@ -494,6 +497,7 @@ def window_aggregate(
     )
     spec = _spec(
         "window", state_url, num_shards, key_groups, reset, settings,
+        event_time_delays=(delay_ms,),
         fail_after_commit=tuple(_shard.TEST_FAIL_AFTER_COMMIT),
         test_marker_dir=_shard.TEST_MARKER_DIR,
     )

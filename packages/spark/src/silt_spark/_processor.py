@@ -45,6 +45,8 @@ TIME_MODES = ("none", "processingtime", "eventtime")
 META_WATERMARK = "spark.watermark_ms"
 META_MAX_EVENT_TIME = "spark.max_event_time_ms"
 META_NEXT_TIMER = "spark.next_timer_ms"
+#: Rows of this shard dropped as late so far (event time at or before the watermark).
+META_LATE_ROWS = "spark.late_rows"
 
 
 class TimerValues:
@@ -690,6 +692,26 @@ def _max_event_time_ms(column: Any) -> int | None:
     )
 
 
+def _late_mask(column: Any, watermark: int | None) -> Any:
+    """``True`` where an event time (timestamp or integral ms) is at or before ``watermark``
+    (ms); nulls are never late, as in Spark. ``None`` when no row is late."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if watermark is None:
+        return None
+    t = column.type
+    if pa.types.is_timestamp(t):
+        per_ms = {"s": None, "ms": 1, "us": 1000, "ns": 1_000_000}[t.unit]
+        raw = column.cast(pa.int64())
+        limit = watermark // 1000 if per_ms is None else watermark * per_ms
+        mask = pc.less_equal(raw, limit)
+    else:
+        mask = pc.less_equal(column, watermark)
+    mask = pc.fill_null(mask, False)
+    return mask if pc.any(mask).as_py() else None
+
+
 def _due_timers(task: ShardTask, threshold: int) -> tuple[list[tuple[int, int, bytes]], int | None]:
     """Timers of the shard with expiry ``<= threshold`` as ``(expiry, kg, encoded key)`` in
     firing order, and the smallest expiry after ``threshold`` (``None``: no timer left).
@@ -745,30 +767,42 @@ def process_partition(
     if rows == 0 and next_timer is None:
         return
     now_ms = int(_time.time() * 1000)
-    watermark = _meta_int(meta, META_WATERMARK) if time.mode == "eventtime" else None
+    watermark = task.watermark if time.mode == "eventtime" else None
     timer_values = TimerValues(now_ms, -1 if watermark is None else watermark)
     threshold = now_ms if time.mode == "processingtime" else watermark
     if rows == 0 and (threshold is None or next_timer > threshold):
         return  # nothing due: this shard has no work in this batch
 
+    if watermark is not None:
+        task.meta_updates[META_WATERMARK] = str(watermark)  # for inspection, if it commits
     handle = StatefulProcessorHandle(task, time.mode)
     processor.init(handle)
     output = _Output(output_schema)
     add = output.add
+    bound = next_timer
     try:
+        if time.mode == "eventtime":
+            # Timers the watermark passed before this batch fire before its rows, as in Spark,
+            # where they fire in the no-data batch that follows the watermark's move.
+            bound = _fire_timers(task, handle, processor, timer_values, threshold, bound, add)
         if rows:
             check_key_groups(task, table[KG_COLUMN])
             table = table.drop_columns([PARTITION_COLUMN])
             if time.mode == "eventtime":
-                top = _max_event_time_ms(table[time.event_time_column])
-                old = _meta_int(meta, META_MAX_EVENT_TIME)
-                if top is not None and (old is None or top > old):
-                    task.meta_updates[META_MAX_EVENT_TIME] = str(top)
-                    wm = top - time.watermark_delay_ms
-                    if watermark is None or wm > watermark:
-                        # Applies from the next micro-batch on, as Spark's watermark does.
-                        task.meta_updates[META_WATERMARK] = str(wm)
-                    task.changed = True
+                column = table[time.event_time_column]
+                task.observe_event_time(_max_event_time_ms(column))
+                late = _late_mask(column, watermark)
+                if late is not None:
+                    # As Spark's transformWithState in event time: rows at or before the
+                    # watermark never reach the processor.
+                    table = table.filter(pc.invert(late))
+                    if table.num_rows < rows:
+                        task.meta_updates[META_LATE_ROWS] = str(
+                            (_meta_int(meta, META_LATE_ROWS) or 0) + rows - table.num_rows
+                        )
+                        task.changed = True
+                    rows = table.num_rows
+        if rows:
             data = table.drop_columns([KG_COLUMN])
             keys_pdf = table.select(key_columns).to_pandas()
             codes = keys_pdf.groupby(key_columns, sort=False, dropna=False).ngroup().to_numpy()
@@ -792,7 +826,10 @@ def process_partition(
                 add(processor.handleInputRows(key, iter((sub,)), timer_values))
             handle._prefix = None
         if timers_on:
-            _fire_timers(task, handle, processor, timer_values, threshold, next_timer, add)
+            bound = _fire_timers(task, handle, processor, timer_values, threshold, bound, add)
+            if bound != next_timer:
+                task.meta_updates[META_NEXT_TIMER] = "" if bound is None else str(bound)
+                task.changed = True
     finally:
         close = getattr(processor, "close", None)
         if close is not None:
@@ -802,20 +839,20 @@ def process_partition(
 
 def _fire_timers(
     task: ShardTask, handle: StatefulProcessorHandle, processor: Any,
-    timer_values: TimerValues, threshold: int | None, next_timer: int | None, add: Any,
-) -> None:
-    """Fire the shard's due timers and record the shard's next-timer bound in the meta.
+    timer_values: TimerValues, threshold: int | None, bound: int | None, add: Any,
+) -> int | None:
+    """Fire the shard's timers due at ``threshold``; return the shard's new next-timer bound.
 
-    ``spark.next_timer_ms`` is a lower bound of the shard's timers (deleting a timer leaves it
-    alone), so a batch scans the timer index only when a timer may be due.
+    ``bound`` (``spark.next_timer_ms`` in the meta) is a lower bound of the shard's timers
+    (deleting a timer leaves it alone), so a batch scans the timer index only when a timer may
+    be due.
     """
     registered = handle._registered_min
-    bound = next_timer if registered is None else (
-        registered if next_timer is None else min(next_timer, registered)
-    )
+    handle._registered_min = None
+    if registered is not None and (bound is None or registered < bound):
+        bound = registered
     if bound is not None and threshold is not None and bound <= threshold:
         due, bound = _due_timers(task, threshold)
-        handle._registered_min = None
         fire = getattr(processor, "handleExpiredTimer", None)
         db = task.db
         decode = _codec.decode
@@ -828,8 +865,7 @@ def _fire_timers(
                 add(fire(decode(enc), timer_values, ExpiredTimerInfo(expiry)))
         handle._prefix = None
         again = handle._registered_min
+        handle._registered_min = None
         if again is not None and (bound is None or again < bound):
             bound = again
-    if bound != next_timer:
-        task.meta_updates[META_NEXT_TIMER] = "" if bound is None else str(bound)
-        task.changed = True
+    return bound

@@ -38,7 +38,7 @@ from silt.errors import NotFoundError, ReferenceConflict
 from silt.plugins import open_store
 from silt.store import retrying
 
-from . import _layout, _metrics
+from . import _layout, _metrics, _watermark
 from .errors import ForeignStateError, LayoutMismatchError, NotStreamingError, StateAheadError
 
 log = logging.getLogger("silt_spark")
@@ -76,6 +76,8 @@ class OperatorSpec:
     #: root, oldest first, as ``(generation, num_shards)``; the last one is this spec's.
     generation: int = 0
     layouts: tuple[tuple[int, int], ...] = ()
+    #: Watermark delay (ms) of each event-time input; empty for operators without event time.
+    event_time_delays: tuple[int, ...] = ()
     #: Test hook: batch ids whose first task attempt fails right after committing its state.
     fail_after_commit: tuple[int, ...] = field(default=())
     test_marker_dir: str | None = None
@@ -195,6 +197,7 @@ class ShardTask:
         self.attempt = attempt
         self.first_kg, self.last_kg = _layout.shard_range(shard, spec.num_shards, spec.key_groups)
         self.url = spec.shard_url(shard)
+        self.url_name = _layout.shard_dir(shard, spec.num_shards, spec.key_groups, spec.generation)
         self.changed = False
         #: True when version ``batch_id`` already exists: recompute and emit, never commit.
         self.replay = False
@@ -207,6 +210,17 @@ class ShardTask:
         #: SSTs of the previous layout's shards referenced (rescale), 0 otherwise.
         self.referenced = 0
         self.started_ms = _now_ms()
+        #: The query-wide watermark of this batch (event-time operators; see _watermark.py).
+        self.watermark: int | None = None
+        self._observed: _watermark.Observed | None = None
+        self._event_seen: list[int | None] = []
+        delays = spec.event_time_delays
+        if delays:
+            self._observed = _watermark.observe(
+                spec.root, query_id, batch_id, delays, prune=shard == 0
+            )
+            self.watermark = self._observed.watermark_ms
+            self._event_seen = [None] * len(delays)
         t0 = _perf()
         self.db: silt.DB = self._open()
         self.open_ms = (_perf() - t0) * 1000
@@ -282,9 +296,25 @@ class ShardTask:
     def _open_at_most(self, version: int) -> silt.DB:
         return silt.open(self.url, at_most=version, settings=self.spec.silt_settings())
 
+    def observe_event_time(self, max_ms: int | None, input_index: int = 0) -> None:
+        """Note the largest event time (ms) among this shard's rows of an input in this batch,
+        late rows included (Spark measures every row that reaches ``withWatermark``)."""
+        if max_ms is None:
+            return
+        old = self._event_seen[input_index]
+        if old is None or max_ms > old:
+            self._event_seen[input_index] = int(max_ms)
+
     # -- finishing ----------------------------------------------------------------------------
     def finish(self) -> None:
-        """Commit version ``batch_id`` if anything changed (and it is not a replay)."""
+        """Record the batch's event times (before the commit, so a committed version always
+        has its markers), then commit version ``batch_id`` if anything changed (and it is not a
+        replay)."""
+        if self._observed is not None and any(m is not None for m in self._event_seen):
+            _watermark.record(
+                self.spec.root, self.query_id, self.batch_id, self.url_name,
+                self._event_seen, self._observed,
+            )
         # Timings for inspection (see docs/spark.md and _metrics.py): the commit's own duration
         # is about manifest.created_ms - task_start_ms - open_ms - process_ms.
         # (started_ms is wall-clock ms, truncated: a sub-ms task could come out negative)

@@ -228,7 +228,7 @@ def _closed_windows(
 
 def merge_partition(task: ShardTask, batches: Iterator[Any], wp: WindowPlan) -> Iterator[Any]:
     """After the shuffle, in the shard's task: drop late partials, merge the rest into state,
-    move the watermark, emit (``append``: closed windows; ``update``: touched windows) and
+    emit (``append``: windows the query-wide watermark closed; ``update``: touched windows) and
     evict closed windows, with one write batch."""
     import numpy as np
     import pyarrow as pa
@@ -237,28 +237,19 @@ def merge_partition(task: ShardTask, batches: Iterator[Any], wp: WindowPlan) -> 
 
     p = wp.agg
     meta = task.base_meta
-    wm_prev = _meta_int(meta, META_WATERMARK)
-    max_event = _meta_int(meta, META_MAX_EVENT_TIME)
+    wm = task.watermark
+    assert wm is not None, "window operators are event-time operators"
     bound = meta.get(META_MIN_START)  # None: unknown (e.g. after a rescale); "": no windows
+    if bound is None and task.db.version is None and not task.changed:
+        bound = ""  # a shard with no state yet (and nothing migrated) has no windows
     batches = list(batches)
     t = pa.Table.from_batches(batches) if batches else None
     rows = t is not None and t.num_rows > 0
-
-    wm = wm_prev
     if rows:
         check_key_groups(task, t[KG_COLUMN])
-        top = pc.max(t["__maxt"]).as_py()
-        if max_event is None or top > max_event:
-            task.meta_updates[META_MAX_EVENT_TIME] = str(top)
-            task.changed = True
-            cand = top - wp.delay_ms
-            if wm is None or cand > wm:
-                wm = cand
-                task.meta_updates[META_WATERMARK] = str(wm)
-    cutoff = None if wm is None else wm - wp.window_ms  # windows starting <= cutoff are closed
-    scan_due = cutoff is not None and (
-        bound is None or (bound != "" and int(bound) <= cutoff)
-    )
+        task.observe_event_time(pc.max(t["__maxt"]).as_py())
+    cutoff = wm - wp.window_ms  # windows starting <= cutoff are closed (end <= watermark)
+    scan_due = bound is None or (bound != "" and int(bound) <= cutoff)
     if not rows and not scan_due:
         return
 
@@ -266,50 +257,40 @@ def merge_partition(task: ShardTask, batches: Iterator[Any], wp: WindowPlan) -> 
     ops = batch.ops
     touched_open_min: int | None = None
     emit_tables: list[Any] = []
-    touched_closed: set[bytes] = set()
     if rows:
         g = t.drop_columns([PARTITION_COLUMN]).group_by(
             [*p.key_columns, KG_COLUMN, WS_COLUMN], use_threads=False
         ).aggregate([*_aggregate.merge_specs(p), ("__own", "sum")])
         ws = g[WS_COLUMN].to_numpy()
-        if wm_prev is not None:
-            late = ws + wp.window_ms <= wm_prev
-            if late.any():
-                late_rows = int(g["__own_sum"].to_numpy()[late].sum())
-                if late_rows:
-                    total = (_meta_int(meta, META_LATE_ROWS) or 0) + late_rows
-                    task.meta_updates[META_LATE_ROWS] = str(total)
-                    task.changed = True
-                g = g.filter(pa.array(~late))
-                ws = ws[~late]
+        late = ws <= cutoff  # Spark drops a (row, window) pair once the window's end <= wm
+        if late.any():
+            late_rows = int(g["__own_sum"].to_numpy()[late].sum())
+            if late_rows:
+                total = (_meta_int(meta, META_LATE_ROWS) or 0) + late_rows
+                task.meta_updates[META_LATE_ROWS] = str(total)
+                task.changed = True
+            g = g.filter(pa.array(~late))
+            ws = ws[~late]
         if g.num_rows:
+            # Every window left is still open: its end is after the watermark.
             keys = state_keys(
                 g[KG_COLUMN].to_pylist(), ws.tolist(), [g[c].to_pylist() for c in p.key_columns]
             )
             new = _aggregate.combine(
                 _aggregate.read_records(task.db.multi_get(keys), p, task.url), g, p
             )
-            closed = ws <= cutoff if cutoff is not None else np.zeros(len(ws), bool)
             buf = new.tobytes()
             width = new.dtype.itemsize
-            for i in np.flatnonzero(~closed).tolist():
-                ops.append((keys[i], buf[i * width:(i + 1) * width], None))
-            for i in np.flatnonzero(closed).tolist():
-                ops.append((keys[i], None, None))
-                touched_closed.add(keys[i])
-            if (~closed).any():
-                touched_open_min = int(ws[~closed].min())
-            pick = np.ones(len(ws), bool) if wp.output == "update" else closed
-            if pick.any():
-                sel = np.flatnonzero(pick)
-                emit_tables.append(_output(
-                    [g[c].take(pa.array(sel)) for c in p.key_columns], ws[sel], new[sel], wp
-                ))
+            ops.extend(
+                (keys[i], buf[i * width:(i + 1) * width], None) for i in range(len(keys))
+            )
+            touched_open_min = int(ws.min())
+            if wp.output == "update":
+                emit_tables.append(_output([g[c] for c in p.key_columns], ws, new, wp))
 
     old_open_min = None if bound in (None, "") else int(bound)
     if scan_due:
         closed_entries, old_open_min = _closed_windows(task, cutoff)
-        closed_entries = [(k, v) for k, v in closed_entries if k not in touched_closed]
         for k, _ in closed_entries:
             ops.append((k, None, None))
         if closed_entries and wp.output == "append":
@@ -326,6 +307,7 @@ def merge_partition(task: ShardTask, batches: Iterator[Any], wp: WindowPlan) -> 
     if ops:
         task.db.write(batch)
         task.changed = True
+        task.meta_updates[META_WATERMARK] = str(wm)
     mins = [m for m in (old_open_min, touched_open_min) if m is not None]
     new_bound = str(min(mins)) if mins else ""
     if new_bound != bound and (bound is not None or scan_due):  # unknown stays unknown

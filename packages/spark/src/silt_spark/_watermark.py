@@ -1,0 +1,146 @@
+"""The query-wide event-time watermark, as Spark defines it, derived inside the tasks.
+
+Spark's watermark is one value for the whole query: after each micro-batch the driver takes the
+largest event time seen so far per input (``withWatermark``), subtracts the input's delay, and
+for several inputs keeps the minimum (``spark.sql.streaming.multipleWatermarkPolicy=min``, the
+default); it starts at 0 and never goes down. Micro-batch ``b`` runs with the value computed from
+batches ``< b``. A silt operator's Spark plan has no Spark state, so the driver computes nothing
+for it: each shard's task derives the same value from small **marker objects** the query
+committed in earlier batches (DESIGN.md section 10)::
+
+    <operator root>/watermark/<query id>/<batch:020d>.<input>.<shard folder>.<max event ms>
+
+* Before it commits version ``b``, a shard writes (create-only, empty body) one marker per input
+  whose largest event time in batch ``b`` exceeds the largest the query had committed before
+  ``b``. Spark's micro-batch inputs are fixed by its offset log, so a retried or re-run task
+  writes the same name; a marker that already exists is left alone (objects are immutable).
+* The task for batch ``b`` LISTs the query's markers (one request) and keeps those of batches
+  ``< b``: every such batch had finished before Spark started ``b``, so each attempt of ``b``,
+  and any re-run after a restart, sees the same markers and the same watermark. Markers of a
+  batch are only written above the largest value committed before it, so the newest marked
+  batch of an input holds that input's maximum; shard 0 deletes the older ones (no later batch
+  needs them: Spark never re-runs a batch before ``b - 1`` once ``b`` has started).
+* Markers name no layout, so a rescale keeps the watermark; they are under the query id, so
+  another query's markers (after a take-over) are never read.
+
+Cost: per task one LIST, plus one PUT per input whose event time moved the maximum, plus (shard
+0, when older markers exist) one batched DELETE. No per-row work beyond the vectorized maximum
+of the event-time column.
+
+Simplification: Spark ignores inputs that have not had data yet and then never lowers the global
+value; with one input (every operator today) both rules are implied. For several inputs, the
+minimum here is taken over the inputs that have markers, without Spark's "never lower" step.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from silt.plugins import open_store
+from silt.store import retrying
+
+#: Folder of the marker objects under the operator root.
+PREFIX = "watermark/"
+#: Spark's watermark before any event time was seen (and its lower bound), ms.
+INITIAL_MS = 0
+
+_STORES: dict[str, Any] = {}
+_LOCK = threading.Lock()
+
+
+def _root_store(root: str) -> Any:
+    """The operator root's store, opened once per Python worker process."""
+    with _LOCK:
+        store = _STORES.get(root)
+        if store is None:
+            store = _STORES[root] = open_store(root)
+        return store
+
+
+def query_prefix(query_id: str) -> str:
+    return f"{PREFIX}{query_id or '_'}/"
+
+
+def marker_key(query_id: str, batch: int, input_index: int, shard: str, max_ms: int) -> str:
+    """The object name of a marker (see the module docstring)."""
+    return f"{query_prefix(query_id)}{batch:020d}.{input_index}.{shard}.{max_ms}"
+
+
+def parse_marker(name: str) -> tuple[int, int, str, int] | None:
+    """``(batch, input, shard folder, max event ms)`` of a marker's name after the query
+    prefix, or ``None`` for a name that is not a marker."""
+    parts = name.split(".")
+    if len(parts) != 4:
+        return None
+    try:
+        return int(parts[0]), int(parts[1]), parts[2], int(parts[3])
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
+class Observed:
+    """What the query committed before a batch: the largest event time per input (``None``
+    where an input has none yet) and the watermark it gives."""
+
+    max_event_ms: tuple[int | None, ...]
+    watermark_ms: int
+
+
+def watermark_of(max_event_ms: Sequence[int | None], delays_ms: Sequence[int]) -> int:
+    """Spark's rule: ``max(0, min over inputs with data of (max event time - delay))``."""
+    values = [m - d for m, d in zip(max_event_ms, delays_ms) if m is not None]
+    return max(INITIAL_MS, min(values)) if values else INITIAL_MS
+
+
+def observe(
+    root: str, query_id: str, batch: int, delays_ms: Sequence[int], prune: bool = False
+) -> Observed:
+    """Read the markers of batches ``< batch`` (one LIST) and derive the watermark.
+
+    With ``prune`` (shard 0's task), delete markers that an input's newer marked batch
+    supersedes (one batched DELETE, only when there are such markers).
+    """
+    store = _root_store(root)
+    prefix = query_prefix(query_id)
+    infos = retrying(lambda: list(store.list(prefix)))
+    n = len(delays_ms)
+    latest: list[int | None] = [None] * n
+    top: list[int | None] = [None] * n
+    parsed = []
+    for info in infos:
+        m = parse_marker(info.key[len(prefix):])
+        if m is None or m[0] >= batch or not 0 <= m[1] < n:
+            continue
+        parsed.append((info.key, m))
+        b, i, _, ms = m
+        if latest[i] is None or b > latest[i]:
+            latest[i] = b
+        if top[i] is None or ms > top[i]:
+            top[i] = ms
+    if prune:
+        stale = [key for key, (b, i, _, _) in parsed if b < latest[i]]
+        if stale:
+            retrying(lambda: store.delete_many(stale))
+    return Observed(tuple(top), watermark_of(top, delays_ms))
+
+
+def record(
+    root: str, query_id: str, batch: int, shard: str, seen: Sequence[int | None],
+    observed: Observed,
+) -> int:
+    """Write the markers of inputs whose largest event time in ``batch`` (``seen``) exceeds
+    what the query had committed before it; returns how many were needed."""
+    store = _root_store(root)
+    wrote = 0
+    for i, ms in enumerate(seen):
+        old = observed.max_event_ms[i]
+        if ms is None or (old is not None and ms <= old):
+            continue
+        key = marker_key(query_id, batch, i, shard, ms)
+        retrying(lambda key=key: store.put_if_absent(key, b""))
+        wrote += 1
+    return wrote
