@@ -239,3 +239,58 @@ def test_event_time_timers_equal_spark_transform_with_state(spark, tmp_path):
         got = run_stream(spark, tmp_path, name, batches, build, [i for _, i in layouts[1:]])
         pd.testing.assert_frame_equal(_sorted(got), _sorted(want), check_dtype=False, obj=name)
         assert os.listdir(marker_dir) == ([f"failed-{fail[0]}-{fail[1]}"] if fail else [])
+
+
+# --- deduplication within the watermark ------------------------------------------------------
+def dedup_rows(seed: int, n_batches: int) -> list[list[tuple[str, int, int]]]:
+    """``(id, amount, event ms)``: ids from a small pool recur within a batch (same event time
+    and amount: which copy is first does not matter) and across batches, before and after the
+    watermark forgets them; some rows are late (at or before the watermark)."""
+    rng = random.Random(seed)
+    out = []
+    top = None
+    for b in range(n_batches):
+        base = BASE_MS + 10_000 * b
+        rows = []
+        for k in rng.sample(range(30), 14):
+            t = base - 8000 + 500 * rng.randrange(23)
+            rows += [(f"e{k}", rng.randrange(1000), t)] * rng.randrange(1, 4)
+        if top is not None:
+            wm = top - 5000
+            rows += [(f"e{rng.randrange(30)}", 7, t) for t in (wm, wm - 1, wm - 9000)]
+        rng.shuffle(rows)
+        top = max([r[2] for r in rows] + ([top] if top is not None else []))
+        out.append(rows)
+    return out
+
+
+def test_event_time_dedup_equals_spark_drop_duplicates_within_watermark(spark, tmp_path):
+    batches = dedup_rows(4, 5)
+    want = run_stream(spark, tmp_path, "spark", batches, lambda run, _: (
+        run.stream().withWatermark("ts", "5 seconds").dropDuplicatesWithinWatermark(["user"])
+    ), tick=False)
+    n_rows = sum(len(b) for b in batches)
+    # Keys are forgotten and emitted again, and duplicates and late rows are dropped.
+    assert want["user"].duplicated().any() and 20 < len(want) < n_rows / 2
+
+    def key(df):
+        return df.sort_values(["user", "ts"]).reset_index(drop=True)
+
+    for name, layouts, fail in (
+        ("d1", [(1, 0)], None), ("d16", [(16, 0)], None), ("d7to2", [(7, 0), (2, 3)], (1, 4)),
+    ):
+        state = (tmp_path / f"{name}-state").as_uri()
+        marker_dir = tmp_path / f"{name}-failed"
+        marker_dir.mkdir()
+
+        def build(run, n, state=state, layouts=layouts, fail=fail, marker_dir=marker_dir):
+            out = silt_spark.deduplicate(
+                run.stream(), ["user"], state, layouts[n][0], event_time_column="ts",
+                watermark_delay="5 seconds",
+            )
+            return fail_once(out, *fail, str(marker_dir)) if fail else out
+
+        got = run_stream(spark, tmp_path, name, batches, build, [i for _, i in layouts[1:]],
+                         tick=False)
+        pd.testing.assert_frame_equal(key(got), key(want), check_dtype=False, obj=name)
+        assert os.listdir(marker_dir) == ([f"failed-{fail[0]}-{fail[1]}"] if fail else [])

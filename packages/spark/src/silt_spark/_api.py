@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from . import _aggregate, _dedup, _layout, _metrics, _processor, _shard, _window
+from . import _aggregate, _dedup, _layout, _metrics, _processor, _shard, _watermark, _window
 
 
 def _spec(
@@ -368,6 +368,21 @@ def aggregate(
     return _route(partials, keys, spec).mapInArrow(shard_fn, output_struct)
 
 
+def _timestamp_column(df: Any, column: str, name: str) -> None:
+    """Refuse ``column`` unless it is a ``timestamp`` or ``timestamp_ntz`` column of ``df``."""
+    from pyspark.sql import types as T
+
+    fields = {f.name: f.dataType for f in df.schema.fields}
+    if column not in fields:
+        raise ValueError(f"{name} {column!r} is not in the DataFrame ({sorted(fields)})")
+    t = fields[column]
+    if not isinstance(t, (T.TimestampType, T.TimestampNTZType)):
+        raise TypeError(
+            f"{name} {column!r} has type {t.simpleString()}; it must be a timestamp column "
+            "(cast epoch values with timestamp_millis(...) or to_timestamp(...))"
+        )
+
+
 def _duration_ms(value: Any, name: str) -> int:
     """A positive duration: ms (int), a ``datetime.timedelta``, or ``"10 minutes"`` style."""
     import datetime
@@ -530,18 +545,22 @@ def deduplicate(
     state_url: str,
     num_shards: int,
     *,
-    ttl: int | str | None = None,
+    event_time_column: str | None = None,
+    watermark_delay: Any = 0,
+    ttl: Any = None,
     key_groups: int = _layout.DEFAULT_KEY_GROUPS,
     reset: bool = False,
     settings: Any = None,
 ) -> Any:
     """Drop duplicate rows of a streaming DataFrame: each key's first row only.
 
-    The counterpart of ``df.dropDuplicates(keys)`` (``ttl=None``) and of
-    ``dropDuplicatesWithinWatermark`` (with a ``ttl``, in processing time). Vectorized: before
-    the shuffle, duplicates within each input partition are dropped with ``pyarrow``; each shard
-    then reads its batch's distinct keys with one sorted ``multi_get`` and writes the new ones
-    with one write batch.
+    The counterpart of ``df.dropDuplicates(keys)`` (no ``event_time_column``, no ``ttl``), of
+    ``df.withWatermark(col, delay).dropDuplicatesWithinWatermark(keys)`` (with
+    ``event_time_column`` and ``watermark_delay``: same results), or, with a ``ttl``, a
+    deduplication that forgets keys in processing time. Vectorized: before the shuffle,
+    duplicates within each input partition are dropped with ``pyarrow``; each shard then reads
+    its batch's distinct keys with one sorted ``multi_get`` and writes the new ones with one
+    write batch.
 
     Parameters
     ----------
@@ -554,10 +573,20 @@ def deduplicate(
     num_shards : int
         Number of shards (Spark partitions of the operator). Restarting the query with
         another number rescales without moving state (see ``docs/spark.md``, Rescaling).
-    ttl : int or str, optional
-        How long a key is remembered after its first row, in **processing time**: ms, a
-        ``datetime.timedelta`` or ``"24 hours"`` style. Later duplicates do not extend it; once
-        it has passed, the key's next row is emitted again. ``None`` (default): forever.
+    event_time_column : str, optional
+        A timestamp column: deduplicate **in event time**, as ``dropDuplicatesWithinWatermark``.
+        Micro-batch ``b`` runs with the query-wide watermark (the largest event time of the
+        batches before ``b`` minus ``watermark_delay``, at least 0). Rows whose event time is at
+        or before it are late and dropped; a key is remembered until the watermark reaches its
+        first row's event time plus ``watermark_delay``, then its next row is emitted again.
+    watermark_delay : int, str or timedelta, default 0
+        With ``event_time_column``: how late rows may arrive (ms, ``"10 minutes"``, a
+        ``timedelta``); also how long past its first event time a key is remembered.
+    ttl : int, str or timedelta, optional
+        Instead of ``event_time_column``: how long a key is remembered after its first row, in
+        **processing time** (wall clock), so results depend on when batches run. Later
+        duplicates do not extend it; once it has passed, the key's next row is emitted again.
+        Neither option: keys are remembered forever.
     key_groups : int, default 256
         Number of key groups, fixed per root.
     reset : bool, default False
@@ -589,23 +618,50 @@ def deduplicate(
 
     keys = _key_list(key_columns, df)
     ttl_ms = None if ttl is None else _duration_ms(ttl, "ttl")
+    delay_ms = parse_delay_ms(watermark_delay)
+    if event_time_column is not None:
+        if ttl is not None:
+            raise ValueError(
+                "pass event_time_column (forget keys in event time, as "
+                "dropDuplicatesWithinWatermark) or ttl (forget keys in processing time), not both"
+            )
+        _timestamp_column(df, event_time_column, "event_time_column")
+    elif delay_ms:
+        raise ValueError("watermark_delay needs event_time_column")
     for name in (_dedup.SEQ_COLUMN, _layout.KG_COLUMN, _layout.PARTITION_COLUMN):
         if name in df.columns:
             raise ValueError(f"the DataFrame must not have a column named {name!r}")
+    delays = (delay_ms,) if event_time_column is not None else ()
     spec = _spec(
         "dedup", state_url, num_shards, key_groups, reset, settings,
+        event_time_delays=delays,
         fail_after_commit=tuple(_shard.TEST_FAIL_AFTER_COMMIT),
         test_marker_dir=_shard.TEST_MARKER_DIR,
     )
-    spec = _shard.ensure_descriptor(spec, {"key_columns": _key_types(df, keys)}, PINNED)
+    mode = "event_time" if event_time_column is not None else "processing_time"
+    have = _shard.read_descriptor(state_url) if mode == "event_time" else None
+    if have is not None and have.get("operator") == "dedup" and "dedup_time" not in have:
+        from .errors import LayoutMismatchError
+
+        raise LayoutMismatchError(
+            f"the state root {state_url!r} holds a processing-time deduplication's keys; "
+            "event-time deduplication needs another state_url"
+        )
+    spec = _shard.ensure_descriptor(
+        spec, {"key_columns": _key_types(df, keys), "dedup_time": mode}, (*PINNED, "dedup_time")
+    )
     seq_struct = T.StructType([*df.schema.fields, T.StructField(_dedup.SEQ_COLUMN, T.LongType())])
     dp = _dedup.DedupPlan(
         tuple(keys), ttl_ms, to_arrow_schema(df.schema, timezone="UTC"),
-        to_arrow_schema(seq_struct, timezone="UTC"),
+        to_arrow_schema(seq_struct, timezone="UTC"), event_time_column, delay_ms,
     )
+    root = spec.root
+
+    def watermark() -> int:
+        return _watermark.in_task(root, delays)
 
     def number_fn(batches: Any) -> Any:
-        return _dedup.number_and_drop(batches, dp)
+        return _dedup.number_and_drop(batches, dp, watermark if delays else None)
 
     def process(task: _shard.ShardTask, batches: Any) -> Any:
         return _dedup.merge_partition(task, batches, dp)

@@ -1,4 +1,6 @@
-"""Streaming deduplication: each key's first row only, keys remembered for a TTL.
+"""Streaming deduplication: each key's first row only, keys remembered forever, until the
+query-wide watermark passes their first event time plus the delay (Spark's
+``dropDuplicatesWithinWatermark``), or for a processing-time TTL.
 
 No Python runs per row:
 
@@ -14,16 +16,25 @@ State entry per key::
 
     key:   kg:u16be 'D' enc(grouping key)
     value: the micro-batch id that first saw the key (u64be)
+           [event time: then expires_at (i64be, us): the first row's event time + the delay]
 
-The TTL is **processing time** and runs from the key's first row: later duplicates do not extend
-it (as in Spark's ``dropDuplicatesWithinWatermark``, where the first occurrence decides). Expired
-keys read as absent (a new first row is emitted) and compaction drops them.
+**Event time** (``event_time_column``, as ``dropDuplicatesWithinWatermark``): batch ``b`` runs
+with the query-wide watermark ``W`` of the batches before it (``_watermark.py``). Rows whose
+event time is at or before ``W`` are late and dropped (before the shuffle already); a key is
+remembered while ``expires_at > W``: a row of a remembered key is a duplicate, a row of a
+forgotten one is emitted again and remembered anew. Later duplicates do not extend a key's
+life: the first occurrence decides. An index ``kg:u16be 'E' expires_at:u64be(+2^63)
+enc(grouping key)`` finds the forgotten keys to delete, with a lower bound of its entries in the
+manifest meta (``spark.dedup_next_expiry_us``) so a batch in which nothing expires scans nothing.
+
+**Processing time** (``ttl``): a key is remembered for the TTL from its first row, with silt's
+own expiry; expired keys read as absent (a new first row is emitted) and compaction drops them.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +43,12 @@ from ._layout import KG_COLUMN, PARTITION_COLUMN
 from ._shard import ShardTask, check_key_groups
 
 DEDUP_TAG = b"D"
+#: Event-time expiry index: ``kg 'E' expires_at enc(key)`` (value empty).
+EXPIRY_TAG = b"E"
+META_NEXT_EXPIRY = "spark.dedup_next_expiry_us"
+_I64 = struct.Struct(">q")
+_U16 = struct.Struct(">H")
+_BIAS = 1 << 63
 SEQ_COLUMN = "__silt_seq"
 _U64 = struct.Struct(">Q")
 #: Rows per input partition that a sequence number can tell apart.
@@ -44,6 +61,32 @@ class DedupPlan:
     ttl_ms: int | None
     output_schema: Any  # pyarrow.Schema of the input (and output) rows
     seq_schema: Any  # the input plus SEQ_COLUMN
+    #: Event-time mode: the timestamp column and the delay (ms); ``None`` otherwise.
+    event_time_column: str | None = None
+    delay_ms: int = 0
+
+
+def _event_us(column: Any) -> Any:
+    """A timestamp column as int64 microseconds (nulls stay null)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    per_us = {"s": -1_000_000, "ms": -1000, "us": 1, "ns": 1000}[column.type.unit]
+    raw = column.cast(pa.int64())
+    if per_us < 0:
+        return pc.multiply(raw, -per_us)
+    return raw if per_us == 1 else pc.divide(raw, per_us)
+
+
+def drop_late(t: Any, dp: DedupPlan, watermark_ms: int) -> Any:
+    """``t`` without the rows whose event time is at or before the watermark (Spark keeps rows
+    with a null event time)."""
+    import pyarrow.compute as pc
+
+    late = pc.fill_null(
+        pc.less_equal(_event_us(t[dp.event_time_column]), watermark_ms * 1000), False
+    )
+    return t.filter(pc.invert(late)) if pc.any(late).as_py() else t
 
 
 def _first_per_key(t: Any, keys: tuple[str, ...], extra: tuple[str, ...] = ()) -> Any:
@@ -58,8 +101,11 @@ def _first_per_key(t: Any, keys: tuple[str, ...], extra: tuple[str, ...] = ()) -
     return t.take(pc.sort_indices(t[SEQ_COLUMN]))
 
 
-def number_and_drop(batches: Iterator[Any], dp: DedupPlan) -> Iterator[Any]:
-    """Before the shuffle: add ``SEQ_COLUMN`` and keep each key's first row of the partition."""
+def number_and_drop(
+    batches: Iterator[Any], dp: DedupPlan, watermark: Callable[[], int] | None = None
+) -> Iterator[Any]:
+    """Before the shuffle: add ``SEQ_COLUMN``, drop late rows (event time: ``watermark()`` is
+    the batch's watermark) and keep each key's first row of the partition."""
     import numpy as np
     import pyarrow as pa
     from pyspark import TaskContext
@@ -73,32 +119,109 @@ def number_and_drop(batches: Iterator[Any], dp: DedupPlan) -> Iterator[Any]:
     if t.num_rows >= 1 << _ROW_BITS:
         raise ValueError("an input partition of more than 2^40 rows")
     t = t.append_column(SEQ_COLUMN, pa.array(np.arange(base, base + t.num_rows), pa.int64()))
+    if dp.event_time_column is not None and watermark is not None:
+        # Late rows never count as a key's first row. They cannot raise the largest event
+        # time either (they are at or before the watermark), so the shards need not see them.
+        t = drop_late(t, dp, watermark())
+        if t.num_rows == 0:
+            return
     yield from _first_per_key(t, dp.key_columns).cast(dp.seq_schema).to_batches()
 
 
 def merge_partition(task: ShardTask, batches: Iterator[Any], dp: DedupPlan) -> Iterator[Any]:
-    """After the shuffle, in the shard's task: emit the rows of keys not seen before."""
+    """After the shuffle, in the shard's task: emit the rows of keys not seen before (event
+    time: not remembered at the watermark) and forget expired keys."""
     import numpy as np
     import pyarrow as pa
-
-    batches = [b for b in batches if b.num_rows]
-    if not batches:
-        return
-    t = pa.Table.from_batches(batches)
-    check_key_groups(task, t[KG_COLUMN])
-    t = _first_per_key(t.drop_columns([PARTITION_COLUMN]), dp.key_columns, (KG_COLUMN,))
-    keys = state_keys(t[KG_COLUMN], [t[c] for c in dp.key_columns], DEDUP_TAG)
-    seen = task.db.multi_get(keys)
-    new = np.fromiter((v is None for v in seen), bool, len(seen))
-    if not new.any():
-        return
+    import pyarrow.compute as pc
     import silt
 
-    ttl = None if dp.ttl_ms is None else dp.ttl_ms / 1000.0
-    value = _U64.pack(task.batch_id)
-    batch = silt.WriteBatch()
-    batch.ops = [(keys[i], value, ttl) for i in np.flatnonzero(new).tolist()]
-    task.db.write(batch)
-    task.changed = True
-    out = t.filter(pa.array(new)).select(list(dp.output_schema.names))
-    yield from out.cast(dp.output_schema).to_batches()
+    batches = [b for b in batches if b.num_rows]
+    event = dp.event_time_column is not None
+    ops: list[tuple[bytes, bytes | None, float | None]] = []
+    meta = task.base_meta
+    bound: int | None = None
+    limit = 0
+    if event:
+        limit = task.watermark * 1000  # us: keys with expires_at <= limit are forgotten
+        raw = meta.get(META_NEXT_EXPIRY)
+        bound = int(raw) if raw else None
+        if bound is not None and bound <= limit:
+            bound = _forget(task, limit, ops)
+    out = None
+    if batches:
+        t = pa.Table.from_batches(batches)
+        check_key_groups(task, t[KG_COLUMN])
+        if event:
+            t = drop_late(t, dp, task.watermark)  # (already dropped before the shuffle)
+            top = pc.max(_event_us(t[dp.event_time_column])).as_py() if t.num_rows else None
+            if top is not None:
+                task.observe_event_time(top // 1000)
+        t = _first_per_key(t.drop_columns([PARTITION_COLUMN]), dp.key_columns, (KG_COLUMN,))
+        keys = state_keys(t[KG_COLUMN], [t[c] for c in dp.key_columns], DEDUP_TAG)
+        seen = task.db.multi_get(keys)
+        if event:
+            new = np.fromiter(
+                (v is None or _I64.unpack_from(v, 8)[0] <= limit for v in seen), bool, len(seen)
+            )
+        else:
+            new = np.fromiter((v is None for v in seen), bool, len(seen))
+        if new.any():
+            idx = np.flatnonzero(new)
+            head = _U64.pack(task.batch_id)
+            if event:
+                expires = (
+                    _event_us(t[dp.event_time_column]).to_numpy(zero_copy_only=False)[idx]
+                    + dp.delay_ms * 1000
+                ).tolist()
+                pack, kgs = _I64.pack, t[KG_COLUMN].to_numpy()[idx].tolist()
+                for i, e, kg in zip(idx.tolist(), expires, kgs):
+                    k = keys[i]
+                    ops.append((k, head + pack(e), None))
+                    ops.append((_U16.pack(kg) + EXPIRY_TAG + _U64.pack(e + _BIAS) + k[3:],
+                                b"", None))
+                low = min(expires)
+                if bound is None or low < bound:
+                    bound = low
+            else:
+                ttl = None if dp.ttl_ms is None else dp.ttl_ms / 1000.0
+                ops.extend((keys[i], head, ttl) for i in idx.tolist())
+            out = t.filter(pa.array(new)).select(list(dp.output_schema.names))
+    if ops:
+        batch = silt.WriteBatch()
+        batch.ops = ops
+        task.db.write(batch)
+        task.changed = True
+    if event:
+        old = meta.get(META_NEXT_EXPIRY) or ""
+        new_bound = "" if bound is None else str(bound)
+        if new_bound != old:
+            task.meta_updates[META_NEXT_EXPIRY] = new_bound
+            task.changed = True
+    if out is not None:
+        yield from out.cast(dp.output_schema).to_batches()
+
+
+def _forget(task: ShardTask, limit: int, ops: list) -> int | None:
+    """Delete the keys whose ``expires_at <= limit`` and their index entries (appended to
+    ``ops``); return the smallest expiry left in the index (``None``: empty). One short scan
+    per key group of the shard, and one ``multi_get``: a key re-emitted since an index entry was
+    written has a newer expiry and stays."""
+    due_keys: list[bytes] = []
+    nxt: int | None = None
+    scan = task.db.scan
+    for kg in range(task.first_kg, task.last_kg + 1):
+        head = _U16.pack(kg) + EXPIRY_TAG
+        for k, _ in scan(head, _U16.pack(kg) + b"F"):
+            expiry = _U64.unpack_from(k, 3)[0] - _BIAS
+            if expiry > limit:
+                if nxt is None or expiry < nxt:
+                    nxt = expiry
+                break
+            ops.append((k, None, None))
+            due_keys.append(_U16.pack(kg) + DEDUP_TAG + k[11:])
+    if due_keys:
+        for k, v in zip(due_keys, task.db.multi_get(due_keys)):
+            if v is not None and _I64.unpack_from(v, 8)[0] <= limit:
+                ops.append((k, None, None))
+    return nxt

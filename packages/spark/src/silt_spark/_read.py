@@ -76,8 +76,8 @@ def decode_entries(
     if kind == "dedup":
         for key, value, expiry, ver in items:
             if key[2:3] == _dedup.DEDUP_TAG:  # value: the micro-batch that first saw the key
-                yield (_codec.decode(key[3:]), "seen", None, str(int.from_bytes(value, "big")),
-                       expiry, ver)
+                batch = int.from_bytes(value[:8], "big")  # (event time: then its expiry)
+                yield _codec.decode(key[3:]), "seen", None, str(batch), expiry, ver
         return
     for key, value, expiry, ver in items:
         if key[2:3] != _processor.STATE_TAG:

@@ -144,3 +144,16 @@ def record(
         retrying(lambda key=key: store.put_if_absent(key, b""))
         wrote += 1
     return wrote
+
+
+def in_task(root: str, delays_ms: Sequence[int]) -> int:
+    """The watermark of the running Spark task's micro-batch (for a step before an operator's
+    shuffle, which has no shard task): the same value the operator's shards see."""
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    batch = ctx.getLocalProperty("streaming.sql.batchId") if ctx is not None else None
+    if batch is None:
+        return INITIAL_MS
+    query_id = ctx.getLocalProperty("sql.streaming.queryId") or ""
+    return observe(root, query_id, int(batch), delays_ms).watermark_ms
