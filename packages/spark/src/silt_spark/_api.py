@@ -203,9 +203,11 @@ def transform_with_state(
         PySpark's ``timeMode``). Due timers call ``processor.handleExpiredTimer(key,
         timerValues, expiredTimerInfo)`` after the batch's rows were processed.
     event_time_column : str, optional
-        With ``time_mode="eventtime"``: a timestamp column (or integral ms). Each shard's
-        watermark is the largest event time it has seen minus ``watermark_delay``; it is kept
-        in the shard's manifest, survives restarts, and applies from the next micro-batch on.
+        With ``time_mode="eventtime"``: a timestamp column (or integral ms). The watermark is
+        query-wide, as in Spark: micro-batch ``b`` runs with the largest event time of the
+        batches before it minus ``watermark_delay`` (at least 0), in every shard, across
+        retries, restarts and rescales. Rows at or before it are late and never reach the
+        processor; timers at or before it fire, those set before the batch first.
     watermark_delay : int or str, default 0
         Delay in ms, or a Spark-style interval such as ``"10 seconds"`` or ``"5 minutes"``.
     heartbeat : bool, default False
@@ -416,6 +418,7 @@ def window_aggregate(
     key_groups: int = _layout.DEFAULT_KEY_GROUPS,
     reset: bool = False,
     settings: Any = None,
+    heartbeat: bool = False,
 ) -> Any:
     """Event-time window aggregation (tumbling or sliding) of a streaming DataFrame.
 
@@ -424,12 +427,13 @@ def window_aggregate(
     partial aggregation per input partition and window before the shuffle, then per shard one
     sorted ``multi_get`` of the touched windows, numpy arithmetic and one write batch.
 
-    Each shard keeps an event-time watermark (the largest event time it has seen minus
-    ``watermark_delay``) in its manifests. A row is late, and dropped, for each of its windows
-    that the watermark had closed (window end ``<=`` watermark) when its micro-batch started; the
-    count of rows dropped because all their windows were closed is kept per shard in the
-    manifest meta (``spark.late_rows``). A window closes when the watermark reaches its end; its
-    state is then evicted.
+    The watermark is query-wide, as in Spark: micro-batch ``b`` runs with the largest event
+    time of the batches before it minus ``watermark_delay`` (at least 0), the same in every
+    shard, whatever ``num_shards``, across retries, restarts and rescales. A row is late, and
+    dropped, for each of its windows that the watermark has closed (window end ``<=``
+    watermark); the count of rows dropped because all their windows were closed is kept per
+    shard in the manifest meta (``spark.late_rows``). A window closes when the watermark reaches
+    its end; its state is then evicted.
 
     Parameters
     ----------
@@ -459,8 +463,10 @@ def window_aggregate(
         How late rows may arrive: ms or an interval string.
     output : {"append", "update"}, default "append"
         ``"append"`` (Spark's append mode): each window is emitted **once**, with its final
-        aggregates, in the micro-batch whose rows move the shard's watermark to or past the
-        window's end. ``"update"``: every micro-batch emits each window that received rows in
+        aggregates, in the first micro-batch whose watermark is at or past the window's end
+        (Spark emits it in the no-data batch it runs right after the watermark moved; Spark
+        runs none for a silt operator, so the window comes with the next batch: see
+        ``heartbeat``). ``"update"``: every micro-batch emits each window that received rows in
         it, with its running aggregates (closed windows are evicted without output).
     key_groups : int, default 256
         Number of key groups, fixed per root.
@@ -468,6 +474,10 @@ def window_aggregate(
         Discard state that belongs to another streaming query instead of failing.
     settings : silt.Settings, optional
         LSM settings for the shards.
+    heartbeat : bool, default False
+        Union a 1 row/s ``rate`` source into the operator so micro-batches keep running while
+        the input is idle: windows the last input closed are then emitted without waiting for
+        more input. Keep the setting across restarts (it is a source of the query).
 
     Returns
     -------
@@ -536,7 +546,7 @@ def window_aggregate(
 
     needed = list(dict.fromkeys([*keys, time_column, *p.value_columns]))
     partials = df.select(*needed).mapInArrow(partial_fn, partial_struct)
-    return _route(partials, keys, spec).mapInArrow(shard_fn, output_struct)
+    return _route(partials, keys, spec, heartbeat).mapInArrow(shard_fn, output_struct)
 
 
 def deduplicate(

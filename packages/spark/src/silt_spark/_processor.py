@@ -13,11 +13,15 @@ own LSM entry, so a map can be large. Values are tuples (like PySpark's ``Row`` 
 
 Timers live in the same LSM: each key's timers under its prefix (``key_prefix 0x00 expiry``,
 for ``listTimers``), and a shard-wide index per key group (``kg 'T' expiry enc(key)``) scanned
-for due timers. The manifest meta keeps the shard's watermark and a lower bound of its timers
+for due timers. The manifest meta keeps a lower bound of the shard's timers
 (``spark.next_timer_ms``), so a batch with nothing due scans nothing.
 
-Simplifications: TTL is processing time (the LSM's own expiry) and restarts on every update, as
-in PySpark; the watermark is per shard (max event time seen by the shard minus the delay).
+Event time (``time_mode="eventtime"``) is query-wide, as in Spark (``_watermark.py``): batch ``b``
+runs with the watermark of the batches before it; rows at or before it are late and dropped;
+timers at or before it fire first (Spark fires them in the no-data batch that follows the
+watermark's move), then the batch's rows are handled, then timers those rows set at or before
+it fire. A state TTL is processing time (the LSM's own expiry), restarts on every update, as in
+PySpark, and is refused in event-time mode, as PySpark does.
 """
 
 from __future__ import annotations
@@ -403,7 +407,16 @@ class StatefulProcessorHandle:
             )
         return self._prefix
 
-    def _register(self, name: str, kind: type) -> None:
+    def _register(self, name: str, kind: type, ttl_ms: Any = None) -> None:
+        if ttl_ms is not None and self._time_mode == "eventtime":
+            from .errors import TimeModeError
+
+            raise TimeModeError(
+                f"state {name!r} asks for ttlDurationMs={ttl_ms!r}, but a state TTL is "
+                "processing time and the operator runs with time_mode='eventtime' (PySpark "
+                "refuses this too): drop the TTL and clear the state from an event-time timer, "
+                "or use time_mode='processingtime'"
+            )
         have = self._names.get(name)
         if have is not None and have is not kind:
             raise ValueError(
@@ -423,7 +436,8 @@ class StatefulProcessorHandle:
         schema : StructType or str, optional
             The value's schema (documentation only for now: values are tuples).
         ttlDurationMs : int, optional
-            Processing-time TTL in ms, restarted by every update.
+            Processing-time TTL in ms, restarted by every update. Refused in
+            ``time_mode="eventtime"`` (:class:`silt_spark.errors.TimeModeError`), as in PySpark.
 
         Examples
         --------
@@ -431,7 +445,7 @@ class StatefulProcessorHandle:
         ...     def init(self, handle):
         ...         self.last_seen = handle.getValueState("last_seen", "ts long", 60_000)
         """
-        self._register(stateName, ValueState)
+        self._register(stateName, ValueState, ttlDurationMs)
         return ValueState(self, stateName, ttlDurationMs)
 
     def getListState(
@@ -446,7 +460,8 @@ class StatefulProcessorHandle:
         schema : StructType or str, optional
             The elements' schema (documentation only for now: elements are tuples).
         ttlDurationMs : int, optional
-            Processing-time TTL of the whole list in ms, restarted by every update.
+            Processing-time TTL of the whole list in ms, restarted by every update (not in
+            ``time_mode="eventtime"``).
 
         Examples
         --------
@@ -454,7 +469,7 @@ class StatefulProcessorHandle:
         ...     def init(self, handle):
         ...         self.recent = handle.getListState("recent", "amount double")
         """
-        self._register(stateName, ListState)
+        self._register(stateName, ListState, ttlDurationMs)
         return ListState(self, stateName, ttlDurationMs)
 
     def getMapState(
@@ -473,7 +488,8 @@ class StatefulProcessorHandle:
         userKeySchema, valueSchema : StructType or str, optional
             Schemas of map keys and values (documentation only for now: both are tuples).
         ttlDurationMs : int, optional
-            Processing-time TTL of each entry in ms, restarted when the entry is updated.
+            Processing-time TTL of each entry in ms, restarted when the entry is updated (not
+            in ``time_mode="eventtime"``).
 
         Examples
         --------
@@ -481,7 +497,7 @@ class StatefulProcessorHandle:
         ...     def init(self, handle):
         ...         self.per_device = handle.getMapState("per_device", "d string", "n long")
         """
-        self._register(stateName, MapState)
+        self._register(stateName, MapState, ttlDurationMs)
         return MapState(self, stateName, ttlDurationMs)
 
     def registerTimer(self, expiryTimestampMs: int) -> None:

@@ -8,9 +8,9 @@ The plan mirrors keyed aggregation (``_aggregate.py``), with the window start as
    row count, per-column count/sum/min/max, the largest event time, and ``__own``, the number of
    rows for which this is the latest window (so late rows can be counted, not just windows).
 2. **Per shard** (after routing by key group): merge the partials, drop those of windows the
-   shard's watermark has already closed (late data), read the state of every touched window with
-   one sorted ``multi_get``, combine with numpy, move the watermark, find the windows it closed,
-   and apply everything with one ``WriteBatch``.
+   query-wide watermark has already closed (late data), read the state of every touched window
+   with one sorted ``multi_get``, combine with numpy, find the windows the watermark closed, and
+   apply everything with one ``WriteBatch``.
 
 State entry per (grouping key, window), with the window start **before** the key so that, within
 a key group, windows sort by start and the closed ones are a prefix::
@@ -18,21 +18,21 @@ a key group, windows sort by start and the closed ones are a prefix::
     key:   kg:u16be 'W' window_start:u64be (ms + 2^63, sorts as signed ms) enc(grouping key)
     value: the keyed aggregation's record (format:u8=1 rows:i64le then n, sum, min, max per column)
 
-A window ``[start, start + window)`` is **closed** once the shard's watermark reaches its end.
-Finding closed windows is one range scan per key group of the shard, from the key group's first
-window to the first one still open; the manifest meta keeps a lower bound of the shard's open
-window starts (``spark.window_min_start_ms``; absent means unknown, e.g. after a rescale), so a
-batch in which no window can close scans nothing.
+A window ``[start, start + window)`` is **closed** once the watermark reaches its end. Finding
+closed windows is one range scan per key group of the shard, from the key group's first window to
+the first one still open; the manifest meta keeps a lower bound of the shard's open window starts
+(``spark.window_min_start_ms``; absent means unknown, e.g. after a rescale), so a batch in which
+no window can close scans nothing.
 
-Watermark (per shard, as for timers, in the manifest meta): the largest event time the shard has
-seen minus the delay. Rows are judged late against the watermark as of the start of the batch
-(Spark's rule: a (row, window) pair is dropped when the window's end is ``<=`` the watermark); the
-batch's own rows then move the watermark, and windows it closes are emitted in the same batch
-(Spark would emit them in the next, usually a no-data, batch; this binding has no no-data batches
-since Spark does not see its state).
+Watermark: query-wide, as in Spark (``_watermark.py``): batch ``b`` runs with the largest event
+time of the batches before it minus the delay (at least 0). A (row, window) pair is late, and
+dropped, when the window's end is ``<=`` the watermark (Spark's rule); windows whose end is
+``<=`` it are emitted (append) and evicted in batch ``b``, by every shard, whether or not it has
+rows. Spark emits them in the no-data batch it runs after the batch that moved the watermark; a
+silt operator's plan has no Spark state, so Spark runs no such batch for it and the windows come
+out in the next batch (``heartbeat`` or any later input).
 
-Simplifications: the watermark is per shard (a shard that receives no rows keeps its watermark
-and its windows stay open); rows with a null event time are dropped without being counted.
+Simplification: rows with a null event time are dropped without being counted.
 """
 
 from __future__ import annotations
@@ -244,6 +244,8 @@ def merge_partition(task: ShardTask, batches: Iterator[Any], wp: WindowPlan) -> 
         bound = ""  # a shard with no state yet (and nothing migrated) has no windows
     batches = list(batches)
     t = pa.Table.from_batches(batches) if batches else None
+    if t is not None and t.num_rows and pc.min(t[KG_COLUMN]).as_py() < 0:
+        t = t.filter(pc.greater_equal(t[KG_COLUMN], 0))  # heartbeat rows only make a batch
     rows = t is not None and t.num_rows > 0
     if rows:
         check_key_groups(task, t[KG_COLUMN])

@@ -26,6 +26,11 @@ class LayoutMismatchError(SparkStateError, ValueError):
     """The state root was created with another operator kind, key-group or shard count."""
 
 
+class TimeModeError(SparkStateError, ValueError):
+    """A state variable asks for what the operator's ``time_mode`` does not allow (a TTL in
+    ``"eventtime"`` mode, which PySpark refuses too)."""
+
+
 class NotStreamingError(SparkStateError):
     """An operator ran outside a streaming query (no micro-batch id in the task)."""
 
@@ -36,4 +41,5 @@ __all__ = [
     "NotStreamingError",
     "SparkStateError",
     "StateAheadError",
+    "TimeModeError",
 ]
