@@ -5,7 +5,17 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from . import _aggregate, _dedup, _layout, _metrics, _processor, _shard, _watermark, _window
+from . import (
+    _aggregate,
+    _dedup,
+    _interval,
+    _layout,
+    _metrics,
+    _processor,
+    _shard,
+    _watermark,
+    _window,
+)
 
 
 def _spec(
@@ -96,43 +106,23 @@ def _heartbeat(df: Any, schema: Any) -> Any:
     return rate.select(*cols)
 
 
-_UNITS_MS = {
-    "ms": 1, "millisecond": 1, "milliseconds": 1, "s": 1000, "second": 1000, "seconds": 1000,
-    "m": 60_000, "minute": 60_000, "minutes": 60_000, "h": 3_600_000, "hour": 3_600_000,
-    "hours": 3_600_000, "d": 86_400_000, "day": 86_400_000, "days": 86_400_000,
-}
+def _delay_ms(value: Any, name: str = "watermark_delay") -> int:
+    """A watermark delay in ms (Spark's interval syntax, see ``_interval.py``)."""
+    return _interval.duration_ms(value, name, positive=False, months_ok=True)
 
 
-def parse_delay_ms(delay: int | str) -> int:
-    """``1500`` or ``"10 seconds"`` / ``"5 minutes"`` / ``"2 hours"`` -> ms."""
-    if isinstance(delay, bool):
-        raise TypeError("watermark_delay must be ms or an interval string")
-    if isinstance(delay, int):
-        ms = delay
-    elif isinstance(delay, str):
-        parts = delay.strip().lower().split()
-        try:
-            if len(parts) != 2 or parts[1] not in _UNITS_MS:
-                raise ValueError
-            ms = int(float(parts[0]) * _UNITS_MS[parts[1]])
-        except ValueError:
-            raise ValueError(f"cannot parse interval {delay!r}: use e.g. '10 seconds'") from None
-    else:
-        raise TypeError(f"watermark_delay must be ms or an interval string, got {delay!r}")
-    if ms < 0:
-        raise ValueError(f"watermark_delay must not be negative, got {delay!r}")
-    return ms
-
-
-def _time_config(df: Any, mode: str, column: str | None, delay: int | str) -> Any:
+def _time_config(df: Any, mode: str, column: str | None, delay: Any) -> Any:
     from pyspark.sql import types as T
 
     m = str(mode).lower()
     if m not in _processor.TIME_MODES:
         raise ValueError(f"time_mode must be one of {_processor.TIME_MODES}, got {mode!r}")
+    delay_ms = _delay_ms(delay)
     if m != "eventtime":
         if column is not None:
             raise ValueError("event_time_column needs time_mode='eventtime'")
+        if delay_ms:
+            raise ValueError("watermark_delay needs time_mode='eventtime'")
         return _processor.TimeConfig(m)
     if column is None:
         raise ValueError("time_mode='eventtime' needs event_time_column")
@@ -142,7 +132,7 @@ def _time_config(df: Any, mode: str, column: str | None, delay: int | str) -> An
         raise ValueError(f"event_time_column {column!r} is not in the DataFrame")
     if not isinstance(t, (T.TimestampType, T.TimestampNTZType, T.LongType, T.IntegerType)):
         raise TypeError(f"event_time_column {column!r} must be a timestamp or ms, not {t}")
-    return _processor.TimeConfig(m, column, parse_delay_ms(delay))
+    return _processor.TimeConfig(m, column, delay_ms)
 
 
 def transform_with_state(
@@ -159,7 +149,7 @@ def transform_with_state(
     rows_format: str = "pandas",
     time_mode: str = "none",
     event_time_column: str | None = None,
-    watermark_delay: int | str = 0,
+    watermark_delay: Any = 0,
     heartbeat: bool = False,
 ) -> Any:
     """Apply a :class:`StatefulProcessor` per key to a streaming DataFrame, state in silt.
@@ -208,8 +198,10 @@ def transform_with_state(
         batches before it minus ``watermark_delay`` (at least 0), in every shard, across
         retries, restarts and rescales. Rows at or before it are late and never reach the
         processor; timers at or before it fire, those set before the batch first.
-    watermark_delay : int or str, default 0
-        Delay in ms, or a Spark-style interval such as ``"10 seconds"`` or ``"5 minutes"``.
+    watermark_delay : int, str or timedelta, default 0
+        How late rows may arrive: ms (int), a ``datetime.timedelta`` or a Spark interval
+        string (``"10 minutes"``, ``"interval 1 hour 30 minutes"``, ``"2 weeks"``; see
+        ``docs/spark.md``).
     heartbeat : bool, default False
         Union a 1 row/s ``rate`` source into the operator so micro-batches (and so timers) keep
         running while the input is idle; heartbeat rows never reach the processor. Set the
@@ -385,35 +377,17 @@ def _timestamp_column(df: Any, column: str, name: str) -> None:
         )
 
 
-def _duration_ms(value: Any, name: str) -> int:
-    """A positive duration: ms (int), a ``datetime.timedelta``, or ``"10 minutes"`` style."""
-    import datetime
-
-    if isinstance(value, datetime.timedelta):
-        ms = int(value.total_seconds() * 1000)
-    elif isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise TypeError(f"{name} must be ms, a timedelta or an interval string, got {value!r}")
-    else:
-        try:
-            ms = parse_delay_ms(value)
-        except (TypeError, ValueError) as e:
-            raise ValueError(f"{name}: {e}") from None
-    if ms <= 0:
-        raise ValueError(f"{name} must be positive, got {value!r}")
-    return ms
-
-
 def window_aggregate(
     df: Any,
     key_columns: Sequence[str] | str,
     time_column: str,
-    window_duration: int | str,
+    window_duration: Any,
     aggs: Sequence[str] | Mapping[str, str],
     state_url: str,
     num_shards: int,
     *,
-    slide_duration: int | str | None = None,
-    watermark_delay: int | str = 0,
+    slide_duration: Any = None,
+    watermark_delay: Any = 0,
     output: str = "append",
     key_groups: int = _layout.DEFAULT_KEY_GROUPS,
     reset: bool = False,
@@ -445,8 +419,10 @@ def window_aggregate(
     time_column : str
         The event-time column: ``timestamp`` or ``timestamp_ntz``. Rows where it is null are
         dropped.
-    window_duration : int or str
-        Window length: ms, a ``datetime.timedelta``, or ``"10 minutes"`` / ``"24 hours"`` style.
+    window_duration : int, str or timedelta
+        Window length: ms (int), a ``datetime.timedelta`` or a Spark interval string
+        (``"10 minutes"``, ``"interval 1 hour 30 minutes"``, ``"2 weeks"``; see
+        ``docs/spark.md``).
     aggs : list of str or dict of str to str
         As for :func:`aggregate`: ``count``, ``count(col)``, ``sum``, ``min``, ``max``,
         ``avg`` of integral or floating-point columns.
@@ -455,12 +431,14 @@ def window_aggregate(
     num_shards : int
         Number of shards (Spark partitions of the operator). Restarting the query with
         another number rescales without moving state (see ``docs/spark.md``, Rescaling).
-    slide_duration : int or str, optional
+    slide_duration : int, str or timedelta, optional
         Slide of a sliding window (at most ``window_duration``); ``None`` (default) makes
         tumbling windows. Windows start at multiples of the slide since the epoch, as in Spark,
         so a row belongs to ``window_duration / slide_duration`` windows.
-    watermark_delay : int or str, default 0
-        How late rows may arrive: ms or an interval string.
+    watermark_delay : int, str or timedelta, default 0
+        How late rows may arrive: ms (int), a ``datetime.timedelta`` or a Spark interval
+        string (``"10 minutes"``, ``"interval 1 hour 30 minutes"``, ``"2 weeks"``; see
+        ``docs/spark.md``).
     output : {"append", "update"}, default "append"
         ``"append"`` (Spark's append mode): each window is emitted **once**, with its final
         aggregates, in the first micro-batch whose watermark is at or past the window's end
@@ -504,8 +482,8 @@ def window_aggregate(
     ...          .option("checkpointLocation", "/data/chk/failures").start())
     """
     keys = _key_list(key_columns, df)
-    window_ms = _duration_ms(window_duration, "window_duration")
-    slide_ms = window_ms if slide_duration is None else _duration_ms(
+    window_ms = _interval.duration_ms(window_duration, "window_duration")
+    slide_ms = window_ms if slide_duration is None else _interval.duration_ms(
         slide_duration, "slide_duration"
     )
     if slide_ms > window_ms:
@@ -513,7 +491,7 @@ def window_aggregate(
             f"slide_duration ({slide_ms} ms) must not be longer than window_duration "
             f"({window_ms} ms)"
         )
-    delay_ms = parse_delay_ms(watermark_delay)
+    delay_ms = _delay_ms(watermark_delay)
     if output not in _window.OUTPUTS:
         raise ValueError(f"output must be one of {_window.OUTPUTS}, got {output!r}")
     parsed = _aggregate.parse_aggs(aggs)
@@ -627,8 +605,8 @@ def deduplicate(
     from pyspark.sql.pandas.types import to_arrow_schema
 
     keys = _key_list(key_columns, df)
-    ttl_ms = None if ttl is None else _duration_ms(ttl, "ttl")
-    delay_ms = parse_delay_ms(watermark_delay)
+    ttl_ms = None if ttl is None else _interval.duration_ms(ttl, "ttl")
+    delay_ms = _delay_ms(watermark_delay)
     if event_time_column is not None:
         if ttl is not None:
             raise ValueError(
