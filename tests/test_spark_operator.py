@@ -303,7 +303,7 @@ def test_task_failing_after_commit_is_retried_without_double_counting(
         assert_frames(run.outputs[b], want[b])
 
 
-def test_state_of_another_query_is_refused_unless_reset(spark, tmp_path):
+def test_state_of_another_query_is_refused_unless_taken_over(spark, tmp_path):
     state = (tmp_path / "state").as_uri()
     first = Run(spark, tmp_path, "first")
     first.start(silt_spark.aggregate(first.stream(), ["user"], ["count"], state, num_shards=2))
@@ -322,7 +322,7 @@ def test_state_of_another_query_is_refused_unless_reset(spark, tmp_path):
     rows = batch(42)
     third.write(rows)
     third.start(silt_spark.aggregate(
-        third.stream(), ["user"], ["count"], state, num_shards=2, reset=True,
+        third.stream(), ["user"], ["count"], state, num_shards=2, take_over=True,
     ))
     third.drain()
     third.stop()

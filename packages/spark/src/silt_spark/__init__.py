@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from . import errors
 from ._api import aggregate, deduplicate, transform_with_state, window_aggregate
+from ._lifecycle import drop_state
 from ._metrics import MetricsListener, metrics
 from ._processor import (
     ExpiredTimerInfo,
@@ -46,6 +47,7 @@ __all__ = [
     "ValueState",
     "aggregate",
     "deduplicate",
+    "drop_state",
     "errors",
     "metrics",
     "read_state",

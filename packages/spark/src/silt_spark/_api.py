@@ -20,15 +20,26 @@ from . import (
 
 def _spec(
     kind: str,
+    df: Any,
     state_url: str,
     num_shards: int,
     key_groups: int,
-    reset: bool,
+    take_over: bool,
+    reset: bool | None,
     settings: Any,
     **hooks: Any,
 ) -> _shard.OperatorSpec:
     import silt
 
+    _check_streaming(df, kind)
+    if reset is not None:
+        import warnings
+
+        warnings.warn(
+            "reset= is renamed take_over= (it discards another streaming query's state)",
+            DeprecationWarning, stacklevel=3,
+        )
+        take_over = take_over or bool(reset)
     if not isinstance(state_url, str) or "://" not in state_url:
         raise ValueError(
             f"state_url must be a store URL such as 'file:///data/state/op1', got {state_url!r}"
@@ -46,9 +57,28 @@ def _spec(
         root=state_url,
         num_shards=num_shards,
         key_groups=key_groups,
-        reset=bool(reset),
+        take_over=bool(take_over),
         settings=settings.to_dict() if settings is not None else None,
         **hooks,
+    )
+
+
+def _check_streaming(df: Any, kind: str) -> None:
+    """Refuse a batch DataFrame when the operator is built, before any state is touched,
+    unless it is built inside ``foreachBatch`` (the micro-batch id is then known)."""
+    from .errors import NotStreamingError
+
+    if getattr(df, "isStreaming", False):
+        return
+    session = getattr(df, "sparkSession", None)
+    if session is not None and session.sparkContext.getLocalProperty(
+        "streaming.sql.batchId"
+    ) is not None:
+        return  # inside foreachBatch: the tasks see the micro-batch id and the query id
+    raise NotStreamingError(
+        f"silt_spark's {kind} operator needs a streaming DataFrame (spark.readStream...) or "
+        "a micro-batch DataFrame inside foreachBatch: its state version is the micro-batch "
+        "id, which a batch query has not"
     )
 
 
@@ -144,8 +174,9 @@ def transform_with_state(
     num_shards: int,
     *,
     key_groups: int = _layout.DEFAULT_KEY_GROUPS,
-    reset: bool = False,
+    take_over: bool = False,
     settings: Any = None,
+    reset: bool | None = None,
     rows_format: str = "pandas",
     time_mode: str = "none",
     event_time_column: str | None = None,
@@ -181,8 +212,11 @@ def transform_with_state(
         another number rescales without moving state (see ``docs/spark.md``, Rescaling).
     key_groups : int, default 256
         Number of key groups, fixed per root; the upper bound on ``num_shards``.
-    reset : bool, default False
-        Discard state that belongs to another streaming query instead of failing.
+    take_over : bool, default False
+        Take the state root over from another streaming query: discard the state that
+        belongs to another query id (a new checkpoint means a new query id) instead of failing
+        with :class:`~silt_spark.errors.ForeignStateError`. To start your own query's state
+        over, use :func:`silt_spark.drop_state`. (``reset=`` is its deprecated old name.)
     settings : silt.Settings, optional
         LSM settings for the shards.
     rows_format : {"pandas", "arrow"}, default "pandas"
@@ -249,7 +283,7 @@ def transform_with_state(
         raise ValueError(f"rows_format must be 'pandas' or 'arrow', got {rows_format!r}")
     time_cfg = _time_config(df, time_mode, event_time_column, watermark_delay)
     spec = _spec(
-        "processor", state_url, num_shards, key_groups, reset, settings,
+        "processor", df, state_url, num_shards, key_groups, take_over, reset, settings,
         event_time_delays=(
             (time_cfg.watermark_delay_ms,) if time_cfg.mode == "eventtime" else ()
         ),
@@ -282,8 +316,9 @@ def aggregate(
     num_shards: int,
     *,
     key_groups: int = _layout.DEFAULT_KEY_GROUPS,
-    reset: bool = False,
+    take_over: bool = False,
     settings: Any = None,
+    reset: bool | None = None,
 ) -> Any:
     """Keyed running aggregation (count, sum, min, max, avg) of a streaming DataFrame.
 
@@ -311,8 +346,11 @@ def aggregate(
         another number rescales without moving state (see ``docs/spark.md``, Rescaling).
     key_groups : int, default 256
         Number of key groups, fixed per root.
-    reset : bool, default False
-        Discard state that belongs to another streaming query instead of failing.
+    take_over : bool, default False
+        Take the state root over from another streaming query: discard the state that
+        belongs to another query id (a new checkpoint means a new query id) instead of failing
+        with :class:`~silt_spark.errors.ForeignStateError`. To start your own query's state
+        over, use :func:`silt_spark.drop_state`. (``reset=`` is its deprecated old name.)
     settings : silt.Settings, optional
         LSM settings for the shards.
 
@@ -337,7 +375,7 @@ def aggregate(
     parsed = _aggregate.parse_aggs(aggs)
     p, partial_struct, output_struct = _aggregate.plan(df.schema, keys, parsed)
     spec = _spec(
-        "aggregate", state_url, num_shards, key_groups, reset, settings,
+        "aggregate", df, state_url, num_shards, key_groups, take_over, reset, settings,
         fail_after_commit=tuple(_shard.TEST_FAIL_AFTER_COMMIT),
         test_marker_dir=_shard.TEST_MARKER_DIR,
     )
@@ -390,8 +428,9 @@ def window_aggregate(
     watermark_delay: Any = 0,
     output: str = "append",
     key_groups: int = _layout.DEFAULT_KEY_GROUPS,
-    reset: bool = False,
+    take_over: bool = False,
     settings: Any = None,
+    reset: bool | None = None,
     heartbeat: bool = False,
 ) -> Any:
     """Event-time window aggregation (tumbling or sliding) of a streaming DataFrame.
@@ -448,8 +487,11 @@ def window_aggregate(
         it, with its running aggregates (closed windows are evicted without output).
     key_groups : int, default 256
         Number of key groups, fixed per root.
-    reset : bool, default False
-        Discard state that belongs to another streaming query instead of failing.
+    take_over : bool, default False
+        Take the state root over from another streaming query: discard the state that
+        belongs to another query id (a new checkpoint means a new query id) instead of failing
+        with :class:`~silt_spark.errors.ForeignStateError`. To start your own query's state
+        over, use :func:`silt_spark.drop_state`. (``reset=`` is its deprecated old name.)
     settings : silt.Settings, optional
         LSM settings for the shards.
     heartbeat : bool, default False
@@ -499,7 +541,7 @@ def window_aggregate(
         df.schema, keys, parsed, time_column, window_ms, slide_ms, delay_ms, output
     )
     spec = _spec(
-        "window", state_url, num_shards, key_groups, reset, settings,
+        "window", df, state_url, num_shards, key_groups, take_over, reset, settings,
         event_time_delays=(delay_ms,),
         fail_after_commit=tuple(_shard.TEST_FAIL_AFTER_COMMIT),
         test_marker_dir=_shard.TEST_MARKER_DIR,
@@ -537,8 +579,9 @@ def deduplicate(
     watermark_delay: Any = 0,
     ttl: Any = None,
     key_groups: int = _layout.DEFAULT_KEY_GROUPS,
-    reset: bool = False,
+    take_over: bool = False,
     settings: Any = None,
+    reset: bool | None = None,
 ) -> Any:
     """Drop duplicate rows of a streaming DataFrame: each key's first row only.
 
@@ -577,8 +620,11 @@ def deduplicate(
         Neither option: keys are remembered forever.
     key_groups : int, default 256
         Number of key groups, fixed per root.
-    reset : bool, default False
-        Discard state that belongs to another streaming query instead of failing.
+    take_over : bool, default False
+        Take the state root over from another streaming query: discard the state that
+        belongs to another query id (a new checkpoint means a new query id) instead of failing
+        with :class:`~silt_spark.errors.ForeignStateError`. To start your own query's state
+        over, use :func:`silt_spark.drop_state`. (``reset=`` is its deprecated old name.)
     settings : silt.Settings, optional
         LSM settings for the shards.
 
@@ -621,7 +667,7 @@ def deduplicate(
             raise ValueError(f"the DataFrame must not have a column named {name!r}")
     delays = (delay_ms,) if event_time_column is not None else ()
     spec = _spec(
-        "dedup", state_url, num_shards, key_groups, reset, settings,
+        "dedup", df, state_url, num_shards, key_groups, take_over, reset, settings,
         event_time_delays=delays,
         fail_after_commit=tuple(_shard.TEST_FAIL_AFTER_COMMIT),
         test_marker_dir=_shard.TEST_MARKER_DIR,

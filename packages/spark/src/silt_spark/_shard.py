@@ -5,8 +5,8 @@ The task for batch ``b`` of shard ``i``:
 1. lists the shard's manifests (only those after the cached handle's version when warm) and
    picks the latest version ``<= b - 1`` as its base;
 2. refuses a shard whose latest manifest was written by another streaming query (unless the
-   operator was built with ``reset=True``, which deletes that shard's objects first), and a shard
-   that already has versions newer than ``b`` (the checkpoint is older than the state);
+   operator was built with ``take_over=True``, which deletes that shard's objects first), and a
+   shard that already has versions newer than ``b`` (the checkpoint is older than the state);
 3. processes its rows against the base, and commits version ``b`` with the query id in the
    manifest's meta. A shard that changed nothing commits nothing.
 
@@ -20,8 +20,9 @@ Open shard handles are cached per Python worker process between batches (warm bl
 handle leaves the cache while a task uses it and goes back only when the task succeeded without
 leaving uncommitted writes, so a failed attempt's writes can never leak into a later batch.
 
-Simplifications: the cache is a per-process LRU of :data:`MAX_CACHED_SHARDS` handles; ``reset``
-only clears shards as tasks reach them (a shard that never receives data keeps its old objects).
+Simplifications: the cache is a per-process LRU of :data:`MAX_CACHED_SHARDS` handles;
+``take_over`` only clears shards as tasks reach them (a shard that never receives data keeps its
+old objects).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from silt.errors import NotFoundError, ReferenceConflict
 from silt.plugins import open_store
 from silt.store import retrying
 
-from . import _layout, _metrics, _watermark
+from . import _layout, _lifecycle, _metrics, _watermark
 from .errors import ForeignStateError, LayoutMismatchError, NotStreamingError, StateAheadError
 
 log = logging.getLogger("silt_spark")
@@ -52,13 +53,14 @@ DESCRIPTOR_FORMAT = 2
 META_QUERY_ID = "spark.query_id"
 META_BATCH_ID = "spark.batch_id"
 
-#: shard URL -> (query id, handle). A handle is reused only by the query that cached it.
 #: Test hooks, read on the driver when an operator is built: batch ids whose first task attempt
 #: fails right after committing its state, and a folder where each injected failure leaves a
 #: file (see tests/test_spark_operator.py).
 TEST_FAIL_AFTER_COMMIT: list[int] = []
 TEST_MARKER_DIR: str | None = None
 
+#: shard URL -> (query id/root incarnation, handle). A handle is reused only by the query that
+#: cached it, on the same incarnation of the root (not after drop_state re-created it).
 _CACHE: OrderedDict[str, tuple[str, silt.DB]] = OrderedDict()
 
 
@@ -70,12 +72,17 @@ class OperatorSpec:
     root: str
     num_shards: int
     key_groups: int = _layout.DEFAULT_KEY_GROUPS
-    reset: bool = False
+    #: Discard state of another streaming query found under the root (``take_over=True``).
+    take_over: bool = False
     settings: dict[str, Any] | None = None
     #: Layout generation of ``num_shards`` (0 until the first rescale) and every layout of the
     #: root, oldest first, as ``(generation, num_shards)``; the last one is this spec's.
     generation: int = 0
     layouts: tuple[tuple[int, int], ...] = ()
+    #: The descriptor's id (a dropped and re-created root gets a new one) and whether the
+    #: root records the queries it serves (see _lifecycle.py).
+    incarnation: str = ""
+    check_origin: bool = False
     #: Watermark delay (ms) of each event-time input; empty for operators without event time.
     event_time_delays: tuple[int, ...] = ()
     #: Test hook: batch ids whose first task attempt fails right after committing its state.
@@ -120,8 +127,12 @@ def ensure_descriptor(
     change. Returns ``spec`` with its layout generation and history filled in.
     """
     extra = dict(extra or {})
+    import uuid
+
     want = {
         "format": DESCRIPTOR_FORMAT,
+        "incarnation": uuid.uuid4().hex,
+        _lifecycle.DESCRIPTOR_FIELD: _lifecycle.DESCRIPTOR_VERSION,
         "operator": spec.kind,
         "key_groups": spec.key_groups,
         "num_shards": spec.num_shards,
@@ -133,7 +144,10 @@ def ensure_descriptor(
     try:
         data = json.dumps(want, sort_keys=True).encode()
         if retrying(lambda: store.put_if_absent(DESCRIPTOR, data)):
-            return replace(spec, generation=0, layouts=((0, spec.num_shards),))
+            return replace(
+                spec, generation=0, layouts=((0, spec.num_shards),),
+                incarnation=want["incarnation"], check_origin=True,
+            )
     finally:
         store.close()
     have = read_descriptor(spec.root)
@@ -177,7 +191,11 @@ def ensure_descriptor(
         finally:
             store.close()
     layouts = tuple((int(x["generation"]), int(x["num_shards"])) for x in have["layouts"])
-    return replace(spec, generation=int(have["generation"]), layouts=layouts)
+    return replace(
+        spec, generation=int(have["generation"]), layouts=layouts,
+        incarnation=str(have.get("incarnation", "")),
+        check_origin=_lifecycle.DESCRIPTOR_FIELD in have,
+    )
 
 
 class ShardTask:
@@ -198,6 +216,8 @@ class ShardTask:
         self.first_kg, self.last_kg = _layout.shard_range(shard, spec.num_shards, spec.key_groups)
         self.url = spec.shard_url(shard)
         self.url_name = _layout.shard_dir(shard, spec.num_shards, spec.key_groups, spec.generation)
+        #: Whose cached handle this task may reuse: this query, on this incarnation of the root.
+        self.cache_owner = f"{query_id}/{spec.incarnation}"
         self.changed = False
         #: True when version ``batch_id`` already exists: recompute and emit, never commit.
         self.replay = False
@@ -214,6 +234,10 @@ class ShardTask:
         self.watermark: int | None = None
         self._observed: _watermark.Observed | None = None
         self._event_seen: list[int | None] = []
+        _lifecycle.check_origin(
+            spec.root, spec.incarnation, query_id, batch_id,
+            checked_root=spec.check_origin, take_over=spec.take_over,
+        )
         delays = spec.event_time_delays
         if delays:
             self._observed = _watermark.observe(
@@ -232,7 +256,7 @@ class ShardTask:
         cached = _CACHE.pop(self.url, None)
         if cached is not None:
             version = cached[1].version
-            if cached[0] == self.query_id and (version is None or version < b):
+            if cached[0] == self.cache_owner and (version is None or version < b):
                 db = cached[1]
             else:
                 # Another query's handle, or one at/after this batch (a re-run): the base is
@@ -252,14 +276,14 @@ class ShardTask:
                 )
                 owner = meta.get(META_QUERY_ID)
                 if owner is not None and owner != self.query_id:
-                    if not self.spec.reset:
+                    if not self.spec.take_over:
                         raise ForeignStateError(
                             f"the state at {self.url!r} belongs to streaming query {owner}, not "
                             f"to this query ({self.query_id}); use a new state_url, restart the "
-                            "original query from its checkpoint, or pass reset=True to discard "
+                            "original query from its checkpoint, or pass take_over=True to discard "
                             "that state"
                         )
-                    log.warning("reset: discarding %s (state of query %s)", self.url, owner)
+                    log.warning("take_over: discarding %s (state of query %s)", self.url, owner)
                     db.close()
                     db = None
                     _delete_all(self.url)
@@ -280,7 +304,7 @@ class ShardTask:
                 db = None
                 db = self._open_at_most(b - 1)
             self.base_meta = db.meta
-            if db.version is None and self.spec.generation > 0 and not self.spec.reset:
+            if db.version is None and self.spec.generation > 0 and not self.spec.take_over:
                 # A shard of a rescaled layout without a version of its own yet.
                 self.base_meta, self.migrated, self.referenced = migrate(
                     self.spec, db, self.first_kg, self.last_kg, b - 1
@@ -360,7 +384,7 @@ class ShardTask:
             probe.unwrap()  # the cache keeps the plain DB, never the counting wrapper
         db = self.db
         if ok and not (self.changed and not self.committed):
-            _CACHE[self.url] = (self.query_id, db)
+            _CACHE[self.url] = (self.cache_owner, db)
             while len(_CACHE) > MAX_CACHED_SHARDS:
                 _CACHE.popitem(last=False)[1][1].close()
             if probe is not None:

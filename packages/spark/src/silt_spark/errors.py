@@ -17,6 +17,17 @@ class ForeignStateError(SparkStateError):
     """
 
 
+class StateLostError(SparkStateError):
+    """The query's checkpoint is past micro-batch 0 but the state root has no state of the
+    query: it was deleted or moved while the checkpoint was kept. Restore it, or drop it on
+    purpose with :func:`silt_spark.drop_state` to start over with empty state."""
+
+
+class NotAnOperatorRootError(SparkStateError, ValueError):
+    """:func:`silt_spark.drop_state` was given a URL that holds objects but is not the state
+    root of a silt_spark operator (it deletes nothing then)."""
+
+
 class StateAheadError(SparkStateError):
     """The shard already has versions newer than the micro-batch being run: the query's
     checkpoint is older than its state."""
@@ -45,8 +56,10 @@ __all__ = [
     "ForeignStateError",
     "IntervalError",
     "LayoutMismatchError",
+    "NotAnOperatorRootError",
     "NotStreamingError",
     "SparkStateError",
     "StateAheadError",
+    "StateLostError",
     "TimeModeError",
 ]

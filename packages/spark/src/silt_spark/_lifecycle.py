@@ -1,0 +1,133 @@
+"""The life of an operator's state root: which queries it serves, and dropping it on purpose.
+
+A Spark checkpoint and a silt state root belong together: the checkpoint says which micro-batch
+comes next, the root holds the state as of the batch before. If the root is lost (a deleted
+folder, a wrong URL) while the checkpoint is kept, the query would silently start counting from
+zero at batch ``N``. So the root records, per streaming query, the batch at which it started to
+serve it (``origin``), and a task refuses to run batch ``b > 0`` of a query the root has no origin
+for: :class:`~silt_spark.errors.StateLostError` says what happened, how to restore and how to
+start over. Objects (create-only, empty)::
+
+    <operator root>/lifecycle/origin.<query id>.<first batch:020d>
+    <operator root>/lifecycle/dropped      # written by drop_state: "empty on purpose"
+
+A task writes its query's origin when it runs batch 0, when the root was dropped on purpose
+(:func:`drop_state`), when the operator was built with ``take_over=True``, or for roots created
+before origins existed (their descriptor has no ``lifecycle`` field: nothing to check against).
+Each Python worker remembers the roots and queries it has checked, so the check costs one LIST
+per root, query and worker process, not per batch.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from silt.plugins import open_store
+from silt.store import retrying
+
+from .errors import NotAnOperatorRootError, StateLostError
+
+PREFIX = "lifecycle/"
+DROPPED = PREFIX + "dropped"
+#: Descriptor field of roots whose tasks check origins (see the module docstring).
+DESCRIPTOR_FIELD = "lifecycle"
+DESCRIPTOR_VERSION = 1
+
+_CHECKED: set[tuple[str, str, str]] = set()
+_LOCK = threading.Lock()
+
+
+def origin_key(query_id: str, batch: int) -> str:
+    return f"{PREFIX}origin.{query_id or '_'}.{batch:020d}"
+
+
+def check_origin(
+    root: str, incarnation: str, query_id: str, batch: int, *, checked_root: bool,
+    take_over: bool,
+) -> None:
+    """Make sure ``root`` serves ``query_id`` from a batch ``<= batch``, recording it if it may.
+
+    ``incarnation``: the descriptor's id (a dropped and re-created root has another, so what
+    this process remembers of the old one does not apply). ``checked_root``: the descriptor
+    has :data:`DESCRIPTOR_FIELD` (roots from before have no origins, and are not checked).
+    Raises :class:`StateLostError` for batch ``b > 0`` of a query the root never served unless
+    it was dropped on purpose or ``take_over`` is set.
+    """
+    with _LOCK:
+        if (root, incarnation, query_id) in _CHECKED:
+            return
+    store = open_store(root)
+    try:
+        names = {info.key for info in retrying(lambda: list(store.list(PREFIX)))}
+        mine = origin_key(query_id, 0)[:-20]
+        first = min((int(n[len(mine):]) for n in names if n.startswith(mine)), default=None)
+        if first is None or first > batch:
+            if batch > 0 and checked_root and not take_over and DROPPED not in names:
+                raise StateLostError(
+                    f"the state root {root!r} has no state of streaming query {query_id}, but "
+                    f"the query's checkpoint is at micro-batch {batch}: the state was deleted or "
+                    "moved (or state_url changed) while the checkpoint was kept, and going on "
+                    "would silently start from empty state. Restore the state root (e.g. from a "
+                    "backup or its old location) and restart; or, to start this operator over "
+                    "with empty state on purpose, run `python -m silt_spark drop-state "
+                    f"{root}` (silt_spark.drop_state) and restart; or start the query with a "
+                    "new checkpoint"
+                )
+            key = origin_key(query_id, batch)
+            retrying(lambda: store.put_if_absent(key, b""))
+    finally:
+        store.close()
+    with _LOCK:
+        _CHECKED.add((root, incarnation, query_id))
+
+
+def forget_checked() -> None:
+    """Forget which roots this process has checked (after :func:`drop_state`, and tests)."""
+    with _LOCK:
+        _CHECKED.clear()
+
+
+def drop_state(url: str, *, dry_run: bool = False) -> int:
+    """Delete every object of the operator state root ``url`` and mark it as empty on purpose.
+
+    Stop the streaming query first. The next run of the query (from its checkpoint, at any
+    micro-batch) then starts this operator with empty state, instead of failing with
+    :class:`~silt_spark.errors.StateLostError`. Also the way to add a new operator to a query
+    that already has a checkpoint: drop its (empty) ``state_url`` once. Returns the number of
+    objects deleted (or that would be, with ``dry_run``).
+
+    Raises :class:`~silt_spark.errors.NotAnOperatorRootError` when ``url`` holds objects but no
+    silt_spark descriptor (nothing is deleted).
+
+    Examples
+    --------
+    >>> import silt_spark
+    >>> silt_spark.drop_state("s3://bucket/state/sessions")  # doctest: +SKIP
+    1234
+    """
+    from ._shard import DESCRIPTOR, drop_cached_handles
+
+    if not isinstance(url, str) or "://" not in url:
+        raise ValueError(f"url must be a store URL such as 'file:///data/state/op1', got {url!r}")
+    store = open_store(url)
+    try:
+        keys = [info.key for info in retrying(lambda: list(store.list("")))]
+        if keys and DESCRIPTOR not in keys:
+            raise NotAnOperatorRootError(
+                f"{url!r} holds {len(keys)} object(s) but no {DESCRIPTOR}: it is not the state "
+                "root of a silt_spark operator, so drop_state leaves it alone"
+            )
+        if dry_run:
+            return len(keys)
+        doomed = [k for k in keys if k != DROPPED]
+        # The descriptor goes last: an interrupted drop can be run again.
+        doomed.sort(key=lambda k: k == DESCRIPTOR)
+        for i in range(0, len(doomed), 1000):
+            chunk = doomed[i:i + 1000]
+            retrying(lambda chunk=chunk: store.delete_many(chunk))
+        retrying(lambda: store.put_if_absent(DROPPED, b""))
+    finally:
+        store.close()
+    drop_cached_handles()
+    forget_checked()
+    return len(doomed)

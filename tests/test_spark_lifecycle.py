@@ -1,0 +1,126 @@
+"""The life of an operator's state root: a lost root with a kept checkpoint is an error (never
+a silent restart from zero), dropping state is explicit (drop_state / python -m silt_spark),
+batch DataFrames are refused when the operator is built, and operators work in foreachBatch."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import warnings
+
+import pandas as pd
+import pytest
+import silt_spark
+from pyspark.errors import StreamingQueryException
+from silt_spark.errors import NotAnOperatorRootError, NotStreamingError
+from test_spark_operator import Run, agg_model, assert_frames, batch
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "silt_spark", *args], capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_a_lost_state_root_fails_and_drop_state_starts_over(spark, tmp_path):
+    state_dir = tmp_path / "state"
+    state = state_dir.as_uri()
+    run = Run(spark, tmp_path)
+    batches = [batch(60 + i) for i in range(3)]
+
+    def build():
+        return silt_spark.aggregate(run.stream(), ["user"], ["count"], state, num_shards=2)
+
+    try:
+        run.start(build())
+        for rows in batches[:2]:
+            run.write(rows)
+            run.drain()
+        run.stop()
+        shutil.rmtree(state_dir)  # the state is lost, the checkpoint is kept
+        run.write(batches[2])
+        run.start(build())
+        with pytest.raises(StreamingQueryException) as err:
+            run.drain()
+        run.stop()
+        text = str(err.value)
+        assert "has no state of streaming query" in text
+        assert "checkpoint is at micro-batch 2" in text
+        assert "Restore the state root" in text and "drop-state" in text
+
+        # Without --yes the command only says what it would delete.
+        dry = _cli("drop-state", state)
+        assert dry.returncode == 2 and "run again with --yes" in dry.stderr
+        done = _cli("drop-state", state, "--yes")
+        assert done.returncode == 0, done.stderr
+        assert "deleted" in done.stdout and "Traceback" not in done.stderr
+        run.start(build())  # the state starts over, on purpose, at batch 2
+        run.drain()
+    finally:
+        run.stop()
+    counts = agg_model(batches[2:])[0][["user", "count"]]
+    assert_frames(run.outputs[2], counts)
+    assert_frames(run.outputs[1], agg_model(batches[:2])[1][["user", "count"]])
+
+
+def test_drop_state_leaves_what_is_not_an_operator_root_alone(tmp_path):
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "data.csv").write_text("keep me")
+    with pytest.raises(NotAnOperatorRootError, match="not the state root of a silt_spark"):
+        silt_spark.drop_state(other.as_uri())
+    cli = _cli("drop-state", other.as_uri(), "--yes")
+    assert cli.returncode == 1 and cli.stderr.startswith("error: ")
+    assert "Traceback" not in cli.stderr
+    assert (other / "data.csv").read_text() == "keep me"
+    assert silt_spark.drop_state((tmp_path / "new").as_uri()) == 0  # a new, empty root
+
+
+def test_batch_dataframes_are_refused_when_built_and_foreach_batch_works(spark, tmp_path):
+    df = spark.createDataFrame([("a", "d", 1), ("b", "d", 2)], "user string, device string, "
+                               "amount long")
+    ts = df.selectExpr("*", "timestamp_millis(amount) as ts")
+    state = tmp_path / "state"
+    builds = {
+        "aggregate": lambda: silt_spark.aggregate(df, "user", ["count"], state.as_uri(), 2),
+        "dedup": lambda: silt_spark.deduplicate(df, "user", state.as_uri(), 2),
+        "window": lambda: silt_spark.window_aggregate(
+            ts, "user", "ts", "10 seconds", ["count"], state.as_uri(), 2),
+        "processor": lambda: silt_spark.transform_with_state(
+            df, silt_spark.StatefulProcessor(), "user", "user string", state.as_uri(), 2),
+    }
+    for kind, build in builds.items():
+        with pytest.raises(NotStreamingError, match=f"{kind} operator needs a streaming"):
+            build()
+        assert not state.exists(), f"{kind}: something was written"
+
+    # Inside foreachBatch, the micro-batch DataFrame is a batch DataFrame: operators work.
+    run = Run(spark, tmp_path)
+    totals: dict[int, pd.DataFrame] = {}
+
+    def each(out, batch_id):
+        totals[batch_id] = silt_spark.aggregate(
+            out, "user", ["count"], state.as_uri(), 2).toPandas()
+
+    batches = [batch(70), batch(71)]
+    try:
+        run.query = (run.stream().writeStream.foreachBatch(each)
+                     .option("checkpointLocation", str(run.checkpoint)).start())
+        for rows in batches:
+            run.write(rows)
+            run.drain()
+    finally:
+        run.stop()
+    for b, want in enumerate(agg_model(batches)):
+        assert_frames(totals[b], want[["user", "count"]])
+
+
+def test_reset_is_the_deprecated_name_of_take_over(spark, tmp_path):
+    src = tmp_path / "in"
+    src.mkdir()
+    stream = spark.readStream.schema("user string").json(str(src))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        silt_spark.aggregate(stream, "user", ["count"], (tmp_path / "s").as_uri(), 2, reset=True)
+    assert any(issubclass(w.category, DeprecationWarning) and "take_over" in str(w.message)
+               for w in caught)
