@@ -360,12 +360,11 @@ def test_layout_is_fixed_per_root(spark, tmp_path):
     shutil.rmtree(src)
 
 
-def test_batch_dataframes_are_refused(spark, tmp_path):
+def test_batch_dataframes_are_refused_when_the_operator_is_built(spark, tmp_path):
     df = spark.createDataFrame([("u1", "d1", 1)], SCHEMA)
-    out = silt_spark.aggregate(df, ["user"], ["count"], (tmp_path / "s").as_uri(), num_shards=1)
-    with pytest.raises(Exception, match="streaming DataFrames only") as info:
-        out.collect()
-    assert NotStreamingError.__name__ in str(info.value)
+    with pytest.raises(NotStreamingError, match="needs a streaming DataFrame"):
+        silt_spark.aggregate(df, ["user"], ["count"], (tmp_path / "s").as_uri(), num_shards=1)
+    assert not (tmp_path / "s").exists()  # nothing left behind (see test_spark_lifecycle.py)
 
 
 class FirstSeen(silt_spark.StatefulProcessor):

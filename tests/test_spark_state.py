@@ -26,6 +26,12 @@ class FakeTask:
         self.url = db.url
         self.base_meta = db.meta
         self.meta_updates = {}
+        #: The query-wide watermark the test gives the batch, and the event times reported.
+        self.watermark = None
+        self.seen = []
+
+    def observe_event_time(self, max_ms, input_index=0):
+        self.seen.append(max_ms)
 
     def commit(self, version):
         """Commit like ShardTask.finish, then reopen (as a restarted worker would)."""
@@ -356,22 +362,24 @@ def test_processing_time_timers_fire_once_in_order_and_survive_restarts(task, mo
         h.registerTimer(5)
 
 
-def test_event_time_timers_fire_on_the_shard_watermark(task):
+def test_event_time_timers_fire_on_the_query_watermark(task):
+    """The batch's watermark comes from the query (tests/test_spark_event_time.py checks it
+    against Spark): timers at or before it fire, before the batch's rows, also in a shard with
+    no rows; late rows never reach the processor; the shard reports its largest event time."""
     mode = _processor.TimeConfig("eventtime", "ts", 1000)
-    # Batch 0: events up to 5000; the watermark (5000 - 1000) applies from the next batch.
+    task.watermark = 0
     got = _timer_batch(task, [("a", 4000, 5000), ("b", 4500, 2000)], mode)
-    assert sorted(got) == [("a", "in", -1), ("b", "in", -1)]
+    assert sorted(got) == [("a", "in", 0), ("b", "in", 0)]
+    assert task.seen == [5000]
     task.commit(0)
-    assert task.base_meta[_processor.META_WATERMARK] == "4000"
-    # Batch 1 brings this shard no rows: a's timer (4000 <= watermark) fires, b's waits.
+    task.watermark = 4000  # batch 1: no rows for this shard; a's timer fires, b's waits
     assert _timer_batch(task, [], mode) == [("a", "fired", 4000)]
     task.commit(1)
-    # Late rows do not move the watermark back.
-    got = _timer_batch(task, [("c", 9000, 100)], mode)
-    assert got == [("c", "in", 4000)]
+    # Late rows (event time at or before the watermark) never reach the processor.
+    assert _timer_batch(task, [("c", 9000, 100), ("d", 9000, 4000)], mode) == []
+    assert task.seen == [5000, 4000]
+    assert task.meta_updates[_processor.META_LATE_ROWS] == "2"
     task.commit(2)
-    assert task.base_meta[_processor.META_WATERMARK] == "4000"
+    task.watermark = 4500  # b's timer was due before batch 3: it fires before a's row
     got = _timer_batch(task, [("a", 99_999, 6000)], mode)
-    assert got == [("a", "in", 4000)]
-    task.commit(3)
-    assert _timer_batch(task, [], mode) == [("b", "fired", 4500)]
+    assert got == [("b", "fired", 4500), ("a", "in", 4500)]
