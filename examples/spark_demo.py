@@ -63,7 +63,7 @@ class FailureSpikes(silt_spark.StatefulProcessor):
     """Per user: failures in the last ``RECENT_MS`` of event time; flag when >= THRESHOLD.
 
     Each failure adds one to ``recent`` and registers an event-time timer at its time plus the
-    window; when the shard's watermark passes the timer, the failure leaves the window.
+    window; when the query's watermark passes the timer, the failure leaves the window.
     """
 
     def init(self, handle):
