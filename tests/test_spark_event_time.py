@@ -16,6 +16,9 @@ from __future__ import annotations
 import os
 import random
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import pandas as pd
 import silt_spark
@@ -75,32 +78,80 @@ def fail_once(df, batch_id: int, partition: int, marker_dir: str):
     return df.mapInArrow(fn, df.schema)
 
 
-def run_stream(spark, tmp_path, name, batches, build, restarts=(), tick=True):
-    """Drive one query over ``batches``: ``build(run, n)`` makes the output for the ``n``-th
-    (re)start; ``restarts`` are the batch indexes before which the query restarts. Returns the
-    concatenated output of every micro-batch."""
-    run = Run(spark, tmp_path, name)
-    starts = 0
+@dataclass
+class Variant:
+    """One query of a comparison: ``build(run, n)`` makes its output for the ``n``-th (re)start;
+    it restarts before the batch indexes in ``restarts``; ``tick``: one empty file at the end
+    (silt's stand-in for Spark's no-data batch); ``fail``: ``(batch, shard)`` whose first
+    attempt fails after the commit."""
+
+    build: Callable[[Run, int], Any]
+    restarts: tuple[int, ...] = ()
+    tick: bool = True
+    fail: tuple[int, int] | None = None
+    output: pd.DataFrame | None = None
+    query_id: str = ""
+    marker_dir: str = ""
+
+
+def run_all(spark, tmp_path, batches, variants: dict[str, Variant]) -> None:
+    """Drive every variant's query over ``batches`` at once, in lockstep: each batch's file
+    goes to every source, then each query is drained (they run concurrently, so the module's
+    many small queries take about the time of the slowest). Fills ``output`` and ``query_id``."""
+    runs = {name: Run(spark, tmp_path, name) for name in variants}
+    starts = dict.fromkeys(variants, 0)
+    for name, v in variants.items():
+        marker = tmp_path / f"{name}-failed"
+        marker.mkdir()
+        v.marker_dir = str(marker)
+
+    def start(name):
+        v = variants[name]
+        out = v.build(runs[name], starts[name])
+        if v.fail is not None:
+            out = fail_once(out, *v.fail, v.marker_dir)
+        runs[name].start(out)
+        v.query_id = str(runs[name].query.id)
+
     try:
-        run.start(build(run, starts))
-        for i, rows in enumerate(batches):
-            if i in restarts:
-                run.stop()
-                starts += 1
-                run.start(build(run, starts))
-            run.write(rows)
-            run.drain()
-        if tick:
-            run.tick()
-            run.drain()
+        for name in variants:
+            start(name)
+        for i, rows in enumerate([*batches, None]):
+            for name, v in variants.items():
+                if rows is None and not v.tick:
+                    continue
+                if i in v.restarts:
+                    runs[name].stop()
+                    starts[name] += 1
+                    start(name)
+                runs[name].write(rows or [])
+            for name, v in variants.items():
+                if rows is not None or v.tick:
+                    runs[name].drain()
     finally:
-        run.stop()
-    frames = [df for _, df in sorted(run.outputs.items()) if len(df)]
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+        for run in runs.values():
+            run.stop()
+    for name, v in variants.items():
+        frames = [df for _, df in sorted(runs[name].outputs.items()) if len(df)]
+        v.output = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+        want = [f"failed-{v.fail[0]}-{v.fail[1]}"] if v.fail else []
+        assert os.listdir(v.marker_dir) == want, f"{name}: the injected failure"
+
+
+def check_watermark_requests(v: Variant, n_batches: int) -> None:
+    """The watermark costs each task one LIST, at most one PUT (its marker) and, in shard 0
+    only, at most one DELETE (pruning), whatever the shard count."""
+    records = silt_spark.metrics(v.query_id)
+    assert {r["batch_id"] for r in records} == set(range(n_batches + 1))  # + the tick
+    for r in records:
+        wm = r["requests_by_purpose"].get("watermark", {})
+        assert wm.get("LIST", {}).get("count") == 1, r
+        assert wm.get("PUT", {"count": 0})["count"] <= 1, r
+        assert wm.get("DELETE", {"count": 0})["count"] <= (1 if r["shard"] == 0 else 0), r
 
 
 # --- windows ---------------------------------------------------------------------------------
-def spark_windows(spark, tmp_path, batches, window: str, slide: str | None, delay: str):
+def spark_windows(window: str, slide: str | None, delay: str) -> Variant:
     def build(run, _):
         w = F.window("ts", window, slide) if slide else F.window("ts", window)
         return (
@@ -112,26 +163,20 @@ def spark_windows(spark, tmp_path, batches, window: str, slide: str | None, dela
                     F.col("w.end").alias("window_end"), *AGGS)
         )
 
-    return run_stream(spark, tmp_path, "spark", batches, build, tick=False)
+    return Variant(build, tick=False)
 
 
-def silt_windows(spark, tmp_path, name, batches, layouts, window, slide, delay, fail=None):
-    """``layouts``: ``[(num_shards, first batch index), ...]``; ``fail``: ``(batch, shard)``."""
+def silt_windows(tmp_path, name, layouts, window, slide, delay, fail=None) -> Variant:
+    """``layouts``: ``[(num_shards, first batch index), ...]``."""
     state = (tmp_path / f"{name}-state").as_uri()
-    marker_dir = tmp_path / f"{name}-failed"
-    marker_dir.mkdir()
 
     def build(run, n):
-        out = silt_spark.window_aggregate(
+        return silt_spark.window_aggregate(
             run.stream(), ["user"], "ts", window, AGGS, state, layouts[n][0],
             slide_duration=slide, watermark_delay=delay,
         )
-        return fail_once(out, *fail, str(marker_dir)) if fail else out
 
-    got = run_stream(spark, tmp_path, name, batches, build, [i for _, i in layouts[1:]])
-    if fail:
-        assert os.listdir(marker_dir) == [f"failed-{fail[0]}-{fail[1]}"]
-    return got
+    return Variant(build, tuple(i for _, i in layouts[1:]), fail=fail)
 
 
 def assert_same_windows(got: pd.DataFrame, want: pd.DataFrame, what: str) -> None:
@@ -141,27 +186,34 @@ def assert_same_windows(got: pd.DataFrame, want: pd.DataFrame, what: str) -> Non
 
 
 def test_tumbling_windows_equal_spark_at_1_2_7_16_shards(spark, tmp_path):
-    batches = event_rows(1, 5)
-    want = spark_windows(spark, tmp_path, batches, "10 seconds", None, "3 seconds")
-    assert set(QUIET) <= set(want["user"]) and len(want) > 30
-    args = (batches,)
+    batches = event_rows(1, 4)
     kw = dict(window="10 seconds", slide=None, delay="3 seconds")
-    for name, layouts, fail in (
-        ("s1", [(1, 0)], None),
-        ("s16", [(16, 0)], None),
-        ("s7to2", [(7, 0), (2, 3)], (2, 3)),  # a task fails in batch 2; restart with 2 shards
-    ):
-        got = silt_windows(spark, tmp_path, name, *args, layouts, fail=fail, **kw)
-        assert_same_windows(got, want, name)
+    variants = {
+        "spark": spark_windows("10 seconds", None, "3 seconds"),
+        # restarts before batch 2 with another shard count (a rescale); in the second, a task
+        # fails after its commit in batch 1
+        "s1to16": silt_windows(tmp_path, "s1to16", [(1, 0), (16, 2)], **kw),
+        "s7to2": silt_windows(tmp_path, "s7to2", [(7, 0), (2, 2)], fail=(1, 3), **kw),
+    }
+    run_all(spark, tmp_path, batches, variants)
+    want = variants.pop("spark").output
+    assert set(QUIET) <= set(want["user"]) and len(want) > 20
+    for name, v in variants.items():
+        assert_same_windows(v.output, want, name)
+        check_watermark_requests(v, len(batches))
 
 
 def test_sliding_windows_equal_spark_across_a_rescale(spark, tmp_path):
-    batches = event_rows(2, 5)
-    want = spark_windows(spark, tmp_path, batches, "10 seconds", "5 seconds", "3 seconds")
+    batches = event_rows(2, 4)
+    variants = {
+        "spark": spark_windows("10 seconds", "5 seconds", "3 seconds"),
+        "s2to16": silt_windows(tmp_path, "s2to16", [(2, 0), (16, 2)],
+                               "10 seconds", "5 seconds", "3 seconds"),
+    }
+    run_all(spark, tmp_path, batches, variants)
+    want = variants["spark"].output
     assert set(QUIET) <= set(want["user"])
-    got = silt_windows(spark, tmp_path, "s2to16", batches, [(2, 0), (16, 2)],
-                       "10 seconds", "5 seconds", "3 seconds")
-    assert_same_windows(got, want, "2 -> 16 shards")
+    assert_same_windows(variants["s2to16"].output, want, "2 -> 16 shards")
 
 
 # --- event-time timers -----------------------------------------------------------------------
@@ -206,39 +258,40 @@ def _sorted(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def test_event_time_timers_equal_spark_transform_with_state(spark, tmp_path):
-    batches = event_rows(3, 5)
+    batches = event_rows(3, 4)
+
+    def silt_timers(name, layouts):
+        state = (tmp_path / f"{name}-state").as_uri()
+        return lambda run, n: silt_spark.transform_with_state(
+            run.stream(), Idle(), ["user"], TIMER_OUT, state, layouts[n][0],
+            time_mode="EventTime", event_time_column="ts", watermark_delay="3 seconds",
+        )
+
+    variants = {
+        "spark": Variant(lambda run, _: (
+            run.stream().withWatermark("ts", "3 seconds").groupBy("user")
+            .transformWithStateInPandas(Idle(), TIMER_OUT, "Append", "EventTime")
+        ), tick=False),
+        "t1to7": Variant(silt_timers("t1to7", [(1, 0), (7, 2)]), (2,)),
+        "t16to2": Variant(silt_timers("t16to2", [(16, 0), (2, 2)]), (2,), fail=(1, 5)),
+    }
     provider = "spark.sql.streaming.stateStore.providerClass"
     old = spark.conf.get(provider, None)
     spark.conf.set(provider, "org.apache.spark.sql.execution.streaming.state."
                              "RocksDBStateStoreProvider")
     try:
-        want = run_stream(spark, tmp_path, "spark", batches, lambda run, _: (
-            run.stream().withWatermark("ts", "3 seconds").groupBy("user")
-            .transformWithStateInPandas(Idle(), TIMER_OUT, "Append", "EventTime")
-        ), tick=False)
+        run_all(spark, tmp_path, batches, variants)
     finally:
         if old is None:
             spark.conf.unset(provider)
         else:
             spark.conf.set(provider, old)
+    want = variants.pop("spark").output
     fired = want[want["what"].str.startswith("fired")]
-    assert set(QUIET) <= set(fired["user"]) and len(fired) > 20
-
-    for name, layouts, fail in (("t16", [(16, 0)], None), ("t7to2", [(7, 0), (2, 3)], (2, 1))):
-        state = (tmp_path / f"{name}-state").as_uri()
-        marker_dir = tmp_path / f"{name}-failed"
-        marker_dir.mkdir()
-
-        def build(run, n, state=state, layouts=layouts, fail=fail, marker_dir=marker_dir):
-            out = silt_spark.transform_with_state(
-                run.stream(), Idle(), ["user"], TIMER_OUT, state, layouts[n][0],
-                time_mode="EventTime", event_time_column="ts", watermark_delay="3 seconds",
-            )
-            return fail_once(out, *fail, str(marker_dir)) if fail else out
-
-        got = run_stream(spark, tmp_path, name, batches, build, [i for _, i in layouts[1:]])
-        pd.testing.assert_frame_equal(_sorted(got), _sorted(want), check_dtype=False, obj=name)
-        assert os.listdir(marker_dir) == ([f"failed-{fail[0]}-{fail[1]}"] if fail else [])
+    assert set(QUIET) <= set(fired["user"]) and len(fired) > 15
+    for name, v in variants.items():
+        pd.testing.assert_frame_equal(_sorted(v.output), _sorted(want), check_dtype=False,
+                                      obj=name)
 
 
 # --- deduplication within the watermark ------------------------------------------------------
@@ -265,32 +318,29 @@ def dedup_rows(seed: int, n_batches: int) -> list[list[tuple[str, int, int]]]:
 
 
 def test_event_time_dedup_equals_spark_drop_duplicates_within_watermark(spark, tmp_path):
-    batches = dedup_rows(4, 5)
-    want = run_stream(spark, tmp_path, "spark", batches, lambda run, _: (
-        run.stream().withWatermark("ts", "5 seconds").dropDuplicatesWithinWatermark(["user"])
-    ), tick=False)
+    batches = dedup_rows(4, 4)
+
+    def silt_dedup(name, layouts):
+        state = (tmp_path / f"{name}-state").as_uri()
+        return lambda run, n: silt_spark.deduplicate(
+            run.stream(), ["user"], state, layouts[n][0], event_time_column="ts",
+            watermark_delay="5 seconds",
+        )
+
+    variants = {
+        "spark": Variant(lambda run, _: run.stream().withWatermark("ts", "5 seconds")
+                         .dropDuplicatesWithinWatermark(["user"]), tick=False),
+        "d1to16": Variant(silt_dedup("d1to16", [(1, 0), (16, 2)]), (2,), tick=False),
+        "d7to2": Variant(silt_dedup("d7to2", [(7, 0), (2, 2)]), (2,), False, fail=(1, 4)),
+    }
+    run_all(spark, tmp_path, batches, variants)
+    want = variants.pop("spark").output
     n_rows = sum(len(b) for b in batches)
     # Keys are forgotten and emitted again, and duplicates and late rows are dropped.
-    assert want["user"].duplicated().any() and 20 < len(want) < n_rows / 2
+    assert want["user"].duplicated().any() and 15 < len(want) < n_rows / 2
 
     def key(df):
         return df.sort_values(["user", "ts"]).reset_index(drop=True)
 
-    for name, layouts, fail in (
-        ("d1", [(1, 0)], None), ("d16", [(16, 0)], None), ("d7to2", [(7, 0), (2, 3)], (1, 4)),
-    ):
-        state = (tmp_path / f"{name}-state").as_uri()
-        marker_dir = tmp_path / f"{name}-failed"
-        marker_dir.mkdir()
-
-        def build(run, n, state=state, layouts=layouts, fail=fail, marker_dir=marker_dir):
-            out = silt_spark.deduplicate(
-                run.stream(), ["user"], state, layouts[n][0], event_time_column="ts",
-                watermark_delay="5 seconds",
-            )
-            return fail_once(out, *fail, str(marker_dir)) if fail else out
-
-        got = run_stream(spark, tmp_path, name, batches, build, [i for _, i in layouts[1:]],
-                         tick=False)
-        pd.testing.assert_frame_equal(key(got), key(want), check_dtype=False, obj=name)
-        assert os.listdir(marker_dir) == ([f"failed-{fail[0]}-{fail[1]}"] if fail else [])
+    for name, v in variants.items():
+        pd.testing.assert_frame_equal(key(v.output), key(want), check_dtype=False, obj=name)

@@ -43,7 +43,7 @@ def origin_key(query_id: str, batch: int) -> str:
 
 def check_origin(
     root: str, incarnation: str, query_id: str, batch: int, *, checked_root: bool,
-    take_over: bool,
+    take_over: bool, counts: dict[str, int] | None = None,
 ) -> None:
     """Make sure ``root`` serves ``query_id`` from a batch ``<= batch``, recording it if it may.
 
@@ -51,7 +51,8 @@ def check_origin(
     this process remembers of the old one does not apply). ``checked_root``: the descriptor
     has :data:`DESCRIPTOR_FIELD` (roots from before have no origins, and are not checked).
     Raises :class:`StateLostError` for batch ``b > 0`` of a query the root never served unless
-    it was dropped on purpose or ``take_over`` is set.
+    it was dropped on purpose or ``take_over`` is set. ``counts`` (request kind -> count) is
+    incremented per request made.
     """
     with _LOCK:
         if (root, incarnation, query_id) in _CHECKED:
@@ -59,6 +60,8 @@ def check_origin(
     store = open_store(root)
     try:
         names = {info.key for info in retrying(lambda: list(store.list(PREFIX)))}
+        if counts is not None:
+            counts["LIST"] = counts.get("LIST", 0) + 1
         mine = origin_key(query_id, 0)[:-20]
         first = min((int(n[len(mine):]) for n in names if n.startswith(mine)), default=None)
         if first is None or first > batch:
@@ -75,6 +78,8 @@ def check_origin(
                 )
             key = origin_key(query_id, batch)
             retrying(lambda: store.put_if_absent(key, b""))
+            if counts is not None:
+                counts["PUT"] = counts.get("PUT", 0) + 1
     finally:
         store.close()
     with _LOCK:

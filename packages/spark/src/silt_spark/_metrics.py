@@ -10,7 +10,10 @@ Every task (one shard, one micro-batch) measures:
 - ``open_ms``, ``process_ms``, ``commit_ms`` (the manifest commit, SST uploads included);
 - object-store ``requests`` and bytes by kind (``GET``, ``RANGE_GET``, ``PUT``, ``LIST``,
   ``DELETE``) and by purpose, the difference of the shard DB's :meth:`silt.DB.stats` over the
-  task (a warm handle's counters are cumulative, so the task keeps the previous task's totals).
+  task (a warm handle's counters are cumulative, so the task keeps the previous task's totals),
+  plus the requests the task made at the operator root (purposes ``watermark`` and
+  ``lifecycle``: the event-time markers and the lifecycle records, see ``_watermark.py`` and
+  ``_lifecycle.py``).
 
 The figures travel in two ways. A committed version's manifest ``meta`` carries the row and
 state counts (``spark.rows_in``, ``spark.rows_out``, ``spark.state_reads``,
@@ -174,6 +177,13 @@ class TaskProbe:
                     k = by_kind.setdefault(kind, {"count": 0, "bytes": 0})
                     k["count"] += n
                     k["bytes"] += nb
+        # Requests at the operator root: the watermark markers, the lifecycle records.
+        for purpose, kinds in getattr(t, "root_requests", {}).items():
+            for kind, n in kinds.items():
+                if n:
+                    by_purpose.setdefault(purpose, {})[kind] = {"count": n, "bytes": 0}
+                    k = by_kind.setdefault(kind, {"count": 0, "bytes": 0})
+                    k["count"] += n
         return {
             "query_id": t.query_id,
             "batch_id": t.batch_id,

@@ -234,14 +234,18 @@ class ShardTask:
         self.watermark: int | None = None
         self._observed: _watermark.Observed | None = None
         self._event_seen: list[int | None] = []
+        #: Requests made at the operator root (not the shard's DB), by purpose and kind.
+        self.root_requests: dict[str, dict[str, int]] = {"lifecycle": {}, "watermark": {}}
         _lifecycle.check_origin(
             spec.root, spec.incarnation, query_id, batch_id,
             checked_root=spec.check_origin, take_over=spec.take_over,
+            counts=self.root_requests["lifecycle"],
         )
         delays = spec.event_time_delays
         if delays:
             self._observed = _watermark.observe(
-                spec.root, query_id, batch_id, delays, prune=shard == 0
+                spec.root, query_id, batch_id, delays, prune=shard == 0,
+                counts=self.root_requests["watermark"],
             )
             self.watermark = self._observed.watermark_ms
             self._event_seen = [None] * len(delays)
@@ -337,7 +341,7 @@ class ShardTask:
         if self._observed is not None and any(m is not None for m in self._event_seen):
             _watermark.record(
                 self.spec.root, self.query_id, self.batch_id, self.url_name,
-                self._event_seen, self._observed,
+                self._event_seen, self._observed, self.root_requests["watermark"],
             )
         # Timings for inspection (see docs/spark.md and _metrics.py): the commit's own duration
         # is about manifest.created_ms - task_start_ms - open_ms - process_ms.

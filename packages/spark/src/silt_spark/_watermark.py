@@ -96,17 +96,25 @@ def watermark_of(max_event_ms: Sequence[int | None], delays_ms: Sequence[int]) -
     return max(INITIAL_MS, min(values)) if values else INITIAL_MS
 
 
+def _count(counts: dict[str, int] | None, kind: str) -> None:
+    if counts is not None:
+        counts[kind] = counts.get(kind, 0) + 1
+
+
 def observe(
-    root: str, query_id: str, batch: int, delays_ms: Sequence[int], prune: bool = False
+    root: str, query_id: str, batch: int, delays_ms: Sequence[int], prune: bool = False,
+    counts: dict[str, int] | None = None,
 ) -> Observed:
     """Read the markers of batches ``< batch`` (one LIST) and derive the watermark.
 
     With ``prune`` (shard 0's task), delete markers that an input's newer marked batch
-    supersedes (one batched DELETE, only when there are such markers).
+    supersedes (one batched DELETE, only when there are such markers). ``counts`` (request
+    kind -> count) is incremented per request made.
     """
     store = _root_store(root)
     prefix = query_prefix(query_id)
     infos = retrying(lambda: list(store.list(prefix)))
+    _count(counts, "LIST")
     n = len(delays_ms)
     latest: list[int | None] = [None] * n
     top: list[int | None] = [None] * n
@@ -125,12 +133,13 @@ def observe(
         stale = [key for key, (b, i, _, _) in parsed if b < latest[i]]
         if stale:
             retrying(lambda: store.delete_many(stale))
+            _count(counts, "DELETE")
     return Observed(tuple(top), watermark_of(top, delays_ms))
 
 
 def record(
     root: str, query_id: str, batch: int, shard: str, seen: Sequence[int | None],
-    observed: Observed,
+    observed: Observed, counts: dict[str, int] | None = None,
 ) -> int:
     """Write the markers of inputs whose largest event time in ``batch`` (``seen``) exceeds
     what the query had committed before it; returns how many were needed."""
@@ -142,6 +151,7 @@ def record(
             continue
         key = marker_key(query_id, batch, i, shard, ms)
         retrying(lambda key=key: store.put_if_absent(key, b""))
+        _count(counts, "PUT")
         wrote += 1
     return wrote
 
