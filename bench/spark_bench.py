@@ -8,8 +8,16 @@ local[2]. Runs
   * silt_spark.aggregate  vs  groupBy().agg() on the RocksDB state store with changelog
     checkpointing (update mode), and
   * silt_spark.transform_with_state  vs  transformWithStateInPandas (RocksDB), on fewer rows,
+  * silt_spark.window_aggregate  vs  withWatermark + groupBy(window) (RocksDB), append mode,
+    tumbling 30 s windows with a 10 s delay, event time moving 60 s per batch,
 then stops each query and restarts it from its checkpoint on one more batch (recovery time:
-restart until that batch is done). Prints a table and the raw numbers as JSON.
+restart until that batch is done). Prints a table and the raw numbers as JSON, with silt's
+object-store requests per micro-batch and shard (from silt_spark.metrics; the event-time
+watermark's share apart).
+
+    SILT_SRC=/path/to/other/checkout python bench/spark_bench.py --cases window
+
+runs the same cases on another checkout's silt and silt_spark (a before/after comparison).
 """
 
 from __future__ import annotations
@@ -28,9 +36,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-sys.path[:0] = [
-    str(Path(__file__).resolve().parents[1] / "packages" / p / "src") for p in ("core", "spark")
-]
+_SRC = Path(os.environ.get("SILT_SRC") or Path(__file__).resolve().parents[1])
+sys.path[:0] = [str(_SRC / "packages" / p / "src") for p in ("core", "spark")]
 os.environ["PYTHONPATH"] = os.pathsep.join([*sys.path[:2], os.environ.get("PYTHONPATH", "")])
 
 import silt_spark  # noqa: E402
@@ -46,6 +53,38 @@ def make_input(folder: Path, batches: int, rows: int, keys: int, seed: int) -> N
             "amount": pa.array(rng.integers(0, 1000, rows), pa.int64()),
         })
         pq.write_table(t, folder / f"part-{b:05d}.parquet")
+
+
+def make_window_input(folder: Path, batches: int, rows: int, keys: int, seed: int) -> None:
+    """Like :func:`make_input` plus an event time: batch ``b`` covers ``[60 s * b, 60 s * (b +
+    1))``, with 1% of the rows 90 s older (late once the watermark has moved)."""
+    folder.mkdir(parents=True)
+    rng = np.random.default_rng(seed)
+    for b in range(batches):
+        ms = 60_000 * b + rng.integers(0, 60_000, rows)
+        ms[rng.random(rows) < 0.01] -= 90_000
+        t = pa.table({
+            "key": pa.array(rng.integers(0, keys, rows), pa.int64()),
+            "amount": pa.array(rng.integers(0, 1000, rows), pa.int64()),
+            "ts": pa.array(np.maximum(ms, 0) * 1000, pa.timestamp("us", tz="UTC")),
+        })
+        pq.write_table(t, folder / f"part-{b:05d}.parquet")
+
+
+def requests_per_task(query_id: str) -> dict[str, dict[str, float]]:
+    """silt's object-store requests per task (one shard, one micro-batch), by kind: all of
+    them, and the event-time watermark's share (purpose ``watermark``)."""
+    records = silt_spark.metrics(query_id)
+    out: dict[str, dict[str, float]] = {"all": {}, "watermark": {}}
+    if not records:
+        return out
+    for r in records:
+        for kind, c in r["requests"].items():
+            out["all"][kind] = out["all"].get(kind, 0) + c["count"]
+        for kind, c in r["requests_by_purpose"].get("watermark", {}).items():
+            out["watermark"][kind] = out["watermark"].get(kind, 0) + c["count"]
+    return {k: {kind: n / len(records) for kind, n in sorted(v.items())}
+            for k, v in out.items()}
 
 
 class Count(silt_spark.StatefulProcessor):
@@ -144,7 +183,8 @@ def silt_commit_ms(state_url: str) -> dict[str, float]:
     }
 
 
-def run_query(session: dict, build, data: Path, chk: Path, batches: int) -> dict:
+def run_query(session: dict, build, data: Path, chk: Path, batches: int,
+              schema: str = "key long, amount long", mode: str = "update") -> dict:
     """Run until ``batches`` micro-batches are done, stop, add one file, restart, time it.
 
     The restart is cold: the SparkSession is stopped and a new one made (executors, Python
@@ -155,20 +195,21 @@ def run_query(session: dict, build, data: Path, chk: Path, batches: int) -> dict
     spark = session["spark"]
     src = chk.with_name(chk.name + "-in")
     shutil.copytree(data, src)
-    stream = spark.readStream.schema("key long, amount long").option("maxFilesPerTrigger", 1)
-    q = (build(stream.parquet(str(src))).writeStream.format("noop").outputMode("update")
+    stream = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1)
+    q = (build(stream.parquet(str(src))).writeStream.format("noop").outputMode(mode)
          .option("checkpointLocation", str(chk)).trigger(processingTime="0 seconds").start())
     q.processAllAvailable()
     progress = [p for p in q.recentProgress if p["numInputRows"] > 0]
+    requests = requests_per_task(str(q.id))
     q.stop()
     shutil.copy(sorted(src.glob("*.parquet"))[0], src / "part-99999.parquet")
     t_session = time.perf_counter()
     spark.stop()
     spark = session["spark"] = session["make"]()
     new_session_s = time.perf_counter() - t_session
-    stream = spark.readStream.schema("key long, amount long").option("maxFilesPerTrigger", 1)
+    stream = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1)
     t0 = time.perf_counter()
-    q = (build(stream.parquet(str(src))).writeStream.format("noop").outputMode("update")
+    q = (build(stream.parquet(str(src))).writeStream.format("noop").outputMode(mode)
          .option("checkpointLocation", str(chk)).trigger(processingTime="0 seconds").start())
     q.processAllAvailable()
     recovery = time.perf_counter() - t0
@@ -199,18 +240,19 @@ def run_query(session: dict, build, data: Path, chk: Path, batches: int) -> dict
         "new_session_s": new_session_s,
         "restart_first_batch_ms": first_batch_ms,
         "restart_state_metrics": load_metrics,
+        "requests_per_task": requests,
     }
 
 
-def measure(session, name, build, src, work, keys, rows, args, state: str | None = None
-            ) -> dict | None:
+def measure(session, name, build, src, work, keys, rows, args, state: str | None = None,
+            **query: str) -> dict | None:
     """One case; a peer that cannot run here (say, transformWithStateInPandas without
     protobuf installed) is reported with its error instead of stopping the benchmark."""
     wanted = [c.strip() for c in args.cases.split(",") if c.strip()]
     if wanted and not any(c in name for c in wanted):
         return None
     try:
-        r = run_query(session, build, src, work / f"chk-{name}-{keys}", args.batches)
+        r = run_query(session, build, src, work / f"chk-{name}-{keys}", args.batches, **query)
     except Exception as exc:  # reported in the table
         msg = str(exc).strip().splitlines()[0][:120]
         print(f"{name:32s} K={keys:>9,d} failed: {msg}", flush=True)
@@ -222,7 +264,15 @@ def measure(session, name, build, src, work, keys, rows, args, state: str | None
     print(f"{name:32s} K={keys:>9,d} {r['rows_per_s']:>10,.0f} rows/s "
           f"commit {commit:.0f} ms recovery {r['recovery_s']:.1f}s (first batch "
           f"{r['restart_first_batch_ms'] / 1000:.1f}s)", flush=True)
+    req = r.get("requests_per_task", {})
+    if req.get("all"):
+        print(f"{'':32s} requests per batch and shard: {_fmt(req['all'])}; of which the "
+              f"watermark: {_fmt(req.get('watermark', {})) or 'none'}", flush=True)
     return {"case": name, "keys": keys, "rows": rows, **r}
+
+
+def _fmt(kinds: dict[str, float]) -> str:
+    return ", ".join(f"{k} {n:.2f}" for k, n in kinds.items())
 
 
 def main() -> None:
@@ -309,6 +359,23 @@ def main() -> None:
                     session, name, build, src if fast else psrc, work, keys,
                     args.rows if fast else args.processor_rows, args, st,
                 ))
+            wsrc = work / f"win-{keys}"
+            make_window_input(wsrc, args.batches, args.rows, keys, seed=keys + 2)
+            wstate = (work / f"state-win-{keys}").as_uri()
+            cases = {
+                "silt window_aggregate": lambda df, wstate=wstate: silt_spark.window_aggregate(
+                    df, ["key"], "ts", "30 seconds", ["count", "sum(amount)"],
+                    state_url=wstate, num_shards=args.shards, watermark_delay="10 seconds"),
+                "native window (RocksDB)": lambda df: df.withWatermark("ts", "10 seconds")
+                .groupBy(F.window("ts", "30 seconds"), "key").agg(
+                    F.count("*").alias("count"), F.sum("amount").alias("sum")),
+            }
+            for name, build in cases.items():
+                results.append(measure(
+                    session, name, build, wsrc, work, keys, args.rows, args,
+                    wstate if name.startswith("silt") else None,
+                    schema="key long, amount long, ts timestamp", mode="append",
+                ))
     finally:
         session["spark"].stop()
         shutil.rmtree(work, ignore_errors=True)
@@ -322,8 +389,17 @@ def main() -> None:
         print(f"{r['case']:32s} {r['keys']:>10,d} {r['rows']:>10,d} {r['rows_per_s']:>10,.0f} "
               f"{commit:>10.0f} {r['recovery_s']:>10.1f} "
               f"{r.get('restart_first_batch_ms', 0) / 1000:>11.2f}{tail}")
+    for r in results:
+        req = r.get("requests_per_task", {})
+        if req.get("all"):
+            print(f"{r['case']:32s} requests per batch and shard: {_fmt(req['all'])}; "
+                  f"watermark: {_fmt(req.get('watermark', {})) or 'none'}")
     for keys in args.keys:
         by = {r["case"]: r for r in results if r["keys"] == keys and "error" not in r}
+        win, nwin = by.get("silt window_aggregate"), by.get("native window (RocksDB)")
+        if win and nwin and nwin["rows_per_s"]:
+            print(f"K={keys:,d}: silt window_aggregate / native: "
+                  f"{win['rows_per_s'] / nwin['rows_per_s']:.2f}x rows/s")
         agg, nat = by.get("silt aggregate"), by.get("native groupBy (RocksDB)")
         if agg and nat and nat["rows_per_s"] and agg["recovery_s"]:
             print(f"K={keys:,d}: silt aggregate / native: {agg['rows_per_s'] / nat['rows_per_s']:.2f}x"

@@ -359,3 +359,30 @@ def test_bad_input_is_refused_with_clear_errors(spark, tmp_path):
     build(slide_duration="5 seconds")  # a valid plan: pins the window in the descriptor
     with pytest.raises(silt_spark.errors.LayoutMismatchError, match="window"):
         build(slide_duration="2 seconds")
+
+
+def test_heartbeat_closes_the_windows_of_an_idle_stream(spark, tmp_path):
+    """The input's only file moves the watermark past u0's window; with ``heartbeat=True``
+    the rate source's batches (which reach no window) close it without more input."""
+    import time
+
+    state = (tmp_path / "state").as_uri()
+    run = Run(spark, tmp_path)
+    run.write([("u0", 5, 1000), ("u1", 7, 25_000)])
+    try:
+        run.start(silt_spark.window_aggregate(
+            run.stream(), "user", "ts", "10 seconds", ["count", "sum(amount)"], state, 2,
+            heartbeat=True,
+        ))
+        deadline = time.monotonic() + 60
+        emitted = pd.DataFrame()
+        while time.monotonic() < deadline and emitted.empty:
+            time.sleep(0.5)
+            frames = [df for df in list(run.outputs.values()) if len(df)]
+            emitted = pd.concat(frames) if frames else pd.DataFrame()
+    finally:
+        run.stop()
+    assert len(emitted) == 1, "the heartbeat did not close the window"
+    row = emitted.iloc[0]
+    assert (row["user"], row["count"], row["sum(amount)"]) == ("u0", 1, 5)
+    assert pd.Timestamp(row["window_end"]).timestamp() == 10.0

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import logging
+import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
@@ -127,8 +128,6 @@ def ensure_descriptor(
     change. Returns ``spec`` with its layout generation and history filled in.
     """
     extra = dict(extra or {})
-    import uuid
-
     want = {
         "format": DESCRIPTOR_FORMAT,
         "incarnation": uuid.uuid4().hex,
