@@ -24,7 +24,7 @@ import silt
 from silt import paths
 from silt.compaction.compactor import run_compaction
 from silt.compaction.task import CompactionTask
-from silt.errors import AlreadyExistsError, FencedError, StoreError
+from silt.errors import AlreadyExistsError, CommitConflict, FencedError, StoreError
 from silt.gc import collect_garbage, horizon, read_checkpoints
 from silt.testing import FaultyStore
 from silt.tiers.memory import MemoryStore
@@ -246,7 +246,9 @@ def test_zombie_whose_withdrawal_fails_retries_it(mem: str) -> None:
             write_version(writer, expected, i)
     clock.advance(int(GRACE * 1000) * 2)
     collect_garbage(silt.open_store(mem), retain_versions=2, grace_seconds=GRACE, clock=clock)
-    faulty.fail_matching("delete_many", lambda k: k.startswith(paths.MANIFEST_PREFIX),
+    # A withdrawal is the version's fate record (the manifest stays, so its number can never
+    # be committed again): make creating that record fail once.
+    faulty.fail_matching("put_if_absent", lambda k: k.endswith(paths.FATE_SUFFIX),
                          error=StoreError, times=1)
     zombie.put(b"z", b"z")
     with pytest.raises(FencedError, match="retries it"):
@@ -255,6 +257,9 @@ def test_zombie_whose_withdrawal_fails_retries_it(mem: str) -> None:
     with pytest.raises(FencedError):
         zombie.commit()
     assert silt.versions(mem) == [7, 8]  # ... and the next commit finished it
+    assert silt.open_store(mem).get(paths.manifest_key(2))  # the number stays taken
+    with pytest.raises(silt.errors.VersionNotFoundError, match="withdrawn"):
+        silt.open(mem, version=2)
     zombie.close()
 
 
@@ -268,10 +273,11 @@ def test_manifest_created_while_gc_runs_keeps_its_ssts(mem: str) -> None:
     with silt.open(mem, settings=settings, clock=clock) as writer:
         write_version(writer, expected, 0)
         write_version(writer, expected, 1)
-        base_model = dict(expected)
         late = silt.open(mem, settings=settings, clock=clock)  # at version 2
         # The writer jumps ahead (explicit versions) and compacts everything into new SSTs, so
-        # versions 10.. share no SST with versions 1 and 2.
+        # versions 10.. share no SST with versions 1 and 2. Its first jump reserves version 3
+        # (a version with version 2's state that reserves 3..9): the late writer will take it
+        # as its base, as it stands for the state it started from.
         for v in (10, 11, 12):
             for j in range(30):
                 writer.put(b"k%03d" % j, b"w%d" % v)
@@ -286,20 +292,38 @@ def test_manifest_created_while_gc_runs_keeps_its_ssts(mem: str) -> None:
             s.id for s in silt.read_manifest(writer.store, 2).all_ssts()}
     clock.advance(int(GRACE * 1000) * 2)
     late.put(b"late", b"writer")
-    base_model[b"late"] = b"writer"
+    newest = silt.open(mem, settings=settings, clock=clock)  # at version 13
+    newest.put(b"new", b"est")
+    expected[b"new"] = b"est"
     gc_store = FaultyStore(silt.open_store(mem))
-    # Right before GC creates its horizon marker, the late writer commits version 3.
-    gc_store.on_call("put_if_absent", lambda op, key: late.commit(3),
+    conflicts: list[CommitConflict] = []
+
+    def commit_during_gc(op: str, key: str) -> None:
+        # The late writer (base 2) is a fork attempt: the jump to 10 reserved versions 3..9
+        # for version 2's state, so it fails and creates nothing. The newest writer commits
+        # version 14, which GC's first listing did not see.
+        try:
+            late.commit(3)
+        except CommitConflict as exc:
+            conflicts.append(exc)
+        newest.commit()
+
+    # Right before GC creates its horizon marker, both writers commit.
+    gc_store.on_call("put_if_absent", commit_during_gc,
                      predicate=lambda k: k.startswith(paths.HORIZON_PREFIX), times=1)
     report = collect_garbage(gc_store, retain_versions=3, grace_seconds=GRACE, clock=clock)
     assert report.horizons[""] == 11
-    assert late.version == 3  # it could not see the marker: its commit stands
+    assert len(conflicts) == 1 and "reserved" in str(conflicts[0])
+    assert late.version == 2
+    with pytest.raises(FencedError, match="below the garbage-collection horizon"):
+        late.commit()  # its next free number is 10, which GC collected: a zombie's commit
     late.close()
-    assert 3 in silt.versions(mem)
-    reads_back(mem, 3, base_model, clock)  # nothing it references was deleted
-    # The next pass collects it like any version below the horizon.
+    assert newest.version == 14
+    newest.close()
+    assert silt.versions(mem) == [11, 12, 13, 14]
+    reads_back(mem, 14, expected, clock)  # nothing it references was deleted
     collect_garbage(silt.open_store(mem), retain_versions=3, grace_seconds=GRACE, clock=clock)
-    assert silt.versions(mem) == [11, 12, 13]
+    assert silt.versions(mem) == [12, 13, 14]
 
 
 def test_uncertain_commit_that_gc_kept_is_not_withdrawn(mem: str) -> None:
