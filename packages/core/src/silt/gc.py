@@ -35,10 +35,10 @@ step-3 listing sees that manifest) or will never publish it.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 
 from . import paths
+from .checkpoints import decode_checkpoint
 from .clock import Clock
 from .compaction.record import CompactionRecord
 from .errors import CorruptionError, NotFoundError
@@ -75,17 +75,18 @@ def _split(key: str) -> tuple[str, str]:
 
 
 def read_checkpoints(store: ObjectStore, prefix: str = "") -> dict[str, int]:
-    """Named checkpoints of the DB at ``prefix``: name -> pinned version."""
+    """Named checkpoints of the DB at ``prefix``: name -> pinned version.
+
+    Raises :class:`CorruptionError` for a damaged checkpoint object: GC cannot tell what it pins.
+    """
     out = {}
     base = prefix + paths.CHECKPOINT_PREFIX
     for info in retrying(lambda: list(store.list(base))):
         try:
-            data = json.loads(retrying(lambda key=info.key: store.get(key)))
-            out[info.key[len(base):]] = int(data["version"])
+            data = retrying(lambda key=info.key: store.get(key))
         except NotFoundError:
             continue  # removed while we listed
-        except (ValueError, KeyError, TypeError):
-            raise CorruptionError(info.key, 0, "checkpoint object is not valid JSON") from None
+        out[info.key[len(base):]] = decode_checkpoint(data, info.key).version
     return out
 
 
