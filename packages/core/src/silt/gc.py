@@ -46,6 +46,8 @@ from .manifest import Manifest
 from .store import ObjectStore, retrying
 
 MANIFEST_MARK = "/" + paths.MANIFEST_PREFIX
+#: Temporaries younger than this are never removed, whatever the grace (a write in flight).
+TEMP_MIN_AGE_SECONDS = 60.0
 
 
 @dataclass
@@ -59,6 +61,7 @@ class GcReport:
     deleted_ssts: list[str] = field(default_factory=list)
     deleted_records: list[str] = field(default_factory=list)
     deleted_bytes: int = 0
+    removed_temporaries: int = 0
     dry_run: bool = False
 
 
@@ -232,6 +235,10 @@ def collect_garbage(
             for i in range(0, len(batch), 1000):
                 chunk = batch[i:i + 1000]
                 retrying(lambda chunk=chunk: store.delete_many(chunk))
+        # Temporaries of writes interrupted long ago (file:// ``.tmp/``), by the tier's clock.
+        for db in sorted({"", *report.dbs}):
+            report.removed_temporaries += store.remove_stale_temporaries(
+                db, max(grace_seconds, TEMP_MIN_AGE_SECONDS))
     return report
 
 

@@ -46,8 +46,9 @@ def check_properties(info: SstInfo, props: dict[str, Any], name: str) -> None:
 
 
 def check_sst(store: ObjectStore, key: str, info: SstInfo, *, blocks: bool,
-              name: str | None = None) -> int:
-    """Check the SST object ``key`` in ``store`` against ``info``; return its entry count.
+              name: str | None = None) -> tuple[int, int]:
+    """Check the SST object ``key`` in ``store`` against ``info``; return its entry and block
+    counts.
 
     Always: the tail (footer, filter, properties, index: one ranged GET from
     ``info.tail_offset`` to ``info.size``) must decode with valid checksums, the object must be
@@ -60,7 +61,7 @@ def check_sst(store: ObjectStore, key: str, info: SstInfo, *, blocks: bool,
     reader = SstReader(store, key, replace(info, clipped=False), None)
     try:
         entries = reader.verify() if blocks else info.entries
-        props = reader.properties
+        props, count = reader.properties, reader.num_blocks
         if retrying(lambda: store.get_range(key, info.size, 1)):
             raise CorruptionError(name, info.size, f"object is longer than the {info.size} "
                                   "bytes recorded")
@@ -69,4 +70,4 @@ def check_sst(store: ObjectStore, key: str, info: SstInfo, *, blocks: bool,
             raise
         raise CorruptionError(name, exc.offset, exc.detail) from None
     check_properties(info, props, name)
-    return entries
+    return entries, count
