@@ -73,7 +73,7 @@ def decode_checkpoint(data: bytes, key: str) -> Checkpoint:
                               f"number in [0, {MAX_VERSION}]")
     created_ms = body.get("created_ms", 0)
     token = body.get("token", "")
-    if type(created_ms) is not int or not isinstance(token, str):
+    if type(created_ms) is not int or not 0 <= created_ms < 1 << 48 or not isinstance(token, str):
         raise CorruptionError(key, offset, "checkpoint fields 'created_ms' or 'token' have the "
                               "wrong type")
     return Checkpoint(version=version, created_ms=created_ms, token=token, format_version=fmt)

@@ -12,12 +12,19 @@ from dataclasses import dataclass
 
 from ..errors import CorruptionError
 from ..framing import FRAME_HEAD, decode_framed, encode_framed
+from ..paths import MAX_VERSION
 from ..sst.builder import SstInfo
 from .task import CompactionTask
 
 RECORD_MAGIC = b"SILTCMP1"
 RECORD_FORMAT_VERSION = 1
 _ULID = re.compile(r"[0-7][0-9A-HJKMNP-TV-Z]{25}")
+#: No compaction output is larger (outputs are cut at ``Settings.target_sst_bytes``): a record
+#: that says otherwise is damaged or crafted, and is refused before anything reads that much.
+MAX_OUTPUT_BYTES = 1 << 40
+_MAX_MS = (1 << 48) - 1  # the time range of an object id (silt.paths.new_id)
+_OUTPUT_COUNTS = ("size", "tail_offset", "entries", "tombstones", "expiring", "min_expiry_ms",
+                  "max_expiry_ms")
 
 
 @dataclass(frozen=True)
@@ -61,20 +68,24 @@ class CompactionRecord:
             )
             record = cls(
                 id=_ulid(d["id"]),
-                base_version=_count(d["base_version"]),
-                created_ms=_count(d["created_ms"]),
+                base_version=_count(d["base_version"], MAX_VERSION),
+                created_ms=_count(d["created_ms"], _MAX_MS),
                 task=task,
                 outputs=tuple(SstInfo.from_json(s) for s in d["outputs"]),
                 input_bytes=_count(d.get("input_bytes", 0)),
             )
-            for out in record.outputs:
+            for raw, out in zip(d["outputs"], record.outputs, strict=True):
                 _ulid(out.id)
+                for name in _OUTPUT_COUNTS:
+                    _count(raw.get(name, 0))
                 if out.db or out.clipped:
                     raise ValueError(f"output {out.id} is a reference; outputs are the DB's own")
-                if not 0 <= out.tail_offset < out.size or out.entries < 1 or (
-                        out.smallest > out.largest):
-                    raise ValueError(f"output {out.id} has impossible sizes or key range")
-        except (ValueError, KeyError, TypeError, AttributeError, OverflowError) as exc:
+                if not (0 <= out.tail_offset < out.size <= MAX_OUTPUT_BYTES
+                        and out.expiring <= out.entries and out.tombstones <= out.entries
+                        and 1 <= out.entries <= out.size and out.smallest <= out.largest):
+                    raise ValueError(f"output {out.id} has impossible sizes, counts or key range")
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError,
+                OverflowError) as exc:
             raise CorruptionError(object_name, FRAME_HEAD.size, f"malformed record ({exc})") \
                 from None
         return record
@@ -86,9 +97,9 @@ def _text(value: object) -> str:
     return value
 
 
-def _count(value: object) -> int:
-    if type(value) is not int or value < 0:
-        raise ValueError(f"expected a non-negative integer, found {value!r:.40}")
+def _count(value: object, limit: int = 1 << 63) -> int:
+    if type(value) is not int or not 0 <= value <= limit:
+        raise ValueError(f"expected an integer in [0, {limit}], found {value!r:.40}")
     return value
 
 
