@@ -20,6 +20,9 @@ The order is what makes GC safe beside live writers (DESIGN.md section 8):
    checkpoint created after that re-read sees the marker and is withdrawn by its creator).
 5. Delete manifests below the horizon that no checkpoint pins; then delete the candidates that
    no kept manifest and no young compaction record references.
+6. Ask the tier to remove what writes interrupted long ago left in its own scratch space
+   (:meth:`~silt.store.ObjectStore.remove_stale_temporaries`: ``file://``'s ``.tmp/``) for
+   each DB, if older than the grace period (and never younger than a minute).
 
 References between sibling DBs (:mod:`silt.siblings`): an SST referenced by a sibling's manifest
 counts as referenced under its owner's folder. A DB holding ``refs/<name>`` markers may be
