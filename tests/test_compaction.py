@@ -752,3 +752,49 @@ def test_an_external_writer_refuses_a_damaged_compaction_and_gc_loses_nothing(
         db.gc(retain_versions=1)
     with silt.open(file_url, settings=settings, clock=clock) as db:
         check(db, model)
+
+
+def test_check_outputs_reads_the_tail_or_every_block(url: str) -> None:
+    """The check a writer runs before adopting: the tail, size and properties always; every
+    data block when asked (external records)."""
+    from silt.compaction.driver import check_outputs
+
+    clock = silt.ManualClock(T0)
+    settings = settings_small(compaction="none")
+    with silt.open(url, settings=settings, clock=clock) as db:
+        for i in range(3):
+            for j in range(100):
+                db.put(b"k%03d" % j, b"v%d" % i)
+            db.commit()
+        m = db.manifest
+        task = CompactionTask(inputs=tuple(s.id for s in m.l0), mode="into_level",  # type: ignore[union-attr]
+                              target_level=1)
+        rec = run_compaction(db.store, m, task, settings, clock)  # type: ignore[arg-type]
+        store = db.store
+        assert check_outputs(store, rec, blocks=True) is None
+        out = rec.outputs[0]
+        key = paths.sst_key(out.id)
+        data = bytearray(store.get(key))
+        # Objects are immutable: build the damaged twins under new names, same record fields.
+        for offset, blocks, caught in [(10, False, False), (10, True, True),
+                                       (out.tail_offset + 1, False, True)]:
+            damaged = bytearray(data)
+            damaged[offset] ^= 1
+            twin = SstInfo(**{**out.__dict__, "id": paths.new_id(T0 + offset + blocks)})
+            store.put_if_absent(paths.sst_key(twin.id), bytes(damaged))
+            bad = CompactionRecord(id=rec.id, base_version=rec.base_version,
+                                   created_ms=rec.created_ms, task=rec.task, outputs=(twin,))
+            why = check_outputs(store, bad, blocks=blocks)
+            assert (why is not None) == caught, (offset, blocks)
+            if caught:
+                assert paths.sst_key(twin.id) in why  # type: ignore[operator]
+        wrong = SstInfo(**{**out.__dict__, "entries": out.entries + 1})
+        why = check_outputs(store, CompactionRecord(
+            id=rec.id, base_version=1, created_ms=T0, task=rec.task, outputs=(wrong,)),
+            blocks=False)
+        assert why is not None and "entries" in why
+        gone = SstInfo(**{**out.__dict__, "id": paths.new_id(T0 - 1)})
+        why = check_outputs(store, CompactionRecord(
+            id=rec.id, base_version=1, created_ms=T0, task=rec.task, outputs=(gone,)),
+            blocks=False)
+        assert why is not None and "does not exist" in why

@@ -8,7 +8,9 @@ Commands (``silt COMMAND --help`` for each one's options)::
                                     the GC horizon (for a root of several DBs: one line per DB)
     silt get URL KEY                one value (raw bytes on stdout)
     silt scan URL                   key<TAB>value lines in key order
-    silt verify URL                 read every manifest and block in scope, check checksums
+    silt verify URL                 read every manifest and block in scope, every checkpoint and
+                                    compaction record (with its outputs), check checksums and
+                                    that what they name exists
     silt plugins                    installed plugins and first-party ones not installed
     silt compact URL [--loop]       external compactor: run the policy's next task, write its
                                     record under compaction/ (never a manifest)
@@ -949,8 +951,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--key-hex", action="store_true", help="--start/--end/--prefix are hex")
 
     p = command("verify", cmd_verify,
-                "read every manifest and every SST block in scope and check their checksums; "
-                "exit 2 on corruption or missing SSTs")
+                "read every manifest and every SST block in scope, every checkpoint and every "
+                "pending compaction record with its outputs, and check their checksums and that "
+                "what they name exists; exit 2 on corruption or missing objects")
     scope = p.add_mutually_exclusive_group()
     scope.add_argument("--version", type=_non_negative, metavar="N",
                        help="verify version N (default: the latest)")
