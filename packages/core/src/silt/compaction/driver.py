@@ -16,7 +16,7 @@ A record whose outputs fail is refused (logged, counted as ``compactions_damaged
 like any refused record, so its outputs become garbage and a compactor may redo the task.
 
 Thread safety: called only from the writer's commit path (under the DB lock); the background
-thread only runs :func:`.compactor.run_compaction`.
+thread only runs :func:`.compactor.run_compaction` and :func:`check_outputs` on its result.
 """
 
 from __future__ import annotations
