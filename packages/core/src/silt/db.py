@@ -18,7 +18,6 @@ fetches run in the DB's own thread pools. Durability: nothing is durable until `
 
 from __future__ import annotations
 
-import json
 import re
 import threading
 import uuid
@@ -29,6 +28,7 @@ from typing import Any
 
 from . import paths
 from .cache import BlockCache
+from .checkpoints import decode_checkpoint, encode_checkpoint
 from .clock import Clock
 from .compaction.driver import CompactionDriver
 from .errors import (
@@ -1254,8 +1254,7 @@ class DB:
             retrying(lambda: self._store.put_if_absent(pin, b""))
             key = paths.checkpoint_key(name)
             token = uuid.uuid4().hex
-            body = json.dumps({"version": version, "created_ms": self._clock.now_ms(),
-                               "token": token}).encode()
+            body = encode_checkpoint(version, self._clock.now_ms(), token)
             created = retrying(lambda: self._store.put_if_absent(key, body))
             if not created:
                 pinned = read_checkpoints(self._store).get(name)
@@ -1265,9 +1264,9 @@ class DB:
                         "choose another name"
                     )
                 try:  # a lost response whose retry found our own object?
-                    existing = json.loads(retrying(lambda: self._store.get(key)))
-                    created = existing.get("token") == token
-                except (NotFoundError, ValueError, AttributeError):
+                    existing = decode_checkpoint(retrying(lambda: self._store.get(key)), key)
+                    created = existing.token == token
+                except (NotFoundError, CorruptionError):
                     created = False
             if not created:
                 return version

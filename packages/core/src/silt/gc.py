@@ -20,6 +20,9 @@ The order is what makes GC safe beside live writers (DESIGN.md section 8):
    checkpoint created after that re-read sees the marker and is withdrawn by its creator).
 5. Delete manifests below the horizon that no checkpoint pins; then delete the candidates that
    no kept manifest and no young compaction record references.
+6. Ask the tier to remove what writes interrupted long ago left in its own scratch space
+   (:meth:`~silt.store.ObjectStore.remove_stale_temporaries`: ``file://``'s ``.tmp/``) for
+   each DB, if older than the grace period (and never younger than a minute).
 
 References between sibling DBs (:mod:`silt.siblings`): an SST referenced by a sibling's manifest
 counts as referenced under its owner's folder. A DB holding ``refs/<name>`` markers may be
@@ -35,11 +38,11 @@ step-3 listing sees that manifest) or will never publish it.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 
 from . import paths
+from .checkpoints import decode_checkpoint
 from .clock import Clock
 from .compaction.record import CompactionRecord
 from .errors import CorruptionError, InvalidArgumentError, InvalidTypeError, NotFoundError
@@ -56,6 +59,8 @@ DEFAULT_GRACE_MS = int(Settings().gc_grace_seconds * 1000)
 ABANDONED_PASS_MS = 7 * 24 * 3600 * 1000
 
 MANIFEST_MARK = "/" + paths.MANIFEST_PREFIX
+#: Temporaries younger than this are never removed, whatever the grace (a write in flight).
+TEMP_MIN_AGE_SECONDS = 60.0
 
 
 @dataclass
@@ -69,6 +74,7 @@ class GcReport:
     deleted_ssts: list[str] = field(default_factory=list)
     deleted_records: list[str] = field(default_factory=list)
     deleted_bytes: int = 0
+    removed_temporaries: int = 0
     dry_run: bool = False
 
 
@@ -85,17 +91,18 @@ def _split(key: str) -> tuple[str, str]:
 
 
 def read_checkpoints(store: ObjectStore, prefix: str = "") -> dict[str, int]:
-    """Named checkpoints of the DB at ``prefix``: name -> pinned version."""
+    """Named checkpoints of the DB at ``prefix``: name -> pinned version.
+
+    Raises :class:`CorruptionError` for a damaged checkpoint object: GC cannot tell what it pins.
+    """
     out = {}
     base = prefix + paths.CHECKPOINT_PREFIX
     for info in retrying(lambda: list(store.list(base))):
         try:
-            data = json.loads(retrying(lambda key=info.key: store.get(key)))
-            out[info.key[len(base):]] = int(data["version"])
+            data = retrying(lambda key=info.key: store.get(key))
         except NotFoundError:
             continue  # removed while we listed
-        except (ValueError, KeyError, TypeError):
-            raise CorruptionError(info.key, 0, "checkpoint object is not valid JSON") from None
+        out[info.key[len(base):]] = decode_checkpoint(data, info.key).version
     return out
 
 
@@ -300,6 +307,10 @@ def collect_garbage(
                 retrying(lambda chunk=chunk: store.delete_many(chunk))
         for db in report.dbs:
             _finish_pass(store, db, cutoff, clock.now_ms())
+        # Temporaries of writes interrupted long ago (file:// ``.tmp/``), by the tier's clock.
+        for db in sorted({"", *report.dbs}):
+            report.removed_temporaries += store.remove_stale_temporaries(
+                db, max(grace_seconds, TEMP_MIN_AGE_SECONDS))
     return report
 
 

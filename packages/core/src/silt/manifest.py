@@ -1,6 +1,7 @@
 """Manifests: the record of one committed version. WARNING: on-disk format (docs/format.md).
 
-Object ``manifest/<version:020d>``, created with ``put_if_absent``::
+Object ``manifest/<version:020d>``, created with ``put_if_absent``, framed by
+:mod:`silt.framing`::
 
     magic "SILTMNF1" (8 bytes) | crc32 u32 of everything after it | format_version u32 | JSON body
 
@@ -11,13 +12,12 @@ size) and an opaque ``meta`` map of strings for the layer above (Spark query id,
 
 from __future__ import annotations
 
-import json
-import struct
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from .errors import CorruptionError
+from .framing import FRAME_HEAD as _HEAD
+from .framing import decode_framed, encode_framed
 from .sst.builder import SstInfo
 
 MANIFEST_MAGIC = b"SILTMNF1"
@@ -32,7 +32,6 @@ MANIFEST_MAGIC = b"SILTMNF1"
 #: optional field any format may carry; older readers ignore it.
 MANIFEST_FORMAT_VERSION = 3
 READABLE_MANIFEST_FORMATS = frozenset({1, 2, 3})
-_HEAD = struct.Struct("<8sII")
 
 
 @dataclass(frozen=True)
@@ -65,7 +64,7 @@ class Manifest:
             yield from level
 
     def encode(self) -> bytes:
-        fields: dict[str, object] = {
+        body: dict[str, object] = {
             "version": self.version,
             "parent": self.parent,
             "writer_id": self.writer_id,
@@ -76,36 +75,23 @@ class Manifest:
             "meta": self.meta,
         }
         if self.skip_to is not None:
-            fields["skip_to"] = self.skip_to
+            body["skip_to"] = self.skip_to
         if self.gc_grace_ms is not None:
-            fields["gc_grace_ms"] = self.gc_grace_ms
-        body = json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
+            body["gc_grace_ms"] = self.gc_grace_ms
         if self.skip_to is not None:
             fmt = 3
         elif any(s.db or s.clipped for s in self.all_ssts()):
             fmt = 2
         else:
             fmt = 1
-        rest = struct.pack("<I", fmt) + body
-        return MANIFEST_MAGIC + struct.pack("<I", zlib.crc32(rest)) + rest
+        return encode_framed(MANIFEST_MAGIC, fmt, body)
 
     @classmethod
     def decode(cls, data: bytes, object_name: str) -> Manifest:
         """Parse and check a manifest; raises :class:`CorruptionError` naming the object."""
-        if len(data) < _HEAD.size:
-            raise CorruptionError(object_name, 0, f"manifest of {len(data)} bytes is truncated")
-        magic, crc, fmt = _HEAD.unpack_from(data, 0)
-        if magic != MANIFEST_MAGIC:
-            raise CorruptionError(object_name, 0, "bad magic: not a silt manifest")
-        if zlib.crc32(memoryview(data)[12:]) != crc:
-            raise CorruptionError(object_name, 12, "manifest checksum mismatch")
-        if fmt not in READABLE_MANIFEST_FORMATS:
-            raise CorruptionError(
-                object_name, 12, f"manifest format {fmt} is not readable by this silt "
-                f"(reads {sorted(READABLE_MANIFEST_FORMATS)}); upgrade silt-core"
-            )
+        _fmt, d = decode_framed(data, object_name, magic=MANIFEST_MAGIC,
+                                formats=READABLE_MANIFEST_FORMATS, what="manifest")
         try:
-            d = json.loads(data[_HEAD.size:])
             manifest = cls(
                 version=int(d["version"]),
                 parent=None if d["parent"] is None else int(d["parent"]),
