@@ -452,7 +452,7 @@ class World:
                     self.tokens[m.token] = dict(base)
                     same.add(m.version)
                     changed = True
-                elif (fate := read_fate(self.base, m.version)) and fate.withdrawn:
+                elif (fate := read_fate(self.base, m.version)) and fate.withdraws(m):
                     same.add(m.version)  # a withdrawn version on this lineage stands for it
                     changed = True
 

@@ -122,6 +122,11 @@ def open(
                     if found else "the root has no committed versions"
                 )
                 what = str(exc) if "does not exist" not in str(exc) else "does not exist"
+                h = read_markers(store).horizon
+                if version < h and "withdrawn" not in what:
+                    what = (f"was removed by garbage collection (its horizon is {h}: versions "
+                            "below it are kept only while a checkpoint pins them); pin a version "
+                            "you will read later with DB.checkpoint(name)")
                 raise errors.VersionNotFoundError(
                     f"version {version} of {url!r} {what.removeprefix(f'version {version} ')} "
                     f"({known}); open without version= for the latest"

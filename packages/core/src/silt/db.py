@@ -601,7 +601,7 @@ class DB:
         except NotFoundError:
             return ""  # deleted meanwhile (GC below its horizon): a plain conflict
         fate = read_fate(self._store, version)
-        if fate is not None and fate.withdrawn:
+        if fate is not None and fate.withdraws(existing):
             if existing.parent == self._lineage:
                 self._lineage = version  # it stands for our base: the lineage goes through it
             self._next = version + 1
@@ -760,7 +760,7 @@ class DB:
             return
         manifest, why = self._withdrawing
         v = manifest.version
-        fate = Fate(v, WITHDRAWN, why, uuid.uuid4().hex)
+        fate = Fate(v, WITHDRAWN, why, manifest.token)
         name = paths.fate_key(v)
         try:
             created = retrying(lambda: self._store.put_if_absent(name, fate.encode()))
@@ -771,7 +771,8 @@ class DB:
                 "the next commit of this DB retries it"
             ) from exc
         self._withdrawing = None
-        self._withdrawing_result = existing is None or existing.withdrawn
+        # A record settling another manifest of this number (a rollback's reuse) withdraws it.
+        self._withdrawing_result = existing is None or existing.withdraws(manifest)
         if self._withdrawing_result and manifest.parent == self._lineage:
             self._lineage, self._next = v, manifest.next_version  # skip the withdrawn number
 
@@ -1308,12 +1309,12 @@ class DB:
                     "commit stalled past the grace period) and is being withdrawn; checkpoint "
                     "another version"
                 )
-        fate = Fate(version, SETTLED, "pinned by a checkpoint", uuid.uuid4().hex)
+        fate = Fate(version, SETTLED, "pinned by a checkpoint", manifest.token)
         name = paths.fate_key(version)
         if retrying(lambda: self._store.put_if_absent(name, fate.encode())):
             return None
         existing = read_fate(self._store, version)
-        if existing is not None and existing.withdrawn:
+        if existing is not None and existing.withdraws(manifest):
             return (
                 f"version {version} of {self._url!r} was withdrawn by its writer "
                 f"({existing.reason}); checkpoint another version"
@@ -1335,7 +1336,7 @@ class DB:
             except NotFoundError:
                 return sorted(own)  # collected: count every SST as new
             fate = read_fate(self._store, parent)
-            if pm.skip_to is None and (fate is None or not fate.withdrawn):
+            if pm.skip_to is None and (fate is None or not fate.withdraws(pm)):
                 return sorted(own - {s.id for s in pm.all_ssts()})
             parent = pm.parent
         return sorted(own)

@@ -40,7 +40,9 @@ _MAX_FATE_BYTES = 64 * 1024
 
 @dataclass(frozen=True)
 class Fate:
-    """What became of a version after its manifest was created."""
+    """What became of a version after its manifest was created. ``token`` is the commit token
+    of the manifest it judges: a fate record never speaks for another manifest of the same
+    number (one re-created after a rollback reads as withdrawn)."""
 
     version: int
     fate: str  # WITHDRAWN or SETTLED
@@ -50,6 +52,10 @@ class Fate:
     @property
     def withdrawn(self) -> bool:
         return self.fate == WITHDRAWN
+
+    def withdraws(self, manifest: Manifest) -> bool:
+        """Whether ``manifest`` (of this version) is withdrawn by this record."""
+        return self.withdrawn or self.token != manifest.token
 
     def encode(self) -> bytes:
         body = json.dumps(
@@ -117,8 +123,18 @@ def list_versions(store: ObjectStore, db: str = "") -> VersionListing:
             fates[v] = Fate.decode(retrying(lambda name=name: store.get(name)), name, v)
         except NotFoundError:
             continue  # deleted by GC while we listed
-    withdrawn = sorted(v for v, f in fates.items() if f.withdrawn and v in manifests)
-    gone = set(withdrawn) | {v for v, f in fates.items() if f.withdrawn}
+    gone = {v for v, f in fates.items() if f.withdrawn}
+    for v, f in fates.items():
+        if not f.withdrawn and v in manifests:
+            # Settled: but for this very manifest? (another one of the same number is a reuse)
+            name = db + paths.manifest_key(v)
+            try:
+                m = Manifest.decode(retrying(lambda name=name: store.get(name)), name)
+            except NotFoundError:
+                continue
+            if f.withdraws(m):
+                gone.add(v)
+    withdrawn = sorted(v for v in gone if v in manifests)
     return VersionListing(
         versions=sorted(manifests - gone),
         withdrawn=withdrawn,
@@ -153,9 +169,12 @@ def read_manifest(store: ObjectStore, version: int, db: str = "") -> Manifest:
         raise VersionNotFoundError(f"version {version} does not exist") from None
     manifest = Manifest.decode(data, name)
     fate = read_fate(store, version, db)
-    if fate is not None and fate.withdrawn:
+    if fate is not None and fate.withdraws(manifest):
+        why = fate.reason if fate.withdrawn else (
+            "its number was committed before by another commit that a checkpoint pinned: the "
+            "root was rolled back")
         raise VersionNotFoundError(
-            f"version {version} was withdrawn by its writer ({fate.reason}); it reads as version "
+            f"version {version} was withdrawn by its writer ({why}); it reads as version "
             f"{manifest.parent} and its number is never used again"
         )
     return manifest
