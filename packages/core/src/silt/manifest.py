@@ -1,6 +1,7 @@
 """Manifests: the record of one committed version. WARNING: on-disk format (docs/format.md).
 
-Object ``manifest/<version:020d>``, created with ``put_if_absent``::
+Object ``manifest/<version:020d>``, created with ``put_if_absent``, framed by
+:mod:`silt.framing`::
 
     magic "SILTMNF1" (8 bytes) | crc32 u32 of everything after it | format_version u32 | JSON body
 
@@ -11,13 +12,12 @@ size) and an opaque ``meta`` map of strings for the layer above (Spark query id,
 
 from __future__ import annotations
 
-import json
-import struct
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from .errors import CorruptionError
+from .framing import FRAME_HEAD as _HEAD
+from .framing import decode_framed, encode_framed
 from .sst.builder import SstInfo
 
 MANIFEST_MAGIC = b"SILTMNF1"
@@ -25,9 +25,13 @@ MANIFEST_MAGIC = b"SILTMNF1"
 #: references to sibling DBs' SSTs (``db`` and ``clip`` fields of an SST entry); a manifest
 #: without references is still written as format 1, so older readers keep reading it, and a
 #: reader that predates references refuses a manifest that has them instead of misreading it.
-MANIFEST_FORMAT_VERSION = 2
-READABLE_MANIFEST_FORMATS = frozenset({1, 2})
-_HEAD = struct.Struct("<8sII")
+#: Format 3 adds ``skip_to`` (a version that reserves the numbers up to a later one, written when
+#: a commit skips version numbers): written only by such manifests, so that a reader or writer
+#: that predates it refuses it instead of committing inside the reserved numbers.
+#: ``gc_grace_ms`` (the writer's Settings.gc_grace_seconds, which GC may not undercut) is an
+#: optional field any format may carry; older readers ignore it.
+MANIFEST_FORMAT_VERSION = 3
+READABLE_MANIFEST_FORMATS = frozenset({1, 2, 3})
 
 
 @dataclass(frozen=True)
@@ -42,6 +46,16 @@ class Manifest:
     l0: tuple[SstInfo, ...] = ()
     levels: tuple[tuple[SstInfo, ...], ...] = ()
     meta: dict[str, str] = field(default_factory=dict)
+    #: Set on a version that only reserves numbers: its state is its parent's, and the next
+    #: version of this lineage is ``skip_to`` (versions in between never exist).
+    skip_to: int | None = None
+    #: The committing writer's ``Settings.gc_grace_seconds`` in ms (GC refuses a shorter grace).
+    gc_grace_ms: int | None = None
+
+    @property
+    def next_version(self) -> int:
+        """The smallest version number a commit on top of this one may create."""
+        return self.skip_to if self.skip_to is not None else self.version + 1
 
     def all_ssts(self) -> Iterator[SstInfo]:
         """Every SST the version references, in read order (newest data first)."""
@@ -50,42 +64,35 @@ class Manifest:
             yield from level
 
     def encode(self) -> bytes:
-        body = json.dumps(
-            {
-                "version": self.version,
-                "parent": self.parent,
-                "writer_id": self.writer_id,
-                "token": self.token,
-                "created_ms": self.created_ms,
-                "l0": [s.to_json() for s in self.l0],
-                "levels": [[s.to_json() for s in level] for level in self.levels],
-                "meta": self.meta,
-            },
-            sort_keys=True,
-            separators=(",", ":"),
-        ).encode()
-        fmt = 2 if any(s.db or s.clipped for s in self.all_ssts()) else 1
-        rest = struct.pack("<I", fmt) + body
-        return MANIFEST_MAGIC + struct.pack("<I", zlib.crc32(rest)) + rest
+        body: dict[str, object] = {
+            "version": self.version,
+            "parent": self.parent,
+            "writer_id": self.writer_id,
+            "token": self.token,
+            "created_ms": self.created_ms,
+            "l0": [s.to_json() for s in self.l0],
+            "levels": [[s.to_json() for s in level] for level in self.levels],
+            "meta": self.meta,
+        }
+        if self.skip_to is not None:
+            body["skip_to"] = self.skip_to
+        if self.gc_grace_ms is not None:
+            body["gc_grace_ms"] = self.gc_grace_ms
+        if self.skip_to is not None:
+            fmt = 3
+        elif any(s.db or s.clipped for s in self.all_ssts()):
+            fmt = 2
+        else:
+            fmt = 1
+        return encode_framed(MANIFEST_MAGIC, fmt, body)
 
     @classmethod
     def decode(cls, data: bytes, object_name: str) -> Manifest:
         """Parse and check a manifest; raises :class:`CorruptionError` naming the object."""
-        if len(data) < _HEAD.size:
-            raise CorruptionError(object_name, 0, f"manifest of {len(data)} bytes is truncated")
-        magic, crc, fmt = _HEAD.unpack_from(data, 0)
-        if magic != MANIFEST_MAGIC:
-            raise CorruptionError(object_name, 0, "bad magic: not a silt manifest")
-        if zlib.crc32(memoryview(data)[12:]) != crc:
-            raise CorruptionError(object_name, 12, "manifest checksum mismatch")
-        if fmt not in READABLE_MANIFEST_FORMATS:
-            raise CorruptionError(
-                object_name, 12, f"manifest format {fmt} is not readable by this silt "
-                f"(reads {sorted(READABLE_MANIFEST_FORMATS)}); upgrade silt-core"
-            )
+        _fmt, d = decode_framed(data, object_name, magic=MANIFEST_MAGIC,
+                                formats=READABLE_MANIFEST_FORMATS, what="manifest")
         try:
-            d = json.loads(data[_HEAD.size:])
-            return cls(
+            manifest = cls(
                 version=int(d["version"]),
                 parent=None if d["parent"] is None else int(d["parent"]),
                 writer_id=str(d["writer_id"]),
@@ -94,7 +101,13 @@ class Manifest:
                 l0=tuple(SstInfo.from_json(s) for s in d["l0"]),
                 levels=tuple(tuple(SstInfo.from_json(s) for s in lv) for lv in d["levels"]),
                 meta={str(k): str(v) for k, v in d["meta"].items()},
+                skip_to=None if d.get("skip_to") is None else int(d["skip_to"]),
+                gc_grace_ms=None if d.get("gc_grace_ms") is None else int(d["gc_grace_ms"]),
             )
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise CorruptionError(object_name, _HEAD.size, f"malformed manifest body ({exc})") \
                 from None
+        if manifest.skip_to is not None and manifest.skip_to <= manifest.version:
+            raise CorruptionError(object_name, _HEAD.size, f"skip_to {manifest.skip_to} is not "
+                                  f"after version {manifest.version}")
+        return manifest
