@@ -201,9 +201,7 @@ def test_model(tier: Tier) -> None:
             self.url = tier.url(f"model-{uuid.uuid4().hex[:12]}")
             self.clock = silt.ManualClock()
             self.db = silt.open(self.url, settings=MODEL_SETTINGS, clock=self.clock)
-            self.current = {}
-            self.snapshots = {}
-            self.base = None
+            self.start_model()
 
     run_state_machine_as_test(TierModel, settings=MODEL_RUN)
 

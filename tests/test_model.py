@@ -69,6 +69,10 @@ class SiltModel(RuleBasedStateMachine):
             self.url = f"memory://{self.mem_name}"
         self.clock = silt.ManualClock()
         self.db = silt.open(self.url, settings=MODEL_SETTINGS, clock=self.clock)
+        self.start_model()
+
+    def start_model(self) -> None:
+        """The model of an empty root (subclasses for other tiers call this too)."""
         #: The state this DB should show: committed base plus pending writes.
         self.current: dict[bytes, Record] = {}
         #: version -> the records committed at it.

@@ -318,3 +318,70 @@ def test_a_reader_of_a_collected_version_is_told_why(mem: str) -> None:
     old.close()
     with pytest.raises(VersionNotFoundError, match="removed by garbage collection"):
         silt.open(mem, version=1)
+
+
+# -- version 0 and the empty root; the warm path's requests -------------------------------------
+def test_writers_from_an_empty_root_cannot_both_win(mem: str) -> None:
+    """A stream processor's first batch commits version 0; another writer from the empty root
+    commits version 1 at the same time. They race for different names, so each checks the
+    other's after creating its own: whoever sees the other withdraws."""
+    clock = silt.ManualClock(T0)
+    faulty = FaultyStore(silt.open_store(mem))
+    first = silt.open(mem, settings=SETTINGS, clock=clock, store=faulty)
+    second = silt.open(mem, settings=SETTINGS, clock=clock)
+    first.put(b"k", b"batch 0")
+    second.put(b"k", b"other")
+
+    def other_commits(op: str, key: str) -> None:
+        assert second.commit() == 1  # its own check ran before version 0 existed
+
+    faulty.on_call("put_if_absent", other_commits, times=1,
+                   predicate=lambda k: k == paths.manifest_key(0))
+    with pytest.raises(CommitConflict, match="empty root at the same time"):
+        first.commit(0)
+    first.close()
+    second.close()
+    assert silt.versions(mem) == [1]
+    assert read_fate(silt.open_store(mem), 0).withdrawn
+    assert read(mem, None, clock) == {b"k": b"other"}
+
+
+def test_version_zero_then_one(mem: str) -> None:
+    clock = silt.ManualClock(T0)
+    with silt.open(mem, settings=SETTINGS, clock=clock) as db:
+        db.put(b"k", b"0")
+        assert db.commit(0) == 0
+        db.put(b"k", b"1")
+        assert db.commit() == 1
+    with silt.open(mem, at_most=-1, settings=SETTINGS, clock=clock) as db:
+        assert db.version is None
+        db.put(b"k", b"zombie")
+        with pytest.raises(CommitConflict):
+            db.commit(0)
+    assert silt.versions(mem) == [0, 1]
+
+
+def test_a_warm_commit_does_not_list(mem: str) -> None:
+    """After its first commit a writer checks the GC markers with one GET (of the next epoch's
+    name) instead of listing them, until something changes."""
+    clock = silt.ManualClock(T0)
+    commit_versions(mem, clock, 1)
+    with silt.open(mem, settings=SETTINGS, clock=clock) as db:
+        db.checkpoint("c")  # an epoch exists from now on
+    faulty = FaultyStore(silt.open_store(mem))
+    with silt.open(mem, settings=SETTINGS, clock=clock, store=faulty) as db:
+        db.put(b"a", b"1")
+        db.commit()
+        faulty.reset_counters()
+        for i in range(3):
+            db.put(b"a", b"%d" % i)
+            db.commit()
+        assert faulty.calls["list"] == 0, faulty.calls
+        # GC runs: its markers change the epoch, and the next commit lists them again.
+        collect_garbage(silt.open_store(mem), retain_versions=5, grace_seconds=GRACE,
+                        clock=clock)
+        faulty.reset_counters()
+        db.put(b"a", b"after gc")
+        db.commit()
+        assert faulty.calls["list"] >= 1
+        assert db.committer.markers.passes

@@ -19,7 +19,8 @@ Creating version ``v`` from base ``b`` (:meth:`Committer.publish`):
    (:class:`CommitConflict`).
 2. Create ``manifest/<v>`` with ``put_if_absent``. A conflict whose object carries this
    attempt's token is our own (a lost response retried).
-3. Read ``gc/`` once (:mod:`silt.markers`) and withdraw the version if GC's horizon passed it
+3. Read the GC markers (:mod:`silt.markers`: one GET on a warm writer whose markers did not
+   change, a listing otherwise) and withdraw the version if GC's horizon passed it
    (zombie: :class:`FencedError`), if a checkpoint once pinned this number for another commit
    (rollback: :class:`CorruptionError`), if a GC pass may collect an SST it newly publishes
    (stall: :class:`WithdrawnError`), or if GC of a referenced sibling passed the referenced
@@ -50,7 +51,7 @@ from .errors import (
 )
 from .gc import horizon, read_checkpoints
 from .manifest import Manifest
-from .markers import GcMarkers, read_markers
+from .markers import GcMarkers, refresh
 from .metrics import MeteredStore
 from .siblings import Reference, SiblingStores
 from .sst.builder import SstInfo
@@ -84,12 +85,14 @@ class Committer:
         self.fenced: str | None = None
         #: The last version committed here (its post-commit checks passed).
         self.confirmed: int | None = None
+        #: The GC markers as last read (a warm commit checks only that they did not change).
+        self.markers: GcMarkers | None = None
 
     # -- state --------------------------------------------------------------------------------
     def based_on(self, manifest: Manifest | None) -> None:
         """The DB installed ``manifest`` as its base."""
         if manifest is None:
-            self.lineage, self.next = None, 1
+            self.lineage, self.next = None, 0  # version 0 is a stream processor's batch 0
         else:
             self.lineage, self.next = manifest.version, manifest.next_version
 
@@ -124,7 +127,7 @@ class Committer:
         """The version to create (``version``, or the next free number) and whether it was
         chosen here; refuses a number this lineage may not use."""
         if version is None:
-            return self.next, True
+            return (max(self.next, 1) if self.lineage is None else self.next), True
         check_version(version)
         if version < self.next:
             if base_version is not None and version <= base_version:
@@ -147,8 +150,9 @@ class Committer:
         (steps 1-3 of the module docstring). ``pending`` is kept with an uncertain commit and
         handed back by :meth:`prepare` when it turns out to have landed."""
         while True:
-            if version > self.next:
-                self._reserve(version, base)
+            first = self._first_free(version)
+            if version > first:
+                self._reserve(version, base, first)
                 continue
             manifest = Manifest(
                 version=version, parent=self.lineage, writer_id=self.writer_id,
@@ -162,10 +166,11 @@ class Committer:
                 self.uncertain = (manifest, pending)
                 raise
             if created:
+                self._check_empty_root(manifest)
                 break
             placeholder = self._adopt_placeholder(version)
             if placeholder and auto:
-                version = self.next
+                version = max(self.next, 1)
                 continue
             if placeholder == "withdrawn":
                 why = "was withdrawn by its writer and is never committed again"
@@ -205,11 +210,42 @@ class Committer:
             return False
         return existing.token == manifest.token
 
-    def _reserve(self, target: int, base: Manifest | None) -> None:
-        """Create the version at :attr:`next` that reserves the numbers up to ``target``, with
-        the base's state (same SSTs and meta). A name held by a stand-in for the same state is
-        moved past (:meth:`_adopt_placeholder`); anything else: :class:`CommitConflict`."""
-        n = self.next
+    def _first_free(self, version: int) -> int:
+        """Where a commit of ``version`` starts racing: the next free number; on an empty root,
+        1 unless it commits version 0 itself (see :meth:`_check_empty_root`)."""
+        if self.lineage is None and self.next == 0 and version >= 1:
+            return 1
+        return self.next
+
+    def _check_empty_root(self, manifest: Manifest) -> None:
+        """A first commit on an empty root: writers from nothing race for name 1, or for name
+        0 when they commit version 0 (a stream processor's first batch). Two such writers could
+        each win one name: each checks the other name after creating its own, and one that
+        finds a live version there withdraws its own (at least one of them sees the other)."""
+        if manifest.parent is not None or self.lineage is not None:
+            return
+        other = 1 if manifest.version == 0 else 0
+        name = paths.manifest_key(other)
+        try:
+            found = Manifest.decode(retrying(lambda: self._store.get(name)), name)
+        except NotFoundError:
+            return
+        fate = read_fate(self._store, other)
+        if (fate is not None and fate.withdraws(found)) or found.parent is not None:
+            return
+        why = (f"version {other} of {self._url!r} was committed from the empty root at the same "
+               f"time as version {manifest.version}")
+        if self._withdraw(manifest, why):
+            raise CommitConflict(
+                f"{why}; reopen the latest version (silt.open) and redo the work from there",
+                version=manifest.version,
+            )
+
+    def _reserve(self, target: int, base: Manifest | None, n: int) -> None:
+        """Create the version at ``n`` (the first free number) that reserves the numbers up to
+        ``target``, with the base's state (same SSTs and meta). A name held by a stand-in for
+        the same state is moved past (:meth:`_adopt_placeholder`); anything else:
+        :class:`CommitConflict`."""
         reservation = Manifest(
             version=n, parent=self.lineage, writer_id=self.writer_id, token=uuid.uuid4().hex,
             created_ms=self._clock.now_ms(),
@@ -219,6 +255,7 @@ class Committer:
             skip_to=target, gc_grace_ms=self._grace_ms,
         )
         if self._create(reservation):
+            self._check_empty_root(reservation)
             self.lineage, self.next = n, target
             return
         if not self._adopt_placeholder(n):
@@ -229,7 +266,7 @@ class Committer:
                 "work from there",
                 version=target,
             )
-        if self.next > target:
+        if max(self.next, 1 if self.lineage is None else 0) > target:
             raise CommitConflict(
                 f"cannot commit version {target} of {self._url!r}: another commit from the same "
                 f"base reserved the versions up to {self.next - 1}",
@@ -260,8 +297,9 @@ class Committer:
     # -- checks after the manifest exists ---------------------------------------------------------
     def _post_commit(self, manifest: Manifest, base: Manifest | None, refs: list[Reference],
                      *, resolving: bool = False) -> None:
-        """Step 3: one LIST of ``gc/``, more only on the rare paths."""
-        markers = read_markers(self._store)
+        """Step 3: the GC markers (one GET when nothing changed since the last commit,
+        :func:`silt.markers.refresh`), more requests only on the rare paths."""
+        markers = self.markers = refresh(self._store, self.markers)
         self._check_horizon(manifest, markers)
         self._check_rollback(manifest, markers)
         self._check_age(manifest, base, markers, resolving=resolving)

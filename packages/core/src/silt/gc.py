@@ -47,7 +47,7 @@ from .clock import Clock
 from .compaction.record import CompactionRecord
 from .errors import CorruptionError, InvalidArgumentError, InvalidTypeError, NotFoundError
 from .manifest import Manifest
-from .markers import read_markers
+from .markers import bump_epoch, read_markers
 from .settings import Settings
 from .store import ObjectStore, retrying
 from .versions import list_versions
@@ -227,10 +227,13 @@ def collect_garbage(
     # that this pass may not see its manifest (see silt.markers and DB._check_age).
     if not dry_run:
         for db in report.dbs:
+            known = read_markers(store, db)
             retrying(lambda db=db: store.put_if_absent(db + paths.pass_key(cutoff), b""))
-        for db, h in report.horizons.items():
-            if h > horizon(store, db):
+            h = report.horizons.get(db)
+            if h is not None and h > known.horizon:
                 retrying(lambda db=db, h=h: store.put_if_absent(db + paths.horizon_key(h), b"{}"))
+            # Writers that check the epoch instead of listing see the markers from now on.
+            bump_epoch(store, db, known=known.epoch)
     # 4b. manifests created since the listing above: their writers may have read the horizon
     # before the marker existed, so they would not withdraw. Keep what they reference this
     # pass (a writer creating a manifest after this listing sees the marker and withdraws).
@@ -306,10 +309,14 @@ def _finish_pass(store: ObjectStore, db: str, cutoff: int, now_ms: int) -> None:
     """Mark this pass done, then drop the markers of older passes that are done (this pass's
     markers have a greater cutoff and say the same to writers) or long abandoned."""
     retrying(lambda: store.put_if_absent(db + paths.pass_done_key(cutoff), b""))
+    markers = read_markers(store, db)
+    bump_epoch(store, db, known=markers.epoch)
     stale = []
-    for c, done in read_markers(store, db).passes.items():
+    for c, done in markers.passes.items():
         if c < cutoff and (done or c < now_ms - ABANDONED_PASS_MS):
             stale += [db + paths.pass_key(c), db + paths.pass_done_key(c)]
+    # Older horizon markers say nothing the greatest does not.
+    stale += [db + paths.horizon_key(h) for h in markers.horizons if h < markers.horizon]
     if stale:
         retrying(lambda: store.delete_many(stale))
 

@@ -15,8 +15,21 @@ Three kinds of empty, create-only objects under a DB's ``gc/`` folder (names in 
   number with another token, can never be created again: creating it means the root was rolled
   back (its newest manifests deleted), which a writer detects after committing.
 
-The markers carry no data, so they need no checksum: a damaged or foreign name is ignored, and
-a missing marker only makes writers more cautious (horizon, pass) or rollback undetected (pin).
+* ``epoch/<n>``: whoever writes one of the markers above then creates the next epoch object
+  (create-only: the smallest number not taken yet; named downwards, so the first name of a
+  listing is the newest). A writer that read the markers when the greatest epoch was ``n`` and
+  later finds no epoch ``n+1`` (one GET, :func:`refresh`) knows that no marker was written
+  since, or that whoever is writing one has not finished: a GC pass bumps the epoch before its
+  last listing of manifests, so it will see a manifest created before that GET. Warm commits so
+  cost one GET of a missing object instead of a LIST. Epoch objects are never deleted (a
+  writer's GET of a deleted successor would miss a change); they are empty and only the first
+  page of their folder is ever listed.
+
+The markers carry no data, so they need no checksum: a damaged or foreign name is ignored. A
+*missing* marker is not detectable: a deleted horizon or pass marker lets a stale or stalled
+commit stand that should have been withdrawn, a deleted pin marker leaves a rollback undetected,
+and a deleted epoch object hides a change from warm writers. Never delete them by hand; GC
+removes only pass markers of finished passes and horizon markers below the greatest.
 """
 
 from __future__ import annotations
@@ -24,6 +37,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from . import paths
+from .errors import NotFoundError
 from .store import ObjectStore, retrying
 
 
@@ -35,6 +49,10 @@ class GcMarkers:
     passes: dict[int, bool] = field(default_factory=dict)
     #: ``(version, commit token)`` of every pinned version.
     pins: tuple[tuple[int, str], ...] = ()
+    #: The greatest epoch object seen (0: none; see the module docstring).
+    epoch: int = 0
+    #: Every horizon marker (GC drops all but the greatest).
+    horizons: tuple[int, ...] = ()
 
     def passes_after(self, oldest_ms: int) -> tuple[list[int], list[int]]:
         """Passes whose cutoff is newer than ``oldest_ms`` (so they may delete an unreferenced
@@ -45,15 +63,20 @@ class GcMarkers:
 
 
 def read_markers(store: ObjectStore, db: str = "") -> GcMarkers:
-    """All GC markers of the DB at prefix ``db`` (one LIST)."""
+    """All GC markers of the DB at prefix ``db`` (two LISTs: the newest epoch, then ``gc/``)."""
     horizon = 0
     passes: dict[int, bool] = {}
     pins: list[tuple[int, str]] = []
+    horizons: list[int] = []
+    # The epoch first: markers written before it are in the listing that follows.
+    first = retrying(lambda: next(iter(store.list(db + paths.EPOCH_PREFIX)), None))
+    epoch = 0 if first is None else (paths.parse_epoch_key(first.key[len(db):]) or 0)
     for info in retrying(lambda: list(store.list(db + paths.GC_PREFIX))):
         rest = info.key[len(db):]
         v = paths.parse_horizon_key(rest)
         if v is not None:
             horizon = max(horizon, v)
+            horizons.append(v)
             continue
         pin = paths.parse_pin_key(rest)
         if pin is not None:
@@ -63,4 +86,30 @@ def read_markers(store: ObjectStore, db: str = "") -> GcMarkers:
         if parsed is not None:
             cutoff, done = parsed
             passes[cutoff] = passes.get(cutoff, False) or done
-    return GcMarkers(horizon=horizon, passes=passes, pins=tuple(pins))
+    return GcMarkers(horizon=horizon, passes=passes, pins=tuple(pins), epoch=epoch,
+                     horizons=tuple(horizons))
+
+
+def refresh(store: ObjectStore, known: GcMarkers | None, db: str = "") -> GcMarkers:
+    """The markers now: ``known`` itself when its epoch has no successor yet (one GET), else a
+    new listing (one LIST more). With nothing known, or no epoch ever created, a listing."""
+    if known is not None and known.epoch > 0:
+        try:
+            retrying(lambda: store.get(db + paths.epoch_key(known.epoch + 1)))
+        except NotFoundError:
+            return known
+    return read_markers(store, db)
+
+
+def bump_epoch(store: ObjectStore, db: str = "", *, known: int = 0) -> int:
+    """Create the next epoch object after writing markers; returns its number. ``known``: an
+    epoch known to exist (saves probing from 1)."""
+    epoch = known + 1
+    for _ in range(64):
+        if retrying(lambda epoch=epoch: store.put_if_absent(db + paths.epoch_key(epoch), b"")):
+            return epoch
+        epoch += 1
+    epoch = read_markers(store, db).epoch + 1  # far behind: list, then try past the greatest
+    while not retrying(lambda epoch=epoch: store.put_if_absent(db + paths.epoch_key(epoch), b"")):
+        epoch += 1
+    return epoch

@@ -14,6 +14,8 @@ Layout (see ``docs/format.md``)::
                               listing manifests for the last time (``.done`` appended: finished)
     gc/pin/<version:020d>.<token>  a checkpoint pinned this version, committed with this commit
                               token (rollback detection)
+    epoch/<MAX-n:020d>        epoch n, created after any gc/ marker changes: a writer that
+                              listed gc/ at epoch n and finds no epoch n+1 knows nothing changed
     refs/<name>               a sibling DB ``<name>`` may reference this DB's SSTs (silt.siblings)
 
 Zero-padded versions sort lexicographically in the same order as numerically, so "latest version"
@@ -33,6 +35,7 @@ GC_PREFIX = "gc/"
 HORIZON_PREFIX = "gc/horizon/"
 PASS_PREFIX = "gc/pass/"
 PIN_PREFIX = "gc/pin/"
+EPOCH_PREFIX = "epoch/"
 FATE_SUFFIX = ".fate"
 PASS_DONE_SUFFIX = ".done"
 REFS_PREFIX = "refs/"
@@ -123,6 +126,17 @@ def parse_pass_key(key: str) -> tuple[int, bool] | None:
     return None if cutoff is None else (cutoff, done)
 
 
+def epoch_key(epoch: int) -> str:
+    """Object name of GC marker epoch ``epoch`` (created after markers change). Numbered down
+    from ``MAX_VERSION``, so the newest epoch is the first name a listing returns."""
+    return f"{EPOCH_PREFIX}{MAX_VERSION - epoch:0{VERSION_DIGITS}d}"
+
+
+def parse_epoch_key(key: str) -> int | None:
+    n = _parse_number(key, EPOCH_PREFIX)
+    return None if n is None else MAX_VERSION - n
+
+
 def pin_key(version: int, token: str) -> str:
     """Object name of the marker saying a checkpoint pinned ``version`` whose manifest carries
     commit token ``token``."""
@@ -172,7 +186,7 @@ def id_time_ms(ulid: str) -> int:
 #: The top-level folders of a DB: a key holding one of them after a ``/`` (or at its start)
 #: belongs to the DB whose prefix comes before it.
 DB_FOLDERS = (MANIFEST_PREFIX, SST_PREFIX, COMPACTION_PREFIX, CHECKPOINT_PREFIX, GC_PREFIX,
-              REFS_PREFIX)
+              REFS_PREFIX, EPOCH_PREFIX)
 
 
 def split_db(key: str) -> tuple[str, str]:

@@ -32,7 +32,7 @@ from .errors import (
 )
 from .gc import read_checkpoints
 from .manifest import Manifest
-from .markers import GcMarkers, read_markers
+from .markers import GcMarkers, bump_epoch, read_markers
 from .store import ObjectStore, retrying
 from .versions import SETTLED, Fate, read_fate
 
@@ -56,7 +56,9 @@ def pin(store: ObjectStore, url: str, manifest: Manifest, name: str, clock: Cloc
     settling needed). Raises :class:`VersionNotFoundError` when the version cannot be kept.
     """
     version = manifest.version
-    retrying(lambda: store.put_if_absent(paths.pin_key(version, manifest.token), b""))
+    known = read_markers(store)
+    if retrying(lambda: store.put_if_absent(paths.pin_key(version, manifest.token), b"")):
+        bump_epoch(store, known=known.epoch)
     key = paths.checkpoint_key(name)
     token = uuid.uuid4().hex
     body = encode_checkpoint(version, clock.now_ms(), token)

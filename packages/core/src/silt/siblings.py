@@ -199,10 +199,13 @@ def clip_manifest(manifest: Manifest, owner: str, start: bytes | None, end: byte
 
 
 # -- combining references to several sources -------------------------------------------------
-def _unify(a: SstInfo, b: SstInfo) -> SstInfo:
-    """One entry for two references to the same object whose clip ranges touch."""
+def _unify(a: SstInfo, b: SstInfo, stores: SiblingStores | None = None) -> SstInfo:
+    """One entry for two references to the same object whose clip ranges touch, or leave a
+    gap in which the object holds no record at all (not even a tombstone), so that covering
+    the gap changes no read (checked by reading at most the blocks of the gap)."""
     first, second = (a, b) if a.smallest <= b.smallest else (b, a)
-    if first.clip_end is None or first.clip_end != second.clip_start:
+    touching = first.clip_end is not None and first.clip_end == second.clip_start
+    if not touching and not _empty_gap(first, second, stores):
         raise ReferenceConflict(
             f"SST {a.id} of {a.db!r} would be referenced twice with clip ranges that do not "
             "touch (a source compacted part of it away): these ranges cannot be referenced "
@@ -211,12 +214,22 @@ def _unify(a: SstInfo, b: SstInfo) -> SstInfo:
     return replace(first, largest=second.largest, clip_end=second.clip_end)
 
 
-def _merge_run(run: list[SstInfo]) -> list[SstInfo]:
+def _empty_gap(first: SstInfo, second: SstInfo, stores: SiblingStores | None) -> bool:
+    """Whether the object holds no record between ``first``'s clip range and ``second``'s."""
+    lo, hi = first.clip_end, second.clip_start
+    if stores is None or lo is None or hi is None or lo >= hi:
+        return False
+    whole = replace(first, clipped=False, clip_start=None, clip_end=None)
+    reader = stores.reader(whole)
+    return next(iter(reader.iter_range(lo, hi)), None) is None
+
+
+def _merge_run(run: list[SstInfo], stores: SiblingStores | None = None) -> list[SstInfo]:
     run = sorted(run, key=lambda s: s.smallest)
     out: list[SstInfo] = []
     for s in run:
         if out and out[-1].id == s.id and out[-1].db == s.db:
-            out[-1] = _unify(out[-1], s)
+            out[-1] = _unify(out[-1], s, stores)
             continue
         if out and out[-1].largest >= s.smallest:
             raise ReferenceConflict(
@@ -227,7 +240,8 @@ def _merge_run(run: list[SstInfo]) -> list[SstInfo]:
     return out
 
 
-def _merge_l0(lists: Sequence[list[SstInfo]]) -> list[SstInfo]:
+def _merge_l0(lists: Sequence[list[SstInfo]],
+              stores: SiblingStores | None = None) -> list[SstInfo]:
     """Interleave newest-first L0 lists of disjoint key ranges into one, keeping each list's
     order and listing an object two lists share once (its clip ranges must touch)."""
     key = lambda s: (s.db, s.id)  # noqa: E731
@@ -239,7 +253,7 @@ def _merge_l0(lists: Sequence[list[SstInfo]]) -> list[SstInfo]:
         for s in lst:
             k = key(s)
             if k in merged:
-                merged[k] = _unify(merged[k], s)
+                merged[k] = _unify(merged[k], s, stores)
             else:
                 merged[k] = s
                 after[k] = set()
@@ -266,11 +280,13 @@ def _merge_l0(lists: Sequence[list[SstInfo]]) -> list[SstInfo]:
 
 def combine(
     parts: Sequence[tuple[list[SstInfo], list[list[SstInfo]]]],
+    stores: SiblingStores | None = None,
 ) -> tuple[tuple[SstInfo, ...], tuple[tuple[SstInfo, ...], ...]]:
-    """One DB's L0 and levels from references to disjoint key ranges of several sources."""
-    l0 = _merge_l0([p[0] for p in parts])
+    """One DB's L0 and levels from references to disjoint key ranges of several sources
+    (``stores``: to check that a gap between two references to one object holds nothing)."""
+    l0 = _merge_l0([p[0] for p in parts], stores)
     depth = max((len(p[1]) for p in parts), default=0)
-    levels = [_merge_run([s for p in parts if i < len(p[1]) for s in p[1][i]])
+    levels = [_merge_run([s for p in parts if i < len(p[1]) for s in p[1][i]], stores)
               for i in range(depth)]
     return tuple(l0), tuple(tuple(run) for run in levels)
 
@@ -327,7 +343,7 @@ def take_reference(url: str, source_url: str, manifest: Manifest | None, start: 
         return None
     l0, levels = clip_manifest(manifest, name, start, end, stores)
     ref = Reference(name, manifest.version, start, end, l0, levels)
-    base = combine([(r.l0, r.levels) for r in [*taken, ref]])
+    base = combine([(r.l0, r.levels) for r in [*taken, ref]], stores)
     seen: set[tuple[str, str]] = set()
     for s in (*base[0], *(s for run in base[1] for s in run)):
         if (s.db, s.id) in seen:
