@@ -13,7 +13,7 @@ class ForeignStateError(SparkStateError):
     """The state root belongs to another streaming query (its id is in the manifests).
 
     Use a new ``state_url``, restart the original query from its checkpoint, or build the
-    operator with ``reset=True`` to discard that state.
+    operator with ``take_over=True`` to discard that state.
     """
 
 
