@@ -13,7 +13,7 @@ import silt
 import silt_spark
 from silt_spark import _dedup, _shard
 from test_spark_operator import Run as OperatorRun
-from test_spark_operator import shard_versions
+from test_spark_operator import fail_after_commit, shard_versions
 
 SCHEMA = "id string, src string, n long"
 COLUMNS = ["id", "src", "n"]
@@ -69,19 +69,19 @@ def rows_for(seed: int, n: int = 40) -> list[tuple]:
     ]
 
 
-def test_dedup_matches_model_across_restart_and_failed_task(spark, tmp_path, monkeypatch):
+def test_dedup_matches_model_across_restart_and_failed_task(spark, tmp_path):
     """Keys (id, src), duplicates within a batch and across batches: the first row of each
     key is emitted once, also across a restart and a task that fails after committing."""
     state = (tmp_path / "state").as_uri()
     markers = tmp_path / "markers"
     markers.mkdir()
-    monkeypatch.setattr(_shard, "TEST_FAIL_AFTER_COMMIT", [1])
-    monkeypatch.setattr(_shard, "TEST_MARKER_DIR", str(markers))
     batches = [rows_for(i) for i in range(5)]
     run = Run(spark, tmp_path)
 
     def build():
-        return silt_spark.deduplicate(run.stream(), ["id", "src"], state, 3)
+        return fail_after_commit(
+            silt_spark.deduplicate(run.stream(), ["id", "src"], state, 3), 1, str(markers)
+        )
 
     try:
         run.start(build())

@@ -24,6 +24,7 @@ import pandas as pd
 import silt_spark
 from pyspark import cloudpickle
 from pyspark.sql import functions as F
+from test_spark_operator import fail_after_commit
 from test_spark_window import AGGS, OUT_COLUMNS, norm
 from test_spark_window import Run as WindowRun
 
@@ -62,22 +63,6 @@ def event_rows(seed: int, n_batches: int) -> list[list[tuple[str, int, int]]]:
     return out
 
 
-def fail_once(df, batch_id: int, partition: int, marker_dir: str):
-    """``df`` followed by a step that fails the first attempt of one task of micro-batch
-    ``batch_id`` after it consumed all its input, so after the silt shard committed."""
-    from pyspark import TaskContext
-
-    def fn(batches):
-        yield from batches
-        ctx = TaskContext.get()
-        if (int(ctx.getLocalProperty("streaming.sql.batchId")) == batch_id
-                and ctx.partitionId() == partition and ctx.attemptNumber() == 0):
-            open(os.path.join(marker_dir, f"failed-{batch_id}-{partition}"), "w").close()
-            raise RuntimeError("injected task failure after the shard's commit")
-
-    return df.mapInArrow(fn, df.schema)
-
-
 @dataclass
 class Variant:
     """One query of a comparison: ``build(run, n)`` makes its output for the ``n``-th (re)start;
@@ -109,7 +94,7 @@ def run_all(spark, tmp_path, batches, variants: dict[str, Variant]) -> None:
         v = variants[name]
         out = v.build(runs[name], starts[name])
         if v.fail is not None:
-            out = fail_once(out, *v.fail, v.marker_dir)
+            out = fail_after_commit(out, v.fail[0], v.marker_dir, v.fail[1])
         runs[name].start(out)
         v.query_id = str(runs[name].query.id)
 

@@ -83,6 +83,25 @@ class Run:
             self.query = None
 
 
+def fail_after_commit(df, batch_id: int, marker_dir: str, partition: int | None = None):
+    """``df`` followed by a step that fails the first attempt of micro-batch ``batch_id``'s
+    tasks (or of one partition's) once they consumed all their input, that is after the silt
+    shard of that task committed; each failure leaves ``failed-<batch>-<partition>`` in
+    ``marker_dir``. Failures are injected from the tests: the production code has no hook."""
+    from pyspark import TaskContext
+
+    def fn(batches):
+        yield from batches
+        ctx = TaskContext.get()
+        part = ctx.partitionId()
+        if (int(ctx.getLocalProperty("streaming.sql.batchId")) == batch_id
+                and partition in (None, part) and ctx.attemptNumber() == 0):
+            open(os.path.join(marker_dir, f"failed-{batch_id}-{part}"), "w").close()
+            raise RuntimeError(f"injected failure after committing batch {batch_id}")
+
+    return df.mapInArrow(fn, df.schema)
+
+
 @pytest.fixture
 def run(spark, tmp_path):
     r = Run(spark, tmp_path)
@@ -279,18 +298,14 @@ def test_batch_rerun_after_restart_is_not_applied_twice(run, tmp_path):
     assert_frames(run.outputs[2], want[2])
 
 
-def test_task_failing_after_commit_is_retried_without_double_counting(
-    run, tmp_path, monkeypatch
-):
+def test_task_failing_after_commit_is_retried_without_double_counting(run, tmp_path):
     state = (tmp_path / "state").as_uri()
     batches = [batch(30 + i, n=30, users=6) for i in range(3)]
     markers = tmp_path / "markers"
     markers.mkdir()
-    monkeypatch.setattr(_shard, "TEST_FAIL_AFTER_COMMIT", [1])
-    monkeypatch.setattr(_shard, "TEST_MARKER_DIR", str(markers))
-    df = silt_spark.transform_with_state(
+    df = fail_after_commit(silt_spark.transform_with_state(
         run.stream(), Profile(), ["user"], PROFILE_SCHEMA, state_url=state, num_shards=2,
-    )
+    ), 1, str(markers))
     run.start(df)
     for rows in batches:
         run.write(rows)

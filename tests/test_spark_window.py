@@ -27,7 +27,7 @@ import silt_spark
 from pyspark.sql import functions as F
 from silt_spark import _layout, _shard, _window
 from test_spark_operator import Run as OperatorRun
-from test_spark_operator import shard_versions
+from test_spark_operator import fail_after_commit, shard_versions
 
 SCHEMA = "user string, amount long, ts timestamp"
 USERS = [f"u{i}" for i in range(8)]
@@ -166,24 +166,22 @@ def stream_rows(seed: int, n_batches: int, per_batch: int = 24) -> list[list[tup
 
 # --- tests ---------------------------------------------------------------------------------------
 def test_tumbling_append_matches_model_with_late_rows_restart_and_failed_task(
-    spark, tmp_path, shard_of_user, monkeypatch
+    spark, tmp_path, shard_of_user
 ):
-    """Tumbling 10 s windows, 3 s delay, append mode: windows are emitted once, when their
-    shard's watermark passes their end; late rows are dropped and counted; a restart from the
+    """Tumbling 10 s windows, 3 s delay, append mode: windows are emitted once, when the
+    query's watermark passes their end; late rows are dropped and counted; a restart from the
     checkpoint mid-stream and a task failing after its commit change nothing."""
     state = (tmp_path / "state").as_uri()
     markers = tmp_path / "markers"
     markers.mkdir()
-    monkeypatch.setattr(_shard, "TEST_FAIL_AFTER_COMMIT", [2])
-    monkeypatch.setattr(_shard, "TEST_MARKER_DIR", str(markers))
     batches = stream_rows(1, 6)
     run = Run(spark, tmp_path)
 
     def build():
-        return silt_spark.window_aggregate(
+        return fail_after_commit(silt_spark.window_aggregate(
             run.stream(), ["user"], "ts", "10 seconds", AGGS, state, 2,
             watermark_delay="3 seconds",
-        )
+        ), 2, str(markers))
 
     try:
         run.start(build())
@@ -221,8 +219,7 @@ def test_restart_with_more_shards_keeps_open_windows_and_watermarks(
     spark, tmp_path, shard_of_user
 ):
     """Restarting with 3 shards instead of 2 (a rescale): the new shards start from the old
-    shards' windows and watermarks. Every batch brings each user's largest event time, so all
-    shards of either layout share one watermark and the model needs no shard mapping."""
+    shards' windows, and the query's watermark carries over (it names no layout)."""
     state = (tmp_path / "state").as_uri()
     batches = stream_rows(3, 5)
     run = Run(spark, tmp_path)

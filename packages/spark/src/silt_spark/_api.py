@@ -27,7 +27,7 @@ def _spec(
     take_over: bool,
     reset: bool | None,
     settings: Any,
-    **hooks: Any,
+    **options: Any,
 ) -> _shard.OperatorSpec:
     import silt
 
@@ -59,7 +59,7 @@ def _spec(
         key_groups=key_groups,
         take_over=bool(take_over),
         settings=settings.to_dict() if settings is not None else None,
-        **hooks,
+        **options,
     )
 
 
@@ -287,8 +287,6 @@ def transform_with_state(
         event_time_delays=(
             (time_cfg.watermark_delay_ms,) if time_cfg.mode == "eventtime" else ()
         ),
-        fail_after_commit=tuple(_shard.TEST_FAIL_AFTER_COMMIT),
-        test_marker_dir=_shard.TEST_MARKER_DIR,
     )
     from pyspark.sql.pandas.types import to_arrow_schema
 
@@ -376,8 +374,6 @@ def aggregate(
     p, partial_struct, output_struct = _aggregate.plan(df.schema, keys, parsed)
     spec = _spec(
         "aggregate", df, state_url, num_shards, key_groups, take_over, reset, settings,
-        fail_after_commit=tuple(_shard.TEST_FAIL_AFTER_COMMIT),
-        test_marker_dir=_shard.TEST_MARKER_DIR,
     )
     spec = _shard.ensure_descriptor(spec, {
         "key_columns": _key_types(df, keys),
@@ -543,8 +539,6 @@ def window_aggregate(
     spec = _spec(
         "window", df, state_url, num_shards, key_groups, take_over, reset, settings,
         event_time_delays=(delay_ms,),
-        fail_after_commit=tuple(_shard.TEST_FAIL_AFTER_COMMIT),
-        test_marker_dir=_shard.TEST_MARKER_DIR,
     )
     p = wp.agg
     spec = _shard.ensure_descriptor(spec, {
@@ -669,8 +663,6 @@ def deduplicate(
     spec = _spec(
         "dedup", df, state_url, num_shards, key_groups, take_over, reset, settings,
         event_time_delays=delays,
-        fail_after_commit=tuple(_shard.TEST_FAIL_AFTER_COMMIT),
-        test_marker_dir=_shard.TEST_MARKER_DIR,
     )
     mode = "event_time" if event_time_column is not None else "processing_time"
     have = _shard.read_descriptor(state_url) if mode == "event_time" else None

@@ -32,7 +32,7 @@ import logging
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import silt
@@ -53,12 +53,6 @@ DESCRIPTOR_FORMAT = 2
 
 META_QUERY_ID = "spark.query_id"
 META_BATCH_ID = "spark.batch_id"
-
-#: Test hooks, read on the driver when an operator is built: batch ids whose first task attempt
-#: fails right after committing its state, and a folder where each injected failure leaves a
-#: file (see tests/test_spark_operator.py).
-TEST_FAIL_AFTER_COMMIT: list[int] = []
-TEST_MARKER_DIR: str | None = None
 
 #: shard URL -> (query id/root incarnation, handle). A handle is reused only by the query that
 #: cached it, on the same incarnation of the root (not after drop_state re-created it).
@@ -86,9 +80,6 @@ class OperatorSpec:
     check_origin: bool = False
     #: Watermark delay (ms) of each event-time input; empty for operators without event time.
     event_time_delays: tuple[int, ...] = ()
-    #: Test hook: batch ids whose first task attempt fails right after committing its state.
-    fail_after_commit: tuple[int, ...] = field(default=())
-    test_marker_dir: str | None = None
 
     def silt_settings(self) -> silt.Settings:
         return silt.Settings.from_dict(self.settings) if self.settings else silt.Settings()
@@ -370,15 +361,6 @@ class ShardTask:
             log.info("%s: version %d was committed by another attempt", self.url, self.batch_id)
             self.replay = True
         self.commit_ms = (_perf() - t0) * 1000
-        if self.batch_id in self.spec.fail_after_commit and self.attempt == 0:
-            if self.spec.test_marker_dir:
-                import os
-
-                name = f"failed-{self.batch_id}-{self.shard}"
-                open(os.path.join(self.spec.test_marker_dir, name), "w").close()
-            raise RuntimeError(
-                f"injected failure after committing batch {self.batch_id} (test hook)"
-            )
 
     def release(self, ok: bool) -> None:
         """Return the handle to the worker's cache, or close it (failure, pending writes)."""
