@@ -143,7 +143,7 @@ def late_rows_in_meta(state_url: str) -> dict[str, int]:
 
 def stream_rows(seed: int, n_batches: int, per_batch: int = 24) -> list[list[tuple]]:
     """Batch ``b`` has event times in ``[10 s * b - 7 s, 10 s * b + 3 s]`` (whole seconds) and a
-    row per user at exactly ``10 s * b + 3 s``, so with a 3 s delay every shard's watermark lands
+    row per user at exactly ``10 s * b + 3 s``, so with a 3 s delay the watermark lands
     exactly on a window end (``10 s * b``), closing that window (end ``<=`` watermark). Batches
     after the first also bring rows whose window ended exactly at the previous watermark (late),
     rows just after it (not late), and rows from far back (late)."""

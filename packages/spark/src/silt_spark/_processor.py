@@ -65,8 +65,8 @@ class TimerValues:
         return self._processing
 
     def getCurrentWatermarkInMs(self) -> int:
-        """The shard's event-time watermark in ms at the start of the micro-batch (``-1``: none,
-        or not in ``time_mode="eventtime"``)."""
+        """The query's event-time watermark of the micro-batch in ms (``0`` before any event,
+        as in Spark; ``-1`` when not in ``time_mode="eventtime"``)."""
         return self._watermark
 
 
