@@ -46,7 +46,14 @@ from urllib.parse import unquote, urlsplit
 
 from silt.errors import InvalidArgumentError
 from silt.store import split_url
-from silt.tierkit import check_options, parse_bool, parse_float, parse_int, validate_key
+from silt.tierkit import (
+    check_options,
+    check_path,
+    decode_path,
+    parse_bool,
+    parse_float,
+    parse_int,
+)
 
 #: The canonical scheme first; ``gcs://`` is an alias that opens the same store.
 SCHEMES = ("gs", "gcs")
@@ -219,9 +226,11 @@ def parse_url(url: str) -> tuple[str, str, dict[str, str]]:
             f"GcsStore opens gs:// URLs, got {url.split('?', 1)[0]!r}; write "
             "'gs://bucket/prefix'"
         )
-    bucket, _, prefix = unquote(location).partition("/")
-    check_bucket(bucket, url)
-    return bucket, normalize_prefix(prefix, url), options
+    raw_bucket, _, raw_prefix = location.partition("/")
+    check_bucket(unquote(raw_bucket), url)
+    # The prefix is decoded and checked by the name rule every tier shares (silt.tierkit).
+    prefix = decode_path(raw_prefix, what=f"the prefix of {url.split('?', 1)[0]!r}")
+    return unquote(raw_bucket), normalize_prefix(prefix, url), options
 
 
 def check_bucket(bucket: str, url: str = "") -> str:
@@ -252,10 +261,10 @@ def normalize_prefix(prefix: str, url: str = "") -> str:
     if not prefix:
         return ""
     try:
-        validate_key(prefix)
-    except InvalidArgumentError:
+        check_path(prefix, what="prefix")
+    except InvalidArgumentError as exc:
         raise InvalidArgumentError(
             f"prefix {prefix!r} in {url.split('?', 1)[0] or 'the gs:// URL'} is not a plain "
-            "'/'-separated path; use a URL like 'gs://bucket/jobs/clicks'"
+            f"'/'-separated path ({exc}); use a URL like 'gs://bucket/jobs/clicks'"
         ) from None
     return prefix + "/"

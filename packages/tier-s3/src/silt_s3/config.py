@@ -47,12 +47,13 @@ from silt.errors import InvalidArgumentError
 from silt.store import split_url
 from silt.tierkit import (
     check_options,
+    check_path,
+    decode_path,
     parse_bool,
     parse_choice,
     parse_float,
     parse_int,
     parse_size,
-    validate_key,
 )
 
 SCHEME = "s3"
@@ -204,9 +205,11 @@ def parse_url(url: str) -> tuple[str, str, dict[str, str]]:
         raise InvalidArgumentError(
             f"S3Store opens s3:// URLs, got {url!r}; write 's3://bucket/prefix'"
         )
-    bucket, _, prefix = unquote(location).partition("/")
-    check_bucket(bucket, url)
-    return bucket, normalize_prefix(prefix, url), options
+    raw_bucket, _, raw_prefix = location.partition("/")
+    check_bucket(unquote(raw_bucket), url)
+    # The prefix is decoded and checked by the name rule every tier shares (silt.tierkit).
+    prefix = decode_path(raw_prefix, what=f"the prefix of {url.split('?', 1)[0]!r}")
+    return unquote(raw_bucket), normalize_prefix(prefix, url), options
 
 
 def check_bucket(bucket: str, url: str = "") -> str:
@@ -238,10 +241,10 @@ def normalize_prefix(prefix: str, url: str = "") -> str:
     if not prefix:
         return ""
     try:
-        validate_key(prefix)
-    except InvalidArgumentError:
+        check_path(prefix, what="prefix")
+    except InvalidArgumentError as exc:
         raise InvalidArgumentError(
-            f"prefix {prefix!r} in {url or 'the S3 URL'} is not a plain '/'-separated path; "
-            "use a URL like 's3://bucket/jobs/clicks'"
+            f"prefix {prefix!r} in {url.split('?', 1)[0] or 'the S3 URL'} is not a plain "
+            f"'/'-separated path ({exc}); use a URL like 's3://bucket/jobs/clicks'"
         ) from None
     return prefix + "/"
