@@ -74,8 +74,8 @@ def name_problem(name: object) -> str | None:
     folded = unicodedata.normalize("NFKC", name)
     if "/" in folded or "\\" in folded or any(ch in _LOOKALIKES for ch in name):
         return "it contains a path separator ('/', '\\' or a look-alike)"
-    if folded.strip() in (".", ".."):
-        return f"it reads as {folded.strip()!r} (a relative folder)"
+    if folded.strip() in ("", ".", ".."):
+        return f"it reads as {folded.strip()!r} (blank, or a relative folder)"
     if _ESCAPE.search(name):
         return ("it holds a percent-escape, which one more decoding step could turn into a "
                 "separator (names are checked decoded: an escape here was encoded twice)")
@@ -86,9 +86,10 @@ def check_name(name: object, *, what: str = "name") -> str:
     """Return ``name`` if it is a plain name for one path segment; raise otherwise.
 
     A name is a non-empty ``str`` of at most :data:`MAX_NAME_BYTES` UTF-8 bytes that is not
-    ``.`` or ``..`` and holds no ``/``, no ``\\``, no character that Unicode compatibility
-    folding (NFKC) turns into one of those or that looks like one, no control or invisible
-    character, and no percent-escape (the name is already decoded; an escape left in it could be
+    blank, ``.`` or ``..`` (also after NFKC folding and trimming spaces) and holds no ``/``, no
+    ``\\``, no character that Unicode compatibility folding (NFKC) turns into one of those or
+    that looks like one, no control or invisible character, and no percent-escape (the name is
+    already decoded; an escape left in it could be
     decoded again). Apply it after every decoding step. Raises
     :class:`~silt.errors.InvalidArgumentError` (``what`` names the thing in the message);
     callers that read the name from stored metadata report it as a
