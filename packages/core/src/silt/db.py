@@ -61,6 +61,7 @@ from .sst.builder import SstInfo, build_sst
 from .sst.format import FOOTER_SIZE
 from .sst.reader import SstReader, get_from, lookup_groups, plan_probe
 from .store import ObjectStore, retrying
+from .tierkit import public_url
 from .versions import SETTLED, WITHDRAWN, Fate, list_versions, read_fate
 from .writebatch import WriteBatch
 
@@ -144,6 +145,8 @@ class DB:
         self._metrics = Metrics()
         self._store = MeteredStore(store, self._metrics)
         self._url = url
+        #: The URL as messages and repr show it: no query (tier options may hold a secret).
+        self._pub = public_url(url)
         self._settings = settings
         self._clock = clock
         self._owns_store = owns_store
@@ -218,7 +221,7 @@ class DB:
         return self._cache
 
     def __repr__(self) -> str:
-        return f"<silt.DB {self._url!r} version={self.version}>"
+        return f"<silt.DB {self._pub!r} version={self.version}>"
 
     def __enter__(self) -> DB:
         return self
@@ -229,7 +232,7 @@ class DB:
     # -- validation ---------------------------------------------------------------------------
     def _check_open(self) -> None:
         if self._closed:
-            raise ClosedError(f"the database {self._url!r} is closed; open it again with silt.open")
+            raise ClosedError(f"the database {self._pub!r} is closed; open it again with silt.open")
 
     def _check_key(self, key: Any) -> bytes:
         if isinstance(key, _BYTES_LIKE):
@@ -512,7 +515,7 @@ class DB:
                     else:
                         why = "was already committed by another writer"
                     raise CommitConflict(
-                        f"version {version} of {self._url!r} {why}; reopen the latest version "
+                        f"version {version} of {self._pub!r} {why}; reopen the latest version "
                         "(silt.open) and redo the work from there",
                         version=version, withdrawn=placeholder == "withdrawn",
                     )
@@ -539,7 +542,7 @@ class DB:
                 "greater version (or leave version=None for the next one)"
             )
         raise InvalidArgumentError(
-            f"cannot commit version {version} of {self._url!r}: the versions before "
+            f"cannot commit version {version} of {self._pub!r}: the versions before "
             f"{self._next} were skipped (reserved by a commit that skipped them, or withdrawn) "
             f"and are never created; commit version {self._next} or later"
         )
@@ -578,14 +581,14 @@ class DB:
             return
         if not self._adopt_placeholder(n):
             raise CommitConflict(
-                f"cannot commit version {target} of {self._url!r} from base {self.version}: "
+                f"cannot commit version {target} of {self._pub!r} from base {self.version}: "
                 f"version {n} was committed by another writer meanwhile; reopen the latest "
                 "version (silt.open) and redo the work from there",
                 version=target,
             )
         if self._next > target:
             raise CommitConflict(
-                f"cannot commit version {target} of {self._url!r}: another commit from the same "
+                f"cannot commit version {target} of {self._pub!r}: another commit from the same "
                 f"base reserved the versions up to {self._next - 1}",
                 version=target,
             )
@@ -651,7 +654,7 @@ class DB:
             if base in read_checkpoints(self._store).values():
                 return  # the base is pinned: its SSTs are kept
         self._fence(manifest, (
-            f"version {manifest.version} (from base {base}) of {self._url!r} is below the "
+            f"version {manifest.version} (from base {base}) of {self._pub!r} is below the "
             f"garbage-collection horizon {h}: newer versions exist and GC has removed older "
             "ones, so this writer is stale. The commit was withdrawn; reopen the latest version "
             "(silt.open) and redo the work from there"
@@ -666,7 +669,7 @@ class DB:
             return
         pinned, _ = max(seen)
         detail = (
-            f"a checkpoint pinned version {pinned} of {self._url!r}, but the newest version "
+            f"a checkpoint pinned version {pinned} of {self._pub!r}, but the newest version "
             f"found was {self.version}: the root was rolled back (newer manifests deleted or "
             f"restored from an older copy). Version {v} would reuse a number already seen, so "
             "the commit was withdrawn. Restore the missing manifests, or run `silt verify` to "
@@ -716,7 +719,7 @@ class DB:
         )
         if self._withdraw(manifest, why):
             raise WithdrawnError(
-                f"version {manifest.version} of {self._url!r} was withdrawn: {why}. Its number "
+                f"version {manifest.version} of {self._pub!r} was withdrawn: {why}. Its number "
                 "is never used again. Commit again (young SSTs are re-uploaded) or reopen and "
                 "redo the work"
             )
@@ -728,7 +731,7 @@ class DB:
             if r.version >= h:
                 continue
             self._fence(manifest, (
-                f"version {manifest.version} of {self._url!r} references version {r.version} of "
+                f"version {manifest.version} of {self._pub!r} references version {r.version} of "
                 f"sibling {r.source!r}, which garbage collection has passed (horizon {h}): its "
                 "SSTs may be gone. The commit was withdrawn; reopen the source at its latest "
                 "version and reference it again from a new DB"
@@ -918,7 +921,7 @@ class DB:
                 raise InvalidArgumentError(f"empty range: start {start!r} >= end {end!r}")
             if self._manifest is not None or self._parts or len(self._mem) or self._uncertain:
                 raise InvalidArgumentError(
-                    f"{self._url!r} already has state (a committed version or writes): "
+                    f"{self._pub!r} already has state (a committed version or writes): "
                     "reference() starts a new DB; open a new root next to the source instead"
                 )
             name = sibling_name(self._url, source.url)
@@ -1261,7 +1264,7 @@ class DB:
                 pinned = read_checkpoints(self._store).get(name)
                 if pinned != version:
                     raise AlreadyExistsError(
-                        f"checkpoint {name!r} already pins version {pinned} of {self._url!r}; "
+                        f"checkpoint {name!r} already pins version {pinned} of {self._pub!r}; "
                         "choose another name"
                     )
                 try:  # a lost response whose retry found our own object?
@@ -1277,7 +1280,7 @@ class DB:
                 # GC has passed this version (it may already be deleted, or be deleted by a GC
                 # pass that read the checkpoints before this one existed).
                 refusal = (
-                    f"version {version} of {self._url!r} is below the garbage-collection "
+                    f"version {version} of {self._pub!r} is below the garbage-collection "
                     f"horizon {markers.horizon} and may be collected, so it cannot be "
                     "checkpointed; checkpoint a newer version"
                 )
@@ -1298,14 +1301,14 @@ class DB:
             running, done = markers.passes_after(min(paths.id_time_ms(i) for i in ids))
             if running:
                 return (
-                    f"version {version} of {self._url!r} cannot be checkpointed yet: its commit "
+                    f"version {version} of {self._pub!r} cannot be checkpointed yet: its commit "
                     f"may still be withdrawn, as a garbage-collection pass (cutoff {running[-1]}) "
                     "that may collect its SSTs is running. Retry when GC is done, or checkpoint "
                     "a newer version"
                 )
             if done and not self._all_exist(ids):
                 return (
-                    f"version {version} of {self._url!r} lost SSTs to garbage collection (its "
+                    f"version {version} of {self._pub!r} lost SSTs to garbage collection (its "
                     "commit stalled past the grace period) and is being withdrawn; checkpoint "
                     "another version"
                 )
@@ -1316,7 +1319,7 @@ class DB:
         existing = read_fate(self._store, version)
         if existing is not None and existing.withdraws(manifest):
             return (
-                f"version {version} of {self._url!r} was withdrawn by its writer "
+                f"version {version} of {self._pub!r} was withdrawn by its writer "
                 f"({existing.reason}); checkpoint another version"
             )
         return None

@@ -38,7 +38,7 @@ from .manifest import Manifest
 from .sst.builder import SstInfo
 from .sst.reader import SstReader
 from .store import ObjectStore, retrying
-from .tierkit import check_name, decode_path
+from .tierkit import check_name, decode_path, public_url
 
 
 # -- naming -----------------------------------------------------------------------------------
@@ -56,12 +56,11 @@ def split_parent(url: str) -> tuple[str, str, str]:
     location = base.partition("://")[2]
     if "/" not in location.strip("/"):
         raise InvalidArgumentError(
-            f"{url!r} has no parent folder, so it has no siblings: references work between DBs "
-            "in one folder, such as 'file:///state/op/a' and 'file:///state/op/b'"
+            f"{public_url(url)!r} has no parent folder, so it has no siblings: references work "
+            "between DBs in one folder, such as 'file:///state/op/a' and 'file:///state/op/b'"
         )
     parent, name = base.rsplit("/", 1)
-    return parent, check_name(decode_path(name, what="a DB folder name"),
-                              what="a DB folder name"), sep + query
+    return parent, check_name(decode_path(name, what="a DB folder name")), sep + query
 
 
 def sibling_url(url: str, name: str) -> str:
@@ -78,8 +77,8 @@ def sibling_name(url: str, other: str) -> str:
     oparent, oname, oquery = split_parent(other)
     if (parent, query) != (oparent, oquery):
         raise InvalidArgumentError(
-            f"{other!r} is not a sibling of {url!r}: a DB can reference the SSTs of DBs in the "
-            "same parent folder, opened with the same tier options"
+            f"{public_url(other)!r} is not a sibling of {public_url(url)!r}: a DB can reference "
+            "the SSTs of DBs in the same parent folder, opened with the same tier options"
         )
     return oname
 

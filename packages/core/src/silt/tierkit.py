@@ -22,7 +22,7 @@ import time
 import unicodedata
 from collections.abc import Callable, Iterable, Mapping
 from typing import TypeVar
-from urllib.parse import unquote
+from urllib.parse import unquote, urlsplit
 
 from .errors import InvalidArgumentError, InvalidTypeError
 
@@ -256,8 +256,97 @@ def parse_choice(name: str, value: str, choices: Iterable[str]) -> str:
     return text
 
 
+# --- endpoints and URLs in messages ------------------------------------------------------------
+
+
+def check_endpoint(value: object, *, what: str, hint: str = "", allow_path: bool = True) -> str:
+    """Return ``value`` (stripped) if it is an ``http://`` or ``https://`` URL with a host and
+    without user, password, query or fragment; raise :class:`~silt.errors.InvalidArgumentError`
+    otherwise.
+
+    Endpoints end up in messages and logs, so they must not carry a secret: a password in
+    ``http://user:password@host`` or a token in a query. The messages name ``what`` (the option
+    or variable) and never echo the value. ``allow_path=False`` also refuses a path (a base URL).
+    """
+    text = str(value).strip()
+    sentence = f"; {hint}" if hint else ""
+    try:
+        parts = urlsplit(text)
+        parts.port  # noqa: B018 - raises ValueError for a malformed port
+    except ValueError:
+        raise InvalidArgumentError(
+            f"{what} is not a valid URL (not shown: it may hold a secret){sentence}"
+        ) from None
+    if "@" in parts.netloc or parts.username is not None or parts.password is not None:
+        raise InvalidArgumentError(
+            f"{what} must not contain credentials ('user@' or 'user:password@'; the URL is not "
+            f"shown): credentials never go in a URL, URLs end up in logs{sentence}"
+        )
+    if parts.query or parts.fragment or "?" in text or "#" in text:
+        raise InvalidArgumentError(
+            f"{what} must not carry a SAS, token or other query, nor a fragment (the URL is not "
+            f"shown: URLs end up in logs){sentence}"
+        )
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise InvalidArgumentError(
+            f"{what} must be an http:// or https:// URL with a host, like "
+            "'http://127.0.0.1:9000'"
+        )
+    if any(ch.isspace() or unicodedata.category(ch) in _BAD_CATEGORIES for ch in text):
+        raise InvalidArgumentError(f"{what} contains spaces or control characters")
+    if not allow_path and parts.path.strip("/"):
+        raise InvalidArgumentError(
+            f"{what} must be a base URL such as 'http://127.0.0.1:4443' (no path, query or "
+            "fragment)"
+        )
+    return text
+
+
+def public_url(url: object) -> str:
+    """``url`` as messages, reprs and logs may show it: without its query (tier options may hold
+    a secret, such as an Azure connection string) and without any ``user:password@``."""
+    text = str(url)
+    base = text.split("?", 1)[0].split("#", 1)[0]
+    scheme, sep, rest = base.partition("://")
+    if sep:
+        host, slash, path = rest.partition("/")
+        if "@" in host:
+            host = "<redacted>@" + host.rsplit("@", 1)[1]
+        base = f"{scheme}{sep}{host}{slash}{path}"
+    return base + ("?..." if "?" in text else "")
+
+
+def chain_leaks(exc: BaseException, secrets: Iterable[str | None] = ()) -> bool:
+    """Whether the text of ``exc`` or of any exception chained to it (``__cause__``,
+    ``__context__``, an SDK's ``inner_exception``) holds a secret: a known secret shape
+    (:func:`redact`) or one of ``secrets``. Tiers chain an SDK exception to their own error
+    only when it does not (``raise error from safe_cause(exc, secrets)``)."""
+    secrets = tuple(secrets)
+    seen: set[int] = set()
+    pending: list[BaseException] = [exc]
+    while pending:
+        current = pending.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        for text in (str(current), repr(current)):
+            if redact(text, secrets) != text:
+                return True
+        for inner in (current.__cause__, current.__context__,
+                      getattr(current, "inner_exception", None)):
+            if isinstance(inner, BaseException):
+                pending.append(inner)
+    return False
+
+
+def safe_cause(exc: BaseException, secrets: Iterable[str | None] = ()) -> BaseException | None:
+    """``exc`` if nothing in its chain holds a secret (:func:`chain_leaks`), else ``None``: the
+    cause to raise a tier's error ``from``."""
+    return None if chain_leaks(exc, secrets) else exc
+
+
 # Patterns of secrets that SDK exception texts can carry: AWS access key ids, presigned-URL and
-# SAS query parameters, Authorization headers, account keys in connection strings.
+# SAS query parameters, Authorization headers, account keys in connection strings, Google tokens.
 _SECRETS = [
     re.compile(r"\b(?:AKIA|ASIA|AIDA|AROA)[A-Z0-9]{16}\b"),
     re.compile(
@@ -266,6 +355,14 @@ _SECRETS = [
         r"sktid|accountkey|sharedaccesssignature|access_token|token)=)[^&;\s\"']+"
     ),
     re.compile(r"(?i)(authorization:\s*)[^\r\n]+"),
+    # Google's: OAuth access tokens, bearer headers, signed-URL parameters, private keys and
+    # refresh tokens from service-account and user credential files.
+    re.compile(r"\bya29\.[\w.-]+"),
+    re.compile(r"(?i)(bearer\s+)[\w.~+/=-]+"),
+    re.compile(r"(?i)(x-goog-(?:credential|signature)=)[^&\s\"']+"),
+    re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?(?:-----END [A-Z ]*PRIVATE KEY-----|$)",
+               re.DOTALL),
+    re.compile(r"(?i)(\"?(?:refresh_token|client_secret|private_key)\"?\s*[:=]\s*\"?)[^\"',\s}]+"),
 ]
 
 
@@ -312,7 +409,9 @@ def retry_on(
 
 __all__ = [
     "MAX_NAME_BYTES",
+    "chain_leaks",
     "check_data",
+    "check_endpoint",
     "check_name",
     "check_options",
     "check_path",
@@ -324,7 +423,9 @@ __all__ = [
     "parse_float",
     "parse_int",
     "parse_size",
+    "public_url",
     "redact",
     "retry_on",
+    "safe_cause",
     "validate_key",
 ]

@@ -65,6 +65,7 @@ from urllib.parse import unquote, urlsplit
 from silt.errors import InvalidArgumentError, StoreError
 from silt.store import split_url
 from silt.tierkit import (
+    check_endpoint,
     check_options,
     check_path,
     decode_path,
@@ -284,6 +285,10 @@ def check_connection_string(connection_string: str, source: str) -> None:
             "EndpointSuffix=core.windows.net', or 'BlobEndpoint=...;SharedAccessSignature=...', "
             "as the Azure portal's 'Access keys' page shows it"
         )
+    if "BLOBENDPOINT" in fields:
+        check_endpoint(fields["BLOBENDPOINT"], what=f"BlobEndpoint in the connection string from "
+                       f"{source}", hint="put the key or SAS in AccountKey= or "
+                       "SharedAccessSignature=")
 
 
 def check_account_url(url: str) -> str:
@@ -294,11 +299,8 @@ def check_account_url(url: str) -> str:
             "account_url must look like 'https://<account>.blob.core.windows.net' (or "
             "'http://127.0.0.1:10000/devstoreaccount1' for Azurite)"
         )
-    if parts.query or parts.username or parts.password:
-        raise InvalidArgumentError(
-            "account_url must not carry a SAS token or credentials (URLs end up in logs); put "
-            f"the SAS in {ENV_SAS} or use {ENV_CONNECTION_STRING}"
-        )
+    check_endpoint(url, what="account_url", hint=f"put the SAS in {ENV_SAS} or use "
+                   f"{ENV_CONNECTION_STRING}")
     return url
 
 

@@ -47,6 +47,7 @@ from urllib.parse import unquote, urlsplit
 from silt.errors import InvalidArgumentError
 from silt.store import split_url
 from silt.tierkit import (
+    check_endpoint,
     check_options,
     check_path,
     decode_path,
@@ -195,22 +196,9 @@ def normalize_endpoint(value: str, *, source: str = "endpoint=") -> str:
     text = str(value).strip()
     if "://" not in text:
         text = "http://" + text
+    text = check_endpoint(text, what=f"the endpoint in {source}", hint=CREDENTIALS_HINT,
+                          allow_path=False)
     parts = urlsplit(text)
-    if parts.username is not None or parts.password is not None or "@" in parts.netloc:
-        raise InvalidArgumentError(
-            f"the endpoint in {source} must not contain credentials ('user@' or "
-            f"'user:password@'); {CREDENTIALS_HINT}"
-        )
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise InvalidArgumentError(
-            f"the endpoint in {source} must be an http:// or https:// URL with a host, like "
-            "'http://127.0.0.1:4443'"
-        )
-    if parts.query or parts.fragment or parts.path.strip("/"):
-        raise InvalidArgumentError(
-            f"the endpoint in {source} must be a base URL such as 'http://127.0.0.1:4443' "
-            "(no path, query or fragment)"
-        )
     return f"{parts.scheme}://{parts.netloc}"
 
 

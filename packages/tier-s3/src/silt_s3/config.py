@@ -30,7 +30,9 @@ option                     default / fallback
 ``verify``                 ``true`` / ``false`` / path to a CA bundle for TLS verification
 =========================  ========================================================================
 
-Credentials never go in the URL: use the standard chain (environment variables, shared
+Credentials never go in the URL, nor in the endpoint (``http://user:password@host`` and endpoints
+with a query are refused, from the option and from the environment alike, without echoing them):
+use the standard chain (environment variables, shared
 credentials/config files and ``profile=``, SSO, container and instance roles), or pass a
 ``boto3.Session`` to :class:`silt_s3.S3Store` in code.
 """
@@ -46,6 +48,7 @@ from urllib.parse import unquote
 from silt.errors import InvalidArgumentError
 from silt.store import split_url
 from silt.tierkit import (
+    check_endpoint,
     check_options,
     check_path,
     decode_path,
@@ -65,6 +68,13 @@ MAX_PARTS = 10_000
 
 ADDRESSING_STYLES = ("auto", "path", "virtual")
 CHECKSUM_MODES = ("when_supported", "when_required")
+
+#: What to do instead of putting credentials into an endpoint URL.
+ENDPOINT_HINT = (
+    "give only the server's address (as in 'http://127.0.0.1:9000') and take credentials from "
+    "the AWS credential chain: AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, a profile (profile=name "
+    "or AWS_PROFILE), SSO, or an instance/container role"
+)
 
 #: Options that look like credentials: rejected with a pointer to the credential chain.
 _CREDENTIAL_OPTIONS = frozenset(
@@ -107,6 +117,9 @@ class S3Options:
     verify: bool | str | None = None
 
     def __post_init__(self) -> None:
+        if self.endpoint_url is not None:
+            object.__setattr__(self, "endpoint_url", check_endpoint(
+                self.endpoint_url, what="the endpoint in endpoint_url=", hint=ENDPOINT_HINT))
         if self.multipart_part_size < MIN_PART_SIZE:
             raise InvalidArgumentError(
                 f"multipart_part_size={self.multipart_part_size} is below S3's minimum part "
@@ -190,7 +203,7 @@ class S3Options:
         for name in ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"):
             value = env.get(name, "").strip()
             if value:
-                return value
+                return check_endpoint(value, what=f"the endpoint in {name}", hint=ENDPOINT_HINT)
         return None
 
 
