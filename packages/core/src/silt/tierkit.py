@@ -190,12 +190,14 @@ def check_range(start: object, length: object) -> tuple[int, int]:
 def check_options(
     url: str, options: Mapping[str, str], accepted: Iterable[str], scheme: str
 ) -> None:
-    """Raise ``InvalidArgumentError`` naming unknown options and listing the accepted ones."""
+    """Raise ``InvalidArgumentError`` naming unknown options and listing the accepted ones
+    (never their values, nor the URL's query: :func:`public_url`)."""
     accepted = sorted(accepted)
     unknown = sorted(set(options) - set(accepted))
     if unknown:
         raise InvalidArgumentError(
-            f"unknown option(s) {', '.join(map(repr, unknown))} for {url!r}; the {scheme}:// "
+            f"unknown option(s) {', '.join(map(repr, unknown))} for {public_url(url)!r}; the "
+            f"{scheme}:// "
             f"tier accepts: {', '.join(accepted) or 'none'}"
         )
 

@@ -57,6 +57,7 @@ from silt.tierkit import (
     parse_float,
     parse_int,
     parse_size,
+    public_url,
 )
 
 SCHEME = "s3"
@@ -216,7 +217,7 @@ def parse_url(url: str) -> tuple[str, str, dict[str, str]]:
     scheme, location, options = split_url(url)
     if scheme != SCHEME:
         raise InvalidArgumentError(
-            f"S3Store opens s3:// URLs, got {url!r}; write 's3://bucket/prefix'"
+            f"S3Store opens s3:// URLs, got {public_url(url)!r}; write 's3://bucket/prefix'"
         )
     raw_bucket, _, raw_prefix = location.partition("/")
     check_bucket(unquote(raw_bucket), url)

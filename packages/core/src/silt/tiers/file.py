@@ -59,7 +59,7 @@ from ..errors import (
 )
 from ..hookspecs import hookimpl
 from ..store import ObjectInfo, ObjectStore, split_url
-from ..tierkit import check_data, check_range, decode_path, validate_key
+from ..tierkit import check_data, check_options, check_range, decode_path, public_url, validate_key
 
 #: Name of the directory under the root that holds writes in flight. Never a valid first key
 #: segment, never listed.
@@ -238,16 +238,9 @@ class FileStore(ObjectStore):
         scheme, location, query = split_url(url)
         if scheme != "file":
             raise InvalidArgumentError(
-                f"FileStore opens file:// URLs, got {url!r}; use 'file:///absolute/path'"
+                f"FileStore opens file:// URLs, got {public_url(url)!r}; use 'file:///absolute/path'"
             )
-        given = {**query, **(options or {})}
-        unknown = sorted(set(given) - ACCEPTED_OPTIONS)
-        if unknown:
-            accepted = ", ".join(sorted(ACCEPTED_OPTIONS)) or "none"
-            raise InvalidArgumentError(
-                f"unknown option(s) {', '.join(map(repr, unknown))} for {url!r}; the file:// "
-                f"tier accepts: {accepted}"
-            )
+        check_options(url, {**query, **(options or {})}, ACCEPTED_OPTIONS, "file")
         if location.lower().startswith("localhost/"):
             location = location[len("localhost") :]
         if not location.startswith("/"):
@@ -259,9 +252,10 @@ class FileStore(ObjectStore):
             else:
                 problem = f"names the host {host!r} (or a relative path)"
             raise InvalidArgumentError(
-                f"{url!r} {problem}; a file:// URL holds an absolute path after three slashes, "
-                f"as in 'file:///{location or 'data/state'}' or 'file://localhost/data/state'. "
-                "Remote hosts are not supported: mount the share and use its local path"
+                f"{public_url(url)!r} {problem}; a file:// URL holds an absolute path after three "
+                f"slashes, as in 'file:///{location or 'data/state'}' or "
+                "'file://localhost/data/state'. Remote hosts are not supported: mount the share "
+                "and use its local path"
             )
         # Decoded and checked by the rule all tiers share: no '..', '.', empty, control or
         # look-alike segment can move the root (a sibling's URL is built from stored names).

@@ -29,7 +29,16 @@ from typing import Any
 from ..errors import InvalidArgumentError, InvalidTypeError, NotFoundError
 from ..hookspecs import hookimpl
 from ..store import ObjectInfo, ObjectStore, split_url
-from ..tierkit import check_data, check_name, check_path, check_range, decode_path, validate_key
+from ..tierkit import (
+    check_data,
+    check_name,
+    check_options,
+    check_path,
+    check_range,
+    decode_path,
+    public_url,
+    validate_key,
+)
 
 #: Options ``MemoryStore.from_url`` accepts (none yet).
 ACCEPTED_OPTIONS: frozenset[str] = frozenset()
@@ -122,20 +131,13 @@ class MemoryStore(ObjectStore):
         scheme, location, query = split_url(url)
         if scheme != "memory":
             raise InvalidArgumentError(
-                f"MemoryStore opens memory:// URLs, got {url!r}; use 'memory://name'"
+                f"MemoryStore opens memory:// URLs, got {public_url(url)!r}; use 'memory://name'"
             )
-        given = {**query, **(options or {})}
-        unknown = sorted(set(given) - ACCEPTED_OPTIONS)
-        if unknown:
-            accepted = ", ".join(sorted(ACCEPTED_OPTIONS)) or "none"
-            raise InvalidArgumentError(
-                f"unknown option(s) {', '.join(map(repr, unknown))} for {url!r}; the memory:// "
-                f"tier accepts: {accepted}"
-            )
+        check_options(url, {**query, **(options or {})}, ACCEPTED_OPTIONS, "memory")
         if not location.strip("/"):
             raise InvalidArgumentError(
-                f"{url!r} names no store; write 'memory://name' (stores with the same name in "
-                "one process share their objects)"
+                f"{public_url(url)!r} names no store; write 'memory://name' (stores with the same "
+                "name in one process share their objects)"
             )
         return cls(decode_path(location, what=f"the path of {url.split('?', 1)[0]!r}"))
 
