@@ -89,10 +89,9 @@ def check_name(name: object, *, what: str = "name") -> str:
     blank, ``.`` or ``..`` (also after NFKC folding and trimming spaces) and holds no ``/``, no
     ``\\``, no character that Unicode compatibility folding (NFKC) turns into one of those or
     that looks like one, no control or invisible character, and no percent-escape (the name is
-    already decoded; an escape left in it could be
-    decoded again). Apply it after every decoding step. Raises
-    :class:`~silt.errors.InvalidArgumentError` (``what`` names the thing in the message);
-    callers that read the name from stored metadata report it as a
+    already decoded; an escape left in it could be decoded again). Apply it after every decoding
+    step. Raises :class:`~silt.errors.InvalidArgumentError` (``what`` names the thing in the
+    message); callers that read the name from stored metadata report it as a
     :class:`~silt.errors.CorruptionError` instead.
     """
     problem = name_problem(name)
