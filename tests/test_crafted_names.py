@@ -256,12 +256,13 @@ def test_a_crafted_compaction_output_is_corruption() -> None:
         db.put(b"k", b"v")
         db.commit()
         info = next(db.manifest.all_ssts())
-    rec = CompactionRecord(id="r", base_version=1, created_ms=0,
+    record_id = paths.new_id()
+    rec = CompactionRecord(id=record_id, base_version=1, created_ms=0,
                            task=CompactionTask(inputs=(info.id,), mode="into_level", target_level=1,
                                                drop_tombstones=False),
                            outputs=(dataclasses.replace(info, db="%2e%2e%2fvictim"),))
     with pytest.raises(CorruptionError, match="not a plain name"):
-        CompactionRecord.decode(rec.encode(), "compaction/r")
+        CompactionRecord.decode(rec.encode(), paths.compaction_key(record_id))
 
 
 @pytest.mark.parametrize("name", ["%2e%2e", "a/b", "..%2f..%2fother"])

@@ -634,7 +634,8 @@ def _verify_metadata(store: ObjectStore, url: str, verified: set[str], counts: d
             continue
         counts["checkpoints"] += 1
         if cp.version not in versions:
-            problem("missing", name, f"checkpoint {name!r} pins version {cp.version} of {url!r}, "
+            problem("missing", name, f"checkpoint {name!r} pins version {cp.version} of "
+                    f"{public_url(url)!r}, "
                     f"which does not exist: restore {paths.manifest_key(cp.version)!r} from a "
                     "replica, or delete the checkpoint if that state is not needed")
         if not cp.checksummed:
