@@ -156,6 +156,57 @@ def test_credentials_never_accepted_in_urls(gcs_env: None) -> None:
         GcsStore.from_url(f"gs://bucket/x?unknown_thing={secret}")
 
 
+#: A password or token that must never appear in any message, repr or chained exception.
+SENTINEL = "hunter2-SENTINEL-pw"
+
+
+def texts_of(exc: BaseException) -> list[str]:
+    """``str`` and ``repr`` of ``exc`` and of every exception chained to it (``__cause__`` and
+    ``__context__``, displayed or suppressed): everything a traceback or a log could show."""
+    out: list[str] = []
+    seen: set[int] = set()
+    pending = [exc]
+    while pending:
+        current = pending.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        out += [str(current), repr(current)]
+        pending += [e for e in (current.__cause__, current.__context__) if e is not None]
+    return out
+
+
+@pytest.mark.parametrize(
+    "endpoint",
+    [f"http://user:{SENTINEL}@127.0.0.1:1", f"http://:{SENTINEL}@127.0.0.1:1",
+     f"{SENTINEL}@127.0.0.1:1", f"http://127.0.0.1:1/?token={SENTINEL}",
+     f"http://127.0.0.1:1#{SENTINEL}"],
+)
+def test_endpoints_with_credentials_are_refused_without_echoing_them(
+    gcs_env: None, monkeypatch: pytest.MonkeyPatch, endpoint: str
+) -> None:
+    """From the option, the options mapping, ``GcsOptions`` and ``STORAGE_EMULATOR_HOST`` alike:
+    refused, and the secret is in no message, repr or chained exception."""
+    from urllib.parse import quote
+
+    attempts = [
+        lambda: GcsStore.from_url(f"gs://bucket/p?endpoint={quote(endpoint, safe=':/@')}", {}),
+        lambda: GcsStore.from_url("gs://bucket/p", {"endpoint": endpoint}),
+        lambda: GcsOptions(endpoint=endpoint),
+    ]
+    for attempt in attempts:
+        with pytest.raises(InvalidArgumentError) as info:
+            attempt()
+        for text in texts_of(info.value):
+            assert SENTINEL not in text, text
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", endpoint)
+    with pytest.raises(InvalidArgumentError) as info:
+        GcsStore.from_url("gs://bucket/p", {})
+    assert "STORAGE_EMULATOR_HOST" in str(info.value)
+    for text in texts_of(info.value):
+        assert SENTINEL not in text, text
+
+
 def adapter_of(store: GcsStore, url: str = "https://storage.googleapis.com") -> Any:
     return store._client._http.get_adapter(url)
 

@@ -28,6 +28,7 @@ from .markers import read_markers
 from .plugins import open_store
 from .settings import Settings
 from .store import ObjectInfo, ObjectStore
+from .tierkit import public_url
 from .versions import read_manifest
 from .writebatch import WriteBatch
 
@@ -128,8 +129,9 @@ def open(
                             "below it are kept only while a checkpoint pins them); pin a version "
                             "you will read later with DB.checkpoint(name)")
                 raise errors.VersionNotFoundError(
-                    f"version {version} of {url!r} {what.removeprefix(f'version {version} ')} "
-                    f"({known}); open without version= for the latest"
+                    f"version {version} of {public_url(url)!r} "
+                    f"{what.removeprefix(f'version {version} ')} ({known}); open without "
+                    "version= for the latest"
                 ) from None
         return DB(
             store, url=url, settings=settings, clock=clock or Clock(), manifest=manifest,

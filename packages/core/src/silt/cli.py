@@ -63,6 +63,7 @@ from .siblings import SiblingStores
 from .sst.builder import SstInfo
 from .sst.check import check_sst
 from .store import ObjectStore, retrying, split_url
+from .tierkit import public_url
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -152,7 +153,7 @@ def _check_file_root(url: str) -> None:
     path = unquote(location)
     if not os.path.isdir(path):
         raise InvalidArgumentError(
-            f"{url!r} does not exist: there is no directory {path!r}; check the path "
+            f"{public_url(url)!r} does not exist: there is no directory {path!r}; check the path "
             "(silt's commands only read and never create a root)"
         )
 
@@ -172,7 +173,7 @@ def _open_db(url: str, version: int | None) -> tuple[ObjectStore, DB]:
     if db.version is None:
         db.close()
         store.close()
-        raise VersionNotFoundError(f"{url!r} has no committed versions")
+        raise VersionNotFoundError(f"{public_url(url)!r} has no committed versions")
     return store, db
 
 
@@ -181,7 +182,7 @@ def _resolve_version(store: ObjectStore, url: str, version: int | None) -> int:
         return version
     found = _list_versions(store)
     if not found:
-        raise VersionNotFoundError(f"{url!r} has no committed versions")
+        raise VersionNotFoundError(f"{public_url(url)!r} has no committed versions")
     return found[-1]
 
 
@@ -190,7 +191,8 @@ def _read_manifest(store: ObjectStore, url: str, version: int) -> Manifest:
         return read_manifest(store, version)
     except VersionNotFoundError:
         raise VersionNotFoundError(
-            f"version {version} of {url!r} does not exist; 'silt ls {url}' lists the versions"
+            f"version {version} of {public_url(url)!r} does not exist; "
+            f"'silt ls {public_url(url)}' lists the versions"
         ) from None
 
 
@@ -248,7 +250,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
             ],
         ))
     else:
-        print(f"silt: {args.url} has no committed versions", file=sys.stderr)
+        print(f"silt: {public_url(args.url)} has no committed versions", file=sys.stderr)
     return status
 
 
@@ -357,7 +359,7 @@ def _inspect_root(store: ObjectStore, url: str, dbs: list[str], as_json: bool) -
     if as_json:
         _print_json({"root": url, "dbs": rows})
         return EXIT_OK
-    print(f"root {url}: {len(rows)} DBs")
+    print(f"root {public_url(url)}: {len(rows)} DBs")
     print(_table(
         ["DB", "VERSION", "VERSIONS", "L0", "READ_AMP", "BYTES", "PENDING", "HORIZON",
          "CHECKPOINTS"],
@@ -486,8 +488,8 @@ def cmd_get(args: argparse.Namespace) -> int:
         db.close()
         store.close()
     if value is None:
-        print(f"silt: key {show_key(key)!r} not found in version {version} of {args.url}",
-              file=sys.stderr)
+        print(f"silt: key {show_key(key)!r} not found in version {version} of "
+              f"{public_url(args.url)}", file=sys.stderr)
         return EXIT_ERROR
     if args.hex:
         print(value.hex())
@@ -532,7 +534,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         if args.all:
             versions = _list_versions(store)
             if not versions:
-                raise VersionNotFoundError(f"{args.url!r} has no committed versions")
+                raise VersionNotFoundError(f"{public_url(args.url)!r} has no committed versions")
         else:
             versions = [_resolve_version(store, args.url, args.version)]
         ssts: dict[str, tuple[SstInfo, int]] = {}  # id -> (info, first version naming it)
@@ -544,8 +546,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
                 if args.all:  # collected since the listing
                     continue
                 raise VersionNotFoundError(
-                    f"version {version} of {args.url!r} does not exist; 'silt ls {args.url}' "
-                    "lists the versions"
+                    f"version {version} of {public_url(args.url)!r} does not exist; "
+                    f"'silt ls {public_url(args.url)}' lists the versions"
                 ) from None
             counts["versions"] += 1
             counts["manifests_bytes"] += len(data)
@@ -631,7 +633,8 @@ def _verify_metadata(store: ObjectStore, url: str, verified: set[str], counts: d
             continue
         counts["checkpoints"] += 1
         if cp.version not in versions:
-            problem("missing", name, f"checkpoint {name!r} pins version {cp.version} of {url!r}, "
+            problem("missing", name, f"checkpoint {name!r} pins version {cp.version} of "
+                    f"{public_url(url)!r}, "
                     f"which does not exist: restore {paths.manifest_key(cp.version)!r} from a "
                     "replica, or delete the checkpoint if that state is not needed")
         if not cp.checksummed:
@@ -809,15 +812,15 @@ def cmd_compact(args: argparse.Namespace) -> int:
 
 
 def _compact_line(url: str, r: dict[str, Any]) -> str:
-    at = f"{url} version {r.get('version')}"
+    at = f"{public_url(url)} version {r.get('version')}"
     if r["status"] == "empty":
-        return f"{url}: no committed versions, nothing to compact"
+        return f"{public_url(url)}: no committed versions, nothing to compact"
     if r["status"] == "idle":
         return f"{at}: nothing to compact"
     if r["status"] == "waiting":
         return f"{at}: waiting for the writer to adopt {r['record']}"
     if r["status"] == "failed":
-        return f"{url}: pass failed: {r['error']}"
+        return f"{public_url(url)}: pass failed: {r['error']}"
     return (f"{at}: {r['mode']} {r['inputs']} SSTs ({r['input_bytes']} bytes) -> "
             f"{r['outputs']} SSTs ({r['output_bytes']} bytes): {r['reason']}; wrote {r['object']}")
 
@@ -850,7 +853,7 @@ def cmd_gc(args: argparse.Namespace) -> int:
             f"{kept[0]}..{kept[-1]} ({len(kept)} versions)")
         print(f"{db.rstrip('/') or '.'}: keeps versions {shown or '-'}, horizon "
               f"{report.horizons.get(db, '-')}")
-    print(f"gc of {args.url}: {verb} {len(report.deleted_manifests)} manifests, "
+    print(f"gc of {public_url(args.url)}: {verb} {len(report.deleted_manifests)} manifests, "
           f"{len(report.deleted_ssts)} SSTs ({report.deleted_bytes} bytes), "
           f"{len(report.deleted_records)} compaction records")
     return EXIT_OK
@@ -867,7 +870,7 @@ def cmd_checkpoint(args: argparse.Namespace) -> int:
         _print_json({"name": args.name, "version": version,
                      "object": paths.checkpoint_key(args.name)})
     else:
-        print(f"checkpoint {args.name!r} pins version {version} of {args.url}")
+        print(f"checkpoint {args.name!r} pins version {version} of {public_url(args.url)}")
     return EXIT_OK
 
 

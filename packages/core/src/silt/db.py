@@ -52,6 +52,7 @@ from .siblings import split_parent as _split_parent
 from .sst.builder import SstInfo
 from .sst.reader import SstReader
 from .store import ObjectStore
+from .tierkit import public_url
 from .versions import list_versions
 from .view import BlockFetcher, Level, Readers, ReadView
 from .writebatch import WriteBatch
@@ -76,6 +77,8 @@ class DB:
         self._metrics = Metrics()
         self._store = MeteredStore(store, self._metrics)
         self._url = url
+        #: The URL as messages and repr show it: no query (tier options may hold a secret).
+        self._pub = public_url(url)
         self._settings = settings
         self._clock = clock
         self._owns_store = owns_store
@@ -95,7 +98,7 @@ class DB:
             url, self._store, wrap=lambda raw: MeteredStore(raw, self._metrics)
         )
         self._flusher = Flusher(self._store, settings, clock, self._cache, self._readers)
-        self._committer = Committer(self._store, url, clock,
+        self._committer = Committer(self._store, self._pub, clock,
                                     int(settings.gc_grace_seconds * 1000), self._siblings)
         #: References made by :meth:`reference` and not committed yet, and their state.
         self._refs: list[Reference] = []
@@ -144,7 +147,7 @@ class DB:
         return self._committer
 
     def __repr__(self) -> str:
-        return f"<silt.DB {self._url!r} version={self.version}>"
+        return f"<silt.DB {self._pub!r} version={self.version}>"
 
     def __enter__(self) -> DB:
         return self
@@ -155,7 +158,7 @@ class DB:
     # -- validation ---------------------------------------------------------------------------
     def _check_open(self) -> None:
         if self._closed:
-            raise ClosedError(f"the database {self._url!r} is closed; open it again with silt.open")
+            raise ClosedError(f"the database {self._pub!r} is closed; open it again with silt.open")
 
     def _check_key(self, key: Any) -> bytes:
         if isinstance(key, _BYTES_LIKE):
@@ -424,7 +427,7 @@ class DB:
             if (self._manifest is not None or view.parts or len(view.mem)
                     or self._committer.uncertain):
                 raise InvalidArgumentError(
-                    f"{self._url!r} already has state (a committed version or writes): "
+                    f"{self._pub!r} already has state (a committed version or writes): "
                     "reference() starts a new DB; open a new root next to the source instead"
                 )
             with self._metrics.purpose("read"):
@@ -597,7 +600,7 @@ class DB:
             manifest = self._manifest
             if manifest is None:
                 raise InvalidArgumentError("nothing is committed yet: commit before checkpointing")
-            return pin(self._store, self._url, manifest, name, self._clock,
+            return pin(self._store, self._pub, manifest, name, self._clock,
                        committed_here=manifest.version == self._committer.confirmed)
 
     def gc(self, *, retain_versions: int | None = None, grace_seconds: float | None = None,

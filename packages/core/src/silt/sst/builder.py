@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from .._ext import load
 from ..settings import Settings
+from ..tierkit import check_name
 from .block import _u32_bytes, encode_block, frame
 from .bloom import build_bloom
 from .format import (
@@ -80,7 +81,7 @@ class SstInfo:
     @classmethod
     def from_json(cls, d: dict) -> SstInfo:
         return cls(
-            id=str(d["id"]),
+            id=check_name(d["id"], what="SST id"),
             size=int(d["size"]),
             tail_offset=int(d["tail_offset"]),
             smallest=bytes.fromhex(d["smallest"]),
@@ -90,7 +91,7 @@ class SstInfo:
             expiring=int(d.get("expiring", 0)),
             min_expiry_ms=int(d.get("min_expiry_ms", 0)),
             max_expiry_ms=int(d.get("max_expiry_ms", 0)),
-            db=str(d.get("db", "")),
+            db=check_name(d["db"], what="sibling DB name") if "db" in d else "",
             clipped="clip" in d,
             clip_start=_hex_or_none(d["clip"][0]) if "clip" in d else None,
             clip_end=_hex_or_none(d["clip"][1]) if "clip" in d else None,
