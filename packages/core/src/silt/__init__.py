@@ -100,6 +100,10 @@ def open(
             raise errors.InvalidTypeError(
                 f"at_most must be an int version, got {type(at_most).__name__}"
             )
+        if not -1 <= at_most <= paths.MAX_VERSION:
+            raise errors.InvalidArgumentError(
+                f"at_most must be between -1 (open empty) and {paths.MAX_VERSION}, got {at_most}"
+            )
     owns_store = store is None
     if store is None:
         store = open_store(url)

@@ -56,7 +56,7 @@ from .errors import (
 )
 from .manifest import Manifest
 from .plugins import KNOWN_CACHES, KNOWN_TIERS, get_registry, open_store
-from .settings import Settings
+from .settings import MAX_INT, MAX_SECONDS, Settings
 from .siblings import SiblingStores
 from .sst.builder import SstInfo
 from .sst.reader import SstReader
@@ -840,30 +840,45 @@ def cmd_checkpoint(args: argparse.Namespace) -> int:
 # --- argument parsing ----------------------------------------------------------------------------
 
 
-def _positive(text: str) -> int:
-    value = _non_negative(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
-    return value
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is negative")
-    return value
-
-
-def _non_negative(text: str) -> int:
+def _integer(text: str, low: int, high: int) -> int:
+    """``text`` as an int in ``low..high``, else an argparse usage error saying why."""
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < low:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is negative" if low == 0 else f"{text!r} must be at least {low}"
+        )
+    if value > high:
+        raise argparse.ArgumentTypeError(f"{text!r} is larger than the maximum {high}")
+    return value
+
+
+def _positive(text: str) -> int:
+    return _integer(text, 1, paths.MAX_VERSION)
+
+
+def _non_negative(text: str) -> int:
+    return _integer(text, 0, MAX_INT)
+
+
+def _version(text: str) -> int:
+    return _integer(text, 0, paths.MAX_VERSION)
+
+
+def _seconds(text: str) -> float:
+    """A finite number of seconds in ``0..MAX_SECONDS`` (``inf`` and ``nan`` are refused)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if value != value or value in (float("inf"), float("-inf")):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number of seconds")
     if value < 0:
         raise argparse.ArgumentTypeError(f"{text!r} is negative")
+    if value > MAX_SECONDS:
+        raise argparse.ArgumentTypeError(f"{text!r} is more than the maximum {MAX_SECONDS} seconds")
     return value
 
 
@@ -886,7 +901,7 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     def version_option(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--version", type=_non_negative, metavar="N",
+        p.add_argument("--version", type=_version, metavar="N",
                        help="read version N (default: the latest)")
 
     p = command("ls", cmd_ls, "list committed versions with creation time, SSTs, bytes and meta")
@@ -919,7 +934,7 @@ def build_parser() -> argparse.ArgumentParser:
                 "read every manifest and every SST block in scope and check their checksums; "
                 "exit 2 on corruption or missing SSTs")
     scope = p.add_mutually_exclusive_group()
-    scope.add_argument("--version", type=_non_negative, metavar="N",
+    scope.add_argument("--version", type=_version, metavar="N",
                        help="verify version N (default: the latest)")
     scope.add_argument("--all", action="store_true", help="verify every committed version")
     p.add_argument("--json", action="store_true", help="machine-readable summary")
@@ -963,7 +978,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("checkpoint", cmd_checkpoint,
                 "pin a committed version under NAME so GC keeps it (names are create-only)")
     p.add_argument("name", metavar="NAME", help="1-128 letters, digits, '.', '_' or '-'")
-    p.add_argument("--version", type=_non_negative, metavar="N",
+    p.add_argument("--version", type=_version, metavar="N",
                    help="the version to pin (default: the latest)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     return parser
@@ -1003,7 +1018,15 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(exc, pluggy.PluginValidationError):  # a broken plugin is installed
             print(f"silt: error: a plugin failed to load: {exc}", file=sys.stderr)
             return EXIT_ERROR
-        raise
+        # Never a traceback: one line naming the failure, and what to do about it.
+        detail = str(exc).splitlines()[0][:300] if str(exc) else ""
+        print(
+            f"silt: error: unexpected {type(exc).__name__}"
+            f"{': ' + detail if detail else ''}. This is a bug in silt or an installed plugin; "
+            "please report it with the command that caused it (`silt plugins` lists versions)",
+            file=sys.stderr,
+        )
+        return EXIT_ERROR
 
 
 __all__ = ["build_parser", "escape", "main", "show_key"]

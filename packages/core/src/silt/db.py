@@ -44,7 +44,7 @@ from .errors import (
     VersionNotFoundError,
 )
 from .gc import GcReport, collect_garbage, horizon, read_checkpoints
-from .manifest import Manifest
+from .manifest import Manifest, check_meta
 from .memtable import Memtable, apply_ops, check_ops, check_pairs, insert_pairs, split_found
 from .merge import live, merge_newest_first, visible_many
 from .metrics import MeteredStore, Metrics
@@ -54,7 +54,7 @@ from .siblings import SiblingStores, clip_manifest, combine, mark_referrers, sib
 from .siblings import split_parent as _split_parent
 from .sst.bloom import bloom_hash
 from .sst.builder import SstInfo, build_sst
-from .sst.format import FOOTER_SIZE
+from .sst.format import FOOTER_SIZE, MAX_EXPIRY_MS
 from .sst.reader import SstReader, get_from, lookup_groups, plan_probe
 from .store import ObjectStore, retrying
 from .writebatch import WriteBatch
@@ -247,14 +247,21 @@ class DB:
         return value
 
     def _expiry(self, ttl: Any) -> int:
+        """The expiry time (ms) of an entry written now with ``ttl`` seconds to live; refuses a
+        ttl that is not a positive finite number or whose expiry does not fit the u64 the SST
+        format stores it in (``MAX_EXPIRY_MS``)."""
         if isinstance(ttl, bool) or not isinstance(ttl, (int, float)):
             raise InvalidTypeError(f"ttl must be a number of seconds, got {type(ttl).__name__}")
-        if not ttl > 0 or ttl != ttl or ttl == float("inf"):
-            raise InvalidArgumentError(
-                f"ttl must be a positive, finite number of seconds, got {ttl!r}; omit ttl for "
-                "entries that never expire"
-            )
-        return self._clock.now_ms() + max(1, int(ttl * 1000))
+        now = self._clock.now_ms()
+        max_ttl = (MAX_EXPIRY_MS - now) // 1000
+        if 0 < ttl <= max_ttl:  # false for nan and inf
+            expiry = now + max(1, int(ttl * 1000))
+            if expiry <= MAX_EXPIRY_MS:  # a float ttl near the limit may round up
+                return expiry
+        raise InvalidArgumentError(
+            f"ttl must be a positive, finite number of seconds, at most {max_ttl} (expiry times "
+            f"are stored as u64 milliseconds), got {ttl!r}; omit ttl for entries that never expire"
+        )
 
     # -- writes -------------------------------------------------------------------------------
     def put(self, key: bytes, value: bytes, *, ttl: float | None = None) -> None:
@@ -441,7 +448,7 @@ class DB:
                     "greater version (or leave version=None for the next one)"
                 )
             merged_meta = self.meta
-            if meta:
+            if meta is not None and check_meta(meta):
                 for k, v in meta.items():
                     if not isinstance(k, str) or not isinstance(v, str):
                         raise InvalidTypeError("commit meta must map str to str")

@@ -16,8 +16,10 @@ import struct
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
-from .errors import CorruptionError
+from . import boundedjson, paths
+from .errors import CorruptionError, InvalidArgumentError, InvalidTypeError
 from .sst.builder import SstInfo
 
 MANIFEST_MAGIC = b"SILTMNF1"
@@ -28,6 +30,12 @@ MANIFEST_MAGIC = b"SILTMNF1"
 MANIFEST_FORMAT_VERSION = 2
 READABLE_MANIFEST_FORMATS = frozenset({1, 2})
 _HEAD = struct.Struct("<8sII")
+#: Limits :meth:`Manifest.decode` checks before parsing the JSON body: its size, and its nesting
+#: depth (the format nests 5 deep: body, ``levels``, a level, an SST entry, its ``clip``).
+MAX_MANIFEST_BYTES = 256 * 1024 * 1024
+MAX_MANIFEST_DEPTH = 8
+#: ``created_ms`` is a signed 64-bit count of milliseconds.
+MAX_CREATED_MS = 2**63 - 1
 
 
 @dataclass(frozen=True)
@@ -84,17 +92,86 @@ class Manifest:
                 f"(reads {sorted(READABLE_MANIFEST_FORMATS)}); upgrade silt-core"
             )
         try:
-            d = json.loads(data[_HEAD.size:])
-            return cls(
-                version=int(d["version"]),
-                parent=None if d["parent"] is None else int(d["parent"]),
-                writer_id=str(d["writer_id"]),
-                token=str(d["token"]),
-                created_ms=int(d["created_ms"]),
-                l0=tuple(SstInfo.from_json(s) for s in d["l0"]),
-                levels=tuple(tuple(SstInfo.from_json(s) for s in lv) for lv in d["levels"]),
-                meta={str(k): str(v) for k, v in d["meta"].items()},
+            d = boundedjson.loads(
+                memoryview(data)[_HEAD.size:], max_bytes=MAX_MANIFEST_BYTES,
+                max_depth=MAX_MANIFEST_DEPTH,
             )
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise CorruptionError(object_name, _HEAD.size, f"malformed manifest body ({exc})") \
-                from None
+            if not isinstance(d, dict):
+                raise ValueError(f"the body must be a JSON object, got {type(d).__name__}")
+            version = _int(d, "version", 0, paths.MAX_VERSION)
+            parent = _get(d, "parent")
+            if parent is not None:
+                parent = _int(d, "parent", 0, version - 1)
+            l0 = _list(d, "l0")
+            levels = _list(d, "levels")
+            for level in levels:
+                if not isinstance(level, list):
+                    raise ValueError("'levels' must be a list of lists of SST entries")
+            return cls(
+                version=version,
+                parent=parent,
+                writer_id=_str(d, "writer_id"),
+                token=_str(d, "token"),
+                created_ms=_int(d, "created_ms", 0, MAX_CREATED_MS),
+                l0=tuple(SstInfo.from_json(s) for s in l0),
+                levels=tuple(tuple(SstInfo.from_json(s) for s in lv) for lv in levels),
+                meta=check_meta(_get(d, "meta"), "'meta'"),
+            )
+        except (ValueError, TypeError) as exc:
+            raise CorruptionError(
+                object_name, _HEAD.size, f"malformed manifest body ({exc})"
+            ) from None
+
+
+def check_meta(meta: Any, what: str = "commit meta") -> dict[str, str]:
+    """``meta`` as a new dict, after checking it maps str to str, every string valid Unicode
+    (no lone surrogates, so it can be encoded and printed). Raises ``InvalidTypeError`` (not a
+    dict, or a key or value that is not a str) or ``InvalidArgumentError`` (a string that is not
+    valid Unicode), naming ``what``. ``DB.commit`` calls it before writing anything."""
+    if not isinstance(meta, dict):
+        raise InvalidTypeError(f"{what} must be a dict of str to str, got {type(meta).__name__}")
+    for k, v in meta.items():
+        if not isinstance(k, str) or not isinstance(v, str):
+            raise InvalidTypeError(
+                f"{what} must map str to str, got {type(k).__name__} {k!r:.80} -> "
+                f"{type(v).__name__}"
+            )
+        for text in (k, v):
+            try:
+                text.encode()
+            except UnicodeEncodeError:
+                raise InvalidArgumentError(
+                    f"{what} entry {k!r:.80} is not valid Unicode (it holds a lone surrogate); "
+                    "pass text that encodes as UTF-8"
+                ) from None
+    return dict(meta)
+
+
+def _get(d: dict, name: str) -> Any:
+    if name not in d:
+        raise ValueError(f"no {name!r} field")
+    return d[name]
+
+
+def _int(d: dict, name: str, low: int, high: int) -> int:
+    value = _get(d, name)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValueError(f"{name!r} must be an integer, got {value!r:.80}")
+    if not low <= value <= high:
+        raise ValueError(f"{name!r} is {value}, outside {low}..{high}")
+    return value
+
+
+def _str(d: dict, name: str) -> str:
+    value = _get(d, name)
+    if not isinstance(value, str):
+        raise ValueError(f"{name!r} must be a string, got {value!r:.80}")
+    value.encode()  # UnicodeEncodeError (a ValueError) for a lone surrogate
+    return value
+
+
+def _list(d: dict, name: str) -> list:
+    value = _get(d, name)
+    if not isinstance(value, list):
+        raise ValueError(f"{name!r} must be a list, got {type(value).__name__}")
+    return value

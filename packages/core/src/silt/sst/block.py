@@ -33,6 +33,7 @@ from .format import (
     KIND_DELETE,
     KIND_PUT,
     KIND_PUT_EXPIRING,
+    LZ4_MAX_RATIO,
     TRAILER,
     TRAILER_SIZE,
 )
@@ -245,6 +246,11 @@ def unframe(framed: bytes, object_name: str, offset: int) -> bytes:
     if compression == COMPRESSION_NONE:
         return bytes(body)
     if compression == COMPRESSION_LZ4:
+        # The stream starts with its decompressed size (u32); lz4 cannot expand a byte of
+        # input to more than LZ4_MAX_RATIO bytes, so a larger size is damage, refused before
+        # it is allocated.
+        if body_len < 4 or int.from_bytes(body[:4], "little") > LZ4_MAX_RATIO * body_len:
+            raise CorruptionError(object_name, offset, "lz4 stream has an impossible size")
         try:
             return lz4.block.decompress(body)
         except Exception as exc:  # lz4 raises LZ4BlockError (a ValueError subclass)
