@@ -558,7 +558,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
                 raise VersionNotFoundError(f"{args.url!r} has no committed versions")
         else:
             versions = [_resolve_version(store, args.url, args.version)]
-        ssts: dict[str, tuple[SstInfo, int]] = {}  # id -> (info, first version naming it)
+        # Each distinct entry (not each object: two versions may record one object
+        # differently, and each record must match it) -> the first version naming it.
+        ssts: dict[SstInfo, int] = {}
         for version in versions:
             name = paths.manifest_key(version)
             try:
@@ -578,11 +580,13 @@ def cmd_verify(args: argparse.Namespace) -> int:
                 problem("corruption", name, str(exc), exc.offset)
                 continue
             for info in m.all_ssts():
-                ssts.setdefault(info.id, (info, version))
+                ssts.setdefault(info, version)
 
         siblings = SiblingStores(args.url, store)
         listings: dict[str, dict[str, int]] = {}
-        for sst_id, (info, version) in ssts.items():
+        counted: set[tuple[str, str]] = set()
+        for info, version in ssts.items():
+            sst_id = info.id
             # A reference to a sibling DB's SST (silt.siblings) is checked where it lives.
             where = siblings.store_for(info)
             if info.db not in listings:
@@ -593,7 +597,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
             listed = listings[info.db]
             key = paths.sst_key(sst_id)
             name = key if not info.db else f"../{info.db}/{key}"
-            counts["ssts"] += 1
+            first = (info.db, sst_id) not in counted
+            counted.add((info.db, sst_id))
+            counts["ssts"] += first
             if key not in listed:
                 problem("missing", name, f"SST {name!r} referenced by version {version} does not "
                         "exist; restore it from a replica or open a version that does not need it")
@@ -614,9 +620,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
                 problem("missing", name, f"SST {name!r} referenced by version {version} "
                         "disappeared while being verified")
                 continue
-            counts["blocks"] += reader.num_blocks
-            counts["entries"] += entries
-            counts["sst_bytes"] += info.size
+            if first:
+                counts["blocks"] += reader.num_blocks
+                counts["entries"] += entries
+                counts["sst_bytes"] += info.size
         siblings.close()
     finally:
         store.close()

@@ -141,8 +141,8 @@ def check_meta(meta: Any, what: str = "commit meta") -> dict[str, str]:
                 text.encode()
             except UnicodeEncodeError:
                 raise InvalidArgumentError(
-                    f"{what} entry {k!r:.80} is not valid Unicode (it holds a lone surrogate); "
-                    "pass text that encodes as UTF-8"
+                    f"{what} entry {k!r:.80} is not valid Unicode (it holds a lone surrogate)"
+                    + ("; pass text that encodes as UTF-8" if what == "commit meta" else "")
                 ) from None
     return dict(meta)
 
