@@ -323,7 +323,9 @@ class SstReader:
     def verify(self) -> int:
         """Read and check every block (bypassing the cache); return the entry count.
 
-        Raises :class:`CorruptionError` at the first damaged region.
+        Checks keys are strictly increasing within and across blocks, each block ends at its
+        index key, every record decodes, and the count matches the properties. Raises
+        :class:`CorruptionError` at the first damaged region.
         """
         self._tail = None
         t = self.tail
@@ -332,7 +334,9 @@ class SstReader:
         for i in range(len(t.block_offsets)):
             blk = self.decode_block(i, self.read_raw_block(i))
             keys: Sequence[bytes] = blk.keys
-            if keys and prev is not None and keys[0] <= prev:
+            if (keys and prev is not None and keys[0] <= prev) or any(
+                a >= b for a, b in pairwise(keys)
+            ):
                 raise CorruptionError(self.name, t.block_offsets[i], "keys out of order")
             if keys and keys[-1] != t.last_keys[i]:
                 raise CorruptionError(self.name, t.block_offsets[i], "index does not match block")
