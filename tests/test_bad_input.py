@@ -3,6 +3,7 @@ message that says what was wrong and what to do."""
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 
 import pytest
@@ -14,6 +15,7 @@ from silt.errors import (
     NoTierError,
     VersionNotFoundError,
 )
+from silt_spark import _api, _processor
 
 
 @pytest.fixture
@@ -414,3 +416,88 @@ def test_bad_commit_meta_is_refused_before_anything_is_written(
         assert db.commit(meta={"ok": "\u00e9t\u00e9 \U0001f600"}) == 1
     with silt.open(url) as db:
         assert db.meta == {"ok": "\u00e9t\u00e9 \U0001f600"} and db.get(b"k") == b"v"
+
+
+# --- the Spark binding's numeric options (checked when the query is built) ----------------------
+
+
+@pytest.mark.parametrize(
+    ("delay", "cls", "match"),
+    [
+        ("inf seconds", InvalidArgumentError, r"watermark_delay must be a finite interval"),
+        ("-inf ms", InvalidArgumentError, r"watermark_delay must be a finite interval"),
+        ("nan minutes", InvalidArgumentError, r"watermark_delay must be a finite interval"),
+        ("1e300 days", InvalidArgumentError, r"watermark_delay must be at most 92233720368\d+ ms"),
+        (2**80, InvalidArgumentError, r"watermark_delay must be at most 9223372036854775 ms"),
+        (-1, InvalidArgumentError, r"watermark_delay must not be negative, got -1"),
+        ("-5 seconds", InvalidArgumentError, r"watermark_delay must not be negative"),
+        ("ten seconds", InvalidArgumentError, r"watermark_delay: cannot parse interval"),
+        (1.5, InvalidTypeError, r"watermark_delay must be ms or an interval string, got 1\.5"),
+        (math.inf, InvalidTypeError, r"watermark_delay must be ms or an interval string"),
+        (True, InvalidTypeError, r"watermark_delay must be ms or an interval string"),
+        (None, InvalidTypeError, r"watermark_delay must be ms or an interval string"),
+    ],
+)
+def test_spark_watermark_delays(delay: object, cls: type, match: str) -> None:
+    """``"inf seconds"`` used to raise a bare OverflowError while the query was built."""
+    with raises(cls, match=match):
+        _api.parse_delay_ms(delay)  # type: ignore[arg-type]
+
+
+def test_spark_durations() -> None:
+    for name in ("window_duration", "slide_duration", "ttl"):
+        for value, cls, match in [
+            ("inf hours", InvalidArgumentError, "must be a finite interval"),
+            ("nan s", InvalidArgumentError, "must be a finite interval"),
+            (dt.timedelta.max, InvalidArgumentError, "must be at most 9223372036854775 ms"),
+            (10**19, InvalidArgumentError, "must be at most 9223372036854775 ms"),
+            (0, InvalidArgumentError, "must be positive, got 0"),
+            (dt.timedelta(0), InvalidArgumentError, "must be positive"),
+            (-dt.timedelta(seconds=1), InvalidArgumentError, "must be positive"),
+            (2.5, InvalidTypeError, "must be ms, a timedelta or an interval string"),
+        ]:
+            with raises(cls, match=f"{name} {match}"):
+                _api._duration_ms(value, name)
+        assert _api._duration_ms(dt.timedelta(minutes=2), name) == 120_000
+        assert _api._duration_ms("1.5 s", name) == 1500
+
+
+@pytest.mark.parametrize(
+    ("num_shards", "key_groups", "cls", "match"),
+    [
+        (0, 256, InvalidArgumentError, r"num_shards must be between 1 and key_groups \(256\)"),
+        (-3, 256, InvalidArgumentError, "num_shards must be between 1"),
+        (300, 256, InvalidArgumentError, "num_shards must be between 1"),
+        (10**30, 256, InvalidArgumentError, "num_shards must be between 1"),
+        (4, 0, InvalidArgumentError, "key_groups must be between 1 and 65536, got 0"),
+        (4, 2**17, InvalidArgumentError, "key_groups must be between 1 and 65536"),
+        (True, 256, InvalidTypeError, "num_shards must be an int, got bool"),
+        (4.0, 256, InvalidTypeError, "num_shards must be an int, got float"),
+        (4, math.inf, InvalidTypeError, "key_groups must be an int, got float"),
+        (4, "256", InvalidTypeError, "key_groups must be an int, got str"),
+    ],
+)
+def test_spark_layout_options(num_shards: object, key_groups: object, cls: type,
+                              match: str) -> None:
+    with raises(cls, match=match):
+        _api._spec("aggregate", "file:///tmp/x", num_shards, key_groups,  # type: ignore[arg-type]
+                   False, None)
+
+
+def test_spark_state_ttls_and_timers() -> None:
+    """State TTLs and timers given to a processor's handle: inf and nan used to surface as a
+    bare OverflowError/ValueError (or, for a TTL, at the first write)."""
+    for ttl in (math.inf, math.nan, 0, -5, 2**64, 1e300):
+        with raises(InvalidArgumentError, match="ttlDurationMs must be a positive number of ms"):
+            _processor._ttl_seconds(ttl)  # type: ignore[arg-type]
+    with raises(InvalidTypeError, match="ttlDurationMs must be a number of ms"):
+        _processor._ttl_seconds("1000")  # type: ignore[arg-type]
+    assert _processor._ttl_seconds(1500) == 1.5
+    # The timestamp check runs before the handle touches its task.
+    handle = _processor.StatefulProcessorHandle(None, time_mode="processingtime")  # type: ignore[arg-type]
+    for expiry in (math.inf, -math.inf, math.nan, 2**63, -(2**63) - 1):
+        with raises(InvalidArgumentError, match="timer timestamp .* is out of range"):
+            handle._check_timer(expiry)
+    with raises(InvalidTypeError, match="a timer is an int timestamp in ms, got str"):
+        handle._check_timer("5")
+    assert handle._check_timer(1700000000000.0) == 1_700_000_000_000
