@@ -23,7 +23,10 @@ Exit status: 0 success; 1 an error (bad URL, no such version, no tier for the sc
 ``get``, an absent key; 2 damaged data (``verify`` found corruption or a missing SST, or any
 command met a checksum failure) or a command-line usage error (argparse's convention).
 
-Expected errors print ``silt: error: <message>`` on stderr, never a traceback.
+Expected errors print ``silt: error: <message>`` on stderr, never a traceback. Numeric options
+are checked before anything is read: an integer, a finite number of seconds (``inf``, ``nan``
+and negatives are usage errors, status 2). An unexpected failure (a bug in silt or in a plugin)
+prints one ``silt: error: unexpected <type>: <first line>`` line with what to do, status 1.
 
 A ``file://`` root that does not exist is an error here (a mistyped path would otherwise look
 like an empty root).
