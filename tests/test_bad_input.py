@@ -418,6 +418,22 @@ def test_bad_commit_meta_is_refused_before_anything_is_written(
         assert db.meta == {"ok": "\u00e9t\u00e9 \U0001f600"} and db.get(b"k") == b"v"
 
 
+def test_gc_grace_must_be_a_finite_number(url: str) -> None:
+    """``db.gc(grace_seconds=inf)`` used to raise a bare OverflowError, ``nan`` a bare
+    ValueError. (How short a grace may be is a separate rule, checked against the writers'.)"""
+    with silt.open(url) as db:
+        db.put(b"k", b"v")
+        db.commit()
+        for grace in (math.inf, -math.inf, math.nan, 1e300):
+            with raises(InvalidArgumentError, match=r"grace_seconds must be a number of seconds "
+                                                    r"in -10000000000\.\.10000000000, got"):
+                db.gc(grace_seconds=grace)
+        for grace in ("60", b"60", True, [60]):
+            with raises(InvalidTypeError, match="grace_seconds must be a number of seconds, got"):
+                db.gc(grace_seconds=grace)  # type: ignore[arg-type]
+        assert db.get(b"k") == b"v" and silt.versions(url) == [1]
+
+
 # --- the Spark binding's numeric options (checked when the query is built) ----------------------
 
 

@@ -43,6 +43,7 @@ from .clock import Clock
 from .compaction.record import CompactionRecord
 from .errors import CorruptionError, NotFoundError
 from .manifest import Manifest
+from .settings import check_seconds
 from .store import ObjectStore, retrying
 
 MANIFEST_MARK = "/" + paths.MANIFEST_PREFIX
@@ -110,6 +111,7 @@ def collect_garbage(
     """Run one GC pass over every DB under ``store``'s root. See the module docstring."""
     if retain_versions < 1:
         raise ValueError("retain_versions must be at least 1: GC never deletes the latest version")
+    check_seconds(grace_seconds, "grace_seconds", negative_ok=True)  # a number, finite
     clock = clock or Clock()
     report = GcReport(dry_run=dry_run)
     cutoff = clock.now_ms() - int(grace_seconds * 1000)

@@ -52,6 +52,23 @@ INT_RANGES: dict[str, tuple[int, int]] = {
 }
 
 
+def check_seconds(value: Any, what: str, *, negative_ok: bool = False) -> float:
+    """``value`` if it is a number of seconds (int or float, not bool) in ``0..MAX_SECONDS``
+    (``-MAX_SECONDS..MAX_SECONDS`` with ``negative_ok``); else raises
+    :class:`~silt.errors.InvalidTypeError` or :class:`~silt.errors.InvalidArgumentError` naming
+    ``what`` and the range. ``nan`` and infinities are refused."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidTypeError(
+            f"{what} must be a number of seconds, got {type(value).__name__} {value!r:.80}"
+        )
+    low = -MAX_SECONDS if negative_ok else 0
+    if not low <= value <= MAX_SECONDS:  # false for nan
+        raise InvalidArgumentError(
+            f"{what} must be a number of seconds in {low}..{MAX_SECONDS}, got {value!r}"
+        )
+    return value
+
+
 @dataclass(frozen=True)
 class Settings:
     """Tuning knobs of one open database. Every field has a documented default.
@@ -124,17 +141,7 @@ class Settings:
                     f"Settings.{name} must be in {low}..{high}, got {value}"
                 )
         for name in ("compaction_poll_seconds", "gc_grace_seconds"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise InvalidTypeError(
-                    f"Settings.{name} must be a number of seconds, got {type(value).__name__} "
-                    f"{value!r:.80}"
-                )
-            if not 0 <= value <= MAX_SECONDS:  # false for nan
-                raise InvalidArgumentError(
-                    f"Settings.{name} must be a number of seconds in 0..{MAX_SECONDS}, got "
-                    f"{value!r}"
-                )
+            check_seconds(getattr(self, name), f"Settings.{name}")
         if self.compaction_mode not in COMPACTION_MODES:
             raise InvalidArgumentError(
                 f"Settings.compaction_mode must be one of {COMPACTION_MODES}, got "
