@@ -119,9 +119,69 @@ def with_props(parts: SstParts, **changes: object) -> SstParts:
     return replace(parts, props=json.dumps(props, sort_keys=True).encode())
 
 
+def crafted_variants(raw: bytes) -> dict[str, tuple[bytes, bool]]:
+    """Variants of the SST ``raw`` with every checksum valid: name -> (bytes, whether the tail
+    itself is bad, so that every read fails, not only reads of a bad data block)."""
+    parts = split(raw)
+    offsets, sizes, keys = parse_index(parts.index)
+    n = len(offsets)
+
+    def index(**kw: object) -> bytes:
+        args = {"offsets": offsets, "sizes": sizes, "keys": keys, **kw}
+        return join(replace(parts, index=make_index(**args)))  # type: ignore[arg-type]
+
+    def data_block(i: int, framed: bytes) -> bytes:
+        blocks = [parts.data[o:o + s] for o, s in zip(offsets, sizes)]
+        blocks[i] = framed
+        new_sizes = [len(b) for b in blocks]
+        new_offsets = [sum(new_sizes[:j]) for j in range(n)]
+        new = replace(parts, data=b"".join(blocks),
+                      index=make_index(new_offsets, new_sizes, keys))
+        return join(new)
+
+    def footer_only(*fields: int) -> bytes:
+        return raw[:-FOOTER_SIZE] + footer(*fields)
+
+    f = FOOTER.unpack_from(raw, len(raw) - FOOTER_SIZE)
+    lz4 = COMPRESSION_LZ4
+    return {
+        "block offset past the end": (index(offsets=[*offsets[:-1], 2**40]), True),
+        "block offset 2^63": (index(offsets=[*offsets[:-1], 2**63]), True),
+        "block size 4 GiB": (index(sizes=[0xFFFF_FFFF, *sizes[1:]]), True),
+        "blocks overlap": (index(offsets=[0, *(o - 1 for o in offsets[1:])]), True),
+        "block smaller than a trailer": (index(sizes=[*sizes[:-1], 2]), True),
+        "block count 2^32-1": (index(count=0xFFFF_FFFF), True),
+        "block count 0 with blocks": (index(count=0), True),
+        "last keys out of order": (index(keys=[keys[1], keys[0], *keys[2:]]), True),
+        "duplicate last keys": (index(keys=[keys[0], keys[0], *keys[2:]]), True),
+        "empty bloom": (join(parts, bloom_framed=frame_raw(b"")), True),
+        "bloom with 0 probes": (join(replace(parts, bloom=b"\x00" + parts.bloom[1:])),
+                                True),
+        "bloom with 255 probes": (join(replace(parts, bloom=b"\xff" + parts.bloom[1:])),
+                                  True),
+        "properties a list": (join(replace(parts, props=b"[1, 2]")), True),
+        "properties nested": (join(replace(parts, props=b"[" * 50_000 + b"]" * 50_000)),
+                              True),
+        "properties not UTF-8": (join(replace(parts, props=b'{"a": "\xff"}')), True),
+        "properties lz4 bomb": (join(parts, props_framed=frame_raw(
+            b"\xff\xff\xff\x7f" + bytes(20), lz4)), True),
+        "footer offsets past the end": (footer_only(2**62, f[1], f[2], f[3], f[4], f[5]), True),
+        "footer lengths do not add up": (footer_only(f[0], f[1] + 1, f[2], f[3], f[4], f[5]),
+                                         True),
+        "footer format 99": (footer_only(*f[:6], 99), True),
+        "data block lz4 size 2 GiB": (data_block(0, frame_raw(
+            b"\xff\xff\xff\x7f" + bytes(40), lz4)), False),
+        "data block count 2^32-1": (data_block(1, frame_raw(
+            struct.pack("<IB", 0xFFFF_FFFF, 0) + bytes(64))), False),
+        "data block regions overrun": (data_block(2, frame_raw(
+            struct.pack("<IBIIB", 1, 0, 0xFFFF_FFF0, 5, 0) + b"abc")), False),
+    }
+
+
 __all__ = [
     "COMPRESSION_LZ4",
     "SstParts",
+    "crafted_variants",
     "footer",
     "frame_raw",
     "join",

@@ -15,13 +15,16 @@ import subprocess
 import sys
 import uuid
 import zlib
+from dataclasses import replace
 
 import pytest
 import silt
+import sstparts
 from silt import paths
 from silt.cli import escape, main, show_key
 from silt.errors import CorruptionError
 from silt.manifest import MANIFEST_MAGIC
+from silt.sst.format import FOOTER, FOOTER_SIZE
 from silt.tiers.memory import MemoryStore
 
 N = 5000  # keys in version 1: several SSTs at the test settings' 64 KiB memtable
@@ -561,6 +564,42 @@ def test_crafted_manifests_are_reported_by_every_command(tiny_root, capsys) -> N
             with silt.open(url) as db:
                 db.get(b"k")
                 list(db.scan())
+
+
+def test_crafted_ssts_are_reported_by_every_command(file_url: str, capsys) -> None:
+    """SSTs whose tail or blocks are impossible behind valid checksums (offsets past the end,
+    counts of billions, lz4 sizes of gigabytes, ...), referenced by a manifest that matches
+    them: one ``corruption in 'sst/...'`` line and status 2 from every command that reads
+    them, and CorruptionError from the API."""
+    with silt.open(file_url, settings=silt.Settings(block_bytes=128, compaction="none")) as db:
+        for i in range(60):
+            db.put(b"key-%03d" % i, b"value-%d" % i)
+        db.commit()
+    store = silt.open_store(file_url)
+    good = silt.read_manifest(store, 1)
+    (info,) = good.l0
+    raw = store.get(paths.sst_key(info.id))
+    for n, (case, (data, tail_is_bad)) in enumerate(sstparts.crafted_variants(raw).items()):
+        sst_id = paths.new_id()
+        store.put(paths.sst_key(sst_id), data)
+        tail = FOOTER.unpack_from(data, len(data) - FOOTER_SIZE)[0]
+        crafted = replace(info, id=sst_id, size=len(data),
+                          tail_offset=tail if 0 <= tail <= len(data) - FOOTER_SIZE else 0)
+        store.put(paths.manifest_key(2 + n), replace(good, version=2 + n, parent=1 + n,
+                                                     l0=(crafted,)).encode())
+        reads = [["scan"], ["verify"]] + ([["get", "key-007"], ["inspect", "--tails"]]
+                                          if tail_is_bad else [])
+        for command in reads:
+            code, _, err = run(capsys, command[0], file_url, *command[1:])
+            assert code == 2 and "unexpected" not in err, (case, command, err)
+            assert f"corruption in {paths.sst_key(sst_id)!r}" in err, (case, command, err)
+        with silt.open(file_url) as db:
+            with pytest.raises(CorruptionError):
+                list(db.scan())
+            if tail_is_bad:
+                with pytest.raises(CorruptionError):
+                    db.multi_get([b"key-001", b"key-050"])
+    store.close()
 
 
 def test_crafted_manifest_in_a_real_process_is_one_line(tiny_root) -> None:

@@ -9,7 +9,6 @@ same for every byte of a manifest (on ``silt.open``), and for truncated objects.
 from __future__ import annotations
 
 import random
-import struct
 from dataclasses import replace
 from pathlib import Path
 
@@ -337,65 +336,6 @@ def test_crafted_sst_sizes_in_a_manifest_are_corruption(url: str, size: int) -> 
         store.close()
 
 
-def _crafted_ssts(raw: bytes) -> dict[str, tuple[bytes, bool]]:
-    """Variants of the SST ``raw`` with every checksum valid: name -> (bytes, whether the tail
-    itself is bad, so that every read fails, not only reads of a bad data block)."""
-    parts = sstparts.split(raw)
-    offsets, sizes, keys = sstparts.parse_index(parts.index)
-    n = len(offsets)
-
-    def index(**kw: object) -> bytes:
-        args = {"offsets": offsets, "sizes": sizes, "keys": keys, **kw}
-        return sstparts.join(replace(parts, index=sstparts.make_index(**args)))  # type: ignore[arg-type]
-
-    def data_block(i: int, framed: bytes) -> bytes:
-        blocks = [parts.data[o:o + s] for o, s in zip(offsets, sizes)]
-        blocks[i] = framed
-        new_sizes = [len(b) for b in blocks]
-        new_offsets = [sum(new_sizes[:j]) for j in range(n)]
-        new = replace(parts, data=b"".join(blocks),
-                      index=sstparts.make_index(new_offsets, new_sizes, keys))
-        return sstparts.join(new)
-
-    def footer_only(*fields: int) -> bytes:
-        return raw[:-FOOTER_SIZE] + sstparts.footer(*fields)
-
-    f = FOOTER.unpack_from(raw, len(raw) - FOOTER_SIZE)
-    lz4 = sstparts.COMPRESSION_LZ4
-    return {
-        "block offset past the end": (index(offsets=[*offsets[:-1], 2**40]), True),
-        "block offset 2^63": (index(offsets=[*offsets[:-1], 2**63]), True),
-        "block size 4 GiB": (index(sizes=[0xFFFF_FFFF, *sizes[1:]]), True),
-        "blocks overlap": (index(offsets=[0, *(o - 1 for o in offsets[1:])]), True),
-        "block smaller than a trailer": (index(sizes=[*sizes[:-1], 2]), True),
-        "block count 2^32-1": (index(count=0xFFFF_FFFF), True),
-        "block count 0 with blocks": (index(count=0), True),
-        "last keys out of order": (index(keys=[keys[1], keys[0], *keys[2:]]), True),
-        "duplicate last keys": (index(keys=[keys[0], keys[0], *keys[2:]]), True),
-        "empty bloom": (sstparts.join(parts, bloom_framed=sstparts.frame_raw(b"")), True),
-        "bloom with 0 probes": (sstparts.join(replace(parts, bloom=b"\x00" + parts.bloom[1:])),
-                                True),
-        "bloom with 255 probes": (sstparts.join(replace(parts, bloom=b"\xff" + parts.bloom[1:])),
-                                  True),
-        "properties a list": (sstparts.join(replace(parts, props=b"[1, 2]")), True),
-        "properties nested": (sstparts.join(replace(parts, props=b"[" * 50_000 + b"]" * 50_000)),
-                              True),
-        "properties not UTF-8": (sstparts.join(replace(parts, props=b'{"a": "\xff"}')), True),
-        "properties lz4 bomb": (sstparts.join(parts, props_framed=sstparts.frame_raw(
-            b"\xff\xff\xff\x7f" + bytes(20), lz4)), True),
-        "footer offsets past the end": (footer_only(2**62, f[1], f[2], f[3], f[4], f[5]), True),
-        "footer lengths do not add up": (footer_only(f[0], f[1] + 1, f[2], f[3], f[4], f[5]),
-                                         True),
-        "footer format 99": (footer_only(*f[:6], 99), True),
-        "data block lz4 size 2 GiB": (data_block(0, sstparts.frame_raw(
-            b"\xff\xff\xff\x7f" + bytes(40), lz4)), False),
-        "data block count 2^32-1": (data_block(1, sstparts.frame_raw(
-            struct.pack("<IB", 0xFFFF_FFFF, 0) + bytes(64))), False),
-        "data block regions overrun": (data_block(2, sstparts.frame_raw(
-            struct.pack("<IBIIB", 1, 0, 0xFFFF_FFF0, 5, 0) + b"abc")), False),
-    }
-
-
 def test_crafted_sst_tails_and_blocks_are_corruption(sst_root) -> None:
     """Offsets beyond the object, counts that would allocate gigabytes, a bloom filter, index
     or properties block that cannot be what the writer wrote, a decompressed size no lz4 stream
@@ -404,7 +344,7 @@ def test_crafted_sst_tails_and_blocks_are_corruption(sst_root) -> None:
     _, _, layout = sst_root
     store = layout.store
     raw = layout.path.read_bytes()
-    for case, (data, tail_is_bad) in _crafted_ssts(raw).items():
+    for case, (data, tail_is_bad) in sstparts.crafted_variants(raw).items():
         name = "sst/crafted.sst"
         store.put(name, data)
         filter_off = FOOTER.unpack_from(data, len(data) - FOOTER_SIZE)[0]
