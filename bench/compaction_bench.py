@@ -182,7 +182,10 @@ def run_policy(policy: str, args: argparse.Namespace, workdir: Path) -> dict[str
     # Space: collect garbage (writer closed), then count what is left.
     store = open_store(url)
     try:
-        collect_garbage(store, retain_versions=1, grace_seconds=0)
+        # As if the writers' grace period had passed (GC refuses a shorter grace).
+        grace = silt.Settings().gc_grace_seconds
+        later = silt.ManualClock(int(time.time() * 1000) + int(grace * 1000) + 1000)
+        collect_garbage(store, retain_versions=1, grace_seconds=grace, clock=later)
         objects = list(store.list(""))
     finally:
         store.close()

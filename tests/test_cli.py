@@ -22,6 +22,9 @@ import silt
 import sstparts
 from silt import paths
 from silt.cli import escape, main, show_key
+from silt.compaction.compactor import run_compaction
+from silt.compaction.record import CompactionRecord
+from silt.compaction.task import CompactionTask
 from silt.errors import CorruptionError
 from silt.manifest import MANIFEST_MAGIC
 from silt.sst.format import FOOTER, FOOTER_SIZE
@@ -376,6 +379,77 @@ def test_verify_scope_errors(root: str, tmp_path, capsys) -> None:
 def test_verify_memory_root(mem_root: str, capsys) -> None:
     code, out, _ = run(capsys, "verify", mem_root, "--all")
     assert code == 0 and out.startswith("verified all versions: 2 manifests")
+
+
+def _pending_compaction(url: str) -> CompactionRecord:
+    """A compaction record (not adopted) that merges version 2's L0 into level 1."""
+    store = silt.open_store(url)
+    try:
+        m = silt.read_manifest(store, 2)
+        task = CompactionTask(inputs=tuple(s.id for s in m.l0), mode="into_level",
+                              target_level=1)
+        return run_compaction(store, m, task, silt.Settings(target_sst_bytes=20_000),
+                              silt.ManualClock(T0))
+    finally:
+        store.close()
+
+
+def test_verify_checks_checkpoints_and_compaction_records(root: str, capsys) -> None:
+    with silt.open(root) as db:
+        db.checkpoint("nightly")
+    rec = _pending_compaction(root)
+    code, out, err = run(capsys, "verify", root, "--json")
+    assert (code, err) == (0, "")
+    doc = json.loads(out)
+    assert (doc["checkpoints"], doc["records"], doc["record_outputs"]) == (1, 1, len(rec.outputs))
+    code, out, _ = run(capsys, "verify", root)
+    assert code == 0 and "1 checkpoints, 1 compaction records: OK" in out
+
+
+def test_verify_reports_damaged_checkpoints_and_records(root: str, capsys) -> None:
+    """A changed digit re-pointing a checkpoint, a damaged record and a damaged output of
+    another are each reported with the object's name, and verify exits 2."""
+    with silt.open(root) as db:
+        db.checkpoint("nightly")
+    cp = root_dir(root) / paths.checkpoint_key("nightly")
+    cp.write_bytes(cp.read_bytes().replace(b'"version":2', b'"version":1'))
+    damaged, broken = _pending_compaction(root), _pending_compaction(root)
+    flip_byte(root_dir(root) / paths.compaction_key(damaged.id), 30)
+    out_name = paths.sst_key(broken.outputs[0].id)
+    flip_byte(root_dir(root) / out_name, 20)
+    code, out, err = run(capsys, "verify", root, "--json")
+    assert code == 2
+    kinds = {p["object"]: p["kind"] for p in json.loads(out)["problems"]}
+    assert kinds == {paths.checkpoint_key("nightly"): "corruption",
+                     paths.compaction_key(damaged.id): "corruption", out_name: "corruption"}
+    assert "checkpoint checksum mismatch" in err and "compaction record checksum" in err
+    assert "Traceback" not in err
+
+
+def test_verify_reports_what_checkpoints_and_records_name_but_is_missing(root: str,
+                                                                          capsys) -> None:
+    with silt.open(root, version=1) as db:
+        db.checkpoint("first")
+    rec = _pending_compaction(root)
+    (root_dir(root) / paths.manifest_key(1)).unlink()
+    (root_dir(root) / paths.sst_key(rec.outputs[-1].id)).unlink()
+    code, out, err = run(capsys, "verify", root, "--json")
+    assert code == 2
+    kinds = {p["object"]: p["kind"] for p in json.loads(out)["problems"]}
+    assert kinds == {paths.checkpoint_key("first"): "missing",
+                     paths.sst_key(rec.outputs[-1].id): "missing"}
+    assert "pins version 1" in err and "an output of compaction record" in err
+
+
+def test_verify_notes_a_checkpoint_from_before_checksums(root: str, capsys) -> None:
+    """Checkpoint format 1 (bare JSON) still pins its version; verify says it has no checksum."""
+    cp = root_dir(root) / paths.checkpoint_key("old")
+    cp.parent.mkdir(exist_ok=True)
+    cp.write_text('{"version": 1, "created_ms": 1700000000000, "token": "abc"}')
+    code, out, err = run(capsys, "verify", root, "--json")
+    assert code == 0
+    assert [n["object"] for n in json.loads(out)["notes"]] == [paths.checkpoint_key("old")]
+    assert "without a checksum" in err
 
 
 # --- plugins -------------------------------------------------------------------------------------

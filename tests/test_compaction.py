@@ -677,3 +677,124 @@ def test_inspect_of_a_root_with_several_dbs(capsys: pytest.CaptureFixture[str]) 
         assert "2 DBs" in capsys.readouterr().out
     finally:
         MemoryStore.drop(name)
+
+
+# --- damaged compaction outputs are never adopted -------------------------------------------------
+
+
+def _flip(path: pathlib.Path, offset: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[offset] ^= 0x5A
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("damage", ["block", "tail", "footer", "truncate", "extend", "record",
+                                    "missing"])
+def test_an_external_writer_refuses_a_damaged_compaction_and_gc_loses_nothing(
+    file_url: str, damage: str
+) -> None:
+    """A compaction whose output SST (or record) was damaged before adoption is refused: the
+    inputs stay live, GC removes the damaged outputs, every read stays correct, and the task
+    can be done again and adopted."""
+    root = pathlib.Path(file_url.removeprefix("file://"))
+    clock = silt.ManualClock(T0)
+    settings = settings_small(compaction_mode="external", compaction_poll_seconds=0,
+                              gc_grace_seconds=60)
+    model = Model(random.Random(f"damaged-{damage}"), clock, keys=200)
+    policy = make_policy("leveled", settings)
+    with silt.open(file_url, settings=settings, clock=clock) as db:
+        for _ in range(4):
+            model.step(db, 60, ttl_share=0)
+            db.commit()
+        m = db.manifest
+        task = policy.pick(m, clock.now_ms())  # type: ignore[union-attr, arg-type]
+        assert task is not None
+        rec = run_compaction(db.store, m, task, settings, clock)  # type: ignore[arg-type]
+        out = max(rec.outputs, key=lambda s: s.size)
+        sst_file = root / paths.sst_key(out.id)
+        if damage == "block":
+            _flip(sst_file, out.tail_offset // 2)  # inside a data block: the tail is intact
+        elif damage == "tail":
+            _flip(sst_file, out.tail_offset + 2)
+        elif damage == "footer":
+            _flip(sst_file, out.size - 30)
+        elif damage == "truncate":
+            sst_file.write_bytes(sst_file.read_bytes()[:-1])
+        elif damage == "extend":
+            sst_file.write_bytes(sst_file.read_bytes() + b"\0")
+        elif damage == "record":
+            _flip(root / paths.compaction_key(rec.id), 40)
+        else:
+            sst_file.unlink()
+        db.commit()  # sees the record, checks it, refuses it
+        stats = db.stats()
+        assert stats.get("compactions_adopted", 0) == 0
+        assert stats["compactions_damaged"] == 1
+        assert set(task.inputs) <= {s.id for s in db.manifest.all_ssts()}  # type: ignore[union-attr]
+        check(db, model)
+        # Past the grace period, GC removes the refused outputs (and every old version).
+        clock.advance(120_000)
+        model.step(db, 30, ttl_share=0)
+        db.commit()
+        report = db.gc(retain_versions=1)
+        gone = {paths.sst_key(o.id) for o in rec.outputs if o is not out or damage != "missing"}
+        assert gone <= set(report.deleted_ssts)
+        assert not list(db.store.list(paths.COMPACTION_PREFIX))
+        check(db, model)
+        # The task can be done again, and a sound result is adopted.
+        task = policy.pick(db.manifest, clock.now_ms())  # type: ignore[union-attr, arg-type]
+        assert task is not None
+        run_compaction(db.store, db.manifest, task, settings, clock)  # type: ignore[arg-type]
+        db.commit()
+        assert db.stats()["compactions_adopted"] == 1
+        clock.advance(120_000)
+        db.commit()
+        db.gc(retain_versions=1)
+    with silt.open(file_url, settings=settings, clock=clock) as db:
+        check(db, model)
+
+
+def test_check_outputs_reads_the_tail_or_every_block(url: str) -> None:
+    """The check a writer runs before adopting: the tail, size and properties always; every
+    data block when asked (external records)."""
+    from silt.compaction.driver import check_outputs
+
+    clock = silt.ManualClock(T0)
+    settings = settings_small(compaction="none")
+    with silt.open(url, settings=settings, clock=clock) as db:
+        for i in range(3):
+            for j in range(100):
+                db.put(b"k%03d" % j, b"v%d" % i)
+            db.commit()
+        m = db.manifest
+        task = CompactionTask(inputs=tuple(s.id for s in m.l0), mode="into_level",  # type: ignore[union-attr]
+                              target_level=1)
+        rec = run_compaction(db.store, m, task, settings, clock)  # type: ignore[arg-type]
+        store = db.store
+        assert check_outputs(store, rec, blocks=True) is None
+        out = rec.outputs[0]
+        key = paths.sst_key(out.id)
+        data = bytearray(store.get(key))
+        # Objects are immutable: build the damaged twins under new names, same record fields.
+        for offset, blocks, caught in [(10, False, False), (10, True, True),
+                                       (out.tail_offset + 1, False, True)]:
+            damaged = bytearray(data)
+            damaged[offset] ^= 1
+            twin = SstInfo(**{**out.__dict__, "id": paths.new_id(T0 + offset + blocks)})
+            store.put_if_absent(paths.sst_key(twin.id), bytes(damaged))
+            bad = CompactionRecord(id=rec.id, base_version=rec.base_version,
+                                   created_ms=rec.created_ms, task=rec.task, outputs=(twin,))
+            why = check_outputs(store, bad, blocks=blocks)
+            assert (why is not None) == caught, (offset, blocks)
+            if caught:
+                assert paths.sst_key(twin.id) in why  # type: ignore[operator]
+        wrong = SstInfo(**{**out.__dict__, "entries": out.entries + 1})
+        why = check_outputs(store, CompactionRecord(
+            id=rec.id, base_version=1, created_ms=T0, task=rec.task, outputs=(wrong,)),
+            blocks=False)
+        assert why is not None and "entries" in why
+        gone = SstInfo(**{**out.__dict__, "id": paths.new_id(T0 - 1)})
+        why = check_outputs(store, CompactionRecord(
+            id=rec.id, base_version=1, created_ms=T0, task=rec.task, outputs=(gone,)),
+            blocks=False)
+        assert why is not None and "does not exist" in why

@@ -9,8 +9,8 @@ on a fresh bucket or container:
 * two writers race for one version: exactly one wins, the loser gets ``CommitConflict``;
 * a damaged SST object (overwritten through the emulator's own SDK client) is reported as
   ``CorruptionError`` naming the object and the damaged block's offset; a damaged manifest too;
-* leveled compaction and ``DB.gc`` with a grace of 0: old versions and every SST no kept version
-  references are deleted, the kept versions read back whole;
+* leveled compaction and GC once the grace period has passed: old versions and every SST no kept
+  version references are deleted, the kept versions read back whole;
 * through the TCP fault proxy (tests/faultproxy.py): resets before a request and lost responses
   to create-only writes are retried and the commit lands exactly once; reads survive resets and
   bodies cut mid-transfer; a black hole ends in a clear ``TransientStoreError`` within a deadline
@@ -127,6 +127,21 @@ class Tier:
 PLUGIN_MODULES = {"s3": "silt_s3.plugin", "gs": "silt_gcs.plugin", "az": "silt_azure.plugin"}
 if not set(TIERS) <= set(PLUGIN_MODULES):
     raise ValueError(f"SILT_TEST_TIERS={','.join(TIERS)!r}: expected schemes among s3, gs, az")
+
+
+def _gc_later(url: str, retain_versions: int):
+    """GC of ``url`` as if run once everything written so far is older than the writers' grace
+    period (GC refuses a shorter grace than the one writers record in their manifests)."""
+    from silt.gc import collect_garbage
+
+    grace = silt.Settings().gc_grace_seconds
+    later = silt.ManualClock(int(time.time() * 1000) + int(grace * 1000) + 1000)
+    store = silt.open_store(url)
+    try:
+        return collect_garbage(store, retain_versions=retain_versions, grace_seconds=grace,
+                               clock=later)
+    finally:
+        store.close()
 
 
 def register_plugin(monkeypatch: pytest.MonkeyPatch, scheme: str) -> None:
@@ -369,9 +384,8 @@ def test_compaction_and_gc(tier: Tier) -> None:
         wait_for_compaction(db)
     last = max(models)
 
-    time.sleep(0.01)  # every object is now older than the cutoff of a grace of 0
-    with silt.open(url, settings=COMPACTING.replace(compaction="none")) as db:
-        report = db.gc(retain_versions=2, grace_seconds=0)
+    # GC as if the writers' grace period had passed: every object is older than its cutoff.
+    report = _gc_later(url, retain_versions=2)
     assert silt.versions(url) == [last - 1, last]
     assert report.deleted_ssts, "versions 1..7 referenced SSTs that compaction replaced"
     store = silt.open_store(url)
@@ -441,14 +455,7 @@ def test_reference_between_siblings(tier: Tier) -> None:
         a.commit()
         wait_for_compaction(a)
         a.commit()
-    time.sleep(0.01)
-    from silt.gc import collect_garbage
-
-    parent = silt.open_store(tier.url("op"))
-    try:
-        report = collect_garbage(parent, retain_versions=1, grace_seconds=0)
-    finally:
-        parent.close()
+    report = _gc_later(tier.url("op"), retain_versions=1)
     assert report.deleted_ssts  # a's old SSTs that only b does not need
     with silt.open(tier.url("op/b"), settings=SMALL) as b:
         assert dict(b.scan()) == want

@@ -15,8 +15,10 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
+import time
 import uuid
 
 import pytest
@@ -24,7 +26,13 @@ import silt
 from silt import paths
 from silt.compaction.compactor import run_compaction
 from silt.compaction.task import CompactionTask
-from silt.errors import AlreadyExistsError, FencedError, StoreError
+from silt.errors import (
+    AlreadyExistsError,
+    CommitConflict,
+    CorruptionError,
+    FencedError,
+    StoreError,
+)
 from silt.gc import collect_garbage, horizon, read_checkpoints
 from silt.testing import FaultyStore
 from silt.tiers.memory import MemoryStore
@@ -246,7 +254,9 @@ def test_zombie_whose_withdrawal_fails_retries_it(mem: str) -> None:
             write_version(writer, expected, i)
     clock.advance(int(GRACE * 1000) * 2)
     collect_garbage(silt.open_store(mem), retain_versions=2, grace_seconds=GRACE, clock=clock)
-    faulty.fail_matching("delete_many", lambda k: k.startswith(paths.MANIFEST_PREFIX),
+    # A withdrawal is the version's fate record (the manifest stays, so its number can never
+    # be committed again): make creating that record fail once.
+    faulty.fail_matching("put_if_absent", lambda k: k.endswith(paths.FATE_SUFFIX),
                          error=StoreError, times=1)
     zombie.put(b"z", b"z")
     with pytest.raises(FencedError, match="retries it"):
@@ -255,6 +265,9 @@ def test_zombie_whose_withdrawal_fails_retries_it(mem: str) -> None:
     with pytest.raises(FencedError):
         zombie.commit()
     assert silt.versions(mem) == [7, 8]  # ... and the next commit finished it
+    assert silt.open_store(mem).get(paths.manifest_key(2))  # the number stays taken
+    with pytest.raises(silt.errors.VersionNotFoundError, match="withdrawn"):
+        silt.open(mem, version=2)
     zombie.close()
 
 
@@ -268,10 +281,11 @@ def test_manifest_created_while_gc_runs_keeps_its_ssts(mem: str) -> None:
     with silt.open(mem, settings=settings, clock=clock) as writer:
         write_version(writer, expected, 0)
         write_version(writer, expected, 1)
-        base_model = dict(expected)
         late = silt.open(mem, settings=settings, clock=clock)  # at version 2
         # The writer jumps ahead (explicit versions) and compacts everything into new SSTs, so
-        # versions 10.. share no SST with versions 1 and 2.
+        # versions 10.. share no SST with versions 1 and 2. Its first jump reserves version 3
+        # (a version with version 2's state that reserves 3..9): the late writer will take it
+        # as its base, as it stands for the state it started from.
         for v in (10, 11, 12):
             for j in range(30):
                 writer.put(b"k%03d" % j, b"w%d" % v)
@@ -286,20 +300,38 @@ def test_manifest_created_while_gc_runs_keeps_its_ssts(mem: str) -> None:
             s.id for s in silt.read_manifest(writer.store, 2).all_ssts()}
     clock.advance(int(GRACE * 1000) * 2)
     late.put(b"late", b"writer")
-    base_model[b"late"] = b"writer"
+    newest = silt.open(mem, settings=settings, clock=clock)  # at version 13
+    newest.put(b"new", b"est")
+    expected[b"new"] = b"est"
     gc_store = FaultyStore(silt.open_store(mem))
-    # Right before GC creates its horizon marker, the late writer commits version 3.
-    gc_store.on_call("put_if_absent", lambda op, key: late.commit(3),
+    conflicts: list[CommitConflict] = []
+
+    def commit_during_gc(op: str, key: str) -> None:
+        # The late writer (base 2) is a fork attempt: the jump to 10 reserved versions 3..9
+        # for version 2's state, so it fails and creates nothing. The newest writer commits
+        # version 14, which GC's first listing did not see.
+        try:
+            late.commit(3)
+        except CommitConflict as exc:
+            conflicts.append(exc)
+        newest.commit()
+
+    # Right before GC creates its horizon marker, both writers commit.
+    gc_store.on_call("put_if_absent", commit_during_gc,
                      predicate=lambda k: k.startswith(paths.HORIZON_PREFIX), times=1)
     report = collect_garbage(gc_store, retain_versions=3, grace_seconds=GRACE, clock=clock)
     assert report.horizons[""] == 11
-    assert late.version == 3  # it could not see the marker: its commit stands
+    assert len(conflicts) == 1 and "reserved" in str(conflicts[0])
+    assert late.version == 2
+    with pytest.raises(FencedError, match="below the garbage-collection horizon"):
+        late.commit()  # its next free number is 10, which GC collected: a zombie's commit
     late.close()
-    assert 3 in silt.versions(mem)
-    reads_back(mem, 3, base_model, clock)  # nothing it references was deleted
-    # The next pass collects it like any version below the horizon.
+    assert newest.version == 14
+    newest.close()
+    assert silt.versions(mem) == [11, 12, 13, 14]
+    reads_back(mem, 14, expected, clock)  # nothing it references was deleted
     collect_garbage(silt.open_store(mem), retain_versions=3, grace_seconds=GRACE, clock=clock)
-    assert silt.versions(mem) == [11, 12, 13]
+    assert silt.versions(mem) == [12, 13, 14]
 
 
 def test_uncertain_commit_that_gc_kept_is_not_withdrawn(mem: str) -> None:
@@ -475,3 +507,117 @@ def test_cli_gc_respects_the_grace_period(file_url: str) -> None:
     remaining = objects(file_url, paths.SST_PREFIX)
     assert len(fresh - remaining) == len(report["deleted_ssts"])
     assert any(paths.id_time_ms(k[4:-4]) > T0 + 10**9 for k in remaining)  # the orphan stays
+
+
+# --- temporaries of killed writers (file://) ----------------------------------------------------
+
+#: A writer that announces when it is inside a write (a temporary file is written and fsynced,
+#: not yet published) and then hangs there until it is killed.
+KILLED_WRITER = """
+import os, stat, sys, time
+import silt
+
+real_fsync = os.fsync
+
+def fsync(fd):
+    real_fsync(fd)
+    if stat.S_ISREG(os.fstat(fd).st_mode):
+        os.write(1, b"writing\\n")
+        time.sleep(120)
+
+os.fsync = fsync
+db = silt.open(sys.argv[1])
+db.put(b"k", b"v" * 1000)
+db.commit()
+"""
+
+
+def kill_while_writing(url: str) -> None:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(CORE_SRC), *filter(None, [env.get("PYTHONPATH")])])
+    env["SILT_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    proc = subprocess.Popen([sys.executable, "-c", KILLED_WRITER, url], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line == b"writing\n", proc.stderr.read() if proc.stderr else b""
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+
+
+def test_gc_removes_old_temporaries_of_killed_writers(tmp_path: pathlib.Path) -> None:
+    """Writers SIGKILLed inside a write leave files in their ``.tmp/``; GC leaves young ones
+    (a write may be in flight) and removes those older than the grace period, in every DB under
+    the root, through DB.gc too; nothing else in ``.tmp/`` and no object is touched."""
+    root = tmp_path / "root"
+    shards = [root / "kg-0-127", root / "kg-128-255"]
+    for shard in shards:
+        with silt.open(shard.as_uri(), settings=SETTINGS) as db:
+            db.put(b"a", b"1")
+            db.commit()
+        kill_while_writing(shard.as_uri())
+    (root / ".tmp").mkdir()
+    (root / ".tmp" / f"{os.getpid()}-1-{'0' * 16}.tmp").write_bytes(b"left by a GC pass")
+    (shards[0] / ".tmp" / "notes.txt").write_text("not one of silt's temporaries")
+    leftovers = sorted(root.glob("**/.tmp/*.tmp"))
+    assert len(leftovers) == 3
+
+    store = silt.open_store(root.as_uri())
+    report = collect_garbage(store, retain_versions=1, grace_seconds=GRACE)
+    assert report.removed_temporaries == 0  # young: they may belong to writes in flight
+    assert sorted(root.glob("**/.tmp/*.tmp")) == leftovers
+
+    old = time.time() - GRACE - 60
+    for path in leftovers:
+        os.utime(path, (old, old))
+    with silt.open(shards[0].as_uri(), settings=SETTINGS) as db:
+        assert db.gc().removed_temporaries == 1  # its own root only, through the DB's store
+    assert not list((shards[0] / ".tmp").glob("*.tmp"))
+    report = collect_garbage(store, retain_versions=1, grace_seconds=GRACE)
+    assert report.removed_temporaries == 2
+    assert list(root.glob("**/.tmp/*")) == [shards[0] / ".tmp" / "notes.txt"]
+    for shard in shards:
+        with silt.open(shard.as_uri(), settings=SETTINGS) as db:
+            assert db.get(b"a") == b"1" and db.get(b"k") is None
+
+
+# --- checkpoint objects are checksummed -----------------------------------------------------------
+
+
+def test_a_changed_digit_cannot_repoint_a_checkpoint(mem: str) -> None:
+    """A checkpoint whose version digit changed is reported as corruption, naming the object;
+    GC refuses to run rather than keep the wrong version and delete the pinned one."""
+    clock = silt.ManualClock(T0)
+    fill(mem, clock, 4)
+    with silt.open(mem, version=1, settings=SETTINGS, clock=clock) as db:
+        db.checkpoint("keep")
+    store = silt.open_store(mem)
+    key = paths.checkpoint_key("keep")
+    data = store.get(key)
+    changed = re.sub(rb'"version": ?1', b'"version":2', data)
+    assert changed != data
+    store.put(key, changed)
+    clock.advance(int(GRACE * 1000) * 2)
+    with pytest.raises(CorruptionError, match="checkpoint/keep") as info:
+        collect_garbage(store, retain_versions=1, grace_seconds=GRACE, clock=clock)
+    assert info.value.object_name == key
+    with pytest.raises(CorruptionError):
+        read_checkpoints(store)
+    assert silt.versions(mem) == [1, 2, 3, 4]  # nothing was deleted
+
+
+def test_checkpoints_written_before_checksums_still_pin(mem: str) -> None:
+    """Checkpoint format 1 (bare JSON, from an older silt) keeps pinning its version."""
+    clock = silt.ManualClock(T0)
+    models = fill(mem, clock, 4)
+    store = silt.open_store(mem)
+    store.put(paths.checkpoint_key("old"), b'{"version": 2, "created_ms": 1, "token": "t"}')
+    assert read_checkpoints(store) == {"old": 2}
+    clock.advance(int(GRACE * 1000) * 2)
+    collect_garbage(store, retain_versions=1, grace_seconds=GRACE, clock=clock)
+    assert silt.versions(mem) == [2, 4]
+    reads_back(mem, 2, models[2], clock)
+    with silt.open(mem, version=2, settings=SETTINGS, clock=clock) as db:
+        assert db.checkpoint("old") == 2  # recognised as the same pin

@@ -73,7 +73,13 @@ class SiltModel(RuleBasedStateMachine):
         self.current: dict[bytes, Record] = {}
         #: version -> the records committed at it.
         self.snapshots: dict[int, dict[bytes, Record]] = {}
+        self.parents: dict[int, int | None] = {}
+        self.nexts: dict[int, int] = {}
+        self.reserved: dict[int, bool] = {}
         self.base: int | None = None
+        #: The DB's lineage: the parent its next commit names, and its next free number.
+        self.lineage: int | None = None
+        self.nxt = 1
 
     # -- helpers --------------------------------------------------------------------------------
     def expire_at(self, ttl_s: float) -> int:
@@ -104,6 +110,7 @@ class SiltModel(RuleBasedStateMachine):
         self.db = silt.open(self.url, version=version, settings=MODEL_SETTINGS, clock=self.clock)
         self.base = self.latest if version is None else version
         self.current = dict(self.snapshots[self.base]) if self.base is not None else {}
+        self.lineage, self.nxt = self.base, self.next_after(self.base)
         assert self.db.version == self.base
 
     # -- writes ---------------------------------------------------------------------------------
@@ -167,41 +174,82 @@ class SiltModel(RuleBasedStateMachine):
         self.db.flush()
 
     # -- commits and reopens --------------------------------------------------------------------
+    # Versions are never forked (DESIGN.md invariant 8): a commit from base b whose number skips
+    # the next free number first creates a *reservation* there (a version with b's state whose
+    # next number is the target), so every writer from b races for the same name. A writer
+    # that finds a reservation made from its own lineage moves past it. The model tracks each
+    # version's parent, next free number and whether it is a reservation, and the DB's own
+    # lineage (which moves past reservations even when the commit then conflicts).
+    def next_after(self, version: int | None) -> int:
+        return 1 if version is None else self.nexts[version]
+
+    def expect_commit(self, target: int | None) -> int | None:
+        """Apply the commit protocol to the model; the committed version, or None (conflict)."""
+        auto = target is None
+        if target is None:
+            target = self.nxt
+        base_state = dict(self.snapshots[self.base]) if self.base is not None else {}
+        while True:
+            if target > self.nxt:
+                n = self.nxt
+                if n not in self.snapshots:  # our reservation
+                    self.snapshots[n] = base_state
+                    self.parents[n], self.nexts[n], self.reserved[n] = self.lineage, target, True
+                    self.lineage, self.nxt = n, target
+                    continue
+                if self.parents[n] != self.lineage or not self.reserved[n]:
+                    return None
+                self.lineage, self.nxt = n, self.nexts[n]
+                if self.nxt > target:
+                    return None
+                continue
+            if target not in self.snapshots:
+                self.snapshots[target] = dict(self.current)
+                self.parents[target], self.nexts[target] = self.lineage, target + 1
+                self.reserved[target] = False
+                self.base = self.lineage = target
+                self.nxt = target + 1
+                return target
+            if self.parents[target] == self.lineage and self.reserved[target]:
+                self.lineage, self.nxt = target, self.nexts[target]
+                if auto:
+                    target = self.nxt
+                    continue
+            return None
+
+    def check_commit(self, target: int | None) -> None:
+        expected = self.expect_commit(target)
+        if expected is None:
+            with pytest.raises(CommitConflict):
+                self.db.commit(target)
+        else:
+            assert self.db.commit(target) == expected
+        assert self.db.version == self.base
+
     @rule()
     def commit_next(self) -> None:
-        target = 1 if self.base is None else self.base + 1
-        if target in self.snapshots:
-            with pytest.raises(CommitConflict) as info:
-                self.db.commit()
-            assert info.value.version == target
-            assert self.db.version == self.base
-            return
-        assert self.db.commit() == target
-        self.snapshots[target] = dict(self.current)
-        self.base = target
+        self.check_commit(None)
 
     @rule(gap=st.integers(min_value=1, max_value=3))
     def commit_after_latest(self, gap: int) -> None:
-        target = (self.latest or 0) + gap
-        assert self.db.commit(target) == target
-        self.snapshots[target] = dict(self.current)
-        self.base = target
+        """From the latest version this skips numbers; from an older base it is a fork."""
+        self.check_commit(max((self.latest or 0) + gap, self.nxt))
 
     @precondition(lambda self: self.base is not None and self.latest != self.base)
     @rule(data=st.data())
     def commit_existing_version(self, data: st.DataObject) -> None:
         """A version above the base that another commit already created: CommitConflict."""
-        taken = sorted(v for v in self.snapshots if v > self.base)
-        target = data.draw(st.sampled_from(taken))
-        with pytest.raises(CommitConflict):
-            self.db.commit(target)
-        assert self.db.version == self.base
+        taken = sorted(v for v in self.snapshots if v >= self.nxt)
+        if not taken:
+            return
+        self.check_commit(data.draw(st.sampled_from(taken)))
 
     @precondition(lambda self: self.base is not None)
     @rule(data=st.data())
     def commit_not_above_base(self, data: st.DataObject) -> None:
-        target = data.draw(st.integers(min_value=0, max_value=self.base))
-        with pytest.raises(InvalidArgumentError, match="greater"):
+        target = data.draw(st.integers(min_value=0, max_value=self.nxt - 1))
+        with pytest.raises(InvalidArgumentError,
+                           match="greater" if target <= self.base else "or later"):
             self.db.commit(target)
         assert self.db.version == self.base
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import random
+import time
 
 import pytest
 import silt
@@ -22,6 +23,22 @@ SETTINGS = silt.Settings(
     memtable_bytes=16 * 1024, block_bytes=512, block_cache_bytes=64 * 1024,
     compaction="none",
 )
+
+
+def _gc_later(store_or_url, retain_versions: int = 1):
+    """GC as if run once everything written so far is older than the writers' grace period
+    (GC refuses a shorter grace than the one writers record in their manifests)."""
+    from silt.gc import collect_garbage
+
+    grace = silt.Settings().gc_grace_seconds
+    later = silt.ManualClock(int(time.time() * 1000) + int(grace * 1000) + 1000)
+    store = silt.open_store(store_or_url) if isinstance(store_or_url, str) else store_or_url
+    try:
+        return collect_garbage(store, retain_versions=retain_versions, grace_seconds=grace,
+                               clock=later)
+    finally:
+        if isinstance(store_or_url, str):
+            store.close()
 
 
 def _key(i: int) -> bytes:
@@ -215,17 +232,11 @@ def test_gc_of_the_parent_keeps_referenced_ssts_and_gc_of_the_source_keeps_all(u
         a.wait_for_compaction()
         a.commit()
         # GC of the source alone cannot see b's manifests: it deletes no SST at all.
-        report = a.gc(retain_versions=1, grace_seconds=0)
+        report = _gc_later(a.store)
         assert report.deleted_manifests and not report.deleted_ssts
     assert referenced <= set(_own_ssts(url + "/a"))
     # GC of the parent sees b's references: it deletes a's old SSTs but not those.
-    store = silt.open_store(url)
-    try:
-        from silt.gc import collect_garbage
-
-        report = collect_garbage(store, retain_versions=1, grace_seconds=0)
-    finally:
-        store.close()
+    report = _gc_later(url)
     assert report.deleted_ssts
     left = set(_own_ssts(url + "/a"))
     assert referenced <= left
@@ -242,7 +253,7 @@ def test_commit_is_withdrawn_when_gc_passed_the_source_version(url):
             for _ in range(3):
                 writer.put(b"k000001", b"newer")
                 writer.commit()
-            writer.gc(retain_versions=1, grace_seconds=0)
+            _gc_later(writer.store)
         with pytest.raises(FencedError, match="garbage collection has passed"):
             b.commit()
     with silt.open(url + "/b") as b:
@@ -340,7 +351,7 @@ def test_lost_response_of_a_referencing_commit_is_checked_against_the_source():
                 for _ in range(3):
                     a.put(_key(1), b"newer")
                     a.commit()
-                a.gc(retain_versions=1, grace_seconds=0)
+                _gc_later(a.store)
                 b.put(_key(5), b"x")
                 with pytest.raises(FencedError, match="garbage collection has passed"):
                     b.commit()

@@ -309,6 +309,10 @@ class SsdCache(ObjectStore):
     def list(self, prefix: str = "", start_after: str | None = None) -> Iterator[ObjectInfo]:
         return self.inner.list(prefix, start_after)
 
+    def remove_stale_temporaries(self, prefix: str, older_than_seconds: float) -> int:
+        """Forwarded to the inner store (the cache's own ``tmp/`` is cleaned when it opens)."""
+        return self.inner.remove_stale_temporaries(prefix, older_than_seconds)
+
     def close(self) -> None:
         """Close the inner store and the cache's lock file. Entries stay on disk for later use.
 

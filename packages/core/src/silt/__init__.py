@@ -16,48 +16,48 @@ Quick start::
 from __future__ import annotations
 
 from . import errors, paths
+from . import versions as _versions
 from ._ext import speedups
 from .clock import Clock, ManualClock
 from .db import DB
 from .errors import CommitConflict, SiltError
+from .gc import read_checkpoints
 from .hookspecs import hookimpl
 from .manifest import Manifest
+from .markers import read_markers
 from .plugins import open_store
 from .settings import Settings
 from .store import ObjectInfo, ObjectStore
+from .versions import read_manifest
 from .writebatch import WriteBatch
 
 __version__ = "0.1.0"
 
 
 def _list_versions(store: ObjectStore) -> list[int]:
-    from .store import retrying
-
-    def listing() -> list[int]:
-        out = []
-        for info in store.list(paths.MANIFEST_PREFIX):
-            v = paths.parse_manifest_key(info.key)
-            if v is not None:
-                out.append(v)
-        return out
-
-    return retrying(listing)
+    return _versions.versions(store)
 
 
-def read_manifest(store: ObjectStore, version: int) -> Manifest:
-    """Read and check the manifest of ``version``; ``VersionNotFoundError`` if there is none."""
-    from .store import retrying
-
-    name = paths.manifest_key(version)
-    try:
-        data = retrying(lambda: store.get(name))
-    except errors.NotFoundError:
-        raise errors.VersionNotFoundError(f"version {version} does not exist") from None
-    return Manifest.decode(data, name)
+def _check_retained(store: ObjectStore, url: str, manifest: Manifest) -> None:
+    """Refuse a version below the GC horizon that no checkpoint pins: GC has collected it or
+    may be collecting it (a manifest there may also be a zombie writer's, about to be
+    withdrawn). One LIST of ``gc/``."""
+    markers = read_markers(store)
+    v = manifest.version
+    if v >= markers.horizon or (v, manifest.token) in markers.pins:
+        return
+    if v in read_checkpoints(store).values():
+        return  # pinned before pin markers existed
+    raise errors.VersionNotFoundError(
+        f"version {v} was removed by garbage collection (its horizon is {markers.horizon}: "
+        "versions below it are kept only while a checkpoint pins them); pin a version you "
+        "will read later with DB.checkpoint(name)"
+    )
 
 
 def versions(url: str) -> list[int]:
-    """The committed versions under ``url``, ascending (empty for a new root)."""
+    """The committed versions under ``url``, ascending (empty for a new root; withdrawn versions
+    are not listed)."""
     store = open_store(url)
     try:
         return _list_versions(store)
@@ -118,15 +118,22 @@ def open(
         else:
             try:
                 manifest = read_manifest(store, version)
-            except errors.VersionNotFoundError:
+                _check_retained(store, url, manifest)
+            except errors.VersionNotFoundError as exc:
                 found = _list_versions(store)
                 known = (
                     f"committed versions are {found[0]}..{found[-1]} ({len(found)} in all)"
                     if found else "the root has no committed versions"
                 )
+                what = str(exc) if "does not exist" not in str(exc) else "does not exist"
+                h = read_markers(store).horizon
+                if version < h and "withdrawn" not in what:
+                    what = (f"was removed by garbage collection (its horizon is {h}: versions "
+                            "below it are kept only while a checkpoint pins them); pin a version "
+                            "you will read later with DB.checkpoint(name)")
                 raise errors.VersionNotFoundError(
-                    f"version {version} of {url!r} does not exist ({known}); open without "
-                    "version= for the latest"
+                    f"version {version} of {url!r} {what.removeprefix(f'version {version} ')} "
+                    f"({known}); open without version= for the latest"
                 ) from None
         return DB(
             store, url=url, settings=settings, clock=clock or Clock(), manifest=manifest,

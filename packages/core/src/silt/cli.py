@@ -8,7 +8,9 @@ Commands (``silt COMMAND --help`` for each one's options)::
                                     the GC horizon (for a root of several DBs: one line per DB)
     silt get URL KEY                one value (raw bytes on stdout)
     silt scan URL                   key<TAB>value lines in key order
-    silt verify URL                 read every manifest and block in scope, check checksums
+    silt verify URL                 read every manifest and block in scope, every checkpoint and
+                                    compaction record (with its outputs), check checksums and
+                                    that what they name exists
     silt plugins                    installed plugins and first-party ones not installed
     silt compact URL [--loop]       external compactor: run the policy's next task, write its
                                     record under compaction/ (never a manifest)
@@ -39,7 +41,6 @@ import json
 import os
 import sys
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import replace
 from datetime import UTC, datetime
 from itertools import islice
 from typing import Any
@@ -47,6 +48,7 @@ from urllib.parse import unquote
 
 from . import _list_versions, paths, read_manifest
 from . import open as open_db
+from .checkpoints import decode_checkpoint
 from .clock import Clock
 from .compaction.record import CompactionRecord
 from .db import DB
@@ -62,7 +64,7 @@ from .plugins import KNOWN_CACHES, KNOWN_TIERS, get_registry, open_store
 from .settings import MAX_INT, MAX_SECONDS, Settings
 from .siblings import SiblingStores
 from .sst.builder import SstInfo
-from .sst.reader import SstReader
+from .sst.check import check_sst
 from .store import ObjectStore, retrying, split_url
 
 EXIT_OK = 0
@@ -519,36 +521,12 @@ def cmd_scan(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _check_properties(info: SstInfo, props: dict[str, Any], name: str) -> None:
-    """The SST's own properties must agree with what the manifest records about it."""
-    expected = {
-        "entries": info.entries,
-        "tombstones": info.tombstones,
-    }
-    if info.clipped:
-        # A clipped reference: its bounds lie inside the object's own.
-        low, high = props.get("smallest", ""), props.get("largest", "")
-        if not (low <= info.smallest.hex() and info.largest.hex() <= high):
-            raise CorruptionError(
-                name, None, f"the reference's key range {info.smallest.hex()}.."
-                f"{info.largest.hex()} is not inside the object's {low}..{high}"
-            )
-    else:
-        expected["smallest"] = info.smallest.hex()
-        expected["largest"] = info.largest.hex()
-    for field, want in expected.items():
-        if props.get(field) != want:
-            raise CorruptionError(
-                name, None, f"properties say {field}={props.get(field)!r} but the manifest "
-                f"records {want!r}"
-            )
-
-
 def cmd_verify(args: argparse.Namespace) -> int:
     store = _open_store(args.url)
     problems: list[dict[str, Any]] = []
+    notes: list[dict[str, Any]] = []
     counts = {"versions": 0, "manifests_bytes": 0, "ssts": 0, "blocks": 0, "entries": 0,
-              "sst_bytes": 0}
+              "sst_bytes": 0, "checkpoints": 0, "records": 0, "record_outputs": 0}
 
     def problem(kind: str, name: str, message: str, offset: int | None = None) -> None:
         problems.append({"kind": kind, "object": name, "offset": offset, "message": message})
@@ -612,10 +590,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
                     name, None, f"object is {listed[key]} bytes but the manifest of version "
                     f"{version} records {info.size}")))
                 continue
-            reader = SstReader(where, key, replace(info, clipped=False), None)
             try:
-                entries = reader.verify()
-                _check_properties(info, reader.properties, name)
+                entries, blocks = check_sst(where, key, info, blocks=True, name=name)
             except CorruptionError as exc:
                 problem("corruption", name, str(exc), exc.offset)
                 continue
@@ -624,23 +600,82 @@ def cmd_verify(args: argparse.Namespace) -> int:
                         "disappeared while being verified")
                 continue
             if first:
-                counts["blocks"] += reader.num_blocks
+                counts["blocks"] += blocks
                 counts["entries"] += entries
                 counts["sst_bytes"] += info.size
         siblings.close()
+        _verify_metadata(store, args.url, {i.id for i in ssts}, counts, problem, notes)
     finally:
         store.close()
 
     total_bytes = counts["manifests_bytes"] + counts["sst_bytes"]
     if args.json:
-        _print_json({**counts, "bytes": total_bytes, "ok": not problems, "problems": problems})
+        _print_json({**counts, "bytes": total_bytes, "ok": not problems, "problems": problems,
+                     "notes": notes})
     else:
         scope = "all versions" if args.all else f"version {versions[0]}"
         verdict = "OK" if not problems else f"{len(problems)} PROBLEM(S), see above"
         print(f"verified {scope}: {counts['versions']} manifests, {counts['ssts']} SSTs, "
-              f"{counts['blocks']} blocks, {counts['entries']} entries, {total_bytes} bytes: "
+              f"{counts['blocks']} blocks, {counts['entries']} entries, {total_bytes} bytes, "
+              f"{counts['checkpoints']} checkpoints, {counts['records']} compaction records: "
               f"{verdict}")
     return EXIT_CORRUPT if problems else EXIT_OK
+
+
+def _verify_metadata(store: ObjectStore, url: str, verified: set[str], counts: dict[str, int],
+                     problem: Callable[..., None], notes: list[dict[str, Any]]) -> None:
+    """``silt verify``'s check of every checkpoint and compaction record of the DB at ``url``.
+
+    Each must pass its checksum, and what it names must exist: a checkpoint's version, a
+    record's output SSTs (each checked whole against the record, as a writer does before
+    adopting it; ``verified`` are SST ids the manifests' check already covered).
+    """
+    versions = set(_list_versions(store))
+    for info in retrying(lambda: list(store.list(paths.CHECKPOINT_PREFIX))):
+        name = info.key
+        try:
+            cp = decode_checkpoint(retrying(lambda name=name: store.get(name)), name)  # type: ignore[misc]
+        except NotFoundError:
+            continue  # released while we listed
+        except CorruptionError as exc:
+            problem("corruption", name, str(exc), exc.offset)
+            continue
+        counts["checkpoints"] += 1
+        if cp.version not in versions:
+            problem("missing", name, f"checkpoint {name!r} pins version {cp.version} of {url!r}, "
+                    f"which does not exist: restore {paths.manifest_key(cp.version)!r} from a "
+                    "replica, or delete the checkpoint if that state is not needed")
+        if not cp.checksummed:
+            text = (f"checkpoint {name!r} was written by an older silt without a checksum; "
+                    "re-create it (delete the object, then 'silt checkpoint') to protect it")
+            notes.append({"object": name, "message": text})
+            print(f"silt: note: {text}", file=sys.stderr)
+    for name, rec in _read_records(store):
+        counts["records"] += 1
+        if isinstance(rec, CorruptionError):
+            problem("corruption", name, str(rec), rec.offset)
+            continue
+        if name != paths.compaction_key(rec.id):
+            problem("corruption", name, str(CorruptionError(
+                name, None, f"the record names itself {rec.id}")))
+            continue
+        for out in rec.outputs:
+            if out.id in verified:
+                continue  # adopted: checked with the manifests
+            key = paths.sst_key(out.id)
+            counts["record_outputs"] += 1
+            try:
+                check_sst(store, key, out, blocks=True)
+            except CorruptionError as exc:
+                problem("corruption", key, str(exc), exc.offset)
+            except NotFoundError:
+                try:
+                    retrying(lambda name=name: store.get_range(name, 0, 1))  # type: ignore[misc]
+                except NotFoundError:
+                    break  # the record went too (GC or the writer resolved it meanwhile)
+                problem("missing", key, f"SST {key!r}, an output of compaction record {name!r}, "
+                        "does not exist; the record cannot be adopted (a writer refuses it and "
+                        "a compactor may redo the task)")
 
 
 def cmd_plugins(args: argparse.Namespace) -> int:
@@ -941,8 +976,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--key-hex", action="store_true", help="--start/--end/--prefix are hex")
 
     p = command("verify", cmd_verify,
-                "read every manifest and every SST block in scope and check their checksums; "
-                "exit 2 on corruption or missing SSTs")
+                "read every manifest and every SST block in scope, every checkpoint and every "
+                "pending compaction record with its outputs, and check their checksums and that "
+                "what they name exists; exit 2 on corruption or missing objects")
     scope = p.add_mutually_exclusive_group()
     scope.add_argument("--version", type=_version, metavar="N",
                        help="verify version N (default: the latest)")

@@ -18,7 +18,6 @@ fetches run in the DB's own thread pools. Durability: nothing is durable until `
 
 from __future__ import annotations
 
-import json
 import re
 import threading
 import uuid
@@ -29,22 +28,27 @@ from typing import Any
 
 from . import paths
 from .cache import BlockCache
+from .checkpoints import decode_checkpoint, encode_checkpoint
 from .clock import Clock
 from .compaction.driver import CompactionDriver
 from .errors import (
     AlreadyExistsError,
     ClosedError,
     CommitConflict,
+    CorruptionError,
     FencedError,
     InvalidArgumentError,
     InvalidTypeError,
     NotFoundError,
     ReferenceConflict,
+    SiltError,
     StoreError,
     VersionNotFoundError,
+    WithdrawnError,
 )
-from .gc import GcReport, collect_garbage, horizon, read_checkpoints
+from .gc import GcReport, check_grace, collect_garbage, horizon, read_checkpoints
 from .manifest import Manifest, check_meta
+from .markers import GcMarkers, read_markers
 from .memtable import Memtable, apply_ops, check_ops, check_pairs, insert_pairs, split_found
 from .merge import live, merge_newest_first, visible_many
 from .metrics import MeteredStore, Metrics
@@ -57,6 +61,7 @@ from .sst.builder import SstInfo, build_sst
 from .sst.format import FOOTER_SIZE, MAX_EXPIRY_MS
 from .sst.reader import SstReader, get_from, lookup_groups, plan_probe
 from .store import ObjectStore, retrying
+from .versions import SETTLED, WITHDRAWN, Fate, list_versions, read_fate
 from .writebatch import WriteBatch
 
 _BYTES_LIKE = (bytearray, memoryview)
@@ -153,7 +158,15 @@ class DB:
         self._read_pool: ThreadPoolExecutor | None = None
         self._uncertain: tuple[Manifest, list, list] | None = None
         self._fenced: str | None = None  # why this writer is stale, once GC fenced it
-        self._withdrawing: str | None = None  # a fenced manifest not yet deleted
+        #: A withdrawal decided but whose fate record is not created yet (retried by commit).
+        self._withdrawing: tuple[Manifest, str] | None = None
+        self._withdrawing_result = True
+        #: The version the next commit names as its parent (the base, or a reservation or
+        #: withdrawn version standing for it) and the smallest number it may create.
+        self._lineage: int | None = None
+        self._next = 1
+        #: The last version this DB committed itself (its post-commit checks passed).
+        self._confirmed: int | None = None
         self._max_key = settings.max_key_bytes
         self._max_value = settings.max_value_bytes
         self._memtable_limit = settings.memtable_bytes
@@ -427,26 +440,29 @@ class DB:
     def commit(self, version: int | None = None, *, meta: dict[str, str] | None = None) -> int:
         """Make every write so far durable as a new version and return its number.
 
-        ``version`` defaults to one more than the base version (1 for an empty root); an explicit
-        version must be greater than the base version. ``meta`` entries (str -> str) are merged
-        into the base version's meta map. Raises :class:`~silt.errors.CommitConflict` when that
-        version already exists (another writer won it); this DB's writes stay pending and
-        nothing of this attempt is visible. Cost is proportional to the changes since the last
-        commit, not to the total state.
+        ``version`` defaults to the next free number after the base version (1 for an empty
+        root). An explicit version may skip numbers: the commit then first creates a version
+        that reserves the skipped numbers (its state is the base's), so two writers from one
+        base always race for the same object name and a version is never built beside a
+        newer one (DESIGN.md invariant 8). ``meta`` entries (str -> str) are merged into the
+        base version's meta map.
+
+        Raises :class:`~silt.errors.CommitConflict` when another writer committed on top of
+        this DB's base first (the version, or a version this one would skip, exists): this
+        DB's writes stay pending and nothing of this attempt is visible. Cost is proportional
+        to the changes since the last commit, not to the total state.
         """
         with self._lock:
             self._check_open()
+            self._finish_withdrawal()
             self._check_fenced()
             self._resolve_uncertain()
-            base = self.version
+            auto = version is None
             if version is None:
-                version = 1 if base is None else base + 1
+                version = self._next
             self._check_version(version)
-            if base is not None and version <= base:
-                raise InvalidArgumentError(
-                    f"cannot commit version {version}: this DB is at version {base}; commit a "
-                    "greater version (or leave version=None for the next one)"
-                )
+            if version < self._next:
+                self._refuse_skipped(version)
             merged_meta = self.meta
             if meta is not None and check_meta(meta):
                 for k, v in meta.items():
@@ -463,61 +479,173 @@ class DB:
             levels = base_levels
             records = self._compaction.gather(old, len(l0))
             l0, levels, adopted, refused = self._compaction.apply(l0, levels, records)
-            manifest = Manifest(
-                version=version,
-                parent=base,
-                writer_id=self._writer_id,
-                token=uuid.uuid4().hex,
-                created_ms=self._clock.now_ms(),
-                l0=l0,
-                levels=levels,
-                meta=merged_meta,
-            )
-            name = paths.manifest_key(version)
-            data = manifest.encode()
             with self._metrics.purpose("commit"):
                 if old is None and self._refs:
                     # Before the manifest exists: the owners' GC must know it may be referenced.
-                    mark_referrers(self._siblings, list(manifest.all_ssts()),
+                    mark_referrers(self._siblings, [*l0, *(s for run in levels for s in run)],
                                    _split_parent(self._url)[1])
+                while True:
+                    if version > self._next:
+                        self._reserve(version)
+                        continue
+                    manifest = Manifest(
+                        version=version,
+                        parent=self._lineage,
+                        writer_id=self._writer_id,
+                        token=uuid.uuid4().hex,
+                        created_ms=self._clock.now_ms(),
+                        l0=l0,
+                        levels=levels,
+                        meta=merged_meta,
+                        gc_grace_ms=self._grace_ms,
+                    )
+                    try:
+                        created = self._create_manifest(manifest)
+                    except StoreError:
+                        # The manifest may exist: resolved by reading back on the next commit.
+                        self._uncertain = (manifest, adopted, refused)
+                        raise
+                    if created:
+                        break
+                    placeholder = self._adopt_placeholder(version)
+                    if placeholder and auto:
+                        version = self._next
+                        continue
+                    if placeholder == "withdrawn":
+                        why = "was withdrawn by its writer and is never committed again"
+                    elif placeholder == "reserved":
+                        why = (f"is reserved by a commit that skipped to version {self._next} "
+                               "from the same base")
+                    else:
+                        why = "was already committed by another writer"
+                    raise CommitConflict(
+                        f"version {version} of {self._url!r} {why}; reopen the latest version "
+                        "(silt.open) and redo the work from there",
+                        version=version, withdrawn=placeholder == "withdrawn",
+                    )
                 try:
-                    created = retrying(lambda: self._store.put_if_absent(name, data))
-                    if not created and not self._is_ours(manifest):
-                        raise CommitConflict(
-                            f"version {version} of {self._url!r} was already committed by "
-                            "another writer; reopen the latest version (silt.open) and redo the "
-                            "work from there",
-                            version=version,
-                        )
-                    self._check_horizon(manifest)
-                    self._check_age(manifest)
-                    if old is None and self._refs:
-                        self._check_sources(manifest)
-                except (CommitConflict, FencedError):
+                    self._post_commit(manifest)
+                except (CommitConflict, FencedError, CorruptionError, WithdrawnError):
                     raise
                 except StoreError:
-                    # The manifest may exist: resolved by reading back on the next commit.
+                    # Checks after the PUT failed: resolved on the next commit.
                     self._uncertain = (manifest, adopted, refused)
                     raise
             self._landed(manifest, adopted, refused)
             return version
 
+    @property
+    def _grace_ms(self) -> int:
+        return int(self._settings.gc_grace_seconds * 1000)
+
+    def _refuse_skipped(self, version: int) -> None:
+        base = self.version
+        if base is not None and version <= base:
+            raise InvalidArgumentError(
+                f"cannot commit version {version}: this DB is at version {base}; commit a "
+                "greater version (or leave version=None for the next one)"
+            )
+        raise InvalidArgumentError(
+            f"cannot commit version {version} of {self._url!r}: the versions before "
+            f"{self._next} were skipped (reserved by a commit that skipped them, or withdrawn) "
+            f"and are never created; commit version {self._next} or later"
+        )
+
+    def _create_manifest(self, manifest: Manifest) -> bool:
+        """Create ``manifest``'s object; True if it now exists as ours (a lost response whose
+        retry found our own object counts), False if another object has that name."""
+        name = paths.manifest_key(manifest.version)
+        data = manifest.encode()
+        return retrying(lambda: self._store.put_if_absent(name, data)) or self._is_ours(manifest)
+
+    def _reserve(self, target: int) -> None:
+        """Create the version at :attr:`_next` that reserves the numbers up to ``target``.
+
+        Its state is the base's (same SSTs and meta). If another object holds that name, it is
+        taken as the base when it stands for the same state (a reservation or a withdrawn
+        version on this same base, e.g. from an earlier attempt); anything else means another
+        writer committed on this base: :class:`CommitConflict`.
+        """
+        n = self._next
+        old = self._manifest
+        reservation = Manifest(
+            version=n,
+            parent=self._lineage,
+            writer_id=self._writer_id,
+            token=uuid.uuid4().hex,
+            created_ms=self._clock.now_ms(),
+            l0=old.l0 if old is not None else (),
+            levels=old.levels if old is not None else (),
+            meta=dict(old.meta) if old is not None else {},
+            skip_to=target,
+            gc_grace_ms=self._grace_ms,
+        )
+        if self._create_manifest(reservation):
+            self._lineage, self._next = n, target
+            return
+        if not self._adopt_placeholder(n):
+            raise CommitConflict(
+                f"cannot commit version {target} of {self._url!r} from base {self.version}: "
+                f"version {n} was committed by another writer meanwhile; reopen the latest "
+                "version (silt.open) and redo the work from there",
+                version=target,
+            )
+        if self._next > target:
+            raise CommitConflict(
+                f"cannot commit version {target} of {self._url!r}: another commit from the same "
+                f"base reserved the versions up to {self._next - 1}",
+                version=target,
+            )
+
+    def _adopt_placeholder(self, version: int) -> str:
+        """If ``manifest/<version>`` is no competing state, move past it and say why:
+        ``"reserved"`` for a reservation made from this DB's own lineage (it stands for the
+        base state), ``"withdrawn"`` for a withdrawn version (dead for everyone: its number is
+        skipped, whoever made it); ``""`` when it is another writer's live commit."""
+        name = paths.manifest_key(version)
+        try:
+            existing = Manifest.decode(retrying(lambda: self._store.get(name)), name)
+        except NotFoundError:
+            return ""  # deleted meanwhile (GC below its horizon): a plain conflict
+        fate = read_fate(self._store, version)
+        if fate is not None and fate.withdraws(existing):
+            if existing.parent == self._lineage:
+                self._lineage = version  # it stands for our base: the lineage goes through it
+            self._next = version + 1
+            return "withdrawn"
+        if existing.parent != self._lineage or existing.skip_to is None:
+            return ""
+        self._lineage, self._next = version, existing.next_version
+        return "reserved"
+
     def _landed(self, manifest: Manifest, adopted: list, refused: list) -> None:
         """Bookkeeping once ``manifest`` is committed: install it, settle compactions."""
         self._install(manifest)
+        self._confirmed = manifest.version
         self._refs = []
         self._ref_base = ((), ())
         self._metrics.add("commits")
         self._compaction.resolved(adopted, refused)
         self._compaction.schedule(manifest)
 
-    def _check_horizon(self, manifest: Manifest) -> None:
+    def _post_commit(self, manifest: Manifest, *, resolving: bool = False) -> None:
+        """The checks after creating ``manifest`` (one LIST of ``gc/``, more only on the rare
+        paths): withdraw it if this writer turned out to be a zombie, if the root was rolled
+        back, or if garbage collection may have collected an SST it publishes."""
+        markers = read_markers(self._store)
+        self._check_horizon(manifest, markers)
+        self._check_rollback(manifest, markers)
+        self._check_age(manifest, markers, resolving=resolving)
+        if self._refs and self._manifest is None:
+            self._check_sources(manifest)
+
+    def _check_horizon(self, manifest: Manifest, markers: GcMarkers) -> None:
         """Withdraw ``manifest`` if GC's horizon passed it (this writer is a zombie).
 
         A fenced DB stays fenced: every later commit raises :class:`FencedError` (and first
-        retries the withdrawal if deleting the manifest failed).
+        retries the withdrawal if creating its fate record failed).
         """
-        h = horizon(self._store)
+        h = markers.horizon
         base = manifest.parent
         if manifest.version >= h and (base is None or base >= h):
             return
@@ -529,65 +657,135 @@ class DB:
         if base is not None and base < h <= manifest.version:
             if base in read_checkpoints(self._store).values():
                 return  # the base is pinned: its SSTs are kept
-        self._fenced = (
+        self._fence(manifest, (
             f"version {manifest.version} (from base {base}) of {self._url!r} is below the "
             f"garbage-collection horizon {h}: newer versions exist and GC has removed older "
             "ones, so this writer is stale. The commit was withdrawn; reopen the latest version "
             "(silt.open) and redo the work from there"
-        )
-        self._withdraw(paths.manifest_key(manifest.version))
+        ))
 
-    def _withdraw(self, name: str) -> None:
-        """Delete this writer's manifest ``name`` and raise :class:`FencedError`."""
-        self._withdrawing = name
-        try:
-            retrying(lambda: self._store.delete_many([name]))
-        except StoreError as exc:
-            raise FencedError(
-                f"{self._fenced}. Deleting {name!r} failed ({exc}); the next commit of this DB "
-                "retries it"
-            ) from exc
-        self._withdrawing = None
-        raise FencedError(self._fenced)
-
-    def _check_fenced(self) -> None:
-        if self._fenced is None:
+    def _check_rollback(self, manifest: Manifest, markers: GcMarkers) -> None:
+        """Withdraw ``manifest`` if a checkpoint once pinned a version at or above it that is
+        not this commit: its number was seen before, so the root was rolled back."""
+        v = manifest.version
+        seen = [p for p in markers.pins if p[0] > v or (p[0] == v and p[1] != manifest.token)]
+        if not seen:
             return
-        if self._withdrawing is not None:
-            self._withdraw(self._withdrawing)
-        raise FencedError(self._fenced)
+        pinned, _ = max(seen)
+        detail = (
+            f"a checkpoint pinned version {pinned} of {self._url!r}, but the newest version "
+            f"found was {self.version}: the root was rolled back (newer manifests deleted or "
+            f"restored from an older copy). Version {v} would reuse a number already seen, so "
+            "the commit was withdrawn. Restore the missing manifests, or run `silt verify` to "
+            "see what is missing"
+        )
+        self._fence(manifest, detail, error=CorruptionError(
+            paths.manifest_key(pinned), None, detail))
 
-    def _check_age(self, manifest: Manifest, *, resolving: bool = False) -> None:
-        """Withdraw ``manifest`` if an SST it newly publishes may already have been collected.
+    def _check_age(self, manifest: Manifest, markers: GcMarkers, *,
+                   resolving: bool = False) -> None:
+        """Withdraw ``manifest`` if garbage collection may collect an SST it newly publishes.
 
-        Commit checks ages before publishing (:meth:`_refresh_aged_parts`, and refusing old
-        compaction outputs), but the writer may stall between that check and the manifest PUT.
-        GC deletes only SSTs older than the grace period at the moment it starts, and lists
-        manifests after that; so if the manifest exists before the oldest new SST reaches the
-        grace period, GC sees the manifest and keeps it. Otherwise the version is withdrawn.
+        A GC pass deletes only unreferenced objects older than its cutoff, and writes its
+        ``gc/pass`` marker before its last listing of manifests. So when no marker of a pass
+        with a cutoff past this commit's oldest new SST is visible now (after the manifest
+        exists), every pass that could collect those SSTs sees the manifest and keeps them:
+        the usual case, decided without a request more. Otherwise: if the passes are done and
+        every new SST is still there, nothing was collected; if a pass is still running, it may
+        yet delete them, and the version is withdrawn (unless a checkpoint settled it first,
+        or GC already kept it as its horizon).
         """
-        grace_ms = int(self._settings.gc_grace_seconds * 1000)
         old = {s.id for s in self._manifest.all_ssts()} if self._manifest is not None else set()
         # References to siblings' SSTs are protected by the sources' horizons instead.
         ids = [s.id for s in manifest.all_ssts() if s.id not in old and not s.db]
         if not ids:
             return
-        age = self._clock.now_ms() - min(paths.id_time_ms(i) for i in ids)
-        if grace_ms <= 0 or age < grace_ms:  # a grace of 0 promises nothing to GC
+        oldest = min(paths.id_time_ms(i) for i in ids)
+        running, done = markers.passes_after(oldest)
+        if not running and not done:
             return
-        if resolving and self._all_exist(ids):
-            # A commit whose outcome was unknown, resolved late: the PUT happened long ago (just
-            # after its age check), GC passes since then listed the manifest, and nothing it
-            # needs is gone. Withdrawing it now could delete a version GC kept as the newest.
+        if markers.horizon == manifest.version:
+            return  # a GC pass listed this manifest and kept it (see _check_horizon)
+        try:
+            present = self._all_exist(ids)
+        except StoreError:
+            present = False  # cannot tell: in danger, withdraw rather than risk it
+        if present and (not running or resolving):
+            # Every pass that could collect them has finished and they are all there; or a
+            # commit whose outcome was unknown, resolved late, whose SSTs GC has not deleted:
+            # passes that ran since the PUT listed the manifest.
             return
-        name = paths.manifest_key(manifest.version)
-        retrying(lambda: self._store.delete_many([name]))
-        raise StoreError(
-            f"version {manifest.version} of {self._url!r} was withdrawn: the commit stalled until "
-            f"an SST it publishes was {age // 1000}s old, past Settings.gc_grace_seconds="
-            f"{self._settings.gc_grace_seconds}, so garbage collection may have deleted it. "
-            "Commit again (young SSTs are re-uploaded) or reopen and redo the work"
+        age = self._clock.now_ms() - oldest
+        why = (
+            f"the commit stalled until an SST it publishes was {age // 1000}s old and a garbage"
+            f"-collection pass (cutoff {max(running + done)}) "
+            + ("deleted one of them" if not present else "that may delete them is running")
         )
+        if self._withdraw(manifest, why):
+            raise WithdrawnError(
+                f"version {manifest.version} of {self._url!r} was withdrawn: {why}. Its number "
+                "is never used again. Commit again (young SSTs are re-uploaded) or reopen and "
+                "redo the work"
+            )
+
+    def _check_sources(self, manifest: Manifest) -> None:
+        """Withdraw ``manifest`` if GC of a referenced source passed the referenced version."""
+        for r in self._refs:
+            h = horizon(self._siblings.named(r.source))
+            if r.version >= h:
+                continue
+            self._fence(manifest, (
+                f"version {manifest.version} of {self._url!r} references version {r.version} of "
+                f"sibling {r.source!r}, which garbage collection has passed (horizon {h}): its "
+                "SSTs may be gone. The commit was withdrawn; reopen the source at its latest "
+                "version and reference it again from a new DB"
+            ))
+
+    def _fence(self, manifest: Manifest, why: str, error: SiltError | None = None) -> None:
+        """Withdraw ``manifest`` and fence this DB: it never commits again. Raises ``error``
+        (default :class:`FencedError`) unless a checkpoint settled the version first."""
+        self._fenced = why
+        if not self._withdraw(manifest, why):
+            self._fenced = None  # pinned and settled by a checkpoint: it stands
+            return
+        raise error if error is not None else FencedError(why)
+
+    def _withdraw(self, manifest: Manifest, why: str) -> bool:
+        """Withdraw this writer's ``manifest``: create its fate record (``withdrawn``), which
+        keeps its number from ever being committed again; the manifest itself stays until GC.
+
+        Returns False when a checkpoint had settled the version first (it then stands). When
+        the record cannot be created, the next commit retries it and raises meanwhile.
+        """
+        self._withdrawing = (manifest, why)
+        self._finish_withdrawal()
+        return self._withdrawing_result
+
+    def _finish_withdrawal(self) -> None:
+        """Create the fate record of a withdrawal decided earlier (retried by every commit)."""
+        if self._withdrawing is None:
+            return
+        manifest, why = self._withdrawing
+        v = manifest.version
+        fate = Fate(v, WITHDRAWN, why, manifest.token)
+        name = paths.fate_key(v)
+        try:
+            created = retrying(lambda: self._store.put_if_absent(name, fate.encode()))
+            existing = None if created else read_fate(self._store, v)
+        except StoreError as exc:
+            raise FencedError(
+                f"{why}. Recording the withdrawal of version {v} ({name!r}) failed ({exc}); "
+                "the next commit of this DB retries it"
+            ) from exc
+        self._withdrawing = None
+        # A record settling another manifest of this number (a rollback's reuse) withdraws it.
+        self._withdrawing_result = existing is None or existing.withdraws(manifest)
+        if self._withdrawing_result and manifest.parent == self._lineage:
+            self._lineage, self._next = v, manifest.next_version  # skip the withdrawn number
+
+    def _check_fenced(self) -> None:
+        if self._fenced is not None:
+            raise FencedError(self._fenced)
 
     def _all_exist(self, sst_ids: list[str]) -> bool:
         """Whether every SST in ``sst_ids`` is still in the store (one ranged GET each)."""
@@ -645,14 +843,17 @@ class DB:
             return
         manifest, adopted, refused = self._uncertain
         ours = self._is_ours(manifest)
-        if ours:
-            self._check_horizon(manifest)
-            self._check_age(manifest, resolving=True)
-            if manifest.parent is None and self._refs:
-                self._check_sources(manifest)
         self._uncertain = None
-        if ours:
-            self._landed(manifest, adopted, refused)
+        if not ours:
+            return
+        try:
+            self._post_commit(manifest, resolving=True)
+        except (CommitConflict, FencedError, CorruptionError, WithdrawnError):
+            raise
+        except StoreError:
+            self._uncertain = (manifest, adopted, refused)
+            raise
+        self._landed(manifest, adopted, refused)
 
     @staticmethod
     def _check_version(version: Any) -> None:
@@ -675,7 +876,9 @@ class DB:
         """Make ``manifest`` the base version; committed parts move into L0."""
         self._manifest = manifest
         if manifest is None:
+            self._lineage, self._next = None, 1
             return
+        self._lineage, self._next = manifest.version, manifest.next_version
         live_ids = {s.id for s in manifest.all_ssts()}
         self._l0 = tuple(self._reader(s) for s in manifest.l0)
         self._levels = tuple(_Level([self._reader(s) for s in lv]) for lv in manifest.levels)
@@ -756,20 +959,6 @@ class DB:
             self._l0 = tuple(self._reader(s) for s in base[0])
             self._levels = tuple(_Level([self._reader(s) for s in run]) for run in base[1])
             return len(l0) + sum(len(run) for run in levels)
-
-    def _check_sources(self, manifest: Manifest) -> None:
-        """Withdraw ``manifest`` if GC of a referenced source passed the referenced version."""
-        for r in self._refs:
-            h = horizon(self._siblings.named(r.source))
-            if r.version >= h:
-                continue
-            self._fenced = (
-                f"version {manifest.version} of {self._url!r} references version {r.version} of "
-                f"sibling {r.source!r}, which garbage collection has passed (horizon {h}): its "
-                "SSTs may be gone. The commit was withdrawn; reopen the source at its latest "
-                "version and reference it again from a new DB"
-            )
-            self._withdraw(paths.manifest_key(manifest.version))
 
     # -- reads --------------------------------------------------------------------------------
     def get(self, key: bytes) -> bytes | None:
@@ -1039,17 +1228,12 @@ class DB:
     def newer_versions(self) -> list[int]:
         """Committed versions greater than this DB's base version (one LIST), ascending.
 
-        A non-empty answer means another writer (or an earlier run) has moved on.
+        A non-empty answer means another writer (or an earlier run) has moved on. Withdrawn
+        versions are not listed.
         """
         self._check_open()
         base = self.version
-        start = paths.manifest_key(base) if base is not None else None
-        out = []
-        for info in retrying(lambda: list(self._store.list(paths.MANIFEST_PREFIX, start))):
-            v = paths.parse_manifest_key(info.key)
-            if v is not None and (base is None or v > base):
-                out.append(v)
-        return out
+        return [v for v in list_versions(self._store).versions if base is None or v > base]
 
     # -- retention ----------------------------------------------------------------------------
     def checkpoint(self, name: str) -> int:
@@ -1057,7 +1241,10 @@ class DB:
 
         Checkpoint objects are create-only: naming a version twice is fine, re-pointing a name
         at another version is an error. A version below the GC horizon cannot be checkpointed
-        (``VersionNotFoundError``): GC may be deleting it.
+        (``VersionNotFoundError``): GC may be deleting it. A version this DB did not commit
+        itself is **settled** first (its fate record says so), so that its writer, if it is
+        still finishing that commit, can no longer withdraw it; a version whose writer withdrew
+        it, or whose SSTs a running GC pass may still collect, cannot be checkpointed.
         """
         with self._lock:
             self._check_open()
@@ -1066,13 +1253,16 @@ class DB:
                     f"checkpoint names are 1-128 characters of letters, digits, '.', '_' and '-'"
                     f", got {name!r}"
                 )
-            version = self.version
-            if version is None:
+            manifest = self._manifest
+            if manifest is None:
                 raise InvalidArgumentError("nothing is committed yet: commit before checkpointing")
+            version = manifest.version
+            # Rollback detection: once pinned, this number (with this token) was seen.
+            pin = paths.pin_key(version, manifest.token)
+            retrying(lambda: self._store.put_if_absent(pin, b""))
             key = paths.checkpoint_key(name)
             token = uuid.uuid4().hex
-            body = json.dumps({"version": version, "created_ms": self._clock.now_ms(),
-                               "token": token}).encode()
+            body = encode_checkpoint(version, self._clock.now_ms(), token)
             created = retrying(lambda: self._store.put_if_absent(key, body))
             if not created:
                 pinned = read_checkpoints(self._store).get(name)
@@ -1082,34 +1272,109 @@ class DB:
                         "choose another name"
                     )
                 try:  # a lost response whose retry found our own object?
-                    existing = json.loads(retrying(lambda: self._store.get(key)))
-                    created = existing.get("token") == token
-                except (NotFoundError, ValueError, AttributeError):
+                    existing = decode_checkpoint(retrying(lambda: self._store.get(key)), key)
+                    created = existing.token == token
+                except (NotFoundError, CorruptionError):
                     created = False
-            if created and version < horizon(self._store):
+            if not created:
+                return version
+            markers = read_markers(self._store)
+            refusal = None
+            if version < markers.horizon:
                 # GC has passed this version (it may already be deleted, or be deleted by a GC
-                # pass that read the checkpoints before this one existed): withdraw.
-                retrying(lambda: self._store.delete_many([key]))
-                raise VersionNotFoundError(
+                # pass that read the checkpoints before this one existed).
+                refusal = (
                     f"version {version} of {self._url!r} is below the garbage-collection "
-                    f"horizon {horizon(self._store)} and may be collected, so it cannot be "
+                    f"horizon {markers.horizon} and may be collected, so it cannot be "
                     "checkpointed; checkpoint a newer version"
                 )
+            elif version != self._confirmed:
+                refusal = self._settle(manifest, markers)
+            if refusal is not None:
+                retrying(lambda: self._store.delete_many([key]))
+                raise VersionNotFoundError(refusal)
             return version
+
+    def _settle(self, manifest: Manifest, markers: GcMarkers) -> str | None:
+        """Create ``manifest``'s fate record saying ``settled`` (so its writer cannot withdraw
+        it any more), after checking that no GC pass may collect what it newly published.
+        Returns why it cannot be settled, or None."""
+        version = manifest.version
+        ids = self._new_ssts(manifest)
+        if ids:
+            running, done = markers.passes_after(min(paths.id_time_ms(i) for i in ids))
+            if running:
+                return (
+                    f"version {version} of {self._url!r} cannot be checkpointed yet: its commit "
+                    f"may still be withdrawn, as a garbage-collection pass (cutoff {running[-1]}) "
+                    "that may collect its SSTs is running. Retry when GC is done, or checkpoint "
+                    "a newer version"
+                )
+            if done and not self._all_exist(ids):
+                return (
+                    f"version {version} of {self._url!r} lost SSTs to garbage collection (its "
+                    "commit stalled past the grace period) and is being withdrawn; checkpoint "
+                    "another version"
+                )
+        fate = Fate(version, SETTLED, "pinned by a checkpoint", manifest.token)
+        name = paths.fate_key(version)
+        if retrying(lambda: self._store.put_if_absent(name, fate.encode())):
+            return None
+        existing = read_fate(self._store, version)
+        if existing is not None and existing.withdraws(manifest):
+            return (
+                f"version {version} of {self._url!r} was withdrawn by its writer "
+                f"({existing.reason}); checkpoint another version"
+            )
+        return None
+
+    def _new_ssts(self, manifest: Manifest) -> list[str]:
+        """Ids of the SSTs ``manifest`` published itself (not in its parent's state, not
+        references). Reads the parent manifests it needs (a reservation or a withdrawn
+        version stands for its own parent)."""
+        own = {s.id for s in manifest.all_ssts() if not s.db}
+        parent = manifest.parent
+        for _ in range(8):
+            if parent is None or not own:
+                return sorted(own)
+            name = paths.manifest_key(parent)
+            try:
+                pm = Manifest.decode(retrying(lambda name=name: self._store.get(name)), name)
+            except NotFoundError:
+                return sorted(own)  # collected: count every SST as new
+            fate = read_fate(self._store, parent)
+            if pm.skip_to is None and (fate is None or not fate.withdraws(pm)):
+                return sorted(own - {s.id for s in pm.all_ssts()})
+            parent = pm.parent
+        return sorted(own)
 
     def gc(self, *, retain_versions: int | None = None, grace_seconds: float | None = None,
            dry_run: bool = False) -> GcReport:
         """Run garbage collection on this DB's root (see :mod:`silt.gc`).
 
-        Defaults come from :class:`Settings` (``retain_versions``, ``gc_grace_seconds``).
+        Defaults come from :class:`Settings` (``retain_versions``, ``gc_grace_seconds``). A
+        grace shorter than this DB's own ``Settings.gc_grace_seconds`` is refused: GC could
+        then delete SSTs this writer uploaded and has not committed yet.
         """
         self._check_open()
+        if retain_versions is None:
+            retain_versions = self._settings.retain_versions
+        if grace_seconds is None:
+            grace_seconds = self._settings.gc_grace_seconds
+        else:
+            check_grace(grace_seconds)
+            if grace_seconds < self._settings.gc_grace_seconds:
+                raise InvalidArgumentError(
+                    f"grace_seconds={grace_seconds!r} is shorter than this DB's "
+                    f"Settings.gc_grace_seconds={self._settings.gc_grace_seconds}: GC could "
+                    "delete SSTs this writer uploaded and has not committed yet. Use a grace "
+                    "at least that long, or open the DB with a shorter gc_grace_seconds"
+                )
         with self._metrics.purpose("gc"):
             return collect_garbage(
                 self._store,
-                retain_versions=retain_versions or self._settings.retain_versions,
-                grace_seconds=self._settings.gc_grace_seconds if grace_seconds is None
-                else grace_seconds,
+                retain_versions=retain_versions,
+                grace_seconds=grace_seconds,
                 clock=self._clock,
                 dry_run=dry_run,
             )

@@ -41,11 +41,16 @@ class CommitConflict(SiltError):
     Raised by :meth:`silt.DB.commit`. Nothing of this writer's commit is visible; the SSTs it
     uploaded are unreferenced garbage that ``silt gc`` removes. Reopen the latest version (or the
     version your processing should start from) and redo the work.
+
+    ``withdrawn`` is True when the version exists but its writer withdrew it: its number is
+    never committed again, so a commit of that exact number can never succeed.
     """
 
-    def __init__(self, message: str, *, version: int | None = None) -> None:
+    def __init__(self, message: str, *, version: int | None = None,
+                 withdrawn: bool = False) -> None:
         super().__init__(message)
         self.version = version
+        self.withdrawn = withdrawn
 
 
 class FencedError(SiltError):
@@ -86,6 +91,15 @@ class StoreError(SiltError, OSError):
     """An object-store request failed and retrying it will not help."""
 
 
+class WithdrawnError(StoreError):
+    """The commit's manifest was created, then withdrawn by this writer before ``commit``
+    returned: garbage collection may have collected an SST it publishes (the commit stalled past
+    the grace period while a GC pass ran). The version reads as its parent and its number is
+    never used again; the DB stays at its base with its writes pending, so commit again (young
+    SSTs are re-uploaded) or reopen and redo the work.
+    """
+
+
 class TransientStoreError(StoreError):
     """An object-store request failed in a way that a retry may fix (timeouts, 5xx, throttling)."""
 
@@ -108,6 +122,7 @@ __all__ = [
     "CommitConflict",
     "CorruptionError",
     "FencedError",
+    "WithdrawnError",
     "InvalidArgumentError",
     "InvalidTypeError",
     "NoTierError",

@@ -20,6 +20,9 @@ The order is what makes GC safe beside live writers (DESIGN.md section 8):
    checkpoint created after that re-read sees the marker and is withdrawn by its creator).
 5. Delete manifests below the horizon that no checkpoint pins; then delete the candidates that
    no kept manifest and no young compaction record references.
+6. Ask the tier to remove what writes interrupted long ago left in its own scratch space
+   (:meth:`~silt.store.ObjectStore.remove_stale_temporaries`: ``file://``'s ``.tmp/``) for
+   each DB, if older than the grace period (and never younger than a minute).
 
 References between sibling DBs (:mod:`silt.siblings`): an SST referenced by a sibling's manifest
 counts as referenced under its owner's folder. A DB holding ``refs/<name>`` markers may be
@@ -35,18 +38,29 @@ step-3 listing sees that manifest) or will never publish it.
 
 from __future__ import annotations
 
-import json
+import math
 from dataclasses import dataclass, field
 
 from . import paths
+from .checkpoints import decode_checkpoint
 from .clock import Clock
 from .compaction.record import CompactionRecord
-from .errors import CorruptionError, NotFoundError
+from .errors import CorruptionError, InvalidArgumentError, InvalidTypeError, NotFoundError
 from .manifest import Manifest
-from .settings import check_seconds
+from .markers import read_markers
+from .settings import Settings
 from .store import ObjectStore, retrying
+from .versions import list_versions
+
+#: The grace assumed for a DB whose manifests do not record their writers' (none committed yet,
+#: or written by an older silt): the default ``Settings.gc_grace_seconds``.
+DEFAULT_GRACE_MS = int(Settings().gc_grace_seconds * 1000)
+#: A pass marker that never got its ``.done`` is dropped after this long (its pass crashed).
+ABANDONED_PASS_MS = 7 * 24 * 3600 * 1000
 
 MANIFEST_MARK = "/" + paths.MANIFEST_PREFIX
+#: Temporaries younger than this are never removed, whatever the grace (a write in flight).
+TEMP_MIN_AGE_SECONDS = 60.0
 
 
 @dataclass
@@ -60,6 +74,7 @@ class GcReport:
     deleted_ssts: list[str] = field(default_factory=list)
     deleted_records: list[str] = field(default_factory=list)
     deleted_bytes: int = 0
+    removed_temporaries: int = 0
     dry_run: bool = False
 
 
@@ -76,28 +91,51 @@ def _split(key: str) -> tuple[str, str]:
 
 
 def read_checkpoints(store: ObjectStore, prefix: str = "") -> dict[str, int]:
-    """Named checkpoints of the DB at ``prefix``: name -> pinned version."""
+    """Named checkpoints of the DB at ``prefix``: name -> pinned version.
+
+    Raises :class:`CorruptionError` for a damaged checkpoint object: GC cannot tell what it pins.
+    """
     out = {}
     base = prefix + paths.CHECKPOINT_PREFIX
     for info in retrying(lambda: list(store.list(base))):
         try:
-            data = json.loads(retrying(lambda key=info.key: store.get(key)))
-            out[info.key[len(base):]] = int(data["version"])
+            data = retrying(lambda key=info.key: store.get(key))
         except NotFoundError:
             continue  # removed while we listed
-        except (ValueError, KeyError, TypeError):
-            raise CorruptionError(info.key, 0, "checkpoint object is not valid JSON") from None
+        out[info.key[len(base):]] = decode_checkpoint(data, info.key).version
     return out
 
 
 def horizon(store: ObjectStore, prefix: str = "") -> int:
     """The greatest GC horizon marker of the DB at ``prefix`` (0 when GC never ran)."""
-    best = 0
-    for info in retrying(lambda: list(store.list(prefix + paths.HORIZON_PREFIX))):
-        v = paths.parse_horizon_key(info.key[len(prefix):])
-        if v is not None and v > best:
-            best = v
-    return best
+    return read_markers(store, prefix).horizon
+
+
+def check_grace(grace_seconds: object) -> float:
+    """Validate a GC grace period given by a caller: a finite number of seconds >= 0."""
+    if isinstance(grace_seconds, bool) or not isinstance(grace_seconds, (int, float)):
+        raise InvalidTypeError(
+            f"grace_seconds must be a number of seconds, got {type(grace_seconds).__name__}"
+        )
+    if not math.isfinite(grace_seconds) or grace_seconds < 0:
+        raise InvalidArgumentError(
+            f"grace_seconds must be a finite number of seconds >= 0, got {grace_seconds!r}"
+        )
+    return float(grace_seconds)
+
+
+def check_retain(retain_versions: object) -> int:
+    """Validate a number of versions to retain: an int >= 1."""
+    if isinstance(retain_versions, bool) or not isinstance(retain_versions, int):
+        raise InvalidTypeError(
+            f"retain_versions must be an int, got {type(retain_versions).__name__}"
+        )
+    if retain_versions < 1:
+        raise InvalidArgumentError(
+            f"retain_versions must be at least 1 (GC never deletes the latest version), got "
+            f"{retain_versions}"
+        )
+    return retain_versions
 
 
 def collect_garbage(
@@ -108,13 +146,18 @@ def collect_garbage(
     clock: Clock | None = None,
     dry_run: bool = False,
 ) -> GcReport:
-    """Run one GC pass over every DB under ``store``'s root. See the module docstring."""
-    if retain_versions < 1:
-        raise ValueError("retain_versions must be at least 1: GC never deletes the latest version")
-    check_seconds(grace_seconds, "grace_seconds", negative_ok=True)  # a number, finite
+    """Run one GC pass over every DB under ``store``'s root. See the module docstring.
+
+    Raises :class:`InvalidArgumentError`, before deleting or writing anything, when
+    ``grace_seconds`` is shorter than the ``gc_grace_seconds`` a DB's newest manifest records for
+    its writer (or than the default, for a DB with no such record): GC could then delete SSTs
+    a writer uploaded and has not committed yet.
+    """
+    retain_versions = check_retain(retain_versions)
+    grace_ms = int(check_grace(grace_seconds) * 1000)
     clock = clock or Clock()
     report = GcReport(dry_run=dry_run)
-    cutoff = clock.now_ms() - int(grace_seconds * 1000)
+    cutoff = clock.now_ms() - grace_ms
 
     # 2. candidates, from one listing of everything
     ssts: dict[str, int] = {}
@@ -153,8 +196,12 @@ def collect_garbage(
             if name is not None:
                 referenced.add(name)
 
+    required: dict[str, int] = {}  # db -> the grace its writers asked for (ms)
+    doomed_fates: list[str] = []
     for db in report.dbs:
-        versions = listed[db] = _versions(store, db)
+        listing = list_versions(store, db)
+        versions = listed[db] = listing.versions
+        required[db] = DEFAULT_GRACE_MS
         if not versions:
             continue
         pinned = pinned_by[db] = set(read_checkpoints(store, db).values())
@@ -167,11 +214,32 @@ def collect_garbage(
             manifest = _read(store, db, v)
             if manifest is not None:
                 keep(db, manifest)
+                if v == versions[-1] and manifest.gc_grace_ms is not None:
+                    required[db] = manifest.gc_grace_ms
         doomed_manifests += [db + paths.manifest_key(v) for v in versions
                              if v < h and v not in pinned]
+        # Withdrawn versions below the horizon: manifest first, then its fate record (a fate
+        # record alone still keeps the number from being reused; below the horizon no writer
+        # may create it anyway). Fate records of deleted versions go with them.
+        doomed_manifests += [db + paths.manifest_key(v) for v in listing.withdrawn if v < h]
+        doomed_fates += [db + paths.fate_key(v) for v in listing.fates
+                         if v < h and (v not in pinned or v in listing.withdrawn)]
+    short = {db: ms for db, ms in required.items() if grace_ms < ms}
+    if short:
+        db, ms = max(short.items(), key=lambda item: item[1])
+        raise InvalidArgumentError(
+            f"a GC grace of {grace_ms / 1000:g}s is shorter than the {ms / 1000:g}s "
+            f"(Settings.gc_grace_seconds) that the writers of {db or 'the root'!r} use: GC could "
+            "delete SSTs a writer uploaded and has not committed yet. Use a grace of at least "
+            f"{max(short.values()) / 1000:g}s (nothing was deleted)"
+        )
     # 4. the horizon markers go first, all of them before any re-listing (a sibling that
     # references a DB checks that DB's horizon after committing: see silt.siblings)
+    # The pass markers first: a writer that commits after this and sees one of them knows
+    # that this pass may not see its manifest (see silt.markers and DB._check_age).
     if not dry_run:
+        for db in report.dbs:
+            retrying(lambda db=db: store.put_if_absent(db + paths.pass_key(cutoff), b""))
         for db, h in report.horizons.items():
             if h > horizon(store, db):
                 retrying(lambda db=db, h=h: store.put_if_absent(db + paths.horizon_key(h), b"{}"))
@@ -189,7 +257,7 @@ def collect_garbage(
             else:
                 relist.add(sibling)
     for db in sorted(relist):
-        for v in _versions(store, db):
+        for v in list_versions(store, db).versions:
             if v in listed.get(db, ()):
                 continue
             manifest = _read(store, db, v)
@@ -203,13 +271,17 @@ def collect_garbage(
             continue
         for v in set(read_checkpoints(store, db).values()) - pinned_by[db]:
             name = db + paths.manifest_key(v)
-            if name not in doomed_manifests:
-                continue
+            if name not in doomed_manifests and v in listed.get(db, ()):
+                continue  # listed and kept already
             manifest = _read(store, db, v)
             if manifest is None:
                 continue
-            doomed_manifests.remove(name)
-            report.kept_versions[db] = sorted({*report.kept_versions[db], v})
+            if name in doomed_manifests:
+                doomed_manifests.remove(name)
+            fate = db + paths.fate_key(v)
+            if fate in doomed_fates:
+                doomed_fates.remove(fate)
+            report.kept_versions[db] = sorted({*report.kept_versions.get(db, ()), v})
             keep(db, manifest)
 
     # Outputs of compaction records that are still young may be adopted soon: keep them.
@@ -229,11 +301,29 @@ def collect_garbage(
     report.deleted_records = sorted(records)
     report.deleted_bytes = sum(ssts[k] for k in garbage)
     if not dry_run:
-        for batch in (doomed_manifests, garbage, records):
+        for batch in (doomed_manifests, doomed_fates, garbage, records):
             for i in range(0, len(batch), 1000):
                 chunk = batch[i:i + 1000]
                 retrying(lambda chunk=chunk: store.delete_many(chunk))
+        for db in report.dbs:
+            _finish_pass(store, db, cutoff, clock.now_ms())
+        # Temporaries of writes interrupted long ago (file:// ``.tmp/``), by the tier's clock.
+        for db in sorted({"", *report.dbs}):
+            report.removed_temporaries += store.remove_stale_temporaries(
+                db, max(grace_seconds, TEMP_MIN_AGE_SECONDS))
     return report
+
+
+def _finish_pass(store: ObjectStore, db: str, cutoff: int, now_ms: int) -> None:
+    """Mark this pass done, then drop the markers of older passes that are done (this pass's
+    markers have a greater cutoff and say the same to writers) or long abandoned."""
+    retrying(lambda: store.put_if_absent(db + paths.pass_done_key(cutoff), b""))
+    stale = []
+    for c, done in read_markers(store, db).passes.items():
+        if c < cutoff and (done or c < now_ms - ABANDONED_PASS_MS):
+            stale += [db + paths.pass_key(c), db + paths.pass_done_key(c)]
+    if stale:
+        retrying(lambda: store.delete_many(stale))
 
 
 def _read(store: ObjectStore, db: str, version: int) -> Manifest | None:
@@ -265,16 +355,6 @@ def _referrers(store: ObjectStore, db: str) -> list[str]:
     """Names of the siblings that marked the DB at ``db`` as referenced (``refs/``)."""
     base = db + paths.REFS_PREFIX
     return [i.key[len(base):] for i in retrying(lambda: list(store.list(base)))]
-
-
-def _versions(store: ObjectStore, db: str) -> list[int]:
-    """The committed versions of the DB at prefix ``db``, ascending."""
-    return sorted(
-        v for v in (
-            paths.parse_manifest_key(i.key[len(db):])
-            for i in retrying(lambda: list(store.list(db + paths.MANIFEST_PREFIX)))
-        ) if v is not None
-    )
 
 
 def _id_time(ulid: str) -> int:

@@ -1,6 +1,7 @@
 """Manifests: the record of one committed version. WARNING: on-disk format (docs/format.md).
 
-Object ``manifest/<version:020d>``, created with ``put_if_absent``::
+Object ``manifest/<version:020d>``, created with ``put_if_absent``, framed by
+:mod:`silt.framing`::
 
     magic "SILTMNF1" (8 bytes) | crc32 u32 of everything after it | format_version u32 | JSON body
 
@@ -11,15 +12,14 @@ size) and an opaque ``meta`` map of strings for the layer above (Spark query id,
 
 from __future__ import annotations
 
-import json
-import struct
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import boundedjson, paths
+from . import paths
 from .errors import CorruptionError, InvalidArgumentError, InvalidTypeError
+from .framing import FRAME_HEAD as _HEAD
+from .framing import decode_framed, encode_framed
 from .sst.builder import SstInfo
 
 MANIFEST_MAGIC = b"SILTMNF1"
@@ -27,15 +27,15 @@ MANIFEST_MAGIC = b"SILTMNF1"
 #: references to sibling DBs' SSTs (``db`` and ``clip`` fields of an SST entry); a manifest
 #: without references is still written as format 1, so older readers keep reading it, and a
 #: reader that predates references refuses a manifest that has them instead of misreading it.
-MANIFEST_FORMAT_VERSION = 2
-READABLE_MANIFEST_FORMATS = frozenset({1, 2})
-_HEAD = struct.Struct("<8sII")
-#: Limits :meth:`Manifest.decode` checks before parsing the JSON body: its size, and its nesting
-#: depth (the format nests 5 deep: body, ``levels``, a level, an SST entry, its ``clip``).
-MAX_MANIFEST_BYTES = 256 * 1024 * 1024
-MAX_MANIFEST_DEPTH = 8
-#: ``created_ms`` is a signed 64-bit count of milliseconds.
-MAX_CREATED_MS = 2**63 - 1
+#: Format 3 adds ``skip_to`` (a version that reserves the numbers up to a later one, written when
+#: a commit skips version numbers): written only by such manifests, so that a reader or writer
+#: that predates it refuses it instead of committing inside the reserved numbers.
+#: ``gc_grace_ms`` (the writer's Settings.gc_grace_seconds, which GC may not undercut) is an
+#: optional field any format may carry; older readers ignore it.
+MANIFEST_FORMAT_VERSION = 3
+READABLE_MANIFEST_FORMATS = frozenset({1, 2, 3})
+#: ``created_ms`` and ``gc_grace_ms`` are signed 64-bit counts of milliseconds.
+MAX_MS = 2**63 - 1
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,16 @@ class Manifest:
     l0: tuple[SstInfo, ...] = ()
     levels: tuple[tuple[SstInfo, ...], ...] = ()
     meta: dict[str, str] = field(default_factory=dict)
+    #: Set on a version that only reserves numbers: its state is its parent's, and the next
+    #: version of this lineage is ``skip_to`` (versions in between never exist).
+    skip_to: int | None = None
+    #: The committing writer's ``Settings.gc_grace_seconds`` in ms (GC refuses a shorter grace).
+    gc_grace_ms: int | None = None
+
+    @property
+    def next_version(self) -> int:
+        """The smallest version number a commit on top of this one may create."""
+        return self.skip_to if self.skip_to is not None else self.version + 1
 
     def all_ssts(self) -> Iterator[SstInfo]:
         """Every SST the version references, in read order (newest data first)."""
@@ -58,46 +68,34 @@ class Manifest:
             yield from level
 
     def encode(self) -> bytes:
-        body = json.dumps(
-            {
-                "version": self.version,
-                "parent": self.parent,
-                "writer_id": self.writer_id,
-                "token": self.token,
-                "created_ms": self.created_ms,
-                "l0": [s.to_json() for s in self.l0],
-                "levels": [[s.to_json() for s in level] for level in self.levels],
-                "meta": self.meta,
-            },
-            sort_keys=True,
-            separators=(",", ":"),
-        ).encode()
-        fmt = 2 if any(s.db or s.clipped for s in self.all_ssts()) else 1
-        rest = struct.pack("<I", fmt) + body
-        return MANIFEST_MAGIC + struct.pack("<I", zlib.crc32(rest)) + rest
+        body: dict[str, object] = {
+            "version": self.version,
+            "parent": self.parent,
+            "writer_id": self.writer_id,
+            "token": self.token,
+            "created_ms": self.created_ms,
+            "l0": [s.to_json() for s in self.l0],
+            "levels": [[s.to_json() for s in level] for level in self.levels],
+            "meta": self.meta,
+        }
+        if self.skip_to is not None:
+            body["skip_to"] = self.skip_to
+        if self.gc_grace_ms is not None:
+            body["gc_grace_ms"] = self.gc_grace_ms
+        if self.skip_to is not None:
+            fmt = 3
+        elif any(s.db or s.clipped for s in self.all_ssts()):
+            fmt = 2
+        else:
+            fmt = 1
+        return encode_framed(MANIFEST_MAGIC, fmt, body)
 
     @classmethod
     def decode(cls, data: bytes, object_name: str) -> Manifest:
         """Parse and check a manifest; raises :class:`CorruptionError` naming the object."""
-        if len(data) < _HEAD.size:
-            raise CorruptionError(object_name, 0, f"manifest of {len(data)} bytes is truncated")
-        magic, crc, fmt = _HEAD.unpack_from(data, 0)
-        if magic != MANIFEST_MAGIC:
-            raise CorruptionError(object_name, 0, "bad magic: not a silt manifest")
-        if zlib.crc32(memoryview(data)[12:]) != crc:
-            raise CorruptionError(object_name, 12, "manifest checksum mismatch")
-        if fmt not in READABLE_MANIFEST_FORMATS:
-            raise CorruptionError(
-                object_name, 12, f"manifest format {fmt} is not readable by this silt "
-                f"(reads {sorted(READABLE_MANIFEST_FORMATS)}); upgrade silt-core"
-            )
+        _fmt, d = decode_framed(data, object_name, magic=MANIFEST_MAGIC,
+                                formats=READABLE_MANIFEST_FORMATS, what="manifest")
         try:
-            d = boundedjson.loads(
-                memoryview(data)[_HEAD.size:], max_bytes=MAX_MANIFEST_BYTES,
-                max_depth=MAX_MANIFEST_DEPTH,
-            )
-            if not isinstance(d, dict):
-                raise ValueError(f"the body must be a JSON object, got {type(d).__name__}")
             version = _int(d, "version", 0, paths.MAX_VERSION)
             parent = _get(d, "parent")
             if parent is not None:
@@ -107,15 +105,21 @@ class Manifest:
             for level in levels:
                 if not isinstance(level, list):
                     raise ValueError("'levels' must be a list of lists of SST entries")
+            skip_to = None if d.get("skip_to") is None else _int(d, "skip_to", 0, paths.MAX_VERSION)
+            if skip_to is not None and skip_to <= version:
+                raise ValueError(f"skip_to {skip_to} is not after version {version}")
             return cls(
                 version=version,
                 parent=parent,
                 writer_id=_str(d, "writer_id"),
                 token=_str(d, "token"),
-                created_ms=_int(d, "created_ms", 0, MAX_CREATED_MS),
+                created_ms=_int(d, "created_ms", 0, MAX_MS),
                 l0=tuple(SstInfo.from_json(s) for s in l0),
                 levels=tuple(tuple(SstInfo.from_json(s) for s in lv) for lv in levels),
                 meta=check_meta(_get(d, "meta"), "'meta'"),
+                skip_to=skip_to,
+                gc_grace_ms=None if d.get("gc_grace_ms") is None
+                else _int(d, "gc_grace_ms", 0, MAX_MS),
             )
         except (ValueError, TypeError) as exc:
             raise CorruptionError(

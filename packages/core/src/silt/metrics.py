@@ -96,5 +96,8 @@ class MeteredStore(ObjectStore):
     def close(self) -> None:
         self.inner.close()
 
+    def remove_stale_temporaries(self, prefix: str, older_than_seconds: float) -> int:
+        return self.inner.remove_stale_temporaries(prefix, older_than_seconds)
+
     def stats(self) -> dict[str, Any]:
         return self.inner.stats()

@@ -6,7 +6,14 @@ Layout (see ``docs/format.md``)::
     sst/<id>.sst              immutable sorted string tables; ids are ULIDs (time-ordered)
     compaction/<id>           finished compaction results waiting to be adopted
     checkpoint/<name>         a named checkpoint: pins one version against GC
+    manifest/<version:020d>.fate  the fate of a version whose writer withdrew it ("withdrawn") or
+                              that a checkpoint settled ("settled"); create-only, so the two exclude
+                              each other, and a withdrawn version's number is never used again
     gc/horizon/<version:020d> GC's low-water marks: no version below the greatest may be created
+    gc/pass/<cutoff_ms:020d>  a GC pass that may delete objects older than cutoff_ms has begun
+                              listing manifests for the last time (``.done`` appended: finished)
+    gc/pin/<version:020d>.<token>  a checkpoint pinned this version, committed with this commit
+                              token (rollback detection)
     refs/<name>               a sibling DB ``<name>`` may reference this DB's SSTs (silt.siblings)
 
 Zero-padded versions sort lexicographically in the same order as numerically, so "latest version"
@@ -22,7 +29,12 @@ MANIFEST_PREFIX = "manifest/"
 SST_PREFIX = "sst/"
 COMPACTION_PREFIX = "compaction/"
 CHECKPOINT_PREFIX = "checkpoint/"
+GC_PREFIX = "gc/"
 HORIZON_PREFIX = "gc/horizon/"
+PASS_PREFIX = "gc/pass/"
+PIN_PREFIX = "gc/pin/"
+FATE_SUFFIX = ".fate"
+PASS_DONE_SUFFIX = ".done"
 REFS_PREFIX = "refs/"
 SST_SUFFIX = ".sst"
 VERSION_DIGITS = 20
@@ -41,9 +53,21 @@ def parse_manifest_key(key: str) -> int | None:
     if not key.startswith(MANIFEST_PREFIX):
         return None
     digits = key[len(MANIFEST_PREFIX):]
-    if len(digits) != VERSION_DIGITS or not digits.isdigit():
+    if len(digits) != VERSION_DIGITS or not (digits.isascii() and digits.isdigit()):
         return None
     return int(digits)
+
+
+def fate_key(version: int) -> str:
+    """Object name of the fate record of ``version`` (withdrawn, or settled by a checkpoint)."""
+    return manifest_key(version) + FATE_SUFFIX
+
+
+def parse_fate_key(key: str) -> int | None:
+    """The version a fate record's name denotes, or ``None`` if it is not a fate record name."""
+    if not key.endswith(FATE_SUFFIX):
+        return None
+    return parse_manifest_key(key[:-len(FATE_SUFFIX)])
 
 
 def sst_key(sst_id: str) -> str:
@@ -79,10 +103,46 @@ def horizon_key(version: int) -> str:
 
 
 def parse_horizon_key(key: str) -> int | None:
-    if not key.startswith(HORIZON_PREFIX):
+    return _parse_number(key, HORIZON_PREFIX)
+
+
+def pass_key(cutoff_ms: int) -> str:
+    """Object name of the marker of a GC pass whose deletion cutoff is ``cutoff_ms``."""
+    return f"{PASS_PREFIX}{max(0, cutoff_ms):0{VERSION_DIGITS}d}"
+
+
+def pass_done_key(cutoff_ms: int) -> str:
+    """Object name of the marker saying the GC pass with ``cutoff_ms`` finished deleting."""
+    return pass_key(cutoff_ms) + PASS_DONE_SUFFIX
+
+
+def parse_pass_key(key: str) -> tuple[int, bool] | None:
+    """``(cutoff_ms, done)`` for a pass marker's name, or ``None``."""
+    done = key.endswith(PASS_DONE_SUFFIX)
+    cutoff = _parse_number(key[:-len(PASS_DONE_SUFFIX)] if done else key, PASS_PREFIX)
+    return None if cutoff is None else (cutoff, done)
+
+
+def pin_key(version: int, token: str) -> str:
+    """Object name of the marker saying a checkpoint pinned ``version`` whose manifest carries
+    commit token ``token``."""
+    return f"{PIN_PREFIX}{version:0{VERSION_DIGITS}d}.{token}"
+
+
+def parse_pin_key(key: str) -> tuple[int, str] | None:
+    """``(version, token)`` for a pin marker's name, or ``None``."""
+    head, dot, token = key.partition(".")
+    v = _parse_number(head, PIN_PREFIX)
+    return None if v is None or not dot else (v, token)
+
+
+def _parse_number(key: str, prefix: str) -> int | None:
+    if not key.startswith(prefix):
         return None
-    digits = key[len(HORIZON_PREFIX):]
-    return int(digits) if len(digits) == VERSION_DIGITS and digits.isdigit() else None
+    digits = key[len(prefix):]
+    if len(digits) != VERSION_DIGITS or not (digits.isascii() and digits.isdigit()):
+        return None
+    return int(digits)
 
 
 def new_id(now_ms: int | None = None, randbytes: bytes | None = None) -> str:

@@ -84,6 +84,20 @@ class ObjectStore(abc.ABC):
         through large listings lazily.
         """
 
+    def remove_stale_temporaries(self, prefix: str, older_than_seconds: float) -> int:
+        """Optional housekeeping, called by GC: delete what interrupted writes left behind.
+
+        A tier whose writes go through scratch space of its own that is never listed (the
+        ``file://`` tier's ``.tmp/`` directories) removes the leftovers of the DB whose store is
+        opened at ``<this store's root>/<prefix>`` (``""``: this root itself) that are older
+        than ``older_than_seconds`` by the tier's own clock, and returns how many it removed.
+        It never touches an object. A wrapper (cache, metering) forwards the call to the store
+        it wraps. The default does nothing and returns 0: object stores publish atomically and
+        leave no such files (an incomplete multipart upload is the bucket's lifecycle rules'
+        business).
+        """
+        return 0
+
     def close(self) -> None:  # noqa: B027 - optional hook with a default
         """Release connections and other resources. The default does nothing."""
 

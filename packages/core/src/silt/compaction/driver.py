@@ -6,8 +6,17 @@ mode it only lists ``compaction/`` (at most every ``compaction_poll_seconds``) f
 ``silt compact`` wrote. Either way, records are adopted by the writer's next commit
 (:func:`.adopt.adopt`) or refused, and their objects are then deleted.
 
+Outputs are checked before they can be adopted (:func:`check_outputs`), since once adopted and
+GC has removed the inputs they are the only copy of their data: a record from ``compaction/``
+(external mode: another process, maybe another machine, wrote it) must pass its own checksum and
+name itself, and every output is read whole and checked (tail, every block, and size, entry
+counts and key range against the record) when the record is first seen; the background thread
+checks its own outputs' tails (it built them from bytes it held) before handing the record over.
+A record whose outputs fail is refused (logged, counted as ``compactions_damaged``) and deleted
+like any refused record, so its outputs become garbage and a compactor may redo the task.
+
 Thread safety: called only from the writer's commit path (under the DB lock); the background
-thread only runs :func:`.compactor.run_compaction`.
+thread only runs :func:`.compactor.run_compaction` and :func:`check_outputs` on its result.
 """
 
 from __future__ import annotations
@@ -18,12 +27,13 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 from .. import paths
 from ..clock import Clock
-from ..errors import CorruptionError, NotFoundError
+from ..errors import CorruptionError, NotFoundError, StoreError
 from ..manifest import Manifest
 from ..metrics import Metrics
 from ..settings import Settings
 from ..siblings import SiblingStores
 from ..sst.builder import SstInfo
+from ..sst.check import check_sst
 from ..store import ObjectStore, retrying
 from .adopt import Refused, adopt
 from .compactor import run_compaction
@@ -49,6 +59,8 @@ class CompactionDriver:
         self._future: Future[CompactionRecord] | None = None
         self._ready: list[CompactionRecord] = []
         self._resolved: set[str] = set()
+        #: Records whose outputs failed :func:`check_outputs`: id -> why (refused by apply).
+        self._damaged: dict[str, str] = {}
         self._last_poll = float("-inf")
         self.last_error: BaseException | None = None
 
@@ -85,8 +97,13 @@ class CompactionDriver:
 
     def _run(self, manifest: Manifest, task: CompactionTask) -> CompactionRecord:
         with self.metrics.purpose("compaction"):
-            return run_compaction(self.store, manifest, task, self.settings, self.clock,
-                                  siblings=self.siblings)
+            record = run_compaction(self.store, manifest, task, self.settings, self.clock,
+                                    siblings=self.siblings)
+            why = check_outputs(self.store, record, blocks=False)
+        if why is not None:
+            self.metrics.add("compactions_damaged")
+            raise StoreError(f"compaction {record.id} is not adopted: {why}")
+        return record
 
     def _harvest(self) -> None:
         future = self._future
@@ -128,10 +145,28 @@ class CompactionDriver:
                 continue
             try:
                 data = retrying(lambda key=info.key: self.store.get(key))
-                self._ready.append(CompactionRecord.decode(data, info.key))
-            except (NotFoundError, CorruptionError) as exc:
+                record = CompactionRecord.decode(data, info.key)
+                if record.id != rid:
+                    raise CorruptionError(info.key, None, f"the record names itself {record.id}")
+            except NotFoundError:
+                self._resolved.add(rid)  # adopted or collected since the listing
+                continue
+            except CorruptionError as exc:
                 log.warning("ignoring compaction record %s: %s", info.key, exc)
+                self.metrics.add("compactions_damaged")
                 self._resolved.add(rid)
+                continue
+            try:
+                with self.metrics.purpose("compaction"):
+                    why = check_outputs(self.store, record, blocks=True)
+            except StoreError as exc:  # not NotFound: the store failed, try again next poll
+                log.warning("could not check compaction %s (retried later): %s", rid, exc)
+                continue
+            if why is not None:
+                log.warning("compaction %s is not adopted: %s", rid, why)
+                self.metrics.add("compactions_damaged")
+                self._damaged[rid] = why
+            self._ready.append(record)
 
     def apply(
         self,
@@ -145,6 +180,9 @@ class CompactionDriver:
         max_age = int(self.settings.gc_grace_seconds * 500)  # half the grace period, in ms
         now = self.clock.now_ms()
         for record in records:
+            if record.id in self._damaged:
+                refused.append(record)  # its outputs failed their check: never adopted
+                continue
             oldest = min((paths.id_time_ms(s.id) for s in record.outputs), default=now)
             if now - oldest > max_age:
                 refused.append(record)  # GC may already consider its outputs garbage
@@ -164,6 +202,8 @@ class CompactionDriver:
             return
         self._ready = [r for r in self._ready if r.id not in done]
         self._resolved |= done
+        for rid in done:
+            self._damaged.pop(rid, None)
         self.metrics.add("compactions_adopted", len(adopted))
         self.metrics.add("compactions_refused", len(refused))
         self.metrics.add("compaction_input_bytes", sum(r.input_bytes for r in adopted))
@@ -180,3 +220,21 @@ class CompactionDriver:
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
+
+
+def check_outputs(store: ObjectStore, record: CompactionRecord, *, blocks: bool) -> str | None:
+    """Why ``record``'s outputs must not be adopted, or ``None`` when they check out.
+
+    Each output SST must exist and pass :func:`silt.sst.check.check_sst` against what the
+    record says of it (with ``blocks``: every data block is read and checked too). Store errors
+    other than a missing object propagate (the check can be tried again later).
+    """
+    for out in record.outputs:
+        key = paths.sst_key(out.id)
+        try:
+            check_sst(store, key, out, blocks=blocks)
+        except NotFoundError:
+            return f"output {key!r} does not exist"
+        except CorruptionError as exc:
+            return str(exc)
+    return None

@@ -19,7 +19,7 @@ from typing import Any
 from .. import boundedjson
 from .._ext import load
 from ..cache import BlockCache
-from ..errors import CorruptionError
+from ..errors import CorruptionError, NotFoundError
 from ..record import MISSING
 from ..store import ObjectStore, retrying
 from .block import Block, _read_array, unframe
@@ -219,7 +219,16 @@ class SstReader:
     def _get_range(self, start: int, length: int) -> bytes:
         # A shared jitter source: retrying() would otherwise seed a new Random (os.urandom)
         # for every block read.
-        return retrying(lambda: self.store.get_range(self.name, start, length), rng=_JITTER)
+        try:
+            return retrying(lambda: self.store.get_range(self.name, start, length), rng=_JITTER)
+        except NotFoundError as exc:
+            raise NotFoundError(
+                f"SST {self.name!r} is gone ({exc}). Garbage collection removes the SSTs of "
+                "versions below its horizon that no checkpoint pins, so a DB opened at an old "
+                "version can lose them while it reads: reopen the latest version, or pin a "
+                "version you read for long with DB.checkpoint(name) first. If GC did not run, "
+                "the root is damaged: run `silt verify`"
+            ) from exc
 
     @property
     def properties(self) -> dict[str, Any]:

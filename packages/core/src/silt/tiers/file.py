@@ -16,7 +16,10 @@ How writes stay atomic and durable:
 * When either returns, the data, its directory entry, and every directory created for it have
   been fsynced. A file is never visible under its final name before it is complete.
 * A writer that crashes leaves at most a stale file in ``<root>/.tmp/``; it is never listed or
-  read, and can be deleted once no writer that started before it is still running.
+  read. GC removes such files once they are older than its grace period
+  (:meth:`FileStore.remove_stale_temporaries`). Removing one that a paused writer still meant
+  to publish only makes that write fail (the rename or link finds no source); no object is
+  ever touched.
 
 Known simplifications, on purpose:
 
@@ -41,6 +44,7 @@ import re
 import secrets
 import stat
 import threading
+import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 from urllib.parse import unquote
@@ -58,6 +62,9 @@ from ..store import ObjectInfo, ObjectStore, split_url
 #: Name of the directory under the root that holds writes in flight. Never a valid first key
 #: segment, never listed.
 TMP_DIR = ".tmp"
+
+#: How :meth:`FileStore._write_temp` names a temporary file: ``<pid>-<thread>-<random>.tmp``.
+_TEMP_NAME = re.compile(r"[0-9]+-[0-9]+-[0-9a-f]{16}\.tmp")
 
 #: Options ``FileStore.from_url`` accepts (none yet).
 ACCEPTED_OPTIONS: frozenset[str] = frozenset()
@@ -519,6 +526,38 @@ class FileStore(ObjectStore):
                 continue
             except OSError as exc:
                 raise self._os_error(exc, "sync directory", directory) from exc
+
+    def remove_stale_temporaries(self, prefix: str, older_than_seconds: float) -> int:
+        """Delete the temporary files of interrupted writes in ``<root>/<prefix>.tmp/`` (the
+        ``.tmp/`` of this root for ``""``, of the DB whose store is opened at ``<prefix>``
+        otherwise) whose last change is more than ``older_than_seconds`` old by this host's
+        clock; return how many were removed.
+
+        Best effort: a file that vanishes meanwhile or cannot be removed is skipped. Objects are
+        never touched: only regular files named like this tier's temporaries are considered.
+        """
+        if prefix:
+            directory = os.path.join(self.root, *validate_key(prefix.rstrip("/")).split("/"),
+                                     TMP_DIR)
+        else:
+            directory = self._tmp_dir
+        cutoff = time.time() - older_than_seconds
+        removed = 0
+        try:
+            entries = list(os.scandir(directory))
+        except OSError:
+            return 0  # no .tmp/ there (nothing was ever written), or unreadable
+        for entry in entries:
+            if not _TEMP_NAME.fullmatch(entry.name):
+                continue
+            try:
+                st = entry.stat(follow_symlinks=False)
+                if stat.S_ISREG(st.st_mode) and st.st_mtime < cutoff:
+                    os.unlink(entry.path)
+                    removed += 1
+            except OSError:
+                continue
+        return removed
 
     def list(self, prefix: str = "", start_after: str | None = None) -> Iterator[ObjectInfo]:
         """Yield the objects under ``prefix`` with keys after ``start_after``, in key order.
