@@ -422,7 +422,7 @@ def test_reads_stay_newest_first_while_an_older_upload_is_failing() -> None:
         while faulty.calls["put_if_absent"] < 2 or len(listed_ssts(faulty.inner)) < 1:
             assert time.monotonic() < deadline
             time.sleep(0.005)
-        concurrent.futures.wait([p.future for p in db._parts])  # white-box: uploads settled
+        concurrent.futures.wait([p.future for p in db._view.parts])  # white-box: uploads settled
         assert db.get(b"k") == b"new"
         assert db.multi_get([b"k", b"f0000", b"k"]) == [b"new", b"x" * 50, b"new"]
         assert dict(db.scan(prefix=b"k")) == {b"k": b"new"}

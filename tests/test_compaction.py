@@ -580,7 +580,7 @@ def test_silt_compact_process_beside_an_external_writer(file_url: str) -> None:
         passes = [json.loads(line) for line in out.splitlines()]
         assert any(p["status"] == "compacted" for p in passes)
         assert db.stats()["compactions_adopted"] >= 5
-        writer = db._writer_id
+        writer = db.committer.writer_id
     # The compactor never wrote a manifest: every version is the writer's.
     store = silt.open_store(file_url)
     try:

@@ -170,8 +170,8 @@ class World:
     def commit(self, actor: str, w: Writer, version: int | None = None) -> bool:
         """Commit (``version``: an explicit number, which may skip numbers); False when the
         writer must be replaced (conflict or fenced)."""
-        attempt = version if version is not None else w.db._next
-        lineage = w.db._lineage
+        attempt = version if version is not None else w.db.committer.next
+        lineage = w.db.committer.lineage
         try:
             v = w.db.commit(version)
         except InvalidArgumentError as exc:  # an explicit number at or below what it may use
@@ -179,7 +179,7 @@ class World:
             return True
         except CommitConflict as exc:
             self.trace(f"  {actor} commit conflict: {exc.version}")
-            if w.db._lineage != lineage:
+            if w.db.committer.lineage != lineage:
                 self.register_reservations(lineage, w.base)
             return False
         except FencedError as exc:
@@ -188,10 +188,10 @@ class World:
             return False
         except StoreError as exc:
             self.trace(f"  {actor} commit failed: {exc!r}"[:160])
-            pending = w.db._uncertain
+            pending = w.db.committer.uncertain
             if pending is not None and pending[0].token not in self.tokens:
                 self.tokens[pending[0].token] = dict(w.records)  # it may have landed
-            if w.db._lineage != lineage:
+            if w.db.committer.lineage != lineage:
                 self.register_reservations(lineage, w.base)
             return True
         self.tokens[w.db.manifest.token] = dict(w.records)  # type: ignore[union-attr]
@@ -463,14 +463,14 @@ class World:
         out = set(self.abandoned)
         for w in (self.writer, self.zombie):
             if w is not None:
-                for pending in (w.db._uncertain, w.db._withdrawing):
+                for pending in (w.db.committer.uncertain, w.db.committer.withdrawing):
                     if pending is not None:
                         out.add(pending[0].token)
         return out
 
     def abandon(self, w: Writer) -> None:
         """``w`` is dropped (crash or replacement): its unfinished commit stays as it is."""
-        for pending in (w.db._uncertain, w.db._withdrawing):
+        for pending in (w.db.committer.uncertain, w.db.committer.withdrawing):
             if pending is not None:
                 self.abandoned.add(pending[0].token)
         w.db.close()

@@ -326,11 +326,10 @@ def _versions_at(store: ObjectStore, db: str) -> list[int]:
 
 def _db_prefixes(store: ObjectStore) -> list[str]:
     """Key prefixes of every DB under the root (``""`` for the root itself), from one listing."""
-    from .gc import _split
 
     found = set()
     for info in retrying(lambda: list(store.list(""))):
-        db, rest = _split(info.key)
+        db, rest = paths.split_db(info.key)
         if rest.startswith(paths.MANIFEST_PREFIX):
             found.add(db)
     return sorted(found)

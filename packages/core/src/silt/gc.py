@@ -78,18 +78,6 @@ class GcReport:
     dry_run: bool = False
 
 
-def _split(key: str) -> tuple[str, str]:
-    """``(db_prefix, rest)`` where rest starts with a known top-level folder of a DB."""
-    for folder in (paths.MANIFEST_PREFIX, paths.SST_PREFIX, paths.COMPACTION_PREFIX,
-                   paths.CHECKPOINT_PREFIX, paths.HORIZON_PREFIX, paths.REFS_PREFIX):
-        if key.startswith(folder):
-            return "", key
-        i = key.find("/" + folder)
-        if i >= 0:
-            return key[:i + 1], key[i + 1:]
-    return "", ""
-
-
 def read_checkpoints(store: ObjectStore, prefix: str = "") -> dict[str, int]:
     """Named checkpoints of the DB at ``prefix``: name -> pinned version.
 
@@ -165,7 +153,7 @@ def collect_garbage(
     young_records: list[tuple[str, str]] = []
     dbs: set[str] = set()
     for info in retrying(lambda: list(store.list(""))):
-        db, rest = _split(info.key)
+        db, rest = paths.split_db(info.key)
         if not rest:
             continue
         if rest.startswith(paths.MANIFEST_PREFIX):
@@ -295,7 +283,7 @@ def collect_garbage(
 
     # 5. delete
     garbage = [k for k in ssts if k not in referenced and k not in young_outputs
-               and _split(k)[0] not in protected]
+               and paths.split_db(k)[0] not in protected]
     report.deleted_manifests = doomed_manifests
     report.deleted_ssts = sorted(garbage)
     report.deleted_records = sorted(records)

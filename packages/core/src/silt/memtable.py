@@ -11,7 +11,7 @@ operations are atomic under the GIL and a frozen memtable never changes).
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from ._ext import load
 from .record import MISSING, record_size
@@ -33,6 +33,26 @@ class Memtable:
     def put(self, key: bytes, record: object) -> None:
         self.data[key] = record
         self.approx_bytes += record_size(key, record)
+        self._sorted = None
+
+    def put_value(self, key: bytes, value: bytes) -> None:
+        """Put a plain value (no TTL): the write path's most frequent case."""
+        self.data[key] = value
+        self.approx_bytes += len(key) + len(value) + 16
+        self._sorted = None
+
+    def put_pairs(self, keys: Sequence[bytes], values: Sequence[bytes], start: int,
+                  limit: int) -> int:
+        """Put ``keys[i] -> values[i]`` from ``i = start`` until this memtable reaches ``limit``
+        bytes (compiled: no Python call per pair). Returns the next index."""
+        i, self.approx_bytes = insert_pairs(self.data, keys, values, start, self.approx_bytes,
+                                            limit)
+        self._sorted = None
+        return i
+
+    def apply(self, ops: list[tuple[bytes, bytes | None, None]]) -> None:
+        """Apply a write batch's ops that passed :func:`check_ops` (plain puts and deletes)."""
+        self.approx_bytes += apply_ops(self.data, ops)
         self._sorted = None
 
     def get(self, key: bytes) -> object:

@@ -167,3 +167,22 @@ def id_time_ms(ulid: str) -> int:
     for ch in ulid[:10]:
         value = value * 32 + _CROCKFORD.index(ch)
     return value
+
+
+#: The top-level folders of a DB: a key holding one of them after a ``/`` (or at its start)
+#: belongs to the DB whose prefix comes before it.
+DB_FOLDERS = (MANIFEST_PREFIX, SST_PREFIX, COMPACTION_PREFIX, CHECKPOINT_PREFIX, GC_PREFIX,
+              REFS_PREFIX)
+
+
+def split_db(key: str) -> tuple[str, str]:
+    """``(db_prefix, rest)`` of an object name under a root that may hold several DBs (the
+    shards of an operator, ``kg-0-63/manifest/...``): ``rest`` starts with one of a DB's
+    folders; ``("", "")`` for a name that is not a DB's object."""
+    for folder in DB_FOLDERS:
+        if key.startswith(folder):
+            return "", key
+        i = key.find("/" + folder)
+        if i >= 0:
+            return key[:i + 1], key[i + 1:]
+    return "", ""

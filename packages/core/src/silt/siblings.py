@@ -280,3 +280,60 @@ def mark_referrers(stores: SiblingStores, infos: Sequence[SstInfo], referrer: st
     for owner in sorted({s.db for s in infos if s.db}):
         store = stores.named(owner)
         retrying(lambda store=store: store.put_if_absent(paths.refs_key(referrer), b"{}"))
+
+
+# -- taking references ----------------------------------------------------------------------------
+class Reference:
+    """One :meth:`silt.DB.reference` call not committed yet: keys ``[start, end)`` of sibling
+    ``source`` at ``version``, as clipped L0 and level entries."""
+
+    __slots__ = ("source", "version", "start", "end", "l0", "levels")
+
+    def __init__(self, source: str, version: int, start: bytes | None, end: bytes | None,
+                 l0: list[SstInfo], levels: list[list[SstInfo]]) -> None:
+        self.source = source
+        self.version = version
+        self.start = start
+        self.end = end
+        self.l0 = l0
+        self.levels = levels
+
+
+Base = tuple[tuple[SstInfo, ...], tuple[tuple[SstInfo, ...], ...]]
+
+
+def take_reference(url: str, source_url: str, manifest: Manifest | None, start: bytes | None,
+                   end: bytes | None, taken: list[Reference],
+                   stores: SiblingStores) -> tuple[Reference, Base] | None:
+    """A reference by the DB at ``url`` to keys ``[start, end)`` of the sibling at
+    ``source_url`` whose committed version is ``manifest`` (None: nothing to take), and the
+    state (L0, levels) of all references ``taken`` so far plus this one.
+
+    Raises :class:`ReferenceConflict` when the range overlaps one already taken or a sibling
+    SST would be listed twice with clip ranges that do not touch.
+    """
+    name = sibling_name(url, source_url)
+    if name == split_parent(url)[1]:
+        raise InvalidArgumentError("a DB cannot reference itself")
+    for r in taken:
+        if (r.end is None or start is None or start < r.end) and (
+            end is None or r.start is None or r.start < end
+        ):
+            raise ReferenceConflict(
+                f"range [{start!r}, {end!r}) overlaps the range [{r.start!r}, "
+                f"{r.end!r}) already referenced from {r.source!r}"
+            )
+    if manifest is None:
+        return None
+    l0, levels = clip_manifest(manifest, name, start, end, stores)
+    ref = Reference(name, manifest.version, start, end, l0, levels)
+    base = combine([(r.l0, r.levels) for r in [*taken, ref]])
+    seen: set[tuple[str, str]] = set()
+    for s in (*base[0], *(s for run in base[1] for s in run)):
+        if (s.db, s.id) in seen:
+            raise ReferenceConflict(
+                f"SST {s.id} of {s.db!r} would be listed twice (in L0 and a level); "
+                "copy this range instead"
+            )
+        seen.add((s.db, s.id))
+    return ref, base

@@ -1,0 +1,431 @@
+"""The commit protocol: how one writer turns a manifest into a committed version, safely beside
+other writers, readers, checkpoints and GC (DESIGN.md sections 5, 8 and 9).
+
+A :class:`Committer` holds what the protocol remembers between commits of one DB:
+
+* the **lineage**: the version its next manifest names as parent (the base, or a reservation or
+  withdrawn version standing for it) and the smallest number it may create;
+* an **uncertain** commit: one whose manifest PUT (or the checks after it) failed without an
+  answer; the next commit reads the manifest back and compares the commit token;
+* a **withdrawal** decided but whose fate record could not be written yet, and whether GC
+  **fenced** this writer for good.
+
+Creating version ``v`` from base ``b`` (:meth:`Committer.publish`):
+
+1. If ``v`` skips numbers, first create a *reservation* at the next free number (the base's
+   state, ``skip_to = v``): every writer from ``b`` races for that one name, so no version is
+   ever built beside a newer one. A name held by a reservation from the same lineage or by a
+   withdrawn version is moved past; any other holder means another writer won
+   (:class:`CommitConflict`).
+2. Create ``manifest/<v>`` with ``put_if_absent``. A conflict whose object carries this
+   attempt's token is our own (a lost response retried).
+3. Read ``gc/`` once (:mod:`silt.markers`) and withdraw the version if GC's horizon passed it
+   (zombie: :class:`FencedError`), if a checkpoint once pinned this number for another commit
+   (rollback: :class:`CorruptionError`), if a GC pass may collect an SST it newly publishes
+   (stall: :class:`WithdrawnError`), or if GC of a referenced sibling passed the referenced
+   version. Withdrawing writes the fate record (:mod:`silt.versions`) and keeps the manifest,
+   so the number is never used again; a checkpoint that settled the version first wins.
+
+The committer never touches the DB: the DB passes what it needs (base manifest, references) and
+installs what :meth:`publish` returns. Not thread-safe: the DB's writer lock serializes it.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from . import paths
+from .clock import Clock
+from .errors import (
+    CommitConflict,
+    CorruptionError,
+    FencedError,
+    InvalidArgumentError,
+    InvalidTypeError,
+    NotFoundError,
+    SiltError,
+    StoreError,
+    WithdrawnError,
+)
+from .gc import horizon, read_checkpoints
+from .manifest import Manifest
+from .markers import GcMarkers, read_markers
+from .metrics import MeteredStore
+from .siblings import Reference, SiblingStores
+from .sst.builder import SstInfo
+from .store import retrying
+from .versions import WITHDRAWN, Fate, read_fate
+
+#: Errors after which the version is settled either way (no read-back on the next commit).
+_DECIDED = (CommitConflict, FencedError, CorruptionError, WithdrawnError)
+
+
+class Committer:
+    """The commit protocol of one DB (see the module docstring)."""
+
+    def __init__(self, store: MeteredStore, url: str, clock: Clock, grace_ms: int,
+                 siblings: SiblingStores) -> None:
+        self._store = store
+        self._url = url
+        self._clock = clock
+        self._grace_ms = grace_ms
+        self._siblings = siblings
+        self.writer_id = uuid.uuid4().hex
+        #: The version the next manifest names as parent, and the smallest number it may use.
+        self.lineage: int | None = None
+        self.next = 1
+        #: A commit whose outcome is unknown, with the DB's bookkeeping for when it landed.
+        self.uncertain: tuple[Manifest, Any] | None = None
+        #: A withdrawal decided but whose fate record is not created yet (retried by commit).
+        self.withdrawing: tuple[Manifest, str] | None = None
+        self._withdrawn = True
+        #: Why this writer is stale, once GC fenced it: every later commit raises.
+        self.fenced: str | None = None
+        #: The last version committed here (its post-commit checks passed).
+        self.confirmed: int | None = None
+
+    # -- state --------------------------------------------------------------------------------
+    def based_on(self, manifest: Manifest | None) -> None:
+        """The DB installed ``manifest`` as its base."""
+        if manifest is None:
+            self.lineage, self.next = None, 1
+        else:
+            self.lineage, self.next = manifest.version, manifest.next_version
+
+    def landed(self, manifest: Manifest) -> None:
+        """``manifest`` is committed and checked."""
+        self.confirmed = manifest.version
+
+    def prepare(self, base: Manifest | None,
+                refs: list[Reference]) -> tuple[Manifest, Any] | None:
+        """Before a commit: finish an interrupted withdrawal, refuse if fenced, and resolve an
+        uncertain commit. Returns ``(manifest, bookkeeping)`` when that commit had landed."""
+        self._finish_withdrawal()
+        if self.fenced is not None:
+            raise FencedError(self.fenced)
+        if self.uncertain is None:
+            return None
+        manifest, pending = self.uncertain
+        ours = self._is_ours(manifest)
+        self.uncertain = None
+        if not ours:
+            return None
+        try:
+            self._post_commit(manifest, base, refs, resolving=True)
+        except _DECIDED:
+            raise
+        except StoreError:
+            self.uncertain = (manifest, pending)
+            raise
+        return manifest, pending
+
+    def target(self, version: int | None, base_version: int | None) -> tuple[int, bool]:
+        """The version to create (``version``, or the next free number) and whether it was
+        chosen here; refuses a number this lineage may not use."""
+        if version is None:
+            return self.next, True
+        check_version(version)
+        if version < self.next:
+            if base_version is not None and version <= base_version:
+                raise InvalidArgumentError(
+                    f"cannot commit version {version}: this DB is at version {base_version}; "
+                    "commit a greater version (or leave version=None for the next one)"
+                )
+            raise InvalidArgumentError(
+                f"cannot commit version {version} of {self._url!r}: the versions before "
+                f"{self.next} were skipped (reserved by a commit that skipped them, or "
+                f"withdrawn) and are never created; commit version {self.next} or later"
+            )
+        return version, False
+
+    # -- publishing ---------------------------------------------------------------------------
+    def publish(self, version: int, auto: bool, base: Manifest | None,
+                l0: tuple[SstInfo, ...], levels: tuple[tuple[SstInfo, ...], ...],
+                meta: dict[str, str], refs: list[Reference], pending: Any) -> Manifest:
+        """Create version ``version`` listing ``l0``/``levels`` and run the checks after it
+        (steps 1-3 of the module docstring). ``pending`` is kept with an uncertain commit and
+        handed back by :meth:`prepare` when it turns out to have landed."""
+        while True:
+            if version > self.next:
+                self._reserve(version, base)
+                continue
+            manifest = Manifest(
+                version=version, parent=self.lineage, writer_id=self.writer_id,
+                token=uuid.uuid4().hex, created_ms=self._clock.now_ms(), l0=l0,
+                levels=levels, meta=meta, gc_grace_ms=self._grace_ms,
+            )
+            try:
+                created = self._create(manifest)
+            except StoreError:
+                # The manifest may exist: resolved by reading back on the next commit.
+                self.uncertain = (manifest, pending)
+                raise
+            if created:
+                break
+            placeholder = self._adopt_placeholder(version)
+            if placeholder and auto:
+                version = self.next
+                continue
+            if placeholder == "withdrawn":
+                why = "was withdrawn by its writer and is never committed again"
+            elif placeholder == "reserved":
+                why = (f"is reserved by a commit that skipped to version {self.next} from the "
+                       "same base")
+            else:
+                why = "was already committed by another writer"
+            raise CommitConflict(
+                f"version {version} of {self._url!r} {why}; reopen the latest version "
+                "(silt.open) and redo the work from there",
+                version=version, withdrawn=placeholder == "withdrawn",
+            )
+        try:
+            self._post_commit(manifest, base, refs)
+        except _DECIDED:
+            raise
+        except StoreError:
+            # Checks after the PUT failed: resolved on the next commit.
+            self.uncertain = (manifest, pending)
+            raise
+        return manifest
+
+    def _create(self, manifest: Manifest) -> bool:
+        """Create ``manifest``'s object; True if it now exists as ours (a lost response whose
+        retry found our own object counts), False if another object has that name."""
+        name = paths.manifest_key(manifest.version)
+        data = manifest.encode()
+        return retrying(lambda: self._store.put_if_absent(name, data)) or self._is_ours(manifest)
+
+    def _is_ours(self, manifest: Manifest) -> bool:
+        """Read back the manifest of ``manifest.version`` and compare the commit token."""
+        name = paths.manifest_key(manifest.version)
+        try:
+            existing = Manifest.decode(retrying(lambda: self._store.get(name)), name)
+        except NotFoundError:
+            return False
+        return existing.token == manifest.token
+
+    def _reserve(self, target: int, base: Manifest | None) -> None:
+        """Create the version at :attr:`next` that reserves the numbers up to ``target``, with
+        the base's state (same SSTs and meta). A name held by a stand-in for the same state is
+        moved past (:meth:`_adopt_placeholder`); anything else: :class:`CommitConflict`."""
+        n = self.next
+        reservation = Manifest(
+            version=n, parent=self.lineage, writer_id=self.writer_id, token=uuid.uuid4().hex,
+            created_ms=self._clock.now_ms(),
+            l0=base.l0 if base is not None else (),
+            levels=base.levels if base is not None else (),
+            meta=dict(base.meta) if base is not None else {},
+            skip_to=target, gc_grace_ms=self._grace_ms,
+        )
+        if self._create(reservation):
+            self.lineage, self.next = n, target
+            return
+        if not self._adopt_placeholder(n):
+            raise CommitConflict(
+                f"cannot commit version {target} of {self._url!r} from base "
+                f"{base.version if base is not None else None}: version {n} was committed by "
+                "another writer meanwhile; reopen the latest version (silt.open) and redo the "
+                "work from there",
+                version=target,
+            )
+        if self.next > target:
+            raise CommitConflict(
+                f"cannot commit version {target} of {self._url!r}: another commit from the same "
+                f"base reserved the versions up to {self.next - 1}",
+                version=target,
+            )
+
+    def _adopt_placeholder(self, version: int) -> str:
+        """If ``manifest/<version>`` is no competing state, move past it and say why:
+        ``"reserved"`` for a reservation made from this lineage (it stands for the base state),
+        ``"withdrawn"`` for a withdrawn version (dead for everyone: its number is skipped,
+        whoever made it); ``""`` when it is another writer's live commit."""
+        name = paths.manifest_key(version)
+        try:
+            existing = Manifest.decode(retrying(lambda: self._store.get(name)), name)
+        except NotFoundError:
+            return ""  # deleted meanwhile (GC below its horizon): a plain conflict
+        fate = read_fate(self._store, version)
+        if fate is not None and fate.withdraws(existing):
+            if existing.parent == self.lineage:
+                self.lineage = version  # it stands for our base: the lineage goes through it
+            self.next = version + 1
+            return "withdrawn"
+        if existing.parent != self.lineage or existing.skip_to is None:
+            return ""
+        self.lineage, self.next = version, existing.next_version
+        return "reserved"
+
+    # -- checks after the manifest exists ---------------------------------------------------------
+    def _post_commit(self, manifest: Manifest, base: Manifest | None, refs: list[Reference],
+                     *, resolving: bool = False) -> None:
+        """Step 3: one LIST of ``gc/``, more only on the rare paths."""
+        markers = read_markers(self._store)
+        self._check_horizon(manifest, markers)
+        self._check_rollback(manifest, markers)
+        self._check_age(manifest, base, markers, resolving=resolving)
+        if refs and base is None:
+            self._check_sources(manifest, refs)
+
+    def _check_horizon(self, manifest: Manifest, markers: GcMarkers) -> None:
+        """Withdraw ``manifest`` if GC's horizon passed it (this writer is a zombie)."""
+        h = markers.horizon
+        parent = manifest.parent
+        if manifest.version >= h and (parent is None or parent >= h):
+            return
+        if manifest.version == h:
+            # The marker names this very version: the GC pass that wrote it listed this
+            # manifest and kept everything it references (e.g. a commit whose response was lost
+            # and that GC saw before this writer resolved it). Withdrawing it would lose data.
+            return
+        if parent is not None and parent < h <= manifest.version:
+            if parent in read_checkpoints(self._store).values():
+                return  # the base is pinned: its SSTs are kept
+        self._fence(manifest, (
+            f"version {manifest.version} (from base {parent}) of {self._url!r} is below the "
+            f"garbage-collection horizon {h}: newer versions exist and GC has removed older "
+            "ones, so this writer is stale. The commit was withdrawn; reopen the latest version "
+            "(silt.open) and redo the work from there"
+        ))
+
+    def _check_rollback(self, manifest: Manifest, markers: GcMarkers) -> None:
+        """Withdraw ``manifest`` if a checkpoint once pinned a version at or above it that is
+        not this commit: its number was seen before, so the root was rolled back."""
+        v = manifest.version
+        seen = [p for p in markers.pins if p[0] > v or (p[0] == v and p[1] != manifest.token)]
+        if not seen:
+            return
+        pinned, _ = max(seen)
+        detail = (
+            f"a checkpoint pinned version {pinned} of {self._url!r}, but the newest version "
+            f"found was {manifest.parent}: the root was rolled back (newer manifests deleted or "
+            f"restored from an older copy). Version {v} would reuse a number already seen, so "
+            "the commit was withdrawn. Restore the missing manifests, or run `silt verify` to "
+            "see what is missing"
+        )
+        self._fence(manifest, detail, error=CorruptionError(
+            paths.manifest_key(pinned), None, detail))
+
+    def _check_age(self, manifest: Manifest, base: Manifest | None, markers: GcMarkers, *,
+                   resolving: bool = False) -> None:
+        """Withdraw ``manifest`` if garbage collection may collect an SST it newly publishes.
+
+        A GC pass deletes only unreferenced objects older than its cutoff, and writes its
+        ``gc/pass`` marker before its last listing of manifests. So when no marker of a pass
+        with a cutoff past this commit's oldest new SST is visible now (after the manifest
+        exists), every pass that could collect those SSTs sees the manifest and keeps them:
+        the usual case, decided without a request more. Otherwise: if the passes are done and
+        every new SST is still there, nothing was collected; if a pass is still running, it may
+        yet delete them, and the version is withdrawn (unless a checkpoint settled it first,
+        or GC already kept it as its horizon).
+        """
+        old = {s.id for s in base.all_ssts()} if base is not None else set()
+        # References to siblings' SSTs are protected by the sources' horizons instead.
+        ids = [s.id for s in manifest.all_ssts() if s.id not in old and not s.db]
+        if not ids:
+            return
+        oldest = min(paths.id_time_ms(i) for i in ids)
+        running, done = markers.passes_after(oldest)
+        if not running and not done:
+            return
+        if markers.horizon == manifest.version:
+            return  # a GC pass listed this manifest and kept it (see _check_horizon)
+        try:
+            present = all_exist(self._store, ids)
+        except StoreError:
+            present = False  # cannot tell: in danger, withdraw rather than risk it
+        if present and (not running or resolving):
+            # Every pass that could collect them has finished and they are all there; or a
+            # commit whose outcome was unknown, resolved late, whose SSTs GC has not deleted:
+            # passes that ran since the PUT listed the manifest.
+            return
+        age = self._clock.now_ms() - oldest
+        why = (
+            f"the commit stalled until an SST it publishes was {age // 1000}s old and a garbage"
+            f"-collection pass (cutoff {max(running + done)}) "
+            + ("deleted one of them" if not present else "that may delete them is running")
+        )
+        if self._withdraw(manifest, why):
+            raise WithdrawnError(
+                f"version {manifest.version} of {self._url!r} was withdrawn: {why}. Its number "
+                "is never used again. Commit again (young SSTs are re-uploaded) or reopen and "
+                "redo the work"
+            )
+
+    def _check_sources(self, manifest: Manifest, refs: list[Reference]) -> None:
+        """Withdraw ``manifest`` if GC of a referenced source passed the referenced version."""
+        for r in refs:
+            h = horizon(self._siblings.named(r.source))
+            if r.version >= h:
+                continue
+            self._fence(manifest, (
+                f"version {manifest.version} of {self._url!r} references version {r.version} of "
+                f"sibling {r.source!r}, which garbage collection has passed (horizon {h}): its "
+                "SSTs may be gone. The commit was withdrawn; reopen the source at its latest "
+                "version and reference it again from a new DB"
+            ))
+
+    # -- withdrawing --------------------------------------------------------------------------
+    def _fence(self, manifest: Manifest, why: str, error: SiltError | None = None) -> None:
+        """Withdraw ``manifest`` and fence this writer: it never commits again. Raises ``error``
+        (default :class:`FencedError`) unless a checkpoint settled the version first."""
+        self.fenced = why
+        if not self._withdraw(manifest, why):
+            self.fenced = None  # pinned and settled by a checkpoint: it stands
+            return
+        raise error if error is not None else FencedError(why)
+
+    def _withdraw(self, manifest: Manifest, why: str) -> bool:
+        """Withdraw this writer's ``manifest``: create its fate record (``withdrawn``), which
+        keeps its number from ever being committed again; the manifest stays until GC.
+
+        Returns False when a checkpoint had settled the version first (it then stands). When
+        the record cannot be created, the next commit retries it and raises meanwhile.
+        """
+        self.withdrawing = (manifest, why)
+        self._finish_withdrawal()
+        return self._withdrawn
+
+    def _finish_withdrawal(self) -> None:
+        """Create the fate record of a withdrawal decided earlier (retried by every commit)."""
+        if self.withdrawing is None:
+            return
+        manifest, why = self.withdrawing
+        v = manifest.version
+        fate = Fate(v, WITHDRAWN, why, manifest.token)
+        name = paths.fate_key(v)
+        try:
+            created = retrying(lambda: self._store.put_if_absent(name, fate.encode()))
+            existing = None if created else read_fate(self._store, v)
+        except StoreError as exc:
+            raise FencedError(
+                f"{why}. Recording the withdrawal of version {v} ({name!r}) failed ({exc}); "
+                "the next commit of this DB retries it"
+            ) from exc
+        self.withdrawing = None
+        # A record settling another manifest of this number (a rollback's reuse) withdraws it.
+        self._withdrawn = existing is None or existing.withdraws(manifest)
+        if self._withdrawn and manifest.parent == self.lineage:
+            self.lineage, self.next = v, manifest.next_version  # skip the withdrawn number
+
+
+def check_version(version: Any) -> None:
+    """Refuse what is not a version number (an int in ``0..paths.MAX_VERSION``)."""
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise InvalidTypeError(f"a version must be an int, got {type(version).__name__}")
+    if not 0 <= version <= paths.MAX_VERSION:
+        raise InvalidArgumentError(
+            f"a version must be between 0 and {paths.MAX_VERSION}, got {version}"
+        )
+
+
+def all_exist(store: MeteredStore, sst_ids: list[str]) -> bool:
+    """Whether every SST in ``sst_ids`` is still in the store (one ranged GET each)."""
+    for sst_id in sst_ids:
+        name = paths.sst_key(sst_id)
+        try:
+            retrying(lambda name=name: store.get_range(name, 0, 1))
+        except NotFoundError:
+            return False
+    return True

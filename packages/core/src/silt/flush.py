@@ -1,0 +1,141 @@
+"""Flush: frozen memtables become uploaded SSTs (DESIGN.md section 5).
+
+A :class:`Flusher` owns the upload thread pool. :meth:`Flusher.freeze` moves the active
+memtable of a read view into a new :class:`~silt.view.Part` and starts its upload while writes
+go on (blocking the writer only while more than ``Settings.max_pending_flushes`` uploads wait);
+:meth:`Flusher.wait` waits for every upload of a view's parts (retrying a failed one once);
+:meth:`Flusher.refresh_aged` copies uploaded-but-uncommitted SSTs that are getting old under
+new ids, so a commit only ever publishes SSTs younger than half the GC grace period (the rule
+that makes GC safe beside writers: see :mod:`silt.gc`).
+
+Uploads are create-only. Nothing uploaded here is part of any version until a commit publishes
+it; an SST nobody publishes is garbage that GC removes after the grace period.
+
+Threading: ``freeze``, ``wait`` and ``refresh_aged`` are called by the DB's single writer
+(under its lock); uploads run on the pool.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+from . import paths
+from .cache import BlockCache
+from .clock import Clock
+from .errors import NotFoundError, StoreError
+from .memtable import Memtable
+from .metrics import MeteredStore
+from .settings import Settings
+from .sst.builder import SstInfo, build_sst
+from .sst.format import FOOTER_SIZE
+from .sst.reader import SstReader
+from .store import retrying
+from .view import Part, Readers, ReadView
+
+
+class Flusher:
+    """Uploads the frozen memtables of one DB (see the module docstring)."""
+
+    def __init__(self, store: MeteredStore, settings: Settings, clock: Clock,
+                 cache: BlockCache, readers: Readers) -> None:
+        self._store = store
+        self._settings = settings
+        self._clock = clock
+        self._cache = cache
+        self._readers = readers
+        self._pool: ThreadPoolExecutor | None = None
+
+    def freeze(self, view: ReadView) -> ReadView:
+        """The view with its memtable frozen into a new part whose upload has started (the same
+        view if the memtable is empty). Blocks while too many uploads wait."""
+        mem = view.mem
+        if not mem.data:
+            return view
+        part = Part(mem)
+        frozen = view.but(mem=Memtable(), parts=(*view.parts, part))
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(
+                self._settings.upload_parallelism, thread_name_prefix="silt-upload"
+            )
+        part.future = self._pool.submit(self._upload, part)
+        # Backpressure: block the writer while too many flushes wait.
+        while True:
+            pending = [p for p in frozen.parts if p.future is not None and not p.future.done()]
+            if len(pending) <= self._settings.max_pending_flushes:
+                break
+            pending[0].future.exception()  # type: ignore[union-attr]
+        return frozen
+
+    def wait(self, parts: tuple[Part, ...]) -> None:
+        """Wait for every upload of ``parts``; a failed one is retried once, here."""
+        for part in parts:
+            assert part.future is not None
+            if part.future.exception() is not None and part.reader is None:
+                self._upload(part)
+
+    def _upload(self, part: Part) -> None:
+        with self._store.metrics.purpose("flush"):
+            self._upload_now(part)
+
+    def _upload_now(self, part: Part) -> None:
+        mem = part.memtable
+        assert mem is not None
+        keys, records = mem.sorted_items()
+        now = self._clock.now_ms()
+        sst_id = paths.new_id(now)
+        data, info = build_sst(sst_id, keys, records, self._settings, created_ms=now)
+        name = paths.sst_key(sst_id)
+        self._store.metrics.add("flush_bytes", len(data))
+        if not retrying(lambda: self._store.put_if_absent(name, data)):
+            # A lost response whose retry found our own upload, or (never seen in practice) an
+            # id collision: only our bytes may stand under this name.
+            tail = retrying(
+                lambda: self._store.get_range(name, len(data) - FOOTER_SIZE, FOOTER_SIZE)
+            )
+            if tail != data[-FOOTER_SIZE:]:
+                raise StoreError(f"SST name {name!r} already holds another object; retry the flush")
+        reader = SstReader(
+            self._store, name, info, self._cache,
+            tail=data[info.tail_offset:], tail_start=info.tail_offset,
+        )
+        self._readers.add(reader)
+        part.info = info
+        part.reader = reader
+        part.memtable = None
+
+    def refresh_aged(self, parts: tuple[Part, ...]) -> None:
+        """Copy uploaded-but-unpublished SSTs older than half the GC grace period to new ids.
+
+        GC may delete an unreferenced SST once it is older than the grace period; publishing
+        only young SSTs is what makes that safe (see :mod:`silt.gc`).
+        """
+        max_age = int(self._settings.gc_grace_seconds * 500)
+        now = self._clock.now_ms()
+        for part in parts:
+            info = part.info
+            if info is None or now - paths.id_time_ms(info.id) <= max_age:
+                continue
+            old_name = paths.sst_key(info.id)
+            try:
+                data = retrying(lambda old_name=old_name: self._store.get(old_name))
+            except NotFoundError:
+                raise StoreError(
+                    f"an SST uploaded {(now - paths.id_time_ms(info.id)) // 1000}s ago and never "
+                    "committed was garbage-collected; its writes are lost to this DB. Reopen "
+                    "and redo them, and commit more often than Settings.gc_grace_seconds/2"
+                ) from None
+            new_id = paths.new_id(now)
+            new_name = paths.sst_key(new_id)
+            if not retrying(lambda n=new_name, d=data: self._store.put_if_absent(n, d)):
+                raise StoreError(f"SST name {new_name!r} already exists")
+            part.info = SstInfo(**{**info.__dict__, "id": new_id})
+            reader = SstReader(self._store, new_name, part.info, self._cache)
+            self._readers.add(reader)
+            part.reader = reader
+            self._store.metrics.add("ssts_reuploaded")
+
+    def close(self) -> None:
+        """Wait for uploads in flight and stop the pool."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None

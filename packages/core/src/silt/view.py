@@ -1,0 +1,301 @@
+"""The read view: one DB's state as readers see it, swapped whole (DESIGN.md section 6).
+
+A :class:`ReadView` holds, newest first: the active memtable, the frozen parts (memtables on
+their way to SSTs, or uploaded SSTs not committed yet), the committed L0 SSTs and the levels.
+Like LevelDB's ``Version`` and mini-lsm's ``LsmStorageState`` it is immutable: the DB builds a new
+one when a memtable freezes or a version is installed and swaps the reference, so a reader that
+took a view keeps a consistent picture however the writer moves on. The one mutable member is the
+active memtable, which the single writer fills in place (a read sees each write once it is made).
+
+``get``, ``multi_get`` and ``scan`` read a view; they know nothing of commits or the store.
+A :class:`Part` is shared with :mod:`silt.flush`, which turns its memtable into an SST: the
+uploader sets ``reader`` before it clears ``memtable``, so a reader always finds one of them.
+"""
+
+from __future__ import annotations
+
+import threading
+from bisect import bisect_left, bisect_right
+from collections.abc import Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+from .memtable import Memtable, split_found
+from .merge import live, merge_newest_first, visible_many
+from .record import MISSING, visible
+from .sst.bloom import bloom_hash
+from .sst.builder import SstInfo
+from .sst.reader import SstReader, get_from, lookup_groups, plan_probe
+
+
+class Part:
+    """A frozen memtable on its way to becoming an SST (or already uploaded, not committed)."""
+
+    __slots__ = ("memtable", "reader", "info", "future")
+
+    def __init__(self, memtable: Memtable) -> None:
+        self.memtable: Memtable | None = memtable
+        self.reader: SstReader | None = None
+        self.info: SstInfo | None = None
+        self.future: Future[None] | None = None
+
+
+class Level:
+    """A sorted run: SSTs with disjoint key ranges, ordered by key."""
+
+    __slots__ = ("readers", "largest")
+
+    def __init__(self, readers: list[SstReader]) -> None:
+        self.readers = readers
+        self.largest = [r.info.largest for r in readers]  # type: ignore[union-attr]
+
+    def find(self, key: bytes) -> SstReader | None:
+        i = bisect_left(self.largest, key)
+        if i < len(self.readers) and self.readers[i].info.smallest <= key:  # type: ignore[union-attr]
+            return self.readers[i]
+        return None
+
+    def overlapping(self, start: bytes | None, end: bytes | None) -> list[SstReader]:
+        lo = bisect_left(self.largest, start) if start is not None else 0
+        out = []
+        for r in self.readers[lo:]:
+            if end is not None and r.info.smallest >= end:  # type: ignore[union-attr]
+                break
+            out.append(r)
+        return out
+
+
+class ReadView:
+    """An immutable snapshot of what a read consults, newest first (see the module docstring).
+
+    ``parts`` are oldest first; ``l0`` newest first; ``levels`` from L1 down.
+    """
+
+    __slots__ = ("mem", "parts", "l0", "levels")
+
+    def __init__(self, mem: Memtable, parts: tuple[Part, ...] = (),
+                 l0: tuple[SstReader, ...] = (), levels: tuple[Level, ...] = ()) -> None:
+        self.mem = mem
+        self.parts = parts
+        self.l0 = l0
+        self.levels = levels
+
+    def but(self, **changes: Any) -> ReadView:
+        """A copy with some members replaced."""
+        return ReadView(changes.get("mem", self.mem), changes.get("parts", self.parts),
+                        changes.get("l0", self.l0), changes.get("levels", self.levels))
+
+    # -- point reads ----------------------------------------------------------------------------
+    def get(self, key: bytes, now_ms: int) -> bytes | None:
+        """The value of ``key`` (``None``: absent, deleted or expired at ``now_ms``)."""
+        r = self.mem.data.get(key, MISSING)
+        if r is MISSING:
+            if self.parts or self.levels:
+                r = self._get_below(key)
+            elif self.l0:  # everything below the memtable is in L0: one call, no frame more
+                r = get_from(self.l0, key)
+        if r.__class__ is bytes:
+            return r  # type: ignore[return-value]
+        if r is MISSING or r is None:
+            return None
+        return visible(r, now_ms)
+
+    def _get_below(self, key: bytes) -> object:
+        h = -1  # bloom_hash(key), computed once for all SSTs when the first one needs it
+        for part in reversed(self.parts):
+            mem = part.memtable
+            if mem is not None:
+                r = mem.data.get(key, MISSING)
+            else:
+                if h < 0:
+                    h = bloom_hash(key)
+                r = part.reader.get(key, h)  # type: ignore[union-attr]
+            if r is not MISSING:
+                return r
+        if self.l0:
+            r = get_from(self.l0, key, h)
+            if r is not MISSING:
+                return r
+        for level in self.levels:
+            reader = level.find(key)
+            if reader is not None:
+                if h < 0:
+                    h = bloom_hash(key)
+                r = reader.get(key, h)
+                if r is not MISSING:
+                    return r
+        return MISSING
+
+    def multi_get(self, keys: list[bytes], fetch: BlockFetcher,
+                  now_ms: int) -> list[bytes | None]:
+        """Values for ``keys`` (checked bytes), in their order: sorted and deduplicated, each
+        SST probed for the keys still unresolved, each needed block read once (``fetch``)."""
+        found: dict[bytes, object] = {}
+        remaining = split_found(sorted(set(keys)), self.mem.data, found)
+        # Parts newest first, each as a memtable or (once uploaded) as an SST: uploads finish
+        # out of order (parallel uploads, a failed upload retried at commit), so an older part
+        # may still be a memtable while a newer one is already an SST.
+        for part in reversed(self.parts):
+            if not remaining:
+                break
+            pm = part.memtable
+            if pm is not None:
+                remaining = split_found(remaining, pm.data, found)
+            else:
+                remaining = _probe(part.reader, remaining, found, fetch)  # type: ignore[arg-type]
+        for reader in self.l0:
+            if not remaining:
+                break
+            remaining = _probe(reader, remaining, found, fetch)
+        for level in self.levels:
+            if not remaining:
+                break
+            still: list[bytes] = []
+            pos = 0
+            for reader in level.readers:
+                info = reader.info
+                lo = bisect_left(remaining, info.smallest, pos)  # type: ignore[union-attr]
+                hi = bisect_right(remaining, info.largest, lo)  # type: ignore[union-attr]
+                still.extend(remaining[pos:lo])
+                if lo < hi:
+                    still.extend(_probe(reader, remaining[lo:hi], found, fetch))
+                pos = hi
+            still.extend(remaining[pos:])
+            remaining = still
+        return visible_many(keys, found, now_ms)
+
+    # -- range reads ----------------------------------------------------------------------------
+    def scan(self, start: bytes | None, end: bytes | None,
+             now_ms: int) -> Iterator[tuple[bytes, bytes]]:
+        """Live ``(key, value)`` in ``[start, end)`` in key order, as of this view."""
+        sources: list[Iterator[tuple[bytes, object]]] = [self.mem.iter_range(start, end)]
+        for part in reversed(self.parts):
+            mem = part.memtable
+            if mem is not None:
+                sources.append(mem.iter_range(start, end))
+            elif overlaps(part.info, start, end):  # type: ignore[arg-type]
+                sources.append(part.reader.iter_range(start, end))  # type: ignore[union-attr]
+        sources.extend(self._committed_sources(start, end))
+        return live(merge_newest_first(sources), now_ms)
+
+    def committed_records(self, start: bytes | None,
+                          end: bytes | None) -> Iterator[tuple[bytes, object]]:
+        """``(key, record)`` of the committed SSTs in ``[start, end)``, newest per key,
+        tombstones and expired entries included."""
+        sources = self._committed_sources(start, end)
+        return merge_newest_first(sources) if sources else iter(())
+
+    def _committed_sources(self, start: bytes | None,
+                           end: bytes | None) -> list[Iterator[tuple[bytes, object]]]:
+        sources: list[Iterator[tuple[bytes, object]]] = []
+        for reader in self.l0:
+            if overlaps(reader.info, start, end):  # type: ignore[arg-type]
+                sources.append(reader.iter_range(start, end))
+        for level in self.levels:
+            readers = level.overlapping(start, end)
+            if readers:
+                sources.append(_chain_range(readers, start, end))
+        return sources
+
+    # -- inspection -----------------------------------------------------------------------------
+    @property
+    def read_amplification(self) -> int:
+        """SSTs a point read may probe: every L0 SST plus one per non-empty level."""
+        return len(self.l0) + sum(1 for lv in self.levels if lv.readers)
+
+
+class BlockFetcher:
+    """Reads the blocks a ``multi_get`` needs: cached ones from the cache, the others in
+    parallel on a pool of ``parallelism`` threads (started on first need), then cached.
+
+    Thread-safe; :meth:`close` waits for reads in flight.
+    """
+
+    def __init__(self, parallelism: int) -> None:
+        self._parallelism = parallelism
+        self._pool: ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
+
+    def __call__(self, reader: SstReader, indexes: list[int]) -> list[Any]:
+        out = reader.cached_blocks(indexes)
+        if None not in out:
+            return out
+        where = {i: j for j, (i, blk) in enumerate(zip(indexes, out)) if blk is None}
+        missing = list(where)
+        if len(missing) == 1:
+            out[where[missing[0]]] = reader.block(missing[0])
+        elif missing:
+            if self._pool is None:
+                with self._lock:
+                    if self._pool is None:
+                        self._pool = ThreadPoolExecutor(
+                            self._parallelism, thread_name_prefix="silt-read"
+                        )
+            for i, raw in zip(missing, self._pool.map(reader.read_raw_block, missing)):
+                blk = reader.decode_block(i, raw)
+                reader.put_cached(i, blk)
+                out[where[i]] = blk
+        return out
+
+    def close(self) -> None:
+        with self._lock:
+            if self._pool is not None:
+                self._pool.shutdown(wait=True, cancel_futures=True)
+                self._pool = None
+
+
+def _probe(reader: SstReader, keys: list[bytes], found: dict[bytes, object],
+           fetch: BlockFetcher) -> list[bytes]:
+    """Look ``keys`` (sorted) up in one SST; fill ``found``; return the unresolved keys."""
+    info = reader.info
+    lo = bisect_left(keys, info.smallest)  # type: ignore[union-attr]
+    hi = bisect_right(keys, info.largest)  # type: ignore[union-attr]
+    if lo >= hi:
+        return keys
+    tail = reader.tail
+    # One pass of the sorted keys against the bloom filter and the index (compiled: a merge).
+    unresolved, block_ids, groups = plan_probe(keys, lo, hi, tail.bloom, tail.last_keys)
+    lookup_groups(fetch(reader, block_ids), groups, found, unresolved)
+    unresolved.extend(keys[hi:])
+    unresolved.sort()
+    return unresolved
+
+
+def overlaps(info: SstInfo, start: bytes | None, end: bytes | None) -> bool:
+    """Whether the SST ``info`` may hold keys in ``[start, end)``."""
+    return (start is None or info.largest >= start) and (end is None or info.smallest < end)
+
+
+def _chain_range(
+    readers: Iterable[SstReader], start: bytes | None, end: bytes | None
+) -> Iterator[tuple[bytes, object]]:
+    for reader in readers:
+        yield from reader.iter_range(start, end)
+
+
+class Readers:
+    """The open :class:`SstReader` of each SST a DB reads (their tails stay loaded), by id.
+
+    ``open`` makes the reader of an SST entry the first time (``make``: the owner's store,
+    a sibling's for a reference) and again when a reference's clip range changed.
+    """
+
+    __slots__ = ("by_id",)
+
+    def __init__(self) -> None:
+        self.by_id: dict[str, SstReader] = {}
+
+    def add(self, reader: SstReader) -> None:
+        self.by_id[reader.info.id] = reader  # type: ignore[union-attr]
+
+    def open(self, info: SstInfo, make: Any) -> SstReader:
+        reader = self.by_id.get(info.id)
+        if reader is None or (reader.info is not info and reader.info != info):
+            reader = make(info)
+            self.by_id[info.id] = reader
+        return reader
+
+    def retain(self, ids: set[str]) -> None:
+        """Forget every reader whose id is not in ``ids``."""
+        for sst_id in [i for i in self.by_id if i not in ids]:
+            del self.by_id[sst_id]
