@@ -15,7 +15,7 @@ Quick start::
 
 from __future__ import annotations
 
-from . import errors, paths  # noqa: F401  (silt.paths is public)
+from . import errors, paths
 from . import versions as _versions
 from ._ext import speedups
 from .clock import Clock, ManualClock
@@ -100,6 +100,10 @@ def open(
         if isinstance(at_most, bool) or not isinstance(at_most, int):
             raise errors.InvalidTypeError(
                 f"at_most must be an int version, got {type(at_most).__name__}"
+            )
+        if not -1 <= at_most <= paths.MAX_VERSION:
+            raise errors.InvalidArgumentError(
+                f"at_most must be between -1 (open empty) and {paths.MAX_VERSION}, got {at_most}"
             )
     owns_store = store is None
     if store is None:

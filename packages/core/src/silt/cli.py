@@ -25,7 +25,10 @@ Exit status: 0 success; 1 an error (bad URL, no such version, no tier for the sc
 ``get``, an absent key; 2 damaged data (``verify`` found corruption or a missing SST, or any
 command met a checksum failure) or a command-line usage error (argparse's convention).
 
-Expected errors print ``silt: error: <message>`` on stderr, never a traceback.
+Expected errors print ``silt: error: <message>`` on stderr, never a traceback. Numeric options
+are checked before anything is read: an integer, a finite number of seconds (``inf``, ``nan``
+and negatives are usage errors, status 2). An unexpected failure (a bug in silt or in a plugin)
+prints one ``silt: error: unexpected <type>: <first line>`` line with what to do, status 1.
 
 A ``file://`` root that does not exist is an error here (a mistyped path would otherwise look
 like an empty root).
@@ -58,7 +61,7 @@ from .errors import (
 )
 from .manifest import Manifest
 from .plugins import KNOWN_CACHES, KNOWN_TIERS, get_registry, open_store
-from .settings import Settings
+from .settings import MAX_INT, MAX_SECONDS, Settings
 from .siblings import SiblingStores
 from .sst.builder import SstInfo
 from .sst.check import check_sst
@@ -537,7 +540,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
                 raise VersionNotFoundError(f"{public_url(args.url)!r} has no committed versions")
         else:
             versions = [_resolve_version(store, args.url, args.version)]
-        ssts: dict[str, tuple[SstInfo, int]] = {}  # id -> (info, first version naming it)
+        # Each distinct entry (not each object: two versions may record one object
+        # differently, and each record must match it) -> the first version naming it.
+        ssts: dict[SstInfo, int] = {}
         for version in versions:
             name = paths.manifest_key(version)
             try:
@@ -557,11 +562,13 @@ def cmd_verify(args: argparse.Namespace) -> int:
                 problem("corruption", name, str(exc), exc.offset)
                 continue
             for info in m.all_ssts():
-                ssts.setdefault(info.id, (info, version))
+                ssts.setdefault(info, version)
 
         siblings = SiblingStores(args.url, store)
         listings: dict[str, dict[str, int]] = {}
-        for sst_id, (info, version) in ssts.items():
+        counted: set[tuple[str, str]] = set()
+        for info, version in ssts.items():
+            sst_id = info.id
             # A reference to a sibling DB's SST (silt.siblings) is checked where it lives.
             where = siblings.store_for(info)
             if info.db not in listings:
@@ -572,7 +579,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
             listed = listings[info.db]
             key = paths.sst_key(sst_id)
             name = key if not info.db else f"../{info.db}/{key}"
-            counts["ssts"] += 1
+            first = (info.db, sst_id) not in counted
+            counted.add((info.db, sst_id))
+            counts["ssts"] += first
             if key not in listed:
                 problem("missing", name, f"SST {name!r} referenced by version {version} does not "
                         "exist; restore it from a replica or open a version that does not need it")
@@ -591,11 +600,12 @@ def cmd_verify(args: argparse.Namespace) -> int:
                 problem("missing", name, f"SST {name!r} referenced by version {version} "
                         "disappeared while being verified")
                 continue
-            counts["blocks"] += blocks
-            counts["entries"] += entries
-            counts["sst_bytes"] += info.size
+            if first:
+                counts["blocks"] += blocks
+                counts["entries"] += entries
+                counts["sst_bytes"] += info.size
         siblings.close()
-        _verify_metadata(store, args.url, set(ssts), counts, problem, notes)
+        _verify_metadata(store, args.url, {i.id for i in ssts}, counts, problem, notes)
     finally:
         store.close()
 
@@ -877,30 +887,45 @@ def cmd_checkpoint(args: argparse.Namespace) -> int:
 # --- argument parsing ----------------------------------------------------------------------------
 
 
-def _positive(text: str) -> int:
-    value = _non_negative(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
-    return value
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is negative")
-    return value
-
-
-def _non_negative(text: str) -> int:
+def _integer(text: str, low: int, high: int) -> int:
+    """``text`` as an int in ``low..high``, else an argparse usage error saying why."""
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < low:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is negative" if low == 0 else f"{text!r} must be at least {low}"
+        )
+    if value > high:
+        raise argparse.ArgumentTypeError(f"{text!r} is larger than the maximum {high}")
+    return value
+
+
+def _positive(text: str) -> int:
+    return _integer(text, 1, paths.MAX_VERSION)
+
+
+def _non_negative(text: str) -> int:
+    return _integer(text, 0, MAX_INT)
+
+
+def _version(text: str) -> int:
+    return _integer(text, 0, paths.MAX_VERSION)
+
+
+def _seconds(text: str) -> float:
+    """A finite number of seconds in ``0..MAX_SECONDS`` (``inf`` and ``nan`` are refused)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if value != value or value in (float("inf"), float("-inf")):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number of seconds")
     if value < 0:
         raise argparse.ArgumentTypeError(f"{text!r} is negative")
+    if value > MAX_SECONDS:
+        raise argparse.ArgumentTypeError(f"{text!r} is more than the maximum {MAX_SECONDS} seconds")
     return value
 
 
@@ -923,7 +948,7 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     def version_option(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--version", type=_non_negative, metavar="N",
+        p.add_argument("--version", type=_version, metavar="N",
                        help="read version N (default: the latest)")
 
     p = command("ls", cmd_ls, "list committed versions with creation time, SSTs, bytes and meta")
@@ -957,7 +982,7 @@ def build_parser() -> argparse.ArgumentParser:
                 "pending compaction record with its outputs, and check their checksums and that "
                 "what they name exists; exit 2 on corruption or missing objects")
     scope = p.add_mutually_exclusive_group()
-    scope.add_argument("--version", type=_non_negative, metavar="N",
+    scope.add_argument("--version", type=_version, metavar="N",
                        help="verify version N (default: the latest)")
     scope.add_argument("--all", action="store_true", help="verify every committed version")
     p.add_argument("--json", action="store_true", help="machine-readable summary")
@@ -1001,7 +1026,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("checkpoint", cmd_checkpoint,
                 "pin a committed version under NAME so GC keeps it (names are create-only)")
     p.add_argument("name", metavar="NAME", help="1-128 letters, digits, '.', '_' or '-'")
-    p.add_argument("--version", type=_non_negative, metavar="N",
+    p.add_argument("--version", type=_version, metavar="N",
                    help="the version to pin (default: the latest)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     return parser
@@ -1041,7 +1066,15 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(exc, pluggy.PluginValidationError):  # a broken plugin is installed
             print(f"silt: error: a plugin failed to load: {exc}", file=sys.stderr)
             return EXIT_ERROR
-        raise
+        # Never a traceback: one line naming the failure, and what to do about it.
+        detail = str(exc).splitlines()[0][:300] if str(exc) else ""
+        print(
+            f"silt: error: unexpected {type(exc).__name__}"
+            f"{': ' + detail if detail else ''}. This is a bug in silt or an installed plugin; "
+            "please report it with the command that caused it (`silt plugins` lists versions)",
+            file=sys.stderr,
+        )
+        return EXIT_ERROR
 
 
 __all__ = ["build_parser", "escape", "main", "show_key"]

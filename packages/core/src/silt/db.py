@@ -42,7 +42,7 @@ from .errors import (
 )
 from .flush import Flusher
 from .gc import GcReport, check_grace, collect_garbage
-from .manifest import Manifest
+from .manifest import Manifest, check_meta
 from .memtable import Memtable, check_ops, check_pairs
 from .metrics import MeteredStore, Metrics
 from .pin import check_checkpoint_name, pin
@@ -50,6 +50,7 @@ from .settings import Settings
 from .siblings import Base, Reference, SiblingStores, mark_referrers, take_reference
 from .siblings import split_parent as _split_parent
 from .sst.builder import SstInfo
+from .sst.format import MAX_EXPIRY_MS
 from .sst.reader import SstReader
 from .store import ObjectStore
 from .tierkit import public_url
@@ -189,14 +190,21 @@ class DB:
         return value
 
     def _expiry(self, ttl: Any) -> int:
+        """The expiry time (ms) of an entry written now with ``ttl`` seconds to live; refuses a
+        ttl that is not a positive finite number or whose expiry does not fit the u64 the SST
+        format stores it in (``MAX_EXPIRY_MS``)."""
         if isinstance(ttl, bool) or not isinstance(ttl, (int, float)):
             raise InvalidTypeError(f"ttl must be a number of seconds, got {type(ttl).__name__}")
-        if not ttl > 0 or ttl != ttl or ttl == float("inf"):
-            raise InvalidArgumentError(
-                f"ttl must be a positive, finite number of seconds, got {ttl!r}; omit ttl for "
-                "entries that never expire"
-            )
-        return self._clock.now_ms() + max(1, int(ttl * 1000))
+        now = self._clock.now_ms()
+        max_ttl = (MAX_EXPIRY_MS - now) // 1000
+        if 0 < ttl <= max_ttl:  # false for nan and inf
+            expiry = now + max(1, int(ttl * 1000))
+            if expiry <= MAX_EXPIRY_MS:  # a float ttl near the limit may round up
+                return expiry
+        raise InvalidArgumentError(
+            f"ttl must be a positive, finite number of seconds, at most {max_ttl} (expiry times "
+            f"are stored as u64 milliseconds), got {ttl!r}; omit ttl for entries that never expire"
+        )
 
     # -- writes -------------------------------------------------------------------------------
     def put(self, key: bytes, value: bytes, *, ttl: float | None = None) -> None:
@@ -326,7 +334,7 @@ class DB:
                 self._landed(landed[0], *landed[1])
             version, auto = self._committer.target(version, self.version)
             merged_meta = self.meta
-            if meta:
+            if meta is not None and check_meta(meta):
                 for k, v in meta.items():
                     if not isinstance(k, str) or not isinstance(v, str):
                         raise InvalidTypeError("commit meta must map str to str")

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from silt.errors import InvalidArgumentError, InvalidTypeError
 
 from . import _aggregate, _dedup, _layout, _metrics, _processor, _shard, _window
 
@@ -20,17 +23,19 @@ def _spec(
     import silt
 
     if not isinstance(state_url, str) or "://" not in state_url:
-        raise ValueError(
+        raise InvalidArgumentError(
             f"state_url must be a store URL such as 'file:///data/state/op1', got {state_url!r}"
         )
     if state_url.startswith("memory://"):
-        raise ValueError(
+        raise InvalidArgumentError(
             "memory:// state lives in one process; Spark runs tasks in other processes. Use "
             "file:// (one machine) or an object-store URL"
         )
     _layout.check_layout(num_shards, key_groups)
     if settings is not None and not isinstance(settings, silt.Settings):
-        raise TypeError(f"settings must be a silt.Settings, got {type(settings).__name__}")
+        raise InvalidTypeError(
+            f"settings must be a silt.Settings, got {type(settings).__name__}"
+        )
     return _shard.OperatorSpec(
         kind=kind,
         root=state_url,
@@ -45,10 +50,12 @@ def _spec(
 def _key_list(key_columns: Sequence[str] | str, df: Any) -> list[str]:
     keys = [key_columns] if isinstance(key_columns, str) else list(key_columns)
     if not keys:
-        raise ValueError("key_columns must name at least one column")
+        raise InvalidArgumentError("key_columns must name at least one column")
     missing = [c for c in keys if c not in df.columns]
     if missing:
-        raise ValueError(f"key columns {missing} are not in the DataFrame ({df.columns})")
+        raise InvalidArgumentError(
+            f"key columns {missing} are not in the DataFrame ({df.columns})"
+        )
     return keys
 
 
@@ -68,7 +75,9 @@ def _struct(schema: Any) -> Any:
     if isinstance(schema, str):
         schema = DataType.fromDDL(schema)
     if not isinstance(schema, StructType):
-        raise TypeError(f"output_schema must be a StructType or DDL string, got {schema!r}")
+        raise InvalidTypeError(
+            f"output_schema must be a StructType or DDL string, got {schema!r}"
+        )
     return schema
 
 
@@ -103,24 +112,38 @@ _UNITS_MS = {
 }
 
 
-def parse_delay_ms(delay: int | str) -> int:
-    """``1500`` or ``"10 seconds"`` / ``"5 minutes"`` / ``"2 hours"`` -> ms."""
-    if isinstance(delay, bool):
-        raise TypeError("watermark_delay must be ms or an interval string")
+#: The longest duration an option may give: Spark timestamps are 64-bit microseconds.
+MAX_DURATION_MS = _processor.MAX_DURATION_MS
+
+
+def parse_delay_ms(delay: int | str, name: str = "watermark_delay") -> int:
+    """``1500`` or ``"10 seconds"`` / ``"5 minutes"`` / ``"2 hours"`` -> ms, in
+    ``0..MAX_DURATION_MS``. Raises :class:`~silt.errors.InvalidTypeError` or
+    :class:`~silt.errors.InvalidArgumentError` naming ``name`` otherwise (``inf``, ``nan``)."""
+    if isinstance(delay, bool) or not isinstance(delay, (int, str)):
+        raise InvalidTypeError(f"{name} must be ms or an interval string, got {delay!r:.80}")
     if isinstance(delay, int):
         ms = delay
-    elif isinstance(delay, str):
+    else:
         parts = delay.strip().lower().split()
         try:
             if len(parts) != 2 or parts[1] not in _UNITS_MS:
                 raise ValueError
-            ms = int(float(parts[0]) * _UNITS_MS[parts[1]])
+            amount = float(parts[0])
         except ValueError:
-            raise ValueError(f"cannot parse interval {delay!r}: use e.g. '10 seconds'") from None
-    else:
-        raise TypeError(f"watermark_delay must be ms or an interval string, got {delay!r}")
+            raise InvalidArgumentError(
+                f"{name}: cannot parse interval {delay!r:.80}: use e.g. '10 seconds'"
+            ) from None
+        if not math.isfinite(amount):
+            raise InvalidArgumentError(f"{name} must be a finite interval, got {delay!r:.80}")
+        ms = int(amount * _UNITS_MS[parts[1]])
     if ms < 0:
-        raise ValueError(f"watermark_delay must not be negative, got {delay!r}")
+        raise InvalidArgumentError(f"{name} must not be negative, got {delay!r:.80}")
+    if ms > MAX_DURATION_MS:
+        raise InvalidArgumentError(
+            f"{name} must be at most {MAX_DURATION_MS} ms (Spark timestamps are 64-bit "
+            f"microseconds), got {delay!r:.80}"
+        )
     return ms
 
 
@@ -129,19 +152,23 @@ def _time_config(df: Any, mode: str, column: str | None, delay: int | str) -> An
 
     m = str(mode).lower()
     if m not in _processor.TIME_MODES:
-        raise ValueError(f"time_mode must be one of {_processor.TIME_MODES}, got {mode!r}")
+        raise InvalidArgumentError(
+            f"time_mode must be one of {_processor.TIME_MODES}, got {mode!r}"
+        )
     if m != "eventtime":
         if column is not None:
-            raise ValueError("event_time_column needs time_mode='eventtime'")
+            raise InvalidArgumentError("event_time_column needs time_mode='eventtime'")
         return _processor.TimeConfig(m)
     if column is None:
-        raise ValueError("time_mode='eventtime' needs event_time_column")
+        raise InvalidArgumentError("time_mode='eventtime' needs event_time_column")
     fields = {f.name: f.dataType for f in df.schema.fields}
     t = fields.get(column)
     if t is None:
-        raise ValueError(f"event_time_column {column!r} is not in the DataFrame")
+        raise InvalidArgumentError(f"event_time_column {column!r} is not in the DataFrame")
     if not isinstance(t, (T.TimestampType, T.TimestampNTZType, T.LongType, T.IntegerType)):
-        raise TypeError(f"event_time_column {column!r} must be a timestamp or ms, not {t}")
+        raise InvalidTypeError(
+            f"event_time_column {column!r} must be a timestamp or ms, not {t}"
+        )
     return _processor.TimeConfig(m, column, parse_delay_ms(delay))
 
 
@@ -249,10 +276,14 @@ def transform_with_state(
     keys = _key_list(key_columns, df)
     for method in ("init", "handleInputRows"):
         if not callable(getattr(processor, method, None)):
-            raise TypeError(f"processor must have a {method}() method (see StatefulProcessor)")
+            raise InvalidTypeError(
+                f"processor must have a {method}() method (see StatefulProcessor)"
+            )
     struct = _struct(output_schema)
     if rows_format not in ("pandas", "arrow"):
-        raise ValueError(f"rows_format must be 'pandas' or 'arrow', got {rows_format!r}")
+        raise InvalidArgumentError(
+            f"rows_format must be 'pandas' or 'arrow', got {rows_format!r}"
+        )
     time_cfg = _time_config(df, time_mode, event_time_column, watermark_delay)
     spec = _spec(
         "processor", state_url, num_shards, key_groups, reset, settings,
@@ -366,20 +397,25 @@ def aggregate(
 
 
 def _duration_ms(value: Any, name: str) -> int:
-    """A positive duration: ms (int), a ``datetime.timedelta``, or ``"10 minutes"`` style."""
+    """A positive duration: ms (int), a ``datetime.timedelta``, or ``"10 minutes"`` style, at
+    most ``MAX_DURATION_MS``."""
     import datetime
 
     if isinstance(value, datetime.timedelta):
-        ms = int(value.total_seconds() * 1000)
+        ms = value // datetime.timedelta(milliseconds=1)
+        if ms > MAX_DURATION_MS:
+            raise InvalidArgumentError(
+                f"{name} must be at most {MAX_DURATION_MS} ms (Spark timestamps are 64-bit "
+                f"microseconds), got {value!r}"
+            )
     elif isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise TypeError(f"{name} must be ms, a timedelta or an interval string, got {value!r}")
+        raise InvalidTypeError(
+            f"{name} must be ms, a timedelta or an interval string, got {value!r:.80}"
+        )
     else:
-        try:
-            ms = parse_delay_ms(value)
-        except (TypeError, ValueError) as e:
-            raise ValueError(f"{name}: {e}") from None
+        ms = parse_delay_ms(value, name)
     if ms <= 0:
-        raise ValueError(f"{name} must be positive, got {value!r}")
+        raise InvalidArgumentError(f"{name} must be positive, got {value!r:.80}")
     return ms
 
 
@@ -481,13 +517,13 @@ def window_aggregate(
         slide_duration, "slide_duration"
     )
     if slide_ms > window_ms:
-        raise ValueError(
+        raise InvalidArgumentError(
             f"slide_duration ({slide_ms} ms) must not be longer than window_duration "
             f"({window_ms} ms)"
         )
     delay_ms = parse_delay_ms(watermark_delay)
     if output not in _window.OUTPUTS:
-        raise ValueError(f"output must be one of {_window.OUTPUTS}, got {output!r}")
+        raise InvalidArgumentError(f"output must be one of {_window.OUTPUTS}, got {output!r}")
     parsed = _aggregate.parse_aggs(aggs)
     wp, partial_struct, output_struct = _window.plan(
         df.schema, keys, parsed, time_column, window_ms, slide_ms, delay_ms, output
@@ -587,7 +623,7 @@ def deduplicate(
     ttl_ms = None if ttl is None else _duration_ms(ttl, "ttl")
     for name in (_dedup.SEQ_COLUMN, _layout.KG_COLUMN, _layout.PARTITION_COLUMN):
         if name in df.columns:
-            raise ValueError(f"the DataFrame must not have a column named {name!r}")
+            raise InvalidArgumentError(f"the DataFrame must not have a column named {name!r}")
     spec = _spec(
         "dedup", state_url, num_shards, key_groups, reset, settings,
         fail_after_commit=tuple(_shard.TEST_FAIL_AFTER_COMMIT),
