@@ -56,6 +56,7 @@ from .errors import (
     SiltError,
     VersionNotFoundError,
 )
+from .identity import IdentityReport, check_identity
 from .manifest import Manifest
 from .plugins import KNOWN_CACHES, KNOWN_TIERS, get_registry, open_store
 from .settings import Settings
@@ -525,16 +526,20 @@ def cmd_verify(args: argparse.Namespace) -> int:
               "sst_bytes": 0, "checkpoints": 0, "records": 0, "record_outputs": 0}
 
     def problem(kind: str, name: str, message: str, offset: int | None = None) -> None:
+        if any(p["kind"] == kind and p["object"] == name for p in problems):
+            return  # found by the manifests' check and the identity check alike
         problems.append({"kind": kind, "object": name, "offset": offset, "message": message})
         print(f"silt: {kind}: {message}", file=sys.stderr)
 
     try:
-        if args.all:
-            versions = _list_versions(store)
+        # Every version's identity first (it lists versions without trusting fate records).
+        identity = check_identity(store, args.url)
+        if args.all or args.version is None:
+            versions = identity.live if args.all else identity.live[-1:]
             if not versions:
                 raise VersionNotFoundError(f"{args.url!r} has no committed versions")
         else:
-            versions = [_resolve_version(store, args.url, args.version)]
+            versions = [args.version]
         ssts: dict[str, tuple[SstInfo, int]] = {}  # id -> (info, first version naming it)
         for version in versions:
             name = paths.manifest_key(version)
@@ -593,33 +598,51 @@ def cmd_verify(args: argparse.Namespace) -> int:
             counts["entries"] += entries
             counts["sst_bytes"] += info.size
         siblings.close()
-        _verify_metadata(store, args.url, set(ssts), counts, problem, notes)
+        for f in identity.findings:
+            problem(f.kind, f.object, f.message, f.offset)
+        _verify_metadata(store, args.url, set(ssts), counts, problem, notes, identity)
     finally:
         store.close()
 
     total_bytes = counts["manifests_bytes"] + counts["sst_bytes"]
+    lineage = {"withdrawn": identity.withdrawn, "reservations": identity.reservations,
+               "settled": identity.settled, "pins": identity.pins,
+               "horizon": identity.horizon, "references": identity.references}
     if args.json:
         _print_json({**counts, "bytes": total_bytes, "ok": not problems, "problems": problems,
-                     "notes": notes})
+                     "notes": notes, **lineage})
     else:
         scope = "all versions" if args.all else f"version {versions[0]}"
         verdict = "OK" if not problems else f"{len(problems)} PROBLEM(S), see above"
+        # Withdrawn versions and reservations are normal: counted, never problems.
+        extra = "".join(
+            f", {len(vs)} {what} ({_version_list(vs)})"
+            for what, vs in (("withdrawn", identity.withdrawn),
+                             ("reservations", identity.reservations)) if vs)
         print(f"verified {scope}: {counts['versions']} manifests, {counts['ssts']} SSTs, "
               f"{counts['blocks']} blocks, {counts['entries']} entries, {total_bytes} bytes, "
-              f"{counts['checkpoints']} checkpoints, {counts['records']} compaction records: "
-              f"{verdict}")
+              f"{counts['checkpoints']} checkpoints, {counts['records']} compaction records"
+              f"{extra}: {verdict}")
     return EXIT_CORRUPT if problems else EXIT_OK
 
 
+def _version_list(versions: list[int]) -> str:
+    """``1, 4, 9`` (at most five numbers, then how many more)."""
+    shown = ", ".join(str(v) for v in versions[:5])
+    return shown if len(versions) <= 5 else f"{shown} and {len(versions) - 5} more"
+
+
 def _verify_metadata(store: ObjectStore, url: str, verified: set[str], counts: dict[str, int],
-                     problem: Callable[..., None], notes: list[dict[str, Any]]) -> None:
+                     problem: Callable[..., None], notes: list[dict[str, Any]],
+                     identity: IdentityReport) -> None:
     """``silt verify``'s check of every checkpoint and compaction record of the DB at ``url``.
 
-    Each must pass its checksum, and what it names must exist: a checkpoint's version, a
-    record's output SSTs (each checked whole against the record, as a writer does before
-    adopting it; ``verified`` are SST ids the manifests' check already covered).
+    Each must pass its checksum, and what it names must exist: a checkpoint's version (live,
+    not withdrawn), a record's output SSTs (each checked whole against the record, as a writer
+    does before adopting it; ``verified`` are SST ids the manifests' check already covered).
     """
-    versions = set(_list_versions(store))
+    versions = set(identity.live)
+    withdrawn = set(identity.withdrawn)
     for info in retrying(lambda: list(store.list(paths.CHECKPOINT_PREFIX))):
         name = info.key
         try:
@@ -630,7 +653,11 @@ def _verify_metadata(store: ObjectStore, url: str, verified: set[str], counts: d
             problem("corruption", name, str(exc), exc.offset)
             continue
         counts["checkpoints"] += 1
-        if cp.version not in versions:
+        if cp.version in withdrawn:
+            problem("missing", name, f"checkpoint {name!r} pins version {cp.version} of {url!r}, "
+                    "which its writer withdrew (it reads as its parent, and opening it by "
+                    "number is refused): delete the checkpoint and checkpoint a live version")
+        elif cp.version not in versions:
             problem("missing", name, f"checkpoint {name!r} pins version {cp.version} of {url!r}, "
                     f"which does not exist: restore {paths.manifest_key(cp.version)!r} from a "
                     "replica, or delete the checkpoint if that state is not needed")
