@@ -8,12 +8,16 @@ docs/format.md) of one DB and reports what breaks it, each finding naming the ob
 * a pin marker (``gc/pin/<v>.<token>``) at or above the horizon whose version's manifest is
   missing, or one whose manifest carries another commit token: the root was rolled back (its
   newest manifests deleted, or restored from an older copy);
+* a reference (an SST entry with ``db``) of a live version whose object in the sibling DB is
+  missing;
 * a live version built beside another: a live version strictly between it and its parent (a
   withdrawn parent stands for its own parent, so the chain is followed through it), or a
   version inside the numbers a reservation skipped (a **fork**);
-* a reservation (manifest with ``skip_to``) whose SSTs are not its parent's state;
-* a reference (an SST entry with ``db``) of a live version whose object in the sibling DB is
-  missing.
+* a reservation (manifest with ``skip_to``) whose SSTs are not its parent's state.
+
+The last two look only at versions GC keeps (at or above the horizon, or pinned by a
+checkpoint): below the horizon a parent may be collected, or its name re-created by a stale
+writer that withdraws it when it sees the horizon, so nothing can be concluded there.
 
 Withdrawn versions, reservations and settled versions are normal and only counted. The check
 lists ``manifest/`` before it reads the GC markers, so a GC pass deleting below a new horizon
@@ -28,6 +32,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from . import paths
+from .checkpoints import decode_checkpoint
 from .errors import CorruptionError, NotFoundError, SiltError
 from .manifest import Manifest
 from .markers import read_markers
@@ -144,13 +149,17 @@ def check_identity(store: ObjectStore, url: str) -> IdentityReport:
                 "was rolled back and the number reused (the reuse reads as withdrawn). "
                 "Restore the pinned manifest from a replica")))
 
-    live = set(report.live)
-    for v in report.live:
+    # Links and reservations, among the versions GC keeps: below the horizon a manifest may be
+    # gone, or a zombie's, created after GC deleted that name and withdrawn when it checks.
+    pinned |= _checkpointed(store)
+    kept = {v for v in manifest_names if v >= h or v in pinned}
+    live = {v for v in report.live if v in kept}
+    for v in sorted(live):
         m = manifests.get(v)
         if m is not None:
-            _check_links(url, m, manifests, live, withdrawn, found)
+            _check_links(url, m, manifests, live, withdrawn & kept, found)
             if m.skip_to is not None:
-                _check_reservation(url, m, manifests, withdrawn, found)
+                _check_reservation(url, m, manifests, withdrawn, kept, found)
     _check_references(store, url, [manifests[v] for v in report.live if v in manifests],
                       report, found)
     return report
@@ -173,7 +182,8 @@ def _check_links(url: str, m: Manifest, manifests: dict[int, Manifest], live: se
                 "and history forked. Keep the branch you trust: open it explicitly, copy what "
                 "the other lacks, and commit a new version")))
             return
-        pm = manifests.get(parent) if parent is not None else None
+        pm = manifests.get(parent) if parent is not None and parent in live | withdrawn \
+            else None
         if pm is None:
             return
         if child == m.version and pm.skip_to is not None and m.version < pm.skip_to:
@@ -187,6 +197,18 @@ def _check_links(url: str, m: Manifest, manifests: dict[int, Manifest], live: se
         child, parent = parent, pm.parent  # a withdrawn version stands for its parent
 
 
+def _checkpointed(store: ObjectStore) -> set[int]:
+    """Versions the checkpoints pin (damaged ones are ``silt verify``'s to report)."""
+    pinned: set[int] = set()
+    for info in retrying(lambda: list(store.list(paths.CHECKPOINT_PREFIX))):
+        try:
+            pinned.add(decode_checkpoint(retrying(lambda k=info.key: store.get(k)),  # type: ignore[misc]
+                                         info.key).version)
+        except (NotFoundError, CorruptionError):
+            continue
+    return pinned
+
+
 def _state(m: Manifest) -> tuple[object, ...]:
     def entry(s: object) -> tuple[object, ...]:
         return (s.id, s.db, s.clip_start, s.clip_end)  # type: ignore[attr-defined]
@@ -194,16 +216,16 @@ def _state(m: Manifest) -> tuple[object, ...]:
 
 
 def _check_reservation(url: str, m: Manifest, manifests: dict[int, Manifest],
-                       withdrawn: set[int], found: list[Finding]) -> None:
+                       withdrawn: set[int], kept: set[int], found: list[Finding]) -> None:
     """Report reservation ``m`` if its SSTs are not its parent's state (a withdrawn parent
-    stands for its own parent). Unknowable (and not reported) once GC collected the parent."""
+    stands for its own parent). Unknowable (and not reported) once GC passed the parent."""
     parent = m.parent
     for _ in range(_MAX_CHAIN):
         if parent is None:
             expected: tuple[object, ...] = ((), ())
             break
         pm = manifests.get(parent)
-        if pm is None:
+        if pm is None or parent not in kept:
             return
         if parent not in withdrawn:
             expected = _state(pm)
