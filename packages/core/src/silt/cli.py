@@ -10,7 +10,8 @@ Commands (``silt COMMAND --help`` for each one's options)::
     silt scan URL                   key<TAB>value lines in key order
     silt verify URL                 read every manifest and block in scope, every checkpoint and
                                     compaction record (with its outputs), check checksums and
-                                    that what they name exists
+                                    that what they name exists, and that every version number
+                                    names one state (no fork, rollback or lost pinned version)
     silt plugins                    installed plugins and first-party ones not installed
     silt compact URL [--loop]       external compactor: run the policy's next task, write its
                                     record under compaction/ (never a manifest)
@@ -979,7 +980,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("verify", cmd_verify,
                 "read every manifest and every SST block in scope, every checkpoint and every "
                 "pending compaction record with its outputs, and check their checksums and that "
-                "what they name exists; exit 2 on corruption or missing objects")
+                "what they name exists; check every version's identity (fate records, pins, "
+                "forks, reservations, references); exit 2 on corruption or missing objects")
     scope = p.add_mutually_exclusive_group()
     scope.add_argument("--version", type=_non_negative, metavar="N",
                        help="verify version N (default: the latest)")
