@@ -22,7 +22,7 @@ from silt.cli import escape, main, show_key
 from silt.compaction.compactor import run_compaction
 from silt.compaction.record import CompactionRecord
 from silt.compaction.task import CompactionTask
-from silt.errors import StoreError, WithdrawnError
+from silt.errors import FencedError, StoreError, WithdrawnError
 from silt.gc import collect_garbage
 from silt.manifest import Manifest
 from silt.markers import read_markers
@@ -525,6 +525,29 @@ def test_verify_a_healthy_root_with_withdrawals_and_reservations(file_url: str) 
     assert proc.returncode == 0 and doc["ok"] is True
     assert (doc["withdrawn"], doc["reservations"], doc["settled"], doc["pins"]) == \
         ([3], [5], [8], 1)
+
+
+def test_verify_does_not_judge_a_stale_writers_leftovers_below_the_horizon(file_url: str,
+                                                                          capsys) -> None:
+    """A stale writer at version 2 commits version 11 after GC collected versions 1-3: its
+    reservation re-creates the collected name 3 (below the horizon, where nothing is judged) and
+    version 11 is withdrawn. Version 4, built on the collected 3, is no fork."""
+    clock = silt.ManualClock(T0)
+    with silt.open(file_url, settings=IDENTITY, clock=clock) as db:
+        for v in range(1, 6):
+            db.put(b"k", b"%d" % v)
+            assert db.commit() == v
+    stale = silt.open(file_url, version=2, settings=IDENTITY, clock=clock)
+    collect_garbage(silt.open_store(file_url), retain_versions=2, grace_seconds=GRACE,
+                    clock=clock)
+    stale.put(b"k", b"stale")
+    with pytest.raises(FencedError):
+        stale.commit(11)
+    stale.close()
+    assert manifest_of(file_url, 3).skip_to == 11 and manifest_of(file_url, 4).parent == 3
+    code, out, err = run(capsys, "verify", file_url, "--all")
+    assert (code, err) == (0, ""), out
+    assert "1 withdrawn (11), 1 reservations (3): OK" in out
 
 
 def test_verify_reports_a_rolled_back_root(file_url: str, capsys) -> None:
