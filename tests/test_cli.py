@@ -21,14 +21,19 @@ import pytest
 import silt
 import sstparts
 from silt import paths
+from silt.checkpoints import encode_checkpoint
 from silt.cli import escape, main, show_key
 from silt.compaction.compactor import run_compaction
 from silt.compaction.record import CompactionRecord
 from silt.compaction.task import CompactionTask
-from silt.errors import CorruptionError
-from silt.manifest import MANIFEST_MAGIC
+from silt.errors import CorruptionError, FencedError, StoreError, WithdrawnError
+from silt.gc import collect_garbage
+from silt.manifest import MANIFEST_MAGIC, Manifest
+from silt.markers import read_markers
 from silt.sst.format import FOOTER, FOOTER_SIZE
+from silt.testing import FaultyStore
 from silt.tiers.memory import MemoryStore
+from silt.versions import read_fate
 
 N = 5000  # keys in version 1: several SSTs at the test settings' 64 KiB memtable
 #: Where this process imported silt from (the installed build, or packages/core/src):
@@ -436,8 +441,10 @@ def test_verify_reports_what_checkpoints_and_records_name_but_is_missing(root: s
     code, out, err = run(capsys, "verify", root, "--json")
     assert code == 2
     kinds = {p["object"]: p["kind"] for p in json.loads(out)["problems"]}
+    pin = next(i.name for i in (root_dir(root) / "gc" / "pin").iterdir())
     assert kinds == {paths.checkpoint_key("first"): "missing",
-                     paths.sst_key(rec.outputs[-1].id): "missing"}
+                     paths.sst_key(rec.outputs[-1].id): "missing",
+                     paths.PIN_PREFIX + pin: "rollback"}  # the pinned manifest is gone
     assert "pins version 1" in err and "an output of compaction record" in err
 
 
@@ -450,6 +457,196 @@ def test_verify_notes_a_checkpoint_from_before_checksums(root: str, capsys) -> N
     assert code == 0
     assert [n["object"] for n in json.loads(out)["notes"]] == [paths.checkpoint_key("old")]
     assert "without a checksum" in err
+
+
+# --- verify: version identity --------------------------------------------------------------------
+GRACE = 100.0
+IDENTITY = silt.Settings(memtable_bytes=2000, block_bytes=256, compaction="none",
+                         gc_grace_seconds=GRACE, retain_versions=20)
+
+
+def identity_root(url: str) -> silt.ManualClock:
+    """A healthy root whose history uses the whole version-identity protocol: versions 1 and 2;
+    3 withdrawn (its commit stalled past the grace while a GC pass ran); 4 on top of it; 5 a
+    reservation (a commit from 4 skipped to 8); 8, pinned by another DB's checkpoint (settled)."""
+    clock = silt.ManualClock(T0)
+    with silt.open(url, settings=IDENTITY, clock=clock) as db:
+        for v in (1, 2):
+            db.put(b"k", b"%d" % v)
+            assert db.commit() == v
+    faulty = FaultyStore(silt.open_store(url))
+    db = silt.open(url, settings=IDENTITY, clock=clock, store=faulty)
+    db.put(b"k", b"stalled")
+
+    def stall_while_gc_runs(op: str, key: str) -> None:
+        clock.advance(int(GRACE * 1000) + 1)
+        gc = FaultyStore(silt.open_store(url))  # a pass that dies before it is done
+        gc.fail_matching("put_if_absent", lambda k: k.endswith(paths.PASS_DONE_SUFFIX),
+                         error=StoreError, times=None)
+        with pytest.raises(StoreError):
+            collect_garbage(gc, retain_versions=20, grace_seconds=GRACE, clock=clock)
+
+    faulty.on_call("list", stall_while_gc_runs, predicate=lambda k: k.startswith(paths.GC_PREFIX),
+                   times=1)
+    with pytest.raises(WithdrawnError):
+        db.commit()
+    assert db.commit() == 4
+    db.put(b"k", b"eight")
+    assert db.commit(8) == 8
+    db.close()
+    with silt.open(url, settings=IDENTITY, clock=clock) as other:
+        assert other.checkpoint("release") == 8
+    return clock
+
+
+def manifest_of(url: str, version: int) -> Manifest:
+    return Manifest.decode((root_dir(url) / paths.manifest_key(version)).read_bytes(), "m")
+
+
+def write_manifest(url: str, manifest: Manifest) -> None:
+    (root_dir(url) / paths.manifest_key(manifest.version)).write_bytes(manifest.encode())
+
+
+def verify_problems(capsys, url: str) -> tuple[dict[str, str], str]:
+    """``silt verify URL --json``: exit 2, and ``{object: kind}`` of its problems, stderr."""
+    code, out, err = run(capsys, "verify", url, "--json")
+    assert code == 2, (out, err)
+    assert "Traceback" not in err
+    return {p["object"]: p["kind"] for p in json.loads(out)["problems"]}, err
+
+
+def test_verify_a_healthy_root_with_withdrawals_and_reservations(file_url: str) -> None:
+    identity_root(file_url)
+    store = silt.open_store(file_url)
+    assert read_fate(store, 3).withdrawn and read_fate(store, 8).fate == "settled"
+    assert manifest_of(file_url, 5).skip_to == 8
+    proc = run_process("verify", file_url, "--all")
+    out = proc.stdout.decode()
+    assert (proc.returncode, proc.stderr) == (0, b""), out
+    assert out.startswith("verified all versions: 5 manifests")  # 1, 2, 4, 5, 8
+    assert "1 withdrawn (3), 1 reservations (5): OK" in out
+    proc = run_process("verify", file_url, "--json")
+    doc = json.loads(proc.stdout)
+    assert proc.returncode == 0 and doc["ok"] is True
+    assert (doc["withdrawn"], doc["reservations"], doc["settled"], doc["pins"]) == \
+        ([3], [5], [8], 1)
+
+
+def test_verify_does_not_judge_a_stale_writers_leftovers_below_the_horizon(file_url: str,
+                                                                          capsys) -> None:
+    """A stale writer at version 2 commits version 11 after GC collected versions 1-3: its
+    reservation re-creates the collected name 3 (below the horizon, where nothing is judged) and
+    version 11 is withdrawn. Version 4, built on the collected 3, is no fork."""
+    clock = silt.ManualClock(T0)
+    with silt.open(file_url, settings=IDENTITY, clock=clock) as db:
+        for v in range(1, 6):
+            db.put(b"k", b"%d" % v)
+            assert db.commit() == v
+    stale = silt.open(file_url, version=2, settings=IDENTITY, clock=clock)
+    collect_garbage(silt.open_store(file_url), retain_versions=2, grace_seconds=GRACE,
+                    clock=clock)
+    stale.put(b"k", b"stale")
+    with pytest.raises(FencedError):
+        stale.commit(11)
+    stale.close()
+    assert manifest_of(file_url, 3).skip_to == 11 and manifest_of(file_url, 4).parent == 3
+    code, out, err = run(capsys, "verify", file_url, "--all")
+    assert (code, err) == (0, ""), out
+    assert "1 withdrawn (11), 1 reservations (3): OK" in out
+
+
+def test_verify_reports_a_rolled_back_root(file_url: str, capsys) -> None:
+    """The pinned newest manifest deleted: the pin marker names a version that is gone."""
+    identity_root(file_url)
+    (root_dir(file_url) / paths.manifest_key(8)).unlink()
+    pin = paths.pin_key(8, next(iter(read_markers(silt.open_store(file_url)).pins))[1])
+    kinds, err = verify_problems(capsys, file_url)
+    assert kinds[pin] == "rollback" and f"{pin!r}" in err and "rolled back" in err
+    assert kinds[paths.checkpoint_key("release")] == "missing"
+    proc = run_process("verify", file_url)
+    assert proc.returncode == 2 and b"rolled back" in proc.stderr
+
+
+def test_verify_reports_a_pinned_manifest_restored_from_an_old_copy(file_url: str,
+                                                                   capsys) -> None:
+    """Version 8 replaced by another commit of the same number (another commit token)."""
+    identity_root(file_url)
+    old = manifest_of(file_url, 8)
+    write_manifest(file_url, replace(old, token=uuid.uuid4().hex, l0=old.l0[1:]))
+    kinds, err = verify_problems(capsys, file_url)
+    assert kinds[paths.pin_key(8, old.token)] == "rollback"
+    assert f"commit token {old.token}" in err and "number reused" in err
+
+
+def test_verify_reports_a_checkpoint_of_a_withdrawn_version(file_url: str, capsys) -> None:
+    identity_root(file_url)
+    cp = root_dir(file_url) / paths.checkpoint_key("bad")
+    cp.write_bytes(encode_checkpoint(3, T0, "t"))
+    kinds, err = verify_problems(capsys, file_url)
+    assert kinds == {paths.checkpoint_key("bad"): "missing"}
+    assert "pins version 3" in err and "withdrew" in err
+
+
+def test_verify_reports_a_damaged_fate_record(file_url: str, capsys) -> None:
+    identity_root(file_url)
+    flip_byte(root_dir(file_url) / paths.fate_key(3), 20)
+    kinds, err = verify_problems(capsys, file_url)
+    assert kinds == {paths.fate_key(3): "corruption"}
+    assert "fate record checksum mismatch" in err
+
+
+def test_verify_reports_a_fate_record_whose_manifest_is_gone(file_url: str, capsys) -> None:
+    identity_root(file_url)
+    (root_dir(file_url) / paths.manifest_key(3)).unlink()
+    kinds, err = verify_problems(capsys, file_url)
+    assert kinds == {paths.fate_key(3): "missing"}
+    assert "not below the garbage-collection horizon 1" in err and "withdrawn" in err
+
+
+@pytest.mark.parametrize("version, parent, forks", [(10, 4, [10]), (6, 5, [6, 8])],
+                         ids=["beside", "reserved"])
+def test_verify_reports_a_fork(file_url: str, capsys, version: int, parent: int,
+                               forks: list[int]) -> None:
+    """A version built on 4 past 5 and 8; or inside the numbers reservation 5 skipped (then 8,
+    built on 5 as well, has it beside)."""
+    identity_root(file_url)
+    write_manifest(file_url, replace(manifest_of(file_url, 8), version=version, parent=parent,
+                                     token=uuid.uuid4().hex))
+    kinds, err = verify_problems(capsys, file_url)
+    assert kinds == {paths.manifest_key(v): "fork" for v in forks}
+    assert "history forked" in err
+
+
+def test_verify_reports_a_reservation_that_is_not_its_parents_state(file_url: str,
+                                                                     capsys) -> None:
+    identity_root(file_url)
+    write_manifest(file_url, replace(manifest_of(file_url, 5), l0=manifest_of(file_url, 8).l0))
+    kinds, err = verify_problems(capsys, file_url)
+    assert kinds == {paths.manifest_key(5): "corruption"}
+    assert "reserves the numbers up to 8" in err
+
+
+def test_verify_reports_a_missing_referenced_sibling_sst(tmp_path, capsys) -> None:
+    """A kept version of ``b`` references ``a``'s SSTs; ``b``'s latest version compacted them
+    into its own. Deleting one of ``a``'s SSTs breaks the older version: reported, by name."""
+    a_url, b_url = (tmp_path / "a").as_uri(), (tmp_path / "b").as_uri()
+    with silt.open(a_url, settings=IDENTITY) as a:
+        for i in range(300):
+            a.put(key(i), value(i))
+        assert a.commit() == 1
+        with silt.open(b_url, settings=IDENTITY.replace(
+                compaction="leveled", l0_compaction_trigger=1)) as b:
+            b.reference(a, key(0), key(200))
+            assert b.commit() == 1
+            assert b.wait_for_compaction(30)
+            b.put(b"x", b"y")
+            assert b.commit() == 2
+    refs = [s for s in manifest_of(b_url, 1).all_ssts() if s.db == "a"]
+    assert refs and not any(s.db for s in manifest_of(b_url, 2).all_ssts())
+    (tmp_path / "a" / paths.sst_key(refs[0].id)).unlink()
+    kinds, err = verify_problems(capsys, b_url)
+    name = f"../a/{paths.sst_key(refs[0].id)}"
+    assert kinds == {name: "missing"} and "referenced by version 1" in err
 
 
 # --- plugins -------------------------------------------------------------------------------------

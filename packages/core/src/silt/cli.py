@@ -10,7 +10,8 @@ Commands (``silt COMMAND --help`` for each one's options)::
     silt scan URL                   key<TAB>value lines in key order
     silt verify URL                 read every manifest and block in scope, every checkpoint and
                                     compaction record (with its outputs), check checksums and
-                                    that what they name exists
+                                    that what they name exists, and that every version number
+                                    names one state (no fork, rollback or lost pinned version)
     silt plugins                    installed plugins and first-party ones not installed
     silt compact URL [--loop]       external compactor: run the policy's next task, write its
                                     record under compaction/ (never a manifest)
@@ -59,6 +60,7 @@ from .errors import (
     SiltError,
     VersionNotFoundError,
 )
+from .identity import IdentityReport, check_identity
 from .manifest import Manifest
 from .plugins import KNOWN_CACHES, KNOWN_TIERS, get_registry, open_store
 from .settings import MAX_INT, MAX_SECONDS, Settings
@@ -530,12 +532,16 @@ def cmd_verify(args: argparse.Namespace) -> int:
               "sst_bytes": 0, "checkpoints": 0, "records": 0, "record_outputs": 0}
 
     def problem(kind: str, name: str, message: str, offset: int | None = None) -> None:
+        if any(p["kind"] == kind and p["object"] == name for p in problems):
+            return  # found by the manifests' check and the identity check alike
         problems.append({"kind": kind, "object": name, "offset": offset, "message": message})
         print(f"silt: {kind}: {message}", file=sys.stderr)
 
     try:
-        if args.all:
-            versions = _list_versions(store)
+        # Every version's identity first (it lists versions without trusting fate records).
+        identity = check_identity(store, args.url)
+        if args.all or args.version is None:
+            versions = identity.live if args.all else identity.live[-1:]
             if not versions:
                 raise VersionNotFoundError(f"{public_url(args.url)!r} has no committed versions")
         else:
@@ -605,33 +611,52 @@ def cmd_verify(args: argparse.Namespace) -> int:
                 counts["entries"] += entries
                 counts["sst_bytes"] += info.size
         siblings.close()
-        _verify_metadata(store, args.url, {i.id for i in ssts}, counts, problem, notes)
+        for f in identity.findings:
+            problem(f.kind, f.object, f.message, f.offset)
+        _verify_metadata(store, args.url, {i.id for i in ssts}, counts, problem, notes,
+                         identity)
     finally:
         store.close()
 
     total_bytes = counts["manifests_bytes"] + counts["sst_bytes"]
+    lineage = {"withdrawn": identity.withdrawn, "reservations": identity.reservations,
+               "settled": identity.settled, "pins": identity.pins,
+               "horizon": identity.horizon, "references": identity.references}
     if args.json:
         _print_json({**counts, "bytes": total_bytes, "ok": not problems, "problems": problems,
-                     "notes": notes})
+                     "notes": notes, **lineage})
     else:
         scope = "all versions" if args.all else f"version {versions[0]}"
         verdict = "OK" if not problems else f"{len(problems)} PROBLEM(S), see above"
+        # Withdrawn versions and reservations are normal: counted, never problems.
+        extra = "".join(
+            f", {len(vs)} {what} ({_version_list(vs)})"
+            for what, vs in (("withdrawn", identity.withdrawn),
+                             ("reservations", identity.reservations)) if vs)
         print(f"verified {scope}: {counts['versions']} manifests, {counts['ssts']} SSTs, "
               f"{counts['blocks']} blocks, {counts['entries']} entries, {total_bytes} bytes, "
-              f"{counts['checkpoints']} checkpoints, {counts['records']} compaction records: "
-              f"{verdict}")
+              f"{counts['checkpoints']} checkpoints, {counts['records']} compaction records"
+              f"{extra}: {verdict}")
     return EXIT_CORRUPT if problems else EXIT_OK
 
 
+def _version_list(versions: list[int]) -> str:
+    """``1, 4, 9`` (at most five numbers, then how many more)."""
+    shown = ", ".join(str(v) for v in versions[:5])
+    return shown if len(versions) <= 5 else f"{shown} and {len(versions) - 5} more"
+
+
 def _verify_metadata(store: ObjectStore, url: str, verified: set[str], counts: dict[str, int],
-                     problem: Callable[..., None], notes: list[dict[str, Any]]) -> None:
+                     problem: Callable[..., None], notes: list[dict[str, Any]],
+                     identity: IdentityReport) -> None:
     """``silt verify``'s check of every checkpoint and compaction record of the DB at ``url``.
 
-    Each must pass its checksum, and what it names must exist: a checkpoint's version, a
-    record's output SSTs (each checked whole against the record, as a writer does before
-    adopting it; ``verified`` are SST ids the manifests' check already covered).
+    Each must pass its checksum, and what it names must exist: a checkpoint's version (live,
+    not withdrawn), a record's output SSTs (each checked whole against the record, as a writer
+    does before adopting it; ``verified`` are SST ids the manifests' check already covered).
     """
-    versions = set(_list_versions(store))
+    versions = set(identity.live)
+    withdrawn = set(identity.withdrawn)
     for info in retrying(lambda: list(store.list(paths.CHECKPOINT_PREFIX))):
         name = info.key
         try:
@@ -642,7 +667,12 @@ def _verify_metadata(store: ObjectStore, url: str, verified: set[str], counts: d
             problem("corruption", name, str(exc), exc.offset)
             continue
         counts["checkpoints"] += 1
-        if cp.version not in versions:
+        if cp.version in withdrawn:
+            problem("missing", name, f"checkpoint {name!r} pins version {cp.version} of "
+                    f"{public_url(url)!r}, which its writer withdrew (it reads as its parent, "
+                    "and opening it by number is refused): delete the checkpoint and "
+                    "checkpoint a live version")
+        elif cp.version not in versions:
             problem("missing", name, f"checkpoint {name!r} pins version {cp.version} of "
                     f"{public_url(url)!r}, "
                     f"which does not exist: restore {paths.manifest_key(cp.version)!r} from a "
@@ -980,7 +1010,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("verify", cmd_verify,
                 "read every manifest and every SST block in scope, every checkpoint and every "
                 "pending compaction record with its outputs, and check their checksums and that "
-                "what they name exists; exit 2 on corruption or missing objects")
+                "what they name exists; check every version's identity (fate records, pins, "
+                "forks, reservations, references); exit 2 on corruption or missing objects")
     scope = p.add_mutually_exclusive_group()
     scope.add_argument("--version", type=_version, metavar="N",
                        help="verify version N (default: the latest)")
