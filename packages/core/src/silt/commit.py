@@ -256,6 +256,9 @@ class Committer:
         if self._create(reservation):
             self.lineage, self.next = n, target
             self._check_empty_root(reservation)
+            # A zombie whose base GC kept (a checkpoint pins it) finds the next names free once
+            # GC collected them: fence it before it creates a version above the horizon.
+            self._check_horizon(reservation, self._refresh_markers())
             return
         if not self._adopt_placeholder(n):
             raise CommitConflict(
@@ -299,12 +302,16 @@ class Committer:
         """Step 3: the GC markers (one GET when nothing changed since the last commit,
         :func:`silt.markers.refresh`), more requests only on the rare paths."""
         self._check_empty_root(manifest)
-        markers = self.markers = refresh(self._store, self.markers)
+        markers = self._refresh_markers()
         self._check_horizon(manifest, markers)
         self._check_rollback(manifest, markers)
         self._check_age(manifest, base, markers, resolving=resolving)
         if refs and base is None:
             self._check_sources(manifest, refs)
+
+    def _refresh_markers(self) -> GcMarkers:
+        self.markers = refresh(self._store, self.markers)
+        return self.markers
 
     def _check_horizon(self, manifest: Manifest, markers: GcMarkers) -> None:
         """Withdraw ``manifest`` if GC's horizon passed it (this writer is a zombie)."""
