@@ -47,7 +47,7 @@ from silt.errors import (
     VersionNotFoundError,
 )
 from silt.store import ObjectInfo
-from silt.testing import StoreConformance
+from silt.testing import StoreConformance, exception_texts
 from silt_azure import AzureOptions, AzureStore
 from silt_azure import store as az_store_module
 from silt_azure.config import Account, parse_url, resolve_account
@@ -372,22 +372,6 @@ def test_connection_string_from_environment(
 SENTINEL = "hunter2-SENTINEL-pw"
 
 
-def texts_of(exc: BaseException) -> list[str]:
-    """``str`` and ``repr`` of ``exc`` and of every exception chained to it (``__cause__`` and
-    ``__context__``, displayed or suppressed): everything a traceback or a log could show."""
-    out: list[str] = []
-    seen: set[int] = set()
-    pending = [exc]
-    while pending:
-        current = pending.pop()
-        if id(current) in seen:
-            continue
-        seen.add(id(current))
-        out += [str(current), repr(current)]
-        pending += [e for e in (current.__cause__, current.__context__) if e is not None]
-    return out
-
-
 @pytest.mark.parametrize(
     "endpoint",
     [f"http://user:{SENTINEL}@127.0.0.1:1/devstoreaccount1",
@@ -412,14 +396,14 @@ def test_endpoints_with_credentials_are_refused_without_echoing_them(
     for attempt in attempts:
         with pytest.raises(InvalidArgumentError) as info:
             attempt()
-        for text in texts_of(info.value):
+        for text in exception_texts(info.value):
             assert SENTINEL not in text, text
     for variable, value in (("AZURE_STORAGE_ACCOUNT_URL", endpoint),
                             ("AZURE_STORAGE_CONNECTION_STRING", connection)):
         monkeypatch.setenv(variable, value)
         with pytest.raises(InvalidArgumentError) as info:
             AzureStore.from_url("az://state/p", {})
-        for text in texts_of(info.value):
+        for text in exception_texts(info.value):
             assert SENTINEL not in text, text
         monkeypatch.delenv(variable)
 
@@ -434,7 +418,7 @@ def test_a_connection_string_in_the_url_is_never_shown(
     with pytest.raises(VersionNotFoundError) as info:
         silt.open(az_url, version=99)
     assert "does not exist" in str(info.value)
-    for text in texts_of(info.value):
+    for text in exception_texts(info.value):
         assert not any(s in text for s in secrets), text
     db = silt.open(az_url)
     db.put(b"k", b"v")
@@ -443,7 +427,7 @@ def test_a_connection_string_in_the_url_is_never_shown(
     db.close()
     with pytest.raises(ClosedError) as closed:
         db.get(b"k")
-    shown += texts_of(closed.value)
+    shown += exception_texts(closed.value)
     for text in shown:
         assert az_url.split("?")[0] in text and not any(s in text for s in secrets), text
 

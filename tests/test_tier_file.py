@@ -23,7 +23,7 @@ from silt.errors import (
     TransientStoreError,
 )
 from silt.store import ObjectInfo
-from silt.testing import StoreConformance
+from silt.testing import StoreConformance, exception_texts
 from silt.tiers import file as file_tier
 from silt.tiers.file import TMP_DIR, FileStore
 
@@ -525,22 +525,6 @@ def test_list_matches_a_sorted_model(keys: set[str], prefix: str, start_after: s
 SENTINEL = "hunter2-SENTINEL-pw"
 
 
-def texts_of(exc: BaseException) -> list[str]:
-    """``str`` and ``repr`` of ``exc`` and of every exception chained to it (``__cause__`` and
-    ``__context__``, displayed or suppressed): everything a traceback or a log could show."""
-    out: list[str] = []
-    seen: set[int] = set()
-    pending = [exc]
-    while pending:
-        current = pending.pop()
-        if id(current) in seen:
-            continue
-        seen.add(id(current))
-        out += [str(current), repr(current)]
-        pending += [e for e in (current.__cause__, current.__context__) if e is not None]
-    return out
-
-
 def test_no_secret_from_a_url_query_reaches_a_message(tmp_path, capsys) -> None:
     """Whatever a URL's query holds (this tier takes no options; another tier's may hold a key)
     is never echoed: not by the tier, not by silt.open, not by the CLI."""
@@ -552,7 +536,7 @@ def test_no_secret_from_a_url_query_reaches_a_message(tmp_path, capsys) -> None:
         for attempt in (lambda url=url: FileStore.from_url(url), lambda url=url: silt.open(url)):
             with pytest.raises(SiltError) as info:
                 attempt()
-            for text in texts_of(info.value):
+            for text in exception_texts(info.value):
                 assert SENTINEL not in text, text
     capsys.readouterr()
     for argv in (["ls", f"file://{tmp_path}/missing?token={SENTINEL}"],

@@ -45,7 +45,7 @@ from silt.errors import (
     TransientStoreError,
 )
 from silt.store import ObjectInfo
-from silt.testing import StoreConformance
+from silt.testing import StoreConformance, exception_texts
 from silt_gcs import GcsOptions, GcsStore
 from silt_gcs import store as gcs_store_module
 from silt_gcs.config import parse_url
@@ -160,22 +160,6 @@ def test_credentials_never_accepted_in_urls(gcs_env: None) -> None:
 SENTINEL = "hunter2-SENTINEL-pw"
 
 
-def texts_of(exc: BaseException) -> list[str]:
-    """``str`` and ``repr`` of ``exc`` and of every exception chained to it (``__cause__`` and
-    ``__context__``, displayed or suppressed): everything a traceback or a log could show."""
-    out: list[str] = []
-    seen: set[int] = set()
-    pending = [exc]
-    while pending:
-        current = pending.pop()
-        if id(current) in seen:
-            continue
-        seen.add(id(current))
-        out += [str(current), repr(current)]
-        pending += [e for e in (current.__cause__, current.__context__) if e is not None]
-    return out
-
-
 @pytest.mark.parametrize(
     "endpoint",
     [f"http://user:{SENTINEL}@127.0.0.1:1", f"http://:{SENTINEL}@127.0.0.1:1",
@@ -197,13 +181,13 @@ def test_endpoints_with_credentials_are_refused_without_echoing_them(
     for attempt in attempts:
         with pytest.raises(InvalidArgumentError) as info:
             attempt()
-        for text in texts_of(info.value):
+        for text in exception_texts(info.value):
             assert SENTINEL not in text, text
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", endpoint)
     with pytest.raises(InvalidArgumentError) as info:
         GcsStore.from_url("gs://bucket/p", {})
     assert "STORAGE_EMULATOR_HOST" in str(info.value)
-    for text in texts_of(info.value):
+    for text in exception_texts(info.value):
         assert SENTINEL not in text, text
 
 

@@ -36,7 +36,7 @@ from silt.errors import (
     TransientStoreError,
 )
 from silt.store import ObjectInfo
-from silt.testing import StoreConformance
+from silt.testing import StoreConformance, exception_texts
 from silt_s3 import S3Options, S3Store
 from silt_s3 import store as s3_store_module
 from silt_s3.config import parse_url
@@ -149,22 +149,6 @@ def test_credentials_never_accepted_in_urls(aws_env: None) -> None:
 SENTINEL = "hunter2-SENTINEL-pw"
 
 
-def texts_of(exc: BaseException) -> list[str]:
-    """``str`` and ``repr`` of ``exc`` and of every exception chained to it (``__cause__`` and
-    ``__context__``, displayed or suppressed): everything a traceback or a log could show."""
-    out: list[str] = []
-    seen: set[int] = set()
-    pending = [exc]
-    while pending:
-        current = pending.pop()
-        if id(current) in seen:
-            continue
-        seen.add(id(current))
-        out += [str(current), repr(current)]
-        pending += [e for e in (current.__cause__, current.__context__) if e is not None]
-    return out
-
-
 @pytest.mark.parametrize(
     "endpoint",
     [f"http://user:{SENTINEL}@127.0.0.1:1", f"http://:{SENTINEL}@127.0.0.1:1",
@@ -187,14 +171,14 @@ def test_endpoints_with_credentials_are_refused_without_echoing_them(
         with pytest.raises(InvalidArgumentError) as info:
             attempt()
         assert "credential" in str(info.value) or "query" in str(info.value)
-        for text in texts_of(info.value):
+        for text in exception_texts(info.value):
             assert SENTINEL not in text, text
     for variable in ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"):
         monkeypatch.setenv(variable, endpoint)
         with pytest.raises(InvalidArgumentError) as info:
             silt.open("s3://bucket/p")
         assert variable in str(info.value)
-        for text in texts_of(info.value):
+        for text in exception_texts(info.value):
             assert SENTINEL not in text, text
         monkeypatch.delenv(variable)
 
@@ -209,7 +193,7 @@ def test_no_secret_reaches_a_connection_error(
     with pytest.raises(TransientStoreError) as info:
         silt.open(url)
     assert "connection problem" in str(info.value)
-    for text in texts_of(info.value):
+    for text in exception_texts(info.value):
         assert SENTINEL not in text, text
 
 
