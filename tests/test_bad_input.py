@@ -3,6 +3,7 @@ message that says what was wrong and what to do."""
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 
 import pytest
@@ -14,6 +15,7 @@ from silt.errors import (
     NoTierError,
     VersionNotFoundError,
 )
+from silt_spark import _api, _processor
 
 
 @pytest.fixture
@@ -102,6 +104,27 @@ def test_bad_ttl_values(db: silt.DB, ttl: float) -> None:
     with raises(InvalidArgumentError, match="ttl must be a positive, finite number of seconds"):
         db.put(b"k", b"v", ttl=ttl)
     assert db.get(b"k") is None
+
+
+def test_ttl_beyond_the_record_format_is_refused_and_the_db_still_commits(url: str) -> None:
+    """A ttl whose expiry does not fit the u64 expiry field used to be accepted, and then every
+    commit raised OverflowError forever. The largest ttl that fits is accepted and round-trips."""
+    clock = silt.ManualClock(1_700_000_000_000)
+    max_ttl = (2**64 - 1 - clock.now_ms()) // 1000
+    with silt.open(url, clock=clock) as db:
+        for ttl in (1e17, max_ttl + 1, 2**64, float(2**64)):
+            with raises(InvalidArgumentError, match=rf"at most {max_ttl} .*u64 milliseconds"):
+                db.put(b"k", b"v", ttl=ttl)
+            with raises(InvalidArgumentError, match=rf"at most {max_ttl}"):
+                db.write(silt.WriteBatch().put(b"b", b"v").put(b"k", b"v", ttl=ttl))
+        db.put(b"far", b"v", ttl=max_ttl)
+        db.put(b"near", b"v", ttl=float(max_ttl) * 0.999)
+        assert db.commit() == 1
+        assert db.get(b"k") is None and db.get(b"b") is None
+    with silt.open(url, clock=clock) as db:
+        assert dict(db.scan()) == {b"far": b"v", b"near": b"v"}
+        clock.advance(max_ttl * 1000)
+        assert db.get(b"far") is None and db.get(b"near") is None
 
 
 @pytest.mark.parametrize("ttl", ["5", b"5", True, [5]])
@@ -290,19 +313,41 @@ def test_use_after_close(url: str) -> None:
 # --- settings -----------------------------------------------------------------------------------
 
 
+_I64 = 2**63 - 1
+ARG, TYP = InvalidArgumentError, InvalidTypeError
+
+
 @pytest.mark.parametrize(
     ("changes", "cls", "match"),
     [
-        ({"memtable_bytes": 0}, InvalidArgumentError, r"memtable_bytes must be >= 1, got 0"),
-        ({"block_bytes": 10}, InvalidArgumentError, r"block_bytes must be >= 64"),
-        ({"upload_parallelism": 0}, InvalidArgumentError, "upload_parallelism must be >= 1"),
-        ({"bloom_bits_per_key": -1}, InvalidArgumentError, "bloom_bits_per_key must be >= 0"),
-        ({"bloom_bits_per_key": 65}, InvalidArgumentError, "bloom_bits_per_key must be <= 64"),
-        ({"compression": "zstd"}, InvalidArgumentError, r"compression must be one of .*'zstd'"),
-        ({"memtable_bytes": "1MiB"}, InvalidTypeError, "memtable_bytes must be an int, got str"),
-        ({"block_bytes": 4096.0}, InvalidTypeError, "block_bytes must be an int, got float"),
-        ({"read_parallelism": True}, InvalidTypeError, "read_parallelism must be an int"),
-        ({"max_key_bytes": 2**33}, InvalidArgumentError, "must be < 4 GiB"),
+        ({"memtable_bytes": 0}, ARG, rf"memtable_bytes must be in 1\.\.{_I64}, got 0"),
+        ({"block_bytes": 10}, ARG, r"block_bytes must be in 64\.\.536870912, got 10"),
+        ({"upload_parallelism": 0}, ARG, r"upload_parallelism must be in 1\.\.1024"),
+        ({"bloom_bits_per_key": -1}, ARG, r"bloom_bits_per_key must be in 0\.\.64"),
+        ({"bloom_bits_per_key": 65}, ARG, r"bloom_bits_per_key must be in 0\.\.64"),
+        ({"compression": "zstd"}, ARG, r"compression must be one of .*'zstd'"),
+        ({"memtable_bytes": "1MiB"}, TYP, "memtable_bytes must be an int in .*, got str"),
+        ({"block_bytes": 4096.0}, TYP, "block_bytes must be an int in .*, got float"),
+        ({"read_parallelism": True}, TYP, "read_parallelism must be an int"),
+        ({"max_key_bytes": 2**33}, ARG, r"max_key_bytes must be in 1\.\.536870912"),
+        # Absurdly large values that would overflow on-disk fields or thread pools.
+        ({"max_value_bytes": 2**32}, ARG, r"max_value_bytes must be in 0\.\.5"),
+        ({"memtable_bytes": 2**64}, ARG, rf"memtable_bytes must be in 1\.\.{_I64}"),
+        ({"read_parallelism": 10**9}, ARG, r"read_parallelism must be in 1\.\.1024"),
+        ({"retain_versions": 0}, ARG, r"retain_versions must be in 1\.\.9{20}, got 0"),
+        ({"retain_versions": 10**20}, ARG, r"retain_versions must be in 1\.\."),
+        ({"level_size_ratio": 1}, ARG, r"level_size_ratio must be in 2\.\."),
+        # The seconds fields: finite, not negative, not absurd, a real number.
+        ({"gc_grace_seconds": math.inf}, InvalidArgumentError,
+         r"gc_grace_seconds must be a number of seconds in 0\.\.10000000000, got inf"),
+        ({"gc_grace_seconds": math.nan}, ARG, r"gc_grace_seconds .* got nan"),
+        ({"gc_grace_seconds": -1}, ARG, r"gc_grace_seconds .* got -1"),
+        ({"gc_grace_seconds": 1e300}, ARG, r"gc_grace_seconds .* got 1e\+300"),
+        ({"gc_grace_seconds": "3600"}, TYP, r"gc_grace_seconds must be a number"),
+        ({"gc_grace_seconds": True}, TYP, r"gc_grace_seconds must be a number"),
+        ({"compaction_poll_seconds": -math.inf}, InvalidArgumentError,
+         r"compaction_poll_seconds must be a number of seconds in 0\.\."),
+        ({"compaction_poll_seconds": math.nan}, ARG, r"compaction_poll_seconds"),
     ],
 )
 def test_bad_settings(changes: dict, cls: type, match: str) -> None:
@@ -347,3 +392,133 @@ def test_open_at_most(url: str) -> None:
         silt.open(url, version=2, at_most=3)
     with raises(InvalidTypeError, match="at_most must be an int"):
         silt.open(url, at_most="3")
+    for at_most in (-2, 10**20, -(2**70)):
+        with raises(InvalidArgumentError, match=r"at_most must be between -1 \(open empty\) and"):
+            silt.open(url, at_most=at_most)
+    with silt.open(url, at_most=-1) as db:  # batch 0 of a stream processor opens at_most=-1
+        assert db.version is None
+
+
+@pytest.mark.parametrize(
+    ("meta", "cls", "match"),
+    [
+        ({"k": "\ud800"}, InvalidArgumentError, r"commit meta entry 'k' is not valid Unicode"),
+        ({"\udfff": "v"}, InvalidArgumentError, r"is not valid Unicode \(it holds a lone"),
+        ({"k": 1}, InvalidTypeError, r"commit meta must map str to str, got str 'k' -> int"),
+        ({b"k": "v"}, InvalidTypeError, r"commit meta must map str to str, got bytes"),
+        ([("k", "v")], InvalidTypeError, r"commit meta must be a dict of str to str, got list"),
+    ],
+)
+def test_bad_commit_meta_is_refused_before_anything_is_written(
+    url: str, meta: object, cls: type, match: str
+) -> None:
+    """A lone surrogate in meta used to be committed, and then crashed ``silt ls``/``inspect``."""
+    with silt.open(url) as db:
+        db.put(b"k", b"v")
+        with raises(cls, match=match):
+            db.commit(meta=meta)  # type: ignore[arg-type]
+        assert silt.versions(url) == []
+        assert db.commit(meta={"ok": "\u00e9t\u00e9 \U0001f600"}) == 1
+    with silt.open(url) as db:
+        assert db.meta == {"ok": "\u00e9t\u00e9 \U0001f600"} and db.get(b"k") == b"v"
+
+
+def test_gc_grace_must_be_a_finite_number(url: str) -> None:
+    """``db.gc(grace_seconds=inf)`` used to raise a bare OverflowError, ``nan`` a bare
+    ValueError. (How short a grace may be is a separate rule, checked against the writers'.)"""
+    with silt.open(url) as db:
+        db.put(b"k", b"v")
+        db.commit()
+        for grace in (math.inf, -math.inf, math.nan):
+            with raises(InvalidArgumentError,
+                        match=r"grace_seconds must be a finite number of seconds >= 0, got"):
+                db.gc(grace_seconds=grace)
+        for grace in ("60", b"60", True, [60]):
+            with raises(InvalidTypeError, match="grace_seconds must be a number of seconds, got"):
+                db.gc(grace_seconds=grace)  # type: ignore[arg-type]
+        assert db.get(b"k") == b"v" and silt.versions(url) == [1]
+
+
+# --- the Spark binding's numeric options (checked when the query is built) ----------------------
+
+
+@pytest.mark.parametrize(
+    ("delay", "cls", "match"),
+    [
+        ("inf seconds", InvalidArgumentError, r"watermark_delay must be a finite interval"),
+        ("-inf ms", InvalidArgumentError, r"watermark_delay must be a finite interval"),
+        ("nan minutes", InvalidArgumentError, r"watermark_delay must be a finite interval"),
+        ("1e300 days", InvalidArgumentError, r"watermark_delay must be at most 92233720368\d+ ms"),
+        (2**80, InvalidArgumentError, r"watermark_delay must be at most 9223372036854775 ms"),
+        (-1, InvalidArgumentError, r"watermark_delay must not be negative, got -1"),
+        ("-5 seconds", InvalidArgumentError, r"watermark_delay must not be negative"),
+        ("ten seconds", InvalidArgumentError, r"watermark_delay: cannot parse interval"),
+        (1.5, InvalidTypeError, r"watermark_delay must be ms or an interval string, got 1\.5"),
+        (math.inf, InvalidTypeError, r"watermark_delay must be ms or an interval string"),
+        (True, InvalidTypeError, r"watermark_delay must be ms or an interval string"),
+        (None, InvalidTypeError, r"watermark_delay must be ms or an interval string"),
+    ],
+)
+def test_spark_watermark_delays(delay: object, cls: type, match: str) -> None:
+    """``"inf seconds"`` used to raise a bare OverflowError while the query was built."""
+    with raises(cls, match=match):
+        _api.parse_delay_ms(delay)  # type: ignore[arg-type]
+
+
+def test_spark_durations() -> None:
+    for name in ("window_duration", "slide_duration", "ttl"):
+        for value, cls, match in [
+            ("inf hours", InvalidArgumentError, "must be a finite interval"),
+            ("nan s", InvalidArgumentError, "must be a finite interval"),
+            (dt.timedelta.max, InvalidArgumentError, "must be at most 9223372036854775 ms"),
+            (10**19, InvalidArgumentError, "must be at most 9223372036854775 ms"),
+            (0, InvalidArgumentError, "must be positive, got 0"),
+            (dt.timedelta(0), InvalidArgumentError, "must be positive"),
+            (-dt.timedelta(seconds=1), InvalidArgumentError, "must be positive"),
+            (2.5, InvalidTypeError, "must be ms, a timedelta or an interval string"),
+        ]:
+            with raises(cls, match=f"{name} {match}"):
+                _api._duration_ms(value, name)
+        assert _api._duration_ms(dt.timedelta(minutes=2), name) == 120_000
+        assert _api._duration_ms("1.5 s", name) == 1500
+
+
+@pytest.mark.parametrize(
+    ("num_shards", "key_groups", "cls", "match"),
+    [
+        (0, 256, InvalidArgumentError, r"num_shards must be between 1 and key_groups \(256\)"),
+        (-3, 256, InvalidArgumentError, "num_shards must be between 1"),
+        (300, 256, InvalidArgumentError, "num_shards must be between 1"),
+        (10**30, 256, InvalidArgumentError, "num_shards must be between 1"),
+        (4, 0, InvalidArgumentError, "key_groups must be between 1 and 65536, got 0"),
+        (4, 2**17, InvalidArgumentError, "key_groups must be between 1 and 65536"),
+        (True, 256, InvalidTypeError, "num_shards must be an int, got bool"),
+        (4.0, 256, InvalidTypeError, "num_shards must be an int, got float"),
+        (4, math.inf, InvalidTypeError, "key_groups must be an int, got float"),
+        (4, "256", InvalidTypeError, "key_groups must be an int, got str"),
+    ],
+)
+def test_spark_layout_options(num_shards: object, key_groups: object, cls: type,
+                              match: str) -> None:
+    with raises(cls, match=match):
+        _api._spec("aggregate", "file:///tmp/x", num_shards, key_groups,  # type: ignore[arg-type]
+                   False, None)
+
+
+def test_spark_state_ttls_and_timers() -> None:
+    """State TTLs and timers given to a processor's handle: inf and nan used to surface as a
+    bare OverflowError/ValueError (or, for a TTL, at the first write)."""
+    for ttl in (math.inf, math.nan, 0, -5, 2**64, 1e300):
+        with raises(InvalidArgumentError, match="ttlDurationMs must be a positive number of ms"):
+            _processor._ttl_seconds(ttl)  # type: ignore[arg-type]
+    with raises(InvalidTypeError, match="ttlDurationMs must be a number of ms"):
+        _processor._ttl_seconds("1000")  # type: ignore[arg-type]
+    assert _processor._ttl_seconds(1500) == 1.5
+    # The timestamp check runs before the handle touches its task.
+    handle = _processor.StatefulProcessorHandle(None, time_mode="processingtime")  # type: ignore[arg-type]
+    for expiry in (math.inf, -math.inf, math.nan, 2**63, -(2**63) - 1):
+        with raises(InvalidArgumentError, match="timer timestamp .* is out of range"):
+            handle._check_timer(expiry)
+    with raises(InvalidTypeError, match="a timer is an int timestamp in ms, got str"):
+        handle._check_timer("5")
+    assert handle._check_timer(1700000000000.0) == 1_700_000_000_000

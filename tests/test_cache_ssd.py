@@ -18,6 +18,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -56,11 +57,11 @@ def payload(seed: int, size: int) -> bytes:
     return random.Random(seed).randbytes(size)
 
 
-def run_child(script: str, *args: str, timeout: float = 60) -> dict:
+def run_child(script: str, *args: str, timeout: float = 60, preexec_fn=None) -> dict:
     env = {**os.environ, "PYTHONPATH": PYTHONPATH, "SILT_DISABLE_PLUGIN_AUTOLOAD": "1"}
     proc = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(script), *args],
-        env=env, capture_output=True, text=True, timeout=timeout,
+        env=env, capture_output=True, text=True, timeout=timeout, preexec_fn=preexec_fn,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -155,6 +156,166 @@ def test_unusable_cache_dir_is_a_clear_error(tmp_path: Path) -> None:
     (tmp_path / "a-file").write_bytes(b"x")
     with pytest.raises(InvalidArgumentError, match="cannot be used"):
         SsdCache(MemoryStore(), tmp_path / "a-file", size_limit=MiB)
+
+
+# --- the cache never makes a read fail: unusable and junk cache directories -----------------------
+
+
+def _junk(kind: str, cache_dir: Path) -> None:
+    """Put ``kind`` of junk where the cache's own files go."""
+    top = cache_dir / "silt-ssd-v1"
+    if kind == "cache_dir is a file":
+        cache_dir.write_bytes(b"junk")
+    elif kind == "silt-ssd-v1 is a file":
+        cache_dir.mkdir()
+        top.write_bytes(b"junk")
+    elif kind == "state is a directory":
+        (top / "state").mkdir(parents=True)
+    elif kind == "objects is a file":
+        top.mkdir(parents=True)
+        (top / "objects").write_bytes(b"junk")
+    elif kind == "tmp is a file":
+        (top / "objects").mkdir(parents=True)
+        (top / "tmp").write_bytes(b"junk")
+    elif kind == "state cannot be written":
+        (top / "objects").mkdir(parents=True)
+        (top / "tmp").mkdir()
+        (top / "state").symlink_to("/dev/full")  # every write: ENOSPC
+    else:
+        raise AssertionError(kind)
+
+
+@pytest.mark.parametrize("kind", ["cache_dir is a file", "silt-ssd-v1 is a file",
+                                  "state is a directory", "objects is a file", "tmp is a file",
+                                  "state cannot be written"])
+def test_an_unusable_cache_dir_turns_the_cache_off_with_one_warning(
+    tmp_path: Path, ssd_registry, kind: str
+) -> None:
+    """silt.open with ``?cache=ssd`` on a cache_dir it cannot use reads (and writes) straight from
+    the tier, and says so exactly once, instead of failing."""
+    root, cache_dir = tmp_path / "root", tmp_path / "cache"
+    model = fill_root(root, n=300)
+    _junk(kind, cache_dir)
+    url = f"{root.as_uri()}?cache=ssd&cache_dir={cache_dir}&cache_reserve=0"
+    with pytest.warns(silt_ssd.CacheDisabledWarning) as record:
+        db = silt.open(url, settings=SMALL)
+    with db:
+        assert len(record) == 1, [str(w.message) for w in record]
+        assert "cannot be used" in str(record[0].message)
+        assert dict(db.scan()) == model
+        assert db.multi_get(sorted(model)[:50]) == [model[k] for k in sorted(model)[:50]]
+        db.put(b"new", b"value")
+        db.commit()
+        assert db.get(b"new") == b"value"
+        store = db.store
+        while hasattr(store, "inner"):
+            assert not isinstance(store, SsdCache)
+            store = store.inner
+
+
+def _without_file_permission_override() -> None:
+    """In a child about to exec: as root, drop CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH from the
+    bounding set, so the exec'd program is bound by file permissions like any other user."""
+    if os.geteuid() != 0:
+        return
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    for capability in (1, 2):  # CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH
+        if libc.prctl(24, capability, 0, 0, 0) != 0:  # PR_CAPBSET_DROP
+            raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP)")
+
+
+READ_ONLY_CHILD = """
+    import json, sys, warnings
+    import silt, silt.plugins
+    import silt_ssd
+    from silt_ssd.plugin import silt_register
+
+    registry = silt.plugins.build_registry(autoload=False)
+    silt_register(registry=registry)
+    silt.plugins._registry = registry
+    root, cache_dir, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    try:
+        open(cache_dir + "/probe", "wb")
+        writable = True
+    except OSError:
+        writable = False
+    settings = silt.Settings(memtable_bytes=32 * 1024, block_bytes=1024, block_cache_bytes=0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        db = silt.open(f"file://{root}?cache=ssd&cache_dir={cache_dir}/c&cache_reserve=0",
+                       settings=settings)
+    with db:
+        keys = [b"key%06d" % i for i in range(n)]
+        values = [db.get(k) for k in keys]
+        scanned = len(dict(db.scan()))
+    print(json.dumps({
+        "writable": writable,
+        "ok": values == [b"value-%d-" % i + bytes(i % 50) for i in range(n)] and scanned == n,
+        "warnings": [[type(w.message).__name__, str(w.message)] for w in caught],
+    }))
+"""
+
+
+@pytest.mark.parametrize("warm", [True, False], ids=["warm cache", "no cache yet"])
+def test_a_read_only_cache_dir_turns_the_cache_off_with_one_warning(
+    tmp_path: Path, ssd_registry, warm: bool
+) -> None:
+    """A cache directory this process may not write (a warm cache left by another user or
+    mounted read-only, or a read-only place for a new one) never makes a read fail."""
+    root, parent = tmp_path / "root", tmp_path / "ro"
+    model = fill_root(root, n=300)
+    parent.mkdir()
+    if warm:
+        url = f"{root.as_uri()}?cache=ssd&cache_dir={parent / 'c'}&cache_reserve=0"
+        with silt.open(url, settings=SMALL) as db:
+            assert dict(db.scan()) == model
+            assert cache_of(db).stats()["admitted"] > 0
+    paths = [parent, *parent.rglob("*")]
+    try:
+        for path in paths:
+            path.chmod(0o555 if path.is_dir() else 0o444)
+        got = run_child(READ_ONLY_CHILD, str(root), str(parent), str(len(model)),
+                        preexec_fn=_without_file_permission_override)
+    finally:
+        for path in paths:
+            path.chmod(0o755 if path.is_dir() else 0o644)
+    assert got["writable"] is False  # the directory really is read-only for the reader
+    assert got["ok"]
+    assert len(got["warnings"]) == 1, got["warnings"]
+    assert got["warnings"][0][0] == "CacheDisabledWarning"
+
+
+def test_junk_inside_the_cache_dir_is_tolerated(tmp_path: Path, ssd_registry) -> None:
+    """Stray files and folders where entries go, a garbled ledger and an entry's name taken by a
+    folder: the cache keeps working (no warning), and every read is right."""
+    root, cache_dir = tmp_path / "root", tmp_path / "cache"
+    model = fill_root(root, n=300)
+    url = f"{root.as_uri()}?cache=ssd&cache_dir={cache_dir}&cache_reserve=0"
+    with silt.open(url, settings=SMALL) as db:
+        assert dict(db.scan()) == model
+    entries = entry_files(cache_dir)
+    assert entries
+    top = cache_dir / "silt-ssd-v1"
+    (top / "state").write_bytes(os.urandom(40))
+    (top / "objects" / "zz").write_bytes(b"a file where a folder goes")
+    (top / "objects" / "yy" / "not-an-object" / "deeper").mkdir(parents=True)
+    (top / "tmp" / "a-folder").mkdir()
+    (top / "tmp" / "stray.tmp").write_bytes(b"x")
+    (top / "junk.txt").write_bytes(b"x")
+    for taken in entries[::2]:
+        taken.unlink()
+        taken.mkdir()  # an entry's name taken by a folder
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no warning at all: the cache is on
+        with silt.open(url, settings=SMALL) as db:
+            for _ in range(2):
+                assert dict(db.scan()) == model
+                assert [db.get(k) for k in sorted(model)[::7]] == [
+                    model[k] for k in sorted(model)[::7]]
+            stats = cache_of(db).stats()
+    assert stats["hits"] > 0 and stats["errors"] > 0
 
 
 def test_registers_cache_and_parses_url_options(

@@ -9,18 +9,31 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import re
+import struct
 import subprocess
 import sys
 import uuid
+import zlib
+from dataclasses import replace
 
 import pytest
 import silt
+import sstparts
 from silt import paths
+from silt.checkpoints import encode_checkpoint
 from silt.cli import escape, main, show_key
 from silt.compaction.compactor import run_compaction
 from silt.compaction.record import CompactionRecord
 from silt.compaction.task import CompactionTask
+from silt.errors import CorruptionError, FencedError, StoreError, WithdrawnError
+from silt.gc import collect_garbage
+from silt.manifest import MANIFEST_MAGIC, Manifest
+from silt.markers import read_markers
+from silt.sst.format import FOOTER, FOOTER_SIZE
+from silt.testing import FaultyStore
 from silt.tiers.memory import MemoryStore
+from silt.versions import read_fate
 
 N = 5000  # keys in version 1: several SSTs at the test settings' 64 KiB memtable
 #: Where this process imported silt from (the installed build, or packages/core/src):
@@ -428,8 +441,10 @@ def test_verify_reports_what_checkpoints_and_records_name_but_is_missing(root: s
     code, out, err = run(capsys, "verify", root, "--json")
     assert code == 2
     kinds = {p["object"]: p["kind"] for p in json.loads(out)["problems"]}
+    pin = next(i.name for i in (root_dir(root) / "gc" / "pin").iterdir())
     assert kinds == {paths.checkpoint_key("first"): "missing",
-                     paths.sst_key(rec.outputs[-1].id): "missing"}
+                     paths.sst_key(rec.outputs[-1].id): "missing",
+                     paths.PIN_PREFIX + pin: "rollback"}  # the pinned manifest is gone
     assert "pins version 1" in err and "an output of compaction record" in err
 
 
@@ -442,6 +457,196 @@ def test_verify_notes_a_checkpoint_from_before_checksums(root: str, capsys) -> N
     assert code == 0
     assert [n["object"] for n in json.loads(out)["notes"]] == [paths.checkpoint_key("old")]
     assert "without a checksum" in err
+
+
+# --- verify: version identity --------------------------------------------------------------------
+GRACE = 100.0
+IDENTITY = silt.Settings(memtable_bytes=2000, block_bytes=256, compaction="none",
+                         gc_grace_seconds=GRACE, retain_versions=20)
+
+
+def identity_root(url: str) -> silt.ManualClock:
+    """A healthy root whose history uses the whole version-identity protocol: versions 1 and 2;
+    3 withdrawn (its commit stalled past the grace while a GC pass ran); 4 on top of it; 5 a
+    reservation (a commit from 4 skipped to 8); 8, pinned by another DB's checkpoint (settled)."""
+    clock = silt.ManualClock(T0)
+    with silt.open(url, settings=IDENTITY, clock=clock) as db:
+        for v in (1, 2):
+            db.put(b"k", b"%d" % v)
+            assert db.commit() == v
+    faulty = FaultyStore(silt.open_store(url))
+    db = silt.open(url, settings=IDENTITY, clock=clock, store=faulty)
+    db.put(b"k", b"stalled")
+
+    def stall_while_gc_runs(op: str, key: str) -> None:
+        clock.advance(int(GRACE * 1000) + 1)
+        gc = FaultyStore(silt.open_store(url))  # a pass that dies before it is done
+        gc.fail_matching("put_if_absent", lambda k: k.endswith(paths.PASS_DONE_SUFFIX),
+                         error=StoreError, times=None)
+        with pytest.raises(StoreError):
+            collect_garbage(gc, retain_versions=20, grace_seconds=GRACE, clock=clock)
+
+    faulty.on_call("list", stall_while_gc_runs, predicate=lambda k: k.startswith(paths.GC_PREFIX),
+                   times=1)
+    with pytest.raises(WithdrawnError):
+        db.commit()
+    assert db.commit() == 4
+    db.put(b"k", b"eight")
+    assert db.commit(8) == 8
+    db.close()
+    with silt.open(url, settings=IDENTITY, clock=clock) as other:
+        assert other.checkpoint("release") == 8
+    return clock
+
+
+def manifest_of(url: str, version: int) -> Manifest:
+    return Manifest.decode((root_dir(url) / paths.manifest_key(version)).read_bytes(), "m")
+
+
+def write_manifest(url: str, manifest: Manifest) -> None:
+    (root_dir(url) / paths.manifest_key(manifest.version)).write_bytes(manifest.encode())
+
+
+def verify_problems(capsys, url: str) -> tuple[dict[str, str], str]:
+    """``silt verify URL --json``: exit 2, and ``{object: kind}`` of its problems, stderr."""
+    code, out, err = run(capsys, "verify", url, "--json")
+    assert code == 2, (out, err)
+    assert "Traceback" not in err
+    return {p["object"]: p["kind"] for p in json.loads(out)["problems"]}, err
+
+
+def test_verify_a_healthy_root_with_withdrawals_and_reservations(file_url: str) -> None:
+    identity_root(file_url)
+    store = silt.open_store(file_url)
+    assert read_fate(store, 3).withdrawn and read_fate(store, 8).fate == "settled"
+    assert manifest_of(file_url, 5).skip_to == 8
+    proc = run_process("verify", file_url, "--all")
+    out = proc.stdout.decode()
+    assert (proc.returncode, proc.stderr) == (0, b""), out
+    assert out.startswith("verified all versions: 5 manifests")  # 1, 2, 4, 5, 8
+    assert "1 withdrawn (3), 1 reservations (5): OK" in out
+    proc = run_process("verify", file_url, "--json")
+    doc = json.loads(proc.stdout)
+    assert proc.returncode == 0 and doc["ok"] is True
+    assert (doc["withdrawn"], doc["reservations"], doc["settled"], doc["pins"]) == \
+        ([3], [5], [8], 1)
+
+
+def test_verify_does_not_judge_a_stale_writers_leftovers_below_the_horizon(file_url: str,
+                                                                          capsys) -> None:
+    """A stale writer at version 2 commits version 11 after GC collected versions 1-3: its
+    reservation re-creates the collected name 3 (below the horizon, where nothing is judged) and
+    version 11 is withdrawn. Version 4, built on the collected 3, is no fork."""
+    clock = silt.ManualClock(T0)
+    with silt.open(file_url, settings=IDENTITY, clock=clock) as db:
+        for v in range(1, 6):
+            db.put(b"k", b"%d" % v)
+            assert db.commit() == v
+    stale = silt.open(file_url, version=2, settings=IDENTITY, clock=clock)
+    collect_garbage(silt.open_store(file_url), retain_versions=2, grace_seconds=GRACE,
+                    clock=clock)
+    stale.put(b"k", b"stale")
+    with pytest.raises(FencedError):
+        stale.commit(11)
+    stale.close()
+    assert manifest_of(file_url, 3).skip_to == 11 and manifest_of(file_url, 4).parent == 3
+    code, out, err = run(capsys, "verify", file_url, "--all")
+    assert (code, err) == (0, ""), out
+    assert "1 withdrawn (11), 1 reservations (3): OK" in out
+
+
+def test_verify_reports_a_rolled_back_root(file_url: str, capsys) -> None:
+    """The pinned newest manifest deleted: the pin marker names a version that is gone."""
+    identity_root(file_url)
+    (root_dir(file_url) / paths.manifest_key(8)).unlink()
+    pin = paths.pin_key(8, next(iter(read_markers(silt.open_store(file_url)).pins))[1])
+    kinds, err = verify_problems(capsys, file_url)
+    assert kinds[pin] == "rollback" and f"{pin!r}" in err and "rolled back" in err
+    assert kinds[paths.checkpoint_key("release")] == "missing"
+    proc = run_process("verify", file_url)
+    assert proc.returncode == 2 and b"rolled back" in proc.stderr
+
+
+def test_verify_reports_a_pinned_manifest_restored_from_an_old_copy(file_url: str,
+                                                                   capsys) -> None:
+    """Version 8 replaced by another commit of the same number (another commit token)."""
+    identity_root(file_url)
+    old = manifest_of(file_url, 8)
+    write_manifest(file_url, replace(old, token=uuid.uuid4().hex, l0=old.l0[1:]))
+    kinds, err = verify_problems(capsys, file_url)
+    assert kinds[paths.pin_key(8, old.token)] == "rollback"
+    assert f"commit token {old.token}" in err and "number reused" in err
+
+
+def test_verify_reports_a_checkpoint_of_a_withdrawn_version(file_url: str, capsys) -> None:
+    identity_root(file_url)
+    cp = root_dir(file_url) / paths.checkpoint_key("bad")
+    cp.write_bytes(encode_checkpoint(3, T0, "t"))
+    kinds, err = verify_problems(capsys, file_url)
+    assert kinds == {paths.checkpoint_key("bad"): "missing"}
+    assert "pins version 3" in err and "withdrew" in err
+
+
+def test_verify_reports_a_damaged_fate_record(file_url: str, capsys) -> None:
+    identity_root(file_url)
+    flip_byte(root_dir(file_url) / paths.fate_key(3), 20)
+    kinds, err = verify_problems(capsys, file_url)
+    assert kinds == {paths.fate_key(3): "corruption"}
+    assert "fate record checksum mismatch" in err
+
+
+def test_verify_reports_a_fate_record_whose_manifest_is_gone(file_url: str, capsys) -> None:
+    identity_root(file_url)
+    (root_dir(file_url) / paths.manifest_key(3)).unlink()
+    kinds, err = verify_problems(capsys, file_url)
+    assert kinds == {paths.fate_key(3): "missing"}
+    assert "not below the garbage-collection horizon 1" in err and "withdrawn" in err
+
+
+@pytest.mark.parametrize("version, parent, forks", [(10, 4, [10]), (6, 5, [6, 8])],
+                         ids=["beside", "reserved"])
+def test_verify_reports_a_fork(file_url: str, capsys, version: int, parent: int,
+                               forks: list[int]) -> None:
+    """A version built on 4 past 5 and 8; or inside the numbers reservation 5 skipped (then 8,
+    built on 5 as well, has it beside)."""
+    identity_root(file_url)
+    write_manifest(file_url, replace(manifest_of(file_url, 8), version=version, parent=parent,
+                                     token=uuid.uuid4().hex))
+    kinds, err = verify_problems(capsys, file_url)
+    assert kinds == {paths.manifest_key(v): "fork" for v in forks}
+    assert "history forked" in err
+
+
+def test_verify_reports_a_reservation_that_is_not_its_parents_state(file_url: str,
+                                                                     capsys) -> None:
+    identity_root(file_url)
+    write_manifest(file_url, replace(manifest_of(file_url, 5), l0=manifest_of(file_url, 8).l0))
+    kinds, err = verify_problems(capsys, file_url)
+    assert kinds == {paths.manifest_key(5): "corruption"}
+    assert "reserves the numbers up to 8" in err
+
+
+def test_verify_reports_a_missing_referenced_sibling_sst(tmp_path, capsys) -> None:
+    """A kept version of ``b`` references ``a``'s SSTs; ``b``'s latest version compacted them
+    into its own. Deleting one of ``a``'s SSTs breaks the older version: reported, by name."""
+    a_url, b_url = (tmp_path / "a").as_uri(), (tmp_path / "b").as_uri()
+    with silt.open(a_url, settings=IDENTITY) as a:
+        for i in range(300):
+            a.put(key(i), value(i))
+        assert a.commit() == 1
+        with silt.open(b_url, settings=IDENTITY.replace(
+                compaction="leveled", l0_compaction_trigger=1)) as b:
+            b.reference(a, key(0), key(200))
+            assert b.commit() == 1
+            assert b.wait_for_compaction(30)
+            b.put(b"x", b"y")
+            assert b.commit() == 2
+    refs = [s for s in manifest_of(b_url, 1).all_ssts() if s.db == "a"]
+    assert refs and not any(s.db for s in manifest_of(b_url, 2).all_ssts())
+    (tmp_path / "a" / paths.sst_key(refs[0].id)).unlink()
+    kinds, err = verify_problems(capsys, b_url)
+    name = f"../a/{paths.sst_key(refs[0].id)}"
+    assert kinds == {name: "missing"} and "referenced by version 1" in err
 
 
 # --- plugins -------------------------------------------------------------------------------------
@@ -500,6 +705,205 @@ def test_usage_errors(capsys) -> None:
     assert code == 2 and "is negative" in err
     code, out, _ = run(capsys, "--help")
     assert code == 0 and "verify" in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["gc", "memory://x", "--grace", "inf"], "'inf' is not a finite number of seconds"),
+        (["gc", "memory://x", "--grace=-inf"], "'-inf' is not a finite number of seconds"),
+        (["gc", "memory://x", "--grace", "nan"], "'nan' is not a finite number of seconds"),
+        (["gc", "memory://x", "--grace", "NaN"], "'NaN' is not a finite number of seconds"),
+        (["gc", "memory://x", "--grace", "-1"], "'-1' is negative"),
+        (["gc", "memory://x", "--grace", "1e300"], "'1e300' is more than the maximum"),
+        (["gc", "memory://x", "--grace", "soon"], "'soon' is not a number of seconds"),
+        (["gc", "memory://x", "--retain", "0"], "'0' must be at least 1"),
+        (["gc", "memory://x", "--retain", "-3"], "'-3' must be at least 1"),
+        (["gc", "memory://x", "--retain", "1e3"], "'1e3' is not an integer"),
+        (["gc", "memory://x", "--retain", "9" * 21], "is larger than the maximum 9{20}"),
+        (["get", "memory://x", "k", "--version", "-1"], "'-1' is negative"),
+        (["get", "memory://x", "k", "--version", "1" + "0" * 20], "larger than the maximum"),
+        (["inspect", "memory://x", "--version", "nan"], "'nan' is not an integer"),
+        (["verify", "memory://x", "--version", "inf"], "'inf' is not an integer"),
+        (["checkpoint", "memory://x", "c", "--version", "-2"], "'-2' is negative"),
+        (["scan", "memory://x", "--limit", "2" * 30], "larger than the maximum"),
+        (["compact", "memory://x", "--interval", "inf"], "'inf' is not a finite number"),
+        (["compact", "memory://x", "--interval", "nan"], "'nan' is not a finite number"),
+        (["compact", "memory://x", "--iterations", "-1"], "'-1' is negative"),
+    ],
+)
+def test_numeric_arguments_are_checked(capsys, argv: list[str], message: str) -> None:
+    """``--grace inf`` used to reach GC (an OverflowError traceback) and ``--grace nan`` said
+    "is negative": every numeric argument is now a usage error naming the value."""
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and out == ""
+    assert re.search(f"error: argument --[a-z]+: .*{message}", err), err
+    assert "Traceback" not in err
+
+
+def test_settings_given_to_compact_are_checked(capsys) -> None:
+    for item, message in [
+        ("gc_grace_seconds=inf", "gc_grace_seconds must be a number of seconds in 0..10000000000"),
+        ("compaction_poll_seconds=nan", "compaction_poll_seconds must be a number of seconds"),
+        ("block_bytes=99999999999", r"block_bytes must be in 64..536870912"),
+        ("upload_parallelism=-4", r"upload_parallelism must be in 1..1024"),
+    ]:
+        code, _, err = run(capsys, "compact", "memory://x", "--set", item)
+        assert code == 1 and re.search(f"silt: error: Settings.{message}", err), err
+
+
+def _plant_manifest(url: str, version: int, body: bytes) -> None:
+    """Write ``manifest/<version>`` holding ``body`` under a valid header and checksum: what a
+    crafted (or bit-rotted and re-checksummed) manifest looks like to a reader."""
+    rest = struct.pack("<I", 1) + body
+    data = MANIFEST_MAGIC + struct.pack("<I", zlib.crc32(rest)) + rest
+    (root_dir(url) / paths.manifest_key(version)).write_bytes(data)
+
+
+def _crafted_bodies(good: dict) -> dict[str, bytes]:
+    """Version 2 bodies, each damaged in one way, made from version 1's decoded ``good``."""
+    def with_sst(**changes: object) -> bytes:
+        d = {**good, "version": 2, "parent": 1}
+        d["l0"] = [{**d["l0"][0], **changes}, *d["l0"][1:]]
+        return json.dumps(d).encode()
+
+    def top(**changes: object) -> bytes:
+        return json.dumps({**good, "version": 2, "parent": 1, **changes}).encode()
+
+    return {
+        "deeply nested": b'{"version":2,"meta":' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+        "size 2^40": with_sst(size=2**40),
+        "size 2^63": with_sst(size=2**63),
+        "size 2^64+1": with_sst(size=2**64 + 1),
+        "negative size": with_sst(size=-1),
+        "tail past the end": with_sst(tail_offset=2**62),
+        "negative tail": with_sst(tail_offset=-52),
+        "entries not a number": with_sst(entries="many"),
+        "size a float": with_sst(size=1e300),
+        "size a bool": with_sst(size=True),
+        "bad hex key": with_sst(smallest="zz"),
+        "keys out of order": with_sst(smallest="ff", largest="00"),
+        "lone surrogate in meta": top(meta={"query": "\ud800"}),
+        "meta not a map": top(meta=["query"]),
+        "meta value a number": top(meta={"n": 1}),
+        "levels not lists": top(levels=[1, 2]),
+        "l0 not a list": top(l0={"id": "x"}),
+        "version a string": top(version="2"),
+        "huge version": top(version=10**30),
+        "parent after version": top(parent=7),
+        "body a list": b"[1, 2, 3]",
+        "body not JSON": b"{not json",
+        "body not UTF-8": b'{"version": "\xff\xfe"}'.replace(b"\\xff\\xfe", b"\xff\xfe"),
+        "number with 5000 digits": top().replace(b'"version": 2', b'"version": ' + b"9" * 5000),
+        "NaN created_ms": top(created_ms=float("nan")),
+    }
+
+
+@pytest.fixture
+def tiny_root(file_url: str) -> tuple[str, dict]:
+    """One committed version with one SST; returns the URL and version 1's JSON body."""
+    with silt.open(file_url) as db:
+        db.put(b"k", b"v")
+        db.commit(meta={"query": "q1"})
+    body = json.loads((root_dir(file_url) / paths.manifest_key(1)).read_bytes()[16:])
+    return file_url, body
+
+
+def test_crafted_manifests_are_reported_by_every_command(tiny_root, capsys) -> None:
+    """Deep nesting used to raise RecursionError in every command, an SST size of 2^40 or 2^63
+    MemoryError/OverflowError in get and scan, a lone surrogate in meta crashed ls and inspect.
+    Every crafted manifest is now one ``corruption in`` line and exit status 2 (or, for ls and
+    inspect of a manifest whose only fault is an SST's size, a normal listing)."""
+    url, good = tiny_root
+    commands = [["ls"], ["inspect"], ["inspect", "--json"], ["get", "k"], ["scan"], ["verify"],
+                ["verify", "--all"], ["gc", "--dry-run"], ["compact"], ["checkpoint", "c1"],
+                ["ls", "--json"]]
+    for case, body in _crafted_bodies(good).items():
+        _plant_manifest(url, 2, body)
+        for command in commands:
+            argv = [command[0], url, *command[1:]]
+            code, _, err = run(capsys, *argv)
+            assert "unexpected" not in err and "Traceback" not in err, (case, argv, err)
+            lines = err.splitlines()
+            if code == 0:  # only commands that never read SST tails, for a bad SST size
+                assert case.startswith(("size 2^40", "tail past")), (case, argv)
+                assert command[0] in ("ls", "inspect", "gc", "compact", "checkpoint"), argv
+                continue
+            assert code == 2, (case, argv, code, err)
+            assert any("corruption in" in line for line in lines), (case, argv, err)
+        with pytest.raises(CorruptionError):
+            with silt.open(url) as db:
+                db.get(b"k")
+                list(db.scan())
+
+
+def test_crafted_ssts_are_reported_by_every_command(file_url: str, capsys) -> None:
+    """SSTs whose tail or blocks are impossible behind valid checksums (offsets past the end,
+    counts of billions, lz4 sizes of gigabytes, ...), referenced by a manifest that matches
+    them: one ``corruption in 'sst/...'`` line and status 2 from every command that reads
+    them, and CorruptionError from the API."""
+    with silt.open(file_url, settings=silt.Settings(block_bytes=128, compaction="none")) as db:
+        for i in range(60):
+            db.put(b"key-%03d" % i, b"value-%d" % i)
+        db.commit()
+    store = silt.open_store(file_url)
+    good = silt.read_manifest(store, 1)
+    (info,) = good.l0
+    raw = store.get(paths.sst_key(info.id))
+    for n, (case, (data, tail_is_bad)) in enumerate(sstparts.crafted_variants(raw).items()):
+        sst_id = paths.new_id()
+        store.put(paths.sst_key(sst_id), data)
+        tail = FOOTER.unpack_from(data, len(data) - FOOTER_SIZE)[0]
+        crafted = replace(info, id=sst_id, size=len(data),
+                          tail_offset=tail if 0 <= tail <= len(data) - FOOTER_SIZE else 0)
+        store.put(paths.manifest_key(2 + n), replace(good, version=2 + n, parent=1 + n,
+                                                     l0=(crafted,)).encode())
+        reads = [["scan"], ["verify"]] + ([["get", "key-007"], ["inspect", "--tails"]]
+                                          if tail_is_bad else [])
+        for command in reads:
+            code, _, err = run(capsys, command[0], file_url, *command[1:])
+            assert code == 2 and "unexpected" not in err, (case, command, err)
+            assert f"corruption in {paths.sst_key(sst_id)!r}" in err, (case, command, err)
+        with silt.open(file_url) as db:
+            with pytest.raises(CorruptionError):
+                list(db.scan())
+            if tail_is_bad:
+                with pytest.raises(CorruptionError):
+                    db.multi_get([b"key-001", b"key-050"])
+    store.close()
+
+
+def test_crafted_manifest_in_a_real_process_is_one_line(tiny_root) -> None:
+    url, good = tiny_root
+    for case in ("deeply nested", "lone surrogate in meta", "size 2^40"):
+        _plant_manifest(url, 2, _crafted_bodies(good)[case])
+        for argv in (["scan", url], ["inspect", url], ["ls", url]):
+            proc = run_process(*argv)
+            if case == "size 2^40" and argv[0] != "scan":
+                assert proc.returncode == 0, proc.stderr
+                continue
+            assert proc.returncode == 2, (case, argv, proc.stderr)
+            assert b"Traceback" not in proc.stderr
+            assert b"silt: error: corruption in 'manifest/00000000000000000002'" in proc.stderr or (
+                case == "size 2^40" and b"silt: error: corruption in 'sst/" in proc.stderr
+            ), proc.stderr
+
+
+def test_unexpected_errors_are_one_line_with_a_hint(mem_root: str, capsys, monkeypatch) -> None:
+    """A bug (here: a tier that raises something silt does not expect) is reported in one line
+    that says what to do, never as a traceback."""
+
+    def broken(self, *args, **kwargs):
+        raise RuntimeError("tier exploded\nwith a second line")
+
+    monkeypatch.setattr(MemoryStore, "list", broken)
+    code, out, err = run(capsys, "ls", mem_root)
+    assert code == 1 and out == ""
+    assert err == (
+        "silt: error: unexpected RuntimeError: tier exploded. This is a bug in silt or an "
+        "installed plugin; please report it with the command that caused it (`silt plugins` "
+        "lists versions)\n"
+    )
 
 
 # --- as a real process ---------------------------------------------------------------------------

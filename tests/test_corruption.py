@@ -9,14 +9,17 @@ same for every byte of a manifest (on ``silt.open``), and for truncated objects.
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import silt
+import sstparts
 from silt import paths
 from silt.errors import CorruptionError
+from silt.sst.builder import SstInfo
 from silt.sst.format import FOOTER, FOOTER_SIZE
-from silt.sst.reader import SstReader
+from silt.sst.reader import SstReader, read_ranges
 from silt.testing import FaultyStore
 from silt.tiers.file import FileStore
 from silt.tiers.memory import MemoryStore
@@ -291,3 +294,79 @@ def test_corrupted_reads_on_memory_tier(small: silt.Settings) -> None:
     assert info.value.object_name == paths.manifest_key(1)
     with silt.open("memory://unused", store=faulty) as db:  # the stored bytes were fine
         assert db.get(b"k01234") == b"v1234"
+
+
+# --- crafted metadata: valid checksums around impossible values ---------------------------------
+
+
+@pytest.mark.parametrize("size", [2**40, 2**62, 2**63 - 1, 2**63, 2**64 + 1])
+def test_crafted_sst_sizes_in_a_manifest_are_corruption(url: str, size: int) -> None:
+    """An SST size of 2^40 or 2^63 in a (re-checksummed) manifest used to give MemoryError or
+    OverflowError in get, scan and multi_get on file://; now every read is a CorruptionError
+    after reading no more than the tail's usual size, and a size beyond what any object can
+    have is refused when the manifest is decoded."""
+    with silt.open(url, settings=SETTINGS) as db:
+        for i in range(50):
+            db.put(b"key-%03d" % i, b"v%d" % i)
+        db.commit()
+    store = silt.open_store(url)
+    try:
+        m = silt.read_manifest(store, 1)
+        crafted = replace(m, version=2, parent=1,
+                          l0=tuple(replace(s, size=size, tail_offset=s.tail_offset)
+                                   for s in m.l0))
+        store.put(paths.manifest_key(2), crafted.encode())
+        if size > 2**63 - 1:
+            with pytest.raises(CorruptionError, match=r"'size' is \d+, outside 52\.\.\d+"):
+                silt.open(url)
+            with pytest.raises(CorruptionError):
+                silt.read_manifest(store, 2)
+            return
+        with silt.open(url) as db:
+            for read in (lambda: db.get(b"key-007"), lambda: list(db.scan()),
+                         lambda: db.multi_get([b"key-001", b"key-040"]),
+                         lambda: list(db.scan(prefix=b"key-01"))):
+                with pytest.raises(CorruptionError) as info:
+                    read()
+                assert info.value.object_name.startswith(paths.SST_PREFIX)
+                assert f"object is shorter than its {size} bytes" in str(info.value)
+        with silt.open(url, version=1) as db:  # the honest version still reads
+            assert db.get(b"key-007") == b"v7"
+    finally:
+        store.close()
+
+
+def test_crafted_sst_tails_and_blocks_are_corruption(sst_root) -> None:
+    """Offsets beyond the object, counts that would allocate gigabytes, a bloom filter, index
+    or properties block that cannot be what the writer wrote, a decompressed size no lz4 stream
+    can have: every read of such an SST is a CorruptionError naming it (behind valid checksums,
+    the structural checks are what catches them), through the file:// tier."""
+    _, _, layout = sst_root
+    store = layout.store
+    raw = layout.path.read_bytes()
+    for case, (data, tail_is_bad) in sstparts.crafted_variants(raw).items():
+        name = "sst/crafted.sst"
+        store.put(name, data)
+        filter_off = FOOTER.unpack_from(data, len(data) - FOOTER_SIZE)[0]
+        infos: list[SstInfo | None] = [None]
+        if 0 <= filter_off <= len(data) - FOOTER_SIZE:
+            infos.append(replace(layout.info, id="crafted", size=len(data),
+                                 tail_offset=filter_off))
+        for info in infos:
+            reader = SstReader(store, name, info, None, size=len(data))
+            with pytest.raises(CorruptionError) as exc_info:
+                reader.verify()
+            assert exc_info.value.object_name == name, case
+            reader = SstReader(store, name, info, None, size=len(data))
+            with pytest.raises(CorruptionError):
+                list(reader.iter_range(None, None))
+            if tail_is_bad:
+                reader = SstReader(store, name, info, None, size=len(data))
+                with pytest.raises(CorruptionError):
+                    reader.get(b"key-001")
+        if tail_is_bad:
+            with pytest.raises(CorruptionError):
+                read_ranges(data, name)
+        store.delete_many([name])
+    # The untouched SST still reads: the helpers themselves change nothing.
+    assert sstparts.join(sstparts.split(raw)) == raw

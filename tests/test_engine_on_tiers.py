@@ -460,6 +460,47 @@ def test_reference_between_siblings(tier: Tier) -> None:
         assert b.multi_get(sorted(want)) == [want[k] for k in sorted(want)]
 
 
+
+@pytest.mark.parametrize(
+    "name", ["%2e%2e%2fother%2fvictim", "%252e%252e%252fother%252fvictim",
+             "\uff0e\uff0e\uff0fother\uff0fvictim", "../other/victim"], ids=repr,
+)
+def test_crafted_sibling_reference_never_leaves_the_root(
+    tier: Tier, name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A manifest (with a valid checksum) whose entry names a crafted sibling ``db`` is damaged
+    metadata on every tier: opening it, reading it and ``silt verify`` report it, and nothing of
+    the other DB is served (tests/test_crafted_names.py attacks the whole class on file://)."""
+    import dataclasses
+
+    from silt.cli import main
+    from silt.manifest import Manifest
+
+    with silt.open(tier.url("other/victim")) as v:
+        v.put(b"secret", b"victim-data")
+        v.commit()
+    with silt.open(tier.url("mine/db")) as m:
+        m.put(b"mine", b"1")
+        m.commit()
+    victim, mine = silt.open_store(tier.url("other/victim")), silt.open_store(tier.url("mine/db"))
+    try:
+        theirs = Manifest.decode(victim.get(paths.manifest_key(1)), "victim")
+        own = Manifest.decode(mine.get(paths.manifest_key(1)), "mine")
+        crafted = dataclasses.replace(
+            own, version=2, parent=1, token="crafted",
+            l0=(*(dataclasses.replace(s, db=name) for s in theirs.l0), *own.l0),
+        )
+        assert mine.put_if_absent(paths.manifest_key(2), crafted.encode())
+    finally:
+        victim.close()
+        mine.close()
+    with pytest.raises(CorruptionError, match="not a plain name"):
+        silt.open(tier.url("mine/db"))
+    capsys.readouterr()
+    assert main(["verify", tier.url("mine/db")]) == 2
+    out, err = capsys.readouterr()
+    assert "not a plain name" in err and ": OK" not in out
+
 def test_resets_and_lost_responses_commit_exactly_once(tier: Tier, proxy: FaultProxy) -> None:
     """A commit uploads its SST, then its manifest, both create-only. Commit 1: the SST upload
     is reset before it reaches the server (the SDK retries it), the manifest is created but its

@@ -38,14 +38,16 @@ from faultproxy import FaultProxy
 from servers import AZURITE_ACCOUNT, AZURITE_KEY, azurite_connection_string, free_port
 from silt import plugins
 from silt.errors import (
+    ClosedError,
     InvalidArgumentError,
     InvalidTypeError,
     NotFoundError,
     StoreError,
     TransientStoreError,
+    VersionNotFoundError,
 )
 from silt.store import ObjectInfo
-from silt.testing import StoreConformance
+from silt.testing import StoreConformance, exception_texts
 from silt_azure import AzureOptions, AzureStore
 from silt_azure import store as az_store_module
 from silt_azure.config import Account, parse_url, resolve_account
@@ -364,6 +366,70 @@ def test_connection_string_from_environment(
     store.put("k", b"v")
     assert store.get("k") == b"v"
     store.close()
+
+
+#: A password or token that must never appear in any message, repr or chained exception.
+SENTINEL = "hunter2-SENTINEL-pw"
+
+
+@pytest.mark.parametrize(
+    "endpoint",
+    [f"http://user:{SENTINEL}@127.0.0.1:1/devstoreaccount1",
+     f"http://{SENTINEL}@127.0.0.1:1/devstoreaccount1",
+     f"http://127.0.0.1:1/devstoreaccount1?sv=2024&sig={SENTINEL}",
+     f"http://127.0.0.1:1/devstoreaccount1#{SENTINEL}"],
+)
+def test_endpoints_with_credentials_are_refused_without_echoing_them(
+    azure_env: None, monkeypatch: pytest.MonkeyPatch, endpoint: str
+) -> None:
+    """An account URL or a connection string's ``BlobEndpoint`` carrying a user, a password or a
+    SAS is refused from the options and the environment alike, and the secret is in no message,
+    repr or chained exception (a ``BlobEndpoint`` with ``user:password@`` used to be accepted and
+    shown by every error's "at <endpoint>")."""
+    connection = f"AccountName=devstoreaccount1;BlobEndpoint={endpoint};"
+    attempts = [
+        lambda: AzureStore.from_url(f"az://state/p?account_url={quote(endpoint, safe='')}", {}),
+        lambda: AzureStore("state", options=AzureOptions(account_url=endpoint)),
+        lambda: AzureStore.from_url(
+            f"az://state/p?connection_string={quote(connection, safe='')}", {}),
+    ]
+    for attempt in attempts:
+        with pytest.raises(InvalidArgumentError) as info:
+            attempt()
+        for text in exception_texts(info.value):
+            assert SENTINEL not in text, text
+    for variable, value in (("AZURE_STORAGE_ACCOUNT_URL", endpoint),
+                            ("AZURE_STORAGE_CONNECTION_STRING", connection)):
+        monkeypatch.setenv(variable, value)
+        with pytest.raises(InvalidArgumentError) as info:
+            AzureStore.from_url("az://state/p", {})
+        for text in exception_texts(info.value):
+            assert SENTINEL not in text, text
+        monkeypatch.delenv(variable)
+
+
+def test_a_connection_string_in_the_url_is_never_shown(
+    az_plugin: None, az_url: str, azurite_connection: str
+) -> None:
+    """``connection_string=`` in a URL holds the account key: silt.open's errors, a DB's repr and
+    its messages show the URL without its query (they used to show the key)."""
+    secrets = (AZURITE_KEY, azurite_connection, quote(azurite_connection, safe=""),
+               quote(AZURITE_KEY, safe=""))
+    with pytest.raises(VersionNotFoundError) as info:
+        silt.open(az_url, version=99)
+    assert "does not exist" in str(info.value)
+    for text in exception_texts(info.value):
+        assert not any(s in text for s in secrets), text
+    db = silt.open(az_url)
+    db.put(b"k", b"v")
+    db.commit()
+    shown = [repr(db)]
+    db.close()
+    with pytest.raises(ClosedError) as closed:
+        db.get(b"k")
+    shown += exception_texts(closed.value)
+    for text in shown:
+        assert az_url.split("?")[0] in text and not any(s in text for s in secrets), text
 
 
 @pytest.fixture

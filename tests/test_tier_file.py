@@ -18,11 +18,12 @@ from silt.errors import (
     InvalidArgumentError,
     InvalidTypeError,
     NotFoundError,
+    SiltError,
     StoreError,
     TransientStoreError,
 )
 from silt.store import ObjectInfo
-from silt.testing import StoreConformance
+from silt.testing import StoreConformance, exception_texts
 from silt.tiers import file as file_tier
 from silt.tiers.file import TMP_DIR, FileStore
 
@@ -516,3 +517,37 @@ def test_list_matches_a_sorted_model(keys: set[str], prefix: str, start_after: s
             if k.startswith(prefix) and (start_after is None or k > start_after)
         ]
         assert list(store.list(prefix, start_after)) == expected
+
+
+# --- no secret in any message ------------------------------------------------------------------
+
+#: A password or token that must never appear in any message, repr or chained exception.
+SENTINEL = "hunter2-SENTINEL-pw"
+
+
+def test_no_secret_from_a_url_query_reaches_a_message(tmp_path, capsys) -> None:
+    """Whatever a URL's query holds (this tier takes no options; another tier's may hold a key)
+    is never echoed: not by the tier, not by silt.open, not by the CLI."""
+    import silt
+    from silt.cli import main
+
+    for url in (f"file://{tmp_path}?token={SENTINEL}", f"file://{tmp_path}/x?password={SENTINEL}",
+                f"file://relative/x?token={SENTINEL}", f"s3://x?token={SENTINEL}"):
+        for attempt in (lambda url=url: FileStore.from_url(url), lambda url=url: silt.open(url)):
+            with pytest.raises(SiltError) as info:
+                attempt()
+            for text in exception_texts(info.value):
+                assert SENTINEL not in text, text
+    capsys.readouterr()
+    for argv in (["ls", f"file://{tmp_path}/missing?token={SENTINEL}"],
+                 ["verify", f"file://{tmp_path}?token={SENTINEL}"]):
+        assert main(argv) != 0
+        out, err = capsys.readouterr()
+        assert SENTINEL not in out + err and "Traceback" not in out + err
+    with silt.open(f"file://{tmp_path}/db") as db:
+        db.put(b"k", b"v")
+        db.commit()
+    assert main(["ls", f"file://{tmp_path}/db?token={SENTINEL}"]) != 0
+    assert main(["get", f"file://{tmp_path}/db", "nokey"]) == 1
+    out, err = capsys.readouterr()
+    assert SENTINEL not in out + err

@@ -45,7 +45,7 @@ from silt.errors import (
     TransientStoreError,
 )
 from silt.store import ObjectInfo
-from silt.testing import StoreConformance
+from silt.testing import StoreConformance, exception_texts
 from silt_gcs import GcsOptions, GcsStore
 from silt_gcs import store as gcs_store_module
 from silt_gcs.config import parse_url
@@ -154,6 +154,41 @@ def test_credentials_never_accepted_in_urls(gcs_env: None) -> None:
         GcsStore.from_url(f"gs://bucket/x?access_token={secret}")
     with pytest.raises(InvalidArgumentError, match=r"unknown_thing.*endpoint"):
         GcsStore.from_url(f"gs://bucket/x?unknown_thing={secret}")
+
+
+#: A password or token that must never appear in any message, repr or chained exception.
+SENTINEL = "hunter2-SENTINEL-pw"
+
+
+@pytest.mark.parametrize(
+    "endpoint",
+    [f"http://user:{SENTINEL}@127.0.0.1:1", f"http://:{SENTINEL}@127.0.0.1:1",
+     f"{SENTINEL}@127.0.0.1:1", f"http://127.0.0.1:1/?token={SENTINEL}",
+     f"http://127.0.0.1:1#{SENTINEL}"],
+)
+def test_endpoints_with_credentials_are_refused_without_echoing_them(
+    gcs_env: None, monkeypatch: pytest.MonkeyPatch, endpoint: str
+) -> None:
+    """From the option, the options mapping, ``GcsOptions`` and ``STORAGE_EMULATOR_HOST`` alike:
+    refused, and the secret is in no message, repr or chained exception."""
+    from urllib.parse import quote
+
+    attempts = [
+        lambda: GcsStore.from_url(f"gs://bucket/p?endpoint={quote(endpoint, safe=':/@')}", {}),
+        lambda: GcsStore.from_url("gs://bucket/p", {"endpoint": endpoint}),
+        lambda: GcsOptions(endpoint=endpoint),
+    ]
+    for attempt in attempts:
+        with pytest.raises(InvalidArgumentError) as info:
+            attempt()
+        for text in exception_texts(info.value):
+            assert SENTINEL not in text, text
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", endpoint)
+    with pytest.raises(InvalidArgumentError) as info:
+        GcsStore.from_url("gs://bucket/p", {})
+    assert "STORAGE_EMULATOR_HOST" in str(info.value)
+    for text in exception_texts(info.value):
+        assert SENTINEL not in text, text
 
 
 def adapter_of(store: GcsStore, url: str = "https://storage.googleapis.com") -> Any:

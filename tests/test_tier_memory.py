@@ -194,3 +194,24 @@ def test_list_matches_a_sorted_model(keys: set[str], prefix: str, start_after: s
     store.delete_many(doomed)
     remaining = sorted(keys - set(doomed))
     assert [i.key for i in store.list()] == remaining
+
+
+def test_no_secret_from_a_url_query_reaches_a_message() -> None:
+    """Whatever a URL's query holds (this tier takes no options; another tier's may hold a key)
+    is never echoed, by the tier or by silt.open, in the message, the repr or the chain."""
+    import silt
+
+    secret = "hunter2-SENTINEL-pw"
+    for url in (f"memory://ns?token={secret}", f"memory://?token={secret}",
+                f"memory://ns/%2e%2e?password={secret}", f"file:///x?token={secret}"):
+        for attempt in (lambda url=url: MemoryStore.from_url(url), lambda url=url: silt.open(url)):
+            with pytest.raises(InvalidArgumentError) as info:
+                attempt()
+            seen, pending = set(), [info.value]
+            while pending:
+                exc = pending.pop()
+                if id(exc) in seen:
+                    continue
+                seen.add(id(exc))
+                assert secret not in str(exc) and secret not in repr(exc)
+                pending += [e for e in (exc.__cause__, exc.__context__) if e is not None]

@@ -18,6 +18,7 @@ import random
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 import silt
@@ -35,7 +36,7 @@ from silt.errors import (
     TransientStoreError,
 )
 from silt.store import ObjectInfo
-from silt.testing import StoreConformance
+from silt.testing import StoreConformance, exception_texts
 from silt_s3 import S3Options, S3Store
 from silt_s3 import store as s3_store_module
 from silt_s3.config import parse_url
@@ -142,6 +143,58 @@ def test_credentials_never_accepted_in_urls(aws_env: None) -> None:
         S3Store.from_url(f"s3://bucket/x?unknown_thing={secret}", {})
     assert secret not in str(info.value)
     assert "unknown_thing" in str(info.value) and "endpoint_url" in str(info.value)
+
+
+#: A password or token that must never appear in any message, repr or chained exception.
+SENTINEL = "hunter2-SENTINEL-pw"
+
+
+@pytest.mark.parametrize(
+    "endpoint",
+    [f"http://user:{SENTINEL}@127.0.0.1:1", f"http://:{SENTINEL}@127.0.0.1:1",
+     f"http://{SENTINEL}@127.0.0.1:1", f"https://AKIAIOSFODNN7EXAMPLE:{SENTINEL}@s3.example.com",
+     f"http://127.0.0.1:1/?token={SENTINEL}", f"http://127.0.0.1:1/#{SENTINEL}"],
+)
+def test_endpoints_with_credentials_are_refused_without_echoing_them(
+    aws_env: None, s3_plugin: None, monkeypatch: pytest.MonkeyPatch, endpoint: str
+) -> None:
+    """Credentials in an endpoint (``http://user:password@host``) or a token in its query are
+    refused before any request, from every place an endpoint comes from, and the secret is in no
+    message, repr or chained exception (it used to be echoed by connection errors)."""
+    attempts = [
+        lambda: S3Store.from_url(f"s3://bucket/p?endpoint_url={quote(endpoint, safe=':/@')}", {}),
+        lambda: S3Store.from_url("s3://bucket/p", {"endpoint_url": endpoint}),
+        lambda: S3Options(endpoint_url=endpoint),
+        lambda: silt.open(f"s3://bucket/p?endpoint_url={quote(endpoint, safe='')}"),
+    ]
+    for attempt in attempts:
+        with pytest.raises(InvalidArgumentError) as info:
+            attempt()
+        assert "credential" in str(info.value) or "query" in str(info.value)
+        for text in exception_texts(info.value):
+            assert SENTINEL not in text, text
+    for variable in ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"):
+        monkeypatch.setenv(variable, endpoint)
+        with pytest.raises(InvalidArgumentError) as info:
+            silt.open("s3://bucket/p")
+        assert variable in str(info.value)
+        for text in exception_texts(info.value):
+            assert SENTINEL not in text, text
+        monkeypatch.delenv(variable)
+
+
+def test_no_secret_reaches_a_connection_error(
+    aws_env: None, s3_plugin: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store that cannot reach its endpoint says so, with no secret anywhere in the chain."""
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SENTINEL)
+    url = (f"s3://bucket/p?endpoint_url=http://127.0.0.1:{free_port()}&max_attempts=1"
+           "&connect_timeout=0.2")
+    with pytest.raises(TransientStoreError) as info:
+        silt.open(url)
+    assert "connection problem" in str(info.value)
+    for text in exception_texts(info.value):
+        assert SENTINEL not in text, text
 
 
 def test_options_are_parsed(aws_env: None) -> None:

@@ -28,6 +28,7 @@ from silt.errors import (
 )
 from silt.plugins import Registry
 from silt.store import ObjectInfo, ObjectStore, split_url
+from silt.tierkit import decode_path
 
 __version__ = "0.1.0"
 
@@ -56,9 +57,13 @@ class ExampleStore(ObjectStore):
             raise InvalidArgumentError(
                 f"unknown option(s) {sorted(options)} for {url!r}; the example:// tier has none"
             )
-        if not location.strip("/"):
+        # Decode the path with the rule every tier shares: no segment can be '..', '.', empty,
+        # a control character or a look-alike of '/' (sibling DBs' URLs are built from stored
+        # names, so a tier's own decoding could otherwise lead outside the root).
+        path = decode_path(location, what=f"the path of {url!r}").strip("/")
+        if not path:
             raise InvalidArgumentError(f"{url!r} names no store; write 'example://name'")
-        return cls(location.strip("/"))
+        return cls(path)
 
     @staticmethod
     def drop(name: str) -> None:

@@ -14,15 +14,17 @@ How it works and what it guarantees: :mod:`silt_ssd.cache`; the options: :mod:`s
 
 from __future__ import annotations
 
-from .cache import SsdCache, is_sst_key, sst_read_ranges
+from .cache import CacheDisabledWarning, SsdCache, UnusableCacheDir, is_sst_key, sst_read_ranges
 from .options import CacheOptions, Reserve, parse_size
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "CacheDisabledWarning",
     "CacheOptions",
     "Reserve",
     "SsdCache",
+    "UnusableCacheDir",
     "__version__",
     "is_sst_key",
     "parse_size",

@@ -35,6 +35,11 @@ the ledger from what it finds and evicts the oldest entries until usage is ``EVI
 limit *below* it, so a full cache pays for one scan per ~10% of turnover rather than one per miss.
 Entries larger than the whole budget are not cached.
 
+Never failing a read: at run time every disk error is counted and the read served from the inner
+store; a ``cache_dir`` that cannot be set up at all (read-only, not a directory, junk where the
+cache's own files go) makes :meth:`SsdCache.from_options`, the factory behind ``?cache=ssd``,
+return the inner store with one :class:`CacheDisabledWarning`.
+
 Crash safety: a process killed mid-write leaves only a file in ``tmp/`` (removed by a later pass
 once older than ``STALE_TMP_SECONDS``). Entries are not fsynced: after a power loss an entry may be
 empty or damaged, which its checksum detects; a damaged entry is dropped and refetched, never
@@ -69,6 +74,7 @@ import shutil
 import struct
 import threading
 import time
+import warnings
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -94,6 +100,15 @@ TOUCH_INTERVAL = 5.0
 _LEDGER = struct.Struct("<QQI")  # bytes used, entries, crc32 of the first 16 bytes
 
 DiskUsage = Callable[[str], Any]  # shutil.disk_usage-shaped: .total, .free
+
+
+class CacheDisabledWarning(RuntimeWarning):
+    """``?cache=ssd`` was asked for but its ``cache_dir`` cannot be used: reads go straight to
+    the tier (issued once per store opened, by :meth:`SsdCache.from_options`)."""
+
+
+class UnusableCacheDir(InvalidArgumentError):
+    """``SsdCache(...)`` could not set up its files in ``cache_dir`` (the message says why)."""
 
 
 def is_sst_key(key: str) -> bool:
@@ -134,6 +149,8 @@ class SsdCache(ObjectStore):
         the store to cache (any tier).
     cache_dir:
         directory on local disk, created if missing; may be shared by several processes.
+        :class:`UnusableCacheDir` (an ``InvalidArgumentError``) when the cache's files cannot be
+        set up there; :meth:`from_options` (``?cache=ssd``) turns the cache off instead.
     size_limit:
         most bytes the entries may hold (positive).
     reserve:
@@ -200,18 +217,10 @@ class SsdCache(ObjectStore):
         self._objects = os.path.join(self.root, "objects")
         self._tmp = os.path.join(self.root, "tmp")
         self._state_path = os.path.join(self.root, "state")
-        try:
-            os.makedirs(self._objects, exist_ok=True)
-            os.makedirs(self._tmp, exist_ok=True)
-            self._fd = os.open(self._state_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        except OSError as exc:
-            raise InvalidArgumentError(
-                f"cache_dir {self.cache_dir!r} cannot be used: {exc.strerror or exc}; point "
-                "cache_dir at a writable directory on local disk"
-            ) from None
         self._pid = os.getpid()
         self._mutex = threading.Lock()
         self._closed = False
+        self._fd = -1
         self._counters_lock = threading.Lock()
         self._counters = dict.fromkeys(
             ("hits", "misses", "bytes_served", "bytes_fetched", "admitted", "admitted_bytes",
@@ -219,15 +228,32 @@ class SsdCache(ObjectStore):
              "invalidated", "bypassed", "errors"),
             0,
         )
-        with self._locked():
-            self._read_ledger()
-            self._clean_tmp()
+        try:
+            os.makedirs(self._objects, exist_ok=True)
+            os.makedirs(self._tmp, exist_ok=True)
+            self._fd = os.open(self._state_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            with self._locked():
+                self._read_ledger()
+                self._clean_tmp()
+        except OSError as exc:
+            if self._fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(self._fd)
+            self._closed = True
+            raise UnusableCacheDir(
+                f"cache_dir {self.cache_dir!r} cannot be used: {exc.strerror or exc}; point "
+                "cache_dir at a writable directory on local disk (it holds only the cache's "
+                "own files)"
+            ) from None
 
     @classmethod
     def from_options(cls, inner: ObjectStore, options: dict[str, str]) -> SsdCache:
         """The cache factory silt calls for ``?cache=ssd``: ``options`` are the ``cache_*`` ones.
 
-        Raises :class:`~silt.errors.InvalidArgumentError` naming the bad option.
+        Raises :class:`~silt.errors.InvalidArgumentError` naming a bad option. A ``cache_dir``
+        that cannot be used (read-only, not a directory, something else where the cache's own
+        files go) never makes opening fail: the cache is left out, ``inner`` itself is returned,
+        and one :class:`CacheDisabledWarning` says why - the cache never makes a read fail.
 
         >>> from silt.tiers.memory import MemoryStore
         >>> SsdCache.from_options(MemoryStore(), {"cache_dir": "/tmp/c", "cache_size": "1GB"})
@@ -235,13 +261,21 @@ class SsdCache(ObjectStore):
         SsdCache(...)
         """
         opts = CacheOptions.from_options(options)
-        return cls(
-            inner,
-            opts.cache_dir,
-            size_limit=opts.size_limit,
-            reserve=opts.reserve,
-            write_through=opts.write_through,
-        )
+        try:
+            return cls(
+                inner,
+                opts.cache_dir,
+                size_limit=opts.size_limit,
+                reserve=opts.reserve,
+                write_through=opts.write_through,
+            )
+        except UnusableCacheDir as exc:
+            warnings.warn(
+                f"silt-cache-ssd is off for {inner.url}: {exc}; reading straight from the tier",
+                CacheDisabledWarning,
+                stacklevel=2,
+            )
+            return inner
 
     # -- counters -----------------------------------------------------------------------------
     def _count(self, **deltas: int) -> None:
@@ -619,4 +653,11 @@ def _valid_range(start: object, length: object) -> bool:
     )
 
 
-__all__ = ["EVICT_SLACK", "SsdCache", "is_sst_key", "sst_read_ranges"]
+__all__ = [
+    "EVICT_SLACK",
+    "CacheDisabledWarning",
+    "SsdCache",
+    "UnusableCacheDir",
+    "is_sst_key",
+    "sst_read_ranges",
+]

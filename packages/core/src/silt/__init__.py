@@ -15,7 +15,7 @@ Quick start::
 
 from __future__ import annotations
 
-from . import errors, paths  # noqa: F401  (silt.paths is public)
+from . import errors, paths
 from . import versions as _versions
 from ._ext import speedups
 from .clock import Clock, ManualClock
@@ -28,6 +28,7 @@ from .markers import read_markers
 from .plugins import open_store
 from .settings import Settings
 from .store import ObjectInfo, ObjectStore
+from .tierkit import public_url
 from .versions import read_manifest
 from .writebatch import WriteBatch
 
@@ -100,6 +101,10 @@ def open(
             raise errors.InvalidTypeError(
                 f"at_most must be an int version, got {type(at_most).__name__}"
             )
+        if not -1 <= at_most <= paths.MAX_VERSION:
+            raise errors.InvalidArgumentError(
+                f"at_most must be between -1 (open empty) and {paths.MAX_VERSION}, got {at_most}"
+            )
     owns_store = store is None
     if store is None:
         store = open_store(url)
@@ -128,8 +133,9 @@ def open(
                             "below it are kept only while a checkpoint pins them); pin a version "
                             "you will read later with DB.checkpoint(name)")
                 raise errors.VersionNotFoundError(
-                    f"version {version} of {url!r} {what.removeprefix(f'version {version} ')} "
-                    f"({known}); open without version= for the latest"
+                    f"version {version} of {public_url(url)!r} "
+                    f"{what.removeprefix(f'version {version} ')} ({known}); open without "
+                    "version= for the latest"
                 ) from None
         return DB(
             store, url=url, settings=settings, clock=clock or Clock(), manifest=manifest,

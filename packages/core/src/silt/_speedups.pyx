@@ -383,11 +383,19 @@ cdef class Block:
         self._pfx = <uint64_t*>malloc(max(self._n, 1) * sizeof(uint64_t))
         if self._pfx == NULL:
             raise MemoryError()
-        prev = 0
+        # Keys must be strictly increasing (lookups bisect them); the prefixes decide unless
+        # they tie.
+        cdef uint64_t start = 0, pstart = 0
         for i in range(self._n):
             e = _le32(self._kend + 4 * i)
-            self._pfx[i] = _prefix(self._keys + prev, e - prev)
-            prev = e
+            self._pfx[i] = _prefix(self._keys + start, e - start)
+            if i and (self._pfx[i] < self._pfx[i - 1] or (
+                    self._pfx[i] == self._pfx[i - 1] and _cmp(
+                        self._keys + pstart, <Py_ssize_t>(start - pstart),
+                        self._keys + start, <Py_ssize_t>(e - start)) >= 0)):
+                self._bad("keys are not in increasing order")
+            pstart = start
+            start = e
         self.charge = size + 48 * self._n + 200
 
     def __dealloc__(self):

@@ -10,7 +10,8 @@ Commands (``silt COMMAND --help`` for each one's options)::
     silt scan URL                   key<TAB>value lines in key order
     silt verify URL                 read every manifest and block in scope, every checkpoint and
                                     compaction record (with its outputs), check checksums and
-                                    that what they name exists
+                                    that what they name exists, and that every version number
+                                    names one state (no fork, rollback or lost pinned version)
     silt plugins                    installed plugins and first-party ones not installed
     silt compact URL [--loop]       external compactor: run the policy's next task, write its
                                     record under compaction/ (never a manifest)
@@ -25,7 +26,10 @@ Exit status: 0 success; 1 an error (bad URL, no such version, no tier for the sc
 ``get``, an absent key; 2 damaged data (``verify`` found corruption or a missing SST, or any
 command met a checksum failure) or a command-line usage error (argparse's convention).
 
-Expected errors print ``silt: error: <message>`` on stderr, never a traceback.
+Expected errors print ``silt: error: <message>`` on stderr, never a traceback. Numeric options
+are checked before anything is read: an integer, a finite number of seconds (``inf``, ``nan``
+and negatives are usage errors, status 2). An unexpected failure (a bug in silt or in a plugin)
+prints one ``silt: error: unexpected <type>: <first line>`` line with what to do, status 1.
 
 A ``file://`` root that does not exist is an error here (a mistyped path would otherwise look
 like an empty root).
@@ -56,13 +60,15 @@ from .errors import (
     SiltError,
     VersionNotFoundError,
 )
+from .identity import IdentityReport, check_identity
 from .manifest import Manifest
 from .plugins import KNOWN_CACHES, KNOWN_TIERS, get_registry, open_store
-from .settings import Settings
+from .settings import MAX_INT, MAX_SECONDS, Settings
 from .siblings import SiblingStores
 from .sst.builder import SstInfo
 from .sst.check import check_sst
 from .store import ObjectStore, retrying, split_url
+from .tierkit import public_url
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -152,7 +158,7 @@ def _check_file_root(url: str) -> None:
     path = unquote(location)
     if not os.path.isdir(path):
         raise InvalidArgumentError(
-            f"{url!r} does not exist: there is no directory {path!r}; check the path "
+            f"{public_url(url)!r} does not exist: there is no directory {path!r}; check the path "
             "(silt's commands only read and never create a root)"
         )
 
@@ -172,7 +178,7 @@ def _open_db(url: str, version: int | None) -> tuple[ObjectStore, DB]:
     if db.version is None:
         db.close()
         store.close()
-        raise VersionNotFoundError(f"{url!r} has no committed versions")
+        raise VersionNotFoundError(f"{public_url(url)!r} has no committed versions")
     return store, db
 
 
@@ -181,7 +187,7 @@ def _resolve_version(store: ObjectStore, url: str, version: int | None) -> int:
         return version
     found = _list_versions(store)
     if not found:
-        raise VersionNotFoundError(f"{url!r} has no committed versions")
+        raise VersionNotFoundError(f"{public_url(url)!r} has no committed versions")
     return found[-1]
 
 
@@ -190,7 +196,8 @@ def _read_manifest(store: ObjectStore, url: str, version: int) -> Manifest:
         return read_manifest(store, version)
     except VersionNotFoundError:
         raise VersionNotFoundError(
-            f"version {version} of {url!r} does not exist; 'silt ls {url}' lists the versions"
+            f"version {version} of {public_url(url)!r} does not exist; "
+            f"'silt ls {public_url(url)}' lists the versions"
         ) from None
 
 
@@ -248,7 +255,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
             ],
         ))
     else:
-        print(f"silt: {args.url} has no committed versions", file=sys.stderr)
+        print(f"silt: {public_url(args.url)} has no committed versions", file=sys.stderr)
     return status
 
 
@@ -357,7 +364,7 @@ def _inspect_root(store: ObjectStore, url: str, dbs: list[str], as_json: bool) -
     if as_json:
         _print_json({"root": url, "dbs": rows})
         return EXIT_OK
-    print(f"root {url}: {len(rows)} DBs")
+    print(f"root {public_url(url)}: {len(rows)} DBs")
     print(_table(
         ["DB", "VERSION", "VERSIONS", "L0", "READ_AMP", "BYTES", "PENDING", "HORIZON",
          "CHECKPOINTS"],
@@ -486,8 +493,8 @@ def cmd_get(args: argparse.Namespace) -> int:
         db.close()
         store.close()
     if value is None:
-        print(f"silt: key {show_key(key)!r} not found in version {version} of {args.url}",
-              file=sys.stderr)
+        print(f"silt: key {show_key(key)!r} not found in version {version} of "
+              f"{public_url(args.url)}", file=sys.stderr)
         return EXIT_ERROR
     if args.hex:
         print(value.hex())
@@ -525,17 +532,23 @@ def cmd_verify(args: argparse.Namespace) -> int:
               "sst_bytes": 0, "checkpoints": 0, "records": 0, "record_outputs": 0}
 
     def problem(kind: str, name: str, message: str, offset: int | None = None) -> None:
+        if any(p["kind"] == kind and p["object"] == name for p in problems):
+            return  # found by the manifests' check and the identity check alike
         problems.append({"kind": kind, "object": name, "offset": offset, "message": message})
         print(f"silt: {kind}: {message}", file=sys.stderr)
 
     try:
-        if args.all:
-            versions = _list_versions(store)
+        # Every version's identity first (it lists versions without trusting fate records).
+        identity = check_identity(store, args.url)
+        if args.all or args.version is None:
+            versions = identity.live if args.all else identity.live[-1:]
             if not versions:
-                raise VersionNotFoundError(f"{args.url!r} has no committed versions")
+                raise VersionNotFoundError(f"{public_url(args.url)!r} has no committed versions")
         else:
             versions = [_resolve_version(store, args.url, args.version)]
-        ssts: dict[str, tuple[SstInfo, int]] = {}  # id -> (info, first version naming it)
+        # Each distinct entry (not each object: two versions may record one object
+        # differently, and each record must match it) -> the first version naming it.
+        ssts: dict[SstInfo, int] = {}
         for version in versions:
             name = paths.manifest_key(version)
             try:
@@ -544,8 +557,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
                 if args.all:  # collected since the listing
                     continue
                 raise VersionNotFoundError(
-                    f"version {version} of {args.url!r} does not exist; 'silt ls {args.url}' "
-                    "lists the versions"
+                    f"version {version} of {public_url(args.url)!r} does not exist; "
+                    f"'silt ls {public_url(args.url)}' lists the versions"
                 ) from None
             counts["versions"] += 1
             counts["manifests_bytes"] += len(data)
@@ -555,11 +568,13 @@ def cmd_verify(args: argparse.Namespace) -> int:
                 problem("corruption", name, str(exc), exc.offset)
                 continue
             for info in m.all_ssts():
-                ssts.setdefault(info.id, (info, version))
+                ssts.setdefault(info, version)
 
         siblings = SiblingStores(args.url, store)
         listings: dict[str, dict[str, int]] = {}
-        for sst_id, (info, version) in ssts.items():
+        counted: set[tuple[str, str]] = set()
+        for info, version in ssts.items():
+            sst_id = info.id
             # A reference to a sibling DB's SST (silt.siblings) is checked where it lives.
             where = siblings.store_for(info)
             if info.db not in listings:
@@ -570,7 +585,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
             listed = listings[info.db]
             key = paths.sst_key(sst_id)
             name = key if not info.db else f"../{info.db}/{key}"
-            counts["ssts"] += 1
+            first = (info.db, sst_id) not in counted
+            counted.add((info.db, sst_id))
+            counts["ssts"] += first
             if key not in listed:
                 problem("missing", name, f"SST {name!r} referenced by version {version} does not "
                         "exist; restore it from a replica or open a version that does not need it")
@@ -589,37 +606,57 @@ def cmd_verify(args: argparse.Namespace) -> int:
                 problem("missing", name, f"SST {name!r} referenced by version {version} "
                         "disappeared while being verified")
                 continue
-            counts["blocks"] += blocks
-            counts["entries"] += entries
-            counts["sst_bytes"] += info.size
+            if first:
+                counts["blocks"] += blocks
+                counts["entries"] += entries
+                counts["sst_bytes"] += info.size
         siblings.close()
-        _verify_metadata(store, args.url, set(ssts), counts, problem, notes)
+        for f in identity.findings:
+            problem(f.kind, f.object, f.message, f.offset)
+        _verify_metadata(store, args.url, {i.id for i in ssts}, counts, problem, notes,
+                         identity)
     finally:
         store.close()
 
     total_bytes = counts["manifests_bytes"] + counts["sst_bytes"]
+    lineage = {"withdrawn": identity.withdrawn, "reservations": identity.reservations,
+               "settled": identity.settled, "pins": identity.pins,
+               "horizon": identity.horizon, "references": identity.references}
     if args.json:
         _print_json({**counts, "bytes": total_bytes, "ok": not problems, "problems": problems,
-                     "notes": notes})
+                     "notes": notes, **lineage})
     else:
         scope = "all versions" if args.all else f"version {versions[0]}"
         verdict = "OK" if not problems else f"{len(problems)} PROBLEM(S), see above"
+        # Withdrawn versions and reservations are normal: counted, never problems.
+        extra = "".join(
+            f", {len(vs)} {what} ({_version_list(vs)})"
+            for what, vs in (("withdrawn", identity.withdrawn),
+                             ("reservations", identity.reservations)) if vs)
         print(f"verified {scope}: {counts['versions']} manifests, {counts['ssts']} SSTs, "
               f"{counts['blocks']} blocks, {counts['entries']} entries, {total_bytes} bytes, "
-              f"{counts['checkpoints']} checkpoints, {counts['records']} compaction records: "
-              f"{verdict}")
+              f"{counts['checkpoints']} checkpoints, {counts['records']} compaction records"
+              f"{extra}: {verdict}")
     return EXIT_CORRUPT if problems else EXIT_OK
 
 
+def _version_list(versions: list[int]) -> str:
+    """``1, 4, 9`` (at most five numbers, then how many more)."""
+    shown = ", ".join(str(v) for v in versions[:5])
+    return shown if len(versions) <= 5 else f"{shown} and {len(versions) - 5} more"
+
+
 def _verify_metadata(store: ObjectStore, url: str, verified: set[str], counts: dict[str, int],
-                     problem: Callable[..., None], notes: list[dict[str, Any]]) -> None:
+                     problem: Callable[..., None], notes: list[dict[str, Any]],
+                     identity: IdentityReport) -> None:
     """``silt verify``'s check of every checkpoint and compaction record of the DB at ``url``.
 
-    Each must pass its checksum, and what it names must exist: a checkpoint's version, a
-    record's output SSTs (each checked whole against the record, as a writer does before
-    adopting it; ``verified`` are SST ids the manifests' check already covered).
+    Each must pass its checksum, and what it names must exist: a checkpoint's version (live,
+    not withdrawn), a record's output SSTs (each checked whole against the record, as a writer
+    does before adopting it; ``verified`` are SST ids the manifests' check already covered).
     """
-    versions = set(_list_versions(store))
+    versions = set(identity.live)
+    withdrawn = set(identity.withdrawn)
     for info in retrying(lambda: list(store.list(paths.CHECKPOINT_PREFIX))):
         name = info.key
         try:
@@ -630,8 +667,14 @@ def _verify_metadata(store: ObjectStore, url: str, verified: set[str], counts: d
             problem("corruption", name, str(exc), exc.offset)
             continue
         counts["checkpoints"] += 1
-        if cp.version not in versions:
-            problem("missing", name, f"checkpoint {name!r} pins version {cp.version} of {url!r}, "
+        if cp.version in withdrawn:
+            problem("missing", name, f"checkpoint {name!r} pins version {cp.version} of "
+                    f"{public_url(url)!r}, which its writer withdrew (it reads as its parent, "
+                    "and opening it by number is refused): delete the checkpoint and "
+                    "checkpoint a live version")
+        elif cp.version not in versions:
+            problem("missing", name, f"checkpoint {name!r} pins version {cp.version} of "
+                    f"{public_url(url)!r}, "
                     f"which does not exist: restore {paths.manifest_key(cp.version)!r} from a "
                     "replica, or delete the checkpoint if that state is not needed")
         if not cp.checksummed:
@@ -809,15 +852,15 @@ def cmd_compact(args: argparse.Namespace) -> int:
 
 
 def _compact_line(url: str, r: dict[str, Any]) -> str:
-    at = f"{url} version {r.get('version')}"
+    at = f"{public_url(url)} version {r.get('version')}"
     if r["status"] == "empty":
-        return f"{url}: no committed versions, nothing to compact"
+        return f"{public_url(url)}: no committed versions, nothing to compact"
     if r["status"] == "idle":
         return f"{at}: nothing to compact"
     if r["status"] == "waiting":
         return f"{at}: waiting for the writer to adopt {r['record']}"
     if r["status"] == "failed":
-        return f"{url}: pass failed: {r['error']}"
+        return f"{public_url(url)}: pass failed: {r['error']}"
     return (f"{at}: {r['mode']} {r['inputs']} SSTs ({r['input_bytes']} bytes) -> "
             f"{r['outputs']} SSTs ({r['output_bytes']} bytes): {r['reason']}; wrote {r['object']}")
 
@@ -850,7 +893,7 @@ def cmd_gc(args: argparse.Namespace) -> int:
             f"{kept[0]}..{kept[-1]} ({len(kept)} versions)")
         print(f"{db.rstrip('/') or '.'}: keeps versions {shown or '-'}, horizon "
               f"{report.horizons.get(db, '-')}")
-    print(f"gc of {args.url}: {verb} {len(report.deleted_manifests)} manifests, "
+    print(f"gc of {public_url(args.url)}: {verb} {len(report.deleted_manifests)} manifests, "
           f"{len(report.deleted_ssts)} SSTs ({report.deleted_bytes} bytes), "
           f"{len(report.deleted_records)} compaction records")
     return EXIT_OK
@@ -867,37 +910,52 @@ def cmd_checkpoint(args: argparse.Namespace) -> int:
         _print_json({"name": args.name, "version": version,
                      "object": paths.checkpoint_key(args.name)})
     else:
-        print(f"checkpoint {args.name!r} pins version {version} of {args.url}")
+        print(f"checkpoint {args.name!r} pins version {version} of {public_url(args.url)}")
     return EXIT_OK
 
 
 # --- argument parsing ----------------------------------------------------------------------------
 
 
-def _positive(text: str) -> int:
-    value = _non_negative(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
-    return value
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is negative")
-    return value
-
-
-def _non_negative(text: str) -> int:
+def _integer(text: str, low: int, high: int) -> int:
+    """``text`` as an int in ``low..high``, else an argparse usage error saying why."""
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < low:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is negative" if low == 0 else f"{text!r} must be at least {low}"
+        )
+    if value > high:
+        raise argparse.ArgumentTypeError(f"{text!r} is larger than the maximum {high}")
+    return value
+
+
+def _positive(text: str) -> int:
+    return _integer(text, 1, paths.MAX_VERSION)
+
+
+def _non_negative(text: str) -> int:
+    return _integer(text, 0, MAX_INT)
+
+
+def _version(text: str) -> int:
+    return _integer(text, 0, paths.MAX_VERSION)
+
+
+def _seconds(text: str) -> float:
+    """A finite number of seconds in ``0..MAX_SECONDS`` (``inf`` and ``nan`` are refused)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if value != value or value in (float("inf"), float("-inf")):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number of seconds")
     if value < 0:
         raise argparse.ArgumentTypeError(f"{text!r} is negative")
+    if value > MAX_SECONDS:
+        raise argparse.ArgumentTypeError(f"{text!r} is more than the maximum {MAX_SECONDS} seconds")
     return value
 
 
@@ -920,7 +978,7 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     def version_option(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--version", type=_non_negative, metavar="N",
+        p.add_argument("--version", type=_version, metavar="N",
                        help="read version N (default: the latest)")
 
     p = command("ls", cmd_ls, "list committed versions with creation time, SSTs, bytes and meta")
@@ -952,9 +1010,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("verify", cmd_verify,
                 "read every manifest and every SST block in scope, every checkpoint and every "
                 "pending compaction record with its outputs, and check their checksums and that "
-                "what they name exists; exit 2 on corruption or missing objects")
+                "what they name exists; check every version's identity (fate records, pins, "
+                "forks, reservations, references); exit 2 on corruption or missing objects")
     scope = p.add_mutually_exclusive_group()
-    scope.add_argument("--version", type=_non_negative, metavar="N",
+    scope.add_argument("--version", type=_version, metavar="N",
                        help="verify version N (default: the latest)")
     scope.add_argument("--all", action="store_true", help="verify every committed version")
     p.add_argument("--json", action="store_true", help="machine-readable summary")
@@ -998,7 +1057,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("checkpoint", cmd_checkpoint,
                 "pin a committed version under NAME so GC keeps it (names are create-only)")
     p.add_argument("name", metavar="NAME", help="1-128 letters, digits, '.', '_' or '-'")
-    p.add_argument("--version", type=_non_negative, metavar="N",
+    p.add_argument("--version", type=_version, metavar="N",
                    help="the version to pin (default: the latest)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     return parser
@@ -1038,7 +1097,15 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(exc, pluggy.PluginValidationError):  # a broken plugin is installed
             print(f"silt: error: a plugin failed to load: {exc}", file=sys.stderr)
             return EXIT_ERROR
-        raise
+        # Never a traceback: one line naming the failure, and what to do about it.
+        detail = str(exc).splitlines()[0][:300] if str(exc) else ""
+        print(
+            f"silt: error: unexpected {type(exc).__name__}"
+            f"{': ' + detail if detail else ''}. This is a bug in silt or an installed plugin; "
+            "please report it with the command that caused it (`silt plugins` lists versions)",
+            file=sys.stderr,
+        )
+        return EXIT_ERROR
 
 
 __all__ = ["build_parser", "escape", "main", "show_key"]

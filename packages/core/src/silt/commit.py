@@ -166,7 +166,6 @@ class Committer:
                 self.uncertain = (manifest, pending)
                 raise
             if created:
-                self._check_empty_root(manifest)
                 break
             placeholder = self._adopt_placeholder(version)
             if placeholder and auto:
@@ -222,7 +221,7 @@ class Committer:
         0 when they commit version 0 (a stream processor's first batch). Two such writers could
         each win one name: each checks the other name after creating its own, and one that
         finds a live version there withdraws its own (at least one of them sees the other)."""
-        if manifest.parent is not None or self.lineage is not None:
+        if manifest.parent is not None:
             return
         other = 1 if manifest.version == 0 else 0
         name = paths.manifest_key(other)
@@ -255,8 +254,11 @@ class Committer:
             skip_to=target, gc_grace_ms=self._grace_ms,
         )
         if self._create(reservation):
-            self._check_empty_root(reservation)
             self.lineage, self.next = n, target
+            self._check_empty_root(reservation)
+            # A zombie whose base GC kept (a checkpoint pins it) finds the next names free once
+            # GC collected them: fence it before it creates a version above the horizon.
+            self._check_horizon(reservation, self._refresh_markers())
             return
         if not self._adopt_placeholder(n):
             raise CommitConflict(
@@ -299,12 +301,17 @@ class Committer:
                      *, resolving: bool = False) -> None:
         """Step 3: the GC markers (one GET when nothing changed since the last commit,
         :func:`silt.markers.refresh`), more requests only on the rare paths."""
-        markers = self.markers = refresh(self._store, self.markers)
+        self._check_empty_root(manifest)
+        markers = self._refresh_markers()
         self._check_horizon(manifest, markers)
         self._check_rollback(manifest, markers)
         self._check_age(manifest, base, markers, resolving=resolving)
         if refs and base is None:
             self._check_sources(manifest, refs)
+
+    def _refresh_markers(self) -> GcMarkers:
+        self.markers = refresh(self._store, self.markers)
+        return self.markers
 
     def _check_horizon(self, manifest: Manifest, markers: GcMarkers) -> None:
         """Withdraw ``manifest`` if GC's horizon passed it (this writer is a zombie)."""

@@ -42,7 +42,7 @@ from .errors import (
 )
 from .flush import Flusher
 from .gc import GcReport, check_grace, collect_garbage
-from .manifest import Manifest
+from .manifest import Manifest, check_meta
 from .memtable import Memtable, check_ops, check_pairs
 from .metrics import MeteredStore, Metrics
 from .pin import check_checkpoint_name, pin
@@ -50,8 +50,10 @@ from .settings import Settings
 from .siblings import Base, Reference, SiblingStores, mark_referrers, take_reference
 from .siblings import split_parent as _split_parent
 from .sst.builder import SstInfo
+from .sst.format import MAX_EXPIRY_MS
 from .sst.reader import SstReader
 from .store import ObjectStore
+from .tierkit import public_url
 from .versions import list_versions
 from .view import BlockFetcher, Level, Readers, ReadView
 from .writebatch import WriteBatch
@@ -76,6 +78,8 @@ class DB:
         self._metrics = Metrics()
         self._store = MeteredStore(store, self._metrics)
         self._url = url
+        #: The URL as messages and repr show it: no query (tier options may hold a secret).
+        self._pub = public_url(url)
         self._settings = settings
         self._clock = clock
         self._owns_store = owns_store
@@ -95,7 +99,7 @@ class DB:
             url, self._store, wrap=lambda raw: MeteredStore(raw, self._metrics)
         )
         self._flusher = Flusher(self._store, settings, clock, self._cache, self._readers)
-        self._committer = Committer(self._store, url, clock,
+        self._committer = Committer(self._store, self._pub, clock,
                                     int(settings.gc_grace_seconds * 1000), self._siblings)
         #: References made by :meth:`reference` and not committed yet, and their state.
         self._refs: list[Reference] = []
@@ -144,7 +148,7 @@ class DB:
         return self._committer
 
     def __repr__(self) -> str:
-        return f"<silt.DB {self._url!r} version={self.version}>"
+        return f"<silt.DB {self._pub!r} version={self.version}>"
 
     def __enter__(self) -> DB:
         return self
@@ -155,7 +159,7 @@ class DB:
     # -- validation ---------------------------------------------------------------------------
     def _check_open(self) -> None:
         if self._closed:
-            raise ClosedError(f"the database {self._url!r} is closed; open it again with silt.open")
+            raise ClosedError(f"the database {self._pub!r} is closed; open it again with silt.open")
 
     def _check_key(self, key: Any) -> bytes:
         if isinstance(key, _BYTES_LIKE):
@@ -186,14 +190,21 @@ class DB:
         return value
 
     def _expiry(self, ttl: Any) -> int:
+        """The expiry time (ms) of an entry written now with ``ttl`` seconds to live; refuses a
+        ttl that is not a positive finite number or whose expiry does not fit the u64 the SST
+        format stores it in (``MAX_EXPIRY_MS``)."""
         if isinstance(ttl, bool) or not isinstance(ttl, (int, float)):
             raise InvalidTypeError(f"ttl must be a number of seconds, got {type(ttl).__name__}")
-        if not ttl > 0 or ttl != ttl or ttl == float("inf"):
-            raise InvalidArgumentError(
-                f"ttl must be a positive, finite number of seconds, got {ttl!r}; omit ttl for "
-                "entries that never expire"
-            )
-        return self._clock.now_ms() + max(1, int(ttl * 1000))
+        now = self._clock.now_ms()
+        max_ttl = (MAX_EXPIRY_MS - now) // 1000
+        if 0 < ttl <= max_ttl:  # false for nan and inf
+            expiry = now + max(1, int(ttl * 1000))
+            if expiry <= MAX_EXPIRY_MS:  # a float ttl near the limit may round up
+                return expiry
+        raise InvalidArgumentError(
+            f"ttl must be a positive, finite number of seconds, at most {max_ttl} (expiry times "
+            f"are stored as u64 milliseconds), got {ttl!r}; omit ttl for entries that never expire"
+        )
 
     # -- writes -------------------------------------------------------------------------------
     def put(self, key: bytes, value: bytes, *, ttl: float | None = None) -> None:
@@ -323,7 +334,7 @@ class DB:
                 self._landed(landed[0], *landed[1])
             version, auto = self._committer.target(version, self.version)
             merged_meta = self.meta
-            if meta:
+            if meta is not None and check_meta(meta):
                 for k, v in meta.items():
                     if not isinstance(k, str) or not isinstance(v, str):
                         raise InvalidTypeError("commit meta must map str to str")
@@ -424,7 +435,7 @@ class DB:
             if (self._manifest is not None or view.parts or len(view.mem)
                     or self._committer.uncertain):
                 raise InvalidArgumentError(
-                    f"{self._url!r} already has state (a committed version or writes): "
+                    f"{self._pub!r} already has state (a committed version or writes): "
                     "reference() starts a new DB; open a new root next to the source instead"
                 )
             with self._metrics.purpose("read"):
@@ -597,7 +608,7 @@ class DB:
             manifest = self._manifest
             if manifest is None:
                 raise InvalidArgumentError("nothing is committed yet: commit before checkpointing")
-            return pin(self._store, self._url, manifest, name, self._clock,
+            return pin(self._store, self._pub, manifest, name, self._clock,
                        committed_here=manifest.version == self._committer.confirmed)
 
     def gc(self, *, retain_versions: int | None = None, grace_seconds: float | None = None,

@@ -20,10 +20,16 @@ import zlib
 from collections.abc import Collection
 from typing import Any
 
+from . import boundedjson
 from .errors import CorruptionError
 
 #: Magic, CRC-32 of the rest, format version. WARNING: on-disk format.
 FRAME_HEAD = struct.Struct("<8sII")
+#: Limits checked before a body is parsed. Every framed object nests at most 5 deep (a
+#: manifest: body, ``levels``, a level, an SST entry, its ``clip``); a manifest of 256 MiB
+#: would list about a million SSTs.
+MAX_BODY_BYTES = 256 * 1024 * 1024
+MAX_BODY_DEPTH = 16
 
 
 def encode_framed(magic: bytes, format_version: int, body: dict[str, Any]) -> bytes:
@@ -65,15 +71,16 @@ def decode_framed(data: bytes, object_name: str, *, magic: bytes, formats: Colle
 def parse_json_object(text: bytes, object_name: str, offset: int, what: str) -> dict[str, Any]:
     """``text`` parsed as a JSON object, or :class:`CorruptionError` (at ``offset``).
 
-    Covers every way JSON parsing can fail on hostile bytes: invalid UTF-8 or JSON, nesting
-    deep enough to exhaust the parser's recursion, numbers too long to convert.
+    Covers every way JSON parsing can fail on hostile bytes: invalid UTF-8 or JSON, a body over
+    ``MAX_BODY_BYTES`` or nested deeper than ``MAX_BODY_DEPTH`` (both refused before parsing, see
+    :mod:`silt.boundedjson`), numbers too long to convert.
     """
     try:
-        body = json.loads(text)
+        body = boundedjson.loads(text, max_bytes=MAX_BODY_BYTES, max_depth=MAX_BODY_DEPTH)
     except (ValueError, RecursionError) as exc:
         # ValueError covers JSONDecodeError, UnicodeDecodeError and over-long integers.
         raise CorruptionError(object_name, offset, f"{what} body is not valid JSON "
-                              f"({type(exc).__name__})") from None
+                              f"({type(exc).__name__}: {str(exc)[:200]})") from None
     if not isinstance(body, dict):
         raise CorruptionError(object_name, offset, f"{what} body is not a JSON object")
     return body

@@ -50,6 +50,7 @@ from .manifest import Manifest
 from .markers import bump_epoch, read_markers
 from .settings import Settings
 from .store import ObjectStore, retrying
+from .tierkit import name_problem
 from .versions import list_versions
 
 #: The grace assumed for a DB whose manifests do not record their writers' (none committed yet,
@@ -330,8 +331,11 @@ def _read(store: ObjectStore, db: str, version: int) -> Manifest | None:
 
 
 def _sibling_prefix(db: str, name: str) -> str | None:
-    """The prefix of sibling ``name`` of the DB at prefix ``db`` (None: outside this root)."""
-    if not db:
+    """The prefix of sibling ``name`` of the DB at prefix ``db`` (None: outside this root).
+
+    A name that is not a plain folder name (a crafted ``refs/`` marker) is treated as outside
+    this root, which keeps everything of ``db``: GC never follows it anywhere."""
+    if not db or name_problem(name) is not None:
         return None
     parent = db.rstrip("/").rpartition("/")[0]
     return f"{parent}/{name}/" if parent else f"{name}/"

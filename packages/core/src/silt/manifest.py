@@ -14,8 +14,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
-from .errors import CorruptionError
+from . import paths
+from .errors import CorruptionError, InvalidArgumentError, InvalidTypeError
 from .framing import FRAME_HEAD as _HEAD
 from .framing import decode_framed, encode_framed
 from .sst.builder import SstInfo
@@ -32,6 +34,8 @@ MANIFEST_MAGIC = b"SILTMNF1"
 #: optional field any format may carry; older readers ignore it.
 MANIFEST_FORMAT_VERSION = 3
 READABLE_MANIFEST_FORMATS = frozenset({1, 2, 3})
+#: ``created_ms`` and ``gc_grace_ms`` are signed 64-bit counts of milliseconds.
+MAX_MS = 2**63 - 1
 
 
 @dataclass(frozen=True)
@@ -92,22 +96,86 @@ class Manifest:
         _fmt, d = decode_framed(data, object_name, magic=MANIFEST_MAGIC,
                                 formats=READABLE_MANIFEST_FORMATS, what="manifest")
         try:
-            manifest = cls(
-                version=int(d["version"]),
-                parent=None if d["parent"] is None else int(d["parent"]),
-                writer_id=str(d["writer_id"]),
-                token=str(d["token"]),
-                created_ms=int(d["created_ms"]),
-                l0=tuple(SstInfo.from_json(s) for s in d["l0"]),
-                levels=tuple(tuple(SstInfo.from_json(s) for s in lv) for lv in d["levels"]),
-                meta={str(k): str(v) for k, v in d["meta"].items()},
-                skip_to=None if d.get("skip_to") is None else int(d["skip_to"]),
-                gc_grace_ms=None if d.get("gc_grace_ms") is None else int(d["gc_grace_ms"]),
+            version = _int(d, "version", 0, paths.MAX_VERSION)
+            parent = _get(d, "parent")
+            if parent is not None:
+                parent = _int(d, "parent", 0, version - 1)
+            l0 = _list(d, "l0")
+            levels = _list(d, "levels")
+            for level in levels:
+                if not isinstance(level, list):
+                    raise ValueError("'levels' must be a list of lists of SST entries")
+            skip_to = None if d.get("skip_to") is None else _int(d, "skip_to", 0, paths.MAX_VERSION)
+            if skip_to is not None and skip_to <= version:
+                raise ValueError(f"skip_to {skip_to} is not after version {version}")
+            return cls(
+                version=version,
+                parent=parent,
+                writer_id=_str(d, "writer_id"),
+                token=_str(d, "token"),
+                created_ms=_int(d, "created_ms", 0, MAX_MS),
+                l0=tuple(SstInfo.from_json(s) for s in l0),
+                levels=tuple(tuple(SstInfo.from_json(s) for s in lv) for lv in levels),
+                meta=check_meta(_get(d, "meta"), "'meta'"),
+                skip_to=skip_to,
+                gc_grace_ms=None if d.get("gc_grace_ms") is None
+                else _int(d, "gc_grace_ms", 0, MAX_MS),
             )
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise CorruptionError(object_name, _HEAD.size, f"malformed manifest body ({exc})") \
-                from None
-        if manifest.skip_to is not None and manifest.skip_to <= manifest.version:
-            raise CorruptionError(object_name, _HEAD.size, f"skip_to {manifest.skip_to} is not "
-                                  f"after version {manifest.version}")
-        return manifest
+        except (ValueError, TypeError) as exc:
+            raise CorruptionError(
+                object_name, _HEAD.size, f"malformed manifest body ({exc})"
+            ) from None
+
+
+def check_meta(meta: Any, what: str = "commit meta") -> dict[str, str]:
+    """``meta`` as a new dict, after checking it maps str to str, every string valid Unicode
+    (no lone surrogates, so it can be encoded and printed). Raises ``InvalidTypeError`` (not a
+    dict, or a key or value that is not a str) or ``InvalidArgumentError`` (a string that is not
+    valid Unicode), naming ``what``. ``DB.commit`` calls it before writing anything."""
+    if not isinstance(meta, dict):
+        raise InvalidTypeError(f"{what} must be a dict of str to str, got {type(meta).__name__}")
+    for k, v in meta.items():
+        if not isinstance(k, str) or not isinstance(v, str):
+            raise InvalidTypeError(
+                f"{what} must map str to str, got {type(k).__name__} {k!r:.80} -> "
+                f"{type(v).__name__}"
+            )
+        for text in (k, v):
+            try:
+                text.encode()
+            except UnicodeEncodeError:
+                raise InvalidArgumentError(
+                    f"{what} entry {k!r:.80} is not valid Unicode (it holds a lone surrogate)"
+                    + ("; pass text that encodes as UTF-8" if what == "commit meta" else "")
+                ) from None
+    return dict(meta)
+
+
+def _get(d: dict, name: str) -> Any:
+    if name not in d:
+        raise ValueError(f"no {name!r} field")
+    return d[name]
+
+
+def _int(d: dict, name: str, low: int, high: int) -> int:
+    value = _get(d, name)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValueError(f"{name!r} must be an integer, got {value!r:.80}")
+    if not low <= value <= high:
+        raise ValueError(f"{name!r} is {value}, outside {low}..{high}")
+    return value
+
+
+def _str(d: dict, name: str) -> str:
+    value = _get(d, name)
+    if not isinstance(value, str):
+        raise ValueError(f"{name!r} must be a string, got {value!r:.80}")
+    value.encode()  # UnicodeEncodeError (a ValueError) for a lone surrogate
+    return value
+
+
+def _list(d: dict, name: str) -> list:
+    value = _get(d, name)
+    if not isinstance(value, list):
+        raise ValueError(f"{name!r} must be a list, got {type(value).__name__}")
+    return value

@@ -11,12 +11,62 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import InvalidArgumentError, InvalidTypeError
+from .paths import VERSION_DIGITS
 
 KiB = 1024
 MiB = 1024 * KiB
 
 COMPRESSIONS = ("lz4", "none")
 COMPACTION_MODES = ("background", "external")
+
+#: The largest data block, key or value: a block closes once it reaches ``block_bytes`` and so
+#: may hold one more entry; block sizes and offsets inside a block are u32 on disk and lz4
+#: compresses at most ~2 GiB at once, so ``block_bytes + max_key_bytes + max_value_bytes`` must
+#: stay well below 2 GiB.
+MAX_BLOCK_PART_BYTES = 512 * MiB
+#: Bound of the int fields without a tighter one: a count or byte size in a signed 64-bit field.
+MAX_INT = 2**63 - 1
+#: Bound of the parallelism and queue-length fields (threads and queued memtables).
+MAX_THREADS = 1024
+#: Bound of the seconds fields (about 317 years): they become int milliseconds and deadlines.
+MAX_SECONDS = 10**10
+
+#: ``(minimum, maximum)`` of every int field of :class:`Settings`.
+INT_RANGES: dict[str, tuple[int, int]] = {
+    "memtable_bytes": (1, MAX_INT),
+    "block_bytes": (64, MAX_BLOCK_PART_BYTES),
+    "bloom_bits_per_key": (0, 64),
+    "block_cache_bytes": (0, MAX_INT),
+    "upload_parallelism": (1, MAX_THREADS),
+    "read_parallelism": (1, MAX_THREADS),
+    "max_pending_flushes": (1, MAX_THREADS),
+    "max_key_bytes": (1, MAX_BLOCK_PART_BYTES),
+    "max_value_bytes": (0, MAX_BLOCK_PART_BYTES),
+    "target_sst_bytes": (1, MAX_INT),
+    "l0_compaction_trigger": (1, MAX_INT),
+    "l0_stall_trigger": (1, MAX_INT),
+    "level_size_ratio": (2, MAX_INT),
+    "level1_bytes": (1, MAX_INT),
+    "tiered_max_runs": (2, MAX_INT),
+    "retain_versions": (1, 10**VERSION_DIGITS - 1),
+}
+
+
+def check_seconds(value: Any, what: str, *, negative_ok: bool = False) -> float:
+    """``value`` if it is a number of seconds (int or float, not bool) in ``0..MAX_SECONDS``
+    (``-MAX_SECONDS..MAX_SECONDS`` with ``negative_ok``); else raises
+    :class:`~silt.errors.InvalidTypeError` or :class:`~silt.errors.InvalidArgumentError` naming
+    ``what`` and the range. ``nan`` and infinities are refused."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidTypeError(
+            f"{what} must be a number of seconds, got {type(value).__name__} {value!r:.80}"
+        )
+    low = -MAX_SECONDS if negative_ok else 0
+    if not low <= value <= MAX_SECONDS:  # false for nan
+        raise InvalidArgumentError(
+            f"{what} must be a number of seconds in {low}..{MAX_SECONDS}, got {value!r}"
+        )
+    return value
 
 
 @dataclass(frozen=True)
@@ -79,44 +129,19 @@ class Settings:
     gc_grace_seconds: float = 3600.0
 
     def __post_init__(self) -> None:
-        minimums = {
-            "memtable_bytes": 1,
-            "block_bytes": 64,
-            "bloom_bits_per_key": 0,
-            "block_cache_bytes": 0,
-            "upload_parallelism": 1,
-            "read_parallelism": 1,
-            "max_pending_flushes": 1,
-            "max_key_bytes": 1,
-            "max_value_bytes": 0,
-            "target_sst_bytes": 1,
-            "l0_compaction_trigger": 1,
-            "l0_stall_trigger": 1,
-            "level_size_ratio": 2,
-            "level1_bytes": 1,
-            "tiered_max_runs": 2,
-            "retain_versions": 1,
-        }
-        for name, low in minimums.items():
+        for name, (low, high) in INT_RANGES.items():
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool):
                 raise InvalidTypeError(
-                    f"Settings.{name} must be an int, got {type(value).__name__} {value!r}"
+                    f"Settings.{name} must be an int in {low}..{high}, got "
+                    f"{type(value).__name__} {value!r:.80}"
                 )
-            if value < low:
-                raise InvalidArgumentError(f"Settings.{name} must be >= {low}, got {value}")
-        if self.max_key_bytes > 0xFFFF_FFFF or self.block_bytes > 0xFFFF_FFFF:
-            raise InvalidArgumentError("Settings.max_key_bytes and block_bytes must be < 4 GiB")
-        if self.bloom_bits_per_key > 64:
-            raise InvalidArgumentError(
-                f"Settings.bloom_bits_per_key must be <= 64, got {self.bloom_bits_per_key}"
-            )
-        for name in ("compaction_poll_seconds", "gc_grace_seconds"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+            if not low <= value <= high:
                 raise InvalidArgumentError(
-                    f"Settings.{name} must be a number of seconds >= 0, got {value!r}"
+                    f"Settings.{name} must be in {low}..{high}, got {value}"
                 )
+        for name in ("compaction_poll_seconds", "gc_grace_seconds"):
+            check_seconds(getattr(self, name), f"Settings.{name}")
         if self.compaction_mode not in COMPACTION_MODES:
             raise InvalidArgumentError(
                 f"Settings.compaction_mode must be one of {COMPACTION_MODES}, got "
@@ -132,7 +157,12 @@ class Settings:
             )
 
     def replace(self, **changes: Any) -> Settings:
-        """A copy with ``changes`` applied (validated like the constructor)."""
+        """A copy with ``changes`` applied (validated like the constructor).
+
+        Every field is checked for type and range (see ``INT_RANGES``, ``MAX_SECONDS``); a bad
+        value raises :class:`~silt.errors.InvalidTypeError` or
+        :class:`~silt.errors.InvalidArgumentError` naming the field and its allowed range.
+        """
         unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
         if unknown:
             raise InvalidArgumentError(f"unknown Settings fields: {sorted(unknown)}")
@@ -145,4 +175,8 @@ class Settings:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Settings:
         """Inverse of :meth:`to_dict`; unknown keys are an error."""
+        if not isinstance(data, dict) or not all(isinstance(k, str) for k in data):
+            raise InvalidTypeError(
+                f"Settings.from_dict takes a dict of field names, got {type(data).__name__}"
+            )
         return cls().replace(**data)

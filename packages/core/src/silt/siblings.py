@@ -30,6 +30,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from urllib.parse import quote
 
 from . import paths
 from .errors import InvalidArgumentError, ReferenceConflict
@@ -37,47 +38,49 @@ from .manifest import Manifest
 from .sst.builder import SstInfo
 from .sst.reader import SstReader
 from .store import ObjectStore, retrying
+from .tierkit import check_name, decode_path, public_url
 
 
 # -- naming -----------------------------------------------------------------------------------
+# A sibling's name is its folder name, decoded: the manifest stores it so, sibling_url encodes it
+# into a URL, and the tier decodes it back once. Every name passes the one name rule all tiers
+# share (silt.tierkit.check_name) where it enters: from a URL here, from a manifest when it is
+# parsed (SstInfo.from_json), so a stored name can never lead a store outside the parent folder.
 def split_parent(url: str) -> tuple[str, str, str]:
     """``(parent, name, query)`` of a DB URL: ``s3://b/root/kg-0-63?x=1`` gives
-    ``("s3://b/root", "kg-0-63", "?x=1")``. Raises when the URL has no parent folder."""
+    ``("s3://b/root", "kg-0-63", "?x=1")``; ``name`` is decoded and checked. Raises
+    :class:`~silt.errors.InvalidArgumentError` when the URL has no parent folder or its last
+    segment is not a plain name."""
     base, sep, query = url.partition("?")
     base = base.rstrip("/")
     location = base.partition("://")[2]
     if "/" not in location.strip("/"):
         raise InvalidArgumentError(
-            f"{url!r} has no parent folder, so it has no siblings: references work between DBs "
-            "in one folder, such as 'file:///state/op/a' and 'file:///state/op/b'"
+            f"{public_url(url)!r} has no parent folder, so it has no siblings: references work "
+            "between DBs in one folder, such as 'file:///state/op/a' and 'file:///state/op/b'"
         )
     parent, name = base.rsplit("/", 1)
-    return parent, name, sep + query
+    return parent, check_name(decode_path(name, what="a DB folder name")), sep + query
 
 
 def sibling_url(url: str, name: str) -> str:
-    """The URL of the sibling ``name`` of the DB at ``url`` (same tier options)."""
-    check_name(name)
+    """The URL of the sibling ``name`` (a decoded folder name) of the DB at ``url`` (same tier
+    options). ``name`` must pass :func:`silt.tierkit.check_name`."""
+    check_name(name, what="a sibling DB folder name")
     parent, _, query = split_parent(url)
-    return f"{parent}/{name}{query}"
+    return f"{parent}/{quote(name, safe='')}{query}"
 
 
 def sibling_name(url: str, other: str) -> str:
-    """The folder name of ``other`` if it is a sibling of ``url``; raises otherwise."""
+    """The (decoded) folder name of ``other`` if it is a sibling of ``url``; raises otherwise."""
     parent, _, query = split_parent(url)
     oparent, oname, oquery = split_parent(other)
     if (parent, query) != (oparent, oquery):
         raise InvalidArgumentError(
-            f"{other!r} is not a sibling of {url!r}: a DB can reference the SSTs of DBs in the "
-            "same parent folder, opened with the same tier options"
+            f"{public_url(other)!r} is not a sibling of {public_url(url)!r}: a DB can reference "
+            "the SSTs of DBs in the same parent folder, opened with the same tier options"
         )
     return oname
-
-
-def check_name(name: str) -> str:
-    if not name or "/" in name or name in (".", "..") or "?" in name:
-        raise InvalidArgumentError(f"{name!r} is not a sibling DB folder name")
-    return name
 
 
 # -- stores -----------------------------------------------------------------------------------

@@ -29,6 +29,7 @@ from typing import Any, NamedTuple, TypeVar
 from urllib.parse import parse_qsl, urlsplit
 
 from .errors import InvalidArgumentError, TransientStoreError
+from .tierkit import public_url
 
 T = TypeVar("T")
 
@@ -126,8 +127,8 @@ def split_url(url: str) -> tuple[str, str, dict[str, str]]:
         )
     if "://" not in url:
         raise InvalidArgumentError(
-            f"{url!r} is not a store URL: use 'file:///absolute/path', 'memory://name', or a "
-            "scheme a tier plugin provides such as 's3://bucket/prefix'"
+            f"{public_url(url)!r} is not a store URL: use 'file:///absolute/path', "
+            "'memory://name', or a scheme a tier plugin provides such as 's3://bucket/prefix'"
         )
     parts = urlsplit(url)
     scheme = parts.scheme.lower()

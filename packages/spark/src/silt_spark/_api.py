@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from silt.errors import InvalidArgumentError, InvalidTypeError
+
 from . import (
     _aggregate,
     _dedup,
@@ -20,18 +22,22 @@ from . import (
 
 def _spec(
     kind: str,
-    df: Any,
     state_url: str,
     num_shards: int,
     key_groups: int,
     take_over: bool,
-    reset: bool | None,
     settings: Any,
+    *,
+    df: Any = None,
+    reset: bool | None = None,
     **options: Any,
 ) -> _shard.OperatorSpec:
+    """The operator's options, checked (``df``: refused unless streaming or in foreachBatch;
+    ``reset``: the deprecated name of ``take_over``)."""
     import silt
 
-    _check_streaming(df, kind)
+    if df is not None:
+        _check_streaming(df, kind)
     if reset is not None:
         import warnings
 
@@ -41,17 +47,19 @@ def _spec(
         )
         take_over = take_over or bool(reset)
     if not isinstance(state_url, str) or "://" not in state_url:
-        raise ValueError(
+        raise InvalidArgumentError(
             f"state_url must be a store URL such as 'file:///data/state/op1', got {state_url!r}"
         )
     if state_url.startswith("memory://"):
-        raise ValueError(
+        raise InvalidArgumentError(
             "memory:// state lives in one process; Spark runs tasks in other processes. Use "
             "file:// (one machine) or an object-store URL"
         )
     _layout.check_layout(num_shards, key_groups)
     if settings is not None and not isinstance(settings, silt.Settings):
-        raise TypeError(f"settings must be a silt.Settings, got {type(settings).__name__}")
+        raise InvalidTypeError(
+            f"settings must be a silt.Settings, got {type(settings).__name__}"
+        )
     return _shard.OperatorSpec(
         kind=kind,
         root=state_url,
@@ -85,10 +93,12 @@ def _check_streaming(df: Any, kind: str) -> None:
 def _key_list(key_columns: Sequence[str] | str, df: Any) -> list[str]:
     keys = [key_columns] if isinstance(key_columns, str) else list(key_columns)
     if not keys:
-        raise ValueError("key_columns must name at least one column")
+        raise InvalidArgumentError("key_columns must name at least one column")
     missing = [c for c in keys if c not in df.columns]
     if missing:
-        raise ValueError(f"key columns {missing} are not in the DataFrame ({df.columns})")
+        raise InvalidArgumentError(
+            f"key columns {missing} are not in the DataFrame ({df.columns})"
+        )
     return keys
 
 
@@ -108,7 +118,9 @@ def _struct(schema: Any) -> Any:
     if isinstance(schema, str):
         schema = DataType.fromDDL(schema)
     if not isinstance(schema, StructType):
-        raise TypeError(f"output_schema must be a StructType or DDL string, got {schema!r}")
+        raise InvalidTypeError(
+            f"output_schema must be a StructType or DDL string, got {schema!r}"
+        )
     return schema
 
 
@@ -136,9 +148,16 @@ def _heartbeat(df: Any, schema: Any) -> Any:
     return rate.select(*cols)
 
 
-def _delay_ms(value: Any, name: str = "watermark_delay") -> int:
-    """A watermark delay in ms (Spark's interval syntax, see ``_interval.py``)."""
-    return _interval.duration_ms(value, name, positive=False, months_ok=True)
+#: The longest duration an option may give: Spark timestamps are 64-bit microseconds.
+MAX_DURATION_MS = _interval.MAX_DURATION_MS
+
+
+def parse_delay_ms(delay: Any, name: str = "watermark_delay") -> int:
+    """A delay (``watermark_delay``) in ms, ``0..MAX_DURATION_MS``: ``int`` ms, a
+    ``datetime.timedelta`` or an interval string (``_interval.py``). Raises
+    :class:`~silt.errors.InvalidTypeError` or :class:`~silt.errors.InvalidArgumentError` naming
+    ``name`` otherwise (``inf``, ``nan`` included)."""
+    return _interval.duration_ms(value=delay, name=name, positive=False, months_ok=True)
 
 
 def _time_config(df: Any, mode: str, column: str | None, delay: Any) -> Any:
@@ -146,22 +165,26 @@ def _time_config(df: Any, mode: str, column: str | None, delay: Any) -> Any:
 
     m = str(mode).lower()
     if m not in _processor.TIME_MODES:
-        raise ValueError(f"time_mode must be one of {_processor.TIME_MODES}, got {mode!r}")
-    delay_ms = _delay_ms(delay)
+        raise InvalidArgumentError(
+            f"time_mode must be one of {_processor.TIME_MODES}, got {mode!r}"
+        )
+    delay_ms = parse_delay_ms(delay)
     if m != "eventtime":
         if column is not None:
-            raise ValueError("event_time_column needs time_mode='eventtime'")
+            raise InvalidArgumentError("event_time_column needs time_mode='eventtime'")
         if delay_ms:
-            raise ValueError("watermark_delay needs time_mode='eventtime'")
+            raise InvalidArgumentError("watermark_delay needs time_mode='eventtime'")
         return _processor.TimeConfig(m)
     if column is None:
-        raise ValueError("time_mode='eventtime' needs event_time_column")
+        raise InvalidArgumentError("time_mode='eventtime' needs event_time_column")
     fields = {f.name: f.dataType for f in df.schema.fields}
     t = fields.get(column)
     if t is None:
-        raise ValueError(f"event_time_column {column!r} is not in the DataFrame")
+        raise InvalidArgumentError(f"event_time_column {column!r} is not in the DataFrame")
     if not isinstance(t, (T.TimestampType, T.TimestampNTZType, T.LongType, T.IntegerType)):
-        raise TypeError(f"event_time_column {column!r} must be a timestamp or ms, not {t}")
+        raise InvalidTypeError(
+            f"event_time_column {column!r} must be a timestamp or ms, not {t}"
+        )
     return _processor.TimeConfig(m, column, delay_ms)
 
 
@@ -277,13 +300,17 @@ def transform_with_state(
     keys = _key_list(key_columns, df)
     for method in ("init", "handleInputRows"):
         if not callable(getattr(processor, method, None)):
-            raise TypeError(f"processor must have a {method}() method (see StatefulProcessor)")
+            raise InvalidTypeError(
+                f"processor must have a {method}() method (see StatefulProcessor)"
+            )
     struct = _struct(output_schema)
     if rows_format not in ("pandas", "arrow"):
-        raise ValueError(f"rows_format must be 'pandas' or 'arrow', got {rows_format!r}")
+        raise InvalidArgumentError(
+            f"rows_format must be 'pandas' or 'arrow', got {rows_format!r}"
+        )
     time_cfg = _time_config(df, time_mode, event_time_column, watermark_delay)
     spec = _spec(
-        "processor", df, state_url, num_shards, key_groups, take_over, reset, settings,
+        "processor", state_url, num_shards, key_groups, take_over, settings, df=df, reset=reset,
         event_time_delays=(
             (time_cfg.watermark_delay_ms,) if time_cfg.mode == "eventtime" else ()
         ),
@@ -373,7 +400,7 @@ def aggregate(
     parsed = _aggregate.parse_aggs(aggs)
     p, partial_struct, output_struct = _aggregate.plan(df.schema, keys, parsed)
     spec = _spec(
-        "aggregate", df, state_url, num_shards, key_groups, take_over, reset, settings,
+        "aggregate", state_url, num_shards, key_groups, take_over, settings, df=df, reset=reset,
     )
     spec = _shard.ensure_descriptor(spec, {
         "key_columns": _key_types(df, keys),
@@ -402,13 +429,21 @@ def _timestamp_column(df: Any, column: str, name: str) -> None:
 
     fields = {f.name: f.dataType for f in df.schema.fields}
     if column not in fields:
-        raise ValueError(f"{name} {column!r} is not in the DataFrame ({sorted(fields)})")
+        raise InvalidArgumentError(
+            f"{name} {column!r} is not in the DataFrame ({sorted(fields)})"
+        )
     t = fields[column]
     if not isinstance(t, (T.TimestampType, T.TimestampNTZType)):
-        raise TypeError(
+        raise InvalidTypeError(
             f"{name} {column!r} has type {t.simpleString()}; it must be a timestamp column "
             "(cast epoch values with timestamp_millis(...) or to_timestamp(...))"
         )
+
+
+def _duration_ms(value: Any, name: str) -> int:
+    """A positive duration (a window, a slide, a TTL) in ms, ``1..MAX_DURATION_MS``: ``int``
+    ms, a ``datetime.timedelta`` or an interval string (``_interval.py``)."""
+    return _interval.duration_ms(value=value, name=name, positive=True, months_ok=False)
 
 
 def window_aggregate(
@@ -520,24 +555,24 @@ def window_aggregate(
     ...          .option("checkpointLocation", "/data/chk/failures").start())
     """
     keys = _key_list(key_columns, df)
-    window_ms = _interval.duration_ms(window_duration, "window_duration")
-    slide_ms = window_ms if slide_duration is None else _interval.duration_ms(
+    window_ms = _duration_ms(window_duration, "window_duration")
+    slide_ms = window_ms if slide_duration is None else _duration_ms(
         slide_duration, "slide_duration"
     )
     if slide_ms > window_ms:
-        raise ValueError(
+        raise InvalidArgumentError(
             f"slide_duration ({slide_ms} ms) must not be longer than window_duration "
             f"({window_ms} ms)"
         )
-    delay_ms = _delay_ms(watermark_delay)
+    delay_ms = parse_delay_ms(watermark_delay)
     if output not in _window.OUTPUTS:
-        raise ValueError(f"output must be one of {_window.OUTPUTS}, got {output!r}")
+        raise InvalidArgumentError(f"output must be one of {_window.OUTPUTS}, got {output!r}")
     parsed = _aggregate.parse_aggs(aggs)
     wp, partial_struct, output_struct = _window.plan(
         df.schema, keys, parsed, time_column, window_ms, slide_ms, delay_ms, output
     )
     spec = _spec(
-        "window", df, state_url, num_shards, key_groups, take_over, reset, settings,
+        "window", state_url, num_shards, key_groups, take_over, settings, df=df, reset=reset,
         event_time_delays=(delay_ms,),
     )
     p = wp.agg
@@ -645,23 +680,23 @@ def deduplicate(
     from pyspark.sql.pandas.types import to_arrow_schema
 
     keys = _key_list(key_columns, df)
-    ttl_ms = None if ttl is None else _interval.duration_ms(ttl, "ttl")
-    delay_ms = _delay_ms(watermark_delay)
+    ttl_ms = None if ttl is None else _duration_ms(ttl, "ttl")
+    delay_ms = parse_delay_ms(watermark_delay)
     if event_time_column is not None:
         if ttl is not None:
-            raise ValueError(
+            raise InvalidArgumentError(
                 "pass event_time_column (forget keys in event time, as "
                 "dropDuplicatesWithinWatermark) or ttl (forget keys in processing time), not both"
             )
         _timestamp_column(df, event_time_column, "event_time_column")
     elif delay_ms:
-        raise ValueError("watermark_delay needs event_time_column")
+        raise InvalidArgumentError("watermark_delay needs event_time_column")
     for name in (_dedup.SEQ_COLUMN, _layout.KG_COLUMN, _layout.PARTITION_COLUMN):
         if name in df.columns:
-            raise ValueError(f"the DataFrame must not have a column named {name!r}")
+            raise InvalidArgumentError(f"the DataFrame must not have a column named {name!r}")
     delays = (delay_ms,) if event_time_column is not None else ()
     spec = _spec(
-        "dedup", df, state_url, num_shards, key_groups, take_over, reset, settings,
+        "dedup", state_url, num_shards, key_groups, take_over, settings, df=df, reset=reset,
         event_time_delays=delays,
     )
     mode = "event_time" if event_time_column is not None else "processing_time"

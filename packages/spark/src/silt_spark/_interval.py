@@ -1,49 +1,75 @@
 """Durations as Spark reads them: one parser for every duration argument of silt_spark.
 
-Accepted, as by ``withWatermark`` and ``window()`` (checked against Spark 4's parser):
+Accepted, as by ``withWatermark`` and ``window()`` (checked against Spark 4's parser in
+tests/test_spark_interval.py):
 
 * an ``int`` (milliseconds) or a ``datetime.timedelta``;
 * Spark's interval strings: ``"10 minutes"``, ``"1 hour 30 minutes"``, ``"interval 2 weeks"``,
-  ``"1.5 seconds"``, ``"-10 minutes"`` inside a sum (``"1 hour -10 minutes"``), any case and
-  spacing. Units: ``week``, ``day``, ``hour``, ``minute``, ``second``, ``millisecond``,
-  ``microsecond`` (singular or plural) and ``month``/``year``; only seconds take a fraction;
+  ``"1.5 seconds"``, ``"1 hour -10 minutes"``, any case and spacing. Units: ``week``, ``day``,
+  ``hour``, ``minute``, ``second``, ``millisecond``, ``microsecond`` (singular or plural) and
+  ``month``/``year``;
 * the ANSI form ``"interval '10' minute"``.
 
-Spark refuses abbreviations (``"10 mins"``, ``"10 s"``, ``"2 hrs"``) and so does this parser, so
-an argument that works here also works in PySpark, and the other way round. Months and years
-have no fixed length: Spark counts a month as 31 days in a watermark delay and refuses them in a
-window; silt does the same (``months_ok``). silt works in milliseconds: a window or TTL must be
-a whole number of them; a delay is truncated to them, as Spark's watermark does.
+silt also keeps accepting what it accepted before: the abbreviations ``ms``, ``s``/``sec(s)``,
+``m``/``min(s)``, ``h``/``hr(s)``, ``d``, and fractions of any unit (``"1.5 hours"``). Spark
+refuses those, so code meant to move between silt and ``withWatermark`` should spell units out.
+
+Months and years have no fixed length: Spark counts a month as 31 days in a watermark delay and
+refuses them in a window; so does this parser (``months_ok``). silt works in milliseconds: a
+window, slide or TTL must be a whole number of them; a delay is truncated to them, as Spark's
+watermark does. Every duration is at most :data:`MAX_DURATION_MS` (Spark timestamps are 64-bit
+microseconds). Errors are silt's :class:`~silt.errors.InvalidArgumentError` and
+:class:`~silt.errors.InvalidTypeError`, and name the argument.
 """
 
 from __future__ import annotations
 
 import datetime
+import math
 import numbers
 import re
+from fractions import Fraction
 from typing import Any
 
-from .errors import IntervalError
+from silt.errors import InvalidArgumentError, InvalidTypeError
 
-_MS_PER_DAY = 86_400_000
+#: The longest duration an option may give: Spark timestamps are 64-bit microseconds.
+MAX_DURATION_MS = (2**63 - 1) // 1000
+
+_US_PER_DAY = 86_400_000_000
 #: Spark's month in a watermark delay (``CalendarInterval``'s 31 days).
-_MS_PER_MONTH = 31 * _MS_PER_DAY
+_US_PER_MONTH = 31 * _US_PER_DAY
 _US = {
-    "week": 7 * _MS_PER_DAY * 1000, "day": _MS_PER_DAY * 1000, "hour": 3_600_000_000,
-    "minute": 60_000_000, "second": 1_000_000, "millisecond": 1000, "microsecond": 1,
+    "week": 7 * _US_PER_DAY, "day": _US_PER_DAY, "hour": 3_600_000_000, "minute": 60_000_000,
+    "second": 1_000_000, "millisecond": 1000, "microsecond": 1,
 }
 _MONTHS = {"month": 1, "year": 12}
-_PAIR = re.compile(r"([+-]?)(\d+)(?:\.(\d{1,9}))?\s+([a-z]+)")
-_ANSI = re.compile(r"interval\s+'([+-]?\d+(?:\.\d{1,9})?)'\s+([a-z]+)")
+#: silt's own abbreviations (accepted before Spark's syntax was; Spark refuses them).
+_ABBREVIATIONS = {
+    "ms": "millisecond", "s": "second", "sec": "second", "secs": "second", "m": "minute",
+    "min": "minute", "mins": "minute", "h": "hour", "hr": "hour", "hrs": "hour", "d": "day",
+}
+_NUMBER = r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:e[+-]?\d+)?|[+-]?inf(?:inity)?|[+-]?nan"
+_PAIR = re.compile(rf"({_NUMBER})\s+([a-z]+)")
+_ANSI = re.compile(r"interval\s+'([+-]?\d+(?:\.\d+)?)'\s+([a-z]+)")
+
+
+class _NotFinite(ValueError):
+    pass
 
 
 def _unit(word: str) -> str | None:
+    if word in _ABBREVIATIONS:
+        return _ABBREVIATIONS[word]
     base = word[:-1] if word.endswith("s") else word
     return base if base in _US or base in _MONTHS else None
 
 
 def parse_interval(text: str) -> tuple[int, int]:
-    """``(months, microseconds)`` of a Spark interval string; ``ValueError`` if it is not one."""
+    """``(months, microseconds)`` of an interval string (``ValueError`` if it is not one).
+
+    Exact: fractions are kept as fractions until the microseconds are rounded toward zero.
+    """
     s = " ".join(text.strip().lower().split())
     ansi = _ANSI.fullmatch(s)
     if ansi:
@@ -52,77 +78,87 @@ def parse_interval(text: str) -> tuple[int, int]:
         s = s[len("interval "):]
     if not s:
         raise ValueError("no number and unit")
-    months = micros = 0
+    months = Fraction(0)
+    micros = Fraction(0)
     pos = 0
     while pos < len(s):
         m = _PAIR.match(s, pos)
         if m is None:
             raise ValueError(f"expected '<number> <unit>' at {s[pos:]!r}")
-        sign, whole, frac, word = m.groups()
+        number, word = m.groups()
         unit = _unit(word)
         if unit is None:
             raise ValueError(
-                f"unknown unit {word!r} (Spark's units: weeks, days, hours, minutes, seconds, "
-                "milliseconds, microseconds, months, years; no abbreviations)"
+                f"unknown unit {word!r} (units: weeks, days, hours, minutes, seconds, "
+                "milliseconds, microseconds, months, years)"
             )
-        if frac is not None and unit != "second":
-            raise ValueError(f"only seconds take a fraction, got {m.group(0)!r}")
-        k = -1 if sign == "-" else 1
+        if not math.isfinite(float(number)):
+            raise _NotFinite(number)
+        amount = Fraction(number)
         if unit in _MONTHS:
-            months += k * int(whole) * _MONTHS[unit]
+            months += amount * _MONTHS[unit]
         else:
-            us = int(whole) * _US[unit]
-            if frac is not None:
-                us += int(frac.ljust(6, "0")[:6])
-            micros += k * us
+            micros += amount * _US[unit]
         pos = m.end()
         if pos < len(s):
             if s[pos] != " ":
                 raise ValueError(f"unexpected {s[pos:]!r}")
             pos += 1
-    return months, micros
+    if months.denominator != 1:
+        raise ValueError("months and years must be whole")
+    return int(months), math.trunc(micros)
 
 
-def duration_ms(
-    value: Any, name: str, *, positive: bool = True, months_ok: bool = False
-) -> int:
-    """A duration argument in ms: ``int`` ms, ``timedelta`` or a Spark interval string.
+def duration_ms(value: Any, name: str, *, positive: bool, months_ok: bool) -> int:
+    """A duration argument in ms: ``int`` ms, a ``timedelta`` or an interval string.
 
-    ``positive``: it must be > 0 (windows, slides, TTLs), else >= 0 (delays). ``months_ok``:
-    months count as 31 days (Spark's watermark delay); else they are refused (Spark's windows).
-    Raises :class:`silt_spark.errors.IntervalError` naming ``name``.
+    ``positive``: a window, slide or TTL (> 0, whole ms, no months); else a delay (>= 0,
+    truncated to ms; months of 31 days when ``months_ok``, as Spark's watermark counts them).
     """
-    whole = True
+    shown = f"{value!r:.80}"
     if isinstance(value, datetime.timedelta):
         us = (value.days * 86_400 + value.seconds) * 1_000_000 + value.microseconds
-        ms, whole = divmod(us, 1000)[0], us % 1000 == 0
     elif isinstance(value, numbers.Integral) and not isinstance(value, bool):
-        ms = int(value)
+        us = int(value) * 1000
     elif isinstance(value, str):
         try:
             months, us = parse_interval(value)
+        except _NotFinite:
+            raise InvalidArgumentError(f"{name} must be a finite interval, got {shown}") from None
         except ValueError as e:
-            raise IntervalError(
-                f"{name}: cannot parse {value!r} as an interval ({e}); use e.g. '10 minutes', "
+            raise InvalidArgumentError(
+                f"{name}: cannot parse interval {shown} ({e}); use e.g. '10 minutes', "
                 "'1 hour 30 minutes', 'interval 2 weeks', ms or a datetime.timedelta"
             ) from None
         if months and not months_ok:
-            raise IntervalError(
-                f"{name}: {value!r} has months or years, which have no fixed length (Spark "
+            raise InvalidArgumentError(
+                f"{name}: {shown} has months or years, which have no fixed length (Spark "
                 "refuses them here too); use days or weeks"
             )
-        total = months * _MS_PER_MONTH * 1000 + us
-        ms = total // 1000 if total >= 0 else -(-total // 1000)  # toward zero, as Spark
-        whole = total % 1000 == 0
-    else:
-        raise IntervalError(
-            f"{name} must be ms (int), a datetime.timedelta or an interval string such as "
-            f"'10 minutes', got {type(value).__name__} {value!r}"
+        us += months * _US_PER_MONTH
+    elif positive:
+        raise InvalidTypeError(
+            f"{name} must be ms, a timedelta or an interval string, got {shown}"
         )
-    if positive and ms <= 0:
-        raise IntervalError(f"{name} must be positive, got {value!r}")
-    if ms < 0:
-        raise IntervalError(f"{name} must not be negative, got {value!r}")
-    if positive and not whole:
-        raise IntervalError(f"{name} must be a whole number of milliseconds, got {value!r}")
+    else:
+        raise InvalidTypeError(
+            f"{name} must be ms or an interval string, got {shown} (a datetime.timedelta "
+            "works too)"
+        )
+    ms = us // 1000 if us >= 0 else -(-us // 1000)  # toward zero, as Spark
+    whole = us % 1000 == 0
+    if ms > MAX_DURATION_MS:
+        raise InvalidArgumentError(
+            f"{name} must be at most {MAX_DURATION_MS} ms (Spark timestamps are 64-bit "
+            f"microseconds), got {shown}"
+        )
+    if positive:
+        if us <= 0:
+            raise InvalidArgumentError(f"{name} must be positive, got {shown}")
+        if not whole:
+            raise InvalidArgumentError(
+                f"{name} must be a whole number of milliseconds, got {shown}"
+            )
+    elif us < 0:
+        raise InvalidArgumentError(f"{name} must not be negative, got {shown}")
     return ms

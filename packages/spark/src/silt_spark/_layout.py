@@ -14,6 +14,8 @@
 
 from __future__ import annotations
 
+from silt.errors import InvalidArgumentError, InvalidTypeError
+
 _M32 = 0xFFFFFFFF
 
 #: Default number of key groups per state root (fixed per root; shards <= key groups).
@@ -74,14 +76,18 @@ def partition_values(num_shards: int) -> list[int]:
 
 
 def check_layout(num_shards: int, key_groups: int) -> None:
-    """Raise ``ValueError`` unless ``1 <= num_shards <= key_groups <= 65536``."""
+    """Raise :class:`~silt.errors.InvalidArgumentError` (a ``ValueError``) unless
+    ``1 <= num_shards <= key_groups <= 65536``, :class:`~silt.errors.InvalidTypeError` (a
+    ``TypeError``) unless both are ints."""
     for name, value in (("num_shards", num_shards), ("key_groups", key_groups)):
         if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+            raise InvalidTypeError(f"{name} must be an int, got {type(value).__name__}")
     if not 1 <= key_groups <= MAX_KEY_GROUPS:
-        raise ValueError(f"key_groups must be between 1 and {MAX_KEY_GROUPS}, got {key_groups}")
+        raise InvalidArgumentError(
+            f"key_groups must be between 1 and {MAX_KEY_GROUPS}, got {key_groups}"
+        )
     if not 1 <= num_shards <= key_groups:
-        raise ValueError(
+        raise InvalidArgumentError(
             f"num_shards must be between 1 and key_groups ({key_groups}), got {num_shards}"
         )
 

@@ -32,6 +32,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from silt.errors import InvalidArgumentError, InvalidTypeError
+
 from . import _codec
 from ._layout import KG_COLUMN, PARTITION_COLUMN
 from ._shard import ShardTask, check_key_groups
@@ -199,11 +201,21 @@ def _due_key(kg: int, expiry: int, encoded_key: bytes) -> bytes:
     return _U16.pack(kg) + TIMER_TAG + _timer_bytes(expiry) + encoded_key
 
 
+#: The longest duration (ms) any option or TTL may give: Spark timestamps are 64-bit
+#: microseconds.
+MAX_DURATION_MS = (2**63 - 1) // 1000
+
+
 def _ttl_seconds(ttl_ms: int | None) -> float | None:
     if ttl_ms is None:
         return None
-    if isinstance(ttl_ms, bool) or not isinstance(ttl_ms, (int, float)) or not ttl_ms > 0:
-        raise ValueError(f"ttlDurationMs must be a positive number of ms, got {ttl_ms!r}")
+    if isinstance(ttl_ms, bool) or not isinstance(ttl_ms, (int, float)):
+        raise InvalidTypeError(f"ttlDurationMs must be a number of ms, got {ttl_ms!r:.80}")
+    if not 0 < ttl_ms <= MAX_DURATION_MS:  # false for nan
+        raise InvalidArgumentError(
+            f"ttlDurationMs must be a positive number of ms, at most {MAX_DURATION_MS}, got "
+            f"{ttl_ms!r}"
+        )
     return ttl_ms / 1000.0
 
 
@@ -578,11 +590,14 @@ class StatefulProcessorHandle:
     def _check_timer(self, expiry: Any) -> int:
         self._check_timers_on()
         if isinstance(expiry, bool) or not isinstance(expiry, (int, float)):
-            raise TypeError(f"a timer is an int timestamp in ms, got {type(expiry).__name__}")
-        expiry = int(expiry)
-        if not -(1 << 63) <= expiry < (1 << 63):
-            raise ValueError(f"timer timestamp {expiry} is out of range")
-        return expiry
+            raise InvalidTypeError(
+                f"a timer is an int timestamp in ms, got {type(expiry).__name__}"
+            )
+        if not -(1 << 63) <= expiry < (1 << 63):  # false for nan
+            raise InvalidArgumentError(
+                f"timer timestamp {expiry!r} is out of range (a signed 64-bit count of ms)"
+            )
+        return int(expiry)
 
 
 class ExpiredTimerInfo:

@@ -42,19 +42,12 @@ class TimeModeError(SparkStateError, ValueError):
     ``"eventtime"`` mode, which PySpark refuses too)."""
 
 
-class IntervalError(SparkStateError, ValueError, TypeError):
-    """A duration argument is not ms, a ``timedelta`` or an interval string Spark accepts (the
-    message names the argument). A ``ValueError`` and a ``TypeError``, for callers that catch
-    either."""
-
-
 class NotStreamingError(SparkStateError):
     """An operator ran outside a streaming query (no micro-batch id in the task)."""
 
 
 __all__ = [
     "ForeignStateError",
-    "IntervalError",
     "LayoutMismatchError",
     "NotAnOperatorRootError",
     "NotStreamingError",

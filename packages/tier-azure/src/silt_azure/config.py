@@ -64,7 +64,15 @@ from urllib.parse import unquote, urlsplit
 
 from silt.errors import InvalidArgumentError, StoreError
 from silt.store import split_url
-from silt.tierkit import check_options, parse_float, parse_int, parse_size, validate_key
+from silt.tierkit import (
+    check_endpoint,
+    check_options,
+    check_path,
+    decode_path,
+    parse_float,
+    parse_int,
+    parse_size,
+)
 
 SCHEMES = ("az", "azure")
 MiB = 1024 * 1024
@@ -277,6 +285,10 @@ def check_connection_string(connection_string: str, source: str) -> None:
             "EndpointSuffix=core.windows.net', or 'BlobEndpoint=...;SharedAccessSignature=...', "
             "as the Azure portal's 'Access keys' page shows it"
         )
+    if "BLOBENDPOINT" in fields:
+        check_endpoint(fields["BLOBENDPOINT"], what=f"BlobEndpoint in the connection string from "
+                       f"{source}", hint="put the key or SAS in AccountKey= or "
+                       "SharedAccessSignature=")
 
 
 def check_account_url(url: str) -> str:
@@ -287,11 +299,8 @@ def check_account_url(url: str) -> str:
             "account_url must look like 'https://<account>.blob.core.windows.net' (or "
             "'http://127.0.0.1:10000/devstoreaccount1' for Azurite)"
         )
-    if parts.query or parts.username or parts.password:
-        raise InvalidArgumentError(
-            "account_url must not carry a SAS token or credentials (URLs end up in logs); put "
-            f"the SAS in {ENV_SAS} or use {ENV_CONNECTION_STRING}"
-        )
+    check_endpoint(url, what="account_url", hint=f"put the SAS in {ENV_SAS} or use "
+                   f"{ENV_CONNECTION_STRING}")
     return url
 
 
@@ -371,9 +380,11 @@ def parse_url(url: str) -> tuple[str, str, dict[str, str]]:
             f"AzureStore opens az:// URLs, got {url.split('?', 1)[0]!r}; write "
             "'az://container/prefix'"
         )
-    container, _, prefix = unquote(location).partition("/")
-    check_container(container, url)
-    return container, normalize_prefix(prefix, url), options
+    raw_container, _, raw_prefix = location.partition("/")
+    check_container(unquote(raw_container), url)
+    # The prefix is decoded and checked by the name rule every tier shares (silt.tierkit).
+    prefix = decode_path(raw_prefix, what=f"the prefix of {url.split('?', 1)[0]!r}")
+    return unquote(raw_container), normalize_prefix(prefix, url), options
 
 
 def check_container(container: str, url: str = "") -> str:
@@ -405,10 +416,10 @@ def normalize_prefix(prefix: str, url: str = "") -> str:
     if not prefix:
         return ""
     try:
-        validate_key(prefix)
-    except InvalidArgumentError:
+        check_path(prefix, what="prefix")
+    except InvalidArgumentError as exc:
         raise InvalidArgumentError(
             f"prefix {prefix!r} in {url.split('?', 1)[0] or 'the az:// URL'} is not a plain "
-            "'/'-separated path; use a URL like 'az://container/jobs/clicks'"
+            f"'/'-separated path ({exc}); use a URL like 'az://container/jobs/clicks'"
         ) from None
     return prefix + "/"

@@ -39,7 +39,7 @@ from azure.core.exceptions import (
     ServiceResponseError,
 )
 from silt.errors import NotFoundError, StoreError, TransientStoreError
-from silt.tierkit import redact
+from silt.tierkit import chain_leaks, redact
 
 from .config import CREDENTIALS_HINT
 
@@ -121,18 +121,9 @@ def azure_message(exc: BaseException, secrets: tuple[str, ...] = ()) -> str:
 
 def leaks(exc: BaseException, secrets: tuple[str, ...] = ()) -> bool:
     """Whether the text of ``exc`` (or of what it wraps) holds a secret: a SAS in a request URL
-    that requests put in a connection error, say. Such an exception is not chained to silt's."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        text = str(current)
-        if redact(text, secrets) != text:
-            return True
-        inner = getattr(current, "inner_exception", None)
-        current = inner if isinstance(inner, BaseException) else (
-            current.__cause__ or current.__context__)
-    return False
+    that requests put in a connection error, say. Such an exception is not chained to silt's.
+    (The one check all tiers share: :func:`silt.tierkit.chain_leaks`.)"""
+    return chain_leaks(exc, secrets)
 
 
 def is_body_broken(exc: BaseException) -> bool:

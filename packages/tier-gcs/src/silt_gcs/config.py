@@ -46,7 +46,15 @@ from urllib.parse import unquote, urlsplit
 
 from silt.errors import InvalidArgumentError
 from silt.store import split_url
-from silt.tierkit import check_options, parse_bool, parse_float, parse_int, validate_key
+from silt.tierkit import (
+    check_endpoint,
+    check_options,
+    check_path,
+    decode_path,
+    parse_bool,
+    parse_float,
+    parse_int,
+)
 
 #: The canonical scheme first; ``gcs://`` is an alias that opens the same store.
 SCHEMES = ("gs", "gcs")
@@ -188,22 +196,9 @@ def normalize_endpoint(value: str, *, source: str = "endpoint=") -> str:
     text = str(value).strip()
     if "://" not in text:
         text = "http://" + text
+    text = check_endpoint(text, what=f"the endpoint in {source}", hint=CREDENTIALS_HINT,
+                          allow_path=False)
     parts = urlsplit(text)
-    if parts.username is not None or parts.password is not None or "@" in parts.netloc:
-        raise InvalidArgumentError(
-            f"the endpoint in {source} must not contain credentials ('user@' or "
-            f"'user:password@'); {CREDENTIALS_HINT}"
-        )
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise InvalidArgumentError(
-            f"the endpoint in {source} must be an http:// or https:// URL with a host, like "
-            "'http://127.0.0.1:4443'"
-        )
-    if parts.query or parts.fragment or parts.path.strip("/"):
-        raise InvalidArgumentError(
-            f"the endpoint in {source} must be a base URL such as 'http://127.0.0.1:4443' "
-            "(no path, query or fragment)"
-        )
     return f"{parts.scheme}://{parts.netloc}"
 
 
@@ -219,9 +214,11 @@ def parse_url(url: str) -> tuple[str, str, dict[str, str]]:
             f"GcsStore opens gs:// URLs, got {url.split('?', 1)[0]!r}; write "
             "'gs://bucket/prefix'"
         )
-    bucket, _, prefix = unquote(location).partition("/")
-    check_bucket(bucket, url)
-    return bucket, normalize_prefix(prefix, url), options
+    raw_bucket, _, raw_prefix = location.partition("/")
+    check_bucket(unquote(raw_bucket), url)
+    # The prefix is decoded and checked by the name rule every tier shares (silt.tierkit).
+    prefix = decode_path(raw_prefix, what=f"the prefix of {url.split('?', 1)[0]!r}")
+    return unquote(raw_bucket), normalize_prefix(prefix, url), options
 
 
 def check_bucket(bucket: str, url: str = "") -> str:
@@ -252,10 +249,10 @@ def normalize_prefix(prefix: str, url: str = "") -> str:
     if not prefix:
         return ""
     try:
-        validate_key(prefix)
-    except InvalidArgumentError:
+        check_path(prefix, what="prefix")
+    except InvalidArgumentError as exc:
         raise InvalidArgumentError(
             f"prefix {prefix!r} in {url.split('?', 1)[0] or 'the gs:// URL'} is not a plain "
-            "'/'-separated path; use a URL like 'gs://bucket/jobs/clicks'"
+            f"'/'-separated path ({exc}); use a URL like 'gs://bucket/jobs/clicks'"
         ) from None
     return prefix + "/"

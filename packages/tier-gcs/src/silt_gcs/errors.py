@@ -67,28 +67,14 @@ ROLES_HINT = (
     "(roles/storage.objectUser or roles/storage.objectAdmin)"
 )
 
-# Google-specific secret shapes on top of the generic ones in silt.tierkit: OAuth access tokens,
-# bearer headers, signed-URL parameters, private keys from service-account files.
-_GOOGLE_SECRETS = [
-    re.compile(r"\bya29\.[\w.-]+"),
-    re.compile(r"(?i)(bearer\s+)[\w.~+/=-]+"),
-    re.compile(r"(?i)(x-goog-(?:credential|signature)=)[^&\s\"']+"),
-    re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?(?:-----END [A-Z ]*PRIVATE KEY-----|$)",
-               re.DOTALL),
-    re.compile(r"(?i)(\"?(?:refresh_token|client_secret|private_key)\"?\s*[:=]\s*\"?)[^\"',\s}]+"),
-]
-
-
 class BodyBrokenError(TransientStoreError):
     """A read came back corrupt (checksum mismatch) or short: retry the whole read."""
 
 
 def clean(text: str, secrets: tuple[str | None, ...] = ()) -> str:
-    """``text`` without known secret shapes (generic and Google's) or the given ``secrets``."""
-    text = redact(text, secrets)
-    for pattern in _GOOGLE_SECRETS:
-        text = pattern.sub(lambda m: (m.group(1) if m.groups() else "") + "<redacted>", text)
-    return text
+    """``text`` without known secret shapes (:func:`silt.tierkit.redact` knows Google's) or the
+    given ``secrets``."""
+    return redact(text, secrets)
 
 
 def status_of(exc: BaseException) -> int | None:

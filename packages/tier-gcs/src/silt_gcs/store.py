@@ -55,7 +55,7 @@ from google.cloud.storage.exceptions import DataCorruption
 from google.cloud.storage.retry import DEFAULT_RETRY
 from silt.errors import InvalidTypeError, SiltError, StoreError, TransientStoreError
 from silt.store import ObjectInfo, ObjectStore
-from silt.tierkit import check_data, check_range, retry_on, validate_key
+from silt.tierkit import check_data, check_range, retry_on, safe_cause, validate_key
 
 from .config import SCHEME, GcsOptions, check_bucket, normalize_prefix, parse_url
 from .errors import SDK_ERRORS, BodyBrokenError, bucket_missing, map_error, status_of
@@ -205,7 +205,7 @@ class GcsStore(ObjectStore):
         except SiltError:
             raise
         except SDK_ERRORS as exc:
-            raise self._error(exc, action, key, missing) from exc
+            raise self._error(exc, action, key, missing) from safe_cause(exc)
 
     def _retry_reads(self, call: Callable[[], T]) -> T:
         return retry_on(
@@ -257,11 +257,11 @@ class GcsStore(ObjectStore):
             raise BodyBrokenError(
                 f"read {key!r} in {self.url}: the downloaded bytes do not match the stored "
                 "checksum; the whole read is retried"
-            ) from exc
+            ) from safe_cause(exc)
         except SDK_ERRORS as exc:
             if ranged and status_of(exc) == 416:
                 return b""  # the range starts at or past the end (or the object is empty)
-            raise self._error(exc, "read", key) from exc
+            raise self._error(exc, "read", key) from safe_cause(exc)
         if ranged and len(data) > length:  # type: ignore[operator]
             # A server that ignored the Range header sent the whole object: cut it here.
             data = data[start : start + length]  # type: ignore[operator]
@@ -301,7 +301,7 @@ class GcsStore(ObjectStore):
         except SDK_ERRORS as exc:
             if status_of(exc) == 412:
                 return False
-            raise self._error(exc, "create", key, missing="bucket") from exc
+            raise self._error(exc, "create", key, missing="bucket") from safe_cause(exc)
 
     # --- delete / list -------------------------------------------------------------------------
 
@@ -341,7 +341,7 @@ class GcsStore(ObjectStore):
         except SDK_ERRORS as exc:
             if status_of(exc) == 404 and not bucket_missing(exc):
                 return  # already gone (or our own earlier attempt deleted it)
-            raise self._error(exc, "delete", key, missing="bucket") from exc
+            raise self._error(exc, "delete", key, missing="bucket") from safe_cause(exc)
 
     def list(self, prefix: str = "", start_after: str | None = None) -> Iterator[ObjectInfo]:
         """Yield objects under ``prefix`` after ``start_after``, in key order, a page (up to

@@ -30,7 +30,9 @@ option                     default / fallback
 ``verify``                 ``true`` / ``false`` / path to a CA bundle for TLS verification
 =========================  ========================================================================
 
-Credentials never go in the URL: use the standard chain (environment variables, shared
+Credentials never go in the URL, nor in the endpoint (``http://user:password@host`` and endpoints
+with a query are refused, from the option and from the environment alike, without echoing them):
+use the standard chain (environment variables, shared
 credentials/config files and ``profile=``, SSO, container and instance roles), or pass a
 ``boto3.Session`` to :class:`silt_s3.S3Store` in code.
 """
@@ -46,13 +48,16 @@ from urllib.parse import unquote
 from silt.errors import InvalidArgumentError
 from silt.store import split_url
 from silt.tierkit import (
+    check_endpoint,
     check_options,
+    check_path,
+    decode_path,
     parse_bool,
     parse_choice,
     parse_float,
     parse_int,
     parse_size,
-    validate_key,
+    public_url,
 )
 
 SCHEME = "s3"
@@ -64,6 +69,13 @@ MAX_PARTS = 10_000
 
 ADDRESSING_STYLES = ("auto", "path", "virtual")
 CHECKSUM_MODES = ("when_supported", "when_required")
+
+#: What to do instead of putting credentials into an endpoint URL.
+ENDPOINT_HINT = (
+    "give only the server's address (as in 'http://127.0.0.1:9000') and take credentials from "
+    "the AWS credential chain: AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, a profile (profile=name "
+    "or AWS_PROFILE), SSO, or an instance/container role"
+)
 
 #: Options that look like credentials: rejected with a pointer to the credential chain.
 _CREDENTIAL_OPTIONS = frozenset(
@@ -106,6 +118,9 @@ class S3Options:
     verify: bool | str | None = None
 
     def __post_init__(self) -> None:
+        if self.endpoint_url is not None:
+            object.__setattr__(self, "endpoint_url", check_endpoint(
+                self.endpoint_url, what="the endpoint in endpoint_url=", hint=ENDPOINT_HINT))
         if self.multipart_part_size < MIN_PART_SIZE:
             raise InvalidArgumentError(
                 f"multipart_part_size={self.multipart_part_size} is below S3's minimum part "
@@ -189,7 +204,7 @@ class S3Options:
         for name in ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"):
             value = env.get(name, "").strip()
             if value:
-                return value
+                return check_endpoint(value, what=f"the endpoint in {name}", hint=ENDPOINT_HINT)
         return None
 
 
@@ -202,11 +217,13 @@ def parse_url(url: str) -> tuple[str, str, dict[str, str]]:
     scheme, location, options = split_url(url)
     if scheme != SCHEME:
         raise InvalidArgumentError(
-            f"S3Store opens s3:// URLs, got {url!r}; write 's3://bucket/prefix'"
+            f"S3Store opens s3:// URLs, got {public_url(url)!r}; write 's3://bucket/prefix'"
         )
-    bucket, _, prefix = unquote(location).partition("/")
-    check_bucket(bucket, url)
-    return bucket, normalize_prefix(prefix, url), options
+    raw_bucket, _, raw_prefix = location.partition("/")
+    check_bucket(unquote(raw_bucket), url)
+    # The prefix is decoded and checked by the name rule every tier shares (silt.tierkit).
+    prefix = decode_path(raw_prefix, what=f"the prefix of {url.split('?', 1)[0]!r}")
+    return unquote(raw_bucket), normalize_prefix(prefix, url), options
 
 
 def check_bucket(bucket: str, url: str = "") -> str:
@@ -238,10 +255,10 @@ def normalize_prefix(prefix: str, url: str = "") -> str:
     if not prefix:
         return ""
     try:
-        validate_key(prefix)
-    except InvalidArgumentError:
+        check_path(prefix, what="prefix")
+    except InvalidArgumentError as exc:
         raise InvalidArgumentError(
-            f"prefix {prefix!r} in {url or 'the S3 URL'} is not a plain '/'-separated path; "
-            "use a URL like 's3://bucket/jobs/clicks'"
+            f"prefix {prefix!r} in {url.split('?', 1)[0] or 'the S3 URL'} is not a plain "
+            f"'/'-separated path ({exc}); use a URL like 's3://bucket/jobs/clicks'"
         ) from None
     return prefix + "/"

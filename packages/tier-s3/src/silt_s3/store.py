@@ -49,7 +49,7 @@ import botocore.config
 from botocore.exceptions import BotoCoreError, ClientError
 from silt.errors import InvalidTypeError, SiltError, StoreError, TransientStoreError
 from silt.store import ObjectInfo, ObjectStore
-from silt.tierkit import check_data, check_range, retry_on, validate_key
+from silt.tierkit import check_data, check_range, retry_on, safe_cause, validate_key
 
 from .config import MAX_PARTS, S3Options, check_bucket, normalize_prefix, parse_url
 from .errors import NETWORK_ERRORS, BodyBrokenError, error_code, map_error
@@ -178,7 +178,7 @@ class S3Store(ObjectStore):
         except SiltError:
             raise
         except _SDK_ERRORS as exc:
-            raise self._error(exc, action, key) from exc
+            raise self._error(exc, action, key) from safe_cause(exc)
 
     def _retry_reads(self, call: Callable[[], T]) -> T:
         return retry_on(
@@ -224,9 +224,9 @@ class S3Store(ObjectStore):
             code, status = error_code(exc)
             if "Range" in kwargs and (code == "InvalidRange" or status == 416):
                 return b""  # the range starts at or past the end (or the object is empty)
-            raise self._error(exc, "read", key) from exc
+            raise self._error(exc, "read", key) from safe_cause(exc)
         except _SDK_ERRORS as exc:
-            raise self._error(exc, "read", key) from exc
+            raise self._error(exc, "read", key) from safe_cause(exc)
         body = response["Body"]
         try:
             data = body.read()
@@ -234,7 +234,7 @@ class S3Store(ObjectStore):
             raise BodyBrokenError(
                 f"read {key!r} in {self.url}: the response body broke mid-read "
                 f"({type(exc).__name__}); the whole read is retried"
-            ) from exc
+            ) from safe_cause(exc)
         finally:
             body.close()
         expected = response.get("ContentLength")
@@ -279,7 +279,7 @@ class S3Store(ObjectStore):
             except ClientError as exc:
                 return self._create_outcome(exc, "create", key)
             except _SDK_ERRORS as exc:
-                raise self._error(exc, "create", key) from exc
+                raise self._error(exc, "create", key) from safe_cause(exc)
 
         return self._retry_conflicts(attempt)
 
@@ -292,8 +292,8 @@ class S3Store(ObjectStore):
             raise _Conflict(
                 f"{action} {key!r} in {self.url}: a concurrent conditional write conflicted "
                 f"({code or status}); retrying"
-            ) from exc
-        raise self._error(exc, action, key) from exc
+            ) from safe_cause(exc)
+        raise self._error(exc, action, key) from safe_cause(exc)
 
     def _retry_conflicts(self, call: Callable[[], T]) -> T:
         return retry_on(_Conflict, call, attempts=self.options.max_attempts, deadline=30.0)
@@ -337,7 +337,7 @@ class S3Store(ObjectStore):
                         return self._after_lost_completion(key, full, create_only)
                     return self._create_outcome(exc, "complete multipart upload of", key)
                 except _SDK_ERRORS as exc:
-                    raise self._error(exc, "complete multipart upload of", key) from exc
+                    raise self._error(exc, "complete multipart upload of", key) from safe_cause(exc)
 
             result = self._retry_conflicts(complete)
             completed = result
@@ -355,10 +355,10 @@ class S3Store(ObjectStore):
                 raise TransientStoreError(
                     f"complete multipart upload of {key!r} in {self.url}: the upload vanished "
                     "(aborted by a lifecycle rule?); retry the write"
-                ) from exc
-            raise self._error(exc, "check", key) from exc
+                ) from safe_cause(exc)
+            raise self._error(exc, "check", key) from safe_cause(exc)
         except _SDK_ERRORS as exc:
-            raise self._error(exc, "check", key) from exc
+            raise self._error(exc, "check", key) from safe_cause(exc)
         # The object exists. For a create-only write we cannot tell whose it is: report False
         # (the contract's "lost response" case); a plain put completed.
         return not create_only

@@ -17,7 +17,8 @@ import sys
 import zlib
 from array import array
 from bisect import bisect_left
-from itertools import accumulate
+from itertools import accumulate, islice
+from operator import ge
 from typing import NoReturn
 
 import lz4.block
@@ -33,6 +34,7 @@ from .format import (
     KIND_DELETE,
     KIND_PUT,
     KIND_PUT_EXPIRING,
+    LZ4_MAX_RATIO,
     TRAILER,
     TRAILER_SIZE,
 )
@@ -113,8 +115,9 @@ class Block:
 
     Point reads (``get``) go through a dict from key to entry index, built on the first one
     (a bisect over scattered bytes objects costs a cache miss per step; a scan never builds it).
-    It costs about 36 bytes per entry more than ``charge`` counts. Keys of a valid block are
-    sorted and unique, so it finds what a bisect finds.
+    It costs about 36 bytes per entry more than ``charge`` counts. Keys of a block are sorted
+    and unique (the decoder refuses a block whose keys are not), so it finds what a bisect
+    finds.
 
     Immutable and safe to share between threads (it lives in the block cache).
     """
@@ -159,7 +162,9 @@ class Block:
             self._bad("block regions do not add up")
         kbuf = payload[pos:pos + keys_len]
         self.values = payload[pos + keys_len:]
-        self.keys = [kbuf[s:e] for s, e in zip([0, *key_ends], key_ends)]
+        self.keys = keys = [kbuf[s:e] for s, e in zip([0, *key_ends], key_ends)]
+        if count > 1 and any(map(ge, keys, islice(keys, 1, None))):
+            self._bad("keys are not in increasing order")  # lookups bisect them
         self.charge = len(payload) + 48 * count + 200
         self._index: dict[bytes, int] | None = None
 
@@ -245,6 +250,11 @@ def unframe(framed: bytes, object_name: str, offset: int) -> bytes:
     if compression == COMPRESSION_NONE:
         return bytes(body)
     if compression == COMPRESSION_LZ4:
+        # The stream starts with its decompressed size (u32); lz4 cannot expand a byte of
+        # input to more than LZ4_MAX_RATIO bytes, so a larger size is damage, refused before
+        # it is allocated.
+        if body_len < 4 or int.from_bytes(body[:4], "little") > LZ4_MAX_RATIO * body_len:
+            raise CorruptionError(object_name, offset, "lz4 stream has an impossible size")
         try:
             return lz4.block.decompress(body)
         except Exception as exc:  # lz4 raises LZ4BlockError (a ValueError subclass)

@@ -28,9 +28,13 @@ def bloom_hash(key: bytes) -> int:
     return h
 
 
+#: The most probes a filter uses (its first byte; a reader refuses a larger count).
+MAX_PROBES = 30
+
+
 def probes_for(bits_per_key: int) -> int:
-    """Number of probes for ``bits_per_key`` (bits_per_key * ln 2, clamped to 1..30)."""
-    return max(1, min(30, int(bits_per_key * 0.69)))
+    """Number of probes for ``bits_per_key`` (bits_per_key * ln 2, clamped to 1..MAX_PROBES)."""
+    return max(1, min(MAX_PROBES, int(bits_per_key * 0.69)))
 
 
 def build_bloom(keys: list[bytes], bits_per_key: int) -> bytes:

@@ -10,9 +10,11 @@ from __future__ import annotations
 import json
 import zlib
 from dataclasses import dataclass
+from typing import Any
 
 from .._ext import load
 from ..settings import Settings
+from ..tierkit import check_name
 from .block import _u32_bytes, encode_block, frame
 from .bloom import build_bloom
 from .format import (
@@ -20,6 +22,8 @@ from .format import (
     COMPRESSION_NONE,
     FOOTER,
     INDEX_HEADER,
+    MAX_EXPIRY_MS,
+    MAX_OBJECT_BYTES,
     SST_FORMAT_VERSION,
     SST_MAGIC,
 )
@@ -78,22 +82,40 @@ class SstInfo:
         }
 
     @classmethod
-    def from_json(cls, d: dict) -> SstInfo:
+    def from_json(cls, d: Any) -> SstInfo:
+        """Parse what :meth:`to_json` wrote, checking every field's type and range.
+
+        Raises ``ValueError`` naming the bad field (callers report it as corruption of the
+        object that held it): sizes and offsets must fit the SST format (``tail_offset`` inside
+        the object, room for a footer), counts must be non-negative, key ranges ordered.
+        """
+        if not isinstance(d, dict):
+            raise ValueError(f"an SST entry must be an object, got {type(d).__name__}")
+        sst_id = _field(d, "id", str)
+        size = _int(d, "size", FOOTER.size, MAX_OBJECT_BYTES)
+        tail_offset = _int(d, "tail_offset", 0, size - FOOTER.size)
+        smallest = _hex(d, "smallest")
+        largest = _hex(d, "largest")
+        if smallest > largest:
+            raise ValueError("SST entry's smallest key is greater than its largest")
+        clip = d.get("clip")
+        if "clip" in d and not (isinstance(clip, list) and len(clip) == 2):
+            raise ValueError("SST entry's clip must be a list of two hex keys or nulls")
         return cls(
-            id=str(d["id"]),
-            size=int(d["size"]),
-            tail_offset=int(d["tail_offset"]),
-            smallest=bytes.fromhex(d["smallest"]),
-            largest=bytes.fromhex(d["largest"]),
-            entries=int(d["entries"]),
-            tombstones=int(d.get("tombstones", 0)),
-            expiring=int(d.get("expiring", 0)),
-            min_expiry_ms=int(d.get("min_expiry_ms", 0)),
-            max_expiry_ms=int(d.get("max_expiry_ms", 0)),
-            db=str(d.get("db", "")),
+            id=check_name(sst_id, what="SST id"),
+            size=size,
+            tail_offset=tail_offset,
+            smallest=smallest,
+            largest=largest,
+            entries=_int(d, "entries", 0, MAX_OBJECT_BYTES),
+            tombstones=_int(d, "tombstones", 0, MAX_OBJECT_BYTES, 0),
+            expiring=_int(d, "expiring", 0, MAX_OBJECT_BYTES, 0),
+            min_expiry_ms=_int(d, "min_expiry_ms", 0, MAX_EXPIRY_MS, 0),
+            max_expiry_ms=_int(d, "max_expiry_ms", 0, MAX_EXPIRY_MS, 0),
+            db=check_name(_field(d, "db", str), what="sibling DB name") if "db" in d else "",
             clipped="clip" in d,
-            clip_start=_hex_or_none(d["clip"][0]) if "clip" in d else None,
-            clip_end=_hex_or_none(d["clip"][1]) if "clip" in d else None,
+            clip_start=_hex_or_none(clip[0]) if "clip" in d else None,  # type: ignore[index]
+            clip_end=_hex_or_none(clip[1]) if "clip" in d else None,  # type: ignore[index]
         )
 
     @property
@@ -102,8 +124,41 @@ class SstInfo:
         return bool(self.db)
 
 
-def _hex_or_none(text: str | None) -> bytes | None:
-    return None if text is None else bytes.fromhex(text)
+_NO_DEFAULT: Any = object()
+
+
+def _field(d: dict, name: str, kind: type, default: Any = _NO_DEFAULT) -> Any:
+    """``d[name]`` (or ``default`` when absent and a default is given), which must be a
+    ``kind`` (not a bool for int); a str must also be valid Unicode (no lone surrogates)."""
+    if name not in d:
+        if default is _NO_DEFAULT:
+            raise ValueError(f"SST entry has no {name!r}")
+        return default
+    value = d[name]
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
+        raise ValueError(f"SST entry's {name!r} must be a {kind.__name__}, got {value!r:.80}")
+    if isinstance(value, str):
+        value.encode()  # UnicodeEncodeError (a ValueError) for a lone surrogate
+    return value
+
+
+def _int(d: dict, name: str, low: int, high: int, default: Any = _NO_DEFAULT) -> int:
+    value = _field(d, name, int, default)
+    if not low <= value <= high:
+        raise ValueError(f"SST entry's {name!r} is {value}, outside {low}..{high}")
+    return value
+
+
+def _hex(d: dict, name: str) -> bytes:
+    return bytes.fromhex(_field(d, name, str))
+
+
+def _hex_or_none(text: Any) -> bytes | None:
+    if text is None:
+        return None
+    if not isinstance(text, str):
+        raise ValueError(f"an SST clip bound must be a hex string or null, got {text!r:.80}")
+    return bytes.fromhex(text)
 
 
 def build_sst(

@@ -48,3 +48,16 @@ INDEX_HEADER = struct.Struct("<I")
 
 #: How much of an SST's end a reader fetches when it does not know where the tail starts.
 TAIL_GUESS = 64 * 1024
+
+#: Largest expiry time an expiring entry can carry: ``expire_at_ms`` is a u64 in data blocks.
+#: ``DB.put(ttl=...)`` refuses a ttl whose expiry would not fit.
+MAX_EXPIRY_MS = 2**64 - 1
+
+#: Largest SST size, offset or length a manifest or footer may claim: object stores and files
+#: address bytes with signed 64-bit offsets (``off_t``, HTTP ranges).
+MAX_OBJECT_BYTES = 2**63 - 1
+
+#: The largest value lz4's block format can expand one byte of compressed input to: a
+#: decompressed size above ``LZ4_MAX_RATIO * compressed`` is a damaged size prefix, refused
+#: before allocating it.
+LZ4_MAX_RATIO = 255

@@ -8,21 +8,22 @@ Thread-safe: the tail is loaded under a lock; everything else is immutable.
 
 from __future__ import annotations
 
-import json
 import random
 import threading
 import zlib
 from bisect import bisect_left
 from collections.abc import Iterator, Sequence
+from itertools import accumulate, pairwise
 from typing import Any
 
+from .. import boundedjson
 from .._ext import load
 from ..cache import BlockCache
 from ..errors import CorruptionError, NotFoundError
 from ..record import MISSING
 from ..store import ObjectStore, retrying
 from .block import Block, _read_array, unframe
-from .bloom import BloomFilter, bloom_hash
+from .bloom import MAX_PROBES, BloomFilter, bloom_hash
 from .builder import SstInfo
 from .format import (
     FOOTER,
@@ -31,9 +32,16 @@ from .format import (
     READABLE_SST_FORMATS,
     SST_MAGIC,
     TAIL_GUESS,
+    TRAILER_SIZE,
 )
 
 _JITTER = random.Random()
+#: A tail up to this size is fetched with one GET; a larger one (rare: a bloom filter of
+#: millions of keys) reads its footer first, so a damaged size in a manifest cannot make the
+#: reader allocate more than this.
+_ONE_GET_TAIL = 16 * 1024 * 1024
+#: The properties block is one flat JSON object.
+_PROPS_DEPTH = 4
 
 
 class SstTail:
@@ -59,18 +67,33 @@ class SstTail:
                 f"(reads {sorted(READABLE_SST_FORMATS)}); upgrade silt-core"
             )
         if not (filter_off + filter_len == props_off and props_off + props_len == index_off
-                and index_off + index_len == foot and filter_off >= tail_start):
+                and index_off + index_len == foot and filter_off >= tail_start
+                and len(tail) == size - tail_start):
             raise CorruptionError(name, foot, "footer offsets are inconsistent")
 
         def region(off: int, length: int) -> bytes:
             return unframe(tail[off - tail_start:off - tail_start + length], name, off)
 
         self.filter_offset = filter_off
-        self.bloom = BloomFilter(region(filter_off, filter_len)) if filter_len else None
+        self.bloom = None
+        if filter_len:
+            bloom = region(filter_off, filter_len)
+            if not bloom or not 1 <= bloom[0] <= MAX_PROBES:
+                raise CorruptionError(
+                    name, filter_off, "bloom filter block has no valid probe count"
+                )
+            self.bloom = BloomFilter(bloom)
         try:
-            self.props: dict[str, Any] = json.loads(region(props_off, props_len))
-        except ValueError:
-            raise CorruptionError(name, props_off, "properties block is not valid JSON") from None
+            props = boundedjson.loads(
+                region(props_off, props_len), max_bytes=props_len, max_depth=_PROPS_DEPTH
+            )
+        except ValueError as exc:
+            raise CorruptionError(
+                name, props_off, f"properties block is not valid JSON ({exc})"
+            ) from None
+        if not isinstance(props, dict):
+            raise CorruptionError(name, props_off, "properties block is not a JSON object")
+        self.props: dict[str, Any] = props
         index = region(index_off, index_len)
         try:
             (count,) = INDEX_HEADER.unpack_from(index, 0)
@@ -86,8 +109,20 @@ class SstTail:
                 count and len(kbuf) != ends[-1]
             ):
                 raise ValueError("index regions do not add up")
+            # Data blocks fill the object from offset 0 up to the filter block, in order, each
+            # at least a trailer long: so every block read stays inside the object.
+            sizes = self.block_sizes
+            if list(self.block_offsets) != [0, *accumulate(sizes)][:count] or (
+                (self.block_offsets[-1] + sizes[-1] if count else 0) != filter_off
+            ) or (count and min(sizes) < TRAILER_SIZE):
+                raise ValueError("data block offsets and sizes do not tile the object")
             starts = [0, *ends]
+            if any(s > e for s, e in zip(starts, ends)):
+                raise ValueError("key offsets decrease")
             self.last_keys = [kbuf[s:e] for s, e in zip(starts, ends)]
+            keys = self.last_keys
+            if any(a >= b for a, b in pairwise(keys)):
+                raise ValueError("last keys of the blocks are not in increasing order")
         except (ValueError, IndexError) as exc:
             raise CorruptionError(name, index_off, f"malformed index block ({exc})") from None
 
@@ -151,20 +186,34 @@ class SstReader:
         return t
 
     def _load_tail(self) -> SstTail:
+        """Fetch and decode the tail: one ranged GET from where it starts (the manifest's
+        ``tail_offset``) when that is at most ``_ONE_GET_TAIL`` bytes, else (or when the start
+        is unknown) the last ``TAIL_GUESS`` bytes first, then the rest. A size or offset that
+        the object does not have (a damaged or crafted manifest) is reported as corruption
+        after reading at most ``_ONE_GET_TAIL`` bytes, never allocated in full."""
         size = self.size
         assert size is not None
-        if self.info is not None:
-            start = self.info.tail_offset
+        start = self.info.tail_offset if self.info is not None else None
+        if start is not None and size - start <= _ONE_GET_TAIL:
+            first = start
         else:
-            start = max(0, size - TAIL_GUESS)
-        data = self._get_range(start, size - start)
-        if len(data) != size - start:
-            raise CorruptionError(self.name, start, f"object is shorter than its {size} bytes")
-        if self.info is None and len(data) >= FOOTER_SIZE:
-            filter_off = FOOTER.unpack_from(data, len(data) - FOOTER_SIZE)[0]
-            if filter_off < start:
-                data = self._get_range(filter_off, start - filter_off) + data
-                start = filter_off
+            first = max(0, size - TAIL_GUESS)
+        data = self._get_range(first, size - first)
+        if len(data) != size - first:
+            raise CorruptionError(self.name, first, f"object is shorter than its {size} bytes")
+        if start is None:
+            start = first
+            if len(data) >= FOOTER_SIZE:
+                filter_off = FOOTER.unpack_from(data, len(data) - FOOTER_SIZE)[0]
+                if filter_off < start:
+                    start = filter_off
+        if start < first:
+            # The object really has ``size`` bytes (its end was just read), so this read stays
+            # inside it.
+            head = self._get_range(start, first - start)
+            if len(head) != first - start:
+                raise CorruptionError(self.name, start, f"object is shorter than its {size} bytes")
+            data = head + data
         return SstTail(data, start, size, self.name)
 
     def _get_range(self, start: int, length: int) -> bytes:
@@ -283,7 +332,9 @@ class SstReader:
     def verify(self) -> int:
         """Read and check every block (bypassing the cache); return the entry count.
 
-        Raises :class:`CorruptionError` at the first damaged region.
+        Checks keys are strictly increasing within and across blocks, each block ends at its
+        index key, every record decodes, and the count matches the properties. Raises
+        :class:`CorruptionError` at the first damaged region.
         """
         self._tail = None
         t = self.tail
@@ -292,7 +343,9 @@ class SstReader:
         for i in range(len(t.block_offsets)):
             blk = self.decode_block(i, self.read_raw_block(i))
             keys: Sequence[bytes] = blk.keys
-            if keys and prev is not None and keys[0] <= prev:
+            if (keys and prev is not None and keys[0] <= prev) or any(
+                a >= b for a, b in pairwise(keys)
+            ):
                 raise CorruptionError(self.name, t.block_offsets[i], "keys out of order")
             if keys and keys[-1] != t.last_keys[i]:
                 raise CorruptionError(self.name, t.block_offsets[i], "index does not match block")

@@ -10,6 +10,8 @@
 
 * :class:`FaultyStore` (``silt.testing.faults``): wraps a store and injects failures, lost
   responses, corruption and stalls on a schedule the test sets, and counts requests.
+* :func:`exception_texts` (``silt.testing.secrets``): everything a traceback could show of an
+  exception, to assert that no secret reaches an error.
 
 ``StoreConformance`` imports pytest, so it is loaded only when first asked for: importing
 ``FaultyStore`` does not need pytest.
@@ -20,11 +22,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .faults import OPS, Call, FaultyStore, flip_middle_bit
+from .secrets import exception_texts
 
 if TYPE_CHECKING:
     from .conformance import StoreConformance
 
-__all__ = ["OPS", "Call", "FaultyStore", "StoreConformance", "flip_middle_bit"]
+__all__ = ["OPS", "Call", "FaultyStore", "StoreConformance", "exception_texts",
+           "flip_middle_bit"]
 
 
 def __getattr__(name: str) -> Any:

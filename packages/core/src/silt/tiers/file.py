@@ -1,7 +1,9 @@
 """The ``file://`` tier: objects are files under a local (or mounted network) directory.
 
 URL: ``file:///absolute/path`` or ``file://localhost/absolute/path``; percent-escapes are decoded
-(``file:///data/my%20state``). The tier takes no options.
+(``file:///data/my%20state``) and every decoded segment must be a plain name
+(:func:`silt.tierkit.check_name`: no ``..``, ``.``, empty, control or look-alike segment). The
+tier takes no options.
 
 Layout: the object ``a/b/c`` is the file ``<root>/a/b/c``; ``<root>/.tmp/`` holds writes in
 flight and is never listed.
@@ -47,7 +49,6 @@ import threading
 import time
 from collections.abc import Iterable, Iterator
 from typing import Any
-from urllib.parse import unquote
 
 from ..errors import (
     InvalidArgumentError,
@@ -58,6 +59,7 @@ from ..errors import (
 )
 from ..hookspecs import hookimpl
 from ..store import ObjectInfo, ObjectStore, split_url
+from ..tierkit import check_data, check_options, check_range, decode_path, public_url, validate_key
 
 #: Name of the directory under the root that holds writes in flight. Never a valid first key
 #: segment, never listed.
@@ -102,57 +104,7 @@ _NO_DIR_FSYNC_ERRNOS = frozenset(
 )
 
 
-# --- helpers shared by the built-in tiers ------------------------------------------------------
-
-
-def validate_key(key: object) -> str:
-    """Return ``key`` if it is a valid object key, else raise.
-
-    A key is a non-empty ``str`` of ``/``-separated segments; no segment is empty, ``.`` or
-    ``..``; it contains no backslash and no NUL. Raises :class:`~silt.errors.InvalidTypeError`
-    for a non-``str`` and :class:`~silt.errors.InvalidArgumentError` (naming the rule) otherwise.
-    """
-    if not isinstance(key, str):
-        raise InvalidTypeError(f"an object key must be a str, got {type(key).__name__}")
-    if not key:
-        raise InvalidArgumentError("an object key must not be empty")
-    if "\\" in key or "\x00" in key:
-        raise InvalidArgumentError(
-            f"object key {key!r} contains a backslash or NUL; keys use '/' as the only separator"
-        )
-    if key.startswith("/"):
-        raise InvalidArgumentError(
-            f"object key {key!r} starts with '/'; keys are relative to the store root"
-        )
-    for segment in key.split("/"):
-        if segment in ("", ".", ".."):
-            raise InvalidArgumentError(
-                f"object key {key!r} has an empty, '.' or '..' segment; keys name objects under "
-                "the root with plain '/'-separated names such as 'sst/01J0000000.sst'"
-            )
-    return key
-
-
-def check_data(data: object) -> bytes:
-    """Return ``data`` as ``bytes`` (copying a ``bytearray`` or ``memoryview``), else raise
-    :class:`~silt.errors.InvalidTypeError`."""
-    if isinstance(data, bytes):
-        return data
-    if isinstance(data, (bytearray, memoryview)):
-        return bytes(data)
-    raise InvalidTypeError(
-        f"object data must be bytes, got {type(data).__name__}; encode text first"
-    )
-
-
-def check_range(start: object, length: object) -> tuple[int, int]:
-    """Validate the ``start``/``length`` of a ranged read: non-negative ``int`` values."""
-    for name, value in (("start", start), ("length", length)):
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise InvalidTypeError(f"get_range {name} must be an int, got {type(value).__name__}")
-        if value < 0:
-            raise InvalidArgumentError(f"get_range {name} must be >= 0, got {value}")
-    return start, length  # type: ignore[return-value]
+# --- helpers ----------------------------------------------------------------------------------
 
 
 def _advice(exc: OSError) -> tuple[type[StoreError], str]:
@@ -286,16 +238,9 @@ class FileStore(ObjectStore):
         scheme, location, query = split_url(url)
         if scheme != "file":
             raise InvalidArgumentError(
-                f"FileStore opens file:// URLs, got {url!r}; use 'file:///absolute/path'"
+                f"FileStore opens file:// URLs, got {public_url(url)!r}; use 'file:///absolute/path'"
             )
-        given = {**query, **(options or {})}
-        unknown = sorted(set(given) - ACCEPTED_OPTIONS)
-        if unknown:
-            accepted = ", ".join(sorted(ACCEPTED_OPTIONS)) or "none"
-            raise InvalidArgumentError(
-                f"unknown option(s) {', '.join(map(repr, unknown))} for {url!r}; the file:// "
-                f"tier accepts: {accepted}"
-            )
+        check_options(url, {**query, **(options or {})}, ACCEPTED_OPTIONS, "file")
         if location.lower().startswith("localhost/"):
             location = location[len("localhost") :]
         if not location.startswith("/"):
@@ -307,15 +252,16 @@ class FileStore(ObjectStore):
             else:
                 problem = f"names the host {host!r} (or a relative path)"
             raise InvalidArgumentError(
-                f"{url!r} {problem}; a file:// URL holds an absolute path after three slashes, "
-                f"as in 'file:///{location or 'data/state'}' or 'file://localhost/data/state'. "
-                "Remote hosts are not supported: mount the share and use its local path"
+                f"{public_url(url)!r} {problem}; a file:// URL holds an absolute path after three "
+                f"slashes, as in 'file:///{location or 'data/state'}' or "
+                "'file://localhost/data/state'. Remote hosts are not supported: mount the share "
+                "and use its local path"
             )
-        path = unquote(location)
+        # Decoded and checked by the rule all tiers share: no '..', '.', empty, control or
+        # look-alike segment can move the root (a sibling's URL is built from stored names).
+        path = decode_path(location, what=f"the path of {url.split('?', 1)[0]!r}")
         if os.name == "nt" and re.match(r"/[A-Za-z]:", path):  # pragma: no cover - Windows
             path = path[1:]
-        if "\x00" in path:
-            raise InvalidArgumentError(f"{url!r} contains a NUL character")
         return cls(path)
 
     # --- paths and errors ----------------------------------------------------------------------

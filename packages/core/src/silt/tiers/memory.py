@@ -1,11 +1,12 @@
 """The ``memory://`` tier: objects in process memory, for tests, examples and simulations.
 
-URL: ``memory://name`` or ``memory://name/sub/path``. ``name`` selects a process-global
-namespace (like a bucket): every store opened on the same name in the same process sees the same
-objects, so a test can "reopen" a database. A path after the name is a key prefix inside the
-namespace (like a bucket prefix), so ``memory://ns/kg-0-127`` holds the objects that
-``memory://ns`` lists as ``kg-0-127/...``, exactly as with ``file://`` directories. The tier
-takes no options.
+URL: ``memory://name`` or ``memory://name/sub/path`` (percent-escapes are decoded, and every
+segment must be a plain name, as on every tier: :func:`silt.tierkit.check_name`). ``name``
+selects a process-global namespace (like a bucket): every store opened on the same name in the
+same process sees the same objects, so a test can "reopen" a database. A path after the name
+is a key prefix inside the namespace (like a bucket prefix), so ``memory://ns/kg-0-127`` holds
+the objects that ``memory://ns`` lists as ``kg-0-127/...``, exactly as with ``file://``
+directories. The tier takes no options.
 
 ``MemoryStore()`` without a name is a private, anonymous store nobody else can open.
 
@@ -28,7 +29,16 @@ from typing import Any
 from ..errors import InvalidArgumentError, InvalidTypeError, NotFoundError
 from ..hookspecs import hookimpl
 from ..store import ObjectInfo, ObjectStore, split_url
-from .file import check_data, check_range, validate_key
+from ..tierkit import (
+    check_data,
+    check_name,
+    check_options,
+    check_path,
+    check_range,
+    decode_path,
+    public_url,
+    validate_key,
+)
 
 #: Options ``MemoryStore.from_url`` accepts (none yet).
 ACCEPTED_OPTIONS: frozenset[str] = frozenset()
@@ -67,7 +77,9 @@ _NAMESPACES_LOCK = threading.Lock()
 
 
 def _parse_name(name: str) -> tuple[str, str]:
-    """Split ``"ns/sub/path"`` into the namespace ``"ns"`` and the key prefix ``"sub/path/"``."""
+    """Split ``"ns/sub/path"`` into the namespace ``"ns"`` and the key prefix ``"sub/path/"``.
+
+    Every segment must be a plain name (:func:`silt.tierkit.check_name`), as on every tier."""
     if not isinstance(name, str):
         raise InvalidTypeError(f"a memory store name must be a str, got {type(name).__name__}")
     if any(ch in name for ch in "?#\x00\\"):
@@ -79,17 +91,15 @@ def _parse_name(name: str) -> tuple[str, str]:
         raise InvalidArgumentError(
             f"memory store name {name!r} is empty; name the store, as in 'memory://mystate'"
         )
-    sub = sub.rstrip("/")
-    if not sub:
-        return namespace, ""
     try:
-        validate_key(sub)
-    except InvalidArgumentError:
+        check_name(namespace, what="memory store name")
+        check_path(sub, what="memory store path")
+    except InvalidArgumentError as exc:
         raise InvalidArgumentError(
-            f"memory store path {sub!r} in {name!r} is not a plain '/'-separated path; use a "
-            "URL like 'memory://mystate/kg-0-127'"
+            f"{exc}; use a plain '/'-separated path, as in 'memory://mystate/kg-0-127'"
         ) from None
-    return namespace, sub + "/"
+    sub = sub.strip("/")
+    return namespace, (sub + "/" if sub else "")
 
 
 class MemoryStore(ObjectStore):
@@ -121,22 +131,15 @@ class MemoryStore(ObjectStore):
         scheme, location, query = split_url(url)
         if scheme != "memory":
             raise InvalidArgumentError(
-                f"MemoryStore opens memory:// URLs, got {url!r}; use 'memory://name'"
+                f"MemoryStore opens memory:// URLs, got {public_url(url)!r}; use 'memory://name'"
             )
-        given = {**query, **(options or {})}
-        unknown = sorted(set(given) - ACCEPTED_OPTIONS)
-        if unknown:
-            accepted = ", ".join(sorted(ACCEPTED_OPTIONS)) or "none"
-            raise InvalidArgumentError(
-                f"unknown option(s) {', '.join(map(repr, unknown))} for {url!r}; the memory:// "
-                f"tier accepts: {accepted}"
-            )
+        check_options(url, {**query, **(options or {})}, ACCEPTED_OPTIONS, "memory")
         if not location.strip("/"):
             raise InvalidArgumentError(
-                f"{url!r} names no store; write 'memory://name' (stores with the same name in "
-                "one process share their objects)"
+                f"{public_url(url)!r} names no store; write 'memory://name' (stores with the same "
+                "name in one process share their objects)"
             )
-        return cls(location)
+        return cls(decode_path(location, what=f"the path of {url.split('?', 1)[0]!r}"))
 
     @classmethod
     def drop(cls, name: str) -> None:
