@@ -71,7 +71,9 @@ def test_drop_state_leaves_what_is_not_an_operator_root_alone(tmp_path):
     assert cli.returncode == 1 and cli.stderr.startswith("error: ")
     assert "Traceback" not in cli.stderr
     assert (other / "data.csv").read_text() == "keep me"
-    assert silt_spark.drop_state((tmp_path / "new").as_uri()) == 0  # a new, empty root
+    new = (tmp_path / "new").as_uri()
+    assert silt_spark.drop_state(new) == 0  # a new, empty root
+    assert silt_spark.drop_state(new) == 0  # and again: dropping is idempotent
 
 
 def test_batch_dataframes_are_refused_when_built_and_foreach_batch_works(spark, tmp_path):

@@ -117,7 +117,7 @@ def drop_state(url: str, *, dry_run: bool = False) -> int:
     store = open_store(url)
     try:
         keys = [info.key for info in retrying(lambda: list(store.list("")))]
-        if keys and DESCRIPTOR not in keys:
+        if DESCRIPTOR not in keys and any(not k.startswith(PREFIX) for k in keys):
             raise NotAnOperatorRootError(
                 f"{url!r} holds {len(keys)} object(s) but no {DESCRIPTOR}: it is not the state "
                 "root of a silt_spark operator, so drop_state leaves it alone"
