@@ -194,7 +194,7 @@ class SiltModel(RuleBasedStateMachine):
             target = self.nxt
         base_state = dict(self.snapshots[self.base]) if self.base is not None else {}
         while True:
-            if target > self.nxt:
+            if target > self.nxt and self.lineage is not None:
                 n = self.nxt
                 if n not in self.snapshots:  # our reservation
                     self.snapshots[n] = base_state

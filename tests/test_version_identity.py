@@ -323,8 +323,8 @@ def test_a_reader_of_a_collected_version_is_told_why(mem: str) -> None:
 # -- version 0 and the empty root; the warm path's requests -------------------------------------
 def test_writers_from_an_empty_root_cannot_both_win(mem: str) -> None:
     """A stream processor's first batch commits version 0; another writer from the empty root
-    commits version 1 at the same time. They race for different names, so each checks the
-    other's after creating its own: whoever sees the other withdraws."""
+    commits version 1 at the same time. They race for different names, so each lists the
+    versions after creating its own: whoever sees another withdraws."""
     clock = silt.ManualClock(T0)
     faulty = FaultyStore(silt.open_store(mem))
     first = silt.open(mem, settings=SETTINGS, clock=clock, store=faulty)
@@ -337,7 +337,7 @@ def test_writers_from_an_empty_root_cannot_both_win(mem: str) -> None:
 
     faulty.on_call("put_if_absent", other_commits, times=1,
                    predicate=lambda k: k == paths.manifest_key(0))
-    with pytest.raises(CommitConflict, match="empty root at the same time"):
+    with pytest.raises(CommitConflict, match="committed from an empty root"):
         first.commit(0)
     first.close()
     second.close()

@@ -69,6 +69,7 @@ from .sst.builder import SstInfo
 from .sst.check import check_sst
 from .store import ObjectStore, retrying, split_url
 from .tierkit import public_url
+from .versions import list_versions
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -321,13 +322,6 @@ def _compaction_state(m: Manifest) -> dict[str, Any]:
     }
 
 
-def _versions_at(store: ObjectStore, db: str) -> list[int]:
-    return sorted(v for v in (
-        paths.parse_manifest_key(i.key[len(db):])
-        for i in retrying(lambda: list(store.list(db + paths.MANIFEST_PREFIX)))
-    ) if v is not None)
-
-
 def _db_prefixes(store: ObjectStore) -> list[str]:
     """Key prefixes of every DB under the root (``""`` for the root itself), from one listing."""
 
@@ -345,7 +339,7 @@ def _inspect_root(store: ObjectStore, url: str, dbs: list[str], as_json: bool) -
 
     rows = []
     for db in dbs:
-        found = _versions_at(store, db)
+        found = list_versions(store, db).versions
         if not found:
             continue
         name = db + paths.manifest_key(found[-1])

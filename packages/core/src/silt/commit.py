@@ -14,9 +14,10 @@ Creating version ``v`` from base ``b`` (:meth:`Committer.publish`):
 
 1. If ``v`` skips numbers, first create a *reservation* at the next free number (the base's
    state, ``skip_to = v``): every writer from ``b`` races for that one name, so no version is
-   ever built beside a newer one. A name held by a reservation from the same lineage or by a
-   withdrawn version is moved past; any other holder means another writer won
-   (:class:`CommitConflict`).
+   ever built beside a newer one. (On an empty root there is no base: the first commit creates
+   its version directly and then lists the versions, withdrawing its own if another exists.)
+   A name held by a reservation from the same lineage or by a withdrawn version is moved past;
+   any other holder means another writer won (:class:`CommitConflict`).
 2. Create ``manifest/<v>`` with ``put_if_absent``. A conflict whose object carries this
    attempt's token is our own (a lost response retried).
 3. Read the GC markers (:mod:`silt.markers`: one GET on a warm writer whose markers did not
@@ -56,7 +57,7 @@ from .metrics import MeteredStore
 from .siblings import Reference, SiblingStores
 from .sst.builder import SstInfo
 from .store import retrying
-from .versions import WITHDRAWN, Fate, read_fate
+from .versions import WITHDRAWN, Fate, list_versions, read_fate
 
 #: Errors after which the version is settled either way (no read-back on the next commit).
 _DECIDED = (CommitConflict, FencedError, CorruptionError, WithdrawnError)
@@ -150,9 +151,8 @@ class Committer:
         (steps 1-3 of the module docstring). ``pending`` is kept with an uncertain commit and
         handed back by :meth:`prepare` when it turns out to have landed."""
         while True:
-            first = self._first_free(version)
-            if version > first:
-                self._reserve(version, base, first)
+            if version > self.next and self.lineage is not None:
+                self._reserve(version, base, self.next)
                 continue
             manifest = Manifest(
                 version=version, parent=self.lineage, writer_id=self.writer_id,
@@ -209,31 +209,21 @@ class Committer:
             return False
         return existing.token == manifest.token
 
-    def _first_free(self, version: int) -> int:
-        """Where a commit of ``version`` starts racing: the next free number; on an empty root,
-        1 unless it commits version 0 itself (see :meth:`_check_empty_root`)."""
-        if self.lineage is None and self.next == 0 and version >= 1:
-            return 1
-        return self.next
-
     def _check_empty_root(self, manifest: Manifest) -> None:
-        """A first commit on an empty root: writers from nothing race for name 1, or for name
-        0 when they commit version 0 (a stream processor's first batch). Two such writers could
-        each win one name: each checks the other name after creating its own, and one that
-        finds a live version there withdraws its own (at least one of them sees the other)."""
+        """A first commit on an empty root creates its version directly (there is no base
+        whose next name writers could race for). So after creating it, it lists the versions:
+        if any other live version exists, another writer committed on this root meanwhile (or
+        before: this writer's view of an empty root was stale), and this one withdraws its own.
+        Two such writers may both withdraw; never both stand. One LIST, on a DB's first
+        commit only."""
         if manifest.parent is not None:
             return
-        other = 1 if manifest.version == 0 else 0
-        name = paths.manifest_key(other)
-        try:
-            found = Manifest.decode(retrying(lambda: self._store.get(name)), name)
-        except NotFoundError:
+        others = [v for v in list_versions(self._store).versions if v != manifest.version]
+        if not others:
             return
-        fate = read_fate(self._store, other)
-        if (fate is not None and fate.withdraws(found)) or found.parent is not None:
-            return
-        why = (f"version {other} of {self._url!r} was committed from the empty root at the same "
-               f"time as version {manifest.version}")
+        why = (f"version {manifest.version} of {self._url!r} was committed from an empty root, "
+               f"but the root has version {others[-1]} (committed meanwhile, or this writer's "
+               "view of the root was stale)")
         if self._withdraw(manifest, why):
             raise CommitConflict(
                 f"{why}; reopen the latest version (silt.open) and redo the work from there",
@@ -255,7 +245,6 @@ class Committer:
         )
         if self._create(reservation):
             self.lineage, self.next = n, target
-            self._check_empty_root(reservation)
             # A zombie whose base GC kept (a checkpoint pins it) finds the next names free once
             # GC collected them: fence it before it creates a version above the horizon.
             self._check_horizon(reservation, self._refresh_markers())
@@ -268,7 +257,7 @@ class Committer:
                 "work from there",
                 version=target,
             )
-        if max(self.next, 1 if self.lineage is None else 0) > target:
+        if self.next > target:
             raise CommitConflict(
                 f"cannot commit version {target} of {self._url!r}: another commit from the same "
                 f"base reserved the versions up to {self.next - 1}",
@@ -374,12 +363,12 @@ class Committer:
         running, done = markers.passes_after(oldest)
         if not running and not done:
             return
-        if markers.horizon == manifest.version:
-            return  # a GC pass listed this manifest and kept it (see _check_horizon)
         try:
             present = all_exist(self._store, ids)
         except StoreError:
             present = False  # cannot tell: in danger, withdraw rather than risk it
+        if present and markers.horizon == manifest.version:
+            return  # a GC pass listed this manifest, intact, as the horizon and keeps it
         if present and (not running or resolving):
             # Every pass that could collect them has finished and they are all there; or a
             # commit whose outcome was unknown, resolved late, whose SSTs GC has not deleted:

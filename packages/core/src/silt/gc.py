@@ -153,6 +153,7 @@ def collect_garbage(
     records: list[str] = []
     young_records: list[tuple[str, str]] = []
     dbs: set[str] = set()
+    present: set[str] = set()  # every SST object listed
     for info in retrying(lambda: list(store.list(""))):
         db, rest = paths.split_db(info.key)
         if not rest:
@@ -164,6 +165,7 @@ def collect_garbage(
         sst_id = paths.parse_sst_key(rest)
         if sst_id is not None:
             dbs.add(db)
+            present.add(info.key)
             if _id_time(sst_id) < cutoff:
                 ssts[info.key] = info.size
         elif rest.startswith(paths.COMPACTION_PREFIX):
@@ -194,17 +196,34 @@ def collect_garbage(
         if not versions:
             continue
         pinned = pinned_by[db] = set(read_checkpoints(store, db).values())
-        newest = versions[-retain_versions:]
-        h = newest[0]
+        # The newest retain_versions versions whose SSTs all exist count as retained; newer
+        # ones with an SST missing (a commit stalled past the grace period whose writer has not
+        # withdrawn it yet, or one created after the listing above) are kept besides, so that
+        # the horizon never passes the last intact version.
+        newest: list[int] = []
+        manifests: dict[int, Manifest] = {}
+        intact = 0
+        for v in reversed(versions):
+            manifest = _read(store, db, v)
+            newest.append(v)
+            if manifest is None:
+                continue
+            manifests[v] = manifest
+            if v == versions[-1] and manifest.gc_grace_ms is not None:
+                required[db] = manifest.gc_grace_ms
+            names = (_object_of(db, s.db, s.id) for s in manifest.all_ssts())
+            if all(name is None or name in present for name in names):
+                intact += 1
+                if intact >= retain_versions:
+                    break
+        h = min(newest)
         kept = sorted(set(newest) | (pinned & set(versions)))
         report.kept_versions[db] = kept
         report.horizons[db] = h
         for v in kept:
-            manifest = _read(store, db, v)
+            manifest = manifests.get(v) or _read(store, db, v)
             if manifest is not None:
                 keep(db, manifest)
-                if v == versions[-1] and manifest.gc_grace_ms is not None:
-                    required[db] = manifest.gc_grace_ms
         doomed_manifests += [db + paths.manifest_key(v) for v in versions
                              if v < h and v not in pinned]
         # Withdrawn versions below the horizon: manifest first, then its fate record (a fate
