@@ -23,6 +23,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from silt.tierkit import public_url
+
 from . import _codec
 from ._layout import KG_COLUMN, PARTITION_COLUMN
 from ._shard import ShardTask, check_key_groups
@@ -300,7 +302,7 @@ def read_records(values: list[bytes | None], p: AggPlan, url: str) -> Any:
     if found:
         raw = np.frombuffer(b"".join([values[i] for i in found]), dt)
         if (raw["fmt"] != STATE_FORMAT).any():
-            raise ValueError(f"unknown aggregation state format in {url!r}")
+            raise ValueError(f"unknown aggregation state format in {public_url(url)!r}")
         old[np.asarray(found)] = raw
     return old
 

@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from silt.errors import InvalidArgumentError, InvalidTypeError
+from silt.tierkit import public_url
 
 from . import (
     _aggregate,
@@ -48,7 +49,8 @@ def _spec(
         take_over = take_over or bool(reset)
     if not isinstance(state_url, str) or "://" not in state_url:
         raise InvalidArgumentError(
-            f"state_url must be a store URL such as 'file:///data/state/op1', got {state_url!r}"
+            "state_url must be a store URL such as 'file:///data/state/op1', got "
+            f"{public_url(state_url)!r}"
         )
     if state_url.startswith("memory://"):
         raise InvalidArgumentError(
@@ -705,7 +707,8 @@ def deduplicate(
         from .errors import LayoutMismatchError
 
         raise LayoutMismatchError(
-            f"the state root {state_url!r} holds a processing-time deduplication's keys; "
+            f"the state root {public_url(state_url)!r} holds a processing-time deduplication's "
+            "keys; "
             "event-time deduplication needs another state_url"
         )
     spec = _shard.ensure_descriptor(

@@ -24,6 +24,7 @@ import threading
 
 from silt.plugins import open_store
 from silt.store import retrying
+from silt.tierkit import public_url
 
 from .errors import NotAnOperatorRootError, StateLostError
 
@@ -67,7 +68,8 @@ def check_origin(
         if first is None or first > batch:
             if batch > 0 and checked_root and not take_over and DROPPED not in names:
                 raise StateLostError(
-                    f"the state root {root!r} has no state of streaming query {query_id}, but "
+                    f"the state root {public_url(root)!r} has no state of streaming query "
+                    f"{query_id}, but "
                     f"the query's checkpoint is at micro-batch {batch}: the state was deleted or "
                     "moved (or state_url changed) while the checkpoint was kept, and going on "
                     "would silently start from empty state. Restore the state root (e.g. from a "
@@ -113,13 +115,15 @@ def drop_state(url: str, *, dry_run: bool = False) -> int:
     from ._shard import DESCRIPTOR, drop_cached_handles
 
     if not isinstance(url, str) or "://" not in url:
-        raise ValueError(f"url must be a store URL such as 'file:///data/state/op1', got {url!r}")
+        raise ValueError("url must be a store URL such as 'file:///data/state/op1', got "
+                         f"{public_url(url)!r}")
     store = open_store(url)
     try:
         keys = [info.key for info in retrying(lambda: list(store.list("")))]
         if DESCRIPTOR not in keys and any(not k.startswith(PREFIX) for k in keys):
             raise NotAnOperatorRootError(
-                f"{url!r} holds {len(keys)} object(s) but no {DESCRIPTOR}: it is not the state "
+                f"{public_url(url)!r} holds {len(keys)} object(s) but no {DESCRIPTOR}: it is not "
+                "the state "
                 "root of a silt_spark operator, so drop_state leaves it alone"
             )
         if dry_run:

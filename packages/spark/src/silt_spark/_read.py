@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from silt.tierkit import public_url
+
 from . import _aggregate, _codec, _dedup, _layout, _processor, _shard, _window
 
 #: Columns after the key columns.
@@ -166,7 +168,8 @@ def read_state(spark: Any, state_url: str, version: int | None = None) -> Any:
 
     desc = _shard.read_descriptor(state_url)
     if desc is None:
-        raise ValueError(f"{state_url!r} is not a silt_spark state root (no {_shard.DESCRIPTOR})")
+        raise ValueError(f"{public_url(state_url)!r} is not a silt_spark state root "
+                         f"(no {_shard.DESCRIPTOR})")
     spec = _spec(desc, state_url)
     key_columns = desc.get("key_columns") or [["key", "string"]]
     json_key = "key_columns" not in desc

@@ -39,9 +39,16 @@ import silt
 from silt.errors import NotFoundError, ReferenceConflict
 from silt.plugins import open_store
 from silt.store import retrying
+from silt.tierkit import public_url
 
 from . import _layout, _lifecycle, _metrics, _watermark
-from .errors import ForeignStateError, LayoutMismatchError, NotStreamingError, StateAheadError
+from .errors import (
+    BatchConflictError,
+    ForeignStateError,
+    LayoutMismatchError,
+    NotStreamingError,
+    StateAheadError,
+)
 
 log = logging.getLogger("silt_spark")
 
@@ -277,7 +284,8 @@ class ShardTask:
                             "original query from its checkpoint, or pass take_over=True to discard "
                             "that state"
                         )
-                    log.warning("take_over: discarding %s (state of query %s)", self.url, owner)
+                    log.warning("take_over: discarding %s (state of query %s)",
+                                public_url(self.url), owner)
                     db.close()
                     db = None
                     _delete_all(self.url)
@@ -356,9 +364,17 @@ class ShardTask:
         try:
             self.db.commit(self.batch_id, meta=meta)
             self.committed = True
-        except silt.CommitConflict:
-            # Another attempt of this task committed first; its version stands.
-            log.info("%s: version %d was committed by another attempt", self.url, self.batch_id)
+        except silt.CommitConflict as exc:
+            # Usually another attempt of this task committed first, and its version stands.
+            # But a conflict on a reserved or withdrawn number leaves no version of this batch:
+            # then the batch's state would be lost, so the task fails instead.
+            if exc.withdrawn or self.batch_id not in self.db.newer_versions():
+                raise BatchConflictError(
+                    f"{public_url(self.url)}: micro-batch {self.batch_id} could not be committed "
+                    f"and no version of it exists ({exc}); restart the query from its checkpoint"
+                ) from exc
+            log.info("%s: version %d was committed by another attempt", public_url(self.url),
+                     self.batch_id)
             self.replay = True
         self.commit_ms = (_perf() - t0) * 1000
 

@@ -33,6 +33,14 @@ class StateAheadError(SparkStateError):
     checkpoint is older than its state."""
 
 
+class BatchConflictError(SparkStateError):
+    """A shard could not commit its micro-batch's version, and that version is not there
+    either: another writer committed on the shard's base (a zombie task of another query, or
+    a copy of the state), or the version was withdrawn by its writer (its number is never
+    committed again). The task fails rather than let the batch's state go missing; restart the
+    query from its checkpoint, and run ``silt verify`` on the state root if it fails again."""
+
+
 class LayoutMismatchError(SparkStateError, ValueError):
     """The state root was created with another operator kind, key-group or shard count."""
 
@@ -47,6 +55,7 @@ class NotStreamingError(SparkStateError):
 
 
 __all__ = [
+    "BatchConflictError",
     "ForeignStateError",
     "LayoutMismatchError",
     "NotAnOperatorRootError",
