@@ -46,12 +46,13 @@ from .manifest import Manifest, check_meta
 from .memtable import Memtable, check_ops, check_pairs
 from .metrics import MeteredStore, Metrics
 from .pin import check_checkpoint_name, pin
+from .record import MISSING, visible
 from .settings import Settings
 from .siblings import Base, Reference, SiblingStores, mark_referrers, take_reference
 from .siblings import split_parent as _split_parent
 from .sst.builder import SstInfo
 from .sst.format import MAX_EXPIRY_MS
-from .sst.reader import SstReader
+from .sst.reader import SstReader, get_from
 from .store import ObjectStore
 from .tierkit import public_url
 from .versions import list_versions
@@ -220,7 +221,9 @@ class DB:
             value = self._check_value(value)
         mem = self._view.mem
         if ttl is None:
-            mem.put_value(key, value)
+            # Memtable.put_value without the call (the memtable's contract allows it).
+            mem.data[key] = value
+            mem.approx_bytes += len(key) + len(value) + 16
         else:
             mem.put(key, (value, self._expiry(ttl)))
         if mem.approx_bytes >= self._memtable_limit:
@@ -459,7 +462,19 @@ class DB:
             key = self._check_key(key)
         if self._closed:
             self._check_open()
-        return self._view.get(key, self._clock.now_ms())
+        # ReadView.get, inlined: point reads are the hot path, and a frame more costs ~8%.
+        view = self._view
+        r = view.mem.data.get(key, MISSING)
+        if r is MISSING:
+            if view.parts or view.levels:
+                r = view.get_below(key)
+            elif view.l0:  # everything below the memtable is in L0: one call, no frame more
+                r = get_from(view.l0, key)
+        if r.__class__ is bytes:
+            return r  # type: ignore[return-value]
+        if r is MISSING or r is None:
+            return None
+        return visible(r, self._clock.now_ms())
 
     def multi_get(self, keys: Sequence[bytes]) -> list[bytes | None]:
         """Values for many keys at once (``None`` where absent), in the order given.

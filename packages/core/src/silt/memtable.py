@@ -18,7 +18,12 @@ from .record import MISSING, record_size
 
 
 class Memtable:
-    """Recent writes: ``key -> record`` (see :mod:`silt.record`) plus an approximate byte size."""
+    """Recent writes: ``key -> record`` (see :mod:`silt.record`) plus an approximate byte size.
+
+    Keys are never removed (a delete is a tombstone record), so the cached sorted key list is
+    valid exactly while it has as many keys as ``data``: a writer may add to ``data`` directly
+    (the DB's ``put`` fast path does) as long as it adds the entry's size to ``approx_bytes``.
+    """
 
     __slots__ = ("data", "approx_bytes", "_sorted")
 

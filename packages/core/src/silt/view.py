@@ -20,6 +20,7 @@ from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+from .clock import Clock
 from .memtable import Memtable, split_found
 from .merge import live, merge_newest_first, visible_many
 from .record import MISSING, visible
@@ -86,21 +87,23 @@ class ReadView:
                         changes.get("l0", self.l0), changes.get("levels", self.levels))
 
     # -- point reads ----------------------------------------------------------------------------
-    def get(self, key: bytes, now_ms: int) -> bytes | None:
-        """The value of ``key`` (``None``: absent, deleted or expired at ``now_ms``)."""
+    def get(self, key: bytes, clock: Clock) -> bytes | None:
+        """The value of ``key`` (``None``: absent, deleted or expired by ``clock``, which is
+        asked only for an entry with a TTL). :meth:`silt.DB.get` inlines this (hot path)."""
         r = self.mem.data.get(key, MISSING)
         if r is MISSING:
             if self.parts or self.levels:
-                r = self._get_below(key)
+                r = self.get_below(key)
             elif self.l0:  # everything below the memtable is in L0: one call, no frame more
                 r = get_from(self.l0, key)
         if r.__class__ is bytes:
             return r  # type: ignore[return-value]
         if r is MISSING or r is None:
             return None
-        return visible(r, now_ms)
+        return visible(r, clock.now_ms())
 
-    def _get_below(self, key: bytes) -> object:
+    def get_below(self, key: bytes) -> object:
+        """The newest record of ``key`` below the active memtable (``MISSING``: none)."""
         h = -1  # bloom_hash(key), computed once for all SSTs when the first one needs it
         for part in reversed(self.parts):
             mem = part.memtable
