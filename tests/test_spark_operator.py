@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -19,6 +20,7 @@ import silt
 import silt_spark
 from pyspark import cloudpickle
 from pyspark.errors import StreamingQueryException
+from silt import paths
 from silt_spark import _shard
 from silt_spark.errors import LayoutMismatchError, NotStreamingError
 
@@ -426,3 +428,36 @@ def test_timestamp_columns_in_outputs_and_keys(run, tmp_path):
     got = agg.outputs[0]
     assert list(got["count"]) == [2] and list(got["sum(amount)"]) == [12]
     assert list(got["day"]) == [pd.Timestamp("1970-01-02")]
+
+
+def test_a_batch_whose_version_number_was_withdrawn_fails_instead_of_losing_state(run, tmp_path):
+    """A shard's version number for batch ``b`` can be taken by a withdrawn commit (a writer
+    that stalled past the GC grace period): that number is never committed again. The retry of
+    ``b`` must not treat the conflict as "another attempt committed it" (nothing of ``b`` would
+    be stored): the task fails, saying so."""
+    from silt.manifest import Manifest
+    from silt.versions import WITHDRAWN, Fate
+
+    state = (tmp_path / "state").as_uri()
+    batches = [batch(40 + i) for i in range(3)]
+
+    def build():
+        return silt_spark.aggregate(run.stream(), ["user"], AGGS, state_url=state, num_shards=1)
+
+    run.start(build())
+    for rows in batches[:2]:
+        run.write(rows)
+        run.drain()
+    run.stop()
+    (shard,) = shard_versions(state)
+    store = silt.open_store(f"{state}/{shard}")
+    base = Manifest.decode(store.get(paths.manifest_key(1)), "m1")
+    withdrawn = replace(base, version=2, parent=1, token="stalled-writer")
+    store.put_if_absent(paths.manifest_key(2), withdrawn.encode())
+    store.put_if_absent(paths.fate_key(2), Fate(2, WITHDRAWN, "stalled", "stalled-writer").encode())
+    run.start(build())
+    run.write(batches[2])
+    with pytest.raises(StreamingQueryException, match="micro-batch 2 could not be committed"):
+        run.drain()
+    run.stop()
+    assert silt.versions(f"{state}/{shard}") == [0, 1]  # nothing of batch 2 pretends to exist
