@@ -29,6 +29,7 @@ from .plugins import open_store
 from .settings import Settings
 from .store import ObjectInfo, ObjectStore
 from .tierkit import public_url
+from .verify import VerifyReport, verify
 from .versions import read_manifest
 from .writebatch import WriteBatch
 
@@ -156,11 +157,13 @@ __all__ = [
     "ObjectStore",
     "Settings",
     "SiltError",
+    "VerifyReport",
     "WriteBatch",
     "errors",
     "hookimpl",
     "open",
     "read_manifest",
     "speedups",
+    "verify",
     "versions",
 ]

@@ -49,26 +49,24 @@ from urllib.parse import unquote
 
 from . import _list_versions, paths, read_manifest
 from . import open as open_db
-from .checkpoints import decode_checkpoint
 from .clock import Clock
-from .compaction.record import CompactionRecord
+from .compaction.record import CompactionRecord, read_records
 from .db import DB
 from .errors import (
     CorruptionError,
     InvalidArgumentError,
-    NotFoundError,
     SiltError,
     VersionNotFoundError,
 )
-from .identity import IdentityReport, check_identity
 from .manifest import Manifest
 from .plugins import KNOWN_CACHES, KNOWN_TIERS, get_registry, open_store
+from .roots import child_dbs, compaction_state, inspect_root, list_dbs
 from .settings import MAX_INT, MAX_SECONDS, Settings
 from .siblings import SiblingStores
 from .sst.builder import SstInfo
-from .sst.check import check_sst
-from .store import ObjectStore, retrying, split_url
+from .store import ObjectStore, split_url
 from .tierkit import public_url
+from .verify import Problem, VerifyReport, verify
 from .versions import list_versions
 
 EXIT_OK = 0
@@ -221,37 +219,53 @@ def _sst_summary(manifest: Manifest) -> tuple[int, int]:
     return len(ssts), sum(s.size for s in ssts)
 
 
-def cmd_ls(args: argparse.Namespace) -> int:
-    store = _open_store(args.url)
+def _version_rows(store: ObjectStore, db: str = "") -> tuple[list[dict[str, Any]], int]:
+    """One row per committed version of the DB at prefix ``db`` (``"db"`` names it when given),
+    and the exit status (a manifest that does not decode is reported, and the listing goes on).
+    """
     status = EXIT_OK
     rows: list[dict[str, Any]] = []
+    named = {"db": db.rstrip("/")} if db else {}
+    for version in list_versions(store, db).versions:
+        name = db + paths.manifest_key(version)
+        try:
+            m = read_manifest(store, version, db)
+        except CorruptionError as exc:
+            status = EXIT_CORRUPT
+            print(f"silt: error: {exc}", file=sys.stderr)
+            rows.append({**named, "version": version, "error": str(exc), "object": name})
+            continue
+        except VersionNotFoundError:
+            continue  # collected between the listing and the read
+        count, size = _sst_summary(m)
+        rows.append({
+            **named, "version": version, "parent": m.parent, "created_ms": m.created_ms,
+            "created": _time(m.created_ms), "ssts": count, "bytes": size, "meta": m.meta,
+        })
+    return rows, status
+
+
+def cmd_ls(args: argparse.Namespace) -> int:
+    store = _open_store(args.url)
     try:
-        for version in _list_versions(store):
-            name = paths.manifest_key(version)
-            try:
-                m = read_manifest(store, version)
-            except CorruptionError as exc:
-                status = EXIT_CORRUPT
-                print(f"silt: error: {exc}", file=sys.stderr)
-                rows.append({"version": version, "error": str(exc), "object": name})
-                continue
-            except VersionNotFoundError:
-                continue  # collected between the listing and the read
-            count, size = _sst_summary(m)
-            rows.append({
-                "version": version, "parent": m.parent, "created_ms": m.created_ms,
-                "created": _time(m.created_ms), "ssts": count, "bytes": size, "meta": m.meta,
-            })
+        rows, status = _version_rows(store)
+        dbs = child_dbs(store) if not rows else []
+        for db in dbs:  # a root of several DBs: each DB's versions
+            more, db_status = _version_rows(store, db)
+            rows += more
+            status = max(status, db_status)
     finally:
         store.close()
     if args.json:
         _print_json(rows)
     elif rows:
+        header = ["VERSION", "CREATED", "SSTS", "BYTES", "META"]
         print(_table(
-            ["VERSION", "CREATED", "SSTS", "BYTES", "META"],
+            ["DB", *header] if dbs else header,
             [
-                [r["version"], "CORRUPT", "-", "-", r["object"]] if "error" in r
-                else [r["version"], r["created"], r["ssts"], r["bytes"], _meta(r["meta"])]
+                ([r["db"]] if dbs else [])
+                + ([r["version"], "CORRUPT", "-", "-", r["object"]] if "error" in r
+                   else [r["version"], r["created"], r["ssts"], r["bytes"], _meta(r["meta"])])
                 for r in rows
             ],
         ))
@@ -283,22 +297,6 @@ def _sst_json(info: SstInfo, props: dict[str, Any] | None) -> dict[str, Any]:
     return d
 
 
-def _read_records(store: ObjectStore, prefix: str = ""
-                  ) -> list[tuple[str, CompactionRecord | CorruptionError]]:
-    """Every compaction record under ``prefix``: ``(object name, record or the decode error)``."""
-    out: list[tuple[str, CompactionRecord | CorruptionError]] = []
-    for info in retrying(lambda: list(store.list(prefix + paths.COMPACTION_PREFIX))):
-        try:
-            data = retrying(lambda key=info.key: store.get(key))  # type: ignore[misc]
-        except NotFoundError:
-            continue  # adopted or collected while we listed
-        try:
-            out.append((info.key, CompactionRecord.decode(data, info.key)))
-        except CorruptionError as exc:
-            out.append((info.key, exc))
-    return out
-
-
 def _record_json(name: str, rec: CompactionRecord | CorruptionError) -> dict[str, Any]:
     if isinstance(rec, CorruptionError):
         return {"object": name, "error": str(rec)}
@@ -312,49 +310,8 @@ def _record_json(name: str, rec: CompactionRecord | CorruptionError) -> dict[str
     }
 
 
-def _compaction_state(m: Manifest) -> dict[str, Any]:
-    """L0 count, bytes per level and the SSTs a point read may probe, for one manifest."""
-    return {
-        "l0_ssts": len(m.l0),
-        "l0_bytes": sum(s.size for s in m.l0),
-        "level_bytes": [sum(s.size for s in run) for run in m.levels],
-        "read_amplification": len(m.l0) + sum(1 for run in m.levels if run),
-    }
-
-
-def _db_prefixes(store: ObjectStore) -> list[str]:
-    """Key prefixes of every DB under the root (``""`` for the root itself), from one listing."""
-
-    found = set()
-    for info in retrying(lambda: list(store.list(""))):
-        db, rest = paths.split_db(info.key)
-        if rest.startswith(paths.MANIFEST_PREFIX):
-            found.add(db)
-    return sorted(found)
-
-
-def _inspect_root(store: ObjectStore, url: str, dbs: list[str], as_json: bool) -> int:
+def _print_root(url: str, rows: list[dict[str, Any]], as_json: bool) -> int:
     """``silt inspect`` of a root that holds several DBs (e.g. a Spark operator's shards)."""
-    from .gc import horizon, read_checkpoints
-
-    rows = []
-    for db in dbs:
-        found = list_versions(store, db).versions
-        if not found:
-            continue
-        name = db + paths.manifest_key(found[-1])
-        try:
-            m = Manifest.decode(retrying(lambda name=name: store.get(name)), name)
-        except NotFoundError:
-            continue
-        rows.append({
-            "db": db.rstrip("/"), "version": m.version, "versions": len(found),
-            **_compaction_state(m),
-            "bytes": sum(s.size for s in m.all_ssts()),
-            "pending_compactions": len(_read_records(store, db)),
-            "checkpoints": read_checkpoints(store, db),
-            "gc_horizon": horizon(store, db),
-        })
     if as_json:
         _print_json({"root": url, "dbs": rows})
         return EXIT_OK
@@ -376,9 +333,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     store = _open_store(args.url)
     try:
         if args.version is None and not _list_versions(store):
-            dbs = [db for db in _db_prefixes(store) if db]
+            dbs = [db for db in list_dbs(store) if db]
             if dbs:
-                return _inspect_root(store, args.url, dbs, args.json)
+                return _print_root(args.url, inspect_root(store, dbs), args.json)
         version = _resolve_version(store, args.url, args.version)
         m = _read_manifest(store, args.url, version)
         props: dict[str, dict[str, Any]] = {}
@@ -386,14 +343,14 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         if args.tails:
             for info in m.all_ssts():
                 props[info.id] = dict(siblings.reader(info).properties)
-        records = [_record_json(name, rec) for name, rec in _read_records(store)]
+        records = [_record_json(name, rec) for name, rec in read_records(store)]
         checkpoints = read_checkpoints(store)
         gc_horizon = horizon(store)
         store_stats = store.stats()
         siblings.close()
     finally:
         store.close()
-    compaction = {**_compaction_state(m), "pending_records": records}
+    compaction = {**compaction_state(m), "pending_records": records}
 
     levels = [("L0", m.l0)] + [(f"L{i}", lv) for i, lv in enumerate(m.levels, start=1)]
 
@@ -518,190 +475,57 @@ def cmd_scan(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _print_verify_log(report: VerifyReport, db: str = "") -> None:
+    """Problems and notes on stderr, in the order found (``db``: the DB's name, for a root of
+    several DBs)."""
+    where = f"{db}: " if db else ""
+    for item in report.log:
+        kind = item.kind if isinstance(item, Problem) else "note"
+        print(f"silt: {kind}: {where}{item.message}", file=sys.stderr)
+
+
+def _verify_line(report: VerifyReport) -> str:
+    """``silt verify``'s summary of one DB."""
+    counts, identity = report.counts, report.identity
+    scope = "all versions" if report.all_versions else f"version {report.versions[0]}"
+    problems = len(report.problems)
+    verdict = "OK" if not problems else f"{problems} PROBLEM(S), see above"
+    # Withdrawn versions and reservations are normal: counted, never problems.
+    extra = "".join(
+        f", {len(vs)} {what} ({_version_list(vs)})"
+        for what, vs in (("withdrawn", identity.withdrawn),
+                         ("reservations", identity.reservations)) if vs)
+    return (f"verified {scope}: {counts['versions']} manifests, {counts['ssts']} SSTs, "
+            f"{counts['blocks']} blocks, {counts['entries']} entries, {report.bytes} bytes, "
+            f"{counts['checkpoints']} checkpoints, {counts['records']} compaction records"
+            f"{extra}: {verdict}")
+
+
 def cmd_verify(args: argparse.Namespace) -> int:
-    store = _open_store(args.url)
-    problems: list[dict[str, Any]] = []
-    notes: list[dict[str, Any]] = []
-    counts = {"versions": 0, "manifests_bytes": 0, "ssts": 0, "blocks": 0, "entries": 0,
-              "sst_bytes": 0, "checkpoints": 0, "records": 0, "record_outputs": 0}
-
-    def problem(kind: str, name: str, message: str, offset: int | None = None) -> None:
-        if any(p["kind"] == kind and p["object"] == name for p in problems):
-            return  # found by the manifests' check and the identity check alike
-        problems.append({"kind": kind, "object": name, "offset": offset, "message": message})
-        print(f"silt: {kind}: {message}", file=sys.stderr)
-
-    try:
-        # Every version's identity first (it lists versions without trusting fate records).
-        identity = check_identity(store, args.url)
-        if args.all or args.version is None:
-            versions = identity.live if args.all else identity.live[-1:]
-            if not versions:
-                raise VersionNotFoundError(f"{public_url(args.url)!r} has no committed versions")
-        else:
-            versions = [_resolve_version(store, args.url, args.version)]
-        # Each distinct entry (not each object: two versions may record one object
-        # differently, and each record must match it) -> the first version naming it.
-        ssts: dict[SstInfo, int] = {}
-        for version in versions:
-            name = paths.manifest_key(version)
-            try:
-                data = retrying(lambda name=name: store.get(name))  # type: ignore[misc]
-            except NotFoundError:
-                if args.all:  # collected since the listing
-                    continue
-                raise VersionNotFoundError(
-                    f"version {version} of {public_url(args.url)!r} does not exist; "
-                    f"'silt ls {public_url(args.url)}' lists the versions"
-                ) from None
-            counts["versions"] += 1
-            counts["manifests_bytes"] += len(data)
-            try:
-                m = Manifest.decode(data, name)
-            except CorruptionError as exc:
-                problem("corruption", name, str(exc), exc.offset)
-                continue
-            for info in m.all_ssts():
-                ssts.setdefault(info, version)
-
-        siblings = SiblingStores(args.url, store)
-        listings: dict[str, dict[str, int]] = {}
-        counted: set[tuple[str, str]] = set()
-        for info, version in ssts.items():
-            sst_id = info.id
-            # A reference to a sibling DB's SST (silt.siblings) is checked where it lives.
-            where = siblings.store_for(info)
-            if info.db not in listings:
-                listings[info.db] = {
-                    o.key: o.size
-                    for o in retrying(lambda where=where: list(where.list(paths.SST_PREFIX)))
-                }
-            listed = listings[info.db]
-            key = paths.sst_key(sst_id)
-            name = key if not info.db else f"../{info.db}/{key}"
-            first = (info.db, sst_id) not in counted
-            counted.add((info.db, sst_id))
-            counts["ssts"] += first
-            if key not in listed:
-                problem("missing", name, f"SST {name!r} referenced by version {version} does not "
-                        "exist; restore it from a replica or open a version that does not need it")
-                continue
-            if listed[key] != info.size:
-                problem("corruption", name, str(CorruptionError(
-                    name, None, f"object is {listed[key]} bytes but the manifest of version "
-                    f"{version} records {info.size}")))
-                continue
-            try:
-                entries, blocks = check_sst(where, key, info, blocks=True, name=name)
-            except CorruptionError as exc:
-                problem("corruption", name, str(exc), exc.offset)
-                continue
-            except NotFoundError:
-                problem("missing", name, f"SST {name!r} referenced by version {version} "
-                        "disappeared while being verified")
-                continue
-            if first:
-                counts["blocks"] += blocks
-                counts["entries"] += entries
-                counts["sst_bytes"] += info.size
-        siblings.close()
-        for f in identity.findings:
-            problem(f.kind, f.object, f.message, f.offset)
-        _verify_metadata(store, args.url, {i.id for i in ssts}, counts, problem, notes,
-                         identity)
-    finally:
-        store.close()
-
-    total_bytes = counts["manifests_bytes"] + counts["sst_bytes"]
-    lineage = {"withdrawn": identity.withdrawn, "reservations": identity.reservations,
-               "settled": identity.settled, "pins": identity.pins,
-               "horizon": identity.horizon, "references": identity.references}
-    if args.json:
-        _print_json({**counts, "bytes": total_bytes, "ok": not problems, "problems": problems,
-                     "notes": notes, **lineage})
+    _check_file_root(args.url)
+    report = verify(args.url, version=args.version, all_versions=args.all)
+    if report.dbs:
+        for db, r in report.dbs.items():
+            _print_verify_log(r, db)
     else:
-        scope = "all versions" if args.all else f"version {versions[0]}"
-        verdict = "OK" if not problems else f"{len(problems)} PROBLEM(S), see above"
-        # Withdrawn versions and reservations are normal: counted, never problems.
-        extra = "".join(
-            f", {len(vs)} {what} ({_version_list(vs)})"
-            for what, vs in (("withdrawn", identity.withdrawn),
-                             ("reservations", identity.reservations)) if vs)
-        print(f"verified {scope}: {counts['versions']} manifests, {counts['ssts']} SSTs, "
-              f"{counts['blocks']} blocks, {counts['entries']} entries, {total_bytes} bytes, "
-              f"{counts['checkpoints']} checkpoints, {counts['records']} compaction records"
-              f"{extra}: {verdict}")
-    return EXIT_CORRUPT if problems else EXIT_OK
+        _print_verify_log(report)
+    if args.json:
+        _print_json(report.to_json())
+    elif report.dbs:
+        for db, r in report.dbs.items():
+            print(f"{db}: {_verify_line(r)}")
+        bad = sum(not r.ok for r in report.dbs.values())
+        verdict = "OK" if not bad else f"{bad} DB(S) WITH PROBLEMS, see above"
+        print(f"root {public_url(args.url)}: {len(report.dbs)} DBs: {verdict}")
+    else:
+        print(_verify_line(report))
+    return EXIT_OK if report.ok else EXIT_CORRUPT
 
 
 def _version_list(versions: list[int]) -> str:
     """``1, 4, 9`` (at most five numbers, then how many more)."""
     shown = ", ".join(str(v) for v in versions[:5])
     return shown if len(versions) <= 5 else f"{shown} and {len(versions) - 5} more"
-
-
-def _verify_metadata(store: ObjectStore, url: str, verified: set[str], counts: dict[str, int],
-                     problem: Callable[..., None], notes: list[dict[str, Any]],
-                     identity: IdentityReport) -> None:
-    """``silt verify``'s check of every checkpoint and compaction record of the DB at ``url``.
-
-    Each must pass its checksum, and what it names must exist: a checkpoint's version (live,
-    not withdrawn), a record's output SSTs (each checked whole against the record, as a writer
-    does before adopting it; ``verified`` are SST ids the manifests' check already covered).
-    """
-    versions = set(identity.live)
-    withdrawn = set(identity.withdrawn)
-    for info in retrying(lambda: list(store.list(paths.CHECKPOINT_PREFIX))):
-        name = info.key
-        try:
-            cp = decode_checkpoint(retrying(lambda name=name: store.get(name)), name)  # type: ignore[misc]
-        except NotFoundError:
-            continue  # released while we listed
-        except CorruptionError as exc:
-            problem("corruption", name, str(exc), exc.offset)
-            continue
-        counts["checkpoints"] += 1
-        if cp.version in withdrawn:
-            problem("missing", name, f"checkpoint {name!r} pins version {cp.version} of "
-                    f"{public_url(url)!r}, which its writer withdrew (it reads as its parent, "
-                    "and opening it by number is refused): delete the checkpoint and "
-                    "checkpoint a live version")
-        elif cp.version not in versions:
-            problem("missing", name, f"checkpoint {name!r} pins version {cp.version} of "
-                    f"{public_url(url)!r}, "
-                    f"which does not exist: restore {paths.manifest_key(cp.version)!r} from a "
-                    "replica, or delete the checkpoint if that state is not needed")
-        if not cp.checksummed:
-            text = (f"checkpoint {name!r} was written by an older silt without a checksum; "
-                    "re-create it (delete the object, then 'silt checkpoint') to protect it")
-            notes.append({"object": name, "message": text})
-            print(f"silt: note: {text}", file=sys.stderr)
-    for name, rec in _read_records(store):
-        counts["records"] += 1
-        if isinstance(rec, CorruptionError):
-            problem("corruption", name, str(rec), rec.offset)
-            continue
-        if name != paths.compaction_key(rec.id):
-            problem("corruption", name, str(CorruptionError(
-                name, None, f"the record names itself {rec.id}")))
-            continue
-        for out in rec.outputs:
-            if out.id in verified:
-                continue  # adopted: checked with the manifests
-            key = paths.sst_key(out.id)
-            counts["record_outputs"] += 1
-            try:
-                check_sst(store, key, out, blocks=True)
-            except CorruptionError as exc:
-                problem("corruption", key, str(exc), exc.offset)
-            except NotFoundError:
-                try:
-                    retrying(lambda name=name: store.get_range(name, 0, 1))  # type: ignore[misc]
-                except NotFoundError:
-                    break  # the record went too (GC or the writer resolved it meanwhile)
-                problem("missing", key, f"SST {key!r}, an output of compaction record {name!r}, "
-                        "does not exist; the record cannot be adopted (a writer refuses it and "
-                        "a compactor may redo the task)")
 
 
 def cmd_plugins(args: argparse.Namespace) -> int:
@@ -777,7 +601,7 @@ def _compact_once(store: ObjectStore, url: str, settings: Settings, policy: Any,
     # A record the writer has not adopted yet, whose inputs are all still live and overlap this
     # task, would make this one redundant: wait for the writer instead of doing it twice.
     live = {s.id for s in m.all_ssts()}
-    for name, rec in _read_records(store):
+    for name, rec in read_records(store):
         if isinstance(rec, CompactionRecord) and set(rec.task.inputs) <= live and (
             set(rec.task.inputs) & set(task.inputs)
         ):

@@ -10,10 +10,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ..errors import CorruptionError
+from ..errors import CorruptionError, NotFoundError
 from ..framing import FRAME_HEAD, decode_framed, encode_framed
-from ..paths import MAX_VERSION
+from ..paths import COMPACTION_PREFIX, MAX_VERSION
 from ..sst.builder import SstInfo
+from ..store import ObjectStore, retrying
 from .task import CompactionTask
 
 RECORD_MAGIC = b"SILTCMP1"
@@ -114,3 +115,20 @@ def _ulid(value: object) -> str:
     if not isinstance(value, str) or not _ULID.fullmatch(value):
         raise ValueError(f"{value!r:.40} is not a silt object id")
     return value
+
+
+def read_records(store: ObjectStore, prefix: str = ""
+                 ) -> list[tuple[str, CompactionRecord | CorruptionError]]:
+    """Every compaction record of the DB at ``prefix``: ``(object name, record or the error
+    decoding it)``. A record deleted while being listed (adopted or collected) is skipped."""
+    out: list[tuple[str, CompactionRecord | CorruptionError]] = []
+    for info in retrying(lambda: list(store.list(prefix + COMPACTION_PREFIX))):
+        try:
+            data = retrying(lambda key=info.key: store.get(key))  # type: ignore[misc]
+        except NotFoundError:
+            continue
+        try:
+            out.append((info.key, CompactionRecord.decode(data, info.key)))
+        except CorruptionError as exc:
+            out.append((info.key, exc))
+    return out
