@@ -2,7 +2,8 @@
 
 Commands (``silt COMMAND --help`` for each one's options)::
 
-    silt ls URL                     committed versions: created, SSTs, bytes, meta
+    silt ls URL                     committed versions: created, SSTs, bytes, meta (for a
+                                    root of several DBs: each DB's versions)
     silt inspect URL                one version's manifest: levels, SSTs, sizes, key ranges, plus
                                     compaction state, pending compaction records, checkpoints and
                                     the GC horizon (for a root of several DBs: one line per DB)
@@ -11,7 +12,9 @@ Commands (``silt COMMAND --help`` for each one's options)::
     silt verify URL                 read every manifest and block in scope, every checkpoint and
                                     compaction record (with its outputs), check checksums and
                                     that what they name exists, and that every version number
-                                    names one state (no fork, rollback or lost pinned version)
+                                    names one state (no fork, rollback or lost pinned version);
+                                    each DB of a root of several DBs. The check is
+                                    :func:`silt.verify`; this prints its report
     silt plugins                    installed plugins and first-party ones not installed
     silt compact URL [--loop]       external compactor: run the policy's next task, write its
                                     record under compaction/ (never a manifest)
