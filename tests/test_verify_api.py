@@ -180,6 +180,11 @@ def test_verify_an_operator_root_verifies_each_db(operator_root: str) -> None:
     report = silt.verify(operator_root, all_versions=True)
     assert report.ok and list(report.dbs) == ["kg-00000-00127", "kg-00128-00255"]
     assert all(r.versions == [1, 2] and r.ok for r in report.dbs.values())
+    # A DB with nothing committed yet (here: only a stray object under manifest/) is skipped.
+    stray = folder(operator_root) / "kg-00256-00300" / "manifest" / "README"
+    stray.parent.mkdir(parents=True)
+    stray.write_text("not a manifest")
+    assert list(silt.verify(operator_root).dbs) == ["kg-00000-00127", "kg-00128-00255"]
     damaged = ssts(f"{operator_root}/kg-00128-00255")[-1]
     flip_byte(damaged, 100)
     report = silt.verify(operator_root)

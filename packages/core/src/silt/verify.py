@@ -30,6 +30,7 @@ from .sst.builder import SstInfo
 from .sst.check import check_sst
 from .store import ObjectStore, retrying
 from .tierkit import public_url
+from .versions import list_versions
 
 #: The counters of a :class:`VerifyReport`, in the order ``silt verify --json`` shows them.
 COUNTS = ("versions", "manifests_bytes", "ssts", "blocks", "entries", "sst_bytes",
@@ -133,7 +134,9 @@ def verify(url_or_store: str | ObjectStore, *, version: int | None = None,
     Returns a :class:`VerifyReport` (``report.ok`` when nothing is damaged); damage is reported,
     never raised. Raises :class:`~silt.errors.VersionNotFoundError` when the root has no
     committed versions or ``version`` does not exist. A root with no manifest of its own but
-    DBs under it (an operator's shards) is verified DB by DB (``version`` then applies to each).
+    several DBs under it (an operator's shards, :func:`silt.roots.child_dbs`) is verified DB by
+    DB into ``report.dbs``: ``version`` then applies to each; without it a DB with no committed
+    version is skipped.
     """
     if isinstance(url_or_store, ObjectStore):
         return _verify_root(url_or_store, url_or_store.url, version, all_versions)
@@ -151,6 +154,8 @@ def _verify_root(store: ObjectStore, url: str, version: int | None,
         return _verify_db(store, url, version, all_versions)
     report = VerifyReport(url, all_versions=all_versions)
     for db in dbs:
+        if version is None and not list_versions(store, db).versions:
+            continue  # nothing committed (yet): nothing to check, as silt inspect skips it
         child = open_store(db_url(url, db))
         try:
             report.dbs[db.rstrip("/")] = _verify_db(child, db_url(url, db), version, all_versions)
