@@ -10,6 +10,7 @@ SILT_REQUIRE_EXTENSIONS=1 is set: then a missing build fails them.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import os
 import random
 import subprocess
@@ -79,6 +80,27 @@ def test_speedups_reports_every_accelerated_module() -> None:
     forced_pure = os.environ.get("SILT_NO_EXTENSIONS", "") not in ("", "0")
     assert all(v is (not forced_pure) for v in report.values())
     assert (blk_mod.Block is C.Block) is (not forced_pure)
+
+
+def test_accelerate_keeps_pure_twins_and_swaps_compiled(monkeypatch) -> None:
+    from silt import _ext
+
+    for name in _ext.ACCELERATED:  # every module keeps each twin reachable as <name>_py
+        mod = importlib.import_module(name)
+        twins = [n[:-3] for n in vars(mod) if n.endswith("_py")]
+        assert twins, name
+        for n in twins:
+            want = getattr(C, n) if mod.COMPILED else getattr(mod, f"{n}_py")
+            assert getattr(mod, n) is want, (name, n)
+    monkeypatch.delenv("SILT_NO_EXTENSIONS", raising=False)
+    ns: dict = {"bloom_hash": bloom_mod.bloom_hash_py, "BlockCache": object}
+    assert _ext.accelerate(ns, ["bloom_hash", "BlockCache"]) is True
+    assert ns["bloom_hash"] is C.bloom_hash and ns["BlockCache"] is C.BlockCache
+    assert ns["bloom_hash_py"] is bloom_mod.bloom_hash_py and ns["BlockCache_py"] is object
+    monkeypatch.setenv("SILT_NO_EXTENSIONS", "1")
+    ns = {"live": merge.live_py}
+    assert _ext.accelerate(ns, ("live",)) is False
+    assert ns == {"live": merge.live_py, "live_py": merge.live_py}
 
 
 def _run(code: str, **env: str) -> subprocess.CompletedProcess:
@@ -315,6 +337,45 @@ def test_get_from_identical(dicts: list[dict], probes: list[bytes], bits: int,
         want = reader_mod.get_from_py(readers, key)
         assert C.get_from(readers, key) == want
         assert C.get_from(readers, key, bloom_mod.bloom_hash_py(key)) == want
+
+
+class _PublicReader:
+    """An SstReader seen through its public names only: what the compiled twin may reach."""
+
+    __slots__ = ("_reader",)
+
+    def __init__(self, reader: object) -> None:
+        self._reader = reader
+
+    def __getattr__(self, name: str) -> object:
+        if name.startswith("_"):
+            raise AttributeError(f"the compiled twin reached SstReader's private {name!r}")
+        return getattr(self._reader, name)
+
+
+@pytest.mark.parametrize("cached", [False, True])
+def test_compiled_get_from_reaches_only_public_reader_names(cached: bool) -> None:
+    from silt.cache import BlockCache
+    from silt.tiers.memory import MemoryStore
+
+    rnd = random.Random(7)
+    store = MemoryStore()
+    cache = BlockCache(1 << 20) if cached else None
+    s = silt.Settings(block_bytes=64, bloom_bits_per_key=10)
+    readers = []
+    for n in range(3):
+        keys = sorted({rnd.randbytes(3) for _ in range(40)})
+        data, info = builder_mod.build_sst(f"sst{n}", keys, [k * 2 for k in keys], s)
+        store.put(f"sst{n}", data)
+        readers.append(reader_mod.SstReader(store, f"sst{n}", info, cache))
+    public = [_PublicReader(r) for r in readers]
+    probes = [rnd.randbytes(3) for _ in range(100)]
+    for key in probes + [k for r in readers for k in r.tail.last_keys]:
+        want = reader_mod.get_from_py(readers, key)
+        assert C.get_from(public, key) == want
+    fresh = [_PublicReader(reader_mod.SstReader(store, r.name, r.info, None)) for r in readers]
+    key = readers[0].tail.last_keys[0]
+    assert C.get_from(fresh, key) == key * 2  # the tail is fetched through the public property
 
 
 # --- merging --------------------------------------------------------------------------------------

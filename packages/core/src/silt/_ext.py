@@ -2,15 +2,18 @@
 
 ``SILT_NO_EXTENSIONS=1`` forces pure Python (and wins when both are set).
 ``SILT_REQUIRE_EXTENSIONS=1`` turns a missing or broken build into an ``ImportError`` (CI sets it
-so that it never silently tests pure Python twice). Each accelerated module asks :func:`load`
-once and says in ``COMPILED`` what it uses; :func:`silt.speedups` collects them.
+so that it never silently tests pure Python twice). Each accelerated module calls
+:func:`accelerate` once, at the end of its body, and says in ``COMPILED`` what it uses;
+:func:`silt.speedups` collects them.
 """
 
 from __future__ import annotations
 
 import importlib
 import os
+from collections.abc import Iterable
 from types import ModuleType
+from typing import Any
 
 #: The modules with a compiled twin (each has a ``COMPILED`` flag).
 ACCELERATED = (
@@ -44,6 +47,25 @@ def load() -> ModuleType | None:
             ) from exc
         return None
     return _speedups
+
+
+def accelerate(namespace: dict[str, Any], names: Iterable[str]) -> bool:
+    """Swap the compiled twins of ``names`` into a module's ``namespace`` (its ``globals()``).
+
+    Every name first keeps its pure-Python definition as ``<name>_py`` (tests compare both
+    implementations whichever is selected); then, when :func:`load` gives the compiled module,
+    ``<name>`` is replaced by the compiled object of the same name. Returns whether the names
+    were swapped: the module's ``COMPILED`` flag.
+    """
+    names = tuple(names)
+    for name in names:
+        namespace[f"{name}_py"] = namespace[name]
+    compiled = load()
+    if compiled is None:
+        return False
+    for name in names:
+        namespace[name] = getattr(compiled, name)
+    return True
 
 
 def speedups() -> dict[str, bool]:

@@ -44,6 +44,7 @@ from threading import Lock as _Lock
 
 from silt.errors import CorruptionError
 from silt.record import MISSING
+from silt.sst import format as _fmt
 
 cdef extern from "Python.h":
     bint PyBytes_CheckExact(object o)
@@ -51,9 +52,23 @@ cdef extern from "Python.h":
     bint PyList_CheckExact(object o)
 
 cdef object _MISSING = MISSING
-cdef uint8_t KIND_PUT = 0
-cdef uint8_t KIND_DELETE = 1
-cdef uint8_t KIND_PUT_EXPIRING = 2
+
+# On-disk constants: defined once, in silt.sst.format, and read into C variables at import.
+cdef uint8_t KIND_PUT = _fmt.KIND_PUT
+cdef uint8_t KIND_DELETE = _fmt.KIND_DELETE
+cdef uint8_t KIND_PUT_EXPIRING = _fmt.KIND_PUT_EXPIRING
+cdef Py_ssize_t BLOCK_HEADER_SIZE = _fmt.BLOCK_HEADER_SIZE
+cdef uint8_t BLOCK_FLAG_EXPIRY = _fmt.BLOCK_FLAG_EXPIRY
+cdef Py_ssize_t BLOCK_ENTRY_SIZE = _fmt.BLOCK_ENTRY_SIZE
+cdef Py_ssize_t BLOCK_EXPIRY_ENTRY_SIZE = _fmt.BLOCK_ENTRY_SIZE + _fmt.BLOCK_EXPIRY_SIZE
+cdef Py_ssize_t BLOOM_HEADER_SIZE = _fmt.BLOOM_HEADER_SIZE
+cdef long BLOOM_MAX_PROBES = _fmt.BLOOM_MAX_PROBES
+cdef double BLOOM_PROBES_PER_BIT = _fmt.BLOOM_PROBES_PER_BIT
+cdef long BLOOM_MIN_BITS = _fmt.BLOOM_MIN_BITS
+cdef uint32_t BLOOM_HASH_C1 = _fmt.BLOOM_HASH_C1
+cdef uint32_t BLOOM_HASH_C2 = _fmt.BLOOM_HASH_C2
+cdef uint32_t BLOOM_ROT_R = _fmt.BLOOM_DELTA_ROTATION
+cdef uint32_t BLOOM_ROT_L = 32 - _fmt.BLOOM_DELTA_ROTATION
 
 # --- CRC-32 (zlib's polynomial, reflected), slicing by 8 -------------------------------------
 cdef uint32_t _crc_tab[8][256]
@@ -122,9 +137,9 @@ cdef inline uint32_t _crc32(const unsigned char* p, Py_ssize_t n) noexcept nogil
 
 cdef inline uint32_t _fmix(uint32_t h) noexcept nogil:
     h ^= h >> 16
-    h *= 0x85EBCA6Bu
+    h *= BLOOM_HASH_C1
     h ^= h >> 13
-    h *= 0xC2B2AE35u
+    h *= BLOOM_HASH_C2
     h ^= h >> 16
     return h
 
@@ -145,8 +160,8 @@ def bloom_hash(bytes key):
 
 # --- bloom filters ---------------------------------------------------------------------------
 cdef int _probes_for(long bits_per_key) noexcept:
-    cdef long k = <long>(bits_per_key * 0.69)
-    return <int>max(1, min(30, k))
+    cdef long k = <long>(bits_per_key * BLOOM_PROBES_PER_BIT)
+    return <int>max(1, min(BLOOM_MAX_PROBES, k))
 
 
 def build_bloom(keys, long bits_per_key):
@@ -154,17 +169,19 @@ def build_bloom(keys, long bits_per_key):
     cdef list ks = keys if PyList_CheckExact(keys) else list(keys)
     cdef int k = _probes_for(bits_per_key)
     cdef Py_ssize_t n = len(ks)
-    cdef uint64_t nbits = max(64, n * bits_per_key)
+    cdef uint64_t nbits = max(BLOOM_MIN_BITS, n * bits_per_key)
     cdef uint64_t nbytes = (nbits + 7) // 8
     nbits = nbytes * 8
-    cdef bytes out = PyBytes_FromStringAndSize(NULL, <Py_ssize_t>(nbytes + 1))
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, <Py_ssize_t>nbytes + BLOOM_HEADER_SIZE)
     cdef unsigned char* buf = <unsigned char*>PyBytes_AS_STRING(out)
-    memset(buf, 0, nbytes + 1)
-    buf[0] = <unsigned char>k
-    cdef unsigned char* bits = buf + 1
+    memset(buf, 0, nbytes + BLOOM_HEADER_SIZE)
+    buf[0] = <unsigned char>k  # the header: the probe count u8
+    cdef unsigned char* bits = buf + BLOOM_HEADER_SIZE
     cdef Py_ssize_t i
     cdef int j
     cdef uint32_t h, delta
+    # Local copies: to the C compiler, the bit writes below may alias the module's globals.
+    cdef uint32_t rot_r = BLOOM_ROT_R, rot_l = BLOOM_ROT_L
     cdef uint64_t pos
     cdef object key
     for i in range(n):
@@ -172,7 +189,7 @@ def build_bloom(keys, long bits_per_key):
         if not PyBytes_CheckExact(key):
             raise TypeError(f"bloom keys must be bytes, got {type(key).__name__}")
         h = _hash(<bytes>key)
-        delta = (h >> 17) | (h << 15)
+        delta = (h >> rot_r) | (h << rot_l)
         for j in range(k):
             pos = h % nbits
             bits[pos >> 3] |= <unsigned char>(1 << (pos & 7))
@@ -192,10 +209,10 @@ cdef class BloomFilter:
     def __init__(self, data):
         if not PyBytes_CheckExact(data):
             data = bytes(data)
-        if PyBytes_GET_SIZE(data) < 1:
+        if PyBytes_GET_SIZE(data) < BLOOM_HEADER_SIZE:
             raise ValueError("bloom filter block is empty")
         self._k = <unsigned char>PyBytes_AS_STRING(data)[0]
-        self._bits = data[1:]
+        self._bits = data[BLOOM_HEADER_SIZE:]
         self._nbits = <uint64_t>PyBytes_GET_SIZE(self._bits) * 8
         self._p = <const unsigned char*>PyBytes_AS_STRING(self._bits)
 
@@ -203,7 +220,7 @@ cdef class BloomFilter:
         cdef uint64_t nbits = self._nbits
         if nbits == 0:
             return True
-        cdef uint32_t delta = (h >> 17) | (h << 15)
+        cdef uint32_t delta = (h >> BLOOM_ROT_R) | (h << BLOOM_ROT_L)
         cdef uint64_t pos
         cdef int j
         for j in range(self._k):
@@ -222,7 +239,7 @@ cdef class BloomFilter:
 
     @property
     def nbytes(self):
-        return PyBytes_GET_SIZE(self._bits) + 1
+        return PyBytes_GET_SIZE(self._bits) + BLOOM_HEADER_SIZE
 
 
 # --- data blocks -----------------------------------------------------------------------------
@@ -274,12 +291,13 @@ def encode_block(keys, records):
             has_exp = True
     if klen > 0xFFFFFFFF or vlen > 0xFFFFFFFF or n > 0xFFFFFFFF:
         raise OverflowError("block too large")
-    cdef Py_ssize_t head = 5 + n * (17 if has_exp else 9)
+    cdef Py_ssize_t head = BLOCK_HEADER_SIZE + n * (
+        BLOCK_EXPIRY_ENTRY_SIZE if has_exp else BLOCK_ENTRY_SIZE)
     cdef bytes out = PyBytes_FromStringAndSize(NULL, head + klen + vlen)
     cdef unsigned char* b = <unsigned char*>PyBytes_AS_STRING(out)
     _put32(b, <uint32_t>n)
-    b[4] = 1 if has_exp else 0
-    cdef unsigned char* kend = b + 5
+    b[4] = BLOCK_FLAG_EXPIRY if has_exp else 0
+    cdef unsigned char* kend = b + BLOCK_HEADER_SIZE
     cdef unsigned char* vend = kend + 4 * n
     cdef unsigned char* kinds = vend + 4 * n
     cdef unsigned char* exps = kinds + n
@@ -347,20 +365,21 @@ cdef class Block:
         cdef Py_ssize_t i
         cdef int flags
         self.where = (object_name, offset)
-        if size < 5:
+        if size < BLOCK_HEADER_SIZE:
             self._bad("payload shorter than its header")
         n = _le32(b)
         flags = b[4]
-        need = 5 + n * (17 if flags & 1 else 9)
+        need = BLOCK_HEADER_SIZE + n * (
+            BLOCK_EXPIRY_ENTRY_SIZE if flags & BLOCK_FLAG_EXPIRY else BLOCK_ENTRY_SIZE)
         if need > <uint64_t>size:
             self._bad("block regions do not add up")
         self._payload = payload
         self._b = b
         self._n = <Py_ssize_t>n
-        self._kend = b + 5
+        self._kend = b + BLOCK_HEADER_SIZE
         self._vend = self._kend + 4 * n
         self._kinds = self._vend + 4 * n
-        self._exps = self._kinds + n if flags & 1 else NULL
+        self._exps = self._kinds + n if flags & BLOCK_FLAG_EXPIRY else NULL
         self._keys = b + need
         prev = 0
         for i in range(self._n):
@@ -564,12 +583,12 @@ def split_blocks(keys, records, Py_ssize_t target):
         key = <object>PyList_GET_ITEM(ks, i)
         r = <object>PyList_GET_ITEM(rs, i)
         if PyBytes_CheckExact(r):
-            size += len(key) + PyBytes_GET_SIZE(r) + 9
+            size += len(key) + PyBytes_GET_SIZE(r) + BLOCK_ENTRY_SIZE
         elif r is None:
-            size += len(key) + 9
+            size += len(key) + BLOCK_ENTRY_SIZE
             tombstones += 1
         else:
-            size += len(key) + len(r[0]) + 17
+            size += len(key) + len(r[0]) + BLOCK_EXPIRY_ENTRY_SIZE
             expiring += 1
             exp = r[1]
             if not min_exp or exp < min_exp:
@@ -727,7 +746,7 @@ def get_from(readers, bytes key, long long h=-1):
                 or _cmp(k, nk, <const unsigned char*>PyBytes_AS_STRING(hi),
                         PyBytes_GET_SIZE(hi)) > 0):
             continue
-        t = reader._tail
+        t = reader.loaded_tail
         if t is None:
             t = reader.tail
         if h < 0:
@@ -748,7 +767,7 @@ def get_from(readers, bytes key, long long h=-1):
         elif cache is not None:
             blk = cache.get((reader.cache_id, i))
         if blk is None:
-            blk = reader._read_block(i)
+            blk = reader.read_block(i)
         if type(blk) is Block:
             r = (<Block>blk).get(key)
         else:

@@ -11,7 +11,7 @@ from collections import OrderedDict, deque
 from collections.abc import Hashable
 from typing import Any
 
-from ._ext import load
+from ._ext import accelerate
 
 
 class BlockCache:
@@ -79,10 +79,5 @@ class BlockCache:
             self.used = 0
 
 
-#: The pure-Python twin, whichever implementation is selected (tests compare both).
-BlockCache_py = BlockCache
-
-_c = load()
-COMPILED = _c is not None
-if _c is not None:
-    BlockCache = _c.BlockCache  # type: ignore[misc,assignment]
+#: The pure-Python twins stay reachable as ``<name>_py`` (tests compare both).
+COMPILED = accelerate(globals(), ("BlockCache",))

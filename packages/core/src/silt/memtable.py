@@ -13,7 +13,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Iterator, Sequence
 
-from ._ext import load
+from ._ext import accelerate
 from .record import MISSING, record_size
 
 
@@ -167,20 +167,12 @@ def apply_ops(data: dict[bytes, object], ops: list[tuple[bytes, bytes | None, No
     return added
 
 
-#: The pure-Python twins, whichever implementation is selected (tests compare both).
-check_pairs_py = check_pairs
-insert_pairs_py = insert_pairs
-check_ops_py = check_ops
-apply_ops_py = apply_ops
-split_found_py = split_found
-sorted_items_py = sorted_items
-
-_c = load()
-COMPILED = _c is not None
-if _c is not None:
-    check_pairs = _c.check_pairs
-    insert_pairs = _c.insert_pairs
-    check_ops = _c.check_ops
-    apply_ops = _c.apply_ops
-    split_found = _c.split_found
-    sorted_items = _c.sorted_items
+#: The pure-Python twins stay reachable as ``<name>_py`` (tests compare both).
+COMPILED = accelerate(globals(), (
+    "check_pairs",
+    "insert_pairs",
+    "check_ops",
+    "apply_ops",
+    "split_found",
+    "sorted_items",
+))

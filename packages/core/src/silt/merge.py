@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from heapq import heapify, heappop, heapreplace
 
-from ._ext import load
+from ._ext import accelerate
 from .record import MISSING, visible
 
 
@@ -56,14 +56,5 @@ def visible_many(keys: list[bytes], found: dict[bytes, object], now_ms: int) -> 
     return [visible(get(k, MISSING), now_ms) for k in keys]
 
 
-#: The pure-Python twins, whichever implementation is selected (tests compare both).
-merge_newest_first_py = merge_newest_first
-live_py = live
-visible_many_py = visible_many
-
-_c = load()
-COMPILED = _c is not None
-if _c is not None:
-    merge_newest_first = _c.merge_newest_first
-    live = _c.live
-    visible_many = _c.visible_many
+#: The pure-Python twins stay reachable as ``<name>_py`` (tests compare both).
+COMPILED = accelerate(globals(), ("merge_newest_first", "live", "visible_many"))

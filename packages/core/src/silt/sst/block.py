@@ -23,10 +23,12 @@ from typing import NoReturn
 
 import lz4.block
 
-from .._ext import load
+from .._ext import accelerate
 from ..errors import CorruptionError
 from ..record import MISSING
 from .format import (
+    BLOCK_ENTRY_SIZE,
+    BLOCK_EXPIRY_SIZE,
     BLOCK_FLAG_EXPIRY,
     BLOCK_HEADER,
     COMPRESSION_LZ4,
@@ -134,7 +136,9 @@ class Block:
         except struct.error:
             self._bad("payload shorter than its header")
         pos = BLOCK_HEADER.size
-        head = pos + count * (17 if flags & BLOCK_FLAG_EXPIRY else 9)
+        head = pos + count * (
+            BLOCK_ENTRY_SIZE + BLOCK_EXPIRY_SIZE if flags & BLOCK_FLAG_EXPIRY else BLOCK_ENTRY_SIZE
+        )
         if head > len(payload):
             self._bad("block regions do not add up")
         key_ends = _read_array("I", payload, pos, count, 4)
@@ -262,12 +266,5 @@ def unframe(framed: bytes, object_name: str, offset: int) -> bytes:
     raise CorruptionError(object_name, offset, f"unknown compression code {compression}")
 
 
-#: The pure-Python twins, whichever implementation is selected (tests compare both).
-Block_py = Block
-encode_block_py = encode_block
-
-_c = load()
-COMPILED = _c is not None
-if _c is not None:
-    Block = _c.Block  # type: ignore[misc,assignment]
-    encode_block = _c.encode_block
+#: The pure-Python twins stay reachable as ``<name>_py`` (tests compare both).
+COMPILED = accelerate(globals(), ("Block", "encode_block"))

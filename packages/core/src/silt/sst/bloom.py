@@ -10,50 +10,60 @@ from __future__ import annotations
 
 import zlib
 
-from .._ext import load
-from .format import BLOOM_HEADER
+from .._ext import accelerate
+from .format import (
+    BLOOM_DELTA_ROTATION,
+    BLOOM_HASH_C1,
+    BLOOM_HASH_C2,
+    BLOOM_HEADER,
+    BLOOM_MAX_PROBES,
+    BLOOM_MIN_BITS,
+    BLOOM_PROBES_PER_BIT,
+)
 
 _M32 = 0xFFFFFFFF
 _BIT = bytes(1 << i for i in range(8))  # _BIT[i] == 1 << i, one index instead of a shift
+_ROT_R = BLOOM_DELTA_ROTATION
+_ROT_L = 32 - BLOOM_DELTA_ROTATION
 
 
 def bloom_hash(key: bytes) -> int:
-    """32-bit hash of ``key`` used by the filter (on-disk format: never change)."""
+    """32-bit hash of ``key`` used by the filter (on-disk format: never change).
+
+    The one pure-Python definition: every caller that needs the hash calls this (or the compiled
+    twin that replaces it, tested byte for byte by tests/test_twins.py).
+    """
     h = zlib.crc32(key)
     h ^= h >> 16
-    h = (h * 0x85EBCA6B) & _M32
+    h = (h * BLOOM_HASH_C1) & _M32
     h ^= h >> 13
-    h = (h * 0xC2B2AE35) & _M32
+    h = (h * BLOOM_HASH_C2) & _M32
     h ^= h >> 16
     return h
 
 
 #: The most probes a filter uses (its first byte; a reader refuses a larger count).
-MAX_PROBES = 30
+MAX_PROBES = BLOOM_MAX_PROBES
 
 
 def probes_for(bits_per_key: int) -> int:
     """Number of probes for ``bits_per_key`` (bits_per_key * ln 2, clamped to 1..MAX_PROBES)."""
-    return max(1, min(MAX_PROBES, int(bits_per_key * 0.69)))
+    return max(1, min(MAX_PROBES, int(bits_per_key * BLOOM_PROBES_PER_BIT)))
 
 
 def build_bloom(keys: list[bytes], bits_per_key: int) -> bytes:
     """Serialize a filter for ``keys``: a probe-count byte followed by the bit array."""
     k = probes_for(bits_per_key)
-    nbits = max(64, len(keys) * bits_per_key)
+    nbits = max(BLOOM_MIN_BITS, len(keys) * bits_per_key)
     nbytes = (nbits + 7) // 8
     nbits = nbytes * 8
     bits = bytearray(nbytes)
     m32 = _M32
     bit = _BIT
+    rot_r, rot_l = _ROT_R, _ROT_L
     probes = range(k)
-    for h in map(zlib.crc32, keys):  # bloom_hash inlined: this loop is most of a flush
-        h ^= h >> 16
-        h = (h * 0x85EBCA6B) & m32
-        h ^= h >> 13
-        h = (h * 0xC2B2AE35) & m32
-        h ^= h >> 16
-        delta = ((h >> 17) | (h << 15)) & m32
+    for h in map(bloom_hash, keys):
+        delta = ((h >> rot_r) | (h << rot_l)) & m32
         for _ in probes:
             pos = h % nbits
             bits[pos >> 3] |= bit[pos & 7]
@@ -81,7 +91,7 @@ class BloomFilter:
             return True
         bits = self._bits
         bit = _BIT
-        delta = ((h >> 17) | (h << 15)) & _M32
+        delta = ((h >> _ROT_R) | (h << _ROT_L)) & _M32
         for _ in range(self._k):
             pos = h % nbits
             if not bits[pos >> 3] & bit[pos & 7]:
@@ -94,14 +104,5 @@ class BloomFilter:
         return len(self._bits) + BLOOM_HEADER.size
 
 
-#: The pure-Python twins, whichever implementation is selected (tests compare both).
-bloom_hash_py = bloom_hash
-build_bloom_py = build_bloom
-BloomFilter_py = BloomFilter
-
-_c = load()
-COMPILED = _c is not None
-if _c is not None:
-    bloom_hash = _c.bloom_hash
-    build_bloom = _c.build_bloom
-    BloomFilter = _c.BloomFilter  # type: ignore[misc,assignment]
+#: The pure-Python twins stay reachable as ``<name>_py`` (tests compare both).
+COMPILED = accelerate(globals(), ("bloom_hash", "build_bloom", "BloomFilter"))

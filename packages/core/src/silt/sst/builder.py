@@ -12,12 +12,14 @@ import zlib
 from dataclasses import dataclass
 from typing import Any
 
-from .._ext import load
+from .._ext import accelerate
 from ..settings import Settings
 from ..tierkit import check_name
 from .block import _u32_bytes, encode_block, frame
 from .bloom import build_bloom
 from .format import (
+    BLOCK_ENTRY_SIZE,
+    BLOCK_EXPIRY_SIZE,
     COMPRESSION_CODES,
     COMPRESSION_NONE,
     FOOTER,
@@ -273,15 +275,17 @@ def split_blocks(
     tombstones = expiring = 0
     min_exp = max_exp = 0
     size = 0
+    entry = BLOCK_ENTRY_SIZE
+    expiring_entry = BLOCK_ENTRY_SIZE + BLOCK_EXPIRY_SIZE
     for i in range(n):
         r = records[i]
         if r.__class__ is bytes:
-            size += len(keys[i]) + len(r) + 9  # type: ignore[arg-type]
+            size += len(keys[i]) + len(r) + entry  # type: ignore[arg-type]
         elif r is None:
-            size += len(keys[i]) + 9
+            size += len(keys[i]) + entry
             tombstones += 1
         else:
-            size += len(keys[i]) + len(r[0]) + 17  # type: ignore[index]
+            size += len(keys[i]) + len(r[0]) + expiring_entry  # type: ignore[index]
             expiring += 1
             exp = r[1]  # type: ignore[index]
             min_exp = exp if not min_exp or exp < min_exp else min_exp
@@ -300,10 +304,5 @@ def _ends(items: list[bytes]) -> list[int]:
     return out
 
 
-#: The pure-Python twin, whichever implementation is selected (tests compare both).
-split_blocks_py = split_blocks
-
-_c = load()
-COMPILED = _c is not None
-if _c is not None:
-    split_blocks = _c.split_blocks
+#: The pure-Python twins stay reachable as ``<name>_py`` (tests compare both).
+COMPILED = accelerate(globals(), ("split_blocks",))

@@ -38,10 +38,28 @@ KIND_PUT_EXPIRING = 2
 
 #: Data block header: entry count u32, flags u8.
 BLOCK_HEADER = struct.Struct("<IB")
+BLOCK_HEADER_SIZE = BLOCK_HEADER.size  # 5
 BLOCK_FLAG_EXPIRY = 1
+#: Fixed bytes per data block entry: key_end u32, value_end u32, kind u8 ...
+BLOCK_ENTRY_SIZE = 9
+#: ... plus expire_at_ms u64 when the block has ``BLOCK_FLAG_EXPIRY``.
+BLOCK_EXPIRY_SIZE = 8
 
 #: Bloom filter block header: probes u8 (the rest of the block is the bit array).
 BLOOM_HEADER = struct.Struct("<B")
+BLOOM_HEADER_SIZE = BLOOM_HEADER.size  # 1
+#: The most probes a filter uses (a reader refuses a larger count).
+BLOOM_MAX_PROBES = 30
+#: A writer uses ``int(bits_per_key * BLOOM_PROBES_PER_BIT)`` probes (bits_per_key * ln 2),
+#: clamped to 1..BLOOM_MAX_PROBES, over at least ``BLOOM_MIN_BITS`` bits.
+BLOOM_PROBES_PER_BIT = 0.69
+BLOOM_MIN_BITS = 64
+#: The bloom hash is CRC-32 of the key through MurmurHash3's 32-bit finalizer: these are its two
+#: multipliers. Probing is double hashing with ``delta`` = the hash rotated right by
+#: ``BLOOM_DELTA_ROTATION`` bits. (silt.sst.bloom.bloom_hash and its compiled twin.)
+BLOOM_HASH_C1 = 0x85EBCA6B
+BLOOM_HASH_C2 = 0xC2B2AE35
+BLOOM_DELTA_ROTATION = 17
 
 #: Index block header: block count u32.
 INDEX_HEADER = struct.Struct("<I")

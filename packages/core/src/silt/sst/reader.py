@@ -17,7 +17,7 @@ from itertools import accumulate, pairwise
 from typing import Any
 
 from .. import boundedjson
-from .._ext import load
+from .._ext import accelerate
 from ..cache import BlockCache
 from ..errors import CorruptionError, NotFoundError
 from ..record import MISSING
@@ -169,20 +169,23 @@ class SstReader:
         self.cache_id = info.id if info is not None else object_name
         #: A clipped reference (silt.siblings): iteration stays inside [smallest, largest].
         self.clipped = info is not None and info.clipped
-        self._tail: SstTail | None = None
+        #: The decoded tail once loaded, else ``None``: what :attr:`tail` returns without a fetch
+        #: (hot paths read it first and fall back to :attr:`tail`).
+        self.loaded_tail: SstTail | None = None
         self._lock = threading.Lock()
         if tail is not None and tail_start is not None:
-            self._tail = SstTail(tail, tail_start, self.size, self.name)
+            self.loaded_tail = SstTail(tail, tail_start, self.size, self.name)
 
     # -- tail -------------------------------------------------------------------------------
     @property
     def tail(self) -> SstTail:
-        t = self._tail
+        """The decoded tail (footer, index, filter, properties), fetched on first use."""
+        t = self.loaded_tail
         if t is None:
             with self._lock:
-                if self._tail is None:
-                    self._tail = self._load_tail()
-                t = self._tail
+                if self.loaded_tail is None:
+                    self.loaded_tail = self._load_tail()
+                t = self.loaded_tail
         return t
 
     def _load_tail(self) -> SstTail:
@@ -269,9 +272,11 @@ class SstReader:
             blk = cache.get((self.cache_id, i))
             if blk is not None:
                 return blk
-        return self._read_block(i, fill_cache)
+        return self.read_block(i, fill_cache)
 
-    def _read_block(self, i: int, fill_cache: bool = True) -> Block:
+    def read_block(self, i: int, fill_cache: bool = True) -> Block:
+        """Block ``i`` read from the store and decoded, without asking the cache (the caller has
+        missed it); put into the cache when ``fill_cache``."""
         blk = self.decode_block(i, self.read_raw_block(i))
         if self.cache is not None and fill_cache:
             self.cache.put((self.cache_id, i), blk, blk.charge)
@@ -298,7 +303,7 @@ class SstReader:
 
         ``h`` is ``bloom_hash(key)`` when the caller has it (one hash for every SST of a get).
         """
-        t = self._tail
+        t = self.loaded_tail
         if t is None:
             t = self.tail
         i = find_block(t.bloom, t.last_keys, key, h)
@@ -309,7 +314,7 @@ class SstReader:
             blk = cache.get((self.cache_id, i))
             if blk is not None:
                 return blk.get(key)
-        return self._read_block(i).get(key)
+        return self.read_block(i).get(key)
 
     def iter_range(
         self, start: bytes | None, end: bytes | None, *, fill_cache: bool = False
@@ -336,7 +341,7 @@ class SstReader:
         index key, every record decodes, and the count matches the properties. Raises
         :class:`CorruptionError` at the first damaged region.
         """
-        self._tail = None
+        self.loaded_tail = None
         t = self.tail
         total = 0
         prev: bytes | None = None
@@ -374,18 +379,13 @@ def get_from(readers: Sequence[SstReader], key: bytes, h: int = -1) -> object:
     for reader in readers:
         info = reader.info
         if info.smallest <= key <= info.largest:  # type: ignore[union-attr]
-            t = reader._tail
+            t = reader.loaded_tail
             if t is None:
                 t = reader.tail
             bloom = t.bloom
             if bloom is not None:
                 if h < 0:
-                    h = zlib.crc32(key)  # bloom_hash inlined
-                    h ^= h >> 16
-                    h = (h * 0x85EBCA6B) & 0xFFFFFFFF
-                    h ^= h >> 13
-                    h = (h * 0xC2B2AE35) & 0xFFFFFFFF
-                    h ^= h >> 16
+                    h = bloom_hash(key)
                 if not bloom.may_contain_hash(h):
                     continue
             last_keys = t.last_keys
@@ -395,7 +395,7 @@ def get_from(readers: Sequence[SstReader], key: bytes, h: int = -1) -> object:
             cache = reader.cache
             blk = None if cache is None else cache.get((reader.cache_id, i))
             if blk is None:
-                blk = reader._read_block(i)
+                blk = reader.read_block(i)
             r = blk.get(key)
             if r is not MISSING:
                 return r
@@ -436,15 +436,9 @@ def plan_probe(
     n = len(last_keys)
     b = 0
     may_contain = bloom.may_contain_hash if bloom is not None else None
-    crc32 = zlib.crc32
     for key in keys[lo:hi]:
         if may_contain is not None:
-            h = crc32(key)  # bloom_hash inlined
-            h ^= h >> 16
-            h = (h * 0x85EBCA6B) & 0xFFFFFFFF
-            h ^= h >> 13
-            h = (h * 0xC2B2AE35) & 0xFFFFFFFF
-            if not may_contain(h ^ (h >> 16)):
+            if not may_contain(bloom_hash(key)):
                 unresolved.append(key)
                 continue
         b = bisect_left(last_keys, key, b)
@@ -488,20 +482,12 @@ def lookup_groups(
                 found[key] = r
 
 
-#: The pure-Python twins, whichever implementation is selected (tests compare both).
-find_block_py = find_block
-get_from_py = get_from
-lookup_groups_py = lookup_groups
-RangeIter_py = RangeIter
-plan_probe_py = plan_probe
-lookup_many_py = lookup_many
-
-_c = load()
-COMPILED = _c is not None
-if _c is not None:
-    find_block = _c.find_block
-    get_from = _c.get_from
-    RangeIter = _c.RangeIter
-    plan_probe = _c.plan_probe
-    lookup_many = _c.lookup_many
-    lookup_groups = _c.lookup_groups
+#: The pure-Python twins stay reachable as ``<name>_py`` (tests compare both).
+COMPILED = accelerate(globals(), (
+    "find_block",
+    "get_from",
+    "lookup_groups",
+    "RangeIter",
+    "plan_probe",
+    "lookup_many",
+))
