@@ -16,142 +16,31 @@ Quick start::
 from __future__ import annotations
 
 from . import errors, paths
-from . import versions as _versions
 from ._ext import speedups
 from .clock import Clock, ManualClock
 from .db import DB
 from .errors import CommitConflict, SiltError
-from .gc import read_checkpoints
 from .hookspecs import hookimpl
 from .manifest import Manifest
-from .markers import read_markers
+from .opening import open, versions
 from .plugins import open_store
 from .settings import Settings
 from .store import ObjectInfo, ObjectStore
-from .tierkit import public_url
 from .verify import VerifyReport, verify
 from .versions import read_manifest
+from .versions import versions as _list_versions  # noqa: F401  (for tests and tools)
 from .writebatch import WriteBatch
 
 __version__ = "0.1.0"
 
 
-def _list_versions(store: ObjectStore) -> list[int]:
-    return _versions.versions(store)
-
-
-def _check_retained(store: ObjectStore, url: str, manifest: Manifest) -> None:
-    """Refuse a version below the GC horizon that no checkpoint pins: GC has collected it or
-    may be collecting it (a manifest there may also be a zombie writer's, about to be
-    withdrawn). One LIST of ``gc/``."""
-    markers = read_markers(store)
-    v = manifest.version
-    if v >= markers.horizon or (v, manifest.token) in markers.pins:
-        return
-    if v in read_checkpoints(store).values():
-        return  # pinned before pin markers existed
-    raise errors.VersionNotFoundError(
-        f"version {v} was removed by garbage collection (its horizon is {markers.horizon}: "
-        "versions below it are kept only while a checkpoint pins them); pin a version you "
-        "will read later with DB.checkpoint(name)"
-    )
-
-
-def versions(url: str) -> list[int]:
-    """The committed versions under ``url``, ascending (empty for a new root; withdrawn versions
-    are not listed)."""
-    store = open_store(url)
-    try:
-        return _list_versions(store)
-    finally:
-        store.close()
-
-
-def open(
-    url: str,
-    *,
-    version: int | None = None,
-    at_most: int | None = None,
-    settings: Settings | None = None,
-    clock: Clock | None = None,
-    store: ObjectStore | None = None,
-) -> DB:
-    """Open the database at ``url``: the latest committed version, or exactly ``version``.
-
-    With ``at_most``, open the latest version not greater than it, or an empty database when
-    there is none (a stream processor recomputing batch ``b`` opens ``at_most=b - 1`` and commits
-    ``b``). ``version`` and ``at_most`` exclude each other.
-
-    ``url`` is ``file:///path``, ``memory://name`` or any scheme an installed tier registers.
-    A root with no versions opens empty. Commits from a DB opened at an old version create newer
-    versions (``CommitConflict`` if the version already exists). ``clock`` and ``store`` are
-    injectable components for tests and simulations (``store`` replaces opening ``url``).
-    """
-    if settings is None:
-        settings = Settings()
-    elif not isinstance(settings, Settings):
-        raise errors.InvalidTypeError(
-            f"settings must be a silt.Settings, got {type(settings).__name__}"
-        )
-    if version is not None:
-        DB._check_version(version)
-    if at_most is not None:
-        if version is not None:
-            raise errors.InvalidArgumentError("pass either version= or at_most=, not both")
-        if isinstance(at_most, bool) or not isinstance(at_most, int):
-            raise errors.InvalidTypeError(
-                f"at_most must be an int version, got {type(at_most).__name__}"
-            )
-        if not -1 <= at_most <= paths.MAX_VERSION:
-            raise errors.InvalidArgumentError(
-                f"at_most must be between -1 (open empty) and {paths.MAX_VERSION}, got {at_most}"
-            )
-    owns_store = store is None
-    if store is None:
-        store = open_store(url)
-    try:
-        manifest: Manifest | None = None
-        if version is None:
-            found = _list_versions(store)
-            if at_most is not None:
-                found = [v for v in found if v <= at_most]
-            if found:
-                manifest = read_manifest(store, found[-1])
-        else:
-            try:
-                manifest = read_manifest(store, version)
-                _check_retained(store, url, manifest)
-            except errors.VersionNotFoundError as exc:
-                found = _list_versions(store)
-                known = (
-                    f"committed versions are {found[0]}..{found[-1]} ({len(found)} in all)"
-                    if found else "the root has no committed versions"
-                )
-                what = str(exc) if "does not exist" not in str(exc) else "does not exist"
-                h = read_markers(store).horizon
-                if version < h and "withdrawn" not in what:
-                    what = (f"was removed by garbage collection (its horizon is {h}: versions "
-                            "below it are kept only while a checkpoint pins them); pin a version "
-                            "you will read later with DB.checkpoint(name)")
-                raise errors.VersionNotFoundError(
-                    f"version {version} of {public_url(url)!r} "
-                    f"{what.removeprefix(f'version {version} ')} ({known}); open without "
-                    "version= for the latest"
-                ) from None
-        return DB(
-            store, url=url, settings=settings, clock=clock or Clock(), manifest=manifest,
-            owns_store=owns_store,
-        )
-    except BaseException:
-        if owns_store:
-            store.close()
-        raise
-
-
 __all__ = [
     "DB",
+    "paths",
+    "open_store",
     "Clock",
     "CommitConflict",
+    "Manifest",
     "ManualClock",
     "ObjectInfo",
     "ObjectStore",
