@@ -20,7 +20,8 @@ Quick start::
 from __future__ import annotations
 
 from . import errors
-from ._api import aggregate, deduplicate, transform_with_state, window_aggregate
+from ._aggregate import aggregate
+from ._dedup import deduplicate
 from ._lifecycle import drop_state
 from ._metrics import MetricsListener, metrics
 from ._processor import (
@@ -31,8 +32,10 @@ from ._processor import (
     StatefulProcessorHandle,
     TimerValues,
     ValueState,
+    transform_with_state,
 )
 from ._read import read_state
+from ._window import window_aggregate
 
 __version__ = "0.1.0"
 

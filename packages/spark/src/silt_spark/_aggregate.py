@@ -13,26 +13,31 @@ State entry per grouping key, fixed width so a whole batch decodes with one ``np
            (sum/min/max are i64le for integral columns, f64le for floating ones)
 
 ``n`` is the column's non-null count; sum/min/max are meaningless while ``n == 0``.
+
+The module owns the operator: its builder (:func:`aggregate`, which plans the query on the driver),
+its executors (``partial_aggregate`` before the shuffle, ``merge_partition`` in the shard's task)
+and :func:`decode` (its entries as ``read_state`` rows). Keys are built and split through
+``_keys.py``.
 """
 
 from __future__ import annotations
 
 import re
-import struct
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from silt.tierkit import public_url
 
-from . import _codec
+from . import _api, _codec, _keys, _layout, _shard
 from ._layout import KG_COLUMN, PARTITION_COLUMN
 from ._shard import ShardTask, check_key_groups
 
-AGG_TAG = b"A"
+#: The operator kind, as recorded in the state root's descriptor.
+KIND = "aggregate"
+AGG_TAG = _keys.AGG_TAG
 STATE_FORMAT = 1
 FUNCTIONS = ("count", "sum", "min", "max", "avg")
-_U16 = struct.Struct(">H")
 _EXPR = re.compile(r"^\s*(\w+)\s*\(\s*(.*?)\s*\)\s*$")
 
 
@@ -185,9 +190,8 @@ def state_dtype(p: AggPlan) -> Any:
 def encode_keys(kgs: Any, key_values: list[list[Any]], tag: bytes = AGG_TAG) -> list[bytes]:
     """State keys ``kg:u16 tag enc(key tuple)`` for distinct grouping keys (``key_values``: one
     list per key column)."""
-    pack = _U16.pack
-    enc = _codec.encode
-    return [pack(kg) + tag + enc(key) for kg, key in zip(kgs, zip(*key_values))]
+    head, enc = _keys.head, _codec.encode
+    return [head(kg, tag) + enc(key) for kg, key in zip(kgs, zip(*key_values))]
 
 
 def state_keys(kg: Any, columns: list[Any], tag: bytes) -> list[bytes]:
@@ -357,3 +361,132 @@ def output_arrays(new: Any, p: AggPlan) -> list[Any]:
             arr = pa.array(np.ascontiguousarray(new[f"{field}{j}"]), mask=empty)
         arrays.append(arr.cast(p.output_schema.field(a.name).type))
     return arrays
+
+
+# --- driver: the query plan ------------------------------------------------------------------
+
+def aggregate(
+    df: Any,
+    key_columns: Sequence[str] | str,
+    aggs: Sequence[str] | Mapping[str, str],
+    state_url: str,
+    num_shards: int,
+    *,
+    key_groups: int = _layout.DEFAULT_KEY_GROUPS,
+    take_over: bool = False,
+    settings: Any = None,
+    reset: bool | None = None,
+) -> Any:
+    """Keyed running aggregation (count, sum, min, max, avg) of a streaming DataFrame.
+
+    The counterpart of ``df.groupBy(keys).agg(...)`` in update mode, vectorized end to end: a
+    partial aggregation per input partition before the shuffle, then per shard one sorted
+    ``multi_get`` of the batch's keys, numpy arithmetic and one write per key. Each micro-batch
+    emits one row per key that received rows in that batch, with its aggregates over
+    everything seen so far, so any sink works (append to files, ``foreachBatch`` upserts, ...).
+
+    Parameters
+    ----------
+    df : pyspark.sql.DataFrame
+        A streaming DataFrame.
+    key_columns : str or list of str
+        The grouping key columns.
+    aggs : list of str or dict of str to str
+        Aggregates such as ``["count", "sum(amount)", "avg(amount)"]`` (output columns named
+        like the expressions, ``count`` for the row count), or ``{"name": "expr"}``. Functions:
+        ``count`` / ``count(*)`` (rows), ``count(col)`` (non-null values), ``sum``, ``min``,
+        ``max``, ``avg`` of integral or floating-point columns; nulls are ignored as in Spark.
+    state_url : str
+        Root URL of this operator's state (one operator per root).
+    num_shards : int
+        Number of shards (Spark partitions of the operator). Restarting the query with
+        another number rescales without moving state (see ``docs/spark.md``, Rescaling).
+    key_groups : int, default 256
+        Number of key groups, fixed per root.
+    take_over : bool, default False
+        Take the state root over from another streaming query: discard the state that
+        belongs to another query id (a new checkpoint means a new query id) instead of failing
+        with :class:`~silt_spark.errors.ForeignStateError`. To start your own query's state
+        over, use :func:`silt_spark.drop_state`. (``reset=`` is its deprecated old name.)
+    settings : silt.Settings, optional
+        LSM settings for the shards.
+
+    Returns
+    -------
+    pyspark.sql.DataFrame
+        Streaming DataFrame: the key columns, then one column per aggregate. ``count`` is
+        ``long``; ``sum`` is ``long`` for integral and ``double`` for floating columns; ``avg`` is
+        ``double``; ``min``/``max`` keep the column's type.
+
+    Examples
+    --------
+    >>> import silt_spark
+    >>> tx = spark.readStream.schema("card string, amount double").parquet("/data/tx")
+    >>> totals = silt_spark.aggregate(
+    ...     tx, ["card"], ["count", "sum(amount)", "max(amount)"],
+    ...     state_url="file:///data/state/totals", num_shards=4)
+    >>> query = (totals.writeStream.foreachBatch(lambda out, batch_id: out.show())
+    ...          .option("checkpointLocation", "/data/chk/totals").start())
+    """
+    keys = _api._key_list(key_columns, df)
+    parsed = parse_aggs(aggs)
+    p, partial_struct, output_struct = plan(df.schema, keys, parsed)
+    spec = _api._spec(
+        KIND, state_url, num_shards, key_groups, take_over, settings, df=df, reset=reset,
+    )
+    spec = _shard.ensure_descriptor(spec, {
+        "key_columns": _api._key_types(df, keys),
+        "state_columns": [[c, "f64" if f else "i64"] for c, f in zip(p.value_columns, p.floating)],
+    }, (*_api.PINNED, "state_columns"))
+
+    def partial_fn(batches: Any) -> Any:
+        return partial_aggregate(batches, p)
+
+    def process(task: _shard.ShardTask, batches: Any) -> Any:
+        return merge_partition(task, batches, p)
+
+    shard_fn = _api.shard_function(df, spec, process)
+
+    needed = list(dict.fromkeys([*keys, *p.value_columns]))
+    partials = df.select(*needed).mapInArrow(partial_fn, partial_struct)
+    return _api._route(partials, keys, spec).mapInArrow(shard_fn, output_struct)
+
+
+# --- read-back: read_state ----------------------------------------------------------------
+
+
+def running_parts(state_columns: list[list[str]] | None) -> Callable[[bytes], dict[str, Any]]:
+    """A function from a state record (``state_dtype``) to its running parts as ``read_state``
+    shows them: ``{"rows": n, column: {"n", "sum", "min", "max"}}`` (``state_columns``: the
+    descriptor's ``[name, "i64" | "f64"]`` pairs). Shared with ``_window``."""
+    import numpy as np
+
+    cols = [c for c, _ in state_columns or []]
+    p = AggPlan((), (), tuple(cols), tuple(t == "f64" for _, t in state_columns or []), None,
+                None)
+    dt = state_dtype(p)
+
+    def parts(value: bytes) -> dict[str, Any]:
+        rec = np.frombuffer(value, dt)[0]
+        out: dict[str, Any] = {"rows": int(rec["rows"])}
+        for j, c in enumerate(cols):
+            n = int(rec[f"n{j}"])
+            out[c] = {"n": n, **({
+                "sum": rec[f"s{j}"].item(), "min": rec[f"mn{j}"].item(),
+                "max": rec[f"mx{j}"].item(),
+            } if n else {})}
+        return out
+
+    return parts
+
+
+def decode(items: Any, state_columns: list[list[str]] | None) -> Any:
+    """``read_state``'s rows of this operator: ``(key tuple, state, map_key, value,
+    expires_at_ms, version)`` per live entry of ``items`` (``(key, value, expires_at_ms,
+    version)`` of one shard)."""
+    parts = running_parts(state_columns)
+    for key, value, expiry, ver in items:
+        if _keys.tag_of(key) != AGG_TAG:
+            continue
+        gkey = _codec.decode(_keys.body(key))
+        yield gkey, "aggregate", None, _codec.to_json(parts(value)), expiry, ver

@@ -182,3 +182,19 @@ def decode(data: bytes) -> Any:
     if pos != len(data):
         raise ValueError(f"trailing bytes after a silt_spark value ({len(data) - pos})")
     return value
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, (bytes, bytearray)):
+        return value.hex()
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    return str(value)
+
+
+def to_json(value: Any) -> str:
+    """The compact JSON text ``read_state`` shows for a decoded value (bytes as hex, dates and
+    times in ISO form, anything else unknown as its ``str``)."""
+    import json
+
+    return json.dumps(value, default=_json_default, separators=(",", ":"))

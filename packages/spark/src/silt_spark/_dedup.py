@@ -29,26 +29,35 @@ manifest meta (``spark.dedup_next_expiry_us``) so a batch in which nothing expir
 
 **Processing time** (``ttl``): a key is remembered for the TTL from its first row, with silt's
 own expiry; expired keys read as absent (a new first row is emitted) and compaction drops them.
+
+The module owns the operator: its builder (:func:`deduplicate`, which plans the query on the
+driver), its executors (``number_and_drop`` before the shuffle, ``merge_partition`` in the shard's
+task) and :func:`decode` (its entries as ``read_state`` rows). Keys are built and split through
+``_keys.py``.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from silt.errors import InvalidArgumentError
+from silt.tierkit import public_url
+
+from . import _api, _codec, _keys, _layout, _shard, _watermark
 from ._aggregate import state_keys
 from ._layout import KG_COLUMN, PARTITION_COLUMN
 from ._shard import ShardTask, check_key_groups
 
-DEDUP_TAG = b"D"
+#: The operator kind, as recorded in the state root's descriptor.
+KIND = "dedup"
+DEDUP_TAG = _keys.DEDUP_TAG
 #: Event-time expiry index: ``kg 'E' expires_at enc(key)`` (value empty).
-EXPIRY_TAG = b"E"
+EXPIRY_TAG = _keys.EXPIRY_TAG
 META_NEXT_EXPIRY = "spark.dedup_next_expiry_us"
 _I64 = struct.Struct(">q")
-_U16 = struct.Struct(">H")
-_BIAS = 1 << 63
 SEQ_COLUMN = "__silt_seq"
 _U64 = struct.Struct(">Q")
 #: Rows per input partition that a sequence number can tell apart.
@@ -178,8 +187,8 @@ def merge_partition(task: ShardTask, batches: Iterator[Any], dp: DedupPlan) -> I
                 for i, e, kg in zip(idx.tolist(), expires, kgs):
                     k = keys[i]
                     ops.append((k, head + pack(e), None))
-                    ops.append((_U16.pack(kg) + EXPIRY_TAG + _U64.pack(e + _BIAS) + k[3:],
-                                b"", None))
+                    index = _keys.timed_key(kg, EXPIRY_TAG, e, _keys.body(k))
+                    ops.append((index, b"", None))
                 low = min(expires)
                 if bound is None or low < bound:
                     bound = low
@@ -211,17 +220,168 @@ def _forget(task: ShardTask, limit: int, ops: list) -> int | None:
     nxt: int | None = None
     scan = task.db.scan
     for kg in range(task.first_kg, task.last_kg + 1):
-        head = _U16.pack(kg) + EXPIRY_TAG
-        for k, _ in scan(head, _U16.pack(kg) + b"F"):
-            expiry = _U64.unpack_from(k, 3)[0] - _BIAS
+        for k, _ in scan(*_keys.tag_range(kg, EXPIRY_TAG)):
+            expiry = _keys.key_time(k)
             if expiry > limit:
                 if nxt is None or expiry < nxt:
                     nxt = expiry
                 break
             ops.append((k, None, None))
-            due_keys.append(_U16.pack(kg) + DEDUP_TAG + k[11:])
+            due_keys.append(_keys.head(kg, DEDUP_TAG) + _keys.after_time(k))
     if due_keys:
         for k, v in zip(due_keys, task.db.multi_get(due_keys)):
             if v is not None and _I64.unpack_from(v, 8)[0] <= limit:
                 ops.append((k, None, None))
     return nxt
+
+
+# --- driver: the query plan ------------------------------------------------------------------
+
+def deduplicate(
+    df: Any,
+    key_columns: Sequence[str] | str,
+    state_url: str,
+    num_shards: int,
+    *,
+    event_time_column: str | None = None,
+    watermark_delay: Any = 0,
+    ttl: Any = None,
+    key_groups: int = _layout.DEFAULT_KEY_GROUPS,
+    take_over: bool = False,
+    settings: Any = None,
+    reset: bool | None = None,
+) -> Any:
+    """Drop duplicate rows of a streaming DataFrame: each key's first row only.
+
+    The counterpart of ``df.dropDuplicates(keys)`` (no ``event_time_column``, no ``ttl``), of
+    ``df.withWatermark(col, delay).dropDuplicatesWithinWatermark(keys)`` (with
+    ``event_time_column`` and ``watermark_delay``: same results), or, with a ``ttl``, a
+    deduplication that forgets keys in processing time. Vectorized: before the shuffle,
+    duplicates within each input partition are dropped with ``pyarrow``; each shard then reads
+    its batch's distinct keys with one sorted ``multi_get`` and writes the new ones with one
+    write batch.
+
+    Parameters
+    ----------
+    df : pyspark.sql.DataFrame
+        A streaming DataFrame.
+    key_columns : str or list of str
+        The columns that identify a duplicate (nulls compare equal, as in Spark).
+    state_url : str
+        Root URL of this operator's state (one operator per root).
+    num_shards : int
+        Number of shards (Spark partitions of the operator). Restarting the query with
+        another number rescales without moving state (see ``docs/spark.md``, Rescaling).
+    event_time_column : str, optional
+        A timestamp column: deduplicate **in event time**, as ``dropDuplicatesWithinWatermark``.
+        Micro-batch ``b`` runs with the query-wide watermark (the largest event time of the
+        batches before ``b`` minus ``watermark_delay``, at least 0). Rows whose event time is at
+        or before it are late and dropped; a key is remembered until the watermark reaches its
+        first row's event time plus ``watermark_delay``, then its next row is emitted again.
+    watermark_delay : int, str or timedelta, default 0
+        With ``event_time_column``: how late rows may arrive (ms, ``"10 minutes"``, a
+        ``timedelta``); also how long past its first event time a key is remembered.
+    ttl : int, str or timedelta, optional
+        Instead of ``event_time_column``: how long a key is remembered after its first row, in
+        **processing time** (wall clock), so results depend on when batches run. Later
+        duplicates do not extend it; once it has passed, the key's next row is emitted again.
+        Neither option: keys are remembered forever.
+    key_groups : int, default 256
+        Number of key groups, fixed per root.
+    take_over : bool, default False
+        Take the state root over from another streaming query: discard the state that
+        belongs to another query id (a new checkpoint means a new query id) instead of failing
+        with :class:`~silt_spark.errors.ForeignStateError`. To start your own query's state
+        over, use :func:`silt_spark.drop_state`. (``reset=`` is its deprecated old name.)
+    settings : silt.Settings, optional
+        LSM settings for the shards.
+
+    Returns
+    -------
+    pyspark.sql.DataFrame
+        Streaming DataFrame with ``df``'s columns: the first row of each key not seen before
+        (within the TTL). Among one micro-batch's rows of a new key, the first in the batch's
+        input order (input partition, then position) wins, so a re-run of the batch emits the
+        same row.
+
+    Examples
+    --------
+    >>> import silt_spark
+    >>> clicks = spark.readStream.schema("event_id string, user string, ts timestamp") \\
+    ...     .json("/data/clicks")
+    >>> unique = silt_spark.deduplicate(
+    ...     clicks, ["event_id"], state_url="file:///data/state/dedup", num_shards=4,
+    ...     ttl="24 hours")
+    >>> query = (unique.writeStream.format("parquet").option("path", "/data/out/clicks")
+    ...          .option("checkpointLocation", "/data/chk/dedup").start())
+    """
+    from pyspark.sql import types as T
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    keys = _api._key_list(key_columns, df)
+    ttl_ms = None if ttl is None else _api._duration_ms(ttl, "ttl")
+    delay_ms = _api.parse_delay_ms(watermark_delay)
+    if event_time_column is not None:
+        if ttl is not None:
+            raise InvalidArgumentError(
+                "pass event_time_column (forget keys in event time, as "
+                "dropDuplicatesWithinWatermark) or ttl (forget keys in processing time), not both"
+            )
+        _api._timestamp_column(df, event_time_column, "event_time_column")
+    elif delay_ms:
+        raise InvalidArgumentError("watermark_delay needs event_time_column")
+    for name in (SEQ_COLUMN, _layout.KG_COLUMN, _layout.PARTITION_COLUMN):
+        if name in df.columns:
+            raise InvalidArgumentError(f"the DataFrame must not have a column named {name!r}")
+    delays = (delay_ms,) if event_time_column is not None else ()
+    spec = _api._spec(
+        KIND, state_url, num_shards, key_groups, take_over, settings, df=df, reset=reset,
+        event_time_delays=delays,
+    )
+    mode = "event_time" if event_time_column is not None else "processing_time"
+    have = _shard.read_descriptor(state_url) if mode == "event_time" else None
+    if have is not None and have.get("operator") == "dedup" and "dedup_time" not in have:
+        from .errors import LayoutMismatchError
+
+        raise LayoutMismatchError(
+            f"the state root {public_url(state_url)!r} holds a processing-time deduplication's "
+            "keys; "
+            "event-time deduplication needs another state_url"
+        )
+    spec = _shard.ensure_descriptor(
+        spec, {"key_columns": _api._key_types(df, keys), "dedup_time": mode},
+        (*_api.PINNED, "dedup_time"),
+    )
+    seq_struct = T.StructType([*df.schema.fields, T.StructField(SEQ_COLUMN, T.LongType())])
+    dp = DedupPlan(
+        tuple(keys), ttl_ms, to_arrow_schema(df.schema, timezone="UTC"),
+        to_arrow_schema(seq_struct, timezone="UTC"), event_time_column, delay_ms,
+    )
+    root = spec.root
+
+    def watermark() -> int:
+        return _watermark.in_task(root, delays)
+
+    def number_fn(batches: Any) -> Any:
+        return number_and_drop(batches, dp, watermark if delays else None)
+
+    def process(task: _shard.ShardTask, batches: Any) -> Any:
+        return merge_partition(task, batches, dp)
+
+    shard_fn = _api.shard_function(df, spec, process)
+
+    numbered = df.mapInArrow(number_fn, seq_struct)
+    return _api._route(numbered, keys, spec).mapInArrow(shard_fn, df.schema)
+
+
+# --- read-back: read_state ----------------------------------------------------------------
+
+
+def decode(items: Any, state_columns: list[list[str]] | None) -> Any:
+    """``read_state``'s rows of this operator: ``(key tuple, state, map_key, value,
+    expires_at_ms, version)`` per live entry of ``items`` (``(key, value, expires_at_ms,
+    version)`` of one shard)."""
+    for key, value, expiry, ver in items:
+        if _keys.tag_of(key) == DEDUP_TAG:  # value: the micro-batch that first saw the key
+            batch = _U64.unpack_from(value)[0]  # (event time: then its expiry)
+            yield _codec.decode(_keys.body(key)), "seen", None, str(batch), expiry, ver

@@ -22,31 +22,34 @@ timers at or before it fire first (Spark fires them in the no-data batch that fo
 watermark's move), then the batch's rows are handled, then timers those rows set at or before
 it fire. A state TTL is processing time (the LSM's own expiry), restarts on every update, as in
 PySpark, and is refused in event-time mode, as PySpark does.
+
+The module owns the operator: its builder (:func:`transform_with_state`, which plans the query on
+the driver), its executors (``process_partition`` in the shard's task, with the state handles above)
+and :func:`decode` (its entries as ``read_state`` rows). Keys are built and split through
+``_keys.py``.
 """
 
 from __future__ import annotations
 
-import struct
 import time as _time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from silt.errors import InvalidArgumentError, InvalidTypeError
 
-from . import _codec
+from . import _api, _codec, _keys, _layout, _shard
 from ._layout import KG_COLUMN, PARTITION_COLUMN
 from ._shard import ShardTask, check_key_groups
 
-_U16 = struct.Struct(">H")
-_U32 = struct.Struct(">I")
-_U64 = struct.Struct(">Q")
-STATE_TAG = b"S"
+#: The operator kind, as recorded in the state root's descriptor.
+KIND = "processor"
+STATE_TAG = _keys.STATE_TAG
 #: Shard-wide timer index: ``kg:u16 'T' expiry:u64 enc(grouping key)`` (value empty).
-TIMER_TAG = b"T"
+TIMER_TAG = _keys.TIMER_TAG
 #: A key's own timer entries: ``key_prefix + 0x00 + expiry:u64`` (state names are never empty,
 #: so their length byte is never 0).
-TIMER_MARK = b"\x00"
+TIMER_MARK = _keys.TIMER_MARK
 TIME_MODES = ("none", "processingtime", "eventtime")
 META_WATERMARK = "spark.watermark_ms"
 META_MAX_EVENT_TIME = "spark.max_event_time_ms"
@@ -182,23 +185,30 @@ def _name_bytes(name: str) -> bytes:
     return bytes([len(b)]) + b
 
 
+def _split_name(rest: bytes) -> tuple[str, bytes]:
+    """``(state name, encoded map key or b"")`` of what follows a key's prefix in a state
+    entry (the inverse of :func:`_name_bytes` + map key)."""
+    n = rest[0]
+    return rest[1:1 + n].decode("utf-8"), rest[1 + n:]
+
+
 def key_prefix(kg: int, encoded_key: bytes) -> bytes:
     """The LSM key prefix of all state of one grouping key."""
-    return _U16.pack(kg) + STATE_TAG + _U32.pack(len(encoded_key)) + encoded_key
+    return _keys.length_prefixed(kg, STATE_TAG, encoded_key)
 
 
 def _timer_bytes(ms: int) -> bytes:
     """A signed ms timestamp as 8 bytes that sort like the numbers."""
-    return _U64.pack(ms + (1 << 63))
+    return _keys.time_bytes(ms)
 
 
 def _timer_value(raw: bytes) -> int:
-    return _U64.unpack(raw[:8])[0] - (1 << 63)
+    return _keys.time_value(raw)
 
 
 def _due_key(kg: int, expiry: int, encoded_key: bytes) -> bytes:
     """The shard-wide timer index entry: timers of a key group sorted by expiry."""
-    return _U16.pack(kg) + TIMER_TAG + _timer_bytes(expiry) + encoded_key
+    return _keys.timed_key(kg, TIMER_TAG, expiry, encoded_key)
 
 
 #: The longest duration (ms) any option or TTL may give: Spark timestamps are 64-bit
@@ -751,15 +761,13 @@ def _due_timers(task: ShardTask, threshold: int) -> tuple[list[tuple[int, int, b
     nxt: int | None = None
     scan = task.db.scan
     for kg in range(task.first_kg, task.last_kg + 1):
-        head = _U16.pack(kg) + TIMER_TAG
-        n = len(head)
-        for k, _ in scan(head, _U16.pack(kg) + b"U"):
-            expiry = _timer_value(k[n:n + 8])
+        for k, _ in scan(*_keys.tag_range(kg, TIMER_TAG)):
+            expiry = _keys.key_time(k)
             if expiry > threshold:
                 if nxt is None or expiry < nxt:
                     nxt = expiry
                 break
-            due.append((expiry, kg, k[n + 8:]))
+            due.append((expiry, kg, _keys.after_time(k)))
     due.sort()
     return due, nxt
 
@@ -900,3 +908,197 @@ def _fire_timers(
         if again is not None and (bound is None or again < bound):
             bound = again
     return bound
+
+
+# --- driver: the query plan ------------------------------------------------------------------
+
+def _time_config(df: Any, mode: str, column: str | None, delay: Any) -> Any:
+    from pyspark.sql import types as T
+
+    m = str(mode).lower()
+    if m not in TIME_MODES:
+        raise InvalidArgumentError(
+            f"time_mode must be one of {TIME_MODES}, got {mode!r}"
+        )
+    delay_ms = _api.parse_delay_ms(delay)
+    if m != "eventtime":
+        if column is not None:
+            raise InvalidArgumentError("event_time_column needs time_mode='eventtime'")
+        if delay_ms:
+            raise InvalidArgumentError("watermark_delay needs time_mode='eventtime'")
+        return TimeConfig(m)
+    if column is None:
+        raise InvalidArgumentError("time_mode='eventtime' needs event_time_column")
+    fields = {f.name: f.dataType for f in df.schema.fields}
+    t = fields.get(column)
+    if t is None:
+        raise InvalidArgumentError(f"event_time_column {column!r} is not in the DataFrame")
+    if not isinstance(t, (T.TimestampType, T.TimestampNTZType, T.LongType, T.IntegerType)):
+        raise InvalidTypeError(
+            f"event_time_column {column!r} must be a timestamp or ms, not {t}"
+        )
+    return TimeConfig(m, column, delay_ms)
+
+
+def transform_with_state(
+    df: Any,
+    processor: Any,
+    key_columns: Sequence[str] | str,
+    output_schema: Any,
+    state_url: str,
+    num_shards: int,
+    *,
+    key_groups: int = _layout.DEFAULT_KEY_GROUPS,
+    take_over: bool = False,
+    settings: Any = None,
+    reset: bool | None = None,
+    rows_format: str = "pandas",
+    time_mode: str = "none",
+    event_time_column: str | None = None,
+    watermark_delay: Any = 0,
+    heartbeat: bool = False,
+) -> Any:
+    """Apply a :class:`StatefulProcessor` per key to a streaming DataFrame, state in silt.
+
+    The silt counterpart of ``df.groupBy(keys).transformWithStateInPandas(...)``: rows are
+    routed to ``num_shards`` shards by a stable hash of the key columns, and each shard keeps its
+    keys' state in its own LSM under ``state_url``. State version ``b`` is committed when
+    micro-batch ``b`` finishes on a shard, so restarting the query from its checkpoint resumes
+    from exactly the state of its last finished batch. Output is what ``handleInputRows`` yields,
+    per micro-batch; the result works with any sink and output mode that a ``mapInArrow``
+    allows.
+
+    Parameters
+    ----------
+    df : pyspark.sql.DataFrame
+        A streaming DataFrame (``spark.readStream...``).
+    processor : StatefulProcessor
+        The per-key logic (PySpark's own ``StatefulProcessor`` subclasses work too). It is
+        pickled to the executors; each task gets a fresh copy.
+    key_columns : str or list of str
+        The grouping key columns.
+    output_schema : pyspark.sql.types.StructType or str
+        Schema of the DataFrames that ``handleInputRows`` yields (DDL strings allowed).
+    state_url : str
+        Root URL of this operator's state, e.g. ``"file:///data/state/sessions"`` or
+        ``"s3://bucket/state/sessions"``. One operator per root.
+    num_shards : int
+        Number of shards (Spark partitions of the operator). Restarting the query with
+        another number rescales without moving state (see ``docs/spark.md``, Rescaling).
+    key_groups : int, default 256
+        Number of key groups, fixed per root; the upper bound on ``num_shards``.
+    take_over : bool, default False
+        Take the state root over from another streaming query: discard the state that
+        belongs to another query id (a new checkpoint means a new query id) instead of failing
+        with :class:`~silt_spark.errors.ForeignStateError`. To start your own query's state
+        over, use :func:`silt_spark.drop_state`. (``reset=`` is its deprecated old name.)
+    settings : silt.Settings, optional
+        LSM settings for the shards.
+    rows_format : {"pandas", "arrow"}, default "pandas"
+        What ``handleInputRows`` receives: an iterator of pandas DataFrames (PySpark's shape)
+        or of ``pyarrow.Table`` slices (far cheaper per key when keys have few rows).
+    time_mode : {"none", "processingtime", "eventtime"}, default "none"
+        What timers registered with ``handle.registerTimer`` mean (case-insensitive, as
+        PySpark's ``timeMode``). Due timers call ``processor.handleExpiredTimer(key,
+        timerValues, expiredTimerInfo)`` after the batch's rows were processed.
+    event_time_column : str, optional
+        With ``time_mode="eventtime"``: a timestamp column (or integral ms). The watermark is
+        query-wide, as in Spark: micro-batch ``b`` runs with the largest event time of the
+        batches before it minus ``watermark_delay`` (at least 0), in every shard, across
+        retries, restarts and rescales. Rows at or before it are late and never reach the
+        processor; timers at or before it fire, those set before the batch first.
+    watermark_delay : int, str or timedelta, default 0
+        How late rows may arrive: ms (int), a ``datetime.timedelta`` or a Spark interval
+        string (``"10 minutes"``, ``"interval 1 hour 30 minutes"``, ``"2 weeks"``; see
+        ``docs/spark.md``).
+    heartbeat : bool, default False
+        Union a 1 row/s ``rate`` source into the operator so micro-batches (and so timers) keep
+        running while the input is idle; heartbeat rows never reach the processor. Set the
+        cadence with the query's trigger, e.g. ``trigger(processingTime="10 seconds")``, and
+        keep the setting across restarts (it is a source of the query).
+
+    Returns
+    -------
+    pyspark.sql.DataFrame
+        A streaming DataFrame with ``output_schema``. ``handleInputRows`` may yield pandas
+        DataFrames, Arrow tables or record batches, or single rows as tuples (in
+        ``output_schema`` order, ``pyspark.sql.Row`` included) or dicts; rows are the cheapest
+        when a key produces one output row.
+
+    Raises
+    ------
+    silt_spark.errors.LayoutMismatchError
+        ``state_url`` was created by another operator kind or with other shard or key-group
+        counts.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> import silt_spark
+    >>> class Count(silt_spark.StatefulProcessor):
+    ...     def init(self, handle):
+    ...         self.n = handle.getValueState("n", "n long")
+    ...     def handleInputRows(self, key, rows, timerValues):
+    ...         n = (self.n.get() or (0,))[0] + sum(len(df) for df in rows)
+    ...         self.n.update((n,))
+    ...         yield pd.DataFrame({"user": [key[0]], "events": [n]})
+    >>> events = spark.readStream.schema("user string, amount double").json("/data/in")
+    >>> counts = silt_spark.transform_with_state(
+    ...     events, Count(), ["user"], "user string, events long",
+    ...     state_url="file:///data/state/counts", num_shards=4)
+    >>> query = (counts.writeStream.format("parquet").option("path", "/data/out")
+    ...          .option("checkpointLocation", "/data/chk").start())
+    """
+    keys = _api._key_list(key_columns, df)
+    for method in ("init", "handleInputRows"):
+        if not callable(getattr(processor, method, None)):
+            raise InvalidTypeError(
+                f"processor must have a {method}() method (see StatefulProcessor)"
+            )
+    struct = _api._struct(output_schema)
+    if rows_format not in ("pandas", "arrow"):
+        raise InvalidArgumentError(
+            f"rows_format must be 'pandas' or 'arrow', got {rows_format!r}"
+        )
+    time_cfg = _time_config(df, time_mode, event_time_column, watermark_delay)
+    spec = _api._spec(
+        KIND, state_url, num_shards, key_groups, take_over, settings, df=df, reset=reset,
+        event_time_delays=(
+            (time_cfg.watermark_delay_ms,) if time_cfg.mode == "eventtime" else ()
+        ),
+    )
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    arrow_schema = to_arrow_schema(struct, timezone="UTC")
+    spec = _shard.ensure_descriptor(spec, {"key_columns": _api._key_types(df, keys)}, _api.PINNED)
+
+    def process(task: _shard.ShardTask, batches: Any) -> Any:
+        return process_partition(
+            task, batches, processor, keys, arrow_schema, rows_format, time_cfg
+        )
+
+    shard_fn = _api.shard_function(df, spec, process)
+
+    return _api._route(df, keys, spec, heartbeat).mapInArrow(shard_fn, struct)
+
+
+# --- read-back: read_state ----------------------------------------------------------------
+
+
+def decode(items: Any, state_columns: list[list[str]] | None) -> Any:
+    """``read_state``'s rows of this operator: ``(key tuple, state, map_key, value,
+    expires_at_ms, version)`` per live entry of ``items`` (``(key, value, expires_at_ms,
+    version)`` of one shard)."""
+    to_json = _codec.to_json
+    for key, value, expiry, ver in items:
+        if _keys.tag_of(key) != STATE_TAG:
+            continue  # the timer index repeats the keys' own timer entries
+        encoded, rest = _keys.split_length_prefixed(key)
+        gkey = _codec.decode(encoded)
+        if rest[:1] == TIMER_MARK:
+            value_ms = str(_keys.time_value(rest, len(TIMER_MARK)))
+            yield gkey, "__timer__", None, value_ms, expiry, ver
+            continue
+        name, sub = _split_name(rest)
+        map_key = to_json(_codec.decode(sub)) if sub else None
+        yield gkey, name, map_key, to_json(_codec.decode(value)), expiry, ver

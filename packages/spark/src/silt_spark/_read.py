@@ -8,12 +8,12 @@ expiry time of every entry is known. Nothing is written.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from silt.tierkit import public_url
 
-from . import _aggregate, _codec, _dedup, _layout, _processor, _shard, _window
+from . import _aggregate, _dedup, _layout, _processor, _shard, _window
+from ._codec import to_json
 
 #: Columns after the key columns.
 STATE_COLUMNS = (
@@ -24,18 +24,9 @@ STATE_COLUMNS = (
     ("shard_version", "bigint"),
 )
 
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, (bytes, bytearray)):
-        return value.hex()
-    if hasattr(value, "isoformat"):
-        return value.isoformat()
-    return str(value)
-
-
-def to_json(value: Any) -> str:
-    return json.dumps(value, default=_json_default, separators=(",", ":"))
-
+#: Operator kind (the descriptor's ``operator``) -> the module that owns it; each has ``KIND``
+#: and ``decode(items, state_columns)``. A new operator adds its module here.
+OPERATORS = {m.KIND: m for m in (_aggregate, _window, _dedup, _processor)}
 
 def _spec(desc: dict[str, Any], root: str) -> _shard.OperatorSpec:
     layouts = tuple((int(x["generation"]), int(x["num_shards"])) for x in desc["layouts"])
@@ -50,52 +41,7 @@ def decode_entries(
 ) -> Any:
     """``(key tuple, state, map_key, value, expires_at_ms, version)`` per live state entry of
     ``items`` (``(key, value, expires_at_ms, version)``)."""
-    import numpy as np
-
-    if kind in ("aggregate", "window"):
-        cols = [c for c, _ in state_columns or []]
-        plan = _aggregate.AggPlan((), (), tuple(cols), tuple(t == "f64" for _, t in
-                                                              state_columns or []), None, None)
-        dt = _aggregate.state_dtype(plan)
-        tag = _aggregate.AGG_TAG if kind == "aggregate" else _window.WINDOW_TAG
-        for key, value, expiry, ver in items:
-            if key[2:3] != tag:
-                continue
-            rec = np.frombuffer(value, dt)[0]
-            out: dict[str, Any] = {"rows": int(rec["rows"])}
-            for j, c in enumerate(cols):
-                n = int(rec[f"n{j}"])
-                out[c] = {"n": n, **({
-                    "sum": rec[f"s{j}"].item(), "min": rec[f"mn{j}"].item(),
-                    "max": rec[f"mx{j}"].item(),
-                } if n else {})}
-            if kind == "aggregate":
-                yield _codec.decode(key[3:]), "aggregate", None, to_json(out), expiry, ver
-            else:  # map_key: the window's start (ms since the epoch)
-                start, gkey = _window.decode_key(key)
-                yield gkey, "window", str(start), to_json(out), expiry, ver
-        return
-    if kind == "dedup":
-        for key, value, expiry, ver in items:
-            if key[2:3] == _dedup.DEDUP_TAG:  # value: the micro-batch that first saw the key
-                batch = int.from_bytes(value[:8], "big")  # (event time: then its expiry)
-                yield _codec.decode(key[3:]), "seen", None, str(batch), expiry, ver
-        return
-    for key, value, expiry, ver in items:
-        if key[2:3] != _processor.STATE_TAG:
-            continue  # the timer index repeats the keys' own timer entries
-        n = int.from_bytes(key[3:7], "big")
-        gkey = _codec.decode(key[7:7 + n])
-        rest = key[7 + n:]
-        if rest[:1] == _processor.TIMER_MARK:
-            value_ms = str(_processor._timer_value(rest[1:9]))
-            yield gkey, "__timer__", None, value_ms, expiry, ver
-            continue
-        name_len = rest[0]
-        name = rest[1:1 + name_len].decode("utf-8")
-        sub = rest[1 + name_len:]
-        map_key = to_json(_codec.decode(sub)) if sub else None
-        yield gkey, name, map_key, to_json(_codec.decode(value)), expiry, ver
+    return OPERATORS[kind].decode(items, state_columns)
 
 
 def read_shard(spec: _shard.OperatorSpec, shard: int, version: int) -> Any:

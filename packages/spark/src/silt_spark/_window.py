@@ -33,24 +33,29 @@ silt operator's plan has no Spark state, so Spark runs no such batch for it and 
 out in the next batch (``heartbeat`` or any later input).
 
 Simplification: rows with a null event time are dropped without being counted.
+
+The module owns the operator: its builder (:func:`window_aggregate`, which plans the query on the
+driver), its executors (``partial_aggregate`` before the shuffle, ``merge_partition`` in the shard's
+task) and :func:`decode` (its entries as ``read_state`` rows). Keys are built and split through
+``_keys.py``.
 """
 
 from __future__ import annotations
 
-import struct
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from . import _aggregate, _codec
+from silt.errors import InvalidArgumentError
+
+from . import _aggregate, _api, _codec, _keys, _layout, _shard
 from ._layout import KG_COLUMN, PARTITION_COLUMN
 from ._shard import ShardTask, check_key_groups
 
-WINDOW_TAG = b"W"
+#: The operator kind, as recorded in the state root's descriptor.
+KIND = "window"
+WINDOW_TAG = _keys.WINDOW_TAG
 OUTPUTS = ("append", "update")
-_U16 = struct.Struct(">H")
-_U64 = struct.Struct(">Q")
-_BIAS = 1 << 63
 
 META_WATERMARK = "spark.watermark_ms"
 META_MAX_EVENT_TIME = "spark.max_event_time_ms"
@@ -183,22 +188,17 @@ def partial_aggregate(batches: Iterator[Any], wp: WindowPlan) -> Iterator[Any]:
     yield from pa.Table.from_arrays(out, schema=wp.partial_schema).to_batches()
 
 
-def _start_bytes(ms: int) -> bytes:
-    return _U64.pack(ms + _BIAS)
-
-
 def state_keys(kgs: list[int], starts: list[int], key_values: list[list[Any]]) -> list[bytes]:
     """State keys of (key group, window start, grouping key) triples."""
-    pack16, pack64, enc = _U16.pack, _U64.pack, _codec.encode
+    timed, enc = _keys.timed_key, _codec.encode
     return [
-        pack16(kg) + WINDOW_TAG + pack64(s + _BIAS) + enc(key)
-        for kg, s, key in zip(kgs, starts, zip(*key_values))
+        timed(kg, WINDOW_TAG, s, enc(key)) for kg, s, key in zip(kgs, starts, zip(*key_values))
     ]
 
 
 def decode_key(key: bytes) -> tuple[int, tuple]:
     """``(window start ms, grouping key)`` of a window state key."""
-    return _U64.unpack(key[3:11])[0] - _BIAS, _codec.decode(key[11:])
+    return _keys.key_time(key), _codec.decode(_keys.after_time(key))
 
 
 def _meta_int(meta: dict[str, str], name: str) -> int | None:
@@ -215,9 +215,8 @@ def _closed_windows(
     nxt: int | None = None
     scan = task.db.scan
     for kg in range(task.first_kg, task.last_kg + 1):
-        head = _U16.pack(kg) + WINDOW_TAG
-        for k, v in scan(head, _U16.pack(kg) + b"X"):
-            start = _U64.unpack(k[3:11])[0] - _BIAS
+        for k, v in scan(*_keys.tag_range(kg, WINDOW_TAG)):
+            start = _keys.key_time(k)
             if start > cutoff:
                 if nxt is None or start < nxt:
                     nxt = start
@@ -328,3 +327,169 @@ def _output(key_arrays: list[Any], starts_ms: Any, records: Any, wp: WindowPlan)
     end = pa.array((starts_ms + wp.window_ms) * 1000, pa.int64()).cast(tt)
     arrays = [*key_arrays, start, end, *_aggregate.output_arrays(records, wp.agg)]
     return pa.Table.from_arrays(arrays, schema=schema)
+
+
+# --- driver: the query plan ------------------------------------------------------------------
+
+def window_aggregate(
+    df: Any,
+    key_columns: Sequence[str] | str,
+    time_column: str,
+    window_duration: Any,
+    aggs: Sequence[str] | Mapping[str, str],
+    state_url: str,
+    num_shards: int,
+    *,
+    slide_duration: Any = None,
+    watermark_delay: Any = 0,
+    output: str = "append",
+    key_groups: int = _layout.DEFAULT_KEY_GROUPS,
+    take_over: bool = False,
+    settings: Any = None,
+    reset: bool | None = None,
+    heartbeat: bool = False,
+) -> Any:
+    """Event-time window aggregation (tumbling or sliding) of a streaming DataFrame.
+
+    The counterpart of ``df.withWatermark(time_column, delay).groupBy(window(time_column,
+    window_duration, slide_duration), *keys).agg(...)``, vectorized as :func:`aggregate` is: a
+    partial aggregation per input partition and window before the shuffle, then per shard one
+    sorted ``multi_get`` of the touched windows, numpy arithmetic and one write batch.
+
+    The watermark is query-wide, as in Spark: micro-batch ``b`` runs with the largest event
+    time of the batches before it minus ``watermark_delay`` (at least 0), the same in every
+    shard, whatever ``num_shards``, across retries, restarts and rescales. A row is late, and
+    dropped, for each of its windows that the watermark has closed (window end ``<=``
+    watermark); the count of rows dropped because all their windows were closed is kept per
+    shard in the manifest meta (``spark.late_rows``). A window closes when the watermark reaches
+    its end; its state is then evicted.
+
+    Parameters
+    ----------
+    df : pyspark.sql.DataFrame
+        A streaming DataFrame.
+    key_columns : str or list of str
+        The grouping key columns (besides the window). An empty list is not allowed: add a
+        constant column to aggregate all rows per window.
+    time_column : str
+        The event-time column: ``timestamp`` or ``timestamp_ntz``. Rows where it is null are
+        dropped.
+    window_duration : int, str or timedelta
+        Window length: ms (int), a ``datetime.timedelta`` or a Spark interval string
+        (``"10 minutes"``, ``"interval 1 hour 30 minutes"``, ``"2 weeks"``; see
+        ``docs/spark.md``).
+    aggs : list of str or dict of str to str
+        As for :func:`aggregate`: ``count``, ``count(col)``, ``sum``, ``min``, ``max``,
+        ``avg`` of integral or floating-point columns.
+    state_url : str
+        Root URL of this operator's state (one operator per root).
+    num_shards : int
+        Number of shards (Spark partitions of the operator). Restarting the query with
+        another number rescales without moving state (see ``docs/spark.md``, Rescaling).
+    slide_duration : int, str or timedelta, optional
+        Slide of a sliding window (at most ``window_duration``); ``None`` (default) makes
+        tumbling windows. Windows start at multiples of the slide since the epoch, as in Spark,
+        so a row belongs to ``window_duration / slide_duration`` windows.
+    watermark_delay : int, str or timedelta, default 0
+        How late rows may arrive: ms (int), a ``datetime.timedelta`` or a Spark interval
+        string (``"10 minutes"``, ``"interval 1 hour 30 minutes"``, ``"2 weeks"``; see
+        ``docs/spark.md``).
+    output : {"append", "update"}, default "append"
+        ``"append"`` (Spark's append mode): each window is emitted **once**, with its final
+        aggregates, in the first micro-batch whose watermark is at or past the window's end
+        (Spark emits it in the no-data batch it runs right after the watermark moved; Spark
+        runs none for a silt operator, so the window comes with the next batch: see
+        ``heartbeat``). ``"update"``: every micro-batch emits each window that received rows in
+        it, with its running aggregates (closed windows are evicted without output).
+    key_groups : int, default 256
+        Number of key groups, fixed per root.
+    take_over : bool, default False
+        Take the state root over from another streaming query: discard the state that
+        belongs to another query id (a new checkpoint means a new query id) instead of failing
+        with :class:`~silt_spark.errors.ForeignStateError`. To start your own query's state
+        over, use :func:`silt_spark.drop_state`. (``reset=`` is its deprecated old name.)
+    settings : silt.Settings, optional
+        LSM settings for the shards.
+    heartbeat : bool, default False
+        Union a 1 row/s ``rate`` source into the operator so micro-batches keep running while
+        the input is idle: windows the last input closed are then emitted without waiting for
+        more input. Keep the setting across restarts (it is a source of the query).
+
+    Returns
+    -------
+    pyspark.sql.DataFrame
+        Streaming DataFrame: the key columns, ``window_start`` and ``window_end`` (of the time
+        column's type), then one column per aggregate (types as in :func:`aggregate`).
+
+    Raises
+    ------
+    TypeError
+        ``time_column`` is not a timestamp column, or an aggregated column is not numeric.
+    ValueError
+        Non-positive durations, a slide longer than the window, an unknown ``output``.
+
+    Examples
+    --------
+    >>> import silt_spark
+    >>> tx = spark.readStream.schema("user string, ok boolean, ts timestamp").parquet("/data/tx")
+    >>> failures = silt_spark.window_aggregate(
+    ...     tx.where("not ok"), ["user"], "ts", "24 hours", ["count"],
+    ...     state_url="file:///data/state/failures", num_shards=4,
+    ...     slide_duration="1 hour", watermark_delay="10 minutes")
+    >>> query = (failures.writeStream.format("parquet").option("path", "/data/out/failures")
+    ...          .option("checkpointLocation", "/data/chk/failures").start())
+    """
+    keys = _api._key_list(key_columns, df)
+    window_ms = _api._duration_ms(window_duration, "window_duration")
+    slide_ms = window_ms if slide_duration is None else _api._duration_ms(
+        slide_duration, "slide_duration"
+    )
+    if slide_ms > window_ms:
+        raise InvalidArgumentError(
+            f"slide_duration ({slide_ms} ms) must not be longer than window_duration "
+            f"({window_ms} ms)"
+        )
+    delay_ms = _api.parse_delay_ms(watermark_delay)
+    if output not in OUTPUTS:
+        raise InvalidArgumentError(f"output must be one of {OUTPUTS}, got {output!r}")
+    parsed = _aggregate.parse_aggs(aggs)
+    wp, partial_struct, output_struct = plan(
+        df.schema, keys, parsed, time_column, window_ms, slide_ms, delay_ms, output
+    )
+    spec = _api._spec(
+        KIND, state_url, num_shards, key_groups, take_over, settings, df=df, reset=reset,
+        event_time_delays=(delay_ms,),
+    )
+    p = wp.agg
+    spec = _shard.ensure_descriptor(spec, {
+        "key_columns": _api._key_types(df, keys),
+        "state_columns": [[c, "f64" if f else "i64"] for c, f in zip(p.value_columns, p.floating)],
+        "window": {"window_ms": window_ms, "slide_ms": slide_ms},
+    }, (*_api.PINNED, "state_columns", "window"))
+
+    def partial_fn(batches: Any) -> Any:
+        return partial_aggregate(batches, wp)
+
+    def process(task: _shard.ShardTask, batches: Any) -> Any:
+        return merge_partition(task, batches, wp)
+
+    shard_fn = _api.shard_function(df, spec, process)
+
+    needed = list(dict.fromkeys([*keys, time_column, *p.value_columns]))
+    partials = df.select(*needed).mapInArrow(partial_fn, partial_struct)
+    return _api._route(partials, keys, spec, heartbeat).mapInArrow(shard_fn, output_struct)
+
+
+# --- read-back: read_state ----------------------------------------------------------------
+
+
+def decode(items: Any, state_columns: list[list[str]] | None) -> Any:
+    """``read_state``'s rows of this operator: ``(key tuple, state, map_key, value,
+    expires_at_ms, version)`` per live entry of ``items`` (``(key, value, expires_at_ms,
+    version)`` of one shard)."""
+    parts = _aggregate.running_parts(state_columns)
+    for key, value, expiry, ver in items:
+        if _keys.tag_of(key) != WINDOW_TAG:
+            continue
+        start, gkey = decode_key(key)  # map_key: the window's start (ms since the epoch)
+        yield gkey, "window", str(start), _codec.to_json(parts(value)), expiry, ver
