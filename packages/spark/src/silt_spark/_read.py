@@ -14,6 +14,7 @@ from silt.tierkit import public_url
 
 from . import _aggregate, _dedup, _layout, _processor, _shard, _window
 from ._codec import to_json
+from .errors import LayoutMismatchError
 
 #: Columns after the key columns.
 STATE_COLUMNS = (
@@ -41,7 +42,14 @@ def decode_entries(
 ) -> Any:
     """``(key tuple, state, map_key, value, expires_at_ms, version)`` per live state entry of
     ``items`` (``(key, value, expires_at_ms, version)``)."""
-    return OPERATORS[kind].decode(items, state_columns)
+    operator = OPERATORS.get(kind)
+    if operator is None:
+        raise LayoutMismatchError(
+            f"the state root's descriptor names operator kind {kind!r}, which this silt_spark "
+            f"does not know ({', '.join(sorted(OPERATORS))}): the descriptor is damaged, or the "
+            "state was written by a newer silt_spark; upgrade silt_spark"
+        )
+    return operator.decode(items, state_columns)
 
 
 def read_shard(spec: _shard.OperatorSpec, shard: int, version: int) -> Any:
