@@ -216,18 +216,11 @@ def _forget(task: ShardTask, limit: int, ops: list) -> int | None:
     ``ops``); return the smallest expiry left in the index (``None``: empty). One short scan
     per key group of the shard, and one ``multi_get``: a key re-emitted since an index entry was
     written has a newer expiry and stays."""
+    due, nxt = _keys.due_entries(task.db, task.first_kg, task.last_kg, EXPIRY_TAG, limit)
     due_keys: list[bytes] = []
-    nxt: int | None = None
-    scan = task.db.scan
-    for kg in range(task.first_kg, task.last_kg + 1):
-        for k, _ in scan(*_keys.tag_range(kg, EXPIRY_TAG)):
-            expiry = _keys.key_time(k)
-            if expiry > limit:
-                if nxt is None or expiry < nxt:
-                    nxt = expiry
-                break
-            ops.append((k, None, None))
-            due_keys.append(_keys.head(kg, DEDUP_TAG) + _keys.after_time(k))
+    for _, kg, k in due:
+        ops.append((k, None, None))
+        due_keys.append(_keys.head(kg, DEDUP_TAG) + _keys.after_time(k))
     if due_keys:
         for k, v in zip(due_keys, task.db.multi_get(due_keys)):
             if v is not None and _I64.unpack_from(v, 8)[0] <= limit:

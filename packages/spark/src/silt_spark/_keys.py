@@ -27,6 +27,7 @@ on-disk format (docs/format.md): never change one.
 from __future__ import annotations
 
 import struct
+from typing import Any
 
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
@@ -101,6 +102,26 @@ def key_time(key: bytes) -> int:
 def after_time(key: bytes) -> bytes:
     """What follows the time of a :func:`timed_key` (the encoded grouping key)."""
     return key[BODY_AT + TIME_BYTES:]
+
+
+def due_entries(db: Any, first_kg: int, last_kg: int, tag: bytes,
+                limit: int) -> tuple[list[tuple[int, int, bytes]], int | None]:
+    """Read a time index (:func:`timed_key` entries under ``tag``) of key groups
+    ``first_kg..last_kg``: ``(time, kg, index key)`` of every entry with ``time <= limit``, in
+    scan order (by key group, then time), and the smallest time after ``limit`` (``None``: no
+    entry left). One short scan per key group: each stops at its first entry past the limit."""
+    due: list[tuple[int, int, bytes]] = []
+    nxt: int | None = None
+    scan = db.scan
+    for kg in range(first_kg, last_kg + 1):
+        for k, _ in scan(*tag_range(kg, tag)):
+            time = key_time(k)
+            if time > limit:
+                if nxt is None or time < nxt:
+                    nxt = time
+                break
+            due.append((time, kg, k))
+    return due, nxt
 
 
 def length_prefixed(kg: int, tag: bytes, encoded_key: bytes) -> bytes:

@@ -757,18 +757,9 @@ def _due_timers(task: ShardTask, threshold: int) -> tuple[list[tuple[int, int, b
     """Timers of the shard with expiry ``<= threshold`` as ``(expiry, kg, encoded key)`` in
     firing order, and the smallest expiry after ``threshold`` (``None``: no timer left).
     One short scan per key group of the shard's timer index."""
-    due: list[tuple[int, int, bytes]] = []
-    nxt: int | None = None
-    scan = task.db.scan
-    for kg in range(task.first_kg, task.last_kg + 1):
-        for k, _ in scan(*_keys.tag_range(kg, TIMER_TAG)):
-            expiry = _keys.key_time(k)
-            if expiry > threshold:
-                if nxt is None or expiry < nxt:
-                    nxt = expiry
-                break
-            due.append((expiry, kg, _keys.after_time(k)))
-    due.sort()
+    entries, nxt = _keys.due_entries(task.db, task.first_kg, task.last_kg, TIMER_TAG,
+                                     threshold)
+    due = sorted((expiry, kg, _keys.after_time(k)) for expiry, kg, k in entries)
     return due, nxt
 
 
