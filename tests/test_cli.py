@@ -375,8 +375,13 @@ def test_verify_reports_missing_and_truncated_ssts(root: str, capsys) -> None:
 def test_verify_scope_errors(root: str, tmp_path, capsys) -> None:
     code, _, err = run(capsys, "verify", root, "--version", "5")
     assert code == 1 and "version 5" in err
-    code, _, err = run(capsys, "verify", tmp_path.as_uri(), "--all")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    code, _, err = run(capsys, "verify", empty.as_uri(), "--all")
     assert code == 1 and "no committed versions" in err
+    # The fixture's parent folder holds one DB ("root"): verified as a root of DBs.
+    code, out, _ = run(capsys, "verify", tmp_path.as_uri(), "--all")
+    assert code == 0 and out.startswith("root: verified all versions") and "1 DBs: OK" in out
     code, _, err = run(capsys, "verify", root, "--all", "--version", "1")
     assert code == 2 and "not allowed with argument" in err  # argparse usage error
 

@@ -50,8 +50,8 @@ from itertools import islice
 from typing import Any
 from urllib.parse import unquote
 
-from . import _list_versions, paths, read_manifest
 from . import open as open_db
+from . import paths
 from .clock import Clock
 from .compaction.record import CompactionRecord, read_records
 from .db import DB
@@ -63,14 +63,15 @@ from .errors import (
 )
 from .manifest import Manifest
 from .plugins import KNOWN_CACHES, KNOWN_TIERS, get_registry, open_store
-from .roots import child_dbs, compaction_state, inspect_root, list_dbs
+from .roots import child_dbs, compaction_state, inspect_root, version_rows
 from .settings import MAX_INT, MAX_SECONDS, Settings
 from .siblings import SiblingStores
 from .sst.builder import SstInfo
 from .store import ObjectStore, split_url
 from .tierkit import public_url
 from .verify import Problem, VerifyReport, verify
-from .versions import list_versions
+from .versions import read_manifest
+from .versions import versions as committed_versions
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -187,7 +188,7 @@ def _open_db(url: str, version: int | None) -> tuple[ObjectStore, DB]:
 def _resolve_version(store: ObjectStore, url: str, version: int | None) -> int:
     if version is not None:
         return version
-    found = _list_versions(store)
+    found = committed_versions(store)
     if not found:
         raise VersionNotFoundError(f"{public_url(url)!r} has no committed versions")
     return found[-1]
@@ -217,50 +218,23 @@ def _key_arg(text: str | None, is_hex: bool, what: str) -> bytes | None:
 # --- commands ------------------------------------------------------------------------------------
 
 
-def _sst_summary(manifest: Manifest) -> tuple[int, int]:
-    ssts = list(manifest.all_ssts())
-    return len(ssts), sum(s.size for s in ssts)
-
-
-def _version_rows(store: ObjectStore, db: str = "") -> tuple[list[dict[str, Any]], int]:
-    """One row per committed version of the DB at prefix ``db`` (``"db"`` names it when given),
-    and the exit status (a manifest that does not decode is reported, and the listing goes on).
-    """
-    status = EXIT_OK
-    rows: list[dict[str, Any]] = []
-    named = {"db": db.rstrip("/")} if db else {}
-    for version in list_versions(store, db).versions:
-        name = db + paths.manifest_key(version)
-        try:
-            m = read_manifest(store, version, db)
-        except CorruptionError as exc:
-            status = EXIT_CORRUPT
-            print(f"silt: error: {exc}", file=sys.stderr)
-            rows.append({**named, "version": version, "error": str(exc), "object": name})
-            continue
-        except VersionNotFoundError:
-            continue  # collected between the listing and the read
-        count, size = _sst_summary(m)
-        rows.append({
-            **named, "version": version, "parent": m.parent, "created_ms": m.created_ms,
-            "created": _time(m.created_ms), "ssts": count, "bytes": size, "meta": m.meta,
-        })
-    return rows, status
-
-
 def cmd_ls(args: argparse.Namespace) -> int:
     store = _open_store(args.url)
     try:
-        rows, status = _version_rows(store)
+        rows = version_rows(store)
         dbs = child_dbs(store) if not rows else []
-        for db in dbs:  # a root of several DBs: each DB's versions
-            more, db_status = _version_rows(store, db)
-            rows += more
-            status = max(status, db_status)
+        for db in dbs:  # a root of DBs: each DB's versions
+            rows += version_rows(store, db)
     finally:
         store.close()
+    status = EXIT_OK
+    for r in rows:
+        if "error" in r:  # reported, and the listing goes on
+            status = EXIT_CORRUPT
+            print(f"silt: error: {r['error']}", file=sys.stderr)
     if args.json:
-        _print_json(rows)
+        _print_json([r if "error" in r else {**r, "created": _time(r["created_ms"])}
+                     for r in rows])
     elif rows:
         header = ["VERSION", "CREATED", "SSTS", "BYTES", "META"]
         print(_table(
@@ -268,7 +242,8 @@ def cmd_ls(args: argparse.Namespace) -> int:
             [
                 ([r["db"]] if dbs else [])
                 + ([r["version"], "CORRUPT", "-", "-", r["object"]] if "error" in r
-                   else [r["version"], r["created"], r["ssts"], r["bytes"], _meta(r["meta"])])
+                   else [r["version"], _time(r["created_ms"]), r["ssts"], r["bytes"],
+                         _meta(r["meta"])])
                 for r in rows
             ],
         ))
@@ -335,10 +310,14 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
     store = _open_store(args.url)
     try:
-        if args.version is None and not _list_versions(store):
-            dbs = [db for db in list_dbs(store) if db]
-            if dbs:
-                return _print_root(args.url, inspect_root(store, dbs), args.json)
+        dbs = child_dbs(store)
+        if dbs:
+            rows = inspect_root(store, dbs, args.version)
+            if not rows and args.version is not None:
+                raise VersionNotFoundError(
+                    f"no DB under {public_url(args.url)!r} has version {args.version}; "
+                    "run `silt ls` to list the committed versions")
+            return _print_root(args.url, rows, args.json)
         version = _resolve_version(store, args.url, args.version)
         m = _read_manifest(store, args.url, version)
         props: dict[str, dict[str, Any]] = {}
@@ -594,7 +573,7 @@ def _compact_once(store: ObjectStore, url: str, settings: Settings, policy: Any,
     """One pass of the external compactor over the latest version. Never writes a manifest."""
     from .compaction.compactor import run_compaction
 
-    found = _list_versions(store)
+    found = committed_versions(store)
     if not found:
         return {"status": "empty", "version": None}
     m = _read_manifest(store, url, found[-1])
