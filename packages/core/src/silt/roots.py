@@ -15,6 +15,7 @@ from urllib.parse import quote
 
 from . import paths
 from .compaction.record import read_records
+from .cost import recorded_requests, user_meta
 from .errors import CorruptionError, VersionNotFoundError
 from .gc import read_checkpoints
 from .manifest import Manifest
@@ -53,9 +54,11 @@ def child_dbs(store: ObjectStore) -> list[str]:
 
 def version_rows(store: ObjectStore, db: str = "") -> list[dict[str, Any]]:
     """One summary per committed version of the DB at prefix ``db``, oldest first: ``version``,
-    ``parent``, ``created_ms``, ``ssts``, ``bytes``, ``meta`` (and ``db``, its name, when
-    ``db`` is given). A manifest that does not decode gives ``{"version", "object", "error"}``
-    instead, and the listing goes on; a version collected between the listing and its read is
+    ``parent``, ``created_ms``, ``ssts``, ``bytes``, ``meta`` (the writer's, without silt's own
+    entries), ``requests`` (what the writer paid for since its previous commit, by kind:
+    :mod:`silt.cost`; ``{}`` when not recorded) and ``db``, its name, when ``db`` is given. A
+    manifest that does not decode gives ``{"version", "object", "error"}`` instead, and the
+    listing goes on; a version collected between the listing and its read is
     left out. What ``silt ls`` prints."""
     rows: list[dict[str, Any]] = []
     named = {"db": db.rstrip("/")} if db else {}
@@ -71,7 +74,8 @@ def version_rows(store: ObjectStore, db: str = "") -> list[dict[str, Any]]:
         ssts = list(m.all_ssts())
         rows.append({**named, "version": version, "parent": m.parent,
                      "created_ms": m.created_ms, "ssts": len(ssts),
-                     "bytes": sum(s.size for s in ssts), "meta": m.meta})
+                     "bytes": sum(s.size for s in ssts), "meta": user_meta(m.meta),
+                     "requests": recorded_requests(m.meta)})
     return rows
 
 
@@ -97,7 +101,8 @@ def inspect_root(store: ObjectStore, dbs: list[str],
                  version: int | None = None) -> list[dict[str, Any]]:
     """One summary per DB in ``dbs`` (prefixes) with a committed version: ``db`` (its name),
     ``version`` (the latest, or ``version`` when given: a DB without it is left out),
-    ``versions`` (how many), :func:`compaction_state`, ``bytes``, ``pending_compactions``,
+    ``versions`` (how many), :func:`compaction_state`, ``bytes``, ``requests`` (recorded by that
+    version's writer, :func:`silt.cost.recorded_requests`), ``pending_compactions``,
     ``checkpoints`` and ``gc_horizon``. A manifest that does not decode raises
     :class:`~silt.errors.CorruptionError`."""
     rows = []
@@ -113,6 +118,7 @@ def inspect_root(store: ObjectStore, dbs: list[str],
             "db": db.rstrip("/"), "version": m.version, "versions": len(found),
             **compaction_state(m),
             "bytes": sum(s.size for s in m.all_ssts()),
+            "requests": recorded_requests(m.meta),
             "pending_compactions": len(read_records(store, db)),
             "checkpoints": read_checkpoints(store, db),
             "gc_horizon": read_markers(store, db).horizon,
