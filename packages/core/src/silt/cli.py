@@ -54,6 +54,7 @@ from urllib.parse import unquote
 from . import open as open_db
 from . import paths
 from .clock import Clock
+from .compaction.external import compact_once
 from .compaction.record import CompactionRecord, read_records
 from .cost import S3_STANDARD, Prices, recorded_requests, request_classes, summary, user_meta
 from .db import DB
@@ -598,31 +599,15 @@ def _settings_from(args: argparse.Namespace) -> Settings:
 
 def _compact_once(store: ObjectStore, url: str, settings: Settings, policy: Any,
                   clock: Clock) -> dict[str, Any]:
-    """One pass of the external compactor over the latest version. Never writes a manifest."""
-    from .compaction.compactor import run_compaction
-
-    found = committed_versions(store)
-    if not found:
-        return {"status": "empty", "version": None}
-    m = _read_manifest(store, url, found[-1])
-    task = policy.pick(m, clock.now_ms())
-    if task is None:
-        return {"status": "idle", "version": m.version}
-    # A record the writer has not adopted yet, whose inputs are all still live and overlap this
-    # task, would make this one redundant: wait for the writer instead of doing it twice.
-    live = {s.id for s in m.all_ssts()}
-    for name, rec in read_records(store):
-        if isinstance(rec, CompactionRecord) and set(rec.task.inputs) <= live and (
-            set(rec.task.inputs) & set(task.inputs)
-        ):
-            return {"status": "waiting", "version": m.version, "record": name}
-    siblings = SiblingStores(url, store)
-    try:
-        record = run_compaction(store, m, task, settings, clock, siblings=siblings)
-    finally:
-        siblings.close()
-    return {"status": "compacted", "version": m.version,
-            **_record_json(paths.compaction_key(record.id), record)}
+    """One pass of the external compactor (:func:`silt.compaction.external.compact_once`), as
+    the JSON ``silt compact --json`` prints."""
+    done = compact_once(store, url, settings, policy, clock)
+    result: dict[str, Any] = {"status": done.status, "version": done.version}
+    if done.waiting_for is not None:
+        result["record"] = done.waiting_for
+    if done.record is not None:
+        result.update(_record_json(paths.compaction_key(done.record.id), done.record))
+    return result
 
 
 def cmd_compact(args: argparse.Namespace) -> int:
