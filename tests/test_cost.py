@@ -29,11 +29,7 @@ from silt.versions import read_manifest
 
 
 def _totals(db: silt.DB) -> dict[str, int]:
-    out = dict.fromkeys(KINDS, 0)
-    for kinds in db.stats()["requests"].values():
-        for kind, c in kinds.items():
-            out[kind] += c["count"]
-    return out
+    return db.stats()["requests_by_kind"]
 
 
 def _recorded(url: str) -> dict[int, dict[str, int]]:

@@ -17,11 +17,7 @@ from silt.metrics import KINDS
 
 
 def _requests(db: silt.DB) -> dict[str, int]:
-    out = dict.fromkeys(KINDS, 0)
-    for kinds in db.stats()["requests"].values():
-        for kind, c in kinds.items():
-            out[kind] += c["count"]
-    return out
+    return db.stats()["requests_by_kind"]
 
 
 def _delta(db: silt.DB, before: dict[str, int]) -> dict[str, int]:

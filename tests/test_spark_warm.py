@@ -9,18 +9,13 @@ from __future__ import annotations
 
 import pytest
 import silt
-from silt.metrics import KINDS
 from silt_spark import _shard
 from silt_spark._shard import OperatorSpec, ShardTask
 from silt_spark.errors import StateAheadError
 
 
 def _requests(db: silt.DB) -> dict[str, int]:
-    out = dict.fromkeys(KINDS, 0)
-    for kinds in db.stats()["requests"].values():
-        for kind, c in kinds.items():
-            out[kind] += c["count"]
-    return out
+    return db.stats()["requests_by_kind"]
 
 
 @pytest.fixture
@@ -50,6 +45,14 @@ def _run(spec: OperatorSpec, batch: int, key: bytes | None) -> tuple[ShardTask, 
     return task, opened
 
 
+def _other_process_commits(spec: OperatorSpec, batch: int, key: bytes, value: bytes) -> None:
+    """Another worker process commits ``batch`` of shard 0 (the handle cached here has not
+    seen it)."""
+    with silt.open(spec.shard_url(0)) as other:
+        other.put(key, value)
+        other.commit(batch, meta={_shard.META_QUERY_ID: "q", _shard.META_BATCH_ID: str(batch)})
+
+
 def test_a_warm_handle_at_the_previous_batch_opens_with_no_request(spec) -> None:
     _run(spec, 0, b"a")
     task, opened = _run(spec, 1, b"b")
@@ -65,10 +68,7 @@ def test_a_warm_handle_at_the_previous_batch_opens_with_no_request(spec) -> None
 def test_a_warm_handle_another_process_passed_reopens(spec) -> None:
     _run(spec, 0, b"a")
     _run(spec, 1, b"b")
-    # Another worker process runs batch 2 (and 3, unchanged) of this shard.
-    with silt.open(spec.shard_url(0)) as other:
-        other.put(b"x", b"other")
-        other.commit(2, meta={_shard.META_QUERY_ID: "q", _shard.META_BATCH_ID: "2"})
+    _other_process_commits(spec, 2, b"x", b"other")  # batch 2 (3 changes nothing) elsewhere
     _run(spec, 3, None)  # the cached handle (version 1) sees version 2 and reopens
     task, _ = _run(spec, 4, b"d")
     assert task.db.version == 4 and task.db.get(b"x") == b"other"
@@ -78,9 +78,7 @@ def test_a_replay_on_a_warm_handle_emits_and_does_not_commit(spec) -> None:
     """Another attempt of batch 2 committed first: ours conflicts and is a replay."""
     _run(spec, 0, b"a")
     _run(spec, 1, b"b")
-    with silt.open(spec.shard_url(0)) as other:
-        other.put(b"c", b"v2")
-        other.commit(2, meta={_shard.META_QUERY_ID: "q", _shard.META_BATCH_ID: "2"})
+    _other_process_commits(spec, 2, b"c", b"v2")
     task, opened = _run(spec, 2, b"c")  # warm at version 1 = batch 2's base: no request
     assert opened == {} and task.replay and not task.committed
 
@@ -90,8 +88,6 @@ def test_state_ahead_of_the_checkpoint_is_refused_on_a_warm_handle(spec) -> None
     at b - 1 skips the check at open and finds them at its commit."""
     _run(spec, 0, b"a")
     _run(spec, 1, b"b")
-    with silt.open(spec.shard_url(0)) as other:
-        other.put(b"z", b"later")
-        other.commit(5, meta={_shard.META_QUERY_ID: "q", _shard.META_BATCH_ID: "5"})
+    _other_process_commits(spec, 5, b"z", b"later")
     with pytest.raises(StateAheadError, match="newer than micro-batch 2"):
         _run(spec, 2, b"c")

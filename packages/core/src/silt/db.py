@@ -578,7 +578,8 @@ class DB:
         ``read_amplification`` is the number of SSTs a point read may probe (L0 SSTs plus one per
         non-empty level); ``write_amplification`` is bytes written to SSTs (flushes and
         compaction outputs) per byte flushed from memtables; ``requests`` counts object-store
-        requests and bytes by purpose (write, flush, commit, compaction, gc, read) and kind.
+        requests and bytes by purpose (write, flush, commit, compaction, gc, read, open) and
+        kind, ``requests_by_kind`` the requests of each kind (failed ones included).
         """
         m = self._metrics.snapshot()
         flushed = m.get("flush_bytes", 0)

@@ -58,11 +58,13 @@ class Metrics:
         return out
 
     def snapshot(self) -> dict[str, Any]:
-        """Plain-data copy: ``{"requests": {purpose: {kind: {"count", "bytes"}}}, counters...}``."""
+        """Plain-data copy: ``{"requests": {purpose: {kind: {"count", "bytes"}}},
+        "requests_by_kind": {kind: count}, counters...}``."""
         requests: dict[str, dict[str, dict[str, int]]] = {}
         for (purpose, kind), (n, b) in sorted(self.requests.items()):
             requests.setdefault(purpose, {})[kind] = {"count": n, "bytes": b}
-        return {"requests": requests, **dict(sorted(self.counters.items()))}
+        return {"requests": requests, "requests_by_kind": self.totals(),
+                **dict(sorted(self.counters.items()))}
 
 
 class MeteredStore(ObjectStore):
