@@ -151,8 +151,8 @@ class Committer:
                 tombs: RangeTombstones = EMPTY) -> Manifest:
         """Create version ``version`` listing ``l0``/``levels`` and run the checks after it
         (steps 1-3 of the module docstring), with the range-delete counter ``seq`` and range
-        tombstones ``tombs`` (:mod:`silt.rangedel`). ``pending`` is kept with an uncertain commit and
-        handed back by :meth:`prepare` when it turns out to have landed."""
+        tombstones ``tombs`` (:mod:`silt.rangedel`). ``pending`` is kept with an uncertain
+        commit and handed back by :meth:`prepare` when it turns out to have landed."""
         while True:
             if version > self.next and self.lineage is not None:
                 self._reserve(version, base, self.next)

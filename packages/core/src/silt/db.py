@@ -47,6 +47,7 @@ from .manifest import Manifest, check_meta
 from .memtable import Memtable, check_ops, check_pairs
 from .metrics import MeteredStore, Metrics
 from .pin import check_checkpoint_name, pin
+from .rangedel import MAX_FRAGMENTS
 from .record import MISSING, visible
 from .settings import Settings
 from .siblings import Base, Reference, SiblingStores, mark_referrers, take_reference
@@ -272,8 +273,15 @@ class DB:
         view.mem.delete_range(start, end)
         if not (view.parts or view.l0 or view.levels):
             return  # nothing older to cover: the memtable's point tombstones were enough
+        tombs = view.tombs.add(start, end, self._seq + 1)
+        if len(tombs) > MAX_FRAGMENTS:
+            raise InvalidArgumentError(
+                f"{len(tombs)} range tombstones would exceed the limit of {MAX_FRAGMENTS} a "
+                "manifest holds: commit and let compaction rewrite what they delete, or delete "
+                "fewer, wider ranges"
+            )
         self._seq += 1
-        self._view = view.but(tombs=view.tombs.add(start, end, self._seq))
+        self._view = view.but(tombs=tombs)
 
     def write(self, batch: WriteBatch) -> None:
         """Apply every operation of ``batch``, in order, after validating all of them."""

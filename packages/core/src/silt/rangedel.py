@@ -36,6 +36,7 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_right
 from collections.abc import Iterable, Iterator, Sequence
+from itertools import pairwise
 from typing import Any
 
 from .sst.builder import MAX_SEQ, SstInfo
@@ -43,7 +44,7 @@ from .sst.builder import MAX_SEQ, SstInfo
 #: A fragment: ``(start, end, seq)`` with ``start < end`` and ``seq >= 1``.
 Fragment = tuple[bytes, bytes, int]
 #: At most this many fragments in one manifest (a bound for crafted manifests).
-MAX_FRAGMENTS = 1 << 20
+MAX_FRAGMENTS = 1 << 16
 
 
 def fragment(tombstones: Iterable[Fragment]) -> tuple[Fragment, ...]:
@@ -57,7 +58,7 @@ def fragment(tombstones: Iterable[Fragment]) -> tuple[Fragment, ...]:
     out: list[Fragment] = []
     heap: list[tuple[int, bytes]] = []  # (-seq, end) of the tombstones open at a bound
     i = 0
-    for lo, hi in zip(bounds, bounds[1:]):
+    for lo, hi in pairwise(bounds):
         while i < len(ts) and ts[i][0] <= lo:
             heapq.heappush(heap, (-ts[i][2], ts[i][1]))
             i += 1

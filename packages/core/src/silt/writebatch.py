@@ -10,7 +10,6 @@ from collections.abc import Iterator
 
 from .errors import InvalidTypeError
 
-
 #: The value slot of a range delete's op (never a real value: values are bytes).
 DELETE_RANGE: object = type("DeleteRange", (), {"__repr__": lambda self: "DELETE_RANGE"})()
 
