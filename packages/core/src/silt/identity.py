@@ -239,7 +239,8 @@ def _check_reservation(url: str, m: Manifest, manifests: dict[int, Manifest],
         found.append(Finding("corruption", paths.manifest_key(m.version), (
             f"version {m.version} of {url!r} reserves the numbers up to {m.skip_to} and must "
             f"hold the state of version {parent}, but its SSTs or range tombstones differ: a "
-            "reservation was altered or forged, and reading it gives another state than its number promises")))
+            "reservation was altered or forged, and reading it gives another state than its "
+            "number promises")))
 
 
 def _references(manifests: list[Manifest]) -> Iterator[tuple[Manifest, str, str]]:
