@@ -47,7 +47,7 @@ from .manifest import Manifest, check_meta
 from .memtable import Memtable, check_ops, check_pairs
 from .metrics import MeteredStore, Metrics
 from .pin import check_checkpoint_name, pin
-from .rangedel import MAX_FRAGMENTS
+from .rangedel import MAX_FRAGMENTS, RangeTombstones
 from .record import MISSING, visible
 from .settings import Settings
 from .siblings import Base, Reference, SiblingStores, mark_referrers, take_reference
@@ -437,9 +437,11 @@ class DB:
         live_ids = {s.id for s in manifest.all_ssts()}
         view = self._view
         parts = tuple(p for p in view.parts if p.info is None or p.info.id not in live_ids)
-        # The manifest's tombstones were pruned against its SSTs only: parts not in it keep
-        # the view's (which include the manifest's).
-        tombs = manifest.range_tombstones.union(view.tombs) if parts else manifest.range_tombstones
+        # Range deletes made after the manifest was built (after an uncertain commit that
+        # landed) have greater numbers than its counter: they stay in force. Tombstones it
+        # pruned were older than every part it does not hold.
+        pending = [f for f in view.tombs.fragments if f[2] > manifest.seq]
+        tombs = manifest.range_tombstones.union(RangeTombstones(pending))
         self._view = view.but(
             parts=parts,
             l0=tuple(self._reader(s) for s in manifest.l0),
