@@ -21,11 +21,13 @@ from silt import paths
 from silt.clock import Clock
 from silt.compaction.compactor import run_compaction
 from silt.compaction.task import CompactionTask
-from silt.errors import CorruptionError, InvalidArgumentError, InvalidTypeError
+from silt.errors import CorruptionError, InvalidArgumentError, InvalidTypeError, StoreError
 from silt.framing import FRAME_HEAD, encode_framed
 from silt.manifest import MANIFEST_MAGIC, Manifest
 from silt.rangedel import MAX_FRAGMENTS, RangeTombstones, fragment
 from silt.siblings import SiblingStores
+from silt.testing import FaultyStore
+from silt.tiers.memory import MemoryStore
 
 SETTINGS = silt.Settings(memtable_bytes=300, block_bytes=64, block_cache_bytes=4096,
                          compaction="none", compaction_mode="external",
@@ -331,3 +333,48 @@ def test_rescale_two_sources_with_their_own_counters(tmp_path) -> None:
     for db in (a, b, c, d):
         db.close()
     assert silt.verify(parent).ok
+
+
+def test_inspect_and_verify_show_range_tombstones(tmp_path, capsys) -> None:
+    from silt.cli import main
+
+    url = (tmp_path / "db").as_uri()
+    with silt.open(url, settings=SETTINGS) as db:
+        for i in range(30):
+            db.put(b"k%02d" % i, b"v")
+        db.commit()
+        db.delete_range(b"k05", b"k10")
+        db.delete_range(b"k20", b"k25")
+        db.commit()
+    assert main(["inspect", url, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["range_deletes"]["seq"] == 2
+    assert [(t["start_text"], t["end_text"], t["seq"])
+            for t in out["range_deletes"]["tombstones"]] == [("k05", "k10", 1), ("k20", "k25", 2)]
+    assert main(["inspect", url]) == 0
+    text = capsys.readouterr().out
+    assert "2 range tombstones, counter 2" in text and "[k20 .. k25)  seq 2" in text
+    assert main(["verify", url]) == 0
+
+
+def test_range_delete_after_an_uncertain_commit_that_landed_stays() -> None:
+    """A commit fails with its manifest created; range deletes made before the next commit
+    (which adopts the landed version first) still delete."""
+    faulty = FaultyStore(MemoryStore())
+    with silt.open("memory://unused", settings=SETTINGS, store=faulty) as db:
+        for i in range(20):
+            db.put(b"k%02d" % i, b"v")
+        db.commit()
+        db.delete_range(b"k00", b"k05")
+        db.put(b"x", b"1")
+        faulty.lose_response_next("put_if_absent", error=StoreError,
+                                  predicate=lambda key: key.startswith(paths.MANIFEST_PREFIX))
+        with pytest.raises(StoreError):
+            db.commit()
+        db.delete_range(b"k10", b"k15")
+        assert db.commit() == 3
+        expected = [b"k%02d" % i for i in [*range(5, 10), *range(15, 20)]] + [b"x"]
+        assert [k for k, _ in db.scan()] == expected
+    with silt.open("memory://unused", store=faulty) as db:
+        assert [k for k, _ in db.scan()] == expected
+        assert db.manifest is not None and db.manifest.seq == 2
