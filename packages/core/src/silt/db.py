@@ -36,6 +36,7 @@ from .cache import BlockCache
 from .clock import Clock
 from .commit import Committer, check_version
 from .compaction.driver import CompactionDriver
+from .cost import META_REQUESTS, RESERVED_META_PREFIX, encode_requests, user_meta
 from .errors import (
     ClosedError,
     InvalidArgumentError,
@@ -77,8 +78,12 @@ class DB:
         clock: Clock,
         manifest: Manifest | None,
         owns_store: bool = True,
+        metrics: Metrics | None = None,
     ) -> None:
-        self._metrics = Metrics()
+        #: Request counters; ``metrics`` carries on the counts of opening this DB.
+        self._metrics = Metrics() if metrics is None else metrics
+        #: Requests by kind counted into the previous commit's ``silt.requests`` (silt.cost).
+        self._paid: dict[str, int] = {}
         self._store = MeteredStore(store, self._metrics)
         self._url = url
         #: The URL as messages and repr show it: no query (tier options may hold a secret).
@@ -127,8 +132,9 @@ class DB:
 
     @property
     def meta(self) -> dict[str, str]:
-        """The ``meta`` map of the base version (a copy)."""
-        return dict(self._manifest.meta) if self._manifest is not None else {}
+        """The ``meta`` map of the base version (a copy): what callers committed, without silt's
+        own entries (keys starting with ``silt.``, such as :data:`silt.cost.META_REQUESTS`)."""
+        return user_meta(self._manifest.meta) if self._manifest is not None else {}
 
     @property
     def url(self) -> str:
@@ -392,6 +398,10 @@ class DB:
                 for k, v in meta.items():
                     if not isinstance(k, str) or not isinstance(v, str):
                         raise InvalidTypeError("commit meta must map str to str")
+                    if k.startswith(RESERVED_META_PREFIX):
+                        raise InvalidArgumentError(
+                            f"commit meta key {k!r}: keys starting with "
+                            f"{RESERVED_META_PREFIX!r} are silt's own; name yours otherwise")
                     merged_meta[k] = v
             self._freeze()
             parts = self._view.parts
@@ -403,6 +413,11 @@ class DB:
             records = self._compaction.gather(old, len(new_l0) + len(base_l0))
             l0, levels, adopted, refused = self._compaction.apply(
                 new_l0 + base_l0, base_levels, records)
+            # What this handle paid since its previous commit, this manifest's PUT included.
+            paid = self._metrics.totals()
+            paid["PUT"] += 1
+            merged_meta[META_REQUESTS] = encode_requests(
+                {k: n - self._paid.get(k, 0) for k, n in paid.items()})
             tombs = self._view.tombs.prune([*l0, *(s for run in levels for s in run)])
             with self._metrics.purpose("commit"):
                 if old is None and self._refs:
@@ -414,6 +429,7 @@ class DB:
                     pending=(adopted, refused), seq=self._seq, tombs=tombs,
                 )
             self._landed(manifest, adopted, refused)
+            self._paid = paid
             return manifest.version
 
     def _landed(self, manifest: Manifest, adopted: list, refused: list) -> None:

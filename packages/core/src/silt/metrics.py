@@ -49,6 +49,13 @@ class Metrics:
     def add(self, name: str, value: float = 1) -> None:
         self.counters[name] += value
 
+    def totals(self) -> dict[str, int]:
+        """Requests by kind, every purpose together: ``{kind: count}``."""
+        out = dict.fromkeys(KINDS, 0)
+        for (_purpose, kind), (n, _b) in list(self.requests.items()):
+            out[kind] = out.get(kind, 0) + n
+        return out
+
     def snapshot(self) -> dict[str, Any]:
         """Plain-data copy: ``{"requests": {purpose: {kind: {"count", "bytes"}}}, counters...}``."""
         requests: dict[str, dict[str, dict[str, int]]] = {}

@@ -11,6 +11,7 @@ from .db import DB
 from .gc import read_checkpoints
 from .manifest import Manifest
 from .markers import read_markers
+from .metrics import MeteredStore, Metrics
 from .plugins import open_store
 from .settings import Settings
 from .store import ObjectStore
@@ -88,38 +89,43 @@ def open(
     owns_store = store is None
     if store is None:
         store = open_store(url)
+    # Opening's requests count as the handle's own (purpose "open"): silt.cost records them
+    # in its first commit.
+    metrics = Metrics()
+    counted = MeteredStore(store, metrics)
     try:
         manifest: Manifest | None = None
-        if version is None:
-            found = _list_versions(store)
-            if at_most is not None:
-                found = [v for v in found if v <= at_most]
-            if found:
-                manifest = read_manifest(store, found[-1])
-        else:
-            try:
-                manifest = read_manifest(store, version)
-                _check_retained(store, url, manifest)
-            except errors.VersionNotFoundError as exc:
-                found = _list_versions(store)
-                known = (
-                    f"committed versions are {found[0]}..{found[-1]} ({len(found)} in all)"
-                    if found else "the root has no committed versions"
-                )
-                what = str(exc) if "does not exist" not in str(exc) else "does not exist"
-                h = read_markers(store).horizon
-                if version < h and "withdrawn" not in what:
-                    what = (f"was removed by garbage collection (its horizon is {h}: versions "
-                            "below it are kept only while a checkpoint pins them); pin a version "
-                            "you will read later with DB.checkpoint(name)")
-                raise errors.VersionNotFoundError(
-                    f"version {version} of {public_url(url)!r} "
-                    f"{what.removeprefix(f'version {version} ')} ({known}); open without "
-                    "version= for the latest"
-                ) from None
+        with metrics.purpose("open"):
+            if version is None:
+                found = _list_versions(counted)
+                if at_most is not None:
+                    found = [v for v in found if v <= at_most]
+                if found:
+                    manifest = read_manifest(counted, found[-1])
+            else:
+                try:
+                    manifest = read_manifest(counted, version)
+                    _check_retained(counted, url, manifest)
+                except errors.VersionNotFoundError as exc:
+                    found = _list_versions(counted)
+                    known = (
+                        f"committed versions are {found[0]}..{found[-1]} ({len(found)} in all)"
+                        if found else "the root has no committed versions"
+                    )
+                    what = str(exc) if "does not exist" not in str(exc) else "does not exist"
+                    h = read_markers(counted).horizon
+                    if version < h and "withdrawn" not in what:
+                        what = (f"was removed by garbage collection (its horizon is {h}: "
+                                "versions below it are kept only while a checkpoint pins them); "
+                                "pin a version you will read later with DB.checkpoint(name)")
+                    raise errors.VersionNotFoundError(
+                        f"version {version} of {public_url(url)!r} "
+                        f"{what.removeprefix(f'version {version} ')} ({known}); open without "
+                        "version= for the latest"
+                    ) from None
         return DB(
             store, url=url, settings=settings, clock=clock or Clock(), manifest=manifest,
-            owns_store=owns_store,
+            owns_store=owns_store, metrics=metrics,
         )
     except BaseException:
         if owns_store:
