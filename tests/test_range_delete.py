@@ -429,3 +429,27 @@ def test_background_compaction_drops_covered_records_and_then_the_tombstones(tmp
     with silt.open(url, version=pinned, settings=settings, clock=clock) as old:
         assert dict(old.scan()) == pinned_model
     assert silt.verify(url).ok
+
+
+def test_a_compaction_record_claiming_a_newer_counter_is_refused(tmp_path) -> None:
+    """Outputs whose ``seq`` is above the writer's counter would make a manifest no reader
+    accepts (and hide later range deletes): the writer refuses the record."""
+    from dataclasses import replace
+
+    url = (tmp_path / "db").as_uri()
+    with silt.open(url, settings=SETTINGS) as db:
+        for i in range(20):
+            db.put(b"k%02d" % i, b"v")
+        db.commit()
+        db.delete_range(b"k00", b"k05")
+        db.commit()
+        m = db.manifest
+        assert m is not None and m.seq == 1
+        task = CompactionTask(inputs=tuple(s.id for s in m.all_ssts()), mode="new_run",
+                              drop_tombstones=True)
+        run_compaction(db.store, replace(m, seq=7), task, SETTINGS, Clock())
+        db.commit()
+        assert db.stats()["compactions_refused"] == 1
+        assert db.manifest.range_tombstones  # type: ignore[union-attr]
+    with silt.open(url, settings=SETTINGS) as db:
+        assert [k for k, _ in db.scan()] == [b"k%02d" % i for i in range(5, 20)]

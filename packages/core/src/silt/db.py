@@ -412,7 +412,7 @@ class DB:
             base_l0, base_levels = (old.l0, old.levels) if old is not None else self._ref_base
             records = self._compaction.gather(old, len(new_l0) + len(base_l0))
             l0, levels, adopted, refused = self._compaction.apply(
-                new_l0 + base_l0, base_levels, records)
+                new_l0 + base_l0, base_levels, records, self._seq)
             # What this handle paid since its previous commit, this manifest's PUT included.
             paid = self._metrics.totals()
             paid["PUT"] += 1
