@@ -1,4 +1,4 @@
-"""WriteBatch: several puts and deletes applied by :meth:`silt.DB.write` as one unit.
+"""WriteBatch: several puts, deletes and range deletes applied by :meth:`silt.DB.write` as one unit.
 
 A batch is applied entirely before any later commit sees it, and validated entirely before any
 of it is applied (a bad key anywhere rejects the whole batch).
