@@ -15,7 +15,7 @@ import uuid
 import hypothesis.strategies as st
 import pytest
 import silt
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 from silt import paths
 from silt.clock import Clock
@@ -453,3 +453,33 @@ def test_a_compaction_record_claiming_a_newer_counter_is_refused(tmp_path) -> No
         assert db.manifest.range_tombstones  # type: ignore[union-attr]
     with silt.open(url, settings=SETTINGS) as db:
         assert [k for k, _ in db.scan()] == [b"k%02d" % i for i in range(5, 20)]
+
+
+tombstone_lists = st.lists(st.tuples(bounds, bounds, st.integers(1, 9)), max_size=8)
+
+
+@given(ts=tombstone_lists, seq=st.integers(0, 9))
+@settings(max_examples=200, deadline=None)
+def test_fragments_answer_like_the_tombstones_they_come_from(ts, seq) -> None:
+    """For every key, the fragments give the greatest number of the tombstones containing it;
+    masking, clipping and adding one tombstone at a time agree with that."""
+    ts = [(min(a, b), max(a, b), t) for a, b, t in ts]
+    tombs = RangeTombstones(fragment(ts))
+    one_by_one = RangeTombstones()
+    for start, end, t in ts:
+        one_by_one = one_by_one.add(start, end, t)
+    assert one_by_one == tombs
+    probe = sorted({*KEYS, *BOUNDS, b"a\x00\x00", b"zz"})
+    for key in probe:
+        assert tombs.seq_at(key) == max((t for s, e, t in ts if s <= key < e), default=0)
+    items = [(k, b"v") for k in probe]
+    kept = [k for k, _ in tombs.mask(iter(items), seq, True)]
+    assert kept == [k for k in probe if tombs.seq_at(k) <= seq]
+    masked = dict(tombs.mask(iter(items), seq, False))
+    assert [k for k, r in masked.items() if r is None] == [k for k in probe if k not in kept]
+    clipped = tombs.clip(b"ab", b"k2")
+    for key in probe:
+        inside = b"ab" <= key < b"k2"
+        assert clipped.seq_at(key) == (tombs.seq_at(key) if inside else 0)
+    again = RangeTombstones.from_json(json.loads(json.dumps(tombs.to_json())), 9)
+    assert again == tombs
