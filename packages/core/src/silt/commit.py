@@ -52,7 +52,7 @@ from .errors import (
 )
 from .gc import horizon, read_checkpoints
 from .manifest import Manifest
-from .markers import GcMarkers, refresh
+from .markers import GcMarkers, refresh, unchanged
 from .metrics import MeteredStore
 from .rangedel import EMPTY, RangeTombstones
 from .siblings import Reference, SiblingStores
@@ -303,6 +303,23 @@ class Committer:
         self._check_age(manifest, base, markers, resolving=resolving)
         if refs and base is None:
             self._check_sources(manifest, refs)
+
+    def nothing_after(self, base: Manifest) -> bool:
+        """Whether no version after ``base`` exists, proved with two GETs of objects that do not
+        exist while that holds; ``False`` when unsure (then list). First the name every commit
+        on top of ``base`` creates first (``base.next_version``: a commit that skips numbers
+        reserves it, so any newer version implies it), then the next GC epoch (GC deletes a
+        manifest only after bumping it, so a successor deleted before the first GET shows).
+        Unsure without known markers, or with a commit or withdrawal in flight."""
+        if self.markers is None or self.uncertain is not None or self.withdrawing is not None:
+            return False
+        name = paths.manifest_key(base.next_version)
+        try:
+            retrying(lambda: self._store.get_range(name, 0, 1))
+            return False
+        except NotFoundError:
+            pass
+        return unchanged(self._store, self.markers)
 
     def _refresh_markers(self) -> GcMarkers:
         self.markers = refresh(self._store, self.markers)

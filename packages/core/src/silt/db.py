@@ -675,14 +675,20 @@ class DB:
         return self._compaction.wait(timeout)
 
     def newer_versions(self) -> list[int]:
-        """Committed versions greater than this DB's base version (one LIST), ascending.
+        """Committed versions greater than this DB's base version, ascending.
 
         A non-empty answer means another writer (or an earlier run) has moved on. Withdrawn
-        versions are not listed.
+        versions are not listed. Cost: one LIST; or, on a DB that committed before (so it knows
+        the GC markers), two GETs of objects that do not exist when no writer moved on (the
+        name the next version takes, and the next GC epoch: see
+        :meth:`silt.commit.Committer.nothing_after`), and the LIST only when one exists.
         """
         self._check_open()
-        base = self.version
-        return [v for v in list_versions(self._store).versions if base is None or v > base]
+        base = self._manifest
+        if base is not None and self._committer.nothing_after(base):
+            return []
+        return [v for v in list_versions(self._store).versions
+                if base is None or v > base.version]
 
     # -- retention ----------------------------------------------------------------------------
     def checkpoint(self, name: str) -> int:

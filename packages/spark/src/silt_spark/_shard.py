@@ -2,11 +2,15 @@
 
 The task for batch ``b`` of shard ``i``:
 
-1. lists the shard's manifests (only those after the cached handle's version when warm) and
-   picks the latest version ``<= b - 1`` as its base;
+1. picks the latest version ``<= b - 1`` as its base: a cold task opens the shard (one LIST);
+   a warm handle (cached by this worker process) at version ``b - 1`` is that base with no
+   request, and one at an older version checks that no other process committed since with two
+   GETs of missing objects (:meth:`silt.DB.newer_versions`), reopening when one did;
 2. refuses a shard whose latest manifest was written by another streaming query (unless the
    operator was built with ``take_over=True``, which deletes that shard's objects first), and a
-   shard that already has versions newer than ``b`` (the checkpoint is older than the state);
+   shard that already has versions newer than ``b`` (the checkpoint is older than the state;
+   a warm handle at ``b - 1`` finds that out when its commit of ``b`` conflicts, since every
+   newer version implies a manifest named ``b``);
 3. processes its rows against the base, and commits version ``b`` with the query id in the
    manifest's meta. A shard that changed nothing commits nothing.
 
@@ -264,9 +268,16 @@ class ShardTask:
                 # older than the handle, so reopen at the latest version <= b - 1.
                 cached[1].close()
         try:
+            if db is not None and db.version == b - 1:
+                # A warm handle at version b - 1 holds exactly this batch's base: no request.
+                # (An attempt of this batch that commits first makes ours a replay, at commit.)
+                self.base_meta = db.meta
+                return db
             if db is None:
                 db = self._open_at_most(b - 1)
-            known = db.newer_versions()  # one LIST: the versions after the base
+            # The versions after the base: one LIST when cold; two GETs of missing objects on
+            # a warm handle that no other process moved past (silt.DB.newer_versions).
+            known = db.newer_versions()
             if db.version is not None:
                 known.insert(0, db.version)
             if known:
@@ -291,13 +302,7 @@ class ShardTask:
                     _delete_all(self.url)
                     db = self._open_at_most(b - 1)
                     known = []
-            newer = [v for v in known if v > b]
-            if newer:
-                raise StateAheadError(
-                    f"the state at {self.url!r} already has version {newer[-1]}, newer than "
-                    f"micro-batch {b}: the query's checkpoint is older than its state. Restore "
-                    "the matching checkpoint or start with a new state_url"
-                )
+            self._check_not_ahead(known)
             self.replay = b in known
             if any(v < b for v in newer_base(db, known)):
                 # A warm handle that another worker process has moved past (its commits of
@@ -318,6 +323,15 @@ class ShardTask:
             if db is not None:
                 db.close()
             raise
+
+    def _check_not_ahead(self, versions: list[int]) -> None:
+        newer = [v for v in versions if v > self.batch_id]
+        if newer:
+            raise StateAheadError(
+                f"the state at {self.url!r} already has version {newer[-1]}, newer than "
+                f"micro-batch {self.batch_id}: the query's checkpoint is older than its state. "
+                "Restore the matching checkpoint or start with a new state_url"
+            )
 
     def _open_at_most(self, version: int) -> silt.DB:
         return silt.open(self.url, at_most=version, settings=self.spec.silt_settings())
@@ -366,9 +380,13 @@ class ShardTask:
             self.committed = True
         except silt.CommitConflict as exc:
             # Usually another attempt of this task committed first, and its version stands.
-            # But a conflict on a reserved or withdrawn number leaves no version of this batch:
-            # then the batch's state would be lost, so the task fails instead.
-            if exc.withdrawn or self.batch_id not in self.db.newer_versions():
+            # Versions after this batch mean the checkpoint is older than the state (a warm
+            # handle at b - 1 learns it here). A conflict on a reserved or withdrawn number
+            # leaves no version of this batch: then the batch's state would be lost, so the
+            # task fails instead.
+            newer = self.db.newer_versions()
+            self._check_not_ahead(newer)
+            if exc.withdrawn or self.batch_id not in newer:
                 raise BatchConflictError(
                     f"{public_url(self.url)}: micro-batch {self.batch_id} could not be committed "
                     f"and no version of it exists ({exc}); restart the query from its checkpoint"
