@@ -285,6 +285,8 @@ def _sst_json(info: SstInfo, props: dict[str, Any] | None) -> dict[str, Any]:
         "smallest_text": show_key(info.smallest),
         "largest_text": show_key(info.largest),
     }
+    if info.seq:
+        d["seq"] = info.seq
     if info.db:
         d["object"] = f"../{info.db}/{d['object']}"
         d["db"] = info.db
@@ -388,6 +390,12 @@ def cmd_inspect(args: argparse.Namespace) -> int:
                 for name, ssts in levels
             ],
             "totals": totals(everything),
+            "range_deletes": {
+                "seq": m.seq,
+                "tombstones": [{"start": lo.hex(), "end": hi.hex(), "seq": seq,
+                                "start_text": show_key(lo), "end_text": show_key(hi)}
+                               for lo, hi, seq in m.range_tombstones.fragments],
+            },
             "store": store_stats,
             "compaction": compaction,
             "checkpoints": checkpoints,
@@ -424,6 +432,12 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     t = totals(everything)
     print(f"total: {t['ssts']} SSTs, {t['bytes']} bytes, {t['entries']} entries, "
           f"{t['tombstones']} tombstones")
+    if m.seq:
+        print(f"range deletes: {len(m.range_tombstones)} range tombstones, counter {m.seq}")
+        for lo, hi, seq in m.range_tombstones.fragments[:20]:
+            print(f"  [{show_key(lo)} .. {show_key(hi)})  seq {seq}")
+        if len(m.range_tombstones) > 20:
+            print(f"  ... {len(m.range_tombstones) - 20} more (--json lists all)")
     levels_text = " ".join(f"L{i}={b}" for i, b in enumerate(compaction["level_bytes"], 1))
     print(f"compaction: L0 {compaction['l0_ssts']} SSTs, read amplification "
           f"{compaction['read_amplification']}, level bytes {levels_text or '-'}")

@@ -54,6 +54,7 @@ from .gc import horizon, read_checkpoints
 from .manifest import Manifest
 from .markers import GcMarkers, refresh, unchanged
 from .metrics import MeteredStore
+from .rangedel import EMPTY, RangeTombstones
 from .siblings import Reference, SiblingStores
 from .sst.builder import SstInfo
 from .store import retrying
@@ -146,10 +147,12 @@ class Committer:
     # -- publishing ---------------------------------------------------------------------------
     def publish(self, version: int, auto: bool, base: Manifest | None,
                 l0: tuple[SstInfo, ...], levels: tuple[tuple[SstInfo, ...], ...],
-                meta: dict[str, str], refs: list[Reference], pending: Any) -> Manifest:
+                meta: dict[str, str], refs: list[Reference], pending: Any, *, seq: int = 0,
+                tombs: RangeTombstones = EMPTY) -> Manifest:
         """Create version ``version`` listing ``l0``/``levels`` and run the checks after it
-        (steps 1-3 of the module docstring). ``pending`` is kept with an uncertain commit and
-        handed back by :meth:`prepare` when it turns out to have landed."""
+        (steps 1-3 of the module docstring), with the range-delete counter ``seq`` and range
+        tombstones ``tombs`` (:mod:`silt.rangedel`). ``pending`` is kept with an uncertain
+        commit and handed back by :meth:`prepare` when it turns out to have landed."""
         while True:
             if version > self.next and self.lineage is not None:
                 self._reserve(version, base, self.next)
@@ -157,7 +160,8 @@ class Committer:
             manifest = Manifest(
                 version=version, parent=self.lineage, writer_id=self.writer_id,
                 token=uuid.uuid4().hex, created_ms=self._clock.now_ms(), l0=l0,
-                levels=levels, meta=meta, gc_grace_ms=self._grace_ms,
+                levels=levels, meta=meta, gc_grace_ms=self._grace_ms, seq=seq,
+                range_tombstones=tombs,
             )
             try:
                 created = self._create(manifest)
@@ -242,6 +246,8 @@ class Committer:
             levels=base.levels if base is not None else (),
             meta=dict(base.meta) if base is not None else {},
             skip_to=target, gc_grace_ms=self._grace_ms,
+            seq=base.seq if base is not None else 0,
+            range_tombstones=base.range_tombstones if base is not None else EMPTY,
         )
         if self._create(reservation):
             self.lineage, self.next = n, target

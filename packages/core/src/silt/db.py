@@ -48,6 +48,7 @@ from .manifest import Manifest, check_meta
 from .memtable import Memtable, check_ops, check_pairs
 from .metrics import MeteredStore, Metrics
 from .pin import check_checkpoint_name, pin
+from .rangedel import MAX_FRAGMENTS, RangeTombstones
 from .record import MISSING, visible
 from .settings import Settings
 from .siblings import Base, Reference, SiblingStores, mark_referrers, take_reference
@@ -59,7 +60,7 @@ from .store import ObjectStore
 from .tierkit import public_url
 from .versions import list_versions
 from .view import BlockFetcher, Level, Readers, ReadView
-from .writebatch import WriteBatch
+from .writebatch import DELETE_RANGE, WriteBatch
 
 _BYTES_LIKE = (bytearray, memoryview)
 _BYTES_ONLY = {bytes}
@@ -96,6 +97,8 @@ class DB:
         self._max_key = settings.max_key_bytes
         self._max_value = settings.max_value_bytes
         self._memtable_limit = settings.memtable_bytes
+        #: The range-delete counter (silt.rangedel): the newest range tombstone's number.
+        self._seq = 0
         #: What reads consult; replaced whole (never edited) but for its active memtable.
         self._view = ReadView(Memtable())
         self._manifest: Manifest | None = None
@@ -245,6 +248,47 @@ class DB:
         if mem.approx_bytes >= self._memtable_limit:
             self._freeze_full(mem)
 
+    def delete_range(self, start: bytes, end: bytes) -> None:
+        """Remove every key ``k`` with ``start <= k < end`` (the bounds of :meth:`scan`).
+
+        One range tombstone, whatever the number of keys: reads, scans and compaction honour it
+        (see :mod:`silt.rangedel`); keys written after the call are visible as usual. Visible to
+        this DB's reads at once; durable with :meth:`commit`. ``start == end`` deletes nothing;
+        ``start > end`` raises :class:`~silt.errors.InvalidArgumentError`.
+        """
+        self._check_open()
+        start, end = self._check_range(start, end)
+        with self._lock:
+            self._delete_range(start, end)
+
+    def _check_range(self, start: Any, end: Any) -> tuple[bytes, bytes]:
+        start = self._check_key(start)
+        end = self._check_key(end)
+        if start > end:
+            raise InvalidArgumentError(
+                f"delete_range start {start!r:.80} is after end {end!r:.80}: the range is "
+                "[start, end), start included and end excluded; swap them"
+            )
+        return start, end
+
+    def _delete_range(self, start: bytes, end: bytes) -> None:
+        """Apply a checked range delete (caller holds ``_lock``)."""
+        if start == end:
+            return
+        view = self._view
+        view.mem.delete_range(start, end)
+        if not (view.parts or view.l0 or view.levels):
+            return  # nothing older to cover: the memtable's point tombstones were enough
+        tombs = view.tombs.add(start, end, self._seq + 1)
+        if len(tombs) > MAX_FRAGMENTS:
+            raise InvalidArgumentError(
+                f"{len(tombs)} range tombstones would exceed the limit of {MAX_FRAGMENTS} a "
+                "manifest holds: commit and let compaction rewrite what they delete, or delete "
+                "fewer, wider ranges"
+            )
+        self._seq += 1
+        self._view = view.but(tombs=tombs)
+
     def write(self, batch: WriteBatch) -> None:
         """Apply every operation of ``batch``, in order, after validating all of them."""
         self._check_open()
@@ -258,8 +302,11 @@ class DB:
                 if mem.approx_bytes >= self._memtable_limit:
                     self._freeze()
             return
-        ops = []
+        ops: list[tuple[Any, ...]] = []
         for key, value, ttl in batch.ops:
+            if value is DELETE_RANGE:
+                ops.append((*self._check_range(key, ttl), DELETE_RANGE))
+                continue
             key = self._check_key(key)
             if value is None:
                 ops.append((key, None))
@@ -267,9 +314,12 @@ class DB:
                 value = self._check_value(value)
                 ops.append((key, value if ttl is None else (value, self._expiry(ttl))))
         with self._lock:
+            for op in ops:
+                if len(op) == 3:
+                    self._delete_range(op[0], op[1])
+                else:
+                    self._view.mem.put(*op)
             mem = self._view.mem
-            for key, record in ops:
-                mem.put(key, record)
             if mem.approx_bytes >= self._memtable_limit:
                 self._freeze()
 
@@ -306,7 +356,7 @@ class DB:
 
     def _freeze(self) -> None:
         """Hand the active memtable to the uploader (caller holds ``_lock``)."""
-        self._view = self._flusher.freeze(self._view)
+        self._view = self._flusher.freeze(self._view, self._seq)
 
     def flush(self) -> None:
         """Freeze the memtable and wait until every frozen memtable is an uploaded SST.
@@ -362,12 +412,13 @@ class DB:
             base_l0, base_levels = (old.l0, old.levels) if old is not None else self._ref_base
             records = self._compaction.gather(old, len(new_l0) + len(base_l0))
             l0, levels, adopted, refused = self._compaction.apply(
-                new_l0 + base_l0, base_levels, records)
+                new_l0 + base_l0, base_levels, records, self._seq)
             # What this handle paid since its previous commit, this manifest's PUT included.
             paid = self._metrics.totals()
             paid["PUT"] += 1
             merged_meta[META_REQUESTS] = encode_requests(
                 {k: n - self._paid.get(k, 0) for k, n in paid.items()})
+            tombs = self._view.tombs.prune([*l0, *(s for run in levels for s in run)])
             with self._metrics.purpose("commit"):
                 if old is None and self._refs:
                     # Before the manifest exists: the owners' GC must know it may be referenced.
@@ -375,7 +426,7 @@ class DB:
                                    _split_parent(self._url)[1])
                 manifest = self._committer.publish(
                     version, auto, old, l0, levels, merged_meta, self._refs,
-                    pending=(adopted, refused),
+                    pending=(adopted, refused), seq=self._seq, tombs=tombs,
                 )
             self._landed(manifest, adopted, refused)
             self._paid = paid
@@ -398,13 +449,20 @@ class DB:
         self._committer.based_on(manifest)
         if manifest is None:
             return
+        self._seq = max(self._seq, manifest.seq)
         live_ids = {s.id for s in manifest.all_ssts()}
         view = self._view
         parts = tuple(p for p in view.parts if p.info is None or p.info.id not in live_ids)
+        # Range deletes made after the manifest was built (after an uncertain commit that
+        # landed) have greater numbers than its counter: they stay in force. Tombstones it
+        # pruned were older than every part it does not hold.
+        pending = [f for f in view.tombs.fragments if f[2] > manifest.seq]
+        tombs = manifest.range_tombstones.union(RangeTombstones(pending))
         self._view = view.but(
             parts=parts,
             l0=tuple(self._reader(s) for s in manifest.l0),
             levels=tuple(Level([self._reader(s) for s in run]) for run in manifest.levels),
+            tombs=tombs,
         )
         self._readers.retain(live_ids | {p.info.id for p in parts if p.info is not None})
 
@@ -466,9 +524,12 @@ class DB:
             ref, base = taken
             self._refs.append(ref)
             self._ref_base = base
+            # The sources' counters continue here, so later range deletes cover their SSTs.
+            self._seq = max(self._seq, ref.seq)
             self._view = view.but(
                 l0=tuple(self._reader(s) for s in base[0]),
                 levels=tuple(Level([self._reader(s) for s in run]) for run in base[1]),
+                tombs=view.tombs.union(ref.tombs),
             )
             return len(ref.l0) + sum(len(run) for run in ref.levels)
 
@@ -483,7 +544,7 @@ class DB:
         view = self._view
         r = view.mem.data.get(key, MISSING)
         if r is MISSING:
-            if view.parts or view.levels:
+            if view.parts or view.levels or view.tombs:
                 r = view.get_below(key)
             elif view.l0:  # everything below the memtable is in L0: one call, no frame more
                 r = get_from(view.l0, key)
