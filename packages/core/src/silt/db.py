@@ -32,6 +32,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from .budget import MemoryBudget, process_budget
 from .cache import BlockCache
 from .clock import Clock
 from .commit import Committer, check_version
@@ -78,6 +79,7 @@ class DB:
         manifest: Manifest | None,
         owns_store: bool = True,
         metrics: Metrics | None = None,
+        budget: MemoryBudget | None = None,
     ) -> None:
         #: Request counters; ``metrics`` carries on the counts of opening this DB.
         self._metrics = Metrics() if metrics is None else metrics
@@ -90,12 +92,21 @@ class DB:
         self._settings = settings
         self._clock = clock
         self._owns_store = owns_store
-        self._cache = BlockCache(settings.block_cache_bytes)
+        #: The memory budget this DB's memtables are charged to and whose cache it shares, or
+        #: ``None`` with a private cache (``Settings.block_cache_bytes``): see silt.budget.
+        self._budget: MemoryBudget | None = None
+        if settings.block_cache_bytes is not None:
+            self._cache = BlockCache(settings.block_cache_bytes)
+        else:
+            self._budget = budget if budget is not None else process_budget()
+            self._cache = self._budget.cache
         self._lock = threading.RLock()
         self._closed = False
         self._max_key = settings.max_key_bytes
         self._max_value = settings.max_value_bytes
-        self._memtable_limit = settings.memtable_bytes
+        #: Size at which the active memtable must grow its reservation or freeze. With a budget
+        #: it is what the memtable holds reserved (0 until its first write).
+        self._memtable_limit = settings.memtable_bytes if self._budget is None else 0
         #: What reads consult; replaced whole (never edited) but for its active memtable.
         self._view = ReadView(Memtable())
         self._manifest: Manifest | None = None
@@ -256,7 +267,7 @@ class DB:
                 mem = self._view.mem
                 mem.apply(batch.ops)
                 if mem.approx_bytes >= self._memtable_limit:
-                    self._freeze()
+                    self._grow_or_freeze()
             return
         ops = []
         for key, value, ttl in batch.ops:
@@ -271,7 +282,7 @@ class DB:
             for key, record in ops:
                 mem.put(key, record)
             if mem.approx_bytes >= self._memtable_limit:
-                self._freeze()
+                self._grow_or_freeze()
 
     def put_many(self, keys: Sequence[bytes], values: Sequence[bytes]) -> None:
         """Set ``keys[i]`` to ``values[i]`` for every ``i``, like ``put`` in a loop but without a
@@ -296,17 +307,46 @@ class DB:
                 mem = self._view.mem
                 i = mem.put_pairs(keys, values, i, self._memtable_limit)
                 if mem.approx_bytes >= self._memtable_limit:
-                    self._freeze()
+                    self._grow_or_freeze()
 
     # -- flush --------------------------------------------------------------------------------
     def _freeze_full(self, mem: Memtable) -> None:
         with self._lock:
             if self._view.mem is mem:
-                self._freeze()
+                self._grow_or_freeze()
+
+    def _grow_or_freeze(self) -> None:
+        """The active memtable reached ``_memtable_limit`` (caller holds ``_lock``). With a
+        budget, reserve more for it in chunks up to ``Settings.memtable_bytes`` (the first
+        chunk is always granted); freeze it when that is reached or the budget refuses."""
+        budget = self._budget
+        if budget is not None:
+            approx = self._view.mem.approx_bytes
+            cap = self._settings.memtable_bytes
+            while approx >= self._memtable_limit and self._memtable_limit < cap:
+                step = min(budget.chunk, cap - self._memtable_limit)
+                if not budget.reserve(step, force=self._memtable_limit == 0):
+                    break
+                self._memtable_limit += step
+            if approx < self._memtable_limit:
+                return
+        self._freeze()
 
     def _freeze(self) -> None:
-        """Hand the active memtable to the uploader (caller holds ``_lock``)."""
-        self._view = self._flusher.freeze(self._view)
+        """Hand the active memtable to the uploader (caller holds ``_lock``). With a budget, the
+        frozen memtable keeps its reservation (at least its size) until its upload is done."""
+        view = self._view
+        size = view.mem.approx_bytes
+        self._view = self._flusher.freeze(view)
+        budget = self._budget
+        if budget is not None and self._view is not view:
+            held, self._memtable_limit = self._memtable_limit, 0
+            if size > held:
+                budget.reserve(size - held, force=True)
+                held = size
+            future = self._view.parts[-1].future
+            assert future is not None
+            future.add_done_callback(lambda _f: budget.release(held))
 
     def flush(self) -> None:
         """Freeze the memtable and wait until every frozen memtable is an uploaded SST.
@@ -566,7 +606,11 @@ class DB:
             self._flusher.close()
             self._fetch.close()
             self._compaction.close()
-            self._cache.clear()
+            if self._budget is None:
+                self._cache.clear()
+            else:  # the shared cache keeps this DB's blocks until evicted (a reopen finds them)
+                self._budget.release(self._memtable_limit)
+                self._memtable_limit = 0
             self._view = ReadView(Memtable())
             self._siblings.close()
             if self._owns_store:
