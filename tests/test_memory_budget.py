@@ -7,7 +7,6 @@ import threading
 import uuid
 
 import pytest
-
 import silt
 from silt import budget as budget_mod
 from silt.errors import InvalidArgumentError, InvalidTypeError
@@ -199,7 +198,7 @@ def test_bad_memtable_shares_are_refused(share) -> None:
 
 
 def test_open_refuses_what_is_not_a_budget(urls) -> None:
-    with pytest.raises(InvalidTypeError, match="silt.MemoryBudget"):
+    with pytest.raises(InvalidTypeError, match=r"silt\.MemoryBudget"):
         silt.open(urls[0], budget=4 * MiB)
 
 
