@@ -101,8 +101,9 @@ def test_a_lone_memtable_grows_to_memtable_bytes(urls) -> None:
     with silt.open(urls[0], settings=SHARED, budget=budget) as db:
         assert budget.memtable_bytes == 0  # nothing reserved before the first write
         _fill(db, 1000)
-        assert 0 < budget.memtable_bytes <= SHARED.memtable_bytes
-        assert budget.memtable_bytes >= db.stats()["memtable_bytes"]
+        stats = db.stats()
+        charge = budget_mod.memtable_charge(stats["memtable_bytes"], stats["memtable_entries"])
+        assert charge < budget.memtable_bytes <= charge + budget.chunk
         assert not db._view.parts  # 1000 puts of ~130 bytes fit: no early freeze
     assert budget.memtable_bytes == 0  # close gives the reservation back
 

@@ -4,10 +4,11 @@ A :class:`MemoryBudget` of ``B`` bytes owns one :class:`~silt.cache.BlockCache` 
 memtables of the DBs opened with it (RocksDB's shared ``Cache`` plus a ``WriteBufferManager``
 that charges memtables to that cache):
 
-* Memtables reserve their bytes from the budget in chunks (:attr:`MemoryBudget.chunk`) as they
-  grow, and give them back when their SST is uploaded (or the DB closes). Every byte a memtable
-  reserves is taken from the cache: the cache's capacity is ``B`` minus the reserved bytes, so
-  a growing memtable evicts cold blocks first.
+* Memtables reserve their memory from the budget in chunks (:attr:`MemoryBudget.chunk`) as they
+  grow, and give it back when their SST is uploaded (or the DB closes). A memtable's memory is
+  :func:`memtable_charge`: its entries' bytes plus what the interpreter adds per entry. Every
+  byte a memtable reserves is taken from the cache: the cache's capacity is ``B`` minus the
+  reserved bytes, so a growing memtable evicts cold blocks first.
 * Memtables together may reserve at most ``memtable_share * B``. A DB whose memtable would go
   over it freezes that memtable early (it is uploaded as a smaller SST) instead of growing it,
   so the cache always keeps at least ``(1 - memtable_share) * B``.
@@ -15,10 +16,9 @@ that charges memtables to that cache):
   memtable is charged its real size when that is larger than its reservation (a write batch
   applied whole): the reserved total may go over the share by about one chunk per writing DB.
 
-Bytes are counted as the cache and memtables count them (decoded block sizes; keys + values +
-16 bytes per memtable entry), not as the interpreter allocates them; ``bench/memory_bench.py``
-measures peak RSS against the budget. SST indexes and bloom filters, compaction buffers and
-upload buffers are outside the budget.
+Blocks are counted at their decoded size (``Block.charge``), memtables by
+:func:`memtable_charge`; ``bench/memory_bench.py`` measures peak RSS against the budget. SST
+indexes and bloom filters, compaction buffers and upload buffers are outside the budget.
 
 :func:`process_budget` is the budget every DB uses unless it is opened with its own
 (``silt.open(url, budget=...)``) or with a private cache (``Settings.block_cache_bytes``);
@@ -42,6 +42,16 @@ DEFAULT_MEMTABLE_SHARE = 0.5
 #: Bounds of :attr:`MemoryBudget.chunk`, the step in which memtables reserve memory.
 MIN_CHUNK_BYTES = 64 * KiB
 MAX_CHUNK_BYTES = 8 * MiB
+#: Bytes a memtable entry takes in the interpreter beyond what ``Memtable.approx_bytes`` counts
+#: for it (key + value + 16): two bytes objects' headers and the dict's slot, measured with
+#: tracemalloc on CPython 3.11 (about 102 bytes whatever the value's size).
+MEMTABLE_ENTRY_OVERHEAD = 96
+
+
+def memtable_charge(approx_bytes: int, entries: int) -> int:
+    """The memory a memtable of ``approx_bytes`` (its ``approx_bytes``) and ``entries`` entries
+    is charged to a budget."""
+    return approx_bytes + MEMTABLE_ENTRY_OVERHEAD * entries
 
 
 def check_budget_bytes(value: object, what: str = "memory budget") -> int:

@@ -32,7 +32,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from .budget import MemoryBudget, process_budget
+from .budget import MemoryBudget, memtable_charge, process_budget
 from .cache import BlockCache
 from .clock import Clock
 from .commit import Committer, check_version
@@ -104,9 +104,10 @@ class DB:
         self._closed = False
         self._max_key = settings.max_key_bytes
         self._max_value = settings.max_value_bytes
-        #: Size at which the active memtable must grow its reservation or freeze. With a budget
-        #: it is what the memtable holds reserved (0 until its first write).
+        #: Size at which the active memtable must grow its reservation or freeze (with a budget,
+        #: 0 until its first write), and the bytes it holds reserved from the budget.
         self._memtable_limit = settings.memtable_bytes if self._budget is None else 0
+        self._mem_reserved = 0
         #: What reads consult; replaced whole (never edited) but for its active memtable.
         self._view = ReadView(Memtable())
         self._manifest: Manifest | None = None
@@ -317,30 +318,36 @@ class DB:
 
     def _grow_or_freeze(self) -> None:
         """The active memtable reached ``_memtable_limit`` (caller holds ``_lock``). With a
-        budget, reserve more for it in chunks up to ``Settings.memtable_bytes`` (the first
-        chunk is always granted); freeze it when that is reached or the budget refuses."""
+        budget and below ``Settings.memtable_bytes``, reserve chunks until its memory (see
+        :func:`~silt.budget.memtable_charge`) fits, the first always granted, and set the next
+        limit where the rest of the reservation would be used; freeze when the budget refuses."""
         budget = self._budget
         if budget is not None:
-            approx = self._view.mem.approx_bytes
+            mem = self._view.mem
+            approx = mem.approx_bytes
             cap = self._settings.memtable_bytes
-            while approx >= self._memtable_limit and self._memtable_limit < cap:
-                step = min(budget.chunk, cap - self._memtable_limit)
-                if not budget.reserve(step, force=self._memtable_limit == 0):
-                    break
-                self._memtable_limit += step
-            if approx < self._memtable_limit:
-                return
+            if approx < cap:
+                need = memtable_charge(approx, len(mem))
+                while need >= self._mem_reserved:
+                    if not budget.reserve(budget.chunk, force=self._mem_reserved == 0):
+                        break
+                    self._mem_reserved += budget.chunk
+                if need < self._mem_reserved:
+                    # The rest, in memtable bytes, at the memtable's bytes-to-memory ratio so far.
+                    rest = (self._mem_reserved - need) * approx // max(need, 1)
+                    self._memtable_limit = min(cap, approx + max(rest, 1))
+                    return
         self._freeze()
 
     def _freeze(self) -> None:
         """Hand the active memtable to the uploader (caller holds ``_lock``). With a budget, the
         frozen memtable keeps its reservation (at least its size) until its upload is done."""
         view = self._view
-        size = view.mem.approx_bytes
+        size = memtable_charge(view.mem.approx_bytes, len(view.mem))
         self._view = self._flusher.freeze(view)
         budget = self._budget
         if budget is not None and self._view is not view:
-            held, self._memtable_limit = self._memtable_limit, 0
+            held, self._mem_reserved, self._memtable_limit = self._mem_reserved, 0, 0
             if size > held:
                 budget.reserve(size - held, force=True)
                 held = size
@@ -609,8 +616,8 @@ class DB:
             if self._budget is None:
                 self._cache.clear()
             else:  # the shared cache keeps this DB's blocks until evicted (a reopen finds them)
-                self._budget.release(self._memtable_limit)
-                self._memtable_limit = 0
+                self._budget.release(self._mem_reserved)
+                self._mem_reserved = self._memtable_limit = 0
             self._view = ReadView(Memtable())
             self._siblings.close()
             if self._owns_store:
