@@ -23,6 +23,10 @@ watermark's move), then the batch's rows are handled, then timers those rows set
 it fire. A state TTL is processing time (the LSM's own expiry), restarts on every update, as in
 PySpark, and is refused in event-time mode, as PySpark does.
 
+Before user code runs, a batch's state is read ahead (``_prefetch.py``): one sorted
+``multi_get`` for the value and list states of all the batch's keys (and of the keys whose timers
+fire), one prefix scan per key for map states and timers; the state variables read from it.
+
 The module owns the operator: its builder (:func:`transform_with_state`, which plans the query on
 the driver), its executors (``process_partition`` in the shard's task, with the state handles above)
 and :func:`decode` (its entries as ``read_state`` rows). Keys are built and split through
