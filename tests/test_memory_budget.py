@@ -212,3 +212,15 @@ def test_block_cache_bytes_setting() -> None:
         silt.Settings(block_cache_bytes="big")
     with pytest.raises(InvalidArgumentError):
         silt.Settings(block_cache_bytes=-1)
+
+
+def test_a_db_dropped_without_close_gives_its_memtable_back(urls) -> None:
+    import gc
+
+    budget = silt.MemoryBudget(8 * MiB)
+    db = silt.open(urls[0], settings=SHARED, budget=budget)
+    _fill(db, 500)
+    assert budget.memtable_bytes > 0
+    del db
+    gc.collect()
+    assert budget.memtable_bytes == 0

@@ -29,6 +29,7 @@ fetches run in the DB's own thread pools. Durability: nothing is durable until `
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -64,6 +65,12 @@ from .writebatch import WriteBatch
 
 _BYTES_LIKE = (bytearray, memoryview)
 _BYTES_ONLY = {bytes}
+
+
+def _give_back(budget: MemoryBudget, reserved: list[int]) -> None:
+    """Release what a DB's active memtable held reserved (close, or the DB was collected)."""
+    budget.release(reserved[0])
+    reserved[0] = 0
 
 
 class DB:
@@ -107,7 +114,9 @@ class DB:
         #: Size at which the active memtable must grow its reservation or freeze (with a budget,
         #: 0 until its first write), and the bytes it holds reserved from the budget.
         self._memtable_limit = settings.memtable_bytes if self._budget is None else 0
-        self._mem_reserved = 0
+        self._mem_reserved = [0]  # a list: the finalizer of a DB dropped unclosed gives it back
+        if self._budget is not None:
+            weakref.finalize(self, _give_back, self._budget, self._mem_reserved)
         #: What reads consult; replaced whole (never edited) but for its active memtable.
         self._view = ReadView(Memtable())
         self._manifest: Manifest | None = None
@@ -328,13 +337,13 @@ class DB:
             cap = self._settings.memtable_bytes
             if approx < cap:
                 need = memtable_charge(approx, len(mem))
-                while need >= self._mem_reserved:
-                    if not budget.reserve(budget.chunk, force=self._mem_reserved == 0):
+                while need >= self._mem_reserved[0]:
+                    if not budget.reserve(budget.chunk, force=self._mem_reserved[0] == 0):
                         break
-                    self._mem_reserved += budget.chunk
-                if need < self._mem_reserved:
+                    self._mem_reserved[0] += budget.chunk
+                if need < self._mem_reserved[0]:
                     # The rest, in memtable bytes, at the memtable's bytes-to-memory ratio so far.
-                    rest = (self._mem_reserved - need) * approx // max(need, 1)
+                    rest = (self._mem_reserved[0] - need) * approx // max(need, 1)
                     self._memtable_limit = min(cap, approx + max(rest, 1))
                     return
         self._freeze()
@@ -347,7 +356,7 @@ class DB:
         self._view = self._flusher.freeze(view)
         budget = self._budget
         if budget is not None and self._view is not view:
-            held, self._mem_reserved, self._memtable_limit = self._mem_reserved, 0, 0
+            held, self._mem_reserved[0], self._memtable_limit = self._mem_reserved[0], 0, 0
             if size > held:
                 budget.reserve(size - held, force=True)
                 held = size
@@ -616,8 +625,8 @@ class DB:
             if self._budget is None:
                 self._cache.clear()
             else:  # the shared cache keeps this DB's blocks until evicted (a reopen finds them)
-                self._budget.release(self._mem_reserved)
-                self._mem_reserved = self._memtable_limit = 0
+                _give_back(self._budget, self._mem_reserved)
+                self._memtable_limit = 0
             self._view = ReadView(Memtable())
             self._siblings.close()
             if self._owns_store:
