@@ -29,9 +29,11 @@ fetches run in the DB's own thread pools. Durability: nothing is durable until `
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from .budget import MemoryBudget, memtable_charge, process_budget
 from .cache import BlockCache
 from .clock import Clock
 from .commit import Committer, check_version
@@ -66,6 +68,12 @@ _BYTES_LIKE = (bytearray, memoryview)
 _BYTES_ONLY = {bytes}
 
 
+def _give_back(budget: MemoryBudget, reserved: list[int]) -> None:
+    """Release what a DB's active memtable held reserved (close, or the DB was collected)."""
+    budget.release(reserved[0])
+    reserved[0] = 0
+
+
 class DB:
     """An open silt database. Create it with :func:`silt.open`, not directly."""
 
@@ -79,6 +87,7 @@ class DB:
         manifest: Manifest | None,
         owns_store: bool = True,
         metrics: Metrics | None = None,
+        budget: MemoryBudget | None = None,
     ) -> None:
         #: Request counters; ``metrics`` carries on the counts of opening this DB.
         self._metrics = Metrics() if metrics is None else metrics
@@ -91,14 +100,26 @@ class DB:
         self._settings = settings
         self._clock = clock
         self._owns_store = owns_store
-        self._cache = BlockCache(settings.block_cache_bytes)
+        #: The memory budget this DB's memtables are charged to and whose cache it shares, or
+        #: ``None`` with a private cache (``Settings.block_cache_bytes``): see silt.budget.
+        self._budget: MemoryBudget | None = None
+        if settings.block_cache_bytes is not None:
+            self._cache = BlockCache(settings.block_cache_bytes)
+        else:
+            self._budget = budget if budget is not None else process_budget()
+            self._cache = self._budget.cache
         self._lock = threading.RLock()
         self._closed = False
         self._max_key = settings.max_key_bytes
         self._max_value = settings.max_value_bytes
-        self._memtable_limit = settings.memtable_bytes
         #: The range-delete counter (silt.rangedel): the newest range tombstone's number.
         self._seq = 0
+        #: Size at which the active memtable must grow its reservation or freeze (with a budget,
+        #: 0 until its first write), and the bytes it holds reserved from the budget.
+        self._memtable_limit = settings.memtable_bytes if self._budget is None else 0
+        self._mem_reserved = [0]  # a list: the finalizer of a DB dropped unclosed gives it back
+        if self._budget is not None:
+            weakref.finalize(self, _give_back, self._budget, self._mem_reserved)
         #: What reads consult; replaced whole (never edited) but for its active memtable.
         self._view = ReadView(Memtable())
         self._manifest: Manifest | None = None
@@ -300,7 +321,7 @@ class DB:
                 mem = self._view.mem
                 mem.apply(batch.ops)
                 if mem.approx_bytes >= self._memtable_limit:
-                    self._freeze()
+                    self._grow_or_freeze()
             return
         ops: list[tuple[Any, ...]] = []
         for key, value, ttl in batch.ops:
@@ -321,7 +342,7 @@ class DB:
                     self._view.mem.put(*op)
             mem = self._view.mem
             if mem.approx_bytes >= self._memtable_limit:
-                self._freeze()
+                self._grow_or_freeze()
 
     def put_many(self, keys: Sequence[bytes], values: Sequence[bytes]) -> None:
         """Set ``keys[i]`` to ``values[i]`` for every ``i``, like ``put`` in a loop but without a
@@ -346,17 +367,52 @@ class DB:
                 mem = self._view.mem
                 i = mem.put_pairs(keys, values, i, self._memtable_limit)
                 if mem.approx_bytes >= self._memtable_limit:
-                    self._freeze()
+                    self._grow_or_freeze()
 
     # -- flush --------------------------------------------------------------------------------
     def _freeze_full(self, mem: Memtable) -> None:
         with self._lock:
             if self._view.mem is mem:
-                self._freeze()
+                self._grow_or_freeze()
+
+    def _grow_or_freeze(self) -> None:
+        """The active memtable reached ``_memtable_limit`` (caller holds ``_lock``). With a
+        budget and below ``Settings.memtable_bytes``, reserve chunks until its memory (see
+        :func:`~silt.budget.memtable_charge`) fits, the first always granted, and set the next
+        limit where the rest of the reservation would be used; freeze when the budget refuses."""
+        budget = self._budget
+        if budget is not None:
+            mem = self._view.mem
+            approx = mem.approx_bytes
+            cap = self._settings.memtable_bytes
+            if approx < cap:
+                need = memtable_charge(approx, len(mem))
+                while need >= self._mem_reserved[0]:
+                    if not budget.reserve(budget.chunk, force=self._mem_reserved[0] == 0):
+                        break
+                    self._mem_reserved[0] += budget.chunk
+                if need < self._mem_reserved[0]:
+                    # The rest, in memtable bytes, at the memtable's bytes-to-memory ratio so far.
+                    rest = (self._mem_reserved[0] - need) * approx // max(need, 1)
+                    self._memtable_limit = min(cap, approx + max(rest, 1))
+                    return
+        self._freeze()
 
     def _freeze(self) -> None:
-        """Hand the active memtable to the uploader (caller holds ``_lock``)."""
-        self._view = self._flusher.freeze(self._view, self._seq)
+        """Hand the active memtable to the uploader (caller holds ``_lock``). With a budget, the
+        frozen memtable keeps its reservation (at least its size) until its upload is done."""
+        view = self._view
+        size = memtable_charge(view.mem.approx_bytes, len(view.mem))
+        self._view = self._flusher.freeze(view, self._seq)
+        budget = self._budget
+        if budget is not None and self._view is not view:
+            held, self._mem_reserved[0], self._memtable_limit = self._mem_reserved[0], 0, 0
+            if size > held:
+                budget.reserve(size - held, force=True)
+                held = size
+            future = self._view.parts[-1].future
+            assert future is not None
+            future.add_done_callback(lambda _f: budget.release(held))
 
     def flush(self) -> None:
         """Freeze the memtable and wait until every frozen memtable is an uploaded SST.
@@ -627,7 +683,11 @@ class DB:
             self._flusher.close()
             self._fetch.close()
             self._compaction.close()
-            self._cache.clear()
+            if self._budget is None:
+                self._cache.clear()
+            else:  # the shared cache keeps this DB's blocks until evicted (a reopen finds them)
+                _give_back(self._budget, self._mem_reserved)
+                self._memtable_limit = 0
             self._view = ReadView(Memtable())
             self._siblings.close()
             if self._owns_store:

@@ -6,6 +6,7 @@ Re-exported as ``silt.open`` and ``silt.versions``.
 from __future__ import annotations
 
 from . import errors, paths
+from .budget import MemoryBudget
 from .clock import Clock
 from .db import DB
 from .gc import read_checkpoints
@@ -55,6 +56,7 @@ def open(
     settings: Settings | None = None,
     clock: Clock | None = None,
     store: ObjectStore | None = None,
+    budget: MemoryBudget | None = None,
 ) -> DB:
     """Open the database at ``url``: the latest committed version, or exactly ``version``.
 
@@ -66,6 +68,11 @@ def open(
     A root with no versions opens empty. Commits from a DB opened at an old version create newer
     versions (``CommitConflict`` if the version already exists). ``clock`` and ``store`` are
     injectable components for tests and simulations (``store`` replaces opening ``url``).
+
+    Memory: the DB shares the process's block cache and charges its memtables to the process's
+    memory budget (:func:`silt.set_memory_budget`), or to ``budget`` (a
+    :class:`silt.MemoryBudget` shared by the DBs opened with it); ``Settings.block_cache_bytes``
+    gives it a private cache instead (see :mod:`silt.budget`).
     """
     if settings is None:
         settings = Settings()
@@ -73,6 +80,16 @@ def open(
         raise errors.InvalidTypeError(
             f"settings must be a silt.Settings, got {type(settings).__name__}"
         )
+    if budget is not None:
+        if not isinstance(budget, MemoryBudget):
+            raise errors.InvalidTypeError(
+                f"budget must be a silt.MemoryBudget, got {type(budget).__name__}"
+            )
+        if settings.block_cache_bytes is not None:
+            raise errors.InvalidArgumentError(
+                "pass either budget= (a cache shared under a memory budget) or "
+                "Settings.block_cache_bytes (a private cache), not both"
+            )
     if version is not None:
         DB._check_version(version)
     if at_most is not None:
@@ -125,7 +142,7 @@ def open(
                     ) from None
         return DB(
             store, url=url, settings=settings, clock=clock or Clock(), manifest=manifest,
-            owns_store=owns_store, metrics=metrics,
+            owns_store=owns_store, metrics=metrics, budget=budget,
         )
     except BaseException:
         if owns_store:

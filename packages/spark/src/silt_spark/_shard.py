@@ -24,6 +24,10 @@ Open shard handles are cached per Python worker process between batches (warm bl
 handle leaves the cache while a task uses it and goes back only when the task succeeded without
 leaving uncommitted writes, so a failed attempt's writes can never leak into a later batch.
 
+Memory: every shard a worker opens shares the worker's silt memory budget (one block cache, the
+memtables charged to it; ``spark.silt.memoryBudget`` sets it), so the handles it caches add
+their SST indexes and filters, not a cache each.
+
 Simplifications: the cache is a per-process LRU of :data:`MAX_CACHED_SHARDS` handles;
 ``take_over`` only clears shards as tasks reach them (a shard that never receives data keeps its
 old objects).
@@ -91,6 +95,9 @@ class OperatorSpec:
     check_origin: bool = False
     #: Watermark delay (ms) of each event-time input; empty for operators without event time.
     event_time_delays: tuple[int, ...] = ()
+    #: ``spark.silt.memoryBudget`` in bytes (each Python worker's silt.set_memory_budget), or
+    #: ``None`` to keep the process's budget.
+    memory_budget: int | None = None
 
     def silt_settings(self) -> silt.Settings:
         return silt.Settings.from_dict(self.settings) if self.settings else silt.Settings()
@@ -250,6 +257,9 @@ class ShardTask:
             )
             self.watermark = self._observed.watermark_ms
             self._event_seen = [None] * len(delays)
+        budget = spec.memory_budget
+        if budget is not None and silt.memory_budget().capacity != budget:
+            silt.set_memory_budget(budget)
         t0 = _perf()
         self.db: silt.DB = self._open()
         self.open_ms = (_perf() - t0) * 1000
