@@ -32,16 +32,20 @@ Thread safety: every method may be called from any number of threads. The store 
 per host (requests' default of 10 would make parallel block reads and uploads queue and
 reconnect), and a thread pool for deletes. Blob objects are made per call, never shared.
 
-Retries: the SDK retries each request (408, 429, 5xx, connection errors, timeouts) with
-exponential backoff and jitter for up to ``retry_deadline`` seconds, including uploads, which it
-otherwise retries only with a precondition; what still fails surfaces as
-``TransientStoreError`` for the engine's own backoff. Messages never contain credentials.
+Retries, by the policy of :mod:`silt.tierkit.retry`: the SDK retries each request (408, 429,
+5xx, connection errors, timeouts; uploads too, which it otherwise retries only with a
+precondition) with exponential backoff and jitter, ``max_attempts`` tries within
+``retry_deadline`` seconds (a listing's pages: each within the deadline); what still fails
+surfaces as ``RetriesExhaustedError``, which the engine does not retry again. silt repeats only
+what the SDK does not: a whole read that came back corrupt (``read_attempts`` reads). A request
+that keeps failing is sent at most ``max_attempts`` times, a whole read at most
+``max_attempts * read_attempts`` times. Messages never contain credentials.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -53,12 +57,12 @@ from google.auth.transport.requests import AuthorizedSession
 from google.cloud import storage
 from google.cloud.storage.exceptions import DataCorruption
 from google.cloud.storage.retry import DEFAULT_RETRY
-from silt.errors import InvalidTypeError, SiltError, StoreError, TransientStoreError
-from silt.store import ObjectInfo, ObjectStore
-from silt.tierkit import check_data, check_range, retry_on, safe_cause, validate_key
+from silt.errors import StoreError, TransientStoreError
+from silt.store import ObjectInfo
+from silt.tierkit import BodyBrokenError, TierStore, check_data, check_range, safe_cause
 
-from .config import SCHEME, GcsOptions, check_bucket, normalize_prefix, parse_url
-from .errors import SDK_ERRORS, BodyBrokenError, bucket_missing, map_error, status_of
+from .config import SCHEME, GcsOptions, check_bucket, parse_url
+from .errors import SDK_ERRORS, bucket_missing, map_error, status_of
 
 T = TypeVar("T")
 
@@ -74,7 +78,7 @@ LIST_PAGE = 1000
 CONTENT_TYPE = "application/octet-stream"
 
 
-class GcsStore(ObjectStore):
+class GcsStore(TierStore):
     """Objects under ``gs://bucket/prefix``. See the module docstring for the mapping.
 
     ``options`` tune the client (see :mod:`silt_gcs.config`). ``credentials`` (any
@@ -83,6 +87,12 @@ class GcsStore(ObjectStore):
     Without either the store is picklable: it travels as its URL and options and opens a fresh
     client where it lands.
     """
+
+    scheme = SCHEME
+    options_type = GcsOptions
+    sdk_errors = SDK_ERRORS
+    handles = "credentials=/client="
+    parse_url = staticmethod(parse_url)
 
     def __init__(
         self,
@@ -93,11 +103,10 @@ class GcsStore(ObjectStore):
         credentials: Any = None,
         client: Any = None,
     ) -> None:
-        self.bucket = check_bucket(bucket)
-        self.prefix = normalize_prefix(prefix)
-        self.options = options or GcsOptions()
-        self.url = f"{SCHEME}://{self.bucket}/{self.prefix}".rstrip("/")
-        self._picklable = credentials is None and client is None
+        super().__init__(check_bucket(bucket), prefix, options,
+                         picklable=credentials is None and client is None)
+        self.bucket = self.root
+        self.options: GcsOptions
         endpoint, source = self.options.resolved_endpoint()
         self.endpoint = endpoint
         self.anonymous = False
@@ -108,21 +117,10 @@ class GcsStore(ObjectStore):
         self.endpoint = getattr(connection, "API_BASE_URL", None) or endpoint
         self._bucket = client.bucket(self.bucket, user_project=self.options.user_project)
         self._timeout = (self.options.connect_timeout, self.options.read_timeout)
-        retry = DEFAULT_RETRY.with_delay(initial=0.1, maximum=2.0, multiplier=2.0)
-        with_timeout = getattr(retry, "with_timeout", None) or retry.with_deadline  # api-core<2.17
-        self._retry = with_timeout(self.options.retry_deadline)
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
 
     # --- construction --------------------------------------------------------------------------
-
-    @classmethod
-    def from_url(cls, url: str, options: dict[str, str] | None = None) -> GcsStore:
-        """The tier factory: ``gs://bucket[/prefix]`` plus query options (merged with
-        ``options``; see :mod:`silt_gcs.config`)."""
-        bucket, prefix, query = parse_url(url)
-        merged = {**query, **(options or {})}
-        return cls(bucket, prefix, options=GcsOptions.from_query(url, merged))
 
     def _make_client(self, credentials: Any, endpoint: str | None, source: str) -> Any:
         opts = self.options
@@ -163,15 +161,7 @@ class GcsStore(ObjectStore):
             client._bucket_metadata_cache = None
         return client
 
-    def __reduce__(self) -> tuple[Any, ...]:
-        if not self._picklable:
-            raise TypeError(
-                "a GcsStore built with explicit credentials or client cannot be pickled; open it "
-                "with GcsStore.from_url (or without credentials=/client=) to ship it to workers"
-            )
-        return (_reopen, (self.bucket, self.prefix, self.options))
-
-    def close(self) -> None:
+    def _release(self) -> None:
         """Stop the delete threads and close the client's connections."""
         with self._pool_lock:
             pool, self._pool = self._pool, None
@@ -183,8 +173,28 @@ class GcsStore(ObjectStore):
 
     # --- helpers -------------------------------------------------------------------------------
 
-    def _full(self, key: str) -> str:
-        return self.prefix + validate_key(key)
+    @property
+    def _retry(self) -> Any:
+        """The SDK's retry policy for one call (:meth:`_retry_policy` with ``max_attempts``)."""
+        return self._retry_policy(self.options.max_attempts)
+
+    def _retry_policy(self, attempts: int | None) -> Any:
+        """The SDK's retry policy, set explicitly: its own predicate (408, 429, 5xx, connection
+        errors, timeouts), backoff from 0.1 s doubling up to 2 s with jitter, at most
+        ``attempts`` tries (``None``: no limit) within ``retry_deadline`` seconds. A fresh
+        object per call, since it counts that call's tries."""
+        sdk_predicate = DEFAULT_RETRY._predicate  # the SDK's own choice of what to retry
+        tries = iter(range(2, (attempts or 0) + 1))  # the 2nd, 3rd, ... try
+
+        def should_retry(exc: BaseException) -> bool:
+            if not sdk_predicate(exc):
+                return False
+            return attempts is None or next(tries, None) is not None
+
+        retry = DEFAULT_RETRY.with_delay(initial=0.1, maximum=2.0, multiplier=2.0)
+        retry = retry.with_predicate(should_retry)
+        with_timeout = getattr(retry, "with_timeout", None) or retry.with_deadline  # api-core<2.17
+        return with_timeout(self.options.retry_deadline)
 
     def _error(
         self, exc: BaseException, action: str, key: str | None, missing: str = "object"
@@ -194,25 +204,6 @@ class GcsStore(ObjectStore):
             endpoint=self.endpoint if self.endpoint and "googleapis.com" not in self.endpoint
             else None,
             missing=missing,
-        )
-
-    def _request(
-        self, action: str, key: str | None, call: Callable[[], T], missing: str = "object"
-    ) -> T:
-        """Run one SDK call, mapping its errors (``action`` names it in messages)."""
-        try:
-            return call()
-        except SiltError:
-            raise
-        except SDK_ERRORS as exc:
-            raise self._error(exc, action, key, missing) from safe_cause(exc)
-
-    def _retry_reads(self, call: Callable[[], T]) -> T:
-        return retry_on(
-            BodyBrokenError,
-            call,
-            attempts=self.options.read_attempts,
-            deadline=self.options.read_timeout * self.options.read_attempts,
         )
 
     def _delete_pool(self) -> ThreadPoolExecutor:
@@ -228,7 +219,7 @@ class GcsStore(ObjectStore):
     def get(self, key: str) -> bytes:
         """The whole object; ``NotFoundError`` if it does not exist."""
         full = self._full(key)
-        return self._retry_reads(lambda: self._download(key, full, None, None))
+        return self._whole_read(lambda: self._download(key, full, None, None))
 
     def get_range(self, key: str, start: int, length: int) -> bytes:
         """``length`` bytes from ``start`` (fewer at the end, ``b""`` past it)."""
@@ -240,7 +231,7 @@ class GcsStore(ObjectStore):
                 "read", key, lambda: blob.reload(timeout=self._timeout, retry=self._retry)
             )
             return b""
-        return self._retry_reads(lambda: self._download(key, full, start, length))
+        return self._whole_read(lambda: self._download(key, full, start, length))
 
     def _download(self, key: str, full: str, start: int | None, length: int | None) -> bytes:
         blob = self._bucket.blob(full)
@@ -305,15 +296,10 @@ class GcsStore(ObjectStore):
 
     # --- delete / list -------------------------------------------------------------------------
 
-    def delete_many(self, keys: Iterable[str]) -> None:
-        """Delete the objects, ``delete_concurrency`` at a time; missing ones are ignored. All
-        keys are validated before anything is deleted; every delete is attempted, then the
-        first failure (if any) is raised, transient only if every failure was."""
-        if isinstance(keys, (str, bytes)):
-            raise InvalidTypeError("delete_many takes an iterable of keys, not a single key")
-        fulls = list(dict.fromkeys(self._full(key) for key in keys))
-        if not fulls:
-            return
+    def _delete(self, fulls: list[str]) -> None:
+        """One ``DELETE`` per object, ``delete_concurrency`` at a time; every delete is
+        attempted, then the first failure (if any) is raised, transient only if every failure
+        was."""
         if len(fulls) == 1:
             self._delete_one(fulls[0])
             return
@@ -343,17 +329,6 @@ class GcsStore(ObjectStore):
                 return  # already gone (or our own earlier attempt deleted it)
             raise self._error(exc, "delete", key, missing="bucket") from safe_cause(exc)
 
-    def list(self, prefix: str = "", start_after: str | None = None) -> Iterator[ObjectInfo]:
-        """Yield objects under ``prefix`` after ``start_after``, in key order, a page (up to
-        1,000 objects) at a time. Arguments are checked at the call."""
-        if not isinstance(prefix, str):
-            raise InvalidTypeError(f"list prefix must be a str, got {type(prefix).__name__}")
-        if start_after is not None and not isinstance(start_after, str):
-            raise InvalidTypeError(
-                f"list start_after must be a str or None, got {type(start_after).__name__}"
-            )
-        return self._list(prefix, start_after)
-
     def _list(self, prefix: str, start_after: str | None) -> Iterator[ObjectInfo]:
         cut = len(self.prefix)
         kwargs: dict[str, Any] = {}
@@ -365,7 +340,9 @@ class GcsStore(ObjectStore):
             page_size=LIST_PAGE,
             fields="items(name,size),nextPageToken",
             timeout=self._timeout,
-            retry=self._retry,
+            # One policy object serves every page: a try limit would count the failures of
+            # all pages together, so a listing's pages are retried within the deadline alone.
+            retry=self._retry_policy(None),
             **kwargs,
         )
         pages = self._request("list", prefix or None, lambda: iterator.pages, missing="bucket")
@@ -380,15 +357,6 @@ class GcsStore(ObjectStore):
                 if start_after is not None and name[cut:] <= start_after:
                     continue
                 yield ObjectInfo(name[cut:], int(blob.size or 0))
-
-    def __repr__(self) -> str:
-        where = f", endpoint={self.endpoint!r}" if self.endpoint else ""
-        return f"GcsStore({self.url!r}{where})"
-
-
-def _reopen(bucket: str, prefix: str, options: GcsOptions) -> GcsStore:
-    """Unpickle a :class:`GcsStore`: a fresh client from the standard chain where it lands."""
-    return GcsStore(bucket, prefix, options=options)
 
 
 __all__ = ["GcsStore", "LIST_PAGE", "parse_url"]

@@ -80,7 +80,8 @@ class TierStore(ObjectStore):
     # --- what a subclass writes ----------------------------------------------------------------
 
     @abc.abstractmethod
-    def _error(self, exc: BaseException, action: str, key: str | None) -> StoreError:
+    def _error(self, exc: BaseException, action: str, key: str | None, **context: Any
+               ) -> StoreError:
         """The silt error for the SDK's ``exc``, raised while ``action`` (a verb phrase, as in
         ``"read"``) on ``key`` (``None``: the store as a whole). Messages never hold a secret."""
 
@@ -107,14 +108,15 @@ class TierStore(ObjectStore):
         """What a tier error may be raised ``from``: ``exc``, unless its chain holds a secret."""
         return safe_cause(exc, self._secrets)
 
-    def _request(self, action: str, key: str | None, call: Callable[[], T]) -> T:
-        """Run one SDK call, mapping its errors (``action`` names it in messages)."""
+    def _request(self, action: str, key: str | None, call: Callable[[], T], **context: Any) -> T:
+        """Run one SDK call, mapping its errors (``action`` names it in messages, ``context``
+        goes to :meth:`_error`)."""
         try:
             return call()
         except SiltError:
             raise
         except self.sdk_errors as exc:
-            raise self._error(exc, action, key) from self._cause(exc)
+            raise self._error(exc, action, key, **context) from self._cause(exc)
 
     def _whole_read(self, call: Callable[[], T]) -> T:
         """Run one whole read, repeated on :class:`~silt.tierkit.BodyBrokenError` as the
