@@ -54,25 +54,15 @@ travels with it; one from the environment is read again where the store lands.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import ClassVar
 from urllib.parse import unquote, urlsplit
 
 from silt.errors import InvalidArgumentError, StoreError
-from silt.store import split_url
-from silt.tierkit import (
-    check_endpoint,
-    check_options,
-    check_path,
-    decode_path,
-    parse_float,
-    parse_int,
-    parse_size,
-)
+from silt.tierkit import TierOptions, check_endpoint, check_root_name, parse_root_url
 
 SCHEMES = ("az", "azure")
 MiB = 1024 * 1024
@@ -125,12 +115,22 @@ CREDENTIALS_HINT = (
 
 
 @dataclass(frozen=True)
-class AzureOptions:
+class AzureOptions(TierOptions):
     """Options of one :class:`~silt_azure.AzureStore`; ``None`` means "use the environment".
 
     A frozen, picklable value: a store shipped to another process carries these options, not a
     client, and opens its own client there. ``connection_string`` is kept out of ``repr``.
     """
+
+    SCHEME = "az"
+    SIZES: ClassVar[Mapping[str, int]] = {
+        "block_threshold": 1, "block_size": 1, "download_chunk_size": 1
+    }
+    CREDENTIAL_OPTIONS = _CREDENTIAL_OPTIONS
+    CREDENTIAL_HINT = (
+        f"Use {ENV_KEY} or {ENV_SAS} with {ENV_ACCOUNT}, {ENV_CONNECTION_STRING}, or Entra ID "
+        "(DefaultAzureCredential)"
+    )
 
     connection_string: str | None = field(default=None, repr=False)
     account_url: str | None = None
@@ -179,48 +179,6 @@ class AzureOptions:
                 "lower-case letters and digits); for an emulator or a custom domain use "
                 "account_url="
             )
-
-    @classmethod
-    def names(cls) -> frozenset[str]:
-        """Option names accepted in a URL query (the dataclass fields)."""
-        return frozenset(f.name for f in dataclasses.fields(cls))
-
-    @classmethod
-    def from_query(cls, url: str, options: Mapping[str, str]) -> AzureOptions:
-        """Parse URL query options (strings); unknown options are an error that lists them."""
-        url = url.split("?", 1)[0]  # never echo query values: they might hold secrets
-        secret_like = sorted(set(options) & _CREDENTIAL_OPTIONS)
-        if secret_like:
-            raise InvalidArgumentError(
-                f"option(s) {', '.join(secret_like)} look like credentials; silt takes no key, "
-                f"SAS or token from a URL option (URLs end up in logs). Use {ENV_KEY} or "
-                f"{ENV_SAS} with {ENV_ACCOUNT}, {ENV_CONNECTION_STRING}, or Entra ID "
-                "(DefaultAzureCredential)"
-            )
-        check_options(url, options, cls.names(), "az")
-        kwargs: dict[str, Any] = {}
-        for name, raw in options.items():
-            if name in ("connection_string", "account_url", "account_name"):
-                if not raw.strip():
-                    raise InvalidArgumentError(f"option {name}= is empty in {url!r}")
-                kwargs[name] = raw.strip()
-            elif name in ("block_threshold", "block_size", "download_chunk_size"):
-                kwargs[name] = parse_size(name, raw, minimum=1)
-            elif name in ("connect_timeout", "read_timeout"):
-                kwargs[name] = parse_float(name, raw, minimum=0.001)
-            else:
-                kwargs[name] = parse_int(name, raw, minimum=1)
-        return cls(**kwargs)
-
-    def to_query(self) -> dict[str, str]:
-        """The options that differ from the defaults, as URL query strings (secrets included:
-        do not log the result)."""
-        default = AzureOptions()
-        return {
-            f.name: str(getattr(self, f.name))
-            for f in dataclasses.fields(self)
-            if getattr(self, f.name) != getattr(default, f.name)
-        }
 
 
 @dataclass(frozen=True)
@@ -374,52 +332,18 @@ def parse_url(url: str) -> tuple[str, str, dict[str, str]]:
     ``prefix`` is ``""`` or a ``/``-terminated blob-name prefix (``"jobs/clicks/"``);
     percent-escapes in the path are decoded.
     """
-    scheme, location, options = split_url(url)
-    if scheme not in SCHEMES:
-        raise InvalidArgumentError(
-            f"AzureStore opens az:// URLs, got {url.split('?', 1)[0]!r}; write "
-            "'az://container/prefix'"
-        )
-    raw_container, _, raw_prefix = location.partition("/")
-    check_container(unquote(raw_container), url)
-    # The prefix is decoded and checked by the name rule every tier shares (silt.tierkit).
-    prefix = decode_path(raw_prefix, what=f"the prefix of {url.split('?', 1)[0]!r}")
-    return unquote(raw_container), normalize_prefix(prefix, url), options
+    return parse_root_url(url, SCHEMES, check_root=check_container,
+                          example="az://container/prefix")
 
 
 def check_container(container: str, url: str = "") -> str:
     """Reject names Azure would refuse: 3-63 lower-case letters, digits and single hyphens."""
-    url = url.split("?", 1)[0]
-    where = f" in {url!r}" if url and "@" not in url else ""
-    if isinstance(container, str) and "@" in container:
-        raise InvalidArgumentError(
-            "an az:// URL names a container, not 'container@account': give the account with "
-            f"account_name= or account_url=, or {ENV_ACCOUNT} / {ENV_CONNECTION_STRING}; never "
-            "put credentials in a URL"
-        )
-    if not isinstance(container, str) or not container:
-        raise InvalidArgumentError(
-            f"no container named{where}; write 'az://container' or 'az://container/prefix'"
-        )
-    if container != "$root" and not _CONTAINER.match(container):
-        raise InvalidArgumentError(
-            f"container name {container!r}{where} is not valid; Azure container names are "
-            "3-63 lower-case letters, digits and single hyphens, starting and ending with a "
-            "letter or digit (the account goes in account_name= or account_url=)"
-        )
-    return container
-
-
-def normalize_prefix(prefix: str, url: str = "") -> str:
-    """``"a/b"``, ``"/a/b/"`` -> ``"a/b/"``; ``""`` stays ``""``. Segments must be plain."""
-    prefix = prefix.strip("/")
-    if not prefix:
-        return ""
-    try:
-        check_path(prefix, what="prefix")
-    except InvalidArgumentError as exc:
-        raise InvalidArgumentError(
-            f"prefix {prefix!r} in {url.split('?', 1)[0] or 'the az:// URL'} is not a plain "
-            f"'/'-separated path ({exc}); use a URL like 'az://container/jobs/clicks'"
-        ) from None
-    return prefix + "/"
+    return check_root_name(
+        container, url, what="container", example="az://container/prefix",
+        rule="Azure container names are 3-63 lower-case letters, digits and single hyphens, "
+             "starting and ending with a letter or digit (the account goes in account_name= or "
+             "account_url=)",
+        advice=f"An az:// URL names a container, not 'container@account': give the account "
+               f"with account_name= or account_url=, or {ENV_ACCOUNT} / {ENV_CONNECTION_STRING}",
+        valid=lambda name: name == "$root" or bool(_CONTAINER.match(name)),
+    )
