@@ -35,7 +35,7 @@ reconnect), and a thread pool for deletes. Blob objects are made per call, never
 Retries, by the policy of :mod:`silt.tierkit.retry`: the SDK retries each request (408, 429,
 5xx, connection errors, timeouts; uploads too, which it otherwise retries only with a
 precondition) with exponential backoff and jitter, ``max_attempts`` tries within
-``retry_deadline`` seconds (a listing's pages: each within the deadline); what still fails
+``retry_deadline`` seconds (:class:`CappedRetry`); what still fails
 surfaces as ``RetriesExhaustedError``, which the engine does not retry again. silt repeats only
 what the SDK does not: a whole read that came back corrupt (``read_attempts`` reads). A request
 that keeps failing is sent at most ``max_attempts`` times, a whole read at most
@@ -52,6 +52,7 @@ from typing import Any, TypeVar
 import google.auth
 import requests.adapters
 from google.api_core.client_info import ClientInfo
+from google.api_core.retry import Retry
 from google.auth.credentials import AnonymousCredentials
 from google.auth.transport.requests import AuthorizedSession
 from google.cloud import storage
@@ -76,6 +77,32 @@ LIST_PAGE = 1000
 
 #: Every object silt writes is opaque bytes.
 CONTENT_TYPE = "application/octet-stream"
+
+
+class CappedRetry(Retry):
+    """The SDK's retry policy, set explicitly: its own choice of what to retry (408, 429, 5xx,
+    connection errors, timeouts), backoff from 0.1 s doubling up to 2 s with jitter, and at
+    most ``attempts`` tries of each request it wraps, within ``deadline`` seconds.
+
+    google-api-core's ``Retry`` has a deadline but no limit on tries; this one counts the tries
+    of each call it wraps (the SDK wraps every request, every page of a listing, on its own).
+    """
+
+    def __init__(self, attempts: int, deadline: float) -> None:
+        super().__init__(predicate=DEFAULT_RETRY._predicate, initial=0.1, maximum=2.0,
+                         multiplier=2.0, timeout=deadline)
+        self.attempts = attempts
+
+    def __call__(self, func: Any, on_error: Any = None) -> Any:
+        tries = iter(range(2, self.attempts + 1))  # the 2nd, 3rd, ... try
+        sdk_predicate = self._predicate
+
+        def should_retry(exc: Exception) -> bool:
+            return bool(sdk_predicate(exc)) and next(tries, None) is not None
+
+        policy = Retry(predicate=should_retry, initial=self._initial, maximum=self._maximum,
+                       multiplier=self._multiplier, timeout=self._timeout)
+        return policy(func, on_error=on_error)
 
 
 class GcsStore(TierStore):
@@ -117,6 +144,7 @@ class GcsStore(TierStore):
         self.endpoint = getattr(connection, "API_BASE_URL", None) or endpoint
         self._bucket = client.bucket(self.bucket, user_project=self.options.user_project)
         self._timeout = (self.options.connect_timeout, self.options.read_timeout)
+        self._retry = CappedRetry(self.options.max_attempts, self.options.retry_deadline)
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
 
@@ -172,29 +200,6 @@ class GcsStore(TierStore):
             close()
 
     # --- helpers -------------------------------------------------------------------------------
-
-    @property
-    def _retry(self) -> Any:
-        """The SDK's retry policy for one call (:meth:`_retry_policy` with ``max_attempts``)."""
-        return self._retry_policy(self.options.max_attempts)
-
-    def _retry_policy(self, attempts: int | None) -> Any:
-        """The SDK's retry policy, set explicitly: its own predicate (408, 429, 5xx, connection
-        errors, timeouts), backoff from 0.1 s doubling up to 2 s with jitter, at most
-        ``attempts`` tries (``None``: no limit) within ``retry_deadline`` seconds. A fresh
-        object per call, since it counts that call's tries."""
-        sdk_predicate = DEFAULT_RETRY._predicate  # the SDK's own choice of what to retry
-        tries = iter(range(2, (attempts or 0) + 1))  # the 2nd, 3rd, ... try
-
-        def should_retry(exc: BaseException) -> bool:
-            if not sdk_predicate(exc):
-                return False
-            return attempts is None or next(tries, None) is not None
-
-        retry = DEFAULT_RETRY.with_delay(initial=0.1, maximum=2.0, multiplier=2.0)
-        retry = retry.with_predicate(should_retry)
-        with_timeout = getattr(retry, "with_timeout", None) or retry.with_deadline  # api-core<2.17
-        return with_timeout(self.options.retry_deadline)
 
     def _error(
         self, exc: BaseException, action: str, key: str | None, missing: str = "object"
@@ -340,9 +345,7 @@ class GcsStore(TierStore):
             page_size=LIST_PAGE,
             fields="items(name,size),nextPageToken",
             timeout=self._timeout,
-            # One policy object serves every page: a try limit would count the failures of
-            # all pages together, so a listing's pages are retried within the deadline alone.
-            retry=self._retry_policy(None),
+            retry=self._retry,
             **kwargs,
         )
         pages = self._request("list", prefix or None, lambda: iterator.pages, missing="bucket")
