@@ -41,7 +41,7 @@ option                      meaning (default)
 ``connect_timeout``         seconds (5)
 ``read_timeout``            seconds without a byte from the server (30)
 ``max_attempts``            tries of each request by the SDK's retry policy (5)
-``read_attempts``           tries of a whole read whose body broke mid-transfer (4)
+``read_attempts``           tries of a whole read that came back short (4)
 ``list_page_size``          names per List Blobs request (5000, Azure's maximum)
 ==========================  ===================================================================
 
