@@ -691,7 +691,7 @@ def test_body_broken_every_time_gives_a_transient_error(
     store.put("k", payload(8, 100_000))
     proxy.fault("truncate", match=b"GET /download/", keep=100, times=None)  # not even headers
     started = time.monotonic()
-    with pytest.raises(RetriesExhaustedError, match="retry deadline|connection problem"):
+    with pytest.raises(RetriesExhaustedError, match=r"retry deadline|connection problem"):
         store.get("k")  # the deadline or max_attempts ends the SDK's retries, whichever first
     assert time.monotonic() - started < 10
     assert 2 <= proxy.counts["truncate"] <= 5  # max_attempts
