@@ -31,8 +31,6 @@ from silt.store import ObjectInfo
 from silt.tierkit import (
     TierOptions,
     TierStore,
-    check_data,
-    check_range,
     check_root_name,
     parse_root_url,
 )
@@ -150,27 +148,20 @@ class ExampleStore(TierStore):
     def _release(self) -> None:
         self._client.close()
 
-    def get(self, key: str) -> bytes:
-        """The whole object; ``NotFoundError`` if it does not exist."""
-        full = self._full(key)
-        return self._request("read", key, lambda: self._client.get(self.root, full))
-
-    def get_range(self, key: str, start: int, length: int) -> bytes:
-        """``length`` bytes from ``start`` (a real tier sends a ranged request)."""
-        full = self._full(key)
-        start, length = check_range(start, length)
+    def _read(self, key: str, full: str, start: int | None, length: int | None) -> bytes:
+        """One read, whole or ``length`` bytes from ``start`` (a real tier sends a ranged
+        request, and raises ``BodyBrokenError`` for a body that came back short)."""
         data = self._request("read", key, lambda: self._client.get(self.root, full))
-        return data[start : start + length]
+        return data if start is None or length is None else data[start : start + length]
 
-    def put(self, key: str, data: bytes) -> None:
-        """Create or replace the object."""
-        full, payload = self._full(key), check_data(data)
+    def _head(self, key: str, full: str) -> None:
+        self._request("read", key, lambda: self._client.get(self.root, full))
+
+    def _put(self, key: str, full: str, payload: bytes) -> None:
         self._request("write", key,
                       lambda: self._client.put(self.root, full, payload, if_absent=False))
 
-    def put_if_absent(self, key: str, data: bytes) -> bool:
-        """Create the object unless the key exists; ``False`` if it did."""
-        full, payload = self._full(key), check_data(data)
+    def _create(self, key: str, full: str, payload: bytes) -> bool:
         return self._request("create", key,
                              lambda: self._client.put(self.root, full, payload, if_absent=True))
 

@@ -62,7 +62,7 @@ from typing import ClassVar
 from urllib.parse import unquote, urlsplit
 
 from silt.errors import InvalidArgumentError, StoreError
-from silt.tierkit import TierOptions, check_endpoint, check_root_name, parse_root_url
+from silt.tierkit import NetworkOptions, check_endpoint, check_root_name, parse_root_url
 
 SCHEMES = ("az", "azure")
 MiB = 1024 * 1024
@@ -115,7 +115,7 @@ CREDENTIALS_HINT = (
 
 
 @dataclass(frozen=True)
-class AzureOptions(TierOptions):
+class AzureOptions(NetworkOptions):
     """Options of one :class:`~silt_azure.AzureStore`; ``None`` means "use the environment".
 
     A frozen, picklable value: a store shipped to another process carries these options, not a
@@ -141,13 +141,10 @@ class AzureOptions(TierOptions):
     download_chunk_size: int = 8 * MiB
     download_concurrency: int = 8
     max_connections: int = 32
-    connect_timeout: float = 5.0
-    read_timeout: float = 30.0
-    max_attempts: int = 5
-    read_attempts: int = 4
     list_page_size: int = MAX_LIST_PAGE
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if not 1 <= self.block_size <= MAX_BLOCK_SIZE:
             raise InvalidArgumentError(
                 f"block_size={self.block_size} must be between 1 byte and {MAX_BLOCK_SIZE} "
@@ -161,16 +158,13 @@ class AzureOptions(TierOptions):
         if self.download_chunk_size < 1:
             raise InvalidArgumentError("download_chunk_size must be at least 1 byte")
         for name in ("upload_concurrency", "download_concurrency", "max_connections",
-                     "max_attempts", "read_attempts", "list_page_size"):
+                     "list_page_size"):
             if getattr(self, name) < 1:
                 raise InvalidArgumentError(f"{name} must be >= 1")
         if self.list_page_size > MAX_LIST_PAGE:
             raise InvalidArgumentError(
                 f"list_page_size must be at most {MAX_LIST_PAGE} (Azure's largest page)"
             )
-        for name in ("connect_timeout", "read_timeout"):
-            if not getattr(self, name) > 0:
-                raise InvalidArgumentError(f"{name} must be > 0 seconds")
         if self.account_url is not None:
             check_account_url(self.account_url)
         if self.account_name is not None and not _ACCOUNT_NAME.match(self.account_name):

@@ -63,7 +63,7 @@ from azure.storage.blob import ContainerClient, ExponentialRetry
 from requests.adapters import HTTPAdapter
 from silt.errors import InvalidArgumentError, SiltError, StoreError, TransientStoreError
 from silt.store import ObjectInfo
-from silt.tierkit import BodyBrokenError, TierStore, check_data, check_range, redact
+from silt.tierkit import BodyBrokenError, TierStore, redact
 from urllib3.util.retry import Retry
 
 from . import __version__
@@ -257,22 +257,10 @@ class AzureStore(TierStore):
 
     # --- reads ---------------------------------------------------------------------------------
 
-    def get(self, key: str) -> bytes:
-        """The whole object; ``NotFoundError`` if it does not exist."""
-        full = self._full(key)
-        return self._whole_read(lambda: self._download(key, full, None, None))
+    def _head(self, key: str, full: str) -> None:
+        self._request("read", key, self._client.get_blob_client(full).get_blob_properties)
 
-    def get_range(self, key: str, start: int, length: int) -> bytes:
-        """``length`` bytes from ``start`` (fewer at the end, ``b""`` past it)."""
-        full = self._full(key)
-        start, length = check_range(start, length)
-        if length == 0:
-            blob = self._client.get_blob_client(full)
-            self._request("read", key, blob.get_blob_properties)
-            return b""
-        return self._whole_read(lambda: self._download(key, full, start, length))
-
-    def _download(self, key: str, full: str, start: int | None, length: int | None) -> bytes:
+    def _read(self, key: str, full: str, start: int | None, length: int | None) -> bytes:
         blob = self._client.get_blob_client(full)
         try:
             stream = blob.download_blob(
@@ -296,10 +284,8 @@ class AzureStore(TierStore):
 
     # --- writes --------------------------------------------------------------------------------
 
-    def put(self, key: str, data: bytes) -> None:
-        """Create or replace the object (staged blocks above ``block_threshold``)."""
-        full = self._full(key)
-        payload = check_data(data)
+    def _put(self, key: str, full: str, payload: bytes) -> None:
+        """Put Blob, staged blocks above ``block_threshold``."""
         blob = self._client.get_blob_client(full)
         self._request(
             "write",
@@ -310,11 +296,9 @@ class AzureStore(TierStore):
             ),
         )
 
-    def put_if_absent(self, key: str, data: bytes) -> bool:
+    def _create(self, key: str, full: str, payload: bytes) -> bool:
         """Create the object unless the key exists (``If-None-Match: *``); see the module
         docstring for what a lost response means."""
-        full = self._full(key)
-        payload = check_data(data)
         blob = self._client.get_blob_client(full)
         try:
             blob.upload_blob(

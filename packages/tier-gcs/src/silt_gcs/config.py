@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from silt.errors import InvalidArgumentError
-from silt.tierkit import TierOptions, check_endpoint, check_root_name, parse_root_url
+from silt.tierkit import NetworkOptions, check_endpoint, check_root_name, parse_root_url
 
 #: The canonical scheme first; ``gcs://`` is an alias that opens the same store.
 SCHEMES = ("gs", "gcs")
@@ -81,7 +81,7 @@ CREDENTIALS_HINT = (
 
 
 @dataclass(frozen=True)
-class GcsOptions(TierOptions):
+class GcsOptions(NetworkOptions):
     """Options of one :class:`~silt_gcs.GcsStore`; ``None`` means "use the standard fallback".
 
     A frozen, picklable value: a store shipped to another process carries these options, not a
@@ -97,23 +97,18 @@ class GcsOptions(TierOptions):
     project: str | None = None
     user_project: str | None = None
     max_pool_connections: int = 32
-    connect_timeout: float = 5.0
-    read_timeout: float = 30.0
-    max_attempts: int = 5
     retry_deadline: float = 30.0
-    read_attempts: int = 4
     delete_concurrency: int = 16
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.endpoint is not None:
             object.__setattr__(self, "endpoint", normalize_endpoint(self.endpoint))
-        for name in ("max_pool_connections", "max_attempts", "read_attempts",
-                     "delete_concurrency"):
+        for name in ("max_pool_connections", "delete_concurrency"):
             if getattr(self, name) < 1:
                 raise InvalidArgumentError(f"{name} must be >= 1")
-        for name in ("connect_timeout", "read_timeout", "retry_deadline"):
-            if not getattr(self, name) > 0:
-                raise InvalidArgumentError(f"{name} must be > 0 seconds")
+        if not self.retry_deadline > 0:
+            raise InvalidArgumentError("retry_deadline must be > 0 seconds")
 
     def resolved_endpoint(self, environ: Mapping[str, str] | None = None) -> tuple[str | None, str]:
         """``(endpoint, source)``: the endpoint URL and where it came from (``"option"``,

@@ -44,9 +44,7 @@ that keeps failing is sent at most ``max_attempts`` times, a whole read at most
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 import google.auth
@@ -60,7 +58,7 @@ from google.cloud.storage.exceptions import DataCorruption
 from google.cloud.storage.retry import DEFAULT_RETRY
 from silt.errors import StoreError, TransientStoreError
 from silt.store import ObjectInfo
-from silt.tierkit import BodyBrokenError, TierStore, check_data, check_range, safe_cause
+from silt.tierkit import BodyBrokenError, TierStore, safe_cause
 
 from .config import SCHEME, GcsOptions, check_bucket, parse_url
 from .errors import SDK_ERRORS, bucket_missing, map_error, status_of
@@ -145,8 +143,6 @@ class GcsStore(TierStore):
         self._bucket = client.bucket(self.bucket, user_project=self.options.user_project)
         self._timeout = (self.options.connect_timeout, self.options.read_timeout)
         self._retry = CappedRetry(self.options.max_attempts, self.options.retry_deadline)
-        self._pool: ThreadPoolExecutor | None = None
-        self._pool_lock = threading.Lock()
 
     # --- construction --------------------------------------------------------------------------
 
@@ -190,11 +186,7 @@ class GcsStore(TierStore):
         return client
 
     def _release(self) -> None:
-        """Stop the delete threads and close the client's connections."""
-        with self._pool_lock:
-            pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.shutdown(wait=True)
+        """Close the client's connections."""
         close = getattr(self._client, "close", None)
         if close is not None:
             close()
@@ -211,34 +203,13 @@ class GcsStore(TierStore):
             missing=missing,
         )
 
-    def _delete_pool(self) -> ThreadPoolExecutor:
-        with self._pool_lock:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(
-                    self.options.delete_concurrency, thread_name_prefix="silt-gcs-delete"
-                )
-            return self._pool
-
     # --- reads ---------------------------------------------------------------------------------
 
-    def get(self, key: str) -> bytes:
-        """The whole object; ``NotFoundError`` if it does not exist."""
-        full = self._full(key)
-        return self._whole_read(lambda: self._download(key, full, None, None))
+    def _head(self, key: str, full: str) -> None:
+        blob = self._bucket.blob(full)
+        self._request("read", key, lambda: blob.reload(timeout=self._timeout, retry=self._retry))
 
-    def get_range(self, key: str, start: int, length: int) -> bytes:
-        """``length`` bytes from ``start`` (fewer at the end, ``b""`` past it)."""
-        full = self._full(key)
-        start, length = check_range(start, length)
-        if length == 0:
-            blob = self._bucket.blob(full)
-            self._request(
-                "read", key, lambda: blob.reload(timeout=self._timeout, retry=self._retry)
-            )
-            return b""
-        return self._whole_read(lambda: self._download(key, full, start, length))
-
-    def _download(self, key: str, full: str, start: int | None, length: int | None) -> bytes:
+    def _read(self, key: str, full: str, start: int | None, length: int | None) -> bytes:
         blob = self._bucket.blob(full)
         ranged = start is not None and length is not None
         try:
@@ -265,10 +236,8 @@ class GcsStore(TierStore):
 
     # --- writes --------------------------------------------------------------------------------
 
-    def put(self, key: str, data: bytes) -> None:
-        """Create or replace the object (retried by the SDK: a replay writes the same bytes)."""
-        full = self._full(key)
-        payload = check_data(data)
+    def _put(self, key: str, full: str, payload: bytes) -> None:
+        """An upload, retried by the SDK: a replay writes the same bytes."""
         blob = self._bucket.blob(full)
         self._request(
             "write",
@@ -279,11 +248,9 @@ class GcsStore(TierStore):
             missing="bucket",
         )
 
-    def put_if_absent(self, key: str, data: bytes) -> bool:
+    def _create(self, key: str, full: str, payload: bytes) -> bool:
         """Create the object unless the name exists (``ifGenerationMatch=0``); see the module
         docstring for what a lost response means."""
-        full = self._full(key)
-        payload = check_data(data)
         blob = self._bucket.blob(full)
         try:
             blob.upload_from_string(
@@ -316,7 +283,7 @@ class GcsStore(TierStore):
             except StoreError as exc:
                 failures.append(exc)
 
-        list(self._delete_pool().map(run, fulls))
+        list(self._threads(self.options.delete_concurrency, "silt-gcs-delete").map(run, fulls))
         if failures:
             permanent = [f for f in failures if not isinstance(f, TransientStoreError)]
             first = (permanent or failures)[0]

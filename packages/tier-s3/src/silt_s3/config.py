@@ -47,7 +47,7 @@ from typing import Any, ClassVar
 
 from silt.errors import InvalidArgumentError
 from silt.tierkit import (
-    TierOptions,
+    NetworkOptions,
     check_endpoint,
     check_root_name,
     parse_bool,
@@ -89,7 +89,7 @@ _CREDENTIAL_OPTIONS = frozenset(
 
 
 @dataclass(frozen=True)
-class S3Options(TierOptions):
+class S3Options(NetworkOptions):
     """Options of one :class:`~silt_s3.S3Store`; ``None`` means "use the standard fallback".
 
     A frozen, picklable value: a store shipped to another process carries these options, not a
@@ -117,14 +117,11 @@ class S3Options(TierOptions):
     multipart_part_size: int = 16 * MiB
     multipart_concurrency: int = 8
     max_pool_connections: int = 32
-    connect_timeout: float = 5.0
-    read_timeout: float = 30.0
-    max_attempts: int = 5
-    read_attempts: int = 4
     checksums: str = "when_supported"
     verify: bool | str | None = None
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.endpoint_url is not None:
             object.__setattr__(self, "endpoint_url", check_endpoint(
                 self.endpoint_url, what="the endpoint in endpoint_url=", hint=ENDPOINT_HINT))
@@ -141,8 +138,7 @@ class S3Options(TierOptions):
             )
         if self.checksums not in CHECKSUM_MODES:
             raise InvalidArgumentError(f"checksums must be one of {', '.join(CHECKSUM_MODES)}")
-        for name in ("multipart_concurrency", "max_pool_connections", "max_attempts",
-                     "read_attempts"):
+        for name in ("multipart_concurrency", "max_pool_connections"):
             if getattr(self, name) < 1:
                 raise InvalidArgumentError(f"{name} must be >= 1")
 

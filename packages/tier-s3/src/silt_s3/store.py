@@ -43,9 +43,8 @@ request that keeps failing is sent at most ``max_attempts`` times, a whole read 
 from __future__ import annotations
 
 import math
-import threading
 from collections.abc import Callable, Iterator
-from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_EXCEPTION, Future, wait
 from typing import Any, TypeVar
 
 import boto3
@@ -53,7 +52,7 @@ import botocore.config
 from botocore.exceptions import BotoCoreError, ClientError
 from silt.errors import StoreError, TransientStoreError
 from silt.store import ObjectInfo
-from silt.tierkit import BodyBrokenError, TierStore, check_data, check_range, retry_on, safe_cause
+from silt.tierkit import BodyBrokenError, TierStore, retry_on, safe_cause
 
 from .config import MAX_PARTS, SCHEME, S3Options, check_bucket, parse_url
 from .errors import NETWORK_ERRORS, error_code, map_error
@@ -104,8 +103,6 @@ class S3Store(TierStore):
             client = self._make_client(session)
         self._client = client
         self.endpoint = getattr(getattr(client, "meta", None), "endpoint_url", self.endpoint)
-        self._pool: ThreadPoolExecutor | None = None
-        self._pool_lock = threading.Lock()
 
     # --- construction --------------------------------------------------------------------------
 
@@ -143,11 +140,7 @@ class S3Store(TierStore):
             raise StoreError(f"cannot open {self.url}: {exc}") from None
 
     def _release(self) -> None:
-        """Stop the part-upload threads and close the client's connections."""
-        with self._pool_lock:
-            pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.shutdown(wait=True)
+        """Close the client's connections."""
         close = getattr(self._client, "close", None)
         if close is not None:
             close()
@@ -159,33 +152,12 @@ class S3Store(TierStore):
             exc, action=action, key=key, url=self.url, bucket=self.bucket, endpoint=self.endpoint
         )
 
-    def _parts_pool(self) -> ThreadPoolExecutor:
-        with self._pool_lock:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(
-                    self.options.multipart_concurrency, thread_name_prefix="silt-s3-part"
-                )
-            return self._pool
-
     # --- reads ---------------------------------------------------------------------------------
 
-    def get(self, key: str) -> bytes:
-        """The whole object; ``NotFoundError`` if it does not exist."""
-        full = self._full(key)
-        return self._whole_read(lambda: self._get_once(key, full, None, None))
+    def _head(self, key: str, full: str) -> None:
+        self._request("read", key, lambda: self._client.head_object(Bucket=self.bucket, Key=full))
 
-    def get_range(self, key: str, start: int, length: int) -> bytes:
-        """``length`` bytes from ``start`` (fewer at the end, ``b""`` past it)."""
-        full = self._full(key)
-        start, length = check_range(start, length)
-        if length == 0:
-            self._request(
-                "read", key, lambda: self._client.head_object(Bucket=self.bucket, Key=full)
-            )
-            return b""
-        return self._whole_read(lambda: self._get_once(key, full, start, length))
-
-    def _get_once(self, key: str, full: str, start: int | None, length: int | None) -> bytes:
+    def _read(self, key: str, full: str, start: int | None, length: int | None) -> bytes:
         kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": full}
         if start is not None and length is not None:
             kwargs["Range"] = f"bytes={start}-{start + length - 1}"
@@ -220,10 +192,8 @@ class S3Store(TierStore):
 
     # --- writes --------------------------------------------------------------------------------
 
-    def put(self, key: str, data: bytes) -> None:
-        """Create or replace the object (multipart above ``multipart_threshold``)."""
-        full = self._full(key)
-        payload = check_data(data)
+    def _put(self, key: str, full: str, payload: bytes) -> None:
+        """``PutObject``, multipart above ``multipart_threshold``."""
         if len(payload) > self.options.multipart_threshold:
             self._multipart(key, full, payload, create_only=False)
             return
@@ -233,11 +203,9 @@ class S3Store(TierStore):
             lambda: self._client.put_object(Bucket=self.bucket, Key=full, Body=payload),
         )
 
-    def put_if_absent(self, key: str, data: bytes) -> bool:
+    def _create(self, key: str, full: str, payload: bytes) -> bool:
         """Create the object unless the key exists (``If-None-Match: *``); see the module
         docstring for what a lost response means."""
-        full = self._full(key)
-        payload = check_data(data)
         if len(payload) > self.options.multipart_threshold:
             return self._multipart(key, full, payload, create_only=True)
 
@@ -367,7 +335,7 @@ class S3Store(TierStore):
 
         if count == 1:
             return [upload(1)]
-        pool = self._parts_pool()
+        pool = self._threads(self.options.multipart_concurrency, "silt-s3-part")
         futures: list[Future[dict[str, Any]]] = [
             pool.submit(upload, number) for number in range(1, count + 1)
         ]

@@ -37,6 +37,7 @@ from .names import (
     validate_key,
 )
 from .options import (
+    NetworkOptions,
     TierOptions,
     check_options,
     parse_bool,
@@ -57,6 +58,7 @@ from .urls import (
 __all__ = [
     "MAX_NAME_BYTES",
     "BodyBrokenError",
+    "NetworkOptions",
     "TierOptions",
     "TierStore",
     "chain_leaks",

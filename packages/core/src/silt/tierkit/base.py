@@ -2,20 +2,25 @@
 
 A first-party or third-party tier subclasses it and writes only what its SDK does differently:
 building the client, mapping the SDK's errors (:meth:`TierStore._error`), and one method per
-request kind (``get``, ``get_range``, ``put``, ``put_if_absent``, :meth:`TierStore._delete`,
-:meth:`TierStore._list`). The base class owns the rest:
+request kind (:meth:`TierStore._read`, :meth:`TierStore._head`, :meth:`TierStore._put`,
+:meth:`TierStore._create`, :meth:`TierStore._delete`, :meth:`TierStore._list`). The base
+class owns the rest:
 
 * the layout: the object ``k`` of a store opened on ``scheme://root/prefix`` is ``prefix + k``
   (:meth:`TierStore._full`, which also validates ``k``);
 * ``from_url``: the URL's root, prefix and query, parsed by the subclass's ``parse_url`` and
   ``options_type`` (a :class:`~silt.tierkit.TierOptions`);
+* ``put`` and ``put_if_absent``: key and data checked before :meth:`_put` or :meth:`_create`;
+* ``get`` and ``get_range``: arguments checked, an empty range answered by :meth:`_head` (so a
+  missing object still raises ``NotFoundError``), each read one :meth:`_whole_read`;
 * the argument checks of ``list`` and ``delete_many`` (:mod:`silt.tierkit.checks`), made at the
   call, before any request;
 * running one SDK call with its errors mapped and secrets kept out of the chain
   (:meth:`TierStore._request`), and whole-read retries (:meth:`TierStore._whole_read`, the
   policy in :mod:`silt.tierkit.retry`);
-* ``close``: idempotent; it releases what :meth:`TierStore._release` names, once. A closed
-  store is not used again (the engine never does);
+* a thread pool for parallel requests, made on first use (:meth:`TierStore._threads`);
+* ``close``: idempotent; it stops the thread pool and releases what :meth:`TierStore._release`
+  names, once. A closed store is not used again (the engine never does);
 * pickling: a store travels as its root, prefix and options and opens a fresh client where it
   lands, unless it was built with an explicit client or credentials (``handles``), which do
   not travel;
@@ -25,12 +30,14 @@ request kind (``get``, ``get_range``, ``put``, ``put_if_absent``, :meth:`TierSto
 from __future__ import annotations
 
 import abc
+import threading
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ClassVar, TypeVar
 
 from ..errors import SiltError, StoreError
 from ..store import ObjectInfo, ObjectStore
-from .checks import check_keys, check_list_args
+from .checks import check_data, check_keys, check_list_args, check_range
 from .leaks import safe_cause
 from .names import normalize_prefix, validate_key
 from .retry import whole_read
@@ -63,6 +70,8 @@ class TierStore(ObjectStore):
         self._secrets: tuple[str, ...] = ()
         self._picklable = picklable
         self._closed = False
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
 
     @staticmethod
     @abc.abstractmethod
@@ -86,6 +95,26 @@ class TierStore(ObjectStore):
         ``"read"``) on ``key`` (``None``: the store as a whole). Messages never hold a secret."""
 
     @abc.abstractmethod
+    def _read(self, key: str, full: str, start: int | None, length: int | None) -> bytes:
+        """One read of the object ``full`` (``key`` names it in messages): whole when ``start``
+        is ``None``, else ``length`` (> 0) bytes from ``start``, ``b""`` past the end. Raise
+        :class:`~silt.tierkit.BodyBrokenError` for a body the SDK did not re-request that
+        broke or came back short: the read is repeated whole (:meth:`_whole_read`)."""
+
+    @abc.abstractmethod
+    def _head(self, key: str, full: str) -> None:
+        """Raise ``NotFoundError`` unless the object ``full`` exists (an empty range's read)."""
+
+    @abc.abstractmethod
+    def _put(self, key: str, full: str, data: bytes) -> None:
+        """Create or replace the object ``full`` atomically (``key`` names it in messages)."""
+
+    @abc.abstractmethod
+    def _create(self, key: str, full: str, data: bytes) -> bool:
+        """Create the object ``full`` unless it exists, atomically across hosts (a conditional
+        request); ``False`` if it existed, or if a lost answer's retry found it."""
+
+    @abc.abstractmethod
     def _delete(self, names: list[str]) -> None:
         """Delete the objects with these full names (validated, without duplicates, not empty);
         missing ones are ignored."""
@@ -96,7 +125,7 @@ class TierStore(ObjectStore):
         ``start_after``, in key order, lazily (the arguments are already checked)."""
 
     def _release(self) -> None:
-        """Release the client's connections and any thread pools (called once, by ``close``)."""
+        """Release the client's connections (called once, by ``close``)."""
 
     # --- shared --------------------------------------------------------------------------------
 
@@ -118,12 +147,43 @@ class TierStore(ObjectStore):
         except self.sdk_errors as exc:
             raise self._error(exc, action, key, **context) from self._cause(exc)
 
+    def _threads(self, workers: int, name: str) -> ThreadPoolExecutor:
+        """The store's thread pool (``workers`` threads named ``name``), made on first use and
+        stopped by ``close``."""
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(workers, thread_name_prefix=name)
+            return self._pool
+
+    def get(self, key: str) -> bytes:
+        """The whole object; ``NotFoundError`` if it does not exist."""
+        full = self._full(key)
+        return self._whole_read(lambda: self._read(key, full, None, None))
+
+    def get_range(self, key: str, start: int, length: int) -> bytes:
+        """``length`` bytes from ``start`` (fewer at the end, ``b""`` past it)."""
+        full = self._full(key)
+        start, length = check_range(start, length)
+        if length == 0:
+            self._head(key, full)
+            return b""
+        return self._whole_read(lambda: self._read(key, full, start, length))
+
+    def put(self, key: str, data: bytes) -> None:
+        """Create or replace the object."""
+        self._put(key, self._full(key), check_data(data))
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        """Create the object unless the key exists; see :meth:`_create`."""
+        return self._create(key, self._full(key), check_data(data))
+
     def _whole_read(self, call: Callable[[], T]) -> T:
         """Run one whole read, repeated on :class:`~silt.tierkit.BodyBrokenError` as the
-        options' ``read_attempts`` and ``read_timeout`` allow (:func:`silt.tierkit.whole_read`)."""
-        return whole_read(
-            call, attempts=self.options.read_attempts, timeout=self.options.read_timeout
-        )
+        options' ``read_attempts`` and ``read_timeout`` allow (:func:`silt.tierkit.whole_read`;
+        a tier without these options reads once)."""
+        attempts = getattr(self.options, "read_attempts", 1)
+        timeout = getattr(self.options, "read_timeout", 0.0)
+        return whole_read(call, attempts=attempts, timeout=timeout)
 
     def delete_many(self, keys: Iterable[str]) -> None:
         """Delete the objects; missing keys are ignored. All keys are validated before anything
@@ -143,6 +203,10 @@ class TierStore(ObjectStore):
         if self._closed:
             return
         self._closed = True
+        with self._pool_lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True)
         self._release()
 
     def __reduce__(self) -> tuple[Any, ...]:

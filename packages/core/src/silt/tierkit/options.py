@@ -17,6 +17,7 @@ from ..errors import InvalidArgumentError
 from .urls import public_url
 
 Opts = TypeVar("Opts", bound="TierOptions")
+N = TypeVar("N", int, float)
 
 _SIZE = re.compile(r"^\s*(\d+)\s*([kmgt]i?b?|b)?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "b": 1}
@@ -57,21 +58,19 @@ def parse_size(name: str, value: str, *, minimum: int = 0) -> int:
 
 def parse_int(name: str, value: str, *, minimum: int = 0) -> int:
     """Parse an integer option of at least ``minimum``."""
-    try:
-        number = int(str(value).strip())
-    except ValueError:
-        raise InvalidArgumentError(f"option {name}={value!r} must be an integer") from None
-    if number < minimum:
-        raise InvalidArgumentError(f"option {name}={value!r} must be >= {minimum}")
-    return number
+    return _parse_number(name, value, int, minimum, "an integer")
 
 
 def parse_float(name: str, value: str, *, minimum: float = 0.0) -> float:
     """Parse a number of seconds (or any float option) of at least ``minimum``."""
+    return _parse_number(name, value, float, minimum, "a number")
+
+
+def _parse_number(name: str, value: str, kind: type[N], minimum: float, shape: str) -> N:
     try:
-        number = float(str(value).strip())
+        number = kind(str(value).strip())
     except ValueError:
-        raise InvalidArgumentError(f"option {name}={value!r} must be a number") from None
+        raise InvalidArgumentError(f"option {name}={value!r} must be {shape}") from None
     if not number >= minimum:  # also rejects NaN
         raise InvalidArgumentError(f"option {name}={value!r} must be >= {minimum}")
     return number
@@ -170,7 +169,33 @@ class TierOptions:
         return out
 
 
+@dataclasses.dataclass(frozen=True)
+class NetworkOptions(TierOptions):
+    """The options every tier on a network SDK has, with the defaults of the retry policy
+    (:mod:`silt.tierkit.retry`): subclass it instead of :class:`TierOptions` (and call
+    ``super().__post_init__()`` from your own ``__post_init__``).
+
+    ``connect_timeout`` and ``read_timeout`` are seconds (a connection, a gap between bytes);
+    ``max_attempts`` is how often the SDK's retry policy sends one request at most (configure
+    the SDK with it); ``read_attempts`` how often a whole read whose body broke is read again.
+    """
+
+    connect_timeout: float = 5.0
+    read_timeout: float = 30.0
+    max_attempts: int = 5
+    read_attempts: int = 4
+
+    def __post_init__(self) -> None:
+        for name in ("max_attempts", "read_attempts"):
+            if getattr(self, name) < 1:
+                raise InvalidArgumentError(f"{name} must be >= 1")
+        for name in ("connect_timeout", "read_timeout"):
+            if not getattr(self, name) > 0:
+                raise InvalidArgumentError(f"{name} must be > 0 seconds")
+
+
 __all__ = [
+    "NetworkOptions",
     "TierOptions",
     "check_options",
     "parse_bool",
