@@ -6,6 +6,7 @@ tests without an import-name clash.)
 
 from __future__ import annotations
 
+import importlib
 import pickle
 import uuid
 from collections.abc import Iterator
@@ -84,12 +85,16 @@ def test_errors_map_to_silt_names(bucket: str) -> None:
 
 
 def test_travels_as_its_url_and_options(bucket: str) -> None:
-    store = ExampleStore.from_url(f"example://{bucket}/p?page_size=5")
+    # Pickles name the class by module: take it from the module as imported now (another test
+    # may have imported the package afresh).
+    module = importlib.import_module("silt_example")
+    store = module.ExampleStore.from_url(f"example://{bucket}/p?page_size=5")
     store.put("k", b"v")
     copy = pickle.loads(pickle.dumps(store))
     assert (copy.url, copy.options, copy.get("k")) == (store.url, store.options, b"v")
     with pytest.raises(TypeError, match="cannot be pickled"):
-        pickle.dumps(ExampleStore(bucket, client=ExampleClient()))
+        pickle.dumps(module.ExampleStore(bucket, client=module.ExampleClient()))
+    module.ExampleClient.drop(bucket)
 
 
 def test_the_engine_runs_on_it(bucket: str) -> None:

@@ -19,6 +19,7 @@ lock, only around in-memory work.
 
 from __future__ import annotations
 
+import bisect
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -49,41 +50,49 @@ class ExampleClient:
     """
 
     _buckets: ClassVar[dict[str, dict[str, bytes]]] = {}
+    _names: ClassVar[dict[str, list[str]]] = {}  # each bucket's names, sorted
     _lock = threading.Lock()
 
     def __init__(self) -> None:
         self.failures = 0  # the next this many requests time out
         self.closed = False
 
-    def _objects(self, bucket: str) -> dict[str, bytes]:
+    def _bucket(self, bucket: str) -> tuple[dict[str, bytes], list[str]]:
         if self.closed:
             raise ConnectionError("the client is closed")
         if self.failures:
             self.failures -= 1
             raise TimeoutError("the request timed out")
-        return self._buckets.setdefault(bucket, {})
+        return self._buckets.setdefault(bucket, {}), self._names.setdefault(bucket, [])
 
     def get(self, bucket: str, name: str) -> bytes:
         with self._lock:
-            return self._objects(bucket)[name]
+            return self._bucket(bucket)[0][name]
 
     def put(self, bucket: str, name: str, data: bytes, *, if_absent: bool) -> bool:
         with self._lock:  # a real SDK sends a conditional request (If-None-Match: *)
-            objects = self._objects(bucket)
-            if if_absent and name in objects:
-                return False
+            objects, names = self._bucket(bucket)
+            if name in objects:
+                if if_absent:
+                    return False
+            else:
+                bisect.insort(names, name)
             objects[name] = data
             return True
 
     def delete(self, bucket: str, name: str) -> None:
         with self._lock:
-            self._objects(bucket).pop(name, None)
+            objects, names = self._bucket(bucket)
+            if objects.pop(name, None) is not None:
+                names.pop(bisect.bisect_left(names, name))
 
     def list(self, bucket: str, prefix: str, after: str, limit: int) -> list[tuple[str, int]]:
         """One page: up to ``limit`` names that start with ``prefix``, after ``after``."""
         with self._lock:
-            names = sorted(n for n in self._objects(bucket) if n.startswith(prefix) and n > after)
-            return [(n, len(self._buckets[bucket][n])) for n in names[:limit]]
+            objects, names = self._bucket(bucket)
+            i = max(bisect.bisect_left(names, prefix), bisect.bisect_right(names, after))
+            page = [n for n in names[i : i + limit] if n.startswith(prefix)]
+            return [(n, len(objects[n])) for n in page]
 
     def close(self) -> None:
         self.closed = True
@@ -93,6 +102,7 @@ class ExampleClient:
         """Forget a bucket and its objects (for tests)."""
         with cls._lock:
             cls._buckets.pop(bucket, None)
+            cls._names.pop(bucket, None)
 
 
 @dataclass(frozen=True)
