@@ -37,8 +37,14 @@ from faultproxy import FaultProxy
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, run_state_machine_as_test
 from silt import paths, plugins
-from silt.errors import CommitConflict, CorruptionError, TransientStoreError
+from silt.errors import (
+    CommitConflict,
+    CorruptionError,
+    RetriesExhaustedError,
+    TransientStoreError,
+)
 from silt.sst.reader import SstReader
+from silt.store import retrying
 from test_model import MODEL_SETTINGS, SiltModel
 
 #: The tiers to run: all by default; ``SILT_TEST_TIERS=s3`` (comma-separated schemes) narrows
@@ -585,3 +591,40 @@ def test_black_hole_fails_within_the_deadline_and_loses_nothing(
         assert dict(db.scan()) == committed
     with silt.open(tier.url(), version=1, settings=SMALL) as db:
         assert db.get(b"key:00299") == b"v-299-" + b"x" * (299 % 40)
+
+
+# --- 6. the retry policy: one layer of retries, a known number of requests ---------------------
+
+
+def test_a_failing_request_is_sent_at_most_max_attempts_times(
+    tier: Tier, proxy: FaultProxy
+) -> None:
+    """The retry policy (docs/plugins.md, "Retries"): the SDK's own retries are the only
+    retries of a request. Through the engine's loop (``silt.store.retrying``), a request that
+    keeps failing is sent ``max_attempts`` times, not ``max_attempts`` times the engine's
+    attempts; a whole read whose body keeps breaking at most ``max_attempts * read_attempts``
+    times. The error says the tier gave up (``RetriesExhaustedError``)."""
+    attempts, reads = 3, 2
+    url = tier.url(endpoint=proxy.url, max_attempts=attempts, read_attempts=reads)
+    store = silt.open_store(url)
+    try:
+        store.put("big", os.urandom(100_000))
+        for op in (lambda: store.put("k", b"v"), lambda: store.put_if_absent("k", b"v"),
+                   lambda: store.get("big"), lambda: list(store.list("")),
+                   lambda: store.delete_many(["big"])):
+            proxy.fault("reset", times=None)  # every request from now on
+            before = proxy.counts["requests"]
+            with pytest.raises(RetriesExhaustedError):
+                retrying(op, sleep=lambda _s: None)
+            assert proxy.counts["requests"] - before == attempts, proxy.counts
+            proxy.clear()
+        proxy.fault("truncate", match=b"GET ", keep=3000, times=None)  # headers, then cut
+        before = proxy.counts["requests"]
+        with pytest.raises(RetriesExhaustedError):
+            retrying(lambda: store.get("big"), sleep=lambda _s: None)
+        sent = proxy.counts["requests"] - before
+        assert 2 <= sent <= attempts * reads, proxy.counts
+        proxy.clear()
+        assert len(store.get("big")) == 100_000
+    finally:
+        store.close()

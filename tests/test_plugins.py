@@ -315,6 +315,7 @@ def _load_template() -> ModuleType:
     spec = importlib.util.spec_from_file_location("_silt_template_example", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # as an import would (its dataclasses look themselves up)
     spec.loader.exec_module(module)
     return module
 
@@ -329,7 +330,7 @@ class TestTemplateTierConformance(StoreConformance):
     def store(self) -> Iterator[object]:
         name = f"conformance-{uuid.uuid4().hex}"
         yield template.ExampleStore(name)
-        template.ExampleStore.drop(name)
+        template.ExampleClient.drop(name)
 
 
 def test_template_is_discovered_through_its_declared_entry_point(
@@ -357,4 +358,4 @@ def test_template_is_discovered_through_its_declared_entry_point(
             assert db.commit() == 1
         assert silt.read_manifest(store, 1).version == 1
     finally:
-        type(store).drop(name)
+        importlib.import_module(module).ExampleClient.drop(name)

@@ -42,6 +42,7 @@ from silt.errors import (
     InvalidArgumentError,
     InvalidTypeError,
     NotFoundError,
+    RetriesExhaustedError,
     StoreError,
     TransientStoreError,
     VersionNotFoundError,
@@ -678,11 +679,11 @@ def test_wrong_key_is_access_denied_without_the_key(
         (404, "ContainerNotFound", StoreError, "container 'state' does not exist"),
         (403, "AuthorizationPermissionMismatch", StoreError, "Storage Blob Data Contributor"),
         (401, "InvalidAuthenticationInfo", StoreError, "access denied"),
-        (503, "ServerBusy", TransientStoreError, "temporary"),
-        (500, "InternalError", TransientStoreError, "temporary"),
-        (500, "OperationTimedOut", TransientStoreError, "temporary"),
+        (503, "ServerBusy", RetriesExhaustedError, "temporary"),
+        (500, "InternalError", RetriesExhaustedError, "temporary"),
+        (500, "OperationTimedOut", RetriesExhaustedError, "temporary"),
         (429, "", TransientStoreError, "temporary"),
-        (408, "", TransientStoreError, "temporary"),
+        (408, "", RetriesExhaustedError, "temporary"),
         (409, "LeaseIdMissing", StoreError, "conflict"),
         (400, "InvalidHeaderValue", StoreError, "InvalidHeaderValue"),
     ],
@@ -700,7 +701,7 @@ def test_http_errors_are_mapped(status: int, code: str, error: type, text: str) 
 def test_network_errors_are_transient() -> None:
     mapped = map_error(ServiceRequestError("connection refused"), action="write", key="k",
                        url="az://state/p", container="state", endpoint=None)
-    assert type(mapped) is TransientStoreError and "connection problem" in str(mapped)
+    assert type(mapped) is RetriesExhaustedError and "connection problem" in str(mapped)
 
 
 def test_unreachable_endpoint_is_transient(azure_env: None) -> None:

@@ -32,6 +32,7 @@ from silt.errors import (
     InvalidArgumentError,
     InvalidTypeError,
     NotFoundError,
+    RetriesExhaustedError,
     StoreError,
     TransientStoreError,
 )
@@ -519,10 +520,11 @@ def test_no_credentials(aws_env: None, monkeypatch: pytest.MonkeyPatch, moto_ser
         ("AccessDenied", 403, StoreError, "access denied"),
         ("InvalidAccessKeyId", 403, StoreError, "AWS_ACCESS_KEY_ID"),
         ("SignatureDoesNotMatch", 403, StoreError, "credentials"),
-        ("SlowDown", 503, TransientStoreError, "temporary"),
-        ("InternalError", 500, TransientStoreError, "temporary"),
-        ("RequestTimeout", 400, TransientStoreError, "temporary"),
-        ("ServiceUnavailable", 503, TransientStoreError, "temporary"),
+        ("SlowDown", 503, RetriesExhaustedError, "temporary"),
+        ("InternalError", 500, RetriesExhaustedError, "temporary"),
+        ("RequestTimeout", 400, RetriesExhaustedError, "temporary"),
+        ("ServiceUnavailable", 503, RetriesExhaustedError, "temporary"),
+        ("OperationAborted", 409, TransientStoreError, "temporary"),  # botocore does not retry
         ("InvalidArgument", 400, StoreError, "InvalidArgument"),
         ("PermanentRedirect", 301, StoreError, "region="),
     ],

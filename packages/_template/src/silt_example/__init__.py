@@ -1,145 +1,195 @@
-"""An example silt tier: ``example://name`` keeps objects in a process-wide dict.
+"""An example silt tier: ``example://bucket/prefix`` keeps objects in a process-wide dict.
 
-This is the smallest complete tier, written to be copied (see ``docs/plugins.md``). A real tier
-replaces the dict with its SDK's calls and maps the SDK's errors as :meth:`ExampleStore._call`
-shows. Everything else stays the same: one :class:`~silt.store.ObjectStore` subclass, one
-``silt_register`` hook, one entry point in ``pyproject.toml``, and a test module that runs
-:class:`silt.testing.StoreConformance`.
+This is a complete tier, written to be copied (see ``docs/plugins.md``). :class:`ExampleClient`
+stands in for an SDK's client; a real tier deletes it, calls its SDK where :class:`ExampleStore`
+calls the client, and maps the SDK's errors in :meth:`ExampleStore._error`. Everything the
+first-party tiers share comes from :mod:`silt.tierkit`: :class:`~silt.tierkit.TierStore` (the
+layout under a prefix, ``from_url``, the argument checks of ``list`` and ``delete_many``, error
+mapping around each call, ``close``, pickling), :class:`~silt.tierkit.TierOptions` (query
+options) and the URL and name rules.
 
-Simplified on purpose: nothing outlives the process, and every store opened on the same name in
-one process shares the same objects (like two clients of one bucket).
+Retries (docs/plugins.md, "Retries"): this client has no retry policy of its own, so a failure
+a retry may fix is a plain ``TransientStoreError`` and the engine retries it. A tier whose SDK
+retries requests configures that policy from its options and raises ``RetriesExhaustedError``
+for what outlived it, so that retries never multiply.
 
-Thread safety: every method takes one lock per namespace, only around in-memory work.
+Thread safety: every method may be called from any number of threads; the client takes one
+lock, only around in-memory work.
 """
 
 from __future__ import annotations
 
+import bisect
 import threading
-from collections.abc import Callable, Iterable, Iterator
-from typing import TypeVar
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import ClassVar
 
 import silt
-from silt.errors import (
-    InvalidArgumentError,
-    InvalidTypeError,
-    NotFoundError,
-    StoreError,
-    TransientStoreError,
-)
+from silt.errors import NotFoundError, StoreError, TransientStoreError
 from silt.plugins import Registry
-from silt.store import ObjectInfo, ObjectStore, split_url
-from silt.tierkit import decode_path
+from silt.store import ObjectInfo
+from silt.tierkit import (
+    TierOptions,
+    TierStore,
+    check_root_name,
+    parse_root_url,
+)
 
 __version__ = "0.1.0"
 
 SCHEME = "example"
-T = TypeVar("T")
-
-_NAMESPACES: dict[str, tuple[threading.Lock, dict[str, bytes]]] = {}
-_NAMESPACES_LOCK = threading.Lock()
 
 
-class ExampleStore(ObjectStore):
-    """Objects in a dict shared by every ``ExampleStore`` opened on the same ``name``."""
+class ExampleClient:
+    """The stand-in for an SDK: buckets of objects in one process-wide dict.
 
-    def __init__(self, name: str) -> None:
-        if not isinstance(name, str) or not name:
-            raise InvalidArgumentError(f"an example store needs a name, got {name!r}")
-        with _NAMESPACES_LOCK:
-            self._lock, self._objects = _NAMESPACES.setdefault(name, (threading.Lock(), {}))
-        self.url = f"{SCHEME}://{name}"
+    Like a real client it raises its own exceptions: ``KeyError`` for a missing object,
+    ``TimeoutError`` for a request that may succeed if repeated (set :attr:`failures` to
+    simulate some), ``ConnectionError`` after :meth:`close`.
+    """
 
-    @classmethod
-    def from_url(cls, url: str, options: dict[str, str]) -> ExampleStore:
-        """The tier factory silt calls: ``url`` without its query, ``options`` from the query."""
-        _scheme, location, _query = split_url(url)
-        if options:
-            raise InvalidArgumentError(
-                f"unknown option(s) {sorted(options)} for {url!r}; the example:// tier has none"
-            )
-        # Decode the path with the rule every tier shares: no segment can be '..', '.', empty,
-        # a control character or a look-alike of '/' (sibling DBs' URLs are built from stored
-        # names, so a tier's own decoding could otherwise lead outside the root).
-        path = decode_path(location, what=f"the path of {url!r}").strip("/")
-        if not path:
-            raise InvalidArgumentError(f"{url!r} names no store; write 'example://name'")
-        return cls(path)
+    _buckets: ClassVar[dict[str, dict[str, bytes]]] = {}
+    _names: ClassVar[dict[str, list[str]]] = {}  # each bucket's names, sorted
+    _lock = threading.Lock()
 
-    @staticmethod
-    def drop(name: str) -> None:
-        """Forget the namespace ``name`` and its objects (for tests)."""
-        with _NAMESPACES_LOCK:
-            _NAMESPACES.pop(name, None)
+    def __init__(self) -> None:
+        self.failures = 0  # the next this many requests time out
+        self.closed = False
 
-    # --- error mapping ---------------------------------------------------------------------------
+    def _bucket(self, bucket: str) -> tuple[dict[str, bytes], list[str]]:
+        if self.closed:
+            raise ConnectionError("the client is closed")
+        if self.failures:
+            self.failures -= 1
+            raise TimeoutError("the request timed out")
+        return self._buckets.setdefault(bucket, {}), self._names.setdefault(bucket, [])
 
-    def _call(self, fn: Callable[[], T]) -> T:
-        """Run one backend call, mapping its errors onto silt's shared names.
-
-        A real tier catches its SDK's exceptions here: "no such object" -> ``NotFoundError``,
-        timeouts, throttling and 5xx -> ``TransientStoreError`` (silt retries those), anything
-        else -> ``StoreError``. Messages name the object and never include credentials.
-        """
-        try:
-            return fn()
-        except KeyError as exc:
-            raise NotFoundError(f"object {exc.args[0]!r} does not exist in {self.url}") from None
-        except TimeoutError as exc:  # what an SDK timeout would look like
-            raise TransientStoreError(f"{self.url}: request timed out ({exc})") from exc
-        except OSError as exc:
-            raise StoreError(f"{self.url}: request failed ({exc})") from exc
-
-    @staticmethod
-    def _check_key(key: object) -> str:
-        if not isinstance(key, str):
-            raise InvalidTypeError(f"an object key must be a str, got {type(key).__name__}")
-        if not key:
-            raise InvalidArgumentError("an object key must not be empty")
-        return key
-
-    # --- the ObjectStore contract ----------------------------------------------------------------
-
-    def get(self, key: str) -> bytes:
-        key = self._check_key(key)
-
-        def get() -> bytes:
-            with self._lock:
-                return self._objects[key]
-
-        return self._call(get)
-
-    def get_range(self, key: str, start: int, length: int) -> bytes:
-        if start < 0 or length < 0:
-            raise InvalidArgumentError(f"get_range needs start >= 0 and length >= 0, got "
-                                       f"{start}, {length}")
-        return self.get(key)[start : start + length]
-
-    def put(self, key: str, data: bytes) -> None:
-        key, payload = self._check_key(key), bytes(data)
+    def get(self, bucket: str, name: str) -> bytes:
         with self._lock:
-            self._objects[key] = payload
+            return self._bucket(bucket)[0][name]
 
-    def put_if_absent(self, key: str, data: bytes) -> bool:
-        key, payload = self._check_key(key), bytes(data)
-        with self._lock:  # a real tier sends a conditional request (If-None-Match: *)
-            if key in self._objects:
-                return False
-            self._objects[key] = payload
+    def put(self, bucket: str, name: str, data: bytes, *, if_absent: bool) -> bool:
+        with self._lock:  # a real SDK sends a conditional request (If-None-Match: *)
+            objects, names = self._bucket(bucket)
+            if name in objects:
+                if if_absent:
+                    return False
+            else:
+                bisect.insort(names, name)
+            objects[name] = data
             return True
 
-    def delete_many(self, keys: Iterable[str]) -> None:
-        checked = [self._check_key(k) for k in keys]
+    def delete(self, bucket: str, name: str) -> None:
         with self._lock:
-            for key in checked:
-                self._objects.pop(key, None)
+            objects, names = self._bucket(bucket)
+            if objects.pop(name, None) is not None:
+                names.pop(bisect.bisect_left(names, name))
 
-    def list(self, prefix: str = "", start_after: str | None = None) -> Iterator[ObjectInfo]:
-        with self._lock:  # a real tier pages through the listing lazily instead
-            found = sorted(
-                ObjectInfo(k, len(v)) for k, v in self._objects.items()
-                if k.startswith(prefix) and (start_after is None or k > start_after)
-            )
-        return iter(found)
+    def list(self, bucket: str, prefix: str, after: str, limit: int) -> list[tuple[str, int]]:
+        """One page: up to ``limit`` names that start with ``prefix``, after ``after``."""
+        with self._lock:
+            objects, names = self._bucket(bucket)
+            i = max(bisect.bisect_left(names, prefix), bisect.bisect_right(names, after))
+            page = [n for n in names[i : i + limit] if n.startswith(prefix)]
+            return [(n, len(objects[n])) for n in page]
+
+    def close(self) -> None:
+        self.closed = True
+
+    @classmethod
+    def drop(cls, bucket: str) -> None:
+        """Forget a bucket and its objects (for tests)."""
+        with cls._lock:
+            cls._buckets.pop(bucket, None)
+            cls._names.pop(bucket, None)
+
+
+@dataclass(frozen=True)
+class ExampleOptions(TierOptions):
+    """The tier's options (``example://bucket/prefix?page_size=100``): one field each, parsed
+    from the URL's query by :class:`~silt.tierkit.TierOptions`."""
+
+    SCHEME = SCHEME
+
+    page_size: int = 1000
+
+
+def check_bucket(bucket: str, url: str = "") -> str:
+    """Refuse an empty or malformed bucket name, and credentials in the URL."""
+    return check_root_name(
+        bucket, url, what="bucket", example="example://bucket/prefix",
+        rule="bucket names are letters, digits, dots and hyphens",
+        advice="a real tier takes credentials from its SDK's standard chain",
+    )
+
+
+def parse_url(url: str) -> tuple[str, str, dict[str, str]]:
+    """``example://bucket/prefix?opts`` -> ``(bucket, prefix, options)``, by the rules every
+    tier shares (the prefix's segments are plain names, so no URL leads outside the root)."""
+    return parse_root_url(url, (SCHEME,), check_root=check_bucket,
+                          example="example://bucket/prefix")
+
+
+class ExampleStore(TierStore):
+    """Objects under ``example://bucket/prefix``. ``client`` replaces the client (tests); a
+    store built with one cannot be pickled."""
+
+    scheme = SCHEME
+    options_type = ExampleOptions
+    sdk_errors = (KeyError, TimeoutError, ConnectionError)
+    parse_url = staticmethod(parse_url)
+
+    def __init__(self, bucket: str, prefix: str = "", *, options: ExampleOptions | None = None,
+                 client: ExampleClient | None = None) -> None:
+        super().__init__(check_bucket(bucket), prefix, options, picklable=client is None)
+        self.options: ExampleOptions
+        self._client = client or ExampleClient()
+
+    def _error(self, exc: BaseException, action: str, key: str | None) -> StoreError:
+        """Map the client's exceptions onto silt's. Never put a credential in a message."""
+        where = f"{action} {key!r} in {self.url}" if key is not None else f"{action} {self.url}"
+        if isinstance(exc, KeyError):
+            return NotFoundError(f"object {key!r} does not exist in {self.url}")
+        if isinstance(exc, TimeoutError):  # this client does not retry: the engine will
+            return TransientStoreError(f"{where}: the request timed out; it can be retried")
+        return StoreError(f"{where}: {type(exc).__name__}: {exc}")
+
+    def _release(self) -> None:
+        self._client.close()
+
+    def _read(self, key: str, full: str, start: int | None, length: int | None) -> bytes:
+        """One read, whole or ``length`` bytes from ``start`` (a real tier sends a ranged
+        request, and raises ``BodyBrokenError`` for a body that came back short)."""
+        data = self._request("read", key, lambda: self._client.get(self.root, full))
+        return data if start is None or length is None else data[start : start + length]
+
+    def _head(self, key: str, full: str) -> None:
+        self._request("read", key, lambda: self._client.get(self.root, full))
+
+    def _put(self, key: str, full: str, payload: bytes) -> None:
+        self._request("write", key,
+                      lambda: self._client.put(self.root, full, payload, if_absent=False))
+
+    def _create(self, key: str, full: str, payload: bytes) -> bool:
+        return self._request("create", key,
+                             lambda: self._client.put(self.root, full, payload, if_absent=True))
+
+    def _delete(self, names: list[str]) -> None:
+        for name in names:  # a real SDK may delete in batches
+            self._request("delete", name[len(self.prefix):],
+                          lambda name=name: self._client.delete(self.root, name))
+
+    def _list(self, prefix: str, start_after: str | None) -> Iterator[ObjectInfo]:
+        after = self.prefix + (start_after or "")
+        while True:  # lazily, a page at a time
+            page = self._request("list", None, lambda after=after: self._client.list(
+                self.root, self.prefix + prefix, after, self.options.page_size))
+            for name, size in page:
+                yield ObjectInfo(name[len(self.prefix):], size)
+            if len(page) < self.options.page_size:
+                return
+            after = page[-1][0]
 
 
 @silt.hookimpl
@@ -148,4 +198,4 @@ def silt_register(registry: Registry) -> None:
     registry.add_tier(SCHEME, ExampleStore.from_url)
 
 
-__all__ = ["ExampleStore", "silt_register"]
+__all__ = ["ExampleClient", "ExampleOptions", "ExampleStore", "silt_register"]

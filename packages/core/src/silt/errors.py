@@ -104,6 +104,16 @@ class TransientStoreError(StoreError):
     """An object-store request failed in a way that a retry may fix (timeouts, 5xx, throttling)."""
 
 
+class RetriesExhaustedError(TransientStoreError):
+    """A transient failure that the tier has already retried as far as its retry policy allows
+    (its SDK's retries, or its own loop for what the SDK does not retry).
+
+    The engine does not retry it again at once (:func:`silt.store.retrying`); a later operation
+    (the next commit, a reopened DB) may succeed. Raise tiers' retry options (``max_attempts``
+    and ``read_attempts``, or ``retry_deadline`` on ``gs://``) to ride out longer outages.
+    """
+
+
 class NotFoundError(StoreError, FileNotFoundError):
     """The object does not exist in the store."""
 
@@ -128,6 +138,7 @@ __all__ = [
     "NoTierError",
     "NotFoundError",
     "PreconditionError",
+    "RetriesExhaustedError",
     "SiltError",
     "StoreError",
     "TransientStoreError",

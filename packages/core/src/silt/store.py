@@ -11,8 +11,10 @@ Contract shared by every method:
 * Thread safety: every method may be called from several threads at once.
 * Errors: a missing object raises :class:`~silt.errors.NotFoundError`; a failure that a retry may
   fix raises :class:`~silt.errors.TransientStoreError` (the engine retries it with backoff, see
-  :func:`retrying`); anything else raises :class:`~silt.errors.StoreError`. SDK exceptions never
-  escape a tier, and messages never carry credentials.
+  :func:`retrying`), or :class:`~silt.errors.RetriesExhaustedError` once the tier has retried
+  it itself (its SDK's retries: the engine does not retry it again; the policy is in
+  :mod:`silt.tierkit.retry`); anything else raises :class:`~silt.errors.StoreError`. SDK
+  exceptions never escape a tier, and messages never carry credentials.
 * Durability: when ``put`` or ``put_if_absent`` returns, the object is durable and complete; a
   reader never sees a partial object.
 
@@ -28,10 +30,12 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NamedTuple, TypeVar
 from urllib.parse import parse_qsl, urlsplit
 
-from .errors import InvalidArgumentError, TransientStoreError
-from .tierkit import public_url
+from .errors import InvalidArgumentError, RetriesExhaustedError, TransientStoreError
 
 T = TypeVar("T")
+
+#: How often :func:`retrying` tries a store call whose tier did not retry it itself.
+ENGINE_ATTEMPTS = 6
 
 
 class ObjectInfo(NamedTuple):
@@ -119,6 +123,8 @@ def split_url(url: str) -> tuple[str, str, dict[str, str]]:
     ``location`` is everything between ``://`` and the query. Raises ``InvalidArgumentError`` for
     strings that are not URLs, with a hint at the expected shape.
     """
+    from .tierkit.urls import public_url  # the kit builds on this module: import it late
+
     if not isinstance(url, str):
         from .errors import InvalidTypeError
 
@@ -140,7 +146,7 @@ def split_url(url: str) -> tuple[str, str, dict[str, str]]:
 def retrying(
     call: Callable[[], T],
     *,
-    attempts: int = 6,
+    attempts: int = ENGINE_ATTEMPTS,
     base_delay: float = 0.05,
     max_delay: float = 2.0,
     deadline: float = 30.0,
@@ -149,14 +155,19 @@ def retrying(
 ) -> T:
     """Run ``call``, retrying ``TransientStoreError`` with capped exponential backoff and jitter.
 
-    Stops after ``attempts`` tries or when ``deadline`` seconds have passed, re-raising the last
-    error. Other exceptions propagate at once. ``sleep`` and ``rng`` are injectable for tests.
+    Only a failure nobody has retried yet: :class:`~silt.errors.RetriesExhaustedError` (the
+    tier's SDK, or the tier's own loop, already retried the request) propagates at once, so
+    retries never multiply (:mod:`silt.tierkit.retry` states the policy). Stops after
+    ``attempts`` tries or when ``deadline`` seconds have passed, re-raising the last error.
+    Other exceptions propagate at once. ``sleep`` and ``rng`` are injectable for tests.
     """
     rng = rng or random.Random()
     start = time.monotonic()
     for attempt in range(attempts):
         try:
             return call()
+        except RetriesExhaustedError:
+            raise
         except TransientStoreError:
             elapsed = time.monotonic() - start
             if attempt == attempts - 1 or elapsed >= deadline:

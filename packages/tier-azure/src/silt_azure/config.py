@@ -41,7 +41,7 @@ option                      meaning (default)
 ``connect_timeout``         seconds (5)
 ``read_timeout``            seconds without a byte from the server (30)
 ``max_attempts``            tries of each request by the SDK's retry policy (5)
-``read_attempts``           tries of a whole read whose body broke mid-transfer (4)
+``read_attempts``           tries of a whole read that came back short (4)
 ``list_page_size``          names per List Blobs request (5000, Azure's maximum)
 ==========================  ===================================================================
 
@@ -54,25 +54,15 @@ travels with it; one from the environment is read again where the store lands.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import ClassVar
 from urllib.parse import unquote, urlsplit
 
 from silt.errors import InvalidArgumentError, StoreError
-from silt.store import split_url
-from silt.tierkit import (
-    check_endpoint,
-    check_options,
-    check_path,
-    decode_path,
-    parse_float,
-    parse_int,
-    parse_size,
-)
+from silt.tierkit import NetworkOptions, check_endpoint, check_root_name, parse_root_url
 
 SCHEMES = ("az", "azure")
 MiB = 1024 * 1024
@@ -125,12 +115,22 @@ CREDENTIALS_HINT = (
 
 
 @dataclass(frozen=True)
-class AzureOptions:
+class AzureOptions(NetworkOptions):
     """Options of one :class:`~silt_azure.AzureStore`; ``None`` means "use the environment".
 
     A frozen, picklable value: a store shipped to another process carries these options, not a
     client, and opens its own client there. ``connection_string`` is kept out of ``repr``.
     """
+
+    SCHEME = "az"
+    SIZES: ClassVar[Mapping[str, int]] = {
+        "block_threshold": 1, "block_size": 1, "download_chunk_size": 1
+    }
+    CREDENTIAL_OPTIONS = _CREDENTIAL_OPTIONS
+    CREDENTIAL_HINT = (
+        f"Use {ENV_KEY} or {ENV_SAS} with {ENV_ACCOUNT}, {ENV_CONNECTION_STRING}, or Entra ID "
+        "(DefaultAzureCredential)"
+    )
 
     connection_string: str | None = field(default=None, repr=False)
     account_url: str | None = None
@@ -141,13 +141,10 @@ class AzureOptions:
     download_chunk_size: int = 8 * MiB
     download_concurrency: int = 8
     max_connections: int = 32
-    connect_timeout: float = 5.0
-    read_timeout: float = 30.0
-    max_attempts: int = 5
-    read_attempts: int = 4
     list_page_size: int = MAX_LIST_PAGE
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if not 1 <= self.block_size <= MAX_BLOCK_SIZE:
             raise InvalidArgumentError(
                 f"block_size={self.block_size} must be between 1 byte and {MAX_BLOCK_SIZE} "
@@ -161,16 +158,13 @@ class AzureOptions:
         if self.download_chunk_size < 1:
             raise InvalidArgumentError("download_chunk_size must be at least 1 byte")
         for name in ("upload_concurrency", "download_concurrency", "max_connections",
-                     "max_attempts", "read_attempts", "list_page_size"):
+                     "list_page_size"):
             if getattr(self, name) < 1:
                 raise InvalidArgumentError(f"{name} must be >= 1")
         if self.list_page_size > MAX_LIST_PAGE:
             raise InvalidArgumentError(
                 f"list_page_size must be at most {MAX_LIST_PAGE} (Azure's largest page)"
             )
-        for name in ("connect_timeout", "read_timeout"):
-            if not getattr(self, name) > 0:
-                raise InvalidArgumentError(f"{name} must be > 0 seconds")
         if self.account_url is not None:
             check_account_url(self.account_url)
         if self.account_name is not None and not _ACCOUNT_NAME.match(self.account_name):
@@ -179,48 +173,6 @@ class AzureOptions:
                 "lower-case letters and digits); for an emulator or a custom domain use "
                 "account_url="
             )
-
-    @classmethod
-    def names(cls) -> frozenset[str]:
-        """Option names accepted in a URL query (the dataclass fields)."""
-        return frozenset(f.name for f in dataclasses.fields(cls))
-
-    @classmethod
-    def from_query(cls, url: str, options: Mapping[str, str]) -> AzureOptions:
-        """Parse URL query options (strings); unknown options are an error that lists them."""
-        url = url.split("?", 1)[0]  # never echo query values: they might hold secrets
-        secret_like = sorted(set(options) & _CREDENTIAL_OPTIONS)
-        if secret_like:
-            raise InvalidArgumentError(
-                f"option(s) {', '.join(secret_like)} look like credentials; silt takes no key, "
-                f"SAS or token from a URL option (URLs end up in logs). Use {ENV_KEY} or "
-                f"{ENV_SAS} with {ENV_ACCOUNT}, {ENV_CONNECTION_STRING}, or Entra ID "
-                "(DefaultAzureCredential)"
-            )
-        check_options(url, options, cls.names(), "az")
-        kwargs: dict[str, Any] = {}
-        for name, raw in options.items():
-            if name in ("connection_string", "account_url", "account_name"):
-                if not raw.strip():
-                    raise InvalidArgumentError(f"option {name}= is empty in {url!r}")
-                kwargs[name] = raw.strip()
-            elif name in ("block_threshold", "block_size", "download_chunk_size"):
-                kwargs[name] = parse_size(name, raw, minimum=1)
-            elif name in ("connect_timeout", "read_timeout"):
-                kwargs[name] = parse_float(name, raw, minimum=0.001)
-            else:
-                kwargs[name] = parse_int(name, raw, minimum=1)
-        return cls(**kwargs)
-
-    def to_query(self) -> dict[str, str]:
-        """The options that differ from the defaults, as URL query strings (secrets included:
-        do not log the result)."""
-        default = AzureOptions()
-        return {
-            f.name: str(getattr(self, f.name))
-            for f in dataclasses.fields(self)
-            if getattr(self, f.name) != getattr(default, f.name)
-        }
 
 
 @dataclass(frozen=True)
@@ -374,52 +326,18 @@ def parse_url(url: str) -> tuple[str, str, dict[str, str]]:
     ``prefix`` is ``""`` or a ``/``-terminated blob-name prefix (``"jobs/clicks/"``);
     percent-escapes in the path are decoded.
     """
-    scheme, location, options = split_url(url)
-    if scheme not in SCHEMES:
-        raise InvalidArgumentError(
-            f"AzureStore opens az:// URLs, got {url.split('?', 1)[0]!r}; write "
-            "'az://container/prefix'"
-        )
-    raw_container, _, raw_prefix = location.partition("/")
-    check_container(unquote(raw_container), url)
-    # The prefix is decoded and checked by the name rule every tier shares (silt.tierkit).
-    prefix = decode_path(raw_prefix, what=f"the prefix of {url.split('?', 1)[0]!r}")
-    return unquote(raw_container), normalize_prefix(prefix, url), options
+    return parse_root_url(url, SCHEMES, check_root=check_container,
+                          example="az://container/prefix")
 
 
 def check_container(container: str, url: str = "") -> str:
     """Reject names Azure would refuse: 3-63 lower-case letters, digits and single hyphens."""
-    url = url.split("?", 1)[0]
-    where = f" in {url!r}" if url and "@" not in url else ""
-    if isinstance(container, str) and "@" in container:
-        raise InvalidArgumentError(
-            "an az:// URL names a container, not 'container@account': give the account with "
-            f"account_name= or account_url=, or {ENV_ACCOUNT} / {ENV_CONNECTION_STRING}; never "
-            "put credentials in a URL"
-        )
-    if not isinstance(container, str) or not container:
-        raise InvalidArgumentError(
-            f"no container named{where}; write 'az://container' or 'az://container/prefix'"
-        )
-    if container != "$root" and not _CONTAINER.match(container):
-        raise InvalidArgumentError(
-            f"container name {container!r}{where} is not valid; Azure container names are "
-            "3-63 lower-case letters, digits and single hyphens, starting and ending with a "
-            "letter or digit (the account goes in account_name= or account_url=)"
-        )
-    return container
-
-
-def normalize_prefix(prefix: str, url: str = "") -> str:
-    """``"a/b"``, ``"/a/b/"`` -> ``"a/b/"``; ``""`` stays ``""``. Segments must be plain."""
-    prefix = prefix.strip("/")
-    if not prefix:
-        return ""
-    try:
-        check_path(prefix, what="prefix")
-    except InvalidArgumentError as exc:
-        raise InvalidArgumentError(
-            f"prefix {prefix!r} in {url.split('?', 1)[0] or 'the az:// URL'} is not a plain "
-            f"'/'-separated path ({exc}); use a URL like 'az://container/jobs/clicks'"
-        ) from None
-    return prefix + "/"
+    return check_root_name(
+        container, url, what="container", example="az://container/prefix",
+        rule="Azure container names are 3-63 lower-case letters, digits and single hyphens, "
+             "starting and ending with a letter or digit (the account goes in account_name= or "
+             "account_url=)",
+        advice=f"An az:// URL names a container, not 'container@account': give the account "
+               f"with account_name= or account_url=, or {ENV_ACCOUNT} / {ENV_CONNECTION_STRING}",
+        valid=lambda name: name == "$root" or bool(_CONTAINER.match(name)),
+    )

@@ -9,9 +9,10 @@ what Azure (or the network) said                             silt error
 401/403 (``AuthenticationFailed``, ``AuthorizationFailure``,  ``StoreError`` naming where
 ``AuthorizationPermissionMismatch``, ...), no credential      credentials come from (never the
 found by ``DefaultAzureCredential``                          credentials)
-408, 429, 5xx (``ServerBusy``, ``InternalError``,             ``TransientStoreError``
-``OperationTimedOut``), connection errors, timeouts, a body
-that broke mid-read
+408, 5xx (``ServerBusy``, ``InternalError``,                  ``RetriesExhaustedError`` (the SDK
+``OperationTimedOut``), connection errors, timeouts, a body  retried them: the engine does not)
+that broke mid-read (the SDK's downloader re-requests it)
+429 (the SDK's policy does not retry it)                     ``TransientStoreError``
 409 conflicts other than ``BlobAlreadyExists`` (leases,      ``StoreError`` naming the code
 a container being deleted, ...)
 anything else                                                ``StoreError``
@@ -38,7 +39,7 @@ from azure.core.exceptions import (
     ServiceRequestError,
     ServiceResponseError,
 )
-from silt.errors import NotFoundError, StoreError, TransientStoreError
+from silt.errors import NotFoundError, RetriesExhaustedError, StoreError, TransientStoreError
 from silt.tierkit import chain_leaks, redact
 
 from .config import CREDENTIALS_HINT
@@ -91,10 +92,6 @@ BODY_ERRORS: tuple[type[BaseException], ...] = (
     urllib3.exceptions.IncompleteRead,
     http.client.IncompleteRead,
 )
-
-
-class BodyBrokenError(TransientStoreError):
-    """A response body broke mid-read (reset, truncated): retry the whole read."""
 
 
 def error_code(exc: BaseException) -> tuple[str, int | None]:
@@ -187,7 +184,9 @@ def map_error(
         if code in TRANSIENT_CODES or (
             status is not None and (status in TRANSIENT_STATUS or status >= 500)
         ):
-            return TransientStoreError(f"{where}: temporary Azure failure ({detail}){at}")
+            # The SDK's policy retried it (max_attempts), except a 429.
+            kind = TransientStoreError if status == 429 else RetriesExhaustedError
+            return kind(f"{where}: temporary Azure failure ({detail}){at}")
         if status == 409:
             return StoreError(f"{where}: conflict ({detail}){at}")
         return StoreError(f"{where}: Azure request failed ({detail}){at}")
@@ -198,15 +197,15 @@ def map_error(
             f"{where}: could not get a credential ({type(exc).__name__}: "
             f"{azure_message(exc, secrets)}); {CREDENTIALS_HINT}"
         )
-    if is_body_broken(exc):
-        return BodyBrokenError(
+    if is_body_broken(exc):  # after the SDK's downloader re-requested it
+        return RetriesExhaustedError(
             f"{where}: the response body broke mid-read{at} ({type(exc).__name__})"
         )
     if isinstance(exc, NETWORK_ERRORS) or (
         isinstance(exc, HttpResponseError) and isinstance(
             getattr(exc, "inner_exception", None), NETWORK_ERRORS)
     ):
-        return TransientStoreError(
+        return RetriesExhaustedError(
             f"{where}: connection problem{at} ({type(exc).__name__}: "
             f"{azure_message(exc, secrets)})"
         )

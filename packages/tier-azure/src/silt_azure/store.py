@@ -10,9 +10,9 @@ How each method maps onto Azure:
   the first answer's ETag. A range wholly past the end (Azure answers ``416 InvalidRange``, as it
   does for any range of an empty blob) returns ``b""``; an empty range is a Get Blob Properties
   so that a missing object still raises ``NotFoundError``. The bytes received are counted
-  against the size announced; a body that breaks mid-read is retried as a whole read,
-  ``read_attempts`` times (inside each, the SDK's downloader itself re-requests a broken body
-  up to three times, a second apart).
+  against the size announced. A body that breaks mid-read is re-requested by the SDK's
+  downloader (three tries, built in); a read that comes back short without an error is
+  repeated whole, ``read_attempts`` times.
 * ``put``: Put Blob; above ``block_threshold`` the object goes up as staged blocks
   (``block_size`` each, ``upload_concurrency`` at a time) committed by one Put Block List, so
   readers see the old or the new object whole. Blocks of an upload that fails are never
@@ -38,18 +38,22 @@ Thread safety: every method may be called from any number of threads. The store 
 blob clients share that pipeline. Parallel chunk downloads and block uploads run on the SDK's
 per-call worker threads.
 
-Retries: the SDK retries each request (``max_attempts`` tries, capped exponential backoff with
-full jitter) on 408, 5xx, resets and timeouts; what still fails surfaces as
-``TransientStoreError`` for the engine's own backoff. Messages never contain the account key,
-the SAS or the connection string.
+Retries, by the policy of :mod:`silt.tierkit.retry`: the SDK's policy retries each request
+(``max_attempts`` tries, capped exponential backoff with full jitter) on 408, 5xx, resets and
+timeouts, and what still fails surfaces as ``RetriesExhaustedError``, which the engine does not
+retry again (a 429, which the SDK's policy does not retry, surfaces as
+``TransientStoreError``, for the engine's backoff). A request that keeps failing is sent at most
+``max_attempts`` times; a whole read at most ``max_attempts * read_attempts`` times, plus the
+downloader's re-requests of a broken body. Messages never contain the account key, the SAS or
+the connection string.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import Any
 from urllib.parse import urlsplit
 
 from azure.core.credentials import AzureNamedKeyCredential, AzureSasCredential
@@ -57,34 +61,14 @@ from azure.core.exceptions import AzureError, HttpResponseError
 from azure.core.pipeline.transport import RequestsTransport
 from azure.storage.blob import ContainerClient, ExponentialRetry
 from requests.adapters import HTTPAdapter
-from silt.errors import (
-    InvalidArgumentError,
-    InvalidTypeError,
-    SiltError,
-    StoreError,
-    TransientStoreError,
-)
-from silt.store import ObjectInfo, ObjectStore
-from silt.tierkit import check_data, check_range, redact, retry_on, validate_key
+from silt.errors import InvalidArgumentError, SiltError, StoreError, TransientStoreError
+from silt.store import ObjectInfo
+from silt.tierkit import BodyBrokenError, TierStore, redact
 from urllib3.util.retry import Retry
 
 from . import __version__
-from .config import (
-    Account,
-    AzureOptions,
-    check_container,
-    normalize_prefix,
-    parse_url,
-    resolve_account,
-)
-from .errors import (
-    NETWORK_ERRORS,
-    BodyBrokenError,
-    error_code,
-    is_body_broken,
-    leaks,
-    map_error,
-)
+from .config import Account, AzureOptions, check_container, parse_url, resolve_account
+from .errors import NETWORK_ERRORS, error_code, map_error
 
 try:  # azure-core's adapter with a larger socket block size for big transfers
     from azure.core.pipeline.transport._bigger_block_size_http_adapters import (
@@ -92,8 +76,6 @@ try:  # azure-core's adapter with a larger socket block size for big transfers
     )
 except ImportError:  # pragma: no cover - older or newer azure-core layouts
     _Adapter = HTTPAdapter
-
-T = TypeVar("T")
 
 #: A Blob Batch request takes at most this many sub-requests.
 DELETE_BATCH = 256
@@ -158,7 +140,7 @@ def make_transport(options: AzureOptions) -> RequestsTransport:
     )
 
 
-class AzureStore(ObjectStore):
+class AzureStore(TierStore):
     """Objects under ``az://container/prefix``. See the module docstring for the mapping.
 
     ``options`` tune the client and say which account to use (see :mod:`silt_azure.config`;
@@ -170,6 +152,12 @@ class AzureStore(ObjectStore):
     it lands.
     """
 
+    scheme = "az"
+    options_type = AzureOptions
+    sdk_errors = _SDK_ERRORS
+    handles = "credential=/client="
+    parse_url = staticmethod(parse_url)
+
     def __init__(
         self,
         container: str,
@@ -179,28 +167,17 @@ class AzureStore(ObjectStore):
         credential: Any = None,
         client: ContainerClient | None = None,
     ) -> None:
-        self.container = check_container(container)
-        self.prefix = normalize_prefix(prefix)
-        self.options = options or AzureOptions()
-        self.url = f"az://{self.container}/{self.prefix}".rstrip("/")
-        self._picklable = credential is None and client is None
+        super().__init__(check_container(container), prefix, options,
+                         picklable=credential is None and client is None)
+        self.container = self.root
+        self.options: AzureOptions
         self.account: Account | None = None
-        self._secrets: tuple[str, ...] = ()
-        self.endpoint: str | None = None
         if client is None:
             client = self._make_client(credential)
         self._client = client
         self.endpoint = _endpoint_of(client, self.container)
 
     # --- construction --------------------------------------------------------------------------
-
-    @classmethod
-    def from_url(cls, url: str, options: dict[str, str] | None = None) -> AzureStore:
-        """The tier factory: ``az://container[/prefix]`` plus query options (merged with
-        ``options``; see :mod:`silt_azure.config`)."""
-        container, prefix, query = parse_url(url)
-        merged = {**query, **(options or {})}
-        return cls(container, prefix, options=AzureOptions.from_query(url, merged))
 
     def _make_client(self, credential: Any) -> ContainerClient:
         opts = self.options
@@ -262,23 +239,11 @@ class AzureStore(ObjectStore):
             ) from None
         return DefaultAzureCredential()
 
-    def __reduce__(self) -> tuple[Any, ...]:
-        if not self._picklable:
-            raise TypeError(
-                "an AzureStore built with an explicit credential or client cannot be pickled; "
-                "open it with AzureStore.from_url (or without credential=/client=) to ship it "
-                "to workers"
-            )
-        return (_reopen, (self.container, self.prefix, self.options))
-
-    def close(self) -> None:
+    def _release(self) -> None:
         """Close the client's connections."""
         self._client.close()
 
     # --- helpers -------------------------------------------------------------------------------
-
-    def _full(self, key: str) -> str:
-        return self.prefix + validate_key(key)
 
     def _error(self, exc: BaseException, action: str, key: str | None) -> StoreError:
         """The silt error for ``exc``; chained to ``exc`` unless that would carry a secret
@@ -290,44 +255,12 @@ class AzureStore(ObjectStore):
         )
         return error
 
-    def _cause(self, exc: BaseException) -> BaseException | None:
-        return None if leaks(exc, self._secrets) else exc
-
-    def _request(self, action: str, key: str | None, call: Callable[[], T]) -> T:
-        """Run one SDK call, mapping its errors (``action`` names it in messages)."""
-        try:
-            return call()
-        except SiltError:
-            raise
-        except _SDK_ERRORS as exc:
-            raise self._error(exc, action, key) from self._cause(exc)
-
-    def _retry_reads(self, call: Callable[[], T]) -> T:
-        return retry_on(
-            BodyBrokenError,
-            call,
-            attempts=self.options.read_attempts,
-            deadline=self.options.read_timeout * self.options.read_attempts,
-        )
-
     # --- reads ---------------------------------------------------------------------------------
 
-    def get(self, key: str) -> bytes:
-        """The whole object; ``NotFoundError`` if it does not exist."""
-        full = self._full(key)
-        return self._retry_reads(lambda: self._download(key, full, None, None))
+    def _head(self, key: str, full: str) -> None:
+        self._request("read", key, self._client.get_blob_client(full).get_blob_properties)
 
-    def get_range(self, key: str, start: int, length: int) -> bytes:
-        """``length`` bytes from ``start`` (fewer at the end, ``b""`` past it)."""
-        full = self._full(key)
-        start, length = check_range(start, length)
-        if length == 0:
-            blob = self._client.get_blob_client(full)
-            self._request("read", key, blob.get_blob_properties)
-            return b""
-        return self._retry_reads(lambda: self._download(key, full, start, length))
-
-    def _download(self, key: str, full: str, start: int | None, length: int | None) -> bytes:
+    def _read(self, key: str, full: str, start: int | None, length: int | None) -> bytes:
         blob = self._client.get_blob_client(full)
         try:
             stream = blob.download_blob(
@@ -338,9 +271,9 @@ class AzureStore(ObjectStore):
             code, status = error_code(exc)
             if start is not None and (status == 416 or code == "InvalidRange"):
                 return b""  # the range starts at or past the end (or the blob is empty)
-            raise self._read_error(exc, key) from self._cause(exc)
+            raise self._error(exc, "read", key) from self._cause(exc)
         except _SDK_ERRORS as exc:
-            raise self._read_error(exc, key) from self._cause(exc)
+            raise self._error(exc, "read", key) from self._cause(exc)
         expected = stream.size
         if isinstance(expected, int) and len(data) != expected:
             raise BodyBrokenError(
@@ -349,20 +282,10 @@ class AzureStore(ObjectStore):
             )
         return data
 
-    def _read_error(self, exc: BaseException, key: str) -> StoreError:
-        if is_body_broken(exc):
-            return BodyBrokenError(
-                f"read {key!r} in {self.url}: the response body broke mid-read "
-                f"({type(exc).__name__}); the whole read is retried"
-            )
-        return self._error(exc, "read", key)
-
     # --- writes --------------------------------------------------------------------------------
 
-    def put(self, key: str, data: bytes) -> None:
-        """Create or replace the object (staged blocks above ``block_threshold``)."""
-        full = self._full(key)
-        payload = check_data(data)
+    def _put(self, key: str, full: str, payload: bytes) -> None:
+        """Put Blob, staged blocks above ``block_threshold``."""
         blob = self._client.get_blob_client(full)
         self._request(
             "write",
@@ -373,11 +296,9 @@ class AzureStore(ObjectStore):
             ),
         )
 
-    def put_if_absent(self, key: str, data: bytes) -> bool:
+    def _create(self, key: str, full: str, payload: bytes) -> bool:
         """Create the object unless the key exists (``If-None-Match: *``); see the module
         docstring for what a lost response means."""
-        full = self._full(key)
-        payload = check_data(data)
         blob = self._client.get_blob_client(full)
         try:
             blob.upload_blob(
@@ -395,12 +316,8 @@ class AzureStore(ObjectStore):
 
     # --- delete / list -------------------------------------------------------------------------
 
-    def delete_many(self, keys: Iterable[str]) -> None:
-        """Delete the blobs in batches of 256; missing keys are ignored. All keys are validated
-        before anything is deleted."""
-        if isinstance(keys, (str, bytes)):
-            raise InvalidTypeError("delete_many takes an iterable of keys, not a single key")
-        names = list(dict.fromkeys(self._full(key) for key in keys))
+    def _delete(self, names: list[str]) -> None:
+        """Blob Batch requests of up to 256 deletes; missing blobs are ignored."""
         for i in range(0, len(names), DELETE_BATCH):
             self._delete_batch(names[i : i + DELETE_BATCH])
 
@@ -476,17 +393,6 @@ class AzureStore(ObjectStore):
             raise TransientStoreError(summary + "; retry the delete")
         raise StoreError(summary)
 
-    def list(self, prefix: str = "", start_after: str | None = None) -> Iterator[ObjectInfo]:
-        """Yield objects under ``prefix`` after ``start_after``, in key order, a page
-        (``list_page_size`` names) at a time. Arguments are checked at the call."""
-        if not isinstance(prefix, str):
-            raise InvalidTypeError(f"list prefix must be a str, got {type(prefix).__name__}")
-        if start_after is not None and not isinstance(start_after, str):
-            raise InvalidTypeError(
-                f"list start_after must be a str or None, got {type(start_after).__name__}"
-            )
-        return self._list(prefix, start_after)
-
     def _list(self, prefix: str, start_after: str | None) -> Iterator[ObjectInfo]:
         cut = len(self.prefix)
         name_prefix = self.prefix + prefix
@@ -508,11 +414,6 @@ class AzureStore(ObjectStore):
                     continue  # Azure has no StartAfter
                 yield ObjectInfo(key, int(item.size or 0))
 
-    def __repr__(self) -> str:
-        where = f", endpoint={self.endpoint!r}" if self.endpoint else ""
-        return f"AzureStore({self.url!r}{where})"
-
-
 def _endpoint_of(client: Any, container: str) -> str | None:
     """The account endpoint of ``client`` for messages: no query (a SAS lives there)."""
     url = getattr(client, "url", None)
@@ -523,11 +424,6 @@ def _endpoint_of(client: Any, container: str) -> str | None:
     if path.endswith("/" + container):
         path = path[: -len(container) - 1]
     return f"{parts.scheme}://{parts.netloc}{path}"
-
-
-def _reopen(container: str, prefix: str, options: AzureOptions) -> AzureStore:
-    """Unpickle an :class:`AzureStore`: a fresh client from the options and the environment."""
-    return AzureStore(container, prefix, options=options)
 
 
 __all__ = ["DELETE_BATCH", "AzureStore", "parse_url"]

@@ -10,10 +10,11 @@ what GCS (or the network, or google-auth) said           silt error
                                                          credentials) and the roles needed
 403 for a retention policy or hold; requester pays       ``StoreError`` saying so
 no Application Default Credentials, refresh refused      ``StoreError`` with the same hint
-408, 429, 5xx, connection errors, timeouts, the SDK's    ``TransientStoreError``
-retry deadline exceeded (``RetryError``), the token
-server unreachable, a body that broke or came back
-corrupt
+408, 429, 5xx, connection errors, timeouts, the SDK's    ``RetriesExhaustedError`` (the SDK
+retry deadline exceeded (``RetryError``), the token      retried them: the engine does not)
+server unreachable
+a token refresh the server may accept later              ``TransientStoreError``
+a body that came back corrupt                            ``BodyBrokenError`` (a whole read again)
 anything else                                            ``StoreError``
 =======================================================  ==========================================
 
@@ -32,7 +33,7 @@ import urllib3.exceptions
 from google.api_core import exceptions as api_exceptions
 from google.auth import exceptions as auth_exceptions
 from google.cloud.storage.exceptions import InvalidResponse
-from silt.errors import NotFoundError, StoreError, TransientStoreError
+from silt.errors import NotFoundError, RetriesExhaustedError, StoreError, TransientStoreError
 from silt.tierkit import redact
 
 from .config import CREDENTIALS_HINT
@@ -66,10 +67,6 @@ ROLES_HINT = (
     "and that the account may create, read, list and delete objects in bucket {bucket!r} "
     "(roles/storage.objectUser or roles/storage.objectAdmin)"
 )
-
-class BodyBrokenError(TransientStoreError):
-    """A read came back corrupt (checksum mismatch) or short: retry the whole read."""
-
 
 def clean(text: str, secrets: tuple[str | None, ...] = ()) -> str:
     """``text`` without known secret shapes (:func:`silt.tierkit.redact` knows Google's) or the
@@ -139,7 +136,7 @@ def map_error(
     if isinstance(exc, api_exceptions.RetryError):
         cause = exc.cause
         what = f"{type(cause).__name__}: {clean(str(cause))[:300]}" if cause else clean(str(exc))
-        return TransientStoreError(
+        return RetriesExhaustedError(
             f"{where}: still failing when the retry deadline ran out{at} ({what}); raise "
             "retry_deadline= or check the network"
         )
@@ -170,7 +167,8 @@ def map_error(
                 f"{CREDENTIALS_HINT}; {ROLES_HINT.format(bucket=bucket)}"
             )
         if status in TRANSIENT_STATUS or status >= 500:
-            return TransientStoreError(f"{where}: temporary GCS failure ({detail}){at}")
+            # The SDK's retries covered it (max_attempts, retry_deadline).
+            return RetriesExhaustedError(f"{where}: temporary GCS failure ({detail}){at}")
         return StoreError(f"{where}: GCS request failed ({detail}){at}")
     if isinstance(exc, auth_exceptions.InvalidOperation) and "anonymous" in str(exc).lower():
         # A 401 to anonymous requests: the session cannot refresh "anonymous credentials".
@@ -192,11 +190,11 @@ def map_error(
         return StoreError(f"{summary}; the credentials may be expired or revoked. "
                           f"{CREDENTIALS_HINT}")
     if isinstance(exc, auth_exceptions.TransportError):
-        return TransientStoreError(
+        return RetriesExhaustedError(
             f"{where}: could not reach the credentials server ({clean(str(exc))[:300]})"
         )
     if isinstance(exc, NETWORK_ERRORS) or isinstance(exc, requests.exceptions.RequestException):
-        return TransientStoreError(
+        return RetriesExhaustedError(
             f"{where}: connection problem{at} ({type(exc).__name__}: {clean(str(exc))[:500]})"
         )
     if isinstance(exc, auth_exceptions.GoogleAuthError):

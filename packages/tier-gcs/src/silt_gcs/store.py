@@ -32,33 +32,36 @@ Thread safety: every method may be called from any number of threads. The store 
 per host (requests' default of 10 would make parallel block reads and uploads queue and
 reconnect), and a thread pool for deletes. Blob objects are made per call, never shared.
 
-Retries: the SDK retries each request (408, 429, 5xx, connection errors, timeouts) with
-exponential backoff and jitter for up to ``retry_deadline`` seconds, including uploads, which it
-otherwise retries only with a precondition; what still fails surfaces as
-``TransientStoreError`` for the engine's own backoff. Messages never contain credentials.
+Retries, by the policy of :mod:`silt.tierkit.retry`: the SDK retries each request (408, 429,
+5xx, connection errors, timeouts; uploads too, which it otherwise retries only with a
+precondition) with exponential backoff and jitter, ``max_attempts`` tries within
+``retry_deadline`` seconds (:class:`CappedRetry`); what still fails
+surfaces as ``RetriesExhaustedError``, which the engine does not retry again. silt repeats only
+what the SDK does not: a whole read that came back corrupt (``read_attempts`` reads). A request
+that keeps failing is sent at most ``max_attempts`` times, a whole read at most
+``max_attempts * read_attempts`` times. Messages never contain credentials.
 """
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator
 from typing import Any, TypeVar
 
 import google.auth
 import requests.adapters
 from google.api_core.client_info import ClientInfo
+from google.api_core.retry import Retry
 from google.auth.credentials import AnonymousCredentials
 from google.auth.transport.requests import AuthorizedSession
 from google.cloud import storage
 from google.cloud.storage.exceptions import DataCorruption
 from google.cloud.storage.retry import DEFAULT_RETRY
-from silt.errors import InvalidTypeError, SiltError, StoreError, TransientStoreError
-from silt.store import ObjectInfo, ObjectStore
-from silt.tierkit import check_data, check_range, retry_on, safe_cause, validate_key
+from silt.errors import StoreError, TransientStoreError
+from silt.store import ObjectInfo
+from silt.tierkit import BodyBrokenError, TierStore, safe_cause
 
-from .config import SCHEME, GcsOptions, check_bucket, normalize_prefix, parse_url
-from .errors import SDK_ERRORS, BodyBrokenError, bucket_missing, map_error, status_of
+from .config import SCHEME, GcsOptions, check_bucket, parse_url
+from .errors import SDK_ERRORS, bucket_missing, map_error, status_of
 
 T = TypeVar("T")
 
@@ -74,7 +77,33 @@ LIST_PAGE = 1000
 CONTENT_TYPE = "application/octet-stream"
 
 
-class GcsStore(ObjectStore):
+class CappedRetry(Retry):
+    """The SDK's retry policy, set explicitly: its own choice of what to retry (408, 429, 5xx,
+    connection errors, timeouts), backoff from 0.1 s doubling up to 2 s with jitter, and at
+    most ``attempts`` tries of each request it wraps, within ``deadline`` seconds.
+
+    google-api-core's ``Retry`` has a deadline but no limit on tries; this one counts the tries
+    of each call it wraps (the SDK wraps every request, every page of a listing, on its own).
+    """
+
+    def __init__(self, attempts: int, deadline: float) -> None:
+        super().__init__(predicate=DEFAULT_RETRY._predicate, initial=0.1, maximum=2.0,
+                         multiplier=2.0, timeout=deadline)
+        self.attempts = attempts
+
+    def __call__(self, func: Any, on_error: Any = None) -> Any:
+        tries = iter(range(2, self.attempts + 1))  # the 2nd, 3rd, ... try
+        sdk_predicate = self._predicate
+
+        def should_retry(exc: Exception) -> bool:
+            return bool(sdk_predicate(exc)) and next(tries, None) is not None
+
+        policy = Retry(predicate=should_retry, initial=self._initial, maximum=self._maximum,
+                       multiplier=self._multiplier, timeout=self._timeout)
+        return policy(func, on_error=on_error)
+
+
+class GcsStore(TierStore):
     """Objects under ``gs://bucket/prefix``. See the module docstring for the mapping.
 
     ``options`` tune the client (see :mod:`silt_gcs.config`). ``credentials`` (any
@@ -83,6 +112,12 @@ class GcsStore(ObjectStore):
     Without either the store is picklable: it travels as its URL and options and opens a fresh
     client where it lands.
     """
+
+    scheme = SCHEME
+    options_type = GcsOptions
+    sdk_errors = SDK_ERRORS
+    handles = "credentials=/client="
+    parse_url = staticmethod(parse_url)
 
     def __init__(
         self,
@@ -93,11 +128,10 @@ class GcsStore(ObjectStore):
         credentials: Any = None,
         client: Any = None,
     ) -> None:
-        self.bucket = check_bucket(bucket)
-        self.prefix = normalize_prefix(prefix)
-        self.options = options or GcsOptions()
-        self.url = f"{SCHEME}://{self.bucket}/{self.prefix}".rstrip("/")
-        self._picklable = credentials is None and client is None
+        super().__init__(check_bucket(bucket), prefix, options,
+                         picklable=credentials is None and client is None)
+        self.bucket = self.root
+        self.options: GcsOptions
         endpoint, source = self.options.resolved_endpoint()
         self.endpoint = endpoint
         self.anonymous = False
@@ -108,21 +142,9 @@ class GcsStore(ObjectStore):
         self.endpoint = getattr(connection, "API_BASE_URL", None) or endpoint
         self._bucket = client.bucket(self.bucket, user_project=self.options.user_project)
         self._timeout = (self.options.connect_timeout, self.options.read_timeout)
-        retry = DEFAULT_RETRY.with_delay(initial=0.1, maximum=2.0, multiplier=2.0)
-        with_timeout = getattr(retry, "with_timeout", None) or retry.with_deadline  # api-core<2.17
-        self._retry = with_timeout(self.options.retry_deadline)
-        self._pool: ThreadPoolExecutor | None = None
-        self._pool_lock = threading.Lock()
+        self._retry = CappedRetry(self.options.max_attempts, self.options.retry_deadline)
 
     # --- construction --------------------------------------------------------------------------
-
-    @classmethod
-    def from_url(cls, url: str, options: dict[str, str] | None = None) -> GcsStore:
-        """The tier factory: ``gs://bucket[/prefix]`` plus query options (merged with
-        ``options``; see :mod:`silt_gcs.config`)."""
-        bucket, prefix, query = parse_url(url)
-        merged = {**query, **(options or {})}
-        return cls(bucket, prefix, options=GcsOptions.from_query(url, merged))
 
     def _make_client(self, credentials: Any, endpoint: str | None, source: str) -> Any:
         opts = self.options
@@ -163,28 +185,13 @@ class GcsStore(ObjectStore):
             client._bucket_metadata_cache = None
         return client
 
-    def __reduce__(self) -> tuple[Any, ...]:
-        if not self._picklable:
-            raise TypeError(
-                "a GcsStore built with explicit credentials or client cannot be pickled; open it "
-                "with GcsStore.from_url (or without credentials=/client=) to ship it to workers"
-            )
-        return (_reopen, (self.bucket, self.prefix, self.options))
-
-    def close(self) -> None:
-        """Stop the delete threads and close the client's connections."""
-        with self._pool_lock:
-            pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.shutdown(wait=True)
+    def _release(self) -> None:
+        """Close the client's connections."""
         close = getattr(self._client, "close", None)
         if close is not None:
             close()
 
     # --- helpers -------------------------------------------------------------------------------
-
-    def _full(self, key: str) -> str:
-        return self.prefix + validate_key(key)
 
     def _error(
         self, exc: BaseException, action: str, key: str | None, missing: str = "object"
@@ -196,53 +203,13 @@ class GcsStore(ObjectStore):
             missing=missing,
         )
 
-    def _request(
-        self, action: str, key: str | None, call: Callable[[], T], missing: str = "object"
-    ) -> T:
-        """Run one SDK call, mapping its errors (``action`` names it in messages)."""
-        try:
-            return call()
-        except SiltError:
-            raise
-        except SDK_ERRORS as exc:
-            raise self._error(exc, action, key, missing) from safe_cause(exc)
-
-    def _retry_reads(self, call: Callable[[], T]) -> T:
-        return retry_on(
-            BodyBrokenError,
-            call,
-            attempts=self.options.read_attempts,
-            deadline=self.options.read_timeout * self.options.read_attempts,
-        )
-
-    def _delete_pool(self) -> ThreadPoolExecutor:
-        with self._pool_lock:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(
-                    self.options.delete_concurrency, thread_name_prefix="silt-gcs-delete"
-                )
-            return self._pool
-
     # --- reads ---------------------------------------------------------------------------------
 
-    def get(self, key: str) -> bytes:
-        """The whole object; ``NotFoundError`` if it does not exist."""
-        full = self._full(key)
-        return self._retry_reads(lambda: self._download(key, full, None, None))
+    def _head(self, key: str, full: str) -> None:
+        blob = self._bucket.blob(full)
+        self._request("read", key, lambda: blob.reload(timeout=self._timeout, retry=self._retry))
 
-    def get_range(self, key: str, start: int, length: int) -> bytes:
-        """``length`` bytes from ``start`` (fewer at the end, ``b""`` past it)."""
-        full = self._full(key)
-        start, length = check_range(start, length)
-        if length == 0:
-            blob = self._bucket.blob(full)
-            self._request(
-                "read", key, lambda: blob.reload(timeout=self._timeout, retry=self._retry)
-            )
-            return b""
-        return self._retry_reads(lambda: self._download(key, full, start, length))
-
-    def _download(self, key: str, full: str, start: int | None, length: int | None) -> bytes:
+    def _read(self, key: str, full: str, start: int | None, length: int | None) -> bytes:
         blob = self._bucket.blob(full)
         ranged = start is not None and length is not None
         try:
@@ -269,10 +236,8 @@ class GcsStore(ObjectStore):
 
     # --- writes --------------------------------------------------------------------------------
 
-    def put(self, key: str, data: bytes) -> None:
-        """Create or replace the object (retried by the SDK: a replay writes the same bytes)."""
-        full = self._full(key)
-        payload = check_data(data)
+    def _put(self, key: str, full: str, payload: bytes) -> None:
+        """An upload, retried by the SDK: a replay writes the same bytes."""
         blob = self._bucket.blob(full)
         self._request(
             "write",
@@ -283,11 +248,9 @@ class GcsStore(ObjectStore):
             missing="bucket",
         )
 
-    def put_if_absent(self, key: str, data: bytes) -> bool:
+    def _create(self, key: str, full: str, payload: bytes) -> bool:
         """Create the object unless the name exists (``ifGenerationMatch=0``); see the module
         docstring for what a lost response means."""
-        full = self._full(key)
-        payload = check_data(data)
         blob = self._bucket.blob(full)
         try:
             blob.upload_from_string(
@@ -305,15 +268,10 @@ class GcsStore(ObjectStore):
 
     # --- delete / list -------------------------------------------------------------------------
 
-    def delete_many(self, keys: Iterable[str]) -> None:
-        """Delete the objects, ``delete_concurrency`` at a time; missing ones are ignored. All
-        keys are validated before anything is deleted; every delete is attempted, then the
-        first failure (if any) is raised, transient only if every failure was."""
-        if isinstance(keys, (str, bytes)):
-            raise InvalidTypeError("delete_many takes an iterable of keys, not a single key")
-        fulls = list(dict.fromkeys(self._full(key) for key in keys))
-        if not fulls:
-            return
+    def _delete(self, fulls: list[str]) -> None:
+        """One ``DELETE`` per object, ``delete_concurrency`` at a time; every delete is
+        attempted, then the first failure (if any) is raised, transient only if every failure
+        was."""
         if len(fulls) == 1:
             self._delete_one(fulls[0])
             return
@@ -325,7 +283,7 @@ class GcsStore(ObjectStore):
             except StoreError as exc:
                 failures.append(exc)
 
-        list(self._delete_pool().map(run, fulls))
+        list(self._threads(self.options.delete_concurrency, "silt-gcs-delete").map(run, fulls))
         if failures:
             permanent = [f for f in failures if not isinstance(f, TransientStoreError)]
             first = (permanent or failures)[0]
@@ -342,17 +300,6 @@ class GcsStore(ObjectStore):
             if status_of(exc) == 404 and not bucket_missing(exc):
                 return  # already gone (or our own earlier attempt deleted it)
             raise self._error(exc, "delete", key, missing="bucket") from safe_cause(exc)
-
-    def list(self, prefix: str = "", start_after: str | None = None) -> Iterator[ObjectInfo]:
-        """Yield objects under ``prefix`` after ``start_after``, in key order, a page (up to
-        1,000 objects) at a time. Arguments are checked at the call."""
-        if not isinstance(prefix, str):
-            raise InvalidTypeError(f"list prefix must be a str, got {type(prefix).__name__}")
-        if start_after is not None and not isinstance(start_after, str):
-            raise InvalidTypeError(
-                f"list start_after must be a str or None, got {type(start_after).__name__}"
-            )
-        return self._list(prefix, start_after)
 
     def _list(self, prefix: str, start_after: str | None) -> Iterator[ObjectInfo]:
         cut = len(self.prefix)
@@ -380,15 +327,6 @@ class GcsStore(ObjectStore):
                 if start_after is not None and name[cut:] <= start_after:
                     continue
                 yield ObjectInfo(name[cut:], int(blob.size or 0))
-
-    def __repr__(self) -> str:
-        where = f", endpoint={self.endpoint!r}" if self.endpoint else ""
-        return f"GcsStore({self.url!r}{where})"
-
-
-def _reopen(bucket: str, prefix: str, options: GcsOptions) -> GcsStore:
-    """Unpickle a :class:`GcsStore`: a fresh client from the standard chain where it lands."""
-    return GcsStore(bucket, prefix, options=options)
 
 
 __all__ = ["GcsStore", "LIST_PAGE", "parse_url"]

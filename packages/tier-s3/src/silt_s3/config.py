@@ -43,21 +43,15 @@ import dataclasses
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from urllib.parse import unquote
+from typing import Any, ClassVar
 
 from silt.errors import InvalidArgumentError
-from silt.store import split_url
 from silt.tierkit import (
+    NetworkOptions,
     check_endpoint,
-    check_options,
-    check_path,
-    decode_path,
+    check_root_name,
     parse_bool,
-    parse_choice,
-    parse_float,
-    parse_int,
-    parse_size,
-    public_url,
+    parse_root_url,
 )
 
 SCHEME = "s3"
@@ -95,12 +89,25 @@ _CREDENTIAL_OPTIONS = frozenset(
 
 
 @dataclass(frozen=True)
-class S3Options:
+class S3Options(NetworkOptions):
     """Options of one :class:`~silt_s3.S3Store`; ``None`` means "use the standard fallback".
 
     A frozen, picklable value: a store shipped to another process carries these options, not a
     client, and opens its own client there.
     """
+
+    SCHEME = SCHEME
+    SIZES: ClassVar[Mapping[str, int]] = {
+        "multipart_threshold": 1, "multipart_part_size": MIN_PART_SIZE
+    }
+    CHOICES: ClassVar[Mapping[str, tuple[str, ...]]] = {
+        "addressing_style": ADDRESSING_STYLES, "checksums": CHECKSUM_MODES
+    }
+    CREDENTIAL_OPTIONS = _CREDENTIAL_OPTIONS
+    CREDENTIAL_HINT = (
+        "Use the AWS credential chain: AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, a profile "
+        "(profile=name or AWS_PROFILE), SSO, or an instance/container role"
+    )
 
     endpoint_url: str | None = None
     region: str | None = None
@@ -110,14 +117,11 @@ class S3Options:
     multipart_part_size: int = 16 * MiB
     multipart_concurrency: int = 8
     max_pool_connections: int = 32
-    connect_timeout: float = 5.0
-    read_timeout: float = 30.0
-    max_attempts: int = 5
-    read_attempts: int = 4
     checksums: str = "when_supported"
     verify: bool | str | None = None
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.endpoint_url is not None:
             object.__setattr__(self, "endpoint_url", check_endpoint(
                 self.endpoint_url, what="the endpoint in endpoint_url=", hint=ENDPOINT_HINT))
@@ -134,65 +138,20 @@ class S3Options:
             )
         if self.checksums not in CHECKSUM_MODES:
             raise InvalidArgumentError(f"checksums must be one of {', '.join(CHECKSUM_MODES)}")
-        for name in ("multipart_concurrency", "max_pool_connections", "max_attempts",
-                     "read_attempts"):
+        for name in ("multipart_concurrency", "max_pool_connections"):
             if getattr(self, name) < 1:
                 raise InvalidArgumentError(f"{name} must be >= 1")
 
-    #: Option names accepted in a URL query (the dataclass fields).
     @classmethod
-    def names(cls) -> frozenset[str]:
-        return frozenset(f.name for f in dataclasses.fields(cls))
-
-    @classmethod
-    def from_query(cls, url: str, options: Mapping[str, str]) -> S3Options:
-        """Parse URL query options (strings); unknown options are an error that lists them."""
-        url = url.split("?", 1)[0]  # never echo query values: they might hold secrets
-        secret_like = sorted(set(options) & _CREDENTIAL_OPTIONS)
-        if secret_like:
-            raise InvalidArgumentError(
-                f"option(s) {', '.join(secret_like)} look like credentials; silt never takes "
-                "credentials from a URL (URLs end up in logs). Use the AWS credential chain: "
-                "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, a profile (profile=name or "
-                "AWS_PROFILE), SSO, or an instance/container role"
-            )
-        check_options(url, options, cls.names(), SCHEME)
-        kwargs: dict[str, object] = {}
-        for name, raw in options.items():
-            if name in ("endpoint_url", "region", "profile"):
-                if not raw.strip():
-                    raise InvalidArgumentError(f"option {name}= is empty in {url!r}")
-                kwargs[name] = raw.strip()
-            elif name == "addressing_style":
-                kwargs[name] = parse_choice(name, raw, ADDRESSING_STYLES)
-            elif name == "checksums":
-                kwargs[name] = parse_choice(name, raw, CHECKSUM_MODES)
-            elif name in ("multipart_threshold",):
-                kwargs[name] = parse_size(name, raw, minimum=1)
-            elif name == "multipart_part_size":
-                kwargs[name] = parse_size(name, raw, minimum=MIN_PART_SIZE)
-            elif name in ("connect_timeout", "read_timeout"):
-                kwargs[name] = parse_float(name, raw, minimum=0.001)
-            elif name == "verify":
-                lowered = raw.strip().lower()
-                kwargs[name] = (
-                    parse_bool(name, raw)
-                    if lowered in ("1", "0", "true", "false", "yes", "no", "on", "off")
-                    else raw
-                )
-            else:
-                kwargs[name] = parse_int(name, raw, minimum=1)
-        return cls(**kwargs)  # type: ignore[arg-type]
-
-    def to_query(self) -> dict[str, str]:
-        """The options that differ from the defaults, as URL query strings."""
-        out: dict[str, str] = {}
-        default = S3Options()
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if value != getattr(default, f.name):
-                out[f.name] = str(value).lower() if isinstance(value, bool) else str(value)
-        return out
+    def parse_option(cls, name: str, raw: str, field: dataclasses.Field[Any], url: str) -> Any:
+        """``verify`` is a boolean or the path of a CA bundle; the rest as for every tier."""
+        if name == "verify" and raw.strip().lower() not in (
+            "1", "0", "true", "false", "yes", "no", "on", "off"
+        ):
+            return raw
+        if name == "verify":
+            return parse_bool(name, raw)
+        return super().parse_option(name, raw, field, url)
 
     def resolved_endpoint(self, environ: Mapping[str, str] | None = None) -> str | None:
         """The endpoint URL from the option or the standard environment variables."""
@@ -214,51 +173,15 @@ def parse_url(url: str) -> tuple[str, str, dict[str, str]]:
     ``prefix`` is ``""`` or a ``/``-terminated key prefix (``"jobs/clicks/"``); percent-escapes
     in the path are decoded.
     """
-    scheme, location, options = split_url(url)
-    if scheme != SCHEME:
-        raise InvalidArgumentError(
-            f"S3Store opens s3:// URLs, got {public_url(url)!r}; write 's3://bucket/prefix'"
-        )
-    raw_bucket, _, raw_prefix = location.partition("/")
-    check_bucket(unquote(raw_bucket), url)
-    # The prefix is decoded and checked by the name rule every tier shares (silt.tierkit).
-    prefix = decode_path(raw_prefix, what=f"the prefix of {url.split('?', 1)[0]!r}")
-    return unquote(raw_bucket), normalize_prefix(prefix, url), options
+    return parse_root_url(url, (SCHEME,), check_root=check_bucket, example="s3://bucket/prefix")
 
 
 def check_bucket(bucket: str, url: str = "") -> str:
     """Reject empty and clearly malformed bucket names (the server checks the rest)."""
-    url = url.split("?", 1)[0]
-    if "@" in bucket or "@" in url.split("://", 1)[-1].split("/", 1)[0]:
-        raise InvalidArgumentError(
-            "an s3:// URL must not contain '@': credentials never go in a URL (URLs end up in "
-            "logs). Use the AWS credential chain (environment, profile=, SSO, roles) and "
-            "endpoint_url= for a custom endpoint"
-        )
-    where = f" in {url!r}" if url else ""
-    if not isinstance(bucket, str) or not bucket:
-        raise InvalidArgumentError(
-            f"no bucket named{where}; write 's3://bucket' or 's3://bucket/prefix'"
-        )
-    if any(ch in bucket for ch in "/?#:\\ \t\r\n\x00"):
-        raise InvalidArgumentError(
-            f"bucket name {bucket!r}{where} is not valid; S3 bucket names are 3-63 lower-case "
-            "letters, digits, dots and hyphens (put the endpoint in endpoint_url=, never "
-            "credentials in the URL)"
-        )
-    return bucket
-
-
-def normalize_prefix(prefix: str, url: str = "") -> str:
-    """``"a/b"``, ``"/a/b/"`` -> ``"a/b/"``; ``""`` stays ``""``. Segments must be plain."""
-    prefix = prefix.strip("/")
-    if not prefix:
-        return ""
-    try:
-        check_path(prefix, what="prefix")
-    except InvalidArgumentError as exc:
-        raise InvalidArgumentError(
-            f"prefix {prefix!r} in {url.split('?', 1)[0] or 'the S3 URL'} is not a plain "
-            f"'/'-separated path ({exc}); use a URL like 's3://bucket/jobs/clicks'"
-        ) from None
-    return prefix + "/"
+    return check_root_name(
+        bucket, url, what="bucket", example="s3://bucket/prefix",
+        rule="S3 bucket names are 3-63 lower-case letters, digits, dots and hyphens (put the "
+             "endpoint in endpoint_url=, never credentials in the URL)",
+        advice="Use the AWS credential chain (environment, profile=, SSO, roles) and "
+               "endpoint_url= for a custom endpoint",
+    )

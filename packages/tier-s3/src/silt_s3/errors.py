@@ -7,9 +7,10 @@ what S3 (or the network) said                            silt error
 ``NoSuchBucket``                                         ``StoreError`` ("bucket does not exist")
 ``AccessDenied``, 403, bad/expired keys, no credentials  ``StoreError`` naming where credentials
                                                          come from (never the credentials)
-5xx, ``SlowDown``, throttling, ``RequestTimeout``,       ``TransientStoreError``
-409 ``ConditionalRequestConflict``, connection errors,
-connect/read timeouts, a body that broke mid-read
+5xx, ``SlowDown``, throttling, ``RequestTimeout``,       ``RetriesExhaustedError`` (botocore
+connection errors, connect/read timeouts                 retried them: the engine does not)
+409 ``ConditionalRequestConflict``, ``OperationAborted``  ``TransientStoreError``
+a body that broke mid-read                               ``BodyBrokenError`` (a whole read again)
 anything else                                            ``StoreError``
 =======================================================  ==========================================
 
@@ -38,7 +39,7 @@ from botocore.exceptions import (
     ResponseStreamingError,
     TokenRetrievalError,
 )
-from silt.errors import NotFoundError, StoreError, TransientStoreError
+from silt.errors import NotFoundError, RetriesExhaustedError, StoreError, TransientStoreError
 from silt.tierkit import redact
 
 TRANSIENT_CODES = frozenset(
@@ -98,10 +99,6 @@ CREDENTIALS_HINT = (
 )
 
 
-class BodyBrokenError(TransientStoreError):
-    """A response body broke mid-read (reset, truncated, checksum mismatch): retry the read."""
-
-
 def error_code(exc: ClientError) -> tuple[str, int | None]:
     """S3's error code (``"NoSuchKey"``, or the status as text for bodiless HEAD answers)
     and the HTTP status."""
@@ -147,7 +144,9 @@ def map_error(
             )
         if code in TRANSIENT_CODES or (status is not None and (status in TRANSIENT_STATUS
                                                                or status >= 500)):
-            return TransientStoreError(f"{where}: temporary S3 failure ({detail}){at}")
+            # botocore's retries covered it (max_attempts); a 409 conflict they do not retry.
+            kind = TransientStoreError if status == 409 else RetriesExhaustedError
+            return kind(f"{where}: temporary S3 failure ({detail}){at}")
         if code == "PermanentRedirect" or status == 301:
             return StoreError(
                 f"{where}: bucket {bucket!r} is in another region ({detail}); set region= to "
@@ -162,7 +161,7 @@ def map_error(
         return StoreError(f"{where}: could not load credentials ({type(exc).__name__}); "
                           f"{CREDENTIALS_HINT}")
     if isinstance(exc, NETWORK_ERRORS):
-        return TransientStoreError(
+        return RetriesExhaustedError(
             f"{where}: connection problem{at} ({type(exc).__name__}: {clean(str(exc))})"
         )
     if isinstance(exc, BotoCoreError):

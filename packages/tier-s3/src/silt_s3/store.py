@@ -31,28 +31,31 @@ Thread safety: every method may be called from any number of threads. The store 
 boto3 client (clients are thread-safe; the session is used only while the client is built) with
 ``max_pool_connections`` connections, and one thread pool for multipart parts.
 
-Retries: botocore retries each request ("standard" mode, ``max_attempts``) on throttling, 5xx
-and connection errors; what still fails surfaces as ``TransientStoreError`` for the engine's
-own backoff. Messages never contain credentials.
+Retries, by the policy of :mod:`silt.tierkit.retry`: botocore retries each request
+("standard" mode: ``max_attempts`` tries in all, exponential backoff with jitter) on throttling,
+5xx and connection errors, and what still fails surfaces as ``RetriesExhaustedError``, which the
+engine does not retry again. silt repeats only what botocore does not: a whole read whose body
+broke (``read_attempts`` reads) and a create-only write answered ``409`` (``max_attempts``). A
+request that keeps failing is sent at most ``max_attempts`` times, a whole read at most
+``max_attempts * read_attempts`` times. Messages never contain credentials.
 """
 
 from __future__ import annotations
 
 import math
-import threading
-from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_EXCEPTION, Future, wait
 from typing import Any, TypeVar
 
 import boto3
 import botocore.config
 from botocore.exceptions import BotoCoreError, ClientError
-from silt.errors import InvalidTypeError, SiltError, StoreError, TransientStoreError
-from silt.store import ObjectInfo, ObjectStore
-from silt.tierkit import check_data, check_range, retry_on, safe_cause, validate_key
+from silt.errors import StoreError, TransientStoreError
+from silt.store import ObjectInfo
+from silt.tierkit import BodyBrokenError, TierStore, retry_on, safe_cause
 
-from .config import MAX_PARTS, S3Options, check_bucket, normalize_prefix, parse_url
-from .errors import NETWORK_ERRORS, BodyBrokenError, error_code, map_error
+from .config import MAX_PARTS, SCHEME, S3Options, check_bucket, parse_url
+from .errors import NETWORK_ERRORS, error_code, map_error
 
 T = TypeVar("T")
 
@@ -67,7 +70,7 @@ class _Conflict(TransientStoreError):
     """409 ConditionalRequestConflict: a concurrent conditional write; retry the request."""
 
 
-class S3Store(ObjectStore):
+class S3Store(TierStore):
     """Objects under ``s3://bucket/prefix``. See the module docstring for the mapping.
 
     ``options`` tune the client (see :mod:`silt_s3.config`). ``session`` (a ``boto3.Session``)
@@ -75,6 +78,12 @@ class S3Store(ObjectStore):
     the client entirely (tests, custom middleware). Without either the store is picklable: it
     travels as its URL and options and opens a fresh client where it lands.
     """
+
+    scheme = SCHEME
+    options_type = S3Options
+    sdk_errors = _SDK_ERRORS
+    handles = "session=/client="
+    parse_url = staticmethod(parse_url)
 
     def __init__(
         self,
@@ -85,29 +94,17 @@ class S3Store(ObjectStore):
         session: Any = None,
         client: Any = None,
     ) -> None:
-        self.bucket = check_bucket(bucket)
-        self.prefix = normalize_prefix(prefix)
-        self.options = options or S3Options()
-        self.url = f"s3://{self.bucket}/{self.prefix}".rstrip("/")
-        self._picklable = session is None and client is None
+        super().__init__(check_bucket(bucket), prefix, options,
+                         picklable=session is None and client is None)
+        self.bucket = self.root
+        self.options: S3Options
         self.endpoint = self.options.resolved_endpoint()
         if client is None:
             client = self._make_client(session)
         self._client = client
         self.endpoint = getattr(getattr(client, "meta", None), "endpoint_url", self.endpoint)
-        self._pool: ThreadPoolExecutor | None = None
-        self._pool_lock = threading.Lock()
-        self._closed = False
 
     # --- construction --------------------------------------------------------------------------
-
-    @classmethod
-    def from_url(cls, url: str, options: dict[str, str] | None = None) -> S3Store:
-        """The tier factory: ``s3://bucket[/prefix]`` plus query options (merged with
-        ``options``; see :mod:`silt_s3.config`)."""
-        bucket, prefix, query = parse_url(url)
-        merged = {**query, **(options or {})}
-        return cls(bucket, prefix, options=S3Options.from_query(url, merged))
 
     def _make_client(self, session: Any) -> Any:
         opts = self.options
@@ -142,79 +139,25 @@ class S3Store(ObjectStore):
         except ValueError as exc:  # e.g. a malformed endpoint URL
             raise StoreError(f"cannot open {self.url}: {exc}") from None
 
-    def __reduce__(self) -> tuple[Any, ...]:
-        if not self._picklable:
-            raise TypeError(
-                "an S3Store built with an explicit session or client cannot be pickled; open it "
-                "with S3Store.from_url (or without session=/client=) to ship it to workers"
-            )
-        return (_reopen, (self.bucket, self.prefix, self.options))
-
-    def close(self) -> None:
-        """Stop the part-upload threads and close the client's connections."""
-        self._closed = True
-        with self._pool_lock:
-            pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.shutdown(wait=True)
+    def _release(self) -> None:
+        """Close the client's connections."""
         close = getattr(self._client, "close", None)
         if close is not None:
             close()
 
     # --- helpers -------------------------------------------------------------------------------
 
-    def _full(self, key: str) -> str:
-        return self.prefix + validate_key(key)
-
     def _error(self, exc: BaseException, action: str, key: str | None) -> StoreError:
         return map_error(
             exc, action=action, key=key, url=self.url, bucket=self.bucket, endpoint=self.endpoint
         )
 
-    def _request(self, action: str, key: str | None, call: Callable[[], T]) -> T:
-        """Run one SDK call, mapping its errors (``action`` names it in messages)."""
-        try:
-            return call()
-        except SiltError:
-            raise
-        except _SDK_ERRORS as exc:
-            raise self._error(exc, action, key) from safe_cause(exc)
-
-    def _retry_reads(self, call: Callable[[], T]) -> T:
-        return retry_on(
-            BodyBrokenError,
-            call,
-            attempts=self.options.read_attempts,
-            deadline=self.options.read_timeout * self.options.read_attempts,
-        )
-
-    def _parts_pool(self) -> ThreadPoolExecutor:
-        with self._pool_lock:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(
-                    self.options.multipart_concurrency, thread_name_prefix="silt-s3-part"
-                )
-            return self._pool
-
     # --- reads ---------------------------------------------------------------------------------
 
-    def get(self, key: str) -> bytes:
-        """The whole object; ``NotFoundError`` if it does not exist."""
-        full = self._full(key)
-        return self._retry_reads(lambda: self._get_once(key, full, None, None))
+    def _head(self, key: str, full: str) -> None:
+        self._request("read", key, lambda: self._client.head_object(Bucket=self.bucket, Key=full))
 
-    def get_range(self, key: str, start: int, length: int) -> bytes:
-        """``length`` bytes from ``start`` (fewer at the end, ``b""`` past it)."""
-        full = self._full(key)
-        start, length = check_range(start, length)
-        if length == 0:
-            self._request(
-                "read", key, lambda: self._client.head_object(Bucket=self.bucket, Key=full)
-            )
-            return b""
-        return self._retry_reads(lambda: self._get_once(key, full, start, length))
-
-    def _get_once(self, key: str, full: str, start: int | None, length: int | None) -> bytes:
+    def _read(self, key: str, full: str, start: int | None, length: int | None) -> bytes:
         kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": full}
         if start is not None and length is not None:
             kwargs["Range"] = f"bytes={start}-{start + length - 1}"
@@ -249,10 +192,8 @@ class S3Store(ObjectStore):
 
     # --- writes --------------------------------------------------------------------------------
 
-    def put(self, key: str, data: bytes) -> None:
-        """Create or replace the object (multipart above ``multipart_threshold``)."""
-        full = self._full(key)
-        payload = check_data(data)
+    def _put(self, key: str, full: str, payload: bytes) -> None:
+        """``PutObject``, multipart above ``multipart_threshold``."""
         if len(payload) > self.options.multipart_threshold:
             self._multipart(key, full, payload, create_only=False)
             return
@@ -262,11 +203,9 @@ class S3Store(ObjectStore):
             lambda: self._client.put_object(Bucket=self.bucket, Key=full, Body=payload),
         )
 
-    def put_if_absent(self, key: str, data: bytes) -> bool:
+    def _create(self, key: str, full: str, payload: bytes) -> bool:
         """Create the object unless the key exists (``If-None-Match: *``); see the module
         docstring for what a lost response means."""
-        full = self._full(key)
-        payload = check_data(data)
         if len(payload) > self.options.multipart_threshold:
             return self._multipart(key, full, payload, create_only=True)
 
@@ -396,7 +335,7 @@ class S3Store(ObjectStore):
 
         if count == 1:
             return [upload(1)]
-        pool = self._parts_pool()
+        pool = self._threads(self.options.multipart_concurrency, "silt-s3-part")
         futures: list[Future[dict[str, Any]]] = [
             pool.submit(upload, number) for number in range(1, count + 1)
         ]
@@ -421,12 +360,8 @@ class S3Store(ObjectStore):
 
     # --- delete / list -------------------------------------------------------------------------
 
-    def delete_many(self, keys: Iterable[str]) -> None:
-        """Delete the objects in batches of 1,000; missing keys are ignored. All keys are
-        validated before anything is deleted."""
-        if isinstance(keys, (str, bytes)):
-            raise InvalidTypeError("delete_many takes an iterable of keys, not a single key")
-        fulls = list(dict.fromkeys(self._full(key) for key in keys))
+    def _delete(self, fulls: list[str]) -> None:
+        """``DeleteObjects`` in batches of 1,000, quiet mode; per-key errors are checked."""
         for i in range(0, len(fulls), DELETE_BATCH):
             batch = fulls[i : i + DELETE_BATCH]
             request = {
@@ -454,17 +389,6 @@ class S3Store(ObjectStore):
             raise TransientStoreError(summary + "; retry the delete")
         raise StoreError(summary)
 
-    def list(self, prefix: str = "", start_after: str | None = None) -> Iterator[ObjectInfo]:
-        """Yield objects under ``prefix`` after ``start_after``, in key order, a page (up to
-        1,000 keys) at a time. Arguments are checked at the call."""
-        if not isinstance(prefix, str):
-            raise InvalidTypeError(f"list prefix must be a str, got {type(prefix).__name__}")
-        if start_after is not None and not isinstance(start_after, str):
-            raise InvalidTypeError(
-                f"list start_after must be a str or None, got {type(start_after).__name__}"
-            )
-        return self._list(prefix, start_after)
-
     def _list(self, prefix: str, start_after: str | None) -> Iterator[ObjectInfo]:
         cut = len(self.prefix)
         request: dict[str, Any] = {"Bucket": self.bucket, "Prefix": self.prefix + prefix}
@@ -485,17 +409,8 @@ class S3Store(ObjectStore):
             request.pop("StartAfter", None)
             request["ContinuationToken"] = token
 
-    def __repr__(self) -> str:
-        where = f", endpoint={self.endpoint!r}" if self.endpoint else ""
-        return f"S3Store({self.url!r}{where})"
-
 
 _TRANSIENT_DELETE_CODES = frozenset({"InternalError", "SlowDown", "ServiceUnavailable"})
-
-
-def _reopen(bucket: str, prefix: str, options: S3Options) -> S3Store:
-    """Unpickle an :class:`S3Store`: a fresh client from the standard chain where it lands."""
-    return S3Store(bucket, prefix, options=options)
 
 
 __all__ = ["DELETE_BATCH", "S3Store", "parse_url"]

@@ -59,7 +59,16 @@ from ..errors import (
 )
 from ..hookspecs import hookimpl
 from ..store import ObjectInfo, ObjectStore, split_url
-from ..tierkit import check_data, check_options, check_range, decode_path, public_url, validate_key
+from ..tierkit import (
+    check_data,
+    check_keys,
+    check_list_args,
+    check_options,
+    check_range,
+    decode_path,
+    public_url,
+    validate_key,
+)
 
 #: Name of the directory under the root that holds writes in flight. Never a valid first key
 #: segment, never listed.
@@ -453,9 +462,7 @@ class FileStore(ObjectStore):
 
         All keys are validated before anything is deleted.
         """
-        if isinstance(keys, (str, bytes)):
-            raise InvalidTypeError("delete_many takes an iterable of keys, not a single key")
-        items = [(key, self._path(key)) for key in keys]
+        items = check_keys(keys, lambda key: (key, self._path(key)))
         touched: set[str] = set()
         for key, path in items:
             try:
@@ -513,12 +520,7 @@ class FileStore(ObjectStore):
         a key after ``start_after`` are skipped. Arguments are checked at the call; file-system
         errors surface while iterating.
         """
-        if not isinstance(prefix, str):
-            raise InvalidTypeError(f"list prefix must be a str, got {type(prefix).__name__}")
-        if start_after is not None and not isinstance(start_after, str):
-            raise InvalidTypeError(
-                f"list start_after must be a str or None, got {type(start_after).__name__}"
-            )
+        prefix, start_after = check_list_args(prefix, start_after)
         dir_part = prefix.rpartition("/")[0]
         if not dir_part:
             return self._walk(self.root, "", prefix, start_after)
@@ -593,4 +595,4 @@ def silt_register(registry: Any) -> None:
     registry.add_tier("file", FileStore.from_url)
 
 
-__all__ = ["FileStore", "check_data", "check_range", "validate_key"]
+__all__ = ["ACCEPTED_OPTIONS", "TMP_DIR", "FileStore"]

@@ -11,9 +11,9 @@ directories. The tier takes no options.
 ``MemoryStore()`` without a name is a private, anonymous store nobody else can open.
 
 Nothing is durable beyond the process, and namespaces live until :meth:`MemoryStore.drop`.
-Stored bytes are copies, so callers may reuse their buffers. Keys follow the same rules as
-``file://`` (:func:`silt.tiers.file.validate_key`), so code tested here cannot write keys the
-file tier rejects.
+Stored bytes are copies, so callers may reuse their buffers. Keys follow the rule of every tier
+(:func:`silt.tierkit.validate_key`), so code tested here cannot write keys the file tier
+rejects.
 
 Thread safety: every method may be called from any number of threads; each namespace has a lock
 held only for in-memory work. A listing is a snapshot taken when iteration starts.
@@ -31,6 +31,8 @@ from ..hookspecs import hookimpl
 from ..store import ObjectInfo, ObjectStore, split_url
 from ..tierkit import (
     check_data,
+    check_keys,
+    check_list_args,
     check_name,
     check_options,
     check_path,
@@ -209,9 +211,7 @@ class MemoryStore(ObjectStore):
 
     def delete_many(self, keys: Iterable[str]) -> None:
         """Delete the objects, ignoring missing ones. All keys are validated first."""
-        if isinstance(keys, (str, bytes)):
-            raise InvalidTypeError("delete_many takes an iterable of keys, not a single key")
-        fulls = [self._key(key) for key in keys]
+        fulls = check_keys(keys, self._key)
         with self._ns.lock:
             for full in fulls:
                 if self._ns.objects.pop(full, None) is not None:
@@ -222,12 +222,7 @@ class MemoryStore(ObjectStore):
 
         Arguments are checked at the call; the snapshot is taken when iteration starts.
         """
-        if not isinstance(prefix, str):
-            raise InvalidTypeError(f"list prefix must be a str, got {type(prefix).__name__}")
-        if start_after is not None and not isinstance(start_after, str):
-            raise InvalidTypeError(
-                f"list start_after must be a str or None, got {type(start_after).__name__}"
-            )
+        prefix, start_after = check_list_args(prefix, start_after)
         return self._list(prefix, start_after)
 
     def _list(self, prefix: str, start_after: str | None) -> Iterator[ObjectInfo]:
