@@ -12,7 +12,7 @@ from typing import Any
 
 from silt.tierkit import public_url
 
-from . import _aggregate, _dedup, _layout, _processor, _shard, _window
+from . import _aggregate, _dedup, _join, _layout, _processor, _shard, _window
 from ._codec import to_json
 from .errors import LayoutMismatchError
 
@@ -27,7 +27,7 @@ STATE_COLUMNS = (
 
 #: Operator kind (the descriptor's ``operator``) -> the module that owns it; each has ``KIND``
 #: and ``decode(items, state_columns)``. A new operator adds its module here.
-OPERATORS = {m.KIND: m for m in (_aggregate, _window, _dedup, _processor)}
+OPERATORS = {m.KIND: m for m in (_aggregate, _window, _dedup, _processor, _join)}
 
 def _spec(desc: dict[str, Any], root: str) -> _shard.OperatorSpec:
     layouts = tuple((int(x["generation"]), int(x["num_shards"])) for x in desc["layouts"])
