@@ -315,7 +315,6 @@ def merge_partition(task: ShardTask, batches: Iterator[Any], jp: JoinPlan) -> It
     unmatched rows) and write everything with one write batch."""
     import pyarrow as pa
     import pyarrow.compute as pc
-    import silt
 
     wm = task.watermark
     batches = [b for b in batches if b.num_rows]
@@ -399,7 +398,7 @@ def merge_partition(task: ShardTask, batches: Iterator[Any], jp: JoinPlan) -> It
     for s in (LEFT, RIGHT):
         if not due[s]:
             continue
-        nxt, n = _evict(task, jp, s, evict[s], bufs[s], outer[s], ops, dropped, dead_buckets,
+        nxt, n = evict(task, jp, s, evict[s], bufs[s], outer[s], ops, dropped, dead_buckets,
                         count_delta, out_l if s == LEFT else out_r,
                         out_r if s == LEFT else out_l)
         evicted[s] = n
@@ -411,21 +410,31 @@ def merge_partition(task: ShardTask, batches: Iterator[Any], jp: JoinPlan) -> It
                 ops.append((row.key, row.record(), None))
         for fresh in buf.fresh.values():
             ops.extend((row.key, row.record(), None) for row in fresh)
-    live = [k for k in count_delta if k not in dead_buckets and count_delta[k]]
-    if live:
-        ckeys = [count_key(kg, s, b) for s, kg, b in live]
-        for ck, cur, k in zip(ckeys, task.db.multi_get(ckeys), live):
-            n = (_U64.unpack(cur)[0] if cur is not None else 0) + count_delta[k]
-            ops.append((ck, _U64.pack(n) if n > 0 else None, None))
-    if ops:
-        batch = silt.WriteBatch()
-        batch.ops = ops
-        task.db.write(batch)
+    write(task.db, ops, count_delta, dead_buckets)
     if ops or any(evicted):
         task.changed = True
     _account(task, jp, bounds, next_bucket, new_min, added, evicted)
     if out_l:
         yield from _output(jp, out_l, out_r).to_batches()
+
+
+def write(db: Any, ops: list, count_delta: dict[tuple[int, int, int], int],
+          dead_buckets: set[tuple[int, int, int]]) -> None:
+    """Write ``ops`` plus each touched bucket's new row count (``count_delta``: ``(side, kg,
+    bucket)`` -> rows added minus rows evicted; buckets in ``dead_buckets`` are gone) with one
+    write batch (after any range deletes, which the DB applied already)."""
+    import silt
+
+    live = [k for k in count_delta if k not in dead_buckets and count_delta[k]]
+    if live:
+        ckeys = [count_key(kg, s, b) for s, kg, b in live]
+        for ck, cur, k in zip(ckeys, db.multi_get(ckeys), live):
+            n = (_U64.unpack(cur)[0] if cur is not None else 0) + count_delta[k]
+            ops.append((ck, _U64.pack(n) if n > 0 else None, None))
+    if ops:
+        batch = silt.WriteBatch()
+        batch.ops = ops
+        db.write(batch)
 
 
 def _due(jp: JoinPlan, side: int, evict_us: int | None, bound: int | str | None) -> bool:
@@ -439,7 +448,7 @@ def _due(jp: JoinPlan, side: int, evict_us: int | None, bound: int | str | None)
     return bound < full or (jp.outer[side] and bound == full)
 
 
-def _evict(task: ShardTask, jp: JoinPlan, side: int, evict_us: int, buf: _Buffer,
+def evict(task: ShardTask, jp: JoinPlan, side: int, evict_us: int, buf: _Buffer,
            outer: bool, ops: list, dropped: set, dead_buckets: set, count_delta: dict,
            out_mine: list, out_other: list) -> tuple[int | None, int]:
     """Evict ``side``'s rows with time ``<= evict_us`` in every key group of the shard; emit an
