@@ -1,16 +1,17 @@
 """silt_spark.join against Spark's own stream-stream join, for every join type.
 
-Two folders of parquet files (orders on the left, payments on the right), one file per side per
-micro-batch, go through Spark's join (``withWatermark`` on both sides, the same time range) and
-through ``silt_spark.join`` at 1, 2 and 7 shards, with late rows on both sides, keys that go
-quiet, a restart that rescales between shard counts, and a task that fails after its shard
-committed; the final outputs must be equal. As in tests/test_spark_event_time.py, Spark runs a
-no-data batch after each batch that moves the watermark (where it emits unmatched rows); a silt
-query has no Spark state, so each silt run ends with one empty pair of files (a ``tick``).
+Parquet files, one per micro-batch, each holding rows of both sides (filtered into the left and
+the right stream), go through Spark's join (``withWatermark`` on both sides, the same time
+range) and through ``silt_spark.join`` at 1, 2 and 7 shards, with late rows on both sides,
+keys that go quiet, a restart that rescales between shard counts, and a task that fails after
+its shard committed; the final outputs must be equal. As in tests/test_spark_event_time.py,
+Spark runs a no-data batch after each batch that moves the watermark (where it emits unmatched
+rows); a silt query has no Spark state, so each silt run ends with one empty file (a ``tick``).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import sys
@@ -20,15 +21,16 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import silt
 import silt_spark
 from pyspark import cloudpickle
 from pyspark.sql import functions as F
-from test_spark_operator import fail_after_commit
+from silt.errors import InvalidArgumentError, InvalidTypeError
+from test_spark_operator import fail_after_commit, shard_versions
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
-LEFT = "luser string, lv long, lt timestamp"
-RIGHT = "ruser string, rv long, rt timestamp"
+SOURCE = "side string, user string, v long, t timestamp"
 COLUMNS = ["luser", "lv", "lt", "ruser", "rv", "rt"]
 USERS = [f"u{i}" for i in range(10)]
 QUIET = USERS[7:]  # rows in the first two batches only
@@ -41,40 +43,38 @@ SPARK_HOW = {"inner": "inner", "left": "left_outer", "right": "right_outer",
              "full": "full_outer", "left_semi": "left_semi"}
 
 
-def _write(folder: Path, n: int, rows: list[tuple[str, int, int]], names: list[str]) -> None:
-    table = pa.table({
-        names[0]: pa.array([r[0] for r in rows], pa.string()),
-        names[1]: pa.array([r[1] for r in rows], pa.int64()),
-        names[2]: pa.array([r[2] * 1000 for r in rows], pa.timestamp("us", tz="UTC")),
-    })
-    tmp = folder / f".tmp-{n:05d}"
-    pq.write_table(table, tmp)
-    os.replace(tmp, folder / f"part-{n:05d}.parquet")
-
-
 class JoinRun:
-    """Two source folders (left, right), a checkpoint, each micro-batch's output."""
+    """One source folder, one parquet file per micro-batch holding both sides' rows (a ``side``
+    column): each side is a filter of the same stream, so a batch always has both sides' rows of
+    its file (two folders would let a query start a batch between the two files)."""
 
     def __init__(self, spark, tmp_path: Path, name: str) -> None:
         self.spark = spark
-        self.src = (tmp_path / f"{name}-left", tmp_path / f"{name}-right")
-        for s in self.src:
-            s.mkdir()
+        self.src = tmp_path / f"{name}-in"
+        self.src.mkdir()
         self.checkpoint = tmp_path / f"{name}-chk"
         self.outputs: dict[int, pd.DataFrame] = {}
         self.files = 0
         self.query = None
 
     def write(self, left: list, right: list) -> None:
-        _write(self.src[0], self.files, left, ["luser", "lv", "lt"])
-        _write(self.src[1], self.files, right, ["ruser", "rv", "rt"])
+        rows = [("L", *r) for r in left] + [("R", *r) for r in right]
+        table = pa.table({
+            "side": pa.array([r[0] for r in rows], pa.string()),
+            "user": pa.array([r[1] for r in rows], pa.string()),
+            "v": pa.array([r[2] for r in rows], pa.int64()),
+            "t": pa.array([r[3] * 1000 for r in rows], pa.timestamp("us", tz="UTC")),
+        })
+        tmp = self.src / f".tmp-{self.files:05d}"
+        pq.write_table(table, tmp)
+        os.replace(tmp, self.src / f"part-{self.files:05d}.parquet")
         self.files += 1
 
     def streams(self):
-        return tuple(
-            self.spark.readStream.schema(schema).option("maxFilesPerTrigger", 1)
-            .parquet(str(src)) for schema, src in zip((LEFT, RIGHT), self.src)
-        )
+        both = (self.spark.readStream.schema(SOURCE).option("maxFilesPerTrigger", 1)
+                .parquet(str(self.src)))
+        return (both.where("side = 'L'").selectExpr("user AS luser", "v AS lv", "t AS lt"),
+                both.where("side = 'R'").selectExpr("user AS ruser", "v AS rv", "t AS rt"))
 
     def start(self, out_df) -> None:
         outputs = self.outputs
@@ -142,11 +142,14 @@ def silt_join(tmp_path, name: str, how: str, layouts: list[int]):
     return build
 
 
-def run_all(spark, tmp_path, batches, variants: dict) -> dict[str, pd.DataFrame]:
+def run_all(spark, tmp_path, batches, variants: dict) -> tuple[dict[str, pd.DataFrame],
+                                                               dict[str, str]]:
     """Drive every query over ``batches`` in lockstep (each drained before the next files).
-    ``variants``: name -> (build, restart batch indexes, tick, (batch, shard) to fail)."""
+    ``variants``: name -> (build, restart batch indexes, tick, (batch, shard) to fail).
+    Returns each query's output and its query id."""
     runs = {name: JoinRun(spark, tmp_path, name) for name in variants}
     starts = dict.fromkeys(variants, 0)
+    query_ids: dict[str, str] = {}
     markers = {}
     for name in variants:
         markers[name] = tmp_path / f"{name}-failed"
@@ -158,6 +161,7 @@ def run_all(spark, tmp_path, batches, variants: dict) -> dict[str, pd.DataFrame]
         if fail is not None:
             out = fail_after_commit(out, fail[0], str(markers[name]), fail[1])
         runs[name].start(out)
+        query_ids[name] = str(runs[name].query.id)
 
     try:
         for name in variants:
@@ -178,12 +182,14 @@ def run_all(spark, tmp_path, batches, variants: dict) -> dict[str, pd.DataFrame]
         for run in runs.values():
             run.stop()
     out = {}
+    ids = {}
     for name, (_, _, _, fail) in variants.items():
         frames = [df for _, df in sorted(runs[name].outputs.items()) if len(df)]
         out[name] = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
         want = [f"failed-{fail[0]}-{fail[1]}"] if fail else []
         assert os.listdir(markers[name]) == want, f"{name}: the injected failure"
-    return out
+        ids[name] = query_ids[name]
+    return out, ids
 
 
 def norm(df: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
@@ -198,27 +204,76 @@ def norm(df: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
     return df.sort_values(columns, na_position="first").reset_index(drop=True)
 
 
-@pytest.mark.parametrize("how", HOWS)
-def test_join_equals_spark(spark, tmp_path, how):
-    """Every join type at 1, 2 and 7 shards: a rescale 1 -> 7 at a restart, and 7 -> 2 with a
-    task that fails after its shard committed."""
-    batches = join_rows(HOWS.index(how) + 1, 5)
-    variants = {
-        "spark": (spark_join(how), (), False, None),
-        "s1to7": (silt_join(tmp_path, "s1to7", how, [1, 7]), (3,), True, None),
-        "s7to2": (silt_join(tmp_path, "s7to2", how, [7, 2]), (2,), True, (1, 3)),
-    }
-    out = run_all(spark, tmp_path, batches, variants)
-    want = out.pop("spark")
-    columns = ["luser", "lv", "lt"] if how == "left_semi" else COLUMNS
-    assert list(want.columns) == columns
-    assert len(want) > 10
-    if how in ("left", "full"):
-        assert want["ruser"].isna().sum() > 3  # unmatched left rows came out
-    if how in ("right", "full"):
-        assert want["luser"].isna().sum() > 3
-    assert set(QUIET) & set(want[columns[0]].dropna())
-    for name, got in out.items():
-        assert list(got.columns) == columns, name
+def test_every_join_type_equals_spark(spark, tmp_path):
+    """Every join type, all queries in lockstep: Spark's join, and silt at 1, then 2, then 7
+    shards (two restarts, each a rescale), for three of the types with a task that fails after
+    its shard committed."""
+    batches = join_rows(1, 4)
+    variants = {}
+    fails = {"inner": (2, 1), "right": (3, 3), "left_semi": (0, 0)}
+    for how in HOWS:
+        variants[f"spark-{how}"] = (spark_join(how), (), False, None)
+        variants[how] = (silt_join(tmp_path, how, how, [1, 2, 7]), (1, 3), True, fails.get(how))
+    out, ids = run_all(spark, tmp_path, batches, variants)
+    for how in HOWS:
+        want = out[f"spark-{how}"]
+        columns = ["luser", "lv", "lt"] if how == "left_semi" else COLUMNS
+        assert list(want.columns) == columns
+        assert len(want) > 10, how
+        if how in ("left", "full"):
+            assert want["ruser"].isna().sum() > 3, how  # unmatched left rows came out
+        if how in ("right", "full"):
+            assert want["luser"].isna().sum() > 3, how
+        assert set(QUIET) & set(want[columns[0]].dropna()), how
+        got = out[how]
+        assert list(got.columns) == columns, how
         pd.testing.assert_frame_equal(norm(got, columns), norm(want, columns),
-                                      check_dtype=False, obj=f"{how} {name}")
+                                      check_dtype=False, obj=how)
+
+    # Inspection: read_state shows each side's buffer; the metrics and the manifests count it.
+    state = (tmp_path / "full-state").as_uri()
+    rows = silt_spark.read_state(spark, state).toPandas()
+    assert set(rows["state"]) == {"left", "right"}
+    assert {"matched", "row"} <= set(json.loads(rows["value"][0]))
+    records = silt_spark.metrics(ids["full"])
+    last = max(r["batch_id"] for r in records)
+    for side in ("left", "right"):
+        buffered = sum(r[f"buffered_{side}"] for r in records if r["batch_id"] == last)
+        assert buffered == (rows["state"] == side).sum() > 0, side
+        assert sum(r[f"evicted_{side}"] for r in records) > 0, side
+        meta = 0
+        for name in shard_versions(state):
+            with silt.open(f"{state}/{name}") as db:
+                if name.endswith("-g2"):
+                    meta += int(db.meta.get(f"spark.join_buffered_{side}", 0))
+        assert meta == buffered, side
+
+
+def test_join_refuses_bad_arguments_before_any_state(spark, tmp_path):
+    stream = (spark.readStream.schema(SOURCE).parquet(str(tmp_path)))
+    left = stream.selectExpr("user AS luser", "v AS lv", "t AS lt")
+    right = stream.selectExpr("user AS ruser", "v AS rv", "t AS rt")
+    url = (tmp_path / "state").as_uri()
+    ok = dict(state_url=url, num_shards=2, left_time_column="lt", right_time_column="rt",
+              time_range=("1 second", "1 second"))
+    cases = [
+        (dict(on=[("luser", "ruser")], how="cross"), InvalidArgumentError, "how must be"),
+        (dict(on=[("luser", "rv")]), InvalidTypeError, "same type|one type"),
+        (dict(on=[("luser", "nope")]), InvalidArgumentError, "not in the right"),
+        (dict(on=[]), InvalidArgumentError, "must name the join key"),
+        (dict(on=[("luser", "ruser")], how="left", time_range=None), InvalidArgumentError,
+         "needs event time and a time_range"),
+        (dict(on=[("luser", "ruser")], right_time_column=None), InvalidArgumentError,
+         "or neither"),
+        (dict(on=[("luser", "ruser")], time_range=("-2 seconds", "1 second")),
+         InvalidArgumentError, "is empty"),
+        (dict(on=[("luser", "ruser")], left_time_column="lv"), InvalidTypeError, "timestamp"),
+        (dict(on=["luser"]), InvalidArgumentError, "not in the right"),
+    ]
+    for kw, err, msg in cases:
+        with pytest.raises(err, match=msg):
+            silt_spark.join(left, right, **{**ok, **kw})
+    both = right.withColumnRenamed("rv", "lv")
+    with pytest.raises(InvalidArgumentError, match="rename one side"):
+        silt_spark.join(left, both, [("luser", "ruser")], **ok)
+    assert not (tmp_path / "state").exists()  # refused before anything was written

@@ -59,6 +59,7 @@ The module owns the operator: :func:`join` (builder), :func:`merge_partition` (e
 from __future__ import annotations
 
 import struct
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -324,14 +325,14 @@ def merge_partition(task: ShardTask, batches: Iterator[Any], jp: JoinPlan) -> It
     rows = t is not None and t.num_rows > 0
     if rows:
         check_key_groups(task, t[KG_COLUMN])
-    evict = [jp.evict_us(s, wm or 0) for s in (LEFT, RIGHT)]
+    expiry = [jp.evict_us(s, wm or 0) for s in (LEFT, RIGHT)]
     meta = task.base_meta
     fresh_root = task.db.version is None and not task.changed
     bounds: list[int | str | None] = []  # smallest live bucket: int, "" none, None unknown
     for s in (LEFT, RIGHT):
         raw = meta.get(META_MIN_BUCKET[s])
         bounds.append("" if fresh_root else (None if raw is None else (int(raw) if raw else "")))
-    due = [_due(jp, s, evict[s], bounds[s]) for s in (LEFT, RIGHT)]
+    due = [_due(jp, s, expiry[s], bounds[s]) for s in (LEFT, RIGHT)]
     if not rows and not any(due):
         return
 
@@ -378,7 +379,7 @@ def merge_partition(task: ShardTask, batches: Iterator[Any], jp: JoinPlan) -> It
                         out_l.append(vals)
                         out_r.append(None)
                         continue  # emitted: it need not wait for more matches
-                if evict[side] is not None and tm <= evict[side]:
+                if expiry[side] is not None and tm <= expiry[side]:
                     continue  # expired on arrival: Spark does not buffer it either
                 bucket = bucket_of(tm, jp.bucket_us)
                 key = row_key(kg, side, bucket, ek, tm, inp.seqs[i])
@@ -395,14 +396,16 @@ def merge_partition(task: ShardTask, batches: Iterator[Any], jp: JoinPlan) -> It
     count_delta: dict[tuple[int, int, int], int] = dict(added)
     evicted = [0, 0]
     next_bucket: list[int | str | None] = list(bounds)
+    t_evict = time.perf_counter()
     for s in (LEFT, RIGHT):
         if not due[s]:
             continue
-        nxt, n = evict(task, jp, s, evict[s], bufs[s], outer[s], ops, dropped, dead_buckets,
+        nxt, n = evict(task, jp, s, expiry[s], bufs[s], outer[s], ops, dropped, dead_buckets,
                         count_delta, out_l if s == LEFT else out_r,
                         out_r if s == LEFT else out_l)
         evicted[s] = n
         next_bucket[s] = "" if nxt is None else nxt
+    evict_ms = (time.perf_counter() - t_evict) * 1000
 
     for buf in bufs:
         for row in buf.by_key.values():
@@ -414,6 +417,7 @@ def merge_partition(task: ShardTask, batches: Iterator[Any], jp: JoinPlan) -> It
     if ops or any(evicted):
         task.changed = True
     _account(task, jp, bounds, next_bucket, new_min, added, evicted)
+    task.operator_metrics["evict_ms"] = round(evict_ms, 3)
     if out_l:
         yield from _output(jp, out_l, out_r).to_batches()
 
