@@ -333,7 +333,11 @@ def merge_partition(task: ShardTask, batches: Iterator[Any], jp: JoinPlan) -> It
         raw = meta.get(META_MIN_BUCKET[s])
         bounds.append("" if fresh_root else (None if raw is None else (int(raw) if raw else "")))
     due = [_due(jp, s, expiry[s], bounds[s]) for s in (LEFT, RIGHT)]
-    if not rows and not any(due):
+    if not rows and not any(due):  # nothing to match or evict: the buffers stand as they are
+        task.operator_metrics = {
+            **{f"buffered_{SIDES[s]}": int(meta.get(META_BUFFERED[s]) or 0) for s in (0, 1)},
+            "evicted_left": 0, "evicted_right": 0, "evict_ms": 0.0,
+        }
         return
 
     bufs = (_Buffer(task, LEFT), _Buffer(task, RIGHT))
