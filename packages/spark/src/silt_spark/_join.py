@@ -81,6 +81,9 @@ _COUNTS = (b"\x02", b"\x03")
 #: Time of a row without event time (no time range: never expires, bucket 0).
 NO_TIME = -(1 << 62)
 MIN_BUCKET_US = 1_000_000
+#: A batch probing at least this many join keys of one key group and bucket reads the bucket
+#: whole (one scan) instead of one prefix scan per key.
+WHOLE_BUCKET_KEYS = 4
 
 HOWS = {
     "inner": "inner",
@@ -286,9 +289,29 @@ class _Buffer:
         self.loaded: dict[tuple[int, bytes, int], list[_Row]] = {}
         self.fresh: dict[tuple[int, bytes], list[_Row]] = {}
         self.by_key: dict[bytes, _Row] = {}
+        #: (kg, bucket) read whole by load_buckets.
+        self.whole: set[tuple[int, int]] = set()
+
+    def load_buckets(self, wanted: dict[tuple[int, int], set[bytes]]) -> None:
+        """Read whole buckets (one scan each) where a batch probes many join keys of one key
+        group and bucket: cheaper than a prefix scan per key once there are a few."""
+        for (kg, bucket), keys in wanted.items():
+            if len(keys) < WHOLE_BUCKET_KEYS or (kg, bucket) in self.whole:
+                continue
+            self.whole.add((kg, bucket))
+            prefix = bucket_prefix(kg, self.side, bucket)
+            at = len(prefix)
+            for k, v in self.task.db.scan(prefix, prefix_end(prefix)):
+                if k in self.by_key:
+                    continue  # its key's rows were read already
+                row = _Row(k, _keys.time_value(k, len(k) - 16), v[0] == 1, None, v[1:])
+                self.loaded.setdefault((kg, k[at:-16], bucket), []).append(row)
+                self.by_key[k] = row
 
     def bucket(self, kg: int, enc_key: bytes, bucket: int) -> list[_Row]:
         got = self.loaded.get((kg, enc_key, bucket))
+        if got is None and (kg, bucket) in self.whole:
+            return ()  # type: ignore[return-value]
         if got is None:
             prefix = bucket_prefix(kg, self.side, bucket) + enc_key
             got = []
@@ -352,6 +375,11 @@ def merge_partition(task: ShardTask, batches: Iterator[Any], jp: JoinPlan) -> It
             inp = _Side(task, t, jp, side, wm)
             other = bufs[1 - side]
             mine = bufs[side]
+            wanted: dict[tuple[int, int], set[bytes]] = {}
+            for kg, ek, tm in zip(inp.kgs, inp.enc_keys, inp.times):
+                for b in jp.candidate_buckets(side, tm):
+                    wanted.setdefault((kg, b), set()).add(ek)
+            other.load_buckets(wanted)
             for i in range(inp.n):
                 kg, ek, tm = inp.kgs[i], inp.enc_keys[i], inp.times[i]
                 vals = inp.values[i]
