@@ -356,7 +356,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.quick:
         args.rows, args.batches, args.keys, args.processor_rows = 20_000, 3, [10_000], 5_000
-        args.join_rows, args.join_span = 20_000, 30  # (30 s per batch: evictions by batch 3)
+        args.join_rows, args.join_span = 20_000, 90  # (90 s per batch: evictions by batch 2)
 
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
