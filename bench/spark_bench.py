@@ -10,6 +10,10 @@ local[2]. Runs
   * silt_spark.transform_with_state  vs  transformWithStateInPandas (RocksDB), on fewer rows,
   * silt_spark.window_aggregate  vs  withWatermark + groupBy(window) (RocksDB), append mode,
     tumbling 30 s windows with a 10 s delay, event time moving 60 s per batch,
+  * silt_spark.join  vs  Spark's stream-stream join (RocksDB), inner and left outer, of two
+    generated streams (orders, and payments 0-50 s after their order, 10% never paid), left
+    time between right time - 60 s and right time, 10 s delays, event time moving
+    ``--join-span`` seconds per batch (so each side buffers about 60 s of rows),
 then stops each query and restarts it from its checkpoint on one more batch (recovery time:
 restart until that batch is done). Prints a table and the raw numbers as JSON, with silt's
 object-store requests per micro-batch and shard (from silt_spark.metrics; the event-time
@@ -69,6 +73,50 @@ def make_window_input(folder: Path, batches: int, rows: int, keys: int, seed: in
             "ts": pa.array(np.maximum(ms, 0) * 1000, pa.timestamp("us", tz="UTC")),
         })
         pq.write_table(t, folder / f"part-{b:05d}.parquet")
+
+
+def make_join_input(folder: Path, batches: int, rows: int, keys: int, span_s: int,
+                    seed: int) -> tuple[Path, Path]:
+    """Two folders, one file per batch each: orders ``(key, amount, ot)`` with event time
+    moving ``span_s`` per batch, and payments ``(pkey, paid, pt)`` 0-50 s after 90% of them."""
+    left, right = folder / "left", folder / "right"
+    left.mkdir(parents=True)
+    right.mkdir(parents=True)
+    rng = np.random.default_rng(seed)
+    for b in range(batches):
+        ms = span_s * 1000 * b + rng.integers(0, span_s * 1000, rows)
+        k = rng.integers(0, keys, rows)
+        pq.write_table(pa.table({
+            "key": pa.array(k, pa.int64()),
+            "amount": pa.array(rng.integers(0, 1000, rows), pa.int64()),
+            "ot": pa.array(ms * 1000, pa.timestamp("us", tz="UTC")),
+        }), left / f"part-{b:05d}.parquet")
+        paid = rng.random(rows) < 0.9
+        pq.write_table(pa.table({
+            "pkey": pa.array(k[paid], pa.int64()),
+            "paid": pa.array(rng.integers(0, 1000, int(paid.sum())), pa.int64()),
+            "pt": pa.array((ms[paid] + rng.integers(0, 50_000, int(paid.sum()))) * 1000,
+                           pa.timestamp("us", tz="UTC")),
+        }), right / f"part-{b:05d}.parquet")
+    return left, right
+
+
+def join_figures(query_id: str) -> dict[str, float]:
+    """silt join's buffered rows per side after the last batch (summed over shards) and its
+    eviction time per batch (slowest shard, mean over batches), from silt_spark.metrics."""
+    records = [r for r in silt_spark.metrics(query_id) if "buffered_left" in r]
+    if not records:
+        return {}
+    last = max(r["batch_id"] for r in records)
+    per_batch: dict[int, float] = {}
+    for r in records:
+        per_batch[r["batch_id"]] = max(per_batch.get(r["batch_id"], 0.0), r.get("evict_ms", 0.0))
+    return {
+        "buffered_left": sum(r["buffered_left"] for r in records if r["batch_id"] == last),
+        "buffered_right": sum(r["buffered_right"] for r in records if r["batch_id"] == last),
+        "evicted": sum(r["evicted_left"] + r["evicted_right"] for r in records),
+        "evict_ms": float(np.mean(list(per_batch.values()))),
+    }
 
 
 def requests_per_task(query_id: str) -> dict[str, dict[str, float]]:
@@ -183,9 +231,11 @@ def silt_commit_ms(state_url: str) -> dict[str, float]:
     }
 
 
-def run_query(session: dict, build, data: Path, chk: Path, batches: int,
-              schema: str = "key long, amount long", mode: str = "update") -> dict:
+def run_query(session: dict, build, data: Path | tuple[Path, ...], chk: Path, batches: int,
+              schema: str | tuple[str, ...] = "key long, amount long",
+              mode: str = "update") -> dict:
     """Run until ``batches`` micro-batches are done, stop, add one file, restart, time it.
+    ``data`` and ``schema`` may name several inputs (a join): ``build`` gets one stream each.
 
     The restart is cold: the SparkSession is stopped and a new one made (executors, Python
     workers and every store loaded in them are gone, as after a driver failure), then the query
@@ -193,23 +243,31 @@ def run_query(session: dict, build, data: Path, chk: Path, batches: int,
     batch done; making the new session is reported apart (``new_session_s``).
     """
     spark = session["spark"]
-    src = chk.with_name(chk.name + "-in")
-    shutil.copytree(data, src)
-    stream = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1)
-    q = (build(stream.parquet(str(src))).writeStream.format("noop").outputMode(mode)
+    datas = data if isinstance(data, tuple) else (data,)  # a join has two inputs
+    schemas = schema if isinstance(schema, tuple) else (schema,)
+    srcs = [chk.with_name(f"{chk.name}-in{i}") for i in range(len(datas))]
+    for d, src in zip(datas, srcs):
+        shutil.copytree(d, src)
+
+    def streams(spark):
+        return [spark.readStream.schema(sc).option("maxFilesPerTrigger", 1).parquet(str(src))
+                for sc, src in zip(schemas, srcs)]
+
+    q = (build(*streams(spark)).writeStream.format("noop").outputMode(mode)
          .option("checkpointLocation", str(chk)).trigger(processingTime="0 seconds").start())
     q.processAllAvailable()
     progress = [p for p in q.recentProgress if p["numInputRows"] > 0]
     requests = requests_per_task(str(q.id))
+    joined = join_figures(str(q.id))
     q.stop()
-    shutil.copy(sorted(src.glob("*.parquet"))[0], src / "part-99999.parquet")
+    for src in srcs:
+        shutil.copy(sorted(src.glob("*.parquet"))[0], src / "part-99999.parquet")
     t_session = time.perf_counter()
     spark.stop()
     spark = session["spark"] = session["make"]()
     new_session_s = time.perf_counter() - t_session
-    stream = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1)
     t0 = time.perf_counter()
-    q = (build(stream.parquet(str(src))).writeStream.format("noop").outputMode(mode)
+    q = (build(*streams(spark)).writeStream.format("noop").outputMode(mode)
          .option("checkpointLocation", str(chk)).trigger(processingTime="0 seconds").start())
     q.processAllAvailable()
     recovery = time.perf_counter() - t0
@@ -241,6 +299,7 @@ def run_query(session: dict, build, data: Path, chk: Path, batches: int,
         "restart_first_batch_ms": first_batch_ms,
         "restart_state_metrics": load_metrics,
         "requests_per_task": requests,
+        **({"join": joined} if joined else {}),
     }
 
 
@@ -268,6 +327,11 @@ def measure(session, name, build, src, work, keys, rows, args, state: str | None
     if req.get("all"):
         print(f"{'':32s} requests per batch and shard: {_fmt(req['all'])}; of which the "
               f"watermark: {_fmt(req.get('watermark', {})) or 'none'}", flush=True)
+    if r.get("join"):
+        j = r["join"]
+        print(f"{'':32s} buffered rows left {j['buffered_left']:,} right "
+              f"{j['buffered_right']:,}; evicted {j['evicted']:,}; eviction "
+              f"{j['evict_ms']:.1f} ms per batch (slowest shard)", flush=True)
     return {"case": name, "keys": keys, "rows": rows, **r}
 
 
@@ -283,11 +347,16 @@ def main() -> None:
     ap.add_argument("--keys", type=int, nargs="+", default=[100_000, 2_000_000])
     ap.add_argument("--processor-rows", type=int, default=20_000)
     ap.add_argument("--shards", type=int, default=4)
+    ap.add_argument("--join-rows", type=int, default=200_000,
+                    help="join: orders per batch (payments: 90%% of them)")
+    ap.add_argument("--join-span", type=int, default=6,
+                    help="join: event-time seconds per batch (buffers hold ~60 s of rows)")
     ap.add_argument("--cases", default="",
                     help="comma-separated substrings: run only the cases whose name has one")
     args = ap.parse_args()
     if args.quick:
         args.rows, args.batches, args.keys, args.processor_rows = 20_000, 3, [10_000], 5_000
+        args.join_rows, args.join_span = 20_000, 90  # (90 s per batch: evictions by batch 2)
 
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
@@ -376,6 +445,29 @@ def main() -> None:
                     wstate if name.startswith("silt") else None,
                     schema="key long, amount long, ts timestamp", mode="append",
                 ))
+            jsrc = make_join_input(work / f"join-{keys}", args.batches, args.join_rows, keys,
+                                   args.join_span, seed=keys + 3)
+            for how, spark_how in (("inner", "inner"), ("left", "left_outer")):
+                jstate = (work / f"state-join-{how}-{keys}").as_uri()
+                cases = {
+                    f"silt join {how}": lambda lt, rt, how=how, jstate=jstate: silt_spark.join(
+                        lt, rt, [("key", "pkey")], how, state_url=jstate,
+                        num_shards=args.shards, left_time_column="ot", right_time_column="pt",
+                        left_watermark_delay="10 seconds", right_watermark_delay="10 seconds",
+                        time_range=("60 seconds", "0 seconds")),
+                    f"native join {how} (RocksDB)": lambda lt, rt, spark_how=spark_how: (
+                        lt.withWatermark("ot", "10 seconds").join(
+                            rt.withWatermark("pt", "10 seconds"),
+                            F.expr("key = pkey AND ot >= pt - interval 60 seconds AND ot <= pt"),
+                            spark_how)),
+                }
+                for name, build in cases.items():
+                    results.append(measure(
+                        session, name, build, jsrc, work, keys, args.join_rows, args,
+                        jstate if name.startswith("silt") else None,
+                        schema=("key long, amount long, ot timestamp",
+                                "pkey long, paid long, pt timestamp"), mode="append",
+                    ))
     finally:
         session["spark"].stop()
         shutil.rmtree(work, ignore_errors=True)
@@ -400,6 +492,12 @@ def main() -> None:
         if win and nwin and nwin["rows_per_s"]:
             print(f"K={keys:,d}: silt window_aggregate / native: "
                   f"{win['rows_per_s'] / nwin['rows_per_s']:.2f}x rows/s")
+        for how in ("inner", "left"):
+            sj, nj = by.get(f"silt join {how}"), by.get(f"native join {how} (RocksDB)")
+            if sj and nj and nj["rows_per_s"]:
+                print(f"K={keys:,d}: silt join {how} / native: "
+                      f"{sj['rows_per_s'] / nj['rows_per_s']:.2f}x rows/s, recovery "
+                      f"{nj['recovery_s'] / max(1e-9, sj['recovery_s']):.2f}x faster")
         agg, nat = by.get("silt aggregate"), by.get("native groupBy (RocksDB)")
         if agg and nat and nat["rows_per_s"] and agg["recovery_s"]:
             print(f"K={keys:,d}: silt aggregate / native: {agg['rows_per_s'] / nat['rows_per_s']:.2f}x"

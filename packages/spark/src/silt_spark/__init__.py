@@ -22,6 +22,7 @@ from __future__ import annotations
 from . import errors
 from ._aggregate import aggregate
 from ._dedup import deduplicate
+from ._join import join
 from ._lifecycle import drop_state
 from ._metrics import MetricsListener, metrics
 from ._processor import (
@@ -52,6 +53,7 @@ __all__ = [
     "deduplicate",
     "drop_state",
     "errors",
+    "join",
     "metrics",
     "read_state",
     "transform_with_state",

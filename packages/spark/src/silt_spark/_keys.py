@@ -18,6 +18,8 @@ tag         operator       body
 ``E``       dedup          ``expires_at:u64be(+2^63) enc(grouping key)`` (event-time index)
 ``S``       processor      ``len:u32be enc(grouping key) ...`` (its state and own timers)
 ``T``       processor      ``expiry:u64be(+2^63) enc(grouping key)`` (timer index)
+``J``       join           ``side:u8 bucket:u64be(+2^63) ...`` (each side's buffer, by time
+                           bucket; ``_join.py`` draws it)
 ==========  =============  ===================================================================
 
 A new operator takes a tag byte no other operator uses, and adds it here. These bytes are the
@@ -52,11 +54,12 @@ DEDUP_TAG = b"D"
 EXPIRY_TAG = b"E"
 STATE_TAG = b"S"
 TIMER_TAG = b"T"
+JOIN_TAG = b"J"
 #: A processor key's own timer entries: ``key_prefix + 0x00 + expiry:u64`` (state names are
 #: never empty, so their length byte is never 0).
 TIMER_MARK = b"\x00"
 
-TAGS = (AGG_TAG, WINDOW_TAG, DEDUP_TAG, EXPIRY_TAG, STATE_TAG, TIMER_TAG)
+TAGS = (AGG_TAG, WINDOW_TAG, DEDUP_TAG, EXPIRY_TAG, STATE_TAG, TIMER_TAG, JOIN_TAG)
 
 
 def head(kg: int, tag: bytes) -> bytes:

@@ -210,6 +210,8 @@ class TaskProbe:
             "task_start_ms": t.started_ms,
             "requests": by_kind,
             "requests_by_purpose": by_purpose,
+            # operator-specific figures (a join's buffered and evicted rows per side)
+            **getattr(t, "operator_metrics", {}),
         }
 
 

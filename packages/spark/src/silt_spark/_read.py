@@ -12,7 +12,7 @@ from typing import Any
 
 from silt.tierkit import public_url
 
-from . import _aggregate, _dedup, _layout, _processor, _shard, _window
+from . import _aggregate, _dedup, _join, _layout, _processor, _shard, _window
 from ._codec import to_json
 from .errors import LayoutMismatchError
 
@@ -27,7 +27,7 @@ STATE_COLUMNS = (
 
 #: Operator kind (the descriptor's ``operator``) -> the module that owns it; each has ``KIND``
 #: and ``decode(items, state_columns)``. A new operator adds its module here.
-OPERATORS = {m.KIND: m for m in (_aggregate, _window, _dedup, _processor)}
+OPERATORS = {m.KIND: m for m in (_aggregate, _window, _dedup, _processor, _join)}
 
 def _spec(desc: dict[str, Any], root: str) -> _shard.OperatorSpec:
     layouts = tuple((int(x["generation"]), int(x["num_shards"])) for x in desc["layouts"])
@@ -104,7 +104,8 @@ def read_state(spark: Any, state_url: str, version: int | None = None) -> Any:
         key types were recorded), then ``state`` (the state variable's name, ``"__timer__"``
         for a timer, ``"aggregate"`` for :func:`silt_spark.aggregate`, ``"window"`` for an open
         window of :func:`silt_spark.window_aggregate`, ``"seen"`` for a key remembered by
-        :func:`silt_spark.deduplicate`), ``map_key`` (JSON: a map state's key; a window's start
+        :func:`silt_spark.deduplicate`, ``"left"`` or ``"right"`` for a row buffered by
+        :func:`silt_spark.join`), ``map_key`` (JSON: a map state's key; a window's start
         in ms), ``value`` (JSON: a value state's tuple as a list, a list state's list, a timer's
         ms, an aggregate's or window's running parts, the micro-batch that first saw a
         deduplicated key), ``expires_at_ms`` (TTL, else null) and ``shard_version`` (the

@@ -1,0 +1,907 @@
+"""Stream-stream joins (inner, left/right/full outer, left semi) with each side's buffer in silt.
+
+The counterpart of Spark's stream-stream join
+(``left.withWatermark(lt, d1).join(right.withWatermark(rt, d2), keys and time range, how)``),
+with the same results. The plan:
+
+1. **Before the shuffle** (Spark expressions only, no Python): each input becomes rows of one
+   tagged schema, ``__k0..`` (the join key), ``__side`` (0 left, 1 right) and both sides'
+   columns (the other side's null), and the two are unioned and routed by key group, so both
+   sides of a key reach one shard through one shuffle.
+2. **Per shard**, as Spark's symmetric hash join does: the batch's left rows are joined with the
+   right buffer, then added to the left buffer; the batch's right rows are joined with the left
+   buffer (this batch's left rows included), then added to the right buffer; last, rows the
+   watermark has expired are evicted, and for an outer side its rows never matched are emitted
+   (with nulls for the other side). A buffered row carries a **matched** mark, set when a row
+   of the other side matches it later, so a row matched after it was buffered is never emitted
+   as unmatched. All writes go in one ``WriteBatch`` (plus range deletes, below).
+
+Event time (optional; needed for outer and semi joins, as in Spark): each side has a timestamp
+column and a watermark delay; the query-wide watermark ``wm`` of batch ``b`` is the minimum over
+the sides of (largest event time of the batches before ``b`` minus the side's delay), as
+Spark's default ``multipleWatermarkPolicy=min`` (``_watermark.py``). Rows at or before ``wm``
+are late and dropped. With a time range (left time between right time - ``a`` and right time +
+``b``) a left row can match no future right row once its time is ``<= wm - a - 1`` ms, a right
+row once ``<= wm - b - 1`` (Spark's state watermarks, inclusive bound minus 1 ms): they are
+evicted then, and a row at or below that bound on arrival is not buffered (as in Spark).
+
+State layout, laid out for eviction (``_keys.py``, tag ``J``)::
+
+    row:    kg:u16be 'J' side:u8 bucket:u64be(+2^63) enc(join key) time_us:u64be(+2^63) seq:u64be
+            -> matched:u8 enc(row tuple)
+    count:  kg:u16be 'J' (2 + side):u8 bucket:u64be(+2^63) -> rows:u64be
+
+``seq`` is ``batch id << 32 | the row's position among its side's rows in the shard's batch``,
+so equal rows stay distinct entries (a re-run may number equal-keyed rows in another order:
+identical results, since a row's entry is only ever its own). ``bucket = floor(time_us /
+bucket_us)`` with ``bucket_us = max(1 s, a + b)`` (fixed per root,
+recorded in its descriptor): a row's matches lie in at most three buckets of the other side,
+probed with one prefix scan each (bucket, join key), or, where a batch probes several join keys
+of one key group and bucket, read with one scan of the bucket; a whole bucket expires at once.
+Eviction reads one short run of **count** entries per key group and side (one per bucket,
+stopping at the first live bucket), drops each expired bucket with range deletes
+(:func:`evict_range`: ``DB.delete_range`` where the core has it, else deleting the keys it
+reads), and reads rows only where it must: an outer side's expired buckets (to emit unmatched
+rows exactly once) and its one boundary bucket (rows expired individually there). The shard's
+smallest live bucket per side is kept in the manifest meta, so a batch in which nothing can
+expire reads nothing. Without a time range nothing expires and every row is in bucket 0.
+
+Simplifications: rows are encoded per row with ``_codec`` in the shard's task (the shuffle and
+the routing are vectorized; building per-row state keys is Python, as for every operator);
+a side's null event time is dropped when there is a time range (such a row could never match or
+expire; Spark keeps it forever and never emits it); the watermark does not keep Spark's "never
+goes down" step when a side first gets data after the other (``_watermark.py``); both sides need
+event time, or neither.
+
+The module owns the operator: :func:`join` (builder), :func:`merge_partition` (executor),
+:func:`decode` (``read_state`` rows).
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from silt.errors import InvalidArgumentError, InvalidTypeError
+
+from . import _api, _codec, _keys, _layout, _shard
+from ._layout import KG_COLUMN, PARTITION_COLUMN
+from ._shard import ShardTask, check_key_groups
+
+#: The operator kind, as recorded in the state root's descriptor.
+KIND = "join"
+JOIN_TAG = _keys.JOIN_TAG
+LEFT, RIGHT = 0, 1
+SIDES = ("left", "right")
+#: Side byte of a buffered row, and of a bucket's row count.
+_ROWS = (b"\x00", b"\x01")
+_COUNTS = (b"\x02", b"\x03")
+#: Time of a row without event time (no time range: never expires, bucket 0).
+NO_TIME = -(1 << 62)
+MIN_BUCKET_US = 1_000_000
+#: A batch probing at least this many join keys of one key group and bucket reads the bucket
+#: whole (one scan) instead of one prefix scan per key.
+WHOLE_BUCKET_KEYS = 4
+
+HOWS = {
+    "inner": "inner",
+    "left": "left", "leftouter": "left", "left_outer": "left",
+    "right": "right", "rightouter": "right", "right_outer": "right",
+    "full": "full", "outer": "full", "fullouter": "full", "full_outer": "full",
+    "left_semi": "left_semi", "leftsemi": "left_semi", "semi": "left_semi",
+}
+
+META_MIN_BUCKET = ("spark.join_min_bucket_left", "spark.join_min_bucket_right")
+META_BUFFERED = ("spark.join_buffered_left", "spark.join_buffered_right")
+META_EVICTED = ("spark.join_evicted_left", "spark.join_evicted_right")
+
+SIDE_COLUMN = "__side"
+_U64 = struct.Struct(">Q")
+_COUNT_END = (b"\x03", b"\x04")
+
+
+# --- the state layout ------------------------------------------------------------------------
+def rows_head(kg: int, side: int) -> bytes:
+    """``kg 'J' side``: the prefix of one side's buffered rows in one key group."""
+    return _keys.head(kg, JOIN_TAG) + _ROWS[side]
+
+
+def bucket_prefix(kg: int, side: int, bucket: int) -> bytes:
+    """The prefix of one bucket's rows."""
+    return rows_head(kg, side) + _keys.time_bytes(bucket)
+
+
+def row_key(kg: int, side: int, bucket: int, enc_key: bytes, time_us: int, seq: int) -> bytes:
+    return (bucket_prefix(kg, side, bucket) + enc_key + _keys.time_bytes(time_us)
+            + _U64.pack(seq))
+
+
+def split_row_key(key: bytes) -> tuple[int, int, bytes, int, int]:
+    """``(side, bucket, enc(join key), time_us, seq)`` of a row key."""
+    at = _keys.BODY_AT
+    return (key[at], _keys.time_value(key, at + 1), key[at + 9:-16],
+            _keys.time_value(key, len(key) - 16), _U64.unpack_from(key, len(key) - 8)[0])
+
+
+def count_key(kg: int, side: int, bucket: int) -> bytes:
+    return _keys.head(kg, JOIN_TAG) + _COUNTS[side] + _keys.time_bytes(bucket)
+
+
+def counts_range(kg: int, side: int) -> tuple[bytes, bytes]:
+    h = _keys.head(kg, JOIN_TAG)
+    return h + _COUNTS[side], h + _COUNT_END[side]
+
+
+def prefix_end(prefix: bytes) -> bytes:
+    """The smallest key after every key starting with ``prefix``."""
+    p = bytearray(prefix)
+    while p and p[-1] == 0xFF:
+        p.pop()
+    p[-1] += 1
+    return bytes(p)
+
+
+def bucket_of(time_us: int, bucket_us: int | None) -> int:
+    return 0 if bucket_us is None else time_us // bucket_us
+
+
+def full_buckets_below(evict_us: int, bucket_us: int) -> int:
+    """Buckets ``< this`` hold only times ``<= evict_us`` (they expire whole)."""
+    return (evict_us + 1) // bucket_us
+
+
+def evict_range(db: Any, start: bytes, end: bytes, ops: list, read: Sequence[bytes] | None
+                = None) -> None:
+    """Delete every key in ``[start, end)``: one ``DB.delete_range`` when the DB has it; else a
+    delete per key, of ``read`` (the keys already read there) or of a scan of the range."""
+    if hasattr(db, "delete_range"):
+        db.delete_range(start, end)
+        return
+    keys = read if read is not None else [k for k, _ in db.scan(start, end)]
+    ops.extend((k, None, None) for k in keys)
+
+
+# --- the plan --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class JoinPlan:
+    """Derived on the driver from the inputs' schemas; shipped to the tasks (plain data)."""
+
+    how: str
+    nkeys: int
+    #: Each side's columns (as ``__l<i>`` / ``__r<i>`` in the tagged rows).
+    columns: tuple[tuple[str, ...], tuple[str, ...]]
+    #: Each side's event-time column index in its columns (``None``: no event time).
+    time_index: tuple[int | None, int | None]
+    #: ``(a, b)`` in us: left time between right time - a and right time + b; ``None``: none.
+    time_range: tuple[int, int] | None
+    bucket_us: int | None
+    #: Output columns: ``("L", i)``, ``("R", i)`` or ``("C", i, j)`` (coalesce of both).
+    output: tuple[tuple, ...]
+    side_schemas: tuple[Any, Any]  # pyarrow.Schema of each side's columns
+    output_schema: Any  # pyarrow.Schema
+
+    @property
+    def outer(self) -> tuple[bool, bool]:
+        return self.how in ("left", "full"), self.how in ("right", "full")
+
+    def evict_us(self, side: int, watermark_ms: int) -> int | None:
+        """Rows of ``side`` with time ``<=`` this expire (Spark's state watermark)."""
+        if self.time_range is None:
+            return None
+        other = self.time_range[side] // 1000  # left: a, right: b
+        return (watermark_ms - other - 1) * 1000
+
+    def matches(self, left_us: int, right_us: int) -> bool:
+        r = self.time_range
+        return r is None or right_us - r[0] <= left_us <= right_us + r[1]
+
+    def candidate_buckets(self, side: int, time_us: int) -> range:
+        """Buckets of the **other** side's rows that may match a ``side`` row at ``time_us``."""
+        if self.bucket_us is None:
+            return range(0, 1)
+        a, b = self.time_range  # type: ignore[misc]
+        lo, hi = (time_us - b, time_us + a) if side == LEFT else (time_us - a, time_us + b)
+        return range(lo // self.bucket_us, hi // self.bucket_us + 1)
+
+
+class _Row:
+    """One buffered or incoming row: where it lives, its times, its mark, its values."""
+
+    __slots__ = ("key", "time", "matched", "values", "raw", "dirty")
+
+    def __init__(self, key: bytes, time: int, matched: bool, values: Any, raw: bytes | None):
+        self.key = key
+        self.time = time
+        self.matched = matched
+        self.values = values  # tuple, or None until decoded from raw
+        self.raw = raw
+        self.dirty = False
+
+    def tuple(self) -> tuple:
+        if self.values is None:
+            self.values = _codec.decode(self.raw)
+        return self.values
+
+    def record(self) -> bytes:
+        raw = self.raw if self.raw is not None else _codec.encode(self.values)
+        return (b"\x01" if self.matched else b"\x00") + raw
+
+
+def _event_us(column: Any) -> Any:
+    """A timestamp column as int64 microseconds (nulls stay null)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    per_us = {"s": -1_000_000, "ms": -1000, "us": 1, "ns": 1000}[column.type.unit]
+    raw = column.cast(pa.int64())
+    if per_us < 0:
+        return pc.multiply(raw, -per_us)
+    return raw if per_us == 1 else pc.divide(raw, per_us)
+
+
+class _Side:
+    """One side's rows of the batch, late ones dropped, in input order."""
+
+    def __init__(self, task: ShardTask, t: Any, jp: JoinPlan, side: int, wm: int | None):
+        import pyarrow.compute as pc
+
+        cols = jp.columns[side]
+        prefix = "__l" if side == LEFT else "__r"
+        t = t.filter(pc.equal(t[SIDE_COLUMN], side))
+        base = task.batch_id << 32
+        ti = jp.time_index[side]
+        if ti is not None and t.num_rows:
+            us = _event_us(t[f"{prefix}{ti}"])
+            top = pc.max(us).as_py()
+            if top is not None:
+                task.observe_event_time(top // 1000, side)  # late rows count, as in Spark
+            keep = pc.invert(pc.fill_null(pc.less_equal(us, (wm or 0) * 1000), False))
+            if jp.time_range is not None:
+                keep = pc.and_(keep, pc.is_valid(us))
+            if not pc.all(keep).as_py():
+                t, us = t.filter(keep), us.filter(keep)
+            times = pc.fill_null(us, NO_TIME).to_numpy(zero_copy_only=False).tolist()
+        else:
+            times = [NO_TIME] * t.num_rows
+        self.times: list[int] = times
+        self.kgs: list[int] = t[KG_COLUMN].to_pylist()
+        if t.num_rows >= 1 << 32:
+            raise ValueError("a shard received more than 2^32 rows of one side in a batch")
+        self.seqs = range(base, base + t.num_rows)
+        keys = [t[f"__k{i}"].to_pylist() for i in range(jp.nkeys)]
+        enc = _codec.encode
+        self.enc_keys = [enc(k) for k in zip(*keys)]
+        self.values = list(zip(*[t[f"{prefix}{i}"].to_pylist() for i in range(len(cols))]))
+        if not cols or not t.num_rows:
+            self.values = [()] * t.num_rows
+        self.n = t.num_rows
+
+
+class _Buffer:
+    """One side's buffered rows as read this batch (per key group, join key and bucket), plus
+    the batch's new rows, so matches see this batch's rows and marks set earlier in it."""
+
+    def __init__(self, task: ShardTask, side: int) -> None:
+        self.task = task
+        self.side = side
+        self.loaded: dict[tuple[int, bytes, int], list[_Row]] = {}
+        self.fresh: dict[tuple[int, bytes], list[_Row]] = {}
+        self.by_key: dict[bytes, _Row] = {}
+        #: (kg, bucket) read whole by load_buckets.
+        self.whole: set[tuple[int, int]] = set()
+
+    def load_buckets(self, wanted: dict[tuple[int, int], set[bytes]]) -> None:
+        """Read whole buckets (one scan each) where a batch probes many join keys of one key
+        group and bucket: cheaper than a prefix scan per key once there are a few."""
+        for (kg, bucket), keys in wanted.items():
+            if len(keys) < WHOLE_BUCKET_KEYS or (kg, bucket) in self.whole:
+                continue
+            self.whole.add((kg, bucket))
+            prefix = bucket_prefix(kg, self.side, bucket)
+            at = len(prefix)
+            for k, v in self.task.db.scan(prefix, prefix_end(prefix)):
+                if k in self.by_key:
+                    continue  # its key's rows were read already
+                row = _Row(k, _keys.time_value(k, len(k) - 16), v[0] == 1, None, v[1:])
+                self.loaded.setdefault((kg, k[at:-16], bucket), []).append(row)
+                self.by_key[k] = row
+
+    def bucket(self, kg: int, enc_key: bytes, bucket: int) -> list[_Row]:
+        got = self.loaded.get((kg, enc_key, bucket))
+        if got is None and (kg, bucket) in self.whole:
+            return ()  # type: ignore[return-value]
+        if got is None:
+            prefix = bucket_prefix(kg, self.side, bucket) + enc_key
+            got = []
+            for k, v in self.task.db.scan(prefix, prefix_end(prefix)):
+                if len(k) != len(prefix) + 16:
+                    continue  # a longer join key that shares this one's bytes
+                row = _Row(k, _keys.time_value(k, len(k) - 16), v[0] == 1, None, v[1:])
+                got.append(row)
+                self.by_key[k] = row
+            self.loaded[(kg, enc_key, bucket)] = got
+        return got
+
+    def candidates(self, kg: int, enc_key: bytes, buckets: range) -> Iterator[_Row]:
+        for b in buckets:
+            yield from self.bucket(kg, enc_key, b)
+        yield from self.fresh.get((kg, enc_key), ())
+
+    def add(self, kg: int, enc_key: bytes, row: _Row) -> None:
+        self.fresh.setdefault((kg, enc_key), []).append(row)
+
+
+def merge_partition(task: ShardTask, batches: Iterator[Any], jp: JoinPlan) -> Iterator[Any]:
+    """After the shuffle, in the shard's task: join the batch's rows of each side with the
+    other side's buffer, buffer them, evict what the watermark expired (emitting an outer side's
+    unmatched rows) and write everything with one write batch."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    wm = task.watermark
+    batches = [b for b in batches if b.num_rows]
+    t = pa.Table.from_batches(batches) if batches else None
+    if t is not None and pc.min(t[KG_COLUMN]).as_py() < 0:
+        t = t.filter(pc.greater_equal(t[KG_COLUMN], 0))  # heartbeat rows only make a batch
+    rows = t is not None and t.num_rows > 0
+    if rows:
+        check_key_groups(task, t[KG_COLUMN])
+    expiry = [jp.evict_us(s, wm or 0) for s in (LEFT, RIGHT)]
+    meta = task.base_meta
+    fresh_root = task.db.version is None and not task.changed
+    bounds: list[int | str | None] = []  # smallest live bucket: int, "" none, None unknown
+    for s in (LEFT, RIGHT):
+        raw = meta.get(META_MIN_BUCKET[s])
+        bounds.append("" if fresh_root else (None if raw is None else (int(raw) if raw else "")))
+    due = [_due(jp, s, expiry[s], bounds[s]) for s in (LEFT, RIGHT)]
+    if not rows and not any(due):  # nothing to match or evict: the buffers stand as they are
+        task.operator_metrics = {
+            **{f"buffered_{SIDES[s]}": int(meta.get(META_BUFFERED[s]) or 0) for s in (0, 1)},
+            "evicted_left": 0, "evicted_right": 0, "evict_ms": 0.0,
+        }
+        return
+
+    bufs = (_Buffer(task, LEFT), _Buffer(task, RIGHT))
+    out_l: list[tuple | None] = []
+    out_r: list[tuple | None] = []
+    outer = jp.outer
+    semi = jp.how == "left_semi"
+    added: dict[tuple[int, int, int], int] = {}  # (side, kg, bucket) -> rows buffered
+    new_min: list[int | None] = [None, None]
+    if rows:
+        for side in (LEFT, RIGHT):
+            inp = _Side(task, t, jp, side, wm)
+            other = bufs[1 - side]
+            mine = bufs[side]
+            wanted: dict[tuple[int, int], set[bytes]] = {}
+            for kg, ek, tm in zip(inp.kgs, inp.enc_keys, inp.times):
+                for b in jp.candidate_buckets(side, tm):
+                    wanted.setdefault((kg, b), set()).add(ek)
+            other.load_buckets(wanted)
+            for i in range(inp.n):
+                kg, ek, tm = inp.kgs[i], inp.enc_keys[i], inp.times[i]
+                vals = inp.values[i]
+                matched = False
+                for cand in other.candidates(kg, ek, jp.candidate_buckets(side, tm)):
+                    if cand.matched and semi and side == RIGHT:
+                        continue  # a left row is emitted once
+                    if not (jp.matches(tm, cand.time) if side == LEFT
+                            else jp.matches(cand.time, tm)):
+                        continue
+                    matched = True
+                    if semi:
+                        if side == LEFT:
+                            break  # one match is enough to emit the left row
+                        out_l.append(cand.tuple())
+                        out_r.append(None)
+                        cand.matched = cand.dirty = True
+                        continue
+                    if side == LEFT:
+                        out_l.append(vals)
+                        out_r.append(cand.tuple())
+                    else:
+                        out_l.append(cand.tuple())
+                        out_r.append(vals)
+                    if outer[1 - side] and not cand.matched:
+                        cand.matched = cand.dirty = True
+                if semi and side == LEFT:
+                    if matched:
+                        out_l.append(vals)
+                        out_r.append(None)
+                        continue  # emitted: it need not wait for more matches
+                if expiry[side] is not None and tm <= expiry[side]:
+                    continue  # expired on arrival: Spark does not buffer it either
+                bucket = bucket_of(tm, jp.bucket_us)
+                key = row_key(kg, side, bucket, ek, tm, inp.seqs[i])
+                mine.add(kg, ek, _Row(key, tm, matched, vals, None))
+                added[(side, kg, bucket)] = added.get((side, kg, bucket), 0) + 1
+                if new_min[side] is None or bucket < new_min[side]:
+                    new_min[side] = bucket
+
+    # Eviction: whole expired buckets by range delete, an outer side's rows read to emit the
+    # unmatched ones (with the marks this batch set), its boundary bucket row by row.
+    ops: list[tuple[bytes, bytes | None, float | None]] = []
+    dropped: set[bytes] = set()  # row keys deleted (their pending mark updates are moot)
+    dead_buckets: set[tuple[int, int, int]] = set()
+    count_delta: dict[tuple[int, int, int], int] = dict(added)
+    evicted = [0, 0]
+    next_bucket: list[int | str | None] = list(bounds)
+    t_evict = time.perf_counter()
+    for s in (LEFT, RIGHT):
+        if not due[s]:
+            continue
+        nxt, n = evict(task, jp, s, expiry[s], bufs[s], outer[s], ops, dropped, dead_buckets,
+                        count_delta, out_l if s == LEFT else out_r,
+                        out_r if s == LEFT else out_l)
+        evicted[s] = n
+        next_bucket[s] = "" if nxt is None else nxt
+    evict_ms = (time.perf_counter() - t_evict) * 1000
+
+    for buf in bufs:
+        for row in buf.by_key.values():
+            if row.dirty and row.key not in dropped:
+                ops.append((row.key, row.record(), None))
+        for fresh in buf.fresh.values():
+            ops.extend((row.key, row.record(), None) for row in fresh)
+    write(task.db, ops, count_delta, dead_buckets)
+    if ops or any(evicted):
+        task.changed = True
+    _account(task, jp, bounds, next_bucket, new_min, added, evicted)
+    task.operator_metrics["evict_ms"] = round(evict_ms, 3)
+    if out_l:
+        yield from _output(jp, out_l, out_r).to_batches()
+
+
+def write(db: Any, ops: list, count_delta: dict[tuple[int, int, int], int],
+          dead_buckets: set[tuple[int, int, int]]) -> None:
+    """Write ``ops`` plus each touched bucket's new row count (``count_delta``: ``(side, kg,
+    bucket)`` -> rows added minus rows evicted; buckets in ``dead_buckets`` are gone) with one
+    write batch (after any range deletes, which the DB applied already)."""
+    import silt
+
+    live = [k for k in count_delta if k not in dead_buckets and count_delta[k]]
+    if live:
+        ckeys = [count_key(kg, s, b) for s, kg, b in live]
+        for ck, cur, k in zip(ckeys, db.multi_get(ckeys), live):
+            n = (_U64.unpack(cur)[0] if cur is not None else 0) + count_delta[k]
+            ops.append((ck, _U64.pack(n) if n > 0 else None, None))
+    if ops:
+        batch = silt.WriteBatch()
+        batch.ops = ops
+        db.write(batch)
+
+
+def _due(jp: JoinPlan, side: int, evict_us: int | None, bound: int | str | None) -> bool:
+    """Whether ``side`` may have rows to evict (``bound``: smallest live bucket)."""
+    if evict_us is None or bound == "":
+        return False
+    if bound is None:
+        return True
+    assert jp.bucket_us is not None
+    full = full_buckets_below(evict_us, jp.bucket_us)
+    return bound < full or (jp.outer[side] and bound == full)
+
+
+def evict(task: ShardTask, jp: JoinPlan, side: int, evict_us: int, buf: _Buffer,
+           outer: bool, ops: list, dropped: set, dead_buckets: set, count_delta: dict,
+           out_mine: list, out_other: list) -> tuple[int | None, int]:
+    """Evict ``side``'s rows with time ``<= evict_us`` in every key group of the shard; emit an
+    outer side's unmatched ones. Returns the smallest live bucket left and the rows evicted."""
+    assert jp.bucket_us is not None
+    full = full_buckets_below(evict_us, jp.bucket_us)
+    db = task.db
+    nxt: int | None = None
+    total = 0
+
+    def emit(k: bytes, v: bytes) -> None:
+        row = buf.by_key.get(k)
+        matched = row.matched if row is not None else v[0] == 1
+        if not matched:
+            out_mine.append(row.tuple() if row is not None else _codec.decode(v[1:]))
+            out_other.append(None)
+
+    for kg in range(task.first_kg, task.last_kg + 1):
+        expired: list[int] = []
+        for ck, cv in db.scan(*counts_range(kg, side)):
+            b = _keys.time_value(ck, _keys.BODY_AT + 1)
+            if b < full:
+                expired.append(b)
+                total += _U64.unpack(cv)[0]
+                continue
+            if b == full and outer:
+                prefix = bucket_prefix(kg, side, b)
+                gone = 0
+                for k, v in db.scan(prefix, prefix_end(prefix)):
+                    if _keys.time_value(k, len(k) - 16) <= evict_us:
+                        emit(k, v)
+                        ops.append((k, None, None))
+                        dropped.add(k)
+                        gone += 1
+                if gone:
+                    total += gone
+                    key = (side, kg, b)
+                    count_delta[key] = count_delta.get(key, 0) - gone
+            if nxt is None or b < nxt:
+                nxt = b
+            break
+        if not expired:
+            continue
+        # Expired buckets are consecutive from the first live one: one range each for rows and
+        # counts (buckets always go with their count entry).
+        lo, hi = expired[0], expired[-1] + 1
+        start, end = bucket_prefix(kg, side, lo), bucket_prefix(kg, side, hi)
+        read: list[bytes] | None = None
+        if outer:
+            read = []
+            for k, v in db.scan(start, end):
+                emit(k, v)
+                read.append(k)
+        dropped.update(read or ())
+        evict_range(db, start, end, ops, read)
+        evict_range(db, count_key(kg, side, lo), count_key(kg, side, hi), ops,
+                    [count_key(kg, side, b) for b in expired])
+        for b in expired:
+            dead_buckets.add((side, kg, b))
+        if not outer:
+            dropped.update(k for k in buf.by_key if start <= k < end)
+    return nxt, total
+
+
+def _account(task: ShardTask, jp: JoinPlan, bounds: list, next_bucket: list,
+             new_min: list, added: dict, evicted: list[int]) -> None:
+    """Meta: each side's smallest live bucket, rows buffered and evicted; task metrics."""
+    meta = task.base_meta
+    metrics: dict[str, int] = {}
+    for s in (LEFT, RIGHT):
+        nb = next_bucket[s]
+        cands = [x for x in (nb, new_min[s]) if x not in (None, "")]
+        new_bound = str(min(cands)) if cands else ("" if nb == "" else None)
+        if new_bound is not None and new_bound != meta.get(META_MIN_BUCKET[s]):
+            task.meta_updates[META_MIN_BUCKET[s]] = new_bound
+        n_added = sum(n for (side, _, _), n in added.items() if side == s)
+        raw = meta.get(META_BUFFERED[s])
+        if raw is None and (task.db.version is not None or task.changed):
+            base = _count_buffered(task, s) - n_added + evicted[s]  # e.g. after a rescale
+        else:
+            base = int(raw or 0)
+        buffered = base + n_added - evicted[s]
+        ev_total = int(meta.get(META_EVICTED[s]) or 0) + evicted[s]
+        if str(buffered) != meta.get(META_BUFFERED[s]):
+            task.meta_updates[META_BUFFERED[s]] = str(buffered)
+        if evicted[s]:
+            task.meta_updates[META_EVICTED[s]] = str(ev_total)
+        metrics[f"buffered_{SIDES[s]}"] = buffered
+        metrics[f"evicted_{SIDES[s]}"] = evicted[s]
+    if task.meta_updates:
+        task.changed = True
+    task.operator_metrics = metrics
+
+
+def _count_buffered(task: ShardTask, side: int) -> int:
+    """Rows of ``side`` in the shard now (after this batch's writes), from the count entries."""
+    n = 0
+    for kg in range(task.first_kg, task.last_kg + 1):
+        for _, v in task.db.scan(*counts_range(kg, side)):
+            n += _U64.unpack(v)[0]
+    return n
+
+
+def _output(jp: JoinPlan, out_l: list, out_r: list) -> Any:
+    import pyarrow as pa
+
+    schema = jp.output_schema
+    arrays = []
+    for j, spec in enumerate(jp.output):
+        typ = schema.field(j).type
+        if spec[0] == "L":
+            i = spec[1]
+            vals = [r[i] if r is not None else None for r in out_l]
+        elif spec[0] == "R":
+            i = spec[1]
+            vals = [r[i] if r is not None else None for r in out_r]
+        else:
+            i, k = spec[1], spec[2]
+            vals = [lr[i] if lr is not None else rr[k] for lr, rr in zip(out_l, out_r)]
+        arrays.append(pa.array(vals, type=typ))
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+# --- driver: the query plan ------------------------------------------------------------------
+
+def _on(on: Any, left: Any, right: Any) -> tuple[list[str], list[str], bool]:
+    """``(left key columns, right key columns, using)``: ``using`` when ``on`` names columns
+    of both sides (Spark's ``join(other, "k")``), not when it pairs ``(left, right)`` names."""
+    items = [on] if isinstance(on, (str, tuple)) else list(on or [])
+    if not items:
+        raise InvalidArgumentError(
+            "on must name the join key: a column of both sides ('user', ['user', 'day']) or "
+            "(left column, right column) pairs ([('order_user', 'pay_user')])"
+        )
+    if all(isinstance(x, str) for x in items):
+        lk, rk, using = list(items), list(items), True
+    elif all(isinstance(x, tuple) and len(x) == 2 and all(isinstance(c, str) for c in x)
+             for x in items):
+        lk, rk, using = [x[0] for x in items], [x[1] for x in items], False
+    else:
+        raise InvalidTypeError(
+            "on must be a column name, a list of names, or a list of (left, right) name pairs, "
+            f"got {on!r}"
+        )
+    for name, cols, df in (("left", lk, left), ("right", rk, right)):
+        missing = [c for c in cols if c not in df.columns]
+        if missing:
+            raise InvalidArgumentError(
+                f"join key columns {missing} are not in the {name} DataFrame ({df.columns})"
+            )
+    lt = {f.name: f.dataType for f in left.schema.fields}
+    rt = {f.name: f.dataType for f in right.schema.fields}
+    for a, b in zip(lk, rk):
+        if lt[a] != rt[b]:
+            raise InvalidTypeError(
+                f"join key {a!r} is {lt[a].simpleString()} on the left but {b!r} is "
+                f"{rt[b].simpleString()} on the right: cast one side so both have one type "
+                "(a key's type decides its key group)"
+            )
+    return lk, rk, using
+
+
+def join(
+    left: Any,
+    right: Any,
+    on: Any,
+    how: str = "inner",
+    *,
+    state_url: str,
+    num_shards: int,
+    left_time_column: str | None = None,
+    right_time_column: str | None = None,
+    left_watermark_delay: Any = 0,
+    right_watermark_delay: Any = 0,
+    time_range: tuple[Any, Any] | None = None,
+    key_groups: int = _layout.DEFAULT_KEY_GROUPS,
+    take_over: bool = False,
+    settings: Any = None,
+    heartbeat: bool = False,
+) -> Any:
+    """Join two streaming DataFrames on equal keys, with each side's buffer in silt.
+
+    The counterpart of Spark's stream-stream join::
+
+        left.withWatermark(left_time_column, left_watermark_delay).join(
+            right.withWatermark(right_time_column, right_watermark_delay),
+            keys & (lt >= rt - a) & (lt <= rt + b), how)
+
+    with the same output rows (see ``docs/spark.md`` for the differences). Both inputs reach a
+    shard through one shuffle; per shard, each batch's rows are matched against the other
+    side's buffer with one prefix scan per join key and time bucket, and all writes go in one
+    write batch. Rows the watermark has expired are evicted by whole time buckets.
+
+    Parameters
+    ----------
+    left, right : pyspark.sql.DataFrame
+        Streaming DataFrames.
+    on : str, list of str, or list of (str, str)
+        The equality keys: column names both sides have (the output has each once, as Spark's
+        ``join(other, ["k"])``), or ``(left column, right column)`` pairs (the output keeps all
+        columns of both sides, as ``join(other, left.a == right.b)``). Paired key columns must
+        have the same type.
+    how : str, default "inner"
+        ``"inner"``, ``"left"`` (``"left_outer"``), ``"right"`` (``"right_outer"``), ``"full"``
+        (``"outer"``, ``"full_outer"``) or ``"left_semi"``. Outer and semi joins need event
+        time and a ``time_range`` (as in Spark): an outer side's row never matched is emitted
+        once, with nulls for the other side, in the first micro-batch whose watermark expires
+        it (Spark emits it in its no-data batch; see ``heartbeat``).
+    state_url : str
+        Root URL of this operator's state (one operator per root).
+    num_shards : int
+        Number of shards. Restarting with another number rescales without moving state.
+    left_time_column, right_time_column : str, optional
+        Each side's event-time column (``timestamp`` or ``timestamp_ntz``): give both or
+        neither. Micro-batch ``b`` runs with the query-wide watermark (the minimum over the
+        sides of their largest event time before ``b`` minus their delay); rows at or before it
+        are late and dropped.
+    left_watermark_delay, right_watermark_delay : int, str or timedelta, default 0
+        Each side's ``withWatermark`` delay (ms, ``"10 seconds"``, a ``timedelta``).
+    time_range : (a, b), optional
+        Match only rows whose left time lies between the right time minus ``a`` and the right
+        time plus ``b`` (inclusive; durations as for the delays; ``a + b >= 0``). Rows expire
+        once no future row of the other side can match them.
+    key_groups : int, default 256
+        Number of key groups, fixed per root.
+    take_over : bool, default False
+        Discard state that belongs to another streaming query instead of failing.
+    settings : silt.Settings, optional
+        LSM settings for the shards.
+    heartbeat : bool, default False
+        Union a 1 row/s ``rate`` source so batches keep running while both inputs are idle
+        (unmatched rows then come out without waiting for input).
+
+    Returns
+    -------
+    pyspark.sql.DataFrame
+        Streaming DataFrame with the columns of Spark's join: for ``on`` names, the key columns
+        (the right side's for ``"right"``, coalesced for ``"full"``), then the left side's other
+        columns, then the right side's; for pairs, all left columns then all right columns;
+        for ``"left_semi"``, the left columns.
+
+    Examples
+    --------
+    >>> import silt_spark
+    >>> orders = spark.readStream.schema("user string, order_id long, ot timestamp") \\
+    ...     .parquet("/data/orders")
+    >>> payments = spark.readStream.schema("user string, amount double, pt timestamp") \\
+    ...     .parquet("/data/payments")
+    >>> paid = silt_spark.join(
+    ...     orders, payments, "user", "left", state_url="file:///data/state/paid",
+    ...     num_shards=4, left_time_column="ot", right_time_column="pt",
+    ...     left_watermark_delay="1 minute", right_watermark_delay="1 minute",
+    ...     time_range=("1 hour", "0 seconds"))  # payment within an hour after the order
+    >>> query = (paid.writeStream.format("parquet").option("path", "/data/out/paid")
+    ...          .option("checkpointLocation", "/data/chk/paid").start())
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    kind = HOWS.get(how.lower() if isinstance(how, str) else how)
+    if kind is None:
+        raise InvalidArgumentError(
+            f"how must be one of inner, left, right, full, left_semi, got {how!r}"
+        )
+    lk, rk, using = _on(on, left, right)
+    if (left_time_column is None) != (right_time_column is None):
+        raise InvalidArgumentError(
+            "give left_time_column and right_time_column (event time on both sides) or neither"
+        )
+    event = left_time_column is not None
+    if event:
+        _api._timestamp_column(left, left_time_column, "left_time_column")
+        _api._timestamp_column(right, right_time_column, "right_time_column")
+    delays = (_api.parse_delay_ms(left_watermark_delay, "left_watermark_delay"),
+              _api.parse_delay_ms(right_watermark_delay, "right_watermark_delay"))
+    if not event and any(delays):
+        raise InvalidArgumentError("watermark delays need left_time_column and right_time_column")
+    rng: tuple[int, int] | None = None
+    if time_range is not None:
+        if not event:
+            raise InvalidArgumentError("time_range needs left_time_column and right_time_column")
+        if not isinstance(time_range, (tuple, list)) or len(time_range) != 2:
+            raise InvalidTypeError(f"time_range must be a pair (a, b), got {time_range!r}")
+        a = _signed_ms(time_range[0], "time_range[0]")
+        b = _signed_ms(time_range[1], "time_range[1]")
+        if a + b < 0:
+            raise InvalidArgumentError(
+                f"time_range ({a} ms, {b} ms) is empty: left time between right time - a and "
+                "right time + b needs a + b >= 0"
+            )
+        rng = (a * 1000, b * 1000)
+    if kind != "inner" and rng is None:
+        raise InvalidArgumentError(
+            f"a {kind} join needs event time and a time_range (as Spark's stream-stream joins): "
+            "without them its buffers would never expire and unmatched rows never come out"
+        )
+    internal = {SIDE_COLUMN, KG_COLUMN, PARTITION_COLUMN}
+    for name, df in (("left", left), ("right", right)):
+        bad = [c for c in df.columns if c in internal or c.startswith("__")]
+        if bad:
+            raise InvalidArgumentError(
+                f"the {name} DataFrame must not have columns starting with '__' ({bad})"
+            )
+    lcols, rcols = tuple(left.columns), tuple(right.columns)
+    lf = {f.name: f for f in left.schema.fields}
+    rf = {f.name: f for f in right.schema.fields}
+
+    # Output columns, as Spark's join gives them.
+    out_fields: list[Any] = []
+    output: list[tuple] = []
+    if kind == "left_semi":
+        for i, c in enumerate(lcols):
+            out_fields.append(T.StructField(c, lf[c].dataType, True))
+            output.append(("L", i))
+    elif using:
+        for a, b in zip(lk, rk):
+            li, ri = lcols.index(a), rcols.index(b)
+            spec = {"right": ("R", ri), "full": ("C", li, ri)}.get(kind, ("L", li))
+            out_fields.append(T.StructField(a, lf[a].dataType, True))
+            output.append(spec)
+        for i, c in enumerate(lcols):
+            if c not in lk:
+                out_fields.append(T.StructField(c, lf[c].dataType, True))
+                output.append(("L", i))
+        for i, c in enumerate(rcols):
+            if c not in rk:
+                out_fields.append(T.StructField(c, rf[c].dataType, True))
+                output.append(("R", i))
+    else:
+        for i, c in enumerate(lcols):
+            out_fields.append(T.StructField(c, lf[c].dataType, True))
+            output.append(("L", i))
+        for i, c in enumerate(rcols):
+            out_fields.append(T.StructField(c, rf[c].dataType, True))
+            output.append(("R", i))
+    names = [f.name for f in out_fields]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise InvalidArgumentError(
+            f"both sides have columns named {dup}: rename one side's (withColumnRenamed), as "
+            "the output needs distinct column names"
+        )
+    out_struct = T.StructType(out_fields)
+    bucket_us = None if rng is None else max(MIN_BUCKET_US, rng[0] + rng[1])
+
+    spec = _api._spec(
+        KIND, state_url, num_shards, key_groups, take_over, settings, df=left,
+        event_time_delays=delays if event else (),
+    )
+    _api._check_streaming(right, KIND)
+    spec = _shard.ensure_descriptor(spec, {
+        "key_columns": _api._key_types(left, lk),
+        "join": {"how": kind, "bucket_us": bucket_us, "left": list(lcols),
+                 "right": list(rcols)},
+    }, (*_api.PINNED, "join"))
+
+    def side_struct(df: Any, prefix: str) -> list[Any]:
+        return [T.StructField(f"{prefix}{i}", f.dataType, True)
+                for i, f in enumerate(df.schema.fields)]
+
+    l_struct, r_struct = side_struct(left, "__l"), side_struct(right, "__r")
+    jp = JoinPlan(
+        how=kind, nkeys=len(lk), columns=(lcols, rcols),
+        time_index=(lcols.index(left_time_column) if event else None,
+                    rcols.index(right_time_column) if event else None),
+        time_range=rng, bucket_us=bucket_us, output=tuple(output),
+        side_schemas=(to_arrow_schema(T.StructType(l_struct), timezone="UTC"),
+                      to_arrow_schema(T.StructType(r_struct), timezone="UTC")),
+        output_schema=to_arrow_schema(out_struct, timezone="UTC"),
+    )
+
+    def tagged(df: Any, side: int, keys: list[str]) -> Any:
+        own, other = (l_struct, r_struct) if side == LEFT else (r_struct, l_struct)
+        cols = [F.col(c).alias(f"__k{i}") for i, c in enumerate(keys)]
+        cols.append(F.lit(side).cast("int").alias(SIDE_COLUMN))
+        mine = [F.col(c).alias(f.name) for c, f in zip(df.columns, own)]
+        nulls = [F.lit(None).cast(f.dataType).alias(f.name) for f in other]
+        cols += (mine + nulls) if side == LEFT else (nulls + mine)
+        return df.select(*cols)
+
+    union = tagged(left, LEFT, lk).unionByName(tagged(right, RIGHT, rk))
+
+    def process(task: _shard.ShardTask, batches: Any) -> Any:
+        return merge_partition(task, batches, jp)
+
+    shard_fn = _api.shard_function(left, spec, process)
+    key_cols = [f"__k{i}" for i in range(len(lk))]
+    return _api._route(union, key_cols, spec, heartbeat).mapInArrow(shard_fn, out_struct)
+
+
+def _signed_ms(value: Any, name: str) -> int:
+    """A duration of ``time_range`` in ms; a leading ``-`` (or a negative int/timedelta) is
+    allowed (the range may lie after or before the other side's time)."""
+    import datetime as dt
+
+    if isinstance(value, str) and value.strip().startswith("-"):
+        return -_api.parse_delay_ms(value.strip()[1:], name)
+    if isinstance(value, int) and not isinstance(value, bool) and value < 0:
+        return -_api.parse_delay_ms(-value, name)
+    if isinstance(value, dt.timedelta) and value < dt.timedelta(0):
+        return -_api.parse_delay_ms(-value, name)
+    return _api.parse_delay_ms(value, name)
+
+
+# --- read-back: read_state ----------------------------------------------------------------
+
+
+def decode(items: Any, state_columns: list[list[str]] | None) -> Any:
+    """``read_state``'s rows of this operator: per buffered row, ``(join key, "left"|"right",
+    map_key, value, expires_at_ms, version)`` with ``map_key`` the JSON of ``[event time us,
+    seq]`` and ``value`` the JSON of ``{"matched": bool, "row": [...]}``."""
+    for key, value, expiry, ver in items:
+        if _keys.tag_of(key) != JOIN_TAG or key[_keys.BODY_AT] > RIGHT:
+            continue
+        side, _, enc_key, time_us, seq = split_row_key(key)
+        row = {"matched": value[0] == 1, "row": list(_codec.decode(value[1:]))}
+        yield (_codec.decode(enc_key), SIDES[side], _codec.to_json([time_us, seq]),
+               _codec.to_json(row), expiry, ver)

@@ -1,0 +1,279 @@
+"""silt_spark.join against Spark's own stream-stream join, for every join type.
+
+Parquet files, one per micro-batch, each holding rows of both sides (filtered into the left and
+the right stream), go through Spark's join (``withWatermark`` on both sides, the same time
+range) and through ``silt_spark.join`` at 1, 2 and 7 shards, with late rows on both sides,
+keys that go quiet, a restart that rescales between shard counts, and a task that fails after
+its shard committed; the final outputs must be equal. As in tests/test_spark_event_time.py,
+Spark runs a no-data batch after each batch that moves the watermark (where it emits unmatched
+rows); a silt query has no Spark state, so each silt run ends with one empty file (a ``tick``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import silt
+import silt_spark
+from pyspark import cloudpickle
+from pyspark.sql import functions as F
+from silt.errors import InvalidArgumentError, InvalidTypeError
+from test_spark_operator import fail_after_commit, shard_versions
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+SOURCE = "side string, user string, v long, t timestamp"
+COLUMNS = ["luser", "lv", "lt", "ruser", "rv", "rt"]
+USERS = [f"u{i}" for i in range(10)]
+QUIET = USERS[7:]  # rows in the first two batches only
+BASE_MS = 100_000
+#: left time between right time - 4 s and right time + 2 s; delays 3 s (left), 2 s (right)
+RANGE = ("4 seconds", "2 seconds")
+DELAYS = ("3 seconds", "2 seconds")
+HOWS = ["inner", "left", "right", "full", "left_semi"]
+SPARK_HOW = {"inner": "inner", "left": "left_outer", "right": "right_outer",
+             "full": "full_outer", "left_semi": "left_semi"}
+
+
+class JoinRun:
+    """One source folder, one parquet file per micro-batch holding both sides' rows (a ``side``
+    column): each side is a filter of the same stream, so a batch always has both sides' rows of
+    its file (two folders would let a query start a batch between the two files)."""
+
+    def __init__(self, spark, tmp_path: Path, name: str) -> None:
+        self.spark = spark
+        self.src = tmp_path / f"{name}-in"
+        self.src.mkdir()
+        self.checkpoint = tmp_path / f"{name}-chk"
+        self.outputs: dict[int, pd.DataFrame] = {}
+        self.files = 0
+        self.query = None
+
+    def write(self, left: list, right: list) -> None:
+        rows = [("L", *r) for r in left] + [("R", *r) for r in right]
+        table = pa.table({
+            "side": pa.array([r[0] for r in rows], pa.string()),
+            "user": pa.array([r[1] for r in rows], pa.string()),
+            "v": pa.array([r[2] for r in rows], pa.int64()),
+            "t": pa.array([r[3] * 1000 for r in rows], pa.timestamp("us", tz="UTC")),
+        })
+        tmp = self.src / f".tmp-{self.files:05d}"
+        pq.write_table(table, tmp)
+        os.replace(tmp, self.src / f"part-{self.files:05d}.parquet")
+        self.files += 1
+
+    def streams(self):
+        both = (self.spark.readStream.schema(SOURCE).option("maxFilesPerTrigger", 1)
+                .parquet(str(self.src)))
+        return (both.where("side = 'L'").selectExpr("user AS luser", "v AS lv", "t AS lt"),
+                both.where("side = 'R'").selectExpr("user AS ruser", "v AS rv", "t AS rt"))
+
+    def start(self, out_df) -> None:
+        outputs = self.outputs
+
+        def sink(df, batch_id):
+            outputs[batch_id] = df.toPandas()
+
+        self.query = (out_df.writeStream.foreachBatch(sink)
+                      .option("checkpointLocation", str(self.checkpoint))
+                      .trigger(processingTime="0 seconds").start())
+
+    def stop(self) -> None:
+        if self.query is not None:
+            self.query.stop()
+            self.query = None
+
+
+def join_rows(seed: int, n_batches: int) -> list[tuple[list, list]]:
+    """``(left rows, right rows)`` per batch, ``(user, value, event ms)``: batch ``b`` around
+    ``BASE + 10 s * b``, plus rows at, just after and far before the watermark (late)."""
+    rng = random.Random(seed)
+    out = []
+    top = [None, None]
+    for b in range(n_batches):
+        users = USERS if b < 2 else USERS[:7]
+        base = BASE_MS + 10_000 * b
+        sides = []
+        for _ in (0, 1):
+            rows = [(rng.choice(users), rng.randrange(1000), base - 6000 + 500 * rng.randrange(20))
+                    for _ in range(14)]
+            if b:
+                wm = min(top[0] - 3000, top[1] - 2000)
+                rows += [(rng.choice(users), 5000 + i, t)
+                         for i, t in enumerate((wm, wm + 1, wm - 12_000, wm + 500))]
+            rng.shuffle(rows)
+            sides.append(rows)
+        for s in (0, 1):
+            m = max(r[2] for r in sides[s])
+            top[s] = m if top[s] is None else max(top[s], m)
+        out.append((sides[0], sides[1]))
+    return out
+
+
+def spark_join(how: str):
+    def build(run, _):
+        left, right = run.streams()
+        left = left.withWatermark("lt", DELAYS[0])
+        right = right.withWatermark("rt", DELAYS[1])
+        cond = F.expr("luser = ruser AND lt >= rt - interval 4 seconds "
+                      "AND lt <= rt + interval 2 seconds")
+        return left.join(right, cond, SPARK_HOW[how])
+    return build
+
+
+def silt_join(tmp_path, name: str, how: str, layouts: list[int]):
+    state = (tmp_path / f"{name}-state").as_uri()
+
+    def build(run, n):
+        left, right = run.streams()
+        return silt_spark.join(
+            left, right, [("luser", "ruser")], how, state_url=state, num_shards=layouts[n],
+            left_time_column="lt", right_time_column="rt", left_watermark_delay=DELAYS[0],
+            right_watermark_delay=DELAYS[1], time_range=RANGE,
+        )
+    return build
+
+
+def run_all(spark, tmp_path, batches, variants: dict) -> tuple[dict[str, pd.DataFrame],
+                                                               dict[str, str]]:
+    """Drive every query over ``batches`` in lockstep (each drained before the next files).
+    ``variants``: name -> (build, restart batch indexes, tick, (batch, shard) to fail).
+    Returns each query's output and its query id."""
+    runs = {name: JoinRun(spark, tmp_path, name) for name in variants}
+    starts = dict.fromkeys(variants, 0)
+    query_ids: dict[str, str] = {}
+    markers = {}
+    for name in variants:
+        markers[name] = tmp_path / f"{name}-failed"
+        markers[name].mkdir()
+
+    def start(name):
+        build, _, _, fail = variants[name]
+        out = build(runs[name], starts[name])
+        if fail is not None:
+            out = fail_after_commit(out, fail[0], str(markers[name]), fail[1])
+        runs[name].start(out)
+        query_ids[name] = str(runs[name].query.id)
+
+    try:
+        for name in variants:
+            start(name)
+        for i, pair in enumerate([*batches, None]):
+            for name, (_, restarts, tick, _) in variants.items():
+                if pair is None and not tick:
+                    continue
+                if i in restarts:
+                    runs[name].stop()
+                    starts[name] += 1
+                    start(name)
+                runs[name].write(*(pair or ([], [])))
+            for name, (_, _, tick, _) in variants.items():
+                if pair is not None or tick:
+                    runs[name].query.processAllAvailable()
+    finally:
+        for run in runs.values():
+            run.stop()
+    out = {}
+    ids = {}
+    for name, (_, _, _, fail) in variants.items():
+        frames = [df for _, df in sorted(runs[name].outputs.items()) if len(df)]
+        out[name] = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+        want = [f"failed-{fail[0]}-{fail[1]}"] if fail else []
+        assert os.listdir(markers[name]) == want, f"{name}: the injected failure"
+        ids[name] = query_ids[name]
+    return out, ids
+
+
+def norm(df: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
+    df = df[columns].copy()
+    for c in columns:
+        if c in ("lt", "rt"):
+            df[c] = pd.to_datetime(df[c]).dt.tz_localize(None).astype("datetime64[us]")
+        elif c in ("lv", "rv"):
+            df[c] = df[c].astype("Int64")
+        else:
+            df[c] = df[c].astype(object).where(df[c].notna(), None)
+    return df.sort_values(columns, na_position="first").reset_index(drop=True)
+
+
+def test_every_join_type_equals_spark(spark, tmp_path):
+    """Every join type, all queries in lockstep: Spark's join, and silt at 1, then 2, then 7
+    shards (two restarts, each a rescale), for three of the types with a task that fails after
+    its shard committed."""
+    batches = join_rows(1, 4)
+    variants = {}
+    fails = {"inner": (2, 1), "right": (3, 3), "left_semi": (0, 0)}
+    for how in HOWS:
+        variants[f"spark-{how}"] = (spark_join(how), (), False, None)
+        variants[how] = (silt_join(tmp_path, how, how, [1, 2, 7]), (1, 3), True, fails.get(how))
+    out, ids = run_all(spark, tmp_path, batches, variants)
+    for how in HOWS:
+        want = out[f"spark-{how}"]
+        columns = ["luser", "lv", "lt"] if how == "left_semi" else COLUMNS
+        assert list(want.columns) == columns
+        assert len(want) > 10, how
+        if how in ("left", "full"):
+            assert want["ruser"].isna().sum() > 3, how  # unmatched left rows came out
+        if how in ("right", "full"):
+            assert want["luser"].isna().sum() > 3, how
+        assert set(QUIET) & set(want[columns[0]].dropna()), how
+        got = out[how]
+        assert list(got.columns) == columns, how
+        pd.testing.assert_frame_equal(norm(got, columns), norm(want, columns),
+                                      check_dtype=False, obj=how)
+
+    # Inspection: read_state shows each side's buffer; the metrics and the manifests count it.
+    state = (tmp_path / "full-state").as_uri()
+    rows = silt_spark.read_state(spark, state).toPandas()
+    assert set(rows["state"]) == {"left", "right"}
+    assert {"matched", "row"} <= set(json.loads(rows["value"][0]))
+    records = silt_spark.metrics(ids["full"])
+    last = max(r["batch_id"] for r in records)
+    for side in ("left", "right"):
+        buffered = sum(r[f"buffered_{side}"] for r in records if r["batch_id"] == last)
+        assert buffered == (rows["state"] == side).sum() > 0, side
+        assert sum(r[f"evicted_{side}"] for r in records) > 0, side
+        meta = 0
+        for name in shard_versions(state):
+            with silt.open(f"{state}/{name}") as db:
+                if name.endswith("-g2"):
+                    meta += int(db.meta.get(f"spark.join_buffered_{side}", 0))
+        assert meta == buffered, side
+
+
+def test_join_refuses_bad_arguments_before_any_state(spark, tmp_path):
+    stream = (spark.readStream.schema(SOURCE).parquet(str(tmp_path)))
+    left = stream.selectExpr("user AS luser", "v AS lv", "t AS lt")
+    right = stream.selectExpr("user AS ruser", "v AS rv", "t AS rt")
+    url = (tmp_path / "state").as_uri()
+    ok = dict(state_url=url, num_shards=2, left_time_column="lt", right_time_column="rt",
+              time_range=("1 second", "1 second"))
+    cases = [
+        (dict(on=[("luser", "ruser")], how="cross"), InvalidArgumentError, "how must be"),
+        (dict(on=[("luser", "rv")]), InvalidTypeError, "same type|one type"),
+        (dict(on=[("luser", "nope")]), InvalidArgumentError, "not in the right"),
+        (dict(on=[]), InvalidArgumentError, "must name the join key"),
+        (dict(on=[("luser", "ruser")], how="left", time_range=None), InvalidArgumentError,
+         "needs event time and a time_range"),
+        (dict(on=[("luser", "ruser")], right_time_column=None), InvalidArgumentError,
+         "or neither"),
+        (dict(on=[("luser", "ruser")], time_range=("-2 seconds", "1 second")),
+         InvalidArgumentError, "is empty"),
+        (dict(on=[("luser", "ruser")], left_time_column="lv"), InvalidTypeError, "timestamp"),
+        (dict(on=["luser"]), InvalidArgumentError, "not in the right"),
+    ]
+    for kw, err, msg in cases:
+        with pytest.raises(err, match=msg):
+            silt_spark.join(left, right, **{**ok, **kw})
+    both = right.withColumnRenamed("rv", "lv")
+    with pytest.raises(InvalidArgumentError, match="rename one side"):
+        silt_spark.join(left, both, [("luser", "ruser")], **ok)
+    assert not (tmp_path / "state").exists()  # refused before anything was written

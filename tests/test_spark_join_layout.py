@@ -1,0 +1,147 @@
+"""The join buffers' state layout (silt_spark._join) against a model, with no Spark.
+
+Rows of both sides are buffered as the operator buffers them (a row entry per row, a count
+entry per time bucket), then the watermark advances in random steps and each side is evicted as
+a micro-batch evicts it. The model says which rows the watermark allows to drop (time at or
+below the side's state watermark, Spark's bound): an outer side must keep exactly the others
+and emit its expired rows never matched, each exactly once; an inner side drops whole buckets
+only (a bucket once all its times are expired), never a row the watermark still needs. The
+count entries always add up to the rows left. Runs with the core's range deletes where the
+core has them, and with per-key deletes.
+"""
+
+from __future__ import annotations
+
+import types
+import uuid
+
+import pytest
+import silt
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from silt.tiers.memory import MemoryStore
+from silt_spark import _codec, _join
+
+KGS = 3
+RANGE_MS = (1500, 500)  # left time between right time - 1.5 s and right time + 0.5 s
+
+
+class NoRangeDelete:
+    """A DB without ``delete_range`` (the core before range deletes): eviction deletes keys."""
+
+    def __init__(self, db):
+        self._db = db
+
+    def __getattr__(self, name):
+        if name == "delete_range":
+            raise AttributeError(name)
+        return getattr(self._db, name)
+
+
+MODES = ["keys"] + (["range"] if hasattr(silt.DB, "delete_range") else [])
+
+rows_st = st.lists(
+    st.tuples(st.integers(0, KGS - 1), st.integers(0, 1), st.integers(0, 20_000),
+              st.sampled_from(["a", "b", "c"]), st.booleans()),
+    min_size=1, max_size=60,
+)
+steps_st = st.lists(st.integers(0, 6000), min_size=1, max_size=6)
+
+
+def plan(how: str) -> _join.JoinPlan:
+    rng = (RANGE_MS[0] * 1000, RANGE_MS[1] * 1000)
+    return _join.JoinPlan(
+        how=how, nkeys=1, columns=(("k", "t"), ("k", "t")), time_index=(1, 1), time_range=rng,
+        bucket_us=max(_join.MIN_BUCKET_US, sum(rng)), output=(), side_schemas=(None, None),
+        output_schema=None,
+    )
+
+
+def buffer(db, jp, rows) -> dict[bytes, tuple]:
+    """Buffer ``rows`` as the operator does; returns row key -> (side, time us, matched, row)."""
+    model = {}
+    ops = []
+    counts: dict[tuple[int, int, int], int] = {}
+    for seq, (kg, side, ms, key, matched) in enumerate(rows):
+        us = ms * 1000
+        b = _join.bucket_of(us, jp.bucket_us)
+        k = _join.row_key(kg, side, b, _codec.encode((key,)), us, seq)
+        row = (key, ms)
+        ops.append((k, (b"\x01" if matched else b"\x00") + _codec.encode(row), None))
+        counts[(side, kg, b)] = counts.get((side, kg, b), 0) + 1
+        model[k] = (side, us, matched, row)
+    _join.write(db, ops, counts, set())
+    return model
+
+
+def live_rows(db, side: int) -> set[bytes]:
+    out = set()
+    for kg in range(KGS):
+        h = _join.rows_head(kg, side)
+        out |= {k for k, _ in db.scan(h, _join.prefix_end(h))}
+    return out
+
+
+def counted(db, side: int) -> int:
+    task = types.SimpleNamespace(db=db, first_kg=0, last_kg=KGS - 1)
+    return _join._count_buffered(task, side)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("how", ["full", "inner"])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rows=rows_st, steps=steps_st)
+def test_eviction_matches_the_model(mode, how, rows, steps):
+    name = f"join-layout-{uuid.uuid4().hex}"
+    db = silt.open(f"memory://{name}")
+    try:
+        view = db if mode == "range" else NoRangeDelete(db)
+        jp = plan(how)
+        model = buffer(view, jp, rows)
+        task = types.SimpleNamespace(db=view, first_kg=0, last_kg=KGS - 1)
+        emitted: list[tuple] = []
+        wm = 0
+        for step in steps:
+            wm += step
+            for side in (0, 1):
+                evict_us = jp.evict_us(side, wm)
+                outer = jp.outer[side]
+                ops: list = []
+                dead: set = set()
+                delta: dict = {}
+                out_mine: list = []
+                out_other: list = []
+                nxt, n = _join.evict(task, jp, side, evict_us, _join._Buffer(task, side), outer,
+                                     ops, set(), dead, delta, out_mine, out_other)
+                _join.write(view, ops, delta, dead)
+                emitted += [(side, r) for r in out_mine]
+                assert out_other == [None] * len(out_mine)
+                left = live_rows(db, side)
+                mine = {k: v for k, v in model.items() if v[0] == side}
+                if outer:
+                    want = {k for k, v in mine.items() if v[1] > evict_us}
+                else:  # whole buckets: those whose every time is expired
+                    full = _join.full_buckets_below(evict_us, jp.bucket_us)
+                    want = {k for k, v in mine.items() if v[1] // jp.bucket_us >= full}
+                assert left == want
+                # never a row the watermark still needs
+                assert all(k in left for k, v in mine.items() if v[1] > evict_us)
+                assert counted(db, side) == len(left)
+                if nxt is None:
+                    assert not left
+                else:
+                    assert all(_join.split_row_key(k)[1] >= nxt for k in left)
+                assert n >= 0
+        # an outer side emits exactly its expired, never-matched rows, each once
+        for side in (0, 1):
+            if not jp.outer[side]:
+                assert not [e for e in emitted if e[0] == side]
+                continue
+            final = jp.evict_us(side, wm)
+            want = sorted(v[3] for v in model.values()
+                          if v[0] == side and not v[2] and v[1] <= final)
+            got = sorted(tuple(r) for s, r in emitted if s == side)
+            assert got == want
+    finally:
+        db.close()
+        MemoryStore.drop(name)
