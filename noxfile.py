@@ -106,6 +106,14 @@ def demo(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+def join_demo(session: nox.Session) -> None:
+    """A stream-stream join (orders and payments) whose buffers live in silt (needs Java 17):
+    unpaid orders come out once the watermark passes them; rescaled once; buffers read back."""
+    session.install("./packages/core", "./packages/spark")
+    session.run("python", "examples/spark_join_demo.py", *session.posargs)
+
+
+@nox.session(python=PYTHON)
 def core_demo(session: nox.Session) -> None:
     """The core alone: write state, commit versions, reopen, time-travel, inspect."""
     session.install("./packages/core")
