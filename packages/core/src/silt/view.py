@@ -199,7 +199,7 @@ class ReadView:
 #: store): a ``multi_get`` then coalesces the blocks it misses and reads them on the thread pool.
 #: A faster one is served by local disk or the page cache (~10 us), where handing a read to a
 #: thread costs more than it overlaps, so they are read in the calling thread.
-REMOTE_READ_SECONDS = 0.001
+REMOTE_READ_SECONDS = 0.002
 #: With remote reads, missed blocks of one SST at most this many bytes apart are read with one
 #: ranged GET (the bytes between them come along: a request costs far more than 64 KiB more of
 #: it), as SlateDB's multi_get does; locally only adjacent blocks are merged.
@@ -241,7 +241,7 @@ class BlockFetcher:
         self._parallelism = parallelism
         self._pool: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
-        #: moving average of one run's read time (updated without a lock: a lost update only
+        #: typical time of one run's read (updated without a lock: a lost update only
         #: delays the switch between serial and pooled reads)
         self.read_seconds = 0.0
 
@@ -254,7 +254,9 @@ class BlockFetcher:
         runs = coalesce(reader, sorted(where), COALESCE_GAP_BYTES if remote else 0,
                         COALESCE_MAX_BYTES)
         k = 0
-        while k < len(runs) and (not remote or len(runs) - k == 1):
+        # The first run is always read here: its time tells local from remote again (a pooled
+        # read's time also holds its wait for the GIL behind the other reads).
+        while k < len(runs) and (k == 0 or not remote or len(runs) - k == 1):
             first, blocks = self._read(reader, runs[k])
             _place(first, blocks, where, out)
             remote = self.read_seconds > REMOTE_READ_SECONDS
@@ -273,7 +275,10 @@ class BlockFetcher:
     def _read(self, reader: SstReader, run: tuple[int, int]) -> tuple[int, list[Any]]:
         start = time.perf_counter()
         blocks = reader.read_run(run[0], run[1])
-        self.read_seconds = 0.75 * self.read_seconds + 0.25 * (time.perf_counter() - start)
+        took = time.perf_counter() - start
+        # Falls at once to a fast read and rises slowly: a local read that waited for the CPU
+        # or the GIL (a loaded machine) must not look remote, a remote one never looks local.
+        self.read_seconds = min(took, 0.9 * self.read_seconds + 0.1 * took)
         return run[0], blocks
 
     def close(self) -> None:
