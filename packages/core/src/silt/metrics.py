@@ -64,6 +64,7 @@ class MeteredStore(ObjectStore):
         self.inner = inner
         self.metrics = metrics
         self.url = inner.url
+        self.coalesce_reads = inner.coalesce_reads
 
     def get(self, key: str) -> bytes:
         data = self.inner.get(key)

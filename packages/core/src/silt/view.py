@@ -252,7 +252,7 @@ class BlockFetcher:
         where = {i: j for j, (i, blk) in enumerate(zip(indexes, out)) if blk is None}
         remote = self.read_seconds > REMOTE_READ_SECONDS
         runs = coalesce(reader, sorted(where), COALESCE_GAP_BYTES if remote else 0,
-                        COALESCE_MAX_BYTES)
+                        COALESCE_MAX_BYTES if reader.store.coalesce_reads else 0)
         k = 0
         # The first run is always read here: its time tells local from remote again (a pooled
         # read's time also holds its wait for the GIL behind the other reads).

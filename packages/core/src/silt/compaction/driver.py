@@ -2,10 +2,11 @@
 
 A :class:`CompactionDriver` belongs to one DB. In ``background`` mode it runs one compaction at
 a time, picked by the policy from the version just committed, in the compaction subprocess when
-the DB qualifies (:mod:`.worker`: a merge in a thread would hold the writer's GIL) and else in
-its own thread; in ``external`` mode it only lists ``compaction/`` (at most every
-``compaction_poll_seconds``) for records that ``silt compact`` wrote. Either way, records are adopted by the writer's next commit
-(:func:`.adopt.adopt`) or refused, and their objects are then deleted.
+the DB qualifies (:mod:`.worker`: a merge in a thread would hold the writer's GIL), else in its
+own thread; in ``external`` mode it only lists ``compaction/`` (at most every
+``compaction_poll_seconds``) for records that ``silt compact`` wrote. Either way, records are
+adopted by the writer's next commit (:func:`.adopt.adopt`) or refused, and their objects are then
+deleted.
 
 Outputs are checked before they can be adopted (:func:`check_outputs`), since once adopted and
 GC has removed the inputs they are the only copy of their data: a record from ``compaction/``

@@ -319,10 +319,13 @@ class SstReader:
 
     def run_end(self, first: int, max_bytes: int, limit: int | None = None) -> int:
         """The end (exclusive) of the run of blocks from ``first`` that one read of at most
-        ``max_bytes`` covers (always at least one block), not past block ``limit - 1``."""
+        ``max_bytes`` covers (always at least one block), not past block ``limit - 1``; only
+        ``first`` when the store asks for single blocks (``ObjectStore.coalesce_reads``)."""
         t = self.tail
         offsets, sizes = t.block_offsets, t.block_sizes
         n = len(offsets) if limit is None else min(limit, len(offsets))
+        if not self.store.coalesce_reads:
+            return first + 1
         end = offsets[first] + max_bytes
         stop = first + 1
         while stop < n and offsets[stop] + sizes[stop] <= end:
