@@ -76,7 +76,7 @@ class Settings:
     Attributes:
         memtable_bytes: approximate size (keys + values + 16 bytes per entry) at which the active
             memtable is frozen and handed to the background uploader. Default 64 MiB.
-        block_bytes: target uncompressed size of an SST data block. Default 4 KiB: a point read
+        block_bytes: target uncompressed size of an SST data block. Default 8 KiB: a point read
             that misses the block cache reads, checks and searches one block (bench/README.md).
         compression: ``"lz4"`` (default) or ``"none"`` for data blocks.
         bloom_bits_per_key: bloom filter bits per key in each SST; 0 disables filters. Default 10
@@ -108,7 +108,7 @@ class Settings:
     """
 
     memtable_bytes: int = 64 * MiB
-    block_bytes: int = 4 * KiB
+    block_bytes: int = 8 * KiB
     compression: str = "lz4"
     bloom_bits_per_key: int = 10
     block_cache_bytes: int = 256 * MiB
