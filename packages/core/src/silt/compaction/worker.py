@@ -4,8 +4,9 @@ A merge is CPU-bound Python (decode, merge, encode, bloom): run in a thread of t
 holds the GIL for most of its run, and every foreground read that releases the GIL (a block read
 from the store) waits up to a switch interval to get it back, so gets slow down several times
 while a compaction runs. :func:`run_elsewhere` runs :func:`.compactor.run_compaction` in one
-worker process per writer process (``spawn``-started on first need and shared by every DB the
-process opens), while the driver's thread only waits for it, without the GIL. Nothing changes
+worker process per writer process (a ``python -c`` child started on first need and shared by
+every DB the process opens, one task at a time), while the driver's thread only waits for it,
+without the GIL. Nothing changes
 for adoption: the worker writes the outputs and the record create-only, exactly as the thread
 did, and returns the record; the writer adopts it at a commit as before.
 
@@ -18,12 +19,13 @@ before. The worker's requests are counted into the DB's metrics under ``compacti
 
 from __future__ import annotations
 
-import multiprocessing
+import os
 import pickle
+import subprocess
+import sys
 import threading
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
-from typing import Any
+import time
+from typing import IO, Any
 
 from ..clock import Clock
 from ..errors import StoreError
@@ -35,8 +37,14 @@ from ..tiers.file import FileStore
 from .record import CompactionRecord
 from .task import CompactionTask
 
-_lock = threading.Lock()
-_pool: ProcessPoolExecutor | None = None
+#: How often the worker checks that the writer process still lives.
+_PARENT_POLL_SECONDS = 0.2
+#: The worker's start: take the writer's import path (the first message), then serve.
+_BOOT = ("import pickle, sys; sys.path[:] = pickle.load(sys.stdin.buffer); "
+         "from silt.compaction.worker import serve; serve()")
+
+_lock = threading.Lock()  # one task at a time in the one worker; held while it runs
+_proc: subprocess.Popen[bytes] | None = None
 
 
 def _file_root(store: ObjectStore) -> str | None:
@@ -54,22 +62,33 @@ def can_run_elsewhere(store: ObjectStore, manifest: Manifest, task: CompactionTa
     return not any(s.db for s in manifest.all_ssts() if s.id in ids)
 
 
-def _worker_pool() -> ProcessPoolExecutor:
-    global _pool
-    with _lock:
-        if _pool is None:
-            # spawn, not fork: the writer has threads (uploads, reads), and a forked child
-            # would inherit their locks in whatever state they were
-            _pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
-        return _pool
+def _worker() -> subprocess.Popen[bytes]:
+    """The running worker, started if there is none (call under ``_lock``). It is a plain
+    ``python -c`` child talking pickles over its stdin and stdout: it inherits no other
+    descriptor of the writer (a killed writer's pipes reach EOF for whoever reads them) and
+    re-imports nothing of the writer's ``__main__`` (a Spark worker's, a notebook's)."""
+    global _proc
+    if _proc is None or _proc.poll() is not None:
+        _proc = subprocess.Popen([sys.executable, "-c", _BOOT], stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                 close_fds=True)
+        _send(_proc, list(sys.path))
+    return _proc
 
 
-def _drop_pool(broken: ProcessPoolExecutor) -> None:
-    global _pool
-    with _lock:
-        if _pool is broken:
-            _pool = None
-    broken.shutdown(wait=False, cancel_futures=True)
+def _send(proc: subprocess.Popen[bytes], message: Any) -> None:
+    stdin = proc.stdin
+    assert stdin is not None
+    pickle.dump(message, stdin, protocol=pickle.HIGHEST_PROTOCOL)
+    stdin.flush()
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    global _proc
+    if _proc is proc:
+        _proc = None
+    proc.kill()
+    proc.wait()
 
 
 def run_elsewhere(store: ObjectStore, manifest: Manifest, task: CompactionTask,
@@ -77,17 +96,20 @@ def run_elsewhere(store: ObjectStore, manifest: Manifest, task: CompactionTask,
     """:func:`.compactor.run_compaction` of ``task`` in the compaction subprocess; returns its
     record. Call only when :func:`can_run_elsewhere` says so. Errors of the compaction are
     raised here (as the same exception when it can cross the process boundary, else as a
-    :class:`~silt.errors.StoreError` naming it); a worker that died is replaced on the next
-    call and reported as a :class:`~silt.errors.StoreError`."""
+    :class:`~silt.errors.StoreError` naming it); a worker that died is reported as a
+    :class:`~silt.errors.StoreError` and replaced on the next call."""
     root = _file_root(store)
     assert root is not None
-    pool = _worker_pool()
-    try:
-        outcome = pool.submit(_compact, root, manifest.encode(), task, settings).result()
-    except BrokenProcessPool as exc:
-        _drop_pool(pool)
-        raise StoreError(f"the compaction subprocess died ({exc}); the task is picked "
-                         "again by a later commit") from None
+    with _lock:
+        proc = _worker()
+        try:
+            _send(proc, (root, manifest.encode(), task, settings))
+            assert proc.stdout is not None
+            outcome = pickle.load(proc.stdout)  # blocks without the GIL
+        except (EOFError, OSError, pickle.UnpicklingError) as exc:
+            _stop(proc)
+            raise StoreError(f"the compaction subprocess died ({type(exc).__name__}); the "
+                             "task is picked again by a later commit") from None
     kind, payload, requests = outcome
     for (_, op), (count, nbytes) in requests.items():
         entry = metrics.requests[(metrics.current_purpose(), op)]
@@ -96,6 +118,31 @@ def run_elsewhere(store: ObjectStore, manifest: Manifest, task: CompactionTask,
     if kind == "error":
         raise payload
     return CompactionRecord.decode(payload, "compaction subprocess")
+
+
+def serve() -> None:
+    """The worker's loop: one task per message on stdin, its outcome on stdout, until stdin
+    ends (the writer closed it or is gone). A watchdog ends the worker as soon as the writer
+    process is gone, even in the middle of a task (its half-written outputs are garbage that
+    GC removes)."""
+    inp: IO[bytes] = sys.stdin.buffer
+    out: IO[bytes] = sys.stdout.buffer
+    sys.stdout = sys.stderr  # the protocol owns stdout
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(_PARENT_POLL_SECONDS)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="silt-compact-watch", daemon=True).start()
+    while True:
+        try:
+            request = pickle.load(inp)
+        except EOFError:
+            return
+        pickle.dump(_compact(*request), out, protocol=pickle.HIGHEST_PROTOCOL)
+        out.flush()
 
 
 def _compact(root: str, manifest_data: bytes, task: CompactionTask,
