@@ -92,8 +92,9 @@ class Settings:
             ``"ttl"``, or a third party's), or ``"none"``. Default ``"leveled"``.
         compaction_mode: ``"background"`` (the writer's compaction subprocess compacts, or for
             a DB that cannot use it a thread of the writer, and the writer adopts the result at
-            its next commit; see :mod:`silt.compaction.worker`) or ``"external"`` (``silt compact URL`` runs elsewhere;
-            the writer adopts the records it finds under ``compaction/``). Default background.
+            its next commit; see :mod:`silt.compaction.worker`) or ``"external"`` (``silt
+            compact URL`` runs elsewhere; the writer adopts the records it finds under
+            ``compaction/``). Default background.
         compaction_poll_seconds: in external mode, how often a commit lists ``compaction/``.
         target_sst_bytes: size at which compaction starts a new output SST. Default 64 MiB.
         l0_compaction_trigger: L0 SSTs that make a policy compact L0. Default 4.
