@@ -19,6 +19,7 @@ before. The worker's requests are counted into the DB's metrics under ``compacti
 
 from __future__ import annotations
 
+import atexit
 import os
 import pickle
 import subprocess
@@ -73,7 +74,23 @@ def _worker() -> subprocess.Popen[bytes]:
                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                  close_fds=True)
         _send(_proc, list(sys.path))
+        atexit.register(_shutdown, _proc)
     return _proc
+
+
+def _shutdown(proc: subprocess.Popen[bytes]) -> None:
+    """At the writer's exit: close the worker's stdin (it ends after its task, or at once
+    when idle) and reap it, killing it if it does not end within a second."""
+    try:
+        if proc.stdin is not None:
+            proc.stdin.close()
+        proc.wait(timeout=1)
+    except (OSError, subprocess.TimeoutExpired):
+        proc.kill()
+        proc.wait()
+    finally:
+        if proc.stdout is not None:
+            proc.stdout.close()
 
 
 def _send(proc: subprocess.Popen[bytes], message: Any) -> None:
@@ -89,6 +106,9 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
         _proc = None
     proc.kill()
     proc.wait()
+    for pipe in (proc.stdin, proc.stdout):
+        if pipe is not None:
+            pipe.close()
 
 
 def run_elsewhere(store: ObjectStore, manifest: Manifest, task: CompactionTask,
