@@ -140,13 +140,15 @@ def test_ls(root: str, capsys) -> None:
     code, out, err = run(capsys, "ls", root)
     assert code == 0, err
     lines = out.splitlines()
-    assert lines[0].split() == ["VERSION", "CREATED", "SSTS", "BYTES", "META"]
+    assert lines[0].split() == ["VERSION", "CREATED", "SSTS", "BYTES", "REQUESTS", "META"]
     assert len(lines) == 3
     v1, v2 = (line.split() for line in lines[1:])
     assert v1[:2] == ["1", "2023-11-14T22:13:20.000Z"]
     assert v2[:2] == ["2", "2023-11-14T22:14:20.000Z"]
-    assert v1[4:] == ["query=q1"]
-    assert v2[4:] == ["batch=7", "query=q1"]
+    # Class A (PUT, LIST) / class B (GET) requests paid since the writer's previous commit.
+    assert re.fullmatch(r"A[1-9]\d*/B\d+", v1[4]) and re.fullmatch(r"A[1-9]\d*/B\d+", v2[4])
+    assert v1[5:] == ["query=q1"]
+    assert v2[5:] == ["batch=7", "query=q1"]
     assert int(v2[2]) == int(v1[2]) + 1  # version 2 added one L0 SST
     assert int(v2[3]) > int(v1[3]) > 0
 
@@ -375,8 +377,13 @@ def test_verify_reports_missing_and_truncated_ssts(root: str, capsys) -> None:
 def test_verify_scope_errors(root: str, tmp_path, capsys) -> None:
     code, _, err = run(capsys, "verify", root, "--version", "5")
     assert code == 1 and "version 5" in err
-    code, _, err = run(capsys, "verify", tmp_path.as_uri(), "--all")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    code, _, err = run(capsys, "verify", empty.as_uri(), "--all")
     assert code == 1 and "no committed versions" in err
+    # The fixture's parent folder holds one DB ("root"): verified as a root of DBs.
+    code, out, _ = run(capsys, "verify", tmp_path.as_uri(), "--all")
+    assert code == 0 and out.startswith("root: verified all versions") and "1 DBs: OK" in out
     code, _, err = run(capsys, "verify", root, "--all", "--version", "1")
     assert code == 2 and "not allowed with argument" in err  # argparse usage error
 

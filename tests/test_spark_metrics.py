@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pandas as pd
+import pytest
 import silt
 import silt_spark
 from pyspark import cloudpickle
@@ -194,6 +195,13 @@ def test_processor_metrics_reach_a_listener_and_the_log(spark, tmp_path, caplog)
         assert (s["state_reads"], s["state_writes"]) == (users, users)
         assert s["committed"] >= 1 and s["max_commit_ms"] > 0
         assert s["requests"]["PUT"]["count"] >= s["committed"]
+        # Requests by price class, and their cost at S3 Standard's list prices.
+        c = s["cost"]
+        n = {k: v["count"] for k, v in s["requests"].items()}
+        assert c["class_a"] == n.get("PUT", 0) + n.get("LIST", 0)
+        assert c["class_b"] == n.get("GET", 0) + n.get("RANGE_GET", 0)
+        assert c["usd"] == pytest.approx(
+            (c["class_a"] * 0.005 + c["class_b"] * 0.0004) / 1000) and c["usd"] > 0
     lines = [r.getMessage() for r in caplog.records if r.name == "silt_spark"]
     for b, rows in enumerate(batches):
         want = f"silt_spark query metrics_tws batch {b}: processor {state} 2 shards"
@@ -201,3 +209,4 @@ def test_processor_metrics_reach_a_listener_and_the_log(spark, tmp_path, caplog)
         assert line is not None, (want, lines)
         assert f"rows in {len(rows)} out {len({u for u, _ in rows})}" in line
         assert "requests" in line and "PUT" in line
+        assert "class A " in line and "est. $" in line and "(S3 Standard)" in line

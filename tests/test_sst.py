@@ -309,7 +309,8 @@ def test_manifest_written_by_a_commit_decodes(url: str, small: silt.Settings) ->
     finally:
         store.close()
     assert read == written
-    assert read.parent is None and read.meta == {"watermark": "42"}
+    assert read.parent is None and read.meta["watermark"] == "42"
+    assert set(read.meta) == {"watermark", "silt.requests"}  # and what the writer paid
     assert len(read.l0) >= 2
     assert sum(s.entries for s in read.l0) == 2000
 

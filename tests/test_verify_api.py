@@ -156,7 +156,7 @@ def test_child_dbs_of_an_operator_root_a_db_and_a_db_s_parent(operator_root: str
     fill((tmp_path / "alone" / "db").as_uri(), keys=10)
     for url, expected in ((operator_root, ["kg-00000-00127/", "kg-00128-00255/"]),
                           (root, []),                              # a DB
-                          ((tmp_path / "alone").as_uri(), []),     # the parent of one DB
+                          ((tmp_path / "alone").as_uri(), ["db/"]),  # one DB (one shard)
                           (tmp_path.as_uri(), ["alone/db/", "op/kg-00000-00127/",
                                                "op/kg-00128-00255/", "root/"])):  # any depth
         store = open_store(url)
@@ -216,3 +216,31 @@ def test_cli_ls_and_verify_an_operator_root(operator_root: str, capsys) -> None:
     captured = capsys.readouterr()
     assert captured.err.startswith("silt: corruption: kg-00000-00127: corruption in")
     assert "1 DB(S) WITH PROBLEMS" in captured.out
+
+
+def test_ls_inspect_and_verify_agree_on_a_root_of_one_db(tmp_path, capsys) -> None:
+    """A Spark operator with one shard leaves a root holding exactly one DB: every command
+    shows that DB under its name (none of them says "no committed versions")."""
+    url = (tmp_path / "op").as_uri()
+    fill(f"{url}/kg-00000-00255", keys=50)
+    assert main(["ls", url]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split()[:2] == ["DB", "VERSION"]
+    assert [line.split()[:2] for line in out[1:]] == [["kg-00000-00255", "1"],
+                                                       ["kg-00000-00255", "2"]]
+    assert main(["inspect", url]) == 0
+    out = capsys.readouterr().out
+    assert "1 DBs" in out and "kg-00000-00255" in out
+    assert main(["verify", url]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("kg-00000-00255: verified version 2") and "1 DBs: OK" in out
+
+
+def test_inspect_an_operator_root_at_a_version(operator_root: str, capsys) -> None:
+    assert main(["inspect", operator_root, "--version", "1", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["dbs"]
+    assert [(r["db"], r["version"], r["versions"]) for r in rows] == [
+        ("kg-00000-00127", 1, 2), ("kg-00128-00255", 1, 2)]
+    assert main(["inspect", operator_root, "--version", "7"]) == 1
+    err = capsys.readouterr().err
+    assert "no DB under" in err and "has version 7" in err and "Traceback" not in err

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from . import errors, paths
 from ._ext import speedups
+from .budget import MemoryBudget, set_memory_budget
+from .budget import process_budget as memory_budget
 from .clock import Clock, ManualClock
 from .db import DB
 from .errors import CommitConflict, SiltError
@@ -41,6 +43,7 @@ __all__ = [
     "Clock",
     "CommitConflict",
     "Manifest",
+    "MemoryBudget",
     "ManualClock",
     "ObjectInfo",
     "ObjectStore",
@@ -50,8 +53,10 @@ __all__ = [
     "WriteBatch",
     "errors",
     "hookimpl",
+    "memory_budget",
     "open",
     "read_manifest",
+    "set_memory_budget",
     "speedups",
     "verify",
     "versions",

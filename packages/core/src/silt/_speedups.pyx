@@ -681,6 +681,18 @@ cdef class BlockCache:
         finally:
             self._release()
 
+    def resize(self, Py_ssize_t capacity_bytes):
+        """Set the capacity; evicts least recently used entries until the rest fit in it."""
+        self._acquire()
+        try:
+            self.capacity = capacity_bytes
+            while self.used > capacity_bytes and self._data:
+                evicted = self._data.popitem(last=False)[1]
+                self.used -= evicted[1]
+                self.evictions += 1
+        finally:
+            self._release()
+
     def __len__(self):
         return len(self._data)
 

@@ -2,6 +2,9 @@
 
 Keys are ``(sst_id, block_index)``; values are decoded, immutable blocks, so a cached block can be
 shared by every reader and never goes stale (objects are never overwritten). Thread-safe.
+
+One cache may serve every DB of a process: :class:`silt.budget.MemoryBudget` owns such a shared
+cache and shrinks it (:meth:`BlockCache.resize`) as memtables take their part of the budget.
 """
 
 from __future__ import annotations
@@ -66,6 +69,15 @@ class BlockCache:
             self._data[key] = (value, charge)
             self.used += charge
             while self.used > self.capacity:
+                _, (_, evicted) = self._data.popitem(last=False)
+                self.used -= evicted
+                self.evictions += 1
+
+    def resize(self, capacity_bytes: int) -> None:
+        """Set the capacity; evicts least recently used entries until the rest fit in it."""
+        with self._lock:
+            self.capacity = capacity_bytes
+            while self.used > capacity_bytes and self._data:
                 _, (_, evicted) = self._data.popitem(last=False)
                 self.used -= evicted
                 self.evictions += 1

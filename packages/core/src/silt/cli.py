@@ -2,11 +2,12 @@
 
 Commands (``silt COMMAND --help`` for each one's options)::
 
-    silt ls URL                     committed versions: created, SSTs, bytes, meta (for a
-                                    root of several DBs: each DB's versions)
+    silt ls URL                     committed versions: created, SSTs, bytes, requests paid
+                                    (class A/B), meta (for a root of DBs: each DB's versions)
     silt inspect URL                one version's manifest: levels, SSTs, sizes, key ranges, plus
-                                    compaction state, pending compaction records, checkpoints and
-                                    the GC horizon (for a root of several DBs: one line per DB)
+                                    compaction state, pending compaction records, checkpoints,
+                                    the GC horizon and the requests its writer paid with their
+                                    estimated cost (for a root of DBs: one line per DB)
     silt get URL KEY                one value (raw bytes on stdout)
     silt scan URL                   key<TAB>value lines in key order
     silt verify URL                 read every manifest and block in scope, every checkpoint and
@@ -50,10 +51,12 @@ from itertools import islice
 from typing import Any
 from urllib.parse import unquote
 
-from . import _list_versions, paths, read_manifest
 from . import open as open_db
+from . import paths
 from .clock import Clock
+from .compaction.external import compact_once
 from .compaction.record import CompactionRecord, read_records
+from .cost import S3_STANDARD, Prices, recorded_requests, request_classes, summary, user_meta
 from .db import DB
 from .errors import (
     CorruptionError,
@@ -63,14 +66,15 @@ from .errors import (
 )
 from .manifest import Manifest
 from .plugins import KNOWN_CACHES, KNOWN_TIERS, get_registry, open_store
-from .roots import child_dbs, compaction_state, inspect_root, list_dbs
+from .roots import child_dbs, compaction_state, inspect_root, version_rows
 from .settings import MAX_INT, MAX_SECONDS, Settings
 from .siblings import SiblingStores
 from .sst.builder import SstInfo
 from .store import ObjectStore, split_url
 from .tierkit import public_url
 from .verify import Problem, VerifyReport, verify
-from .versions import list_versions
+from .versions import read_manifest
+from .versions import versions as committed_versions
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -122,6 +126,23 @@ def _time(ms: int) -> str:
 
 def _meta(meta: dict[str, str]) -> str:
     return " ".join(f"{escape(k.encode())}={escape(v.encode())}" for k, v in sorted(meta.items()))
+
+
+def _classes(requests: dict[str, int]) -> str:
+    """``A5/B3``: a version's recorded requests by class (``-`` when none were recorded)."""
+    if not requests:
+        return "-"
+    c = request_classes(requests)
+    return f"A{c['class_a']}/B{c['class_b']}"
+
+
+def _cost_line(requests: dict[str, int], prices: Prices) -> str:
+    if not requests:
+        return "- (not recorded by this version's writer)"
+    c = summary(requests, prices)
+    kinds = ", ".join(f"{k} {n}" for k, n in sorted(requests.items()))
+    return (f"{kinds} since the writer's previous commit: class A {c['class_a']}, class B "
+            f"{c['class_b']}, est. ${c['usd']:.6f} at {prices.name} prices")
 
 
 def _table(header: Sequence[str], rows: Iterable[Sequence[object]], indent: str = "") -> str:
@@ -187,7 +208,7 @@ def _open_db(url: str, version: int | None) -> tuple[ObjectStore, DB]:
 def _resolve_version(store: ObjectStore, url: str, version: int | None) -> int:
     if version is not None:
         return version
-    found = _list_versions(store)
+    found = committed_versions(store)
     if not found:
         raise VersionNotFoundError(f"{public_url(url)!r} has no committed versions")
     return found[-1]
@@ -217,58 +238,32 @@ def _key_arg(text: str | None, is_hex: bool, what: str) -> bytes | None:
 # --- commands ------------------------------------------------------------------------------------
 
 
-def _sst_summary(manifest: Manifest) -> tuple[int, int]:
-    ssts = list(manifest.all_ssts())
-    return len(ssts), sum(s.size for s in ssts)
-
-
-def _version_rows(store: ObjectStore, db: str = "") -> tuple[list[dict[str, Any]], int]:
-    """One row per committed version of the DB at prefix ``db`` (``"db"`` names it when given),
-    and the exit status (a manifest that does not decode is reported, and the listing goes on).
-    """
-    status = EXIT_OK
-    rows: list[dict[str, Any]] = []
-    named = {"db": db.rstrip("/")} if db else {}
-    for version in list_versions(store, db).versions:
-        name = db + paths.manifest_key(version)
-        try:
-            m = read_manifest(store, version, db)
-        except CorruptionError as exc:
-            status = EXIT_CORRUPT
-            print(f"silt: error: {exc}", file=sys.stderr)
-            rows.append({**named, "version": version, "error": str(exc), "object": name})
-            continue
-        except VersionNotFoundError:
-            continue  # collected between the listing and the read
-        count, size = _sst_summary(m)
-        rows.append({
-            **named, "version": version, "parent": m.parent, "created_ms": m.created_ms,
-            "created": _time(m.created_ms), "ssts": count, "bytes": size, "meta": m.meta,
-        })
-    return rows, status
-
-
 def cmd_ls(args: argparse.Namespace) -> int:
     store = _open_store(args.url)
     try:
-        rows, status = _version_rows(store)
+        rows = version_rows(store)
         dbs = child_dbs(store) if not rows else []
-        for db in dbs:  # a root of several DBs: each DB's versions
-            more, db_status = _version_rows(store, db)
-            rows += more
-            status = max(status, db_status)
+        for db in dbs:  # a root of DBs: each DB's versions
+            rows += version_rows(store, db)
     finally:
         store.close()
+    status = EXIT_OK
+    for r in rows:
+        if "error" in r:  # reported, and the listing goes on
+            status = EXIT_CORRUPT
+            print(f"silt: error: {r['error']}", file=sys.stderr)
     if args.json:
-        _print_json(rows)
+        _print_json([r if "error" in r else {**r, "created": _time(r["created_ms"])}
+                     for r in rows])
     elif rows:
-        header = ["VERSION", "CREATED", "SSTS", "BYTES", "META"]
+        header = ["VERSION", "CREATED", "SSTS", "BYTES", "REQUESTS", "META"]
         print(_table(
             ["DB", *header] if dbs else header,
             [
                 ([r["db"]] if dbs else [])
-                + ([r["version"], "CORRUPT", "-", "-", r["object"]] if "error" in r
-                   else [r["version"], r["created"], r["ssts"], r["bytes"], _meta(r["meta"])])
+                + ([r["version"], "CORRUPT", "-", "-", "-", r["object"]] if "error" in r
+                   else [r["version"], _time(r["created_ms"]), r["ssts"], r["bytes"],
+                         _classes(r["requests"]), _meta(r["meta"])])
                 for r in rows
             ],
         ))
@@ -290,6 +285,8 @@ def _sst_json(info: SstInfo, props: dict[str, Any] | None) -> dict[str, Any]:
         "smallest_text": show_key(info.smallest),
         "largest_text": show_key(info.largest),
     }
+    if info.seq:
+        d["seq"] = info.seq
     if info.db:
         d["object"] = f"../{info.db}/{d['object']}"
         d["db"] = info.db
@@ -313,20 +310,26 @@ def _record_json(name: str, rec: CompactionRecord | CorruptionError) -> dict[str
     }
 
 
-def _print_root(url: str, rows: list[dict[str, Any]], as_json: bool) -> int:
-    """``silt inspect`` of a root that holds several DBs (e.g. a Spark operator's shards)."""
+def _print_root(url: str, rows: list[dict[str, Any]], as_json: bool, prices: Prices) -> int:
+    """``silt inspect`` of a root that holds DBs (e.g. a Spark operator's shards)."""
+    for r in rows:
+        r["cost"] = summary(r["requests"], prices)
+    total = summary({k: sum(r["requests"].get(k, 0) for r in rows)
+                     for k in {k for r in rows for k in r["requests"]}}, prices)
     if as_json:
-        _print_json({"root": url, "dbs": rows})
+        _print_json({"root": url, "dbs": rows, "cost": total})
         return EXIT_OK
     print(f"root {public_url(url)}: {len(rows)} DBs")
     print(_table(
-        ["DB", "VERSION", "VERSIONS", "L0", "READ_AMP", "BYTES", "PENDING", "HORIZON",
-         "CHECKPOINTS"],
+        ["DB", "VERSION", "VERSIONS", "L0", "READ_AMP", "BYTES", "REQUESTS", "PENDING",
+         "HORIZON", "CHECKPOINTS"],
         [[r["db"], r["version"], r["versions"], r["l0_ssts"], r["read_amplification"],
-          r["bytes"], r["pending_compactions"], r["gc_horizon"] or "-",
+          r["bytes"], _classes(r["requests"]), r["pending_compactions"], r["gc_horizon"] or "-",
           " ".join(f"{k}={v}" for k, v in sorted(r["checkpoints"].items())) or "-"]
          for r in rows],
     ))
+    print(f"requests of these versions: class A {total['class_a']}, class B {total['class_b']}, "
+          f"est. ${total['usd']:.6f} at {prices.name} prices")
     return EXIT_OK
 
 
@@ -335,10 +338,14 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
     store = _open_store(args.url)
     try:
-        if args.version is None and not _list_versions(store):
-            dbs = [db for db in list_dbs(store) if db]
-            if dbs:
-                return _print_root(args.url, inspect_root(store, dbs), args.json)
+        dbs = child_dbs(store)
+        if dbs:
+            rows = inspect_root(store, dbs, args.version)
+            if not rows and args.version is not None:
+                raise VersionNotFoundError(
+                    f"no DB under {public_url(args.url)!r} has version {args.version}; "
+                    "run `silt ls` to list the committed versions")
+            return _print_root(args.url, rows, args.json, args.prices)
         version = _resolve_version(store, args.url, args.version)
         m = _read_manifest(store, args.url, version)
         props: dict[str, dict[str, Any]] = {}
@@ -373,7 +380,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
             "writer_id": m.writer_id,
             "created_ms": m.created_ms,
             "created": _time(m.created_ms),
-            "meta": m.meta,
+            "meta": user_meta(m.meta),
+            "requests": recorded_requests(m.meta),
+            "cost": summary(recorded_requests(m.meta), args.prices),
             "levels": [
                 {"level": name, **totals(ssts),
                  "sst_list": [_sst_json(s, props.get(s.id) if args.tails else None)
@@ -381,6 +390,12 @@ def cmd_inspect(args: argparse.Namespace) -> int:
                 for name, ssts in levels
             ],
             "totals": totals(everything),
+            "range_deletes": {
+                "seq": m.seq,
+                "tombstones": [{"start": lo.hex(), "end": hi.hex(), "seq": seq,
+                                "start_text": show_key(lo), "end_text": show_key(hi)}
+                               for lo, hi, seq in m.range_tombstones.fragments],
+            },
             "store": store_stats,
             "compaction": compaction,
             "checkpoints": checkpoints,
@@ -392,7 +407,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     print(f"parent    {'-' if m.parent is None else m.parent}")
     print(f"writer    {m.writer_id}")
     print(f"created   {_time(m.created_ms)}")
-    print(f"meta      {_meta(m.meta) or '-'}")
+    print(f"meta      {_meta(user_meta(m.meta)) or '-'}")
+    print(f"requests  {_cost_line(recorded_requests(m.meta), args.prices)}")
     header = ["ID", "SIZE", "ENTRIES", "TOMBSTONES"]
     if args.tails:
         header += ["BLOCKS", "COMPRESSION", "BLOOM"]
@@ -416,6 +432,12 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     t = totals(everything)
     print(f"total: {t['ssts']} SSTs, {t['bytes']} bytes, {t['entries']} entries, "
           f"{t['tombstones']} tombstones")
+    if m.seq:
+        print(f"range deletes: {len(m.range_tombstones)} range tombstones, counter {m.seq}")
+        for lo, hi, seq in m.range_tombstones.fragments[:20]:
+            print(f"  [{show_key(lo)} .. {show_key(hi)})  seq {seq}")
+        if len(m.range_tombstones) > 20:
+            print(f"  ... {len(m.range_tombstones) - 20} more (--json lists all)")
     levels_text = " ".join(f"L{i}={b}" for i, b in enumerate(compaction["level_bytes"], 1))
     print(f"compaction: L0 {compaction['l0_ssts']} SSTs, read amplification "
           f"{compaction['read_amplification']}, level bytes {levels_text or '-'}")
@@ -591,31 +613,15 @@ def _settings_from(args: argparse.Namespace) -> Settings:
 
 def _compact_once(store: ObjectStore, url: str, settings: Settings, policy: Any,
                   clock: Clock) -> dict[str, Any]:
-    """One pass of the external compactor over the latest version. Never writes a manifest."""
-    from .compaction.compactor import run_compaction
-
-    found = _list_versions(store)
-    if not found:
-        return {"status": "empty", "version": None}
-    m = _read_manifest(store, url, found[-1])
-    task = policy.pick(m, clock.now_ms())
-    if task is None:
-        return {"status": "idle", "version": m.version}
-    # A record the writer has not adopted yet, whose inputs are all still live and overlap this
-    # task, would make this one redundant: wait for the writer instead of doing it twice.
-    live = {s.id for s in m.all_ssts()}
-    for name, rec in read_records(store):
-        if isinstance(rec, CompactionRecord) and set(rec.task.inputs) <= live and (
-            set(rec.task.inputs) & set(task.inputs)
-        ):
-            return {"status": "waiting", "version": m.version, "record": name}
-    siblings = SiblingStores(url, store)
-    try:
-        record = run_compaction(store, m, task, settings, clock, siblings=siblings)
-    finally:
-        siblings.close()
-    return {"status": "compacted", "version": m.version,
-            **_record_json(paths.compaction_key(record.id), record)}
+    """One pass of the external compactor (:func:`silt.compaction.external.compact_once`), as
+    the JSON ``silt compact --json`` prints."""
+    done = compact_once(store, url, settings, policy, clock)
+    result: dict[str, Any] = {"status": done.status, "version": done.version}
+    if done.waiting_for is not None:
+        result["record"] = done.waiting_for
+    if done.record is not None:
+        result.update(_record_json(paths.compaction_key(done.record.id), done.record))
+    return result
 
 
 def cmd_compact(args: argparse.Namespace) -> int:
@@ -761,6 +767,13 @@ def _non_negative(text: str) -> int:
     return _integer(text, 0, MAX_INT)
 
 
+def _prices(text: str) -> Prices:
+    try:
+        return Prices.parse(text)
+    except InvalidArgumentError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _version(text: str) -> int:
     return _integer(text, 0, paths.MAX_VERSION)
 
@@ -802,12 +815,17 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--version", type=_version, metavar="N",
                        help="read version N (default: the latest)")
 
-    p = command("ls", cmd_ls, "list committed versions with creation time, SSTs, bytes and meta")
+    p = command("ls", cmd_ls, "list committed versions with creation time, SSTs, bytes, "
+                              "requests paid (class A/B) and meta")
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
     p = command("inspect", cmd_inspect,
-                "show one version's manifest: levels, SSTs, sizes, entries, key ranges")
+                "show one version's manifest: levels, SSTs, sizes, entries, key ranges, and "
+                "what its writer paid in requests")
     version_option(p)
+    p.add_argument("--prices", type=_prices, default=S3_STANDARD, metavar="KIND=USD,...",
+                   help="request prices in US dollars per 1,000 requests, e.g. "
+                        "'PUT=0.005,LIST=0.005,GET=0.0004' (default: S3 Standard's)")
     p.add_argument("--tails", action="store_true",
                    help="also read each SST's properties (one ranged GET per SST)")
     p.add_argument("--json", action="store_true", help="machine-readable output")

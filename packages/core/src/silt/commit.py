@@ -52,8 +52,9 @@ from .errors import (
 )
 from .gc import horizon, read_checkpoints
 from .manifest import Manifest
-from .markers import GcMarkers, refresh
+from .markers import GcMarkers, refresh, unchanged
 from .metrics import MeteredStore
+from .rangedel import EMPTY, RangeTombstones
 from .siblings import Reference, SiblingStores
 from .sst.builder import SstInfo
 from .store import retrying
@@ -146,10 +147,12 @@ class Committer:
     # -- publishing ---------------------------------------------------------------------------
     def publish(self, version: int, auto: bool, base: Manifest | None,
                 l0: tuple[SstInfo, ...], levels: tuple[tuple[SstInfo, ...], ...],
-                meta: dict[str, str], refs: list[Reference], pending: Any) -> Manifest:
+                meta: dict[str, str], refs: list[Reference], pending: Any, *, seq: int = 0,
+                tombs: RangeTombstones = EMPTY) -> Manifest:
         """Create version ``version`` listing ``l0``/``levels`` and run the checks after it
-        (steps 1-3 of the module docstring). ``pending`` is kept with an uncertain commit and
-        handed back by :meth:`prepare` when it turns out to have landed."""
+        (steps 1-3 of the module docstring), with the range-delete counter ``seq`` and range
+        tombstones ``tombs`` (:mod:`silt.rangedel`). ``pending`` is kept with an uncertain
+        commit and handed back by :meth:`prepare` when it turns out to have landed."""
         while True:
             if version > self.next and self.lineage is not None:
                 self._reserve(version, base, self.next)
@@ -157,7 +160,8 @@ class Committer:
             manifest = Manifest(
                 version=version, parent=self.lineage, writer_id=self.writer_id,
                 token=uuid.uuid4().hex, created_ms=self._clock.now_ms(), l0=l0,
-                levels=levels, meta=meta, gc_grace_ms=self._grace_ms,
+                levels=levels, meta=meta, gc_grace_ms=self._grace_ms, seq=seq,
+                range_tombstones=tombs,
             )
             try:
                 created = self._create(manifest)
@@ -242,6 +246,8 @@ class Committer:
             levels=base.levels if base is not None else (),
             meta=dict(base.meta) if base is not None else {},
             skip_to=target, gc_grace_ms=self._grace_ms,
+            seq=base.seq if base is not None else 0,
+            range_tombstones=base.range_tombstones if base is not None else EMPTY,
         )
         if self._create(reservation):
             self.lineage, self.next = n, target
@@ -297,6 +303,23 @@ class Committer:
         self._check_age(manifest, base, markers, resolving=resolving)
         if refs and base is None:
             self._check_sources(manifest, refs)
+
+    def nothing_after(self, base: Manifest) -> bool:
+        """Whether no version after ``base`` exists, proved with two GETs of objects that do not
+        exist while that holds; ``False`` when unsure (then list). First the name every commit
+        on top of ``base`` creates first (``base.next_version``: a commit that skips numbers
+        reserves it, so any newer version implies it), then the next GC epoch (GC deletes a
+        manifest only after bumping it, so a successor deleted before the first GET shows).
+        Unsure without known markers, or with a commit or withdrawal in flight."""
+        if self.markers is None or self.uncertain is not None or self.withdrawing is not None:
+            return False
+        name = paths.manifest_key(base.next_version)
+        try:
+            retrying(lambda: self._store.get_range(name, 0, 1))
+            return False
+        except NotFoundError:
+            pass
+        return unchanged(self._store, self.markers)
 
     def _refresh_markers(self) -> GcMarkers:
         self.markers = refresh(self._store, self.markers)

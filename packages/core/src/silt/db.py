@@ -29,13 +29,16 @@ fetches run in the DB's own thread pools. Durability: nothing is durable until `
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from .budget import MemoryBudget, memtable_charge, process_budget
 from .cache import BlockCache
 from .clock import Clock
 from .commit import Committer, check_version
 from .compaction.driver import CompactionDriver
+from .cost import META_REQUESTS, RESERVED_META_PREFIX, encode_requests, user_meta
 from .errors import (
     ClosedError,
     InvalidArgumentError,
@@ -47,6 +50,7 @@ from .manifest import Manifest, check_meta
 from .memtable import Memtable, check_ops, check_pairs
 from .metrics import MeteredStore, Metrics
 from .pin import check_checkpoint_name, pin
+from .rangedel import MAX_FRAGMENTS, RangeTombstones
 from .record import MISSING, visible
 from .settings import Settings
 from .siblings import Base, Reference, SiblingStores, mark_referrers, take_reference
@@ -58,10 +62,16 @@ from .store import ObjectStore
 from .tierkit import public_url
 from .versions import list_versions
 from .view import BlockFetcher, Level, Readers, ReadView
-from .writebatch import WriteBatch
+from .writebatch import DELETE_RANGE, WriteBatch
 
 _BYTES_LIKE = (bytearray, memoryview)
 _BYTES_ONLY = {bytes}
+
+
+def _give_back(budget: MemoryBudget, reserved: list[int]) -> None:
+    """Release what a DB's active memtable held reserved (close, or the DB was collected)."""
+    budget.release(reserved[0])
+    reserved[0] = 0
 
 
 class DB:
@@ -76,8 +86,13 @@ class DB:
         clock: Clock,
         manifest: Manifest | None,
         owns_store: bool = True,
+        metrics: Metrics | None = None,
+        budget: MemoryBudget | None = None,
     ) -> None:
-        self._metrics = Metrics()
+        #: Request counters; ``metrics`` carries on the counts of opening this DB.
+        self._metrics = Metrics() if metrics is None else metrics
+        #: Requests by kind counted into the previous commit's ``silt.requests`` (silt.cost).
+        self._paid: dict[str, int] = {}
         self._store = MeteredStore(store, self._metrics)
         self._url = url
         #: The URL as messages and repr show it: no query (tier options may hold a secret).
@@ -85,12 +100,26 @@ class DB:
         self._settings = settings
         self._clock = clock
         self._owns_store = owns_store
-        self._cache = BlockCache(settings.block_cache_bytes)
+        #: The memory budget this DB's memtables are charged to and whose cache it shares, or
+        #: ``None`` with a private cache (``Settings.block_cache_bytes``): see silt.budget.
+        self._budget: MemoryBudget | None = None
+        if settings.block_cache_bytes is not None:
+            self._cache = BlockCache(settings.block_cache_bytes)
+        else:
+            self._budget = budget if budget is not None else process_budget()
+            self._cache = self._budget.cache
         self._lock = threading.RLock()
         self._closed = False
         self._max_key = settings.max_key_bytes
         self._max_value = settings.max_value_bytes
-        self._memtable_limit = settings.memtable_bytes
+        #: The range-delete counter (silt.rangedel): the newest range tombstone's number.
+        self._seq = 0
+        #: Size at which the active memtable must grow its reservation or freeze (with a budget,
+        #: 0 until its first write), and the bytes it holds reserved from the budget.
+        self._memtable_limit = settings.memtable_bytes if self._budget is None else 0
+        self._mem_reserved = [0]  # a list: the finalizer of a DB dropped unclosed gives it back
+        if self._budget is not None:
+            weakref.finalize(self, _give_back, self._budget, self._mem_reserved)
         #: What reads consult; replaced whole (never edited) but for its active memtable.
         self._view = ReadView(Memtable())
         self._manifest: Manifest | None = None
@@ -124,8 +153,9 @@ class DB:
 
     @property
     def meta(self) -> dict[str, str]:
-        """The ``meta`` map of the base version (a copy)."""
-        return dict(self._manifest.meta) if self._manifest is not None else {}
+        """The ``meta`` map of the base version (a copy): what callers committed, without silt's
+        own entries (keys starting with ``silt.``, such as :data:`silt.cost.META_REQUESTS`)."""
+        return user_meta(self._manifest.meta) if self._manifest is not None else {}
 
     @property
     def url(self) -> str:
@@ -239,6 +269,47 @@ class DB:
         if mem.approx_bytes >= self._memtable_limit:
             self._freeze_full(mem)
 
+    def delete_range(self, start: bytes, end: bytes) -> None:
+        """Remove every key ``k`` with ``start <= k < end`` (the bounds of :meth:`scan`).
+
+        One range tombstone, whatever the number of keys: reads, scans and compaction honour it
+        (see :mod:`silt.rangedel`); keys written after the call are visible as usual. Visible to
+        this DB's reads at once; durable with :meth:`commit`. ``start == end`` deletes nothing;
+        ``start > end`` raises :class:`~silt.errors.InvalidArgumentError`.
+        """
+        self._check_open()
+        start, end = self._check_range(start, end)
+        with self._lock:
+            self._delete_range(start, end)
+
+    def _check_range(self, start: Any, end: Any) -> tuple[bytes, bytes]:
+        start = self._check_key(start)
+        end = self._check_key(end)
+        if start > end:
+            raise InvalidArgumentError(
+                f"delete_range start {start!r:.80} is after end {end!r:.80}: the range is "
+                "[start, end), start included and end excluded; swap them"
+            )
+        return start, end
+
+    def _delete_range(self, start: bytes, end: bytes) -> None:
+        """Apply a checked range delete (caller holds ``_lock``)."""
+        if start == end:
+            return
+        view = self._view
+        view.mem.delete_range(start, end)
+        if not (view.parts or view.l0 or view.levels):
+            return  # nothing older to cover: the memtable's point tombstones were enough
+        tombs = view.tombs.add(start, end, self._seq + 1)
+        if len(tombs) > MAX_FRAGMENTS:
+            raise InvalidArgumentError(
+                f"{len(tombs)} range tombstones would exceed the limit of {MAX_FRAGMENTS} a "
+                "manifest holds: commit and let compaction rewrite what they delete, or delete "
+                "fewer, wider ranges"
+            )
+        self._seq += 1
+        self._view = view.but(tombs=tombs)
+
     def write(self, batch: WriteBatch) -> None:
         """Apply every operation of ``batch``, in order, after validating all of them."""
         self._check_open()
@@ -250,10 +321,13 @@ class DB:
                 mem = self._view.mem
                 mem.apply(batch.ops)
                 if mem.approx_bytes >= self._memtable_limit:
-                    self._freeze()
+                    self._grow_or_freeze()
             return
-        ops = []
+        ops: list[tuple[Any, ...]] = []
         for key, value, ttl in batch.ops:
+            if value is DELETE_RANGE:
+                ops.append((*self._check_range(key, ttl), DELETE_RANGE))
+                continue
             key = self._check_key(key)
             if value is None:
                 ops.append((key, None))
@@ -261,11 +335,14 @@ class DB:
                 value = self._check_value(value)
                 ops.append((key, value if ttl is None else (value, self._expiry(ttl))))
         with self._lock:
+            for op in ops:
+                if len(op) == 3:
+                    self._delete_range(op[0], op[1])
+                else:
+                    self._view.mem.put(*op)
             mem = self._view.mem
-            for key, record in ops:
-                mem.put(key, record)
             if mem.approx_bytes >= self._memtable_limit:
-                self._freeze()
+                self._grow_or_freeze()
 
     def put_many(self, keys: Sequence[bytes], values: Sequence[bytes]) -> None:
         """Set ``keys[i]`` to ``values[i]`` for every ``i``, like ``put`` in a loop but without a
@@ -290,17 +367,52 @@ class DB:
                 mem = self._view.mem
                 i = mem.put_pairs(keys, values, i, self._memtable_limit)
                 if mem.approx_bytes >= self._memtable_limit:
-                    self._freeze()
+                    self._grow_or_freeze()
 
     # -- flush --------------------------------------------------------------------------------
     def _freeze_full(self, mem: Memtable) -> None:
         with self._lock:
             if self._view.mem is mem:
-                self._freeze()
+                self._grow_or_freeze()
+
+    def _grow_or_freeze(self) -> None:
+        """The active memtable reached ``_memtable_limit`` (caller holds ``_lock``). With a
+        budget and below ``Settings.memtable_bytes``, reserve chunks until its memory (see
+        :func:`~silt.budget.memtable_charge`) fits, the first always granted, and set the next
+        limit where the rest of the reservation would be used; freeze when the budget refuses."""
+        budget = self._budget
+        if budget is not None:
+            mem = self._view.mem
+            approx = mem.approx_bytes
+            cap = self._settings.memtable_bytes
+            if approx < cap:
+                need = memtable_charge(approx, len(mem))
+                while need >= self._mem_reserved[0]:
+                    if not budget.reserve(budget.chunk, force=self._mem_reserved[0] == 0):
+                        break
+                    self._mem_reserved[0] += budget.chunk
+                if need < self._mem_reserved[0]:
+                    # The rest, in memtable bytes, at the memtable's bytes-to-memory ratio so far.
+                    rest = (self._mem_reserved[0] - need) * approx // max(need, 1)
+                    self._memtable_limit = min(cap, approx + max(rest, 1))
+                    return
+        self._freeze()
 
     def _freeze(self) -> None:
-        """Hand the active memtable to the uploader (caller holds ``_lock``)."""
-        self._view = self._flusher.freeze(self._view)
+        """Hand the active memtable to the uploader (caller holds ``_lock``). With a budget, the
+        frozen memtable keeps its reservation (at least its size) until its upload is done."""
+        view = self._view
+        size = memtable_charge(view.mem.approx_bytes, len(view.mem))
+        self._view = self._flusher.freeze(view, self._seq)
+        budget = self._budget
+        if budget is not None and self._view is not view:
+            held, self._mem_reserved[0], self._memtable_limit = self._mem_reserved[0], 0, 0
+            if size > held:
+                budget.reserve(size - held, force=True)
+                held = size
+            future = self._view.parts[-1].future
+            assert future is not None
+            future.add_done_callback(lambda _f: budget.release(held))
 
     def flush(self) -> None:
         """Freeze the memtable and wait until every frozen memtable is an uploaded SST.
@@ -342,6 +454,10 @@ class DB:
                 for k, v in meta.items():
                     if not isinstance(k, str) or not isinstance(v, str):
                         raise InvalidTypeError("commit meta must map str to str")
+                    if k.startswith(RESERVED_META_PREFIX):
+                        raise InvalidArgumentError(
+                            f"commit meta key {k!r}: keys starting with "
+                            f"{RESERVED_META_PREFIX!r} are silt's own; name yours otherwise")
                     merged_meta[k] = v
             self._freeze()
             parts = self._view.parts
@@ -352,7 +468,13 @@ class DB:
             base_l0, base_levels = (old.l0, old.levels) if old is not None else self._ref_base
             records = self._compaction.gather(old, len(new_l0) + len(base_l0))
             l0, levels, adopted, refused = self._compaction.apply(
-                new_l0 + base_l0, base_levels, records)
+                new_l0 + base_l0, base_levels, records, self._seq)
+            # What this handle paid since its previous commit, this manifest's PUT included.
+            paid = self._metrics.totals()
+            paid["PUT"] += 1
+            merged_meta[META_REQUESTS] = encode_requests(
+                {k: n - self._paid.get(k, 0) for k, n in paid.items()})
+            tombs = self._view.tombs.prune([*l0, *(s for run in levels for s in run)])
             with self._metrics.purpose("commit"):
                 if old is None and self._refs:
                     # Before the manifest exists: the owners' GC must know it may be referenced.
@@ -360,9 +482,10 @@ class DB:
                                    _split_parent(self._url)[1])
                 manifest = self._committer.publish(
                     version, auto, old, l0, levels, merged_meta, self._refs,
-                    pending=(adopted, refused),
+                    pending=(adopted, refused), seq=self._seq, tombs=tombs,
                 )
             self._landed(manifest, adopted, refused)
+            self._paid = paid
             return manifest.version
 
     def _landed(self, manifest: Manifest, adopted: list, refused: list) -> None:
@@ -382,13 +505,20 @@ class DB:
         self._committer.based_on(manifest)
         if manifest is None:
             return
+        self._seq = max(self._seq, manifest.seq)
         live_ids = {s.id for s in manifest.all_ssts()}
         view = self._view
         parts = tuple(p for p in view.parts if p.info is None or p.info.id not in live_ids)
+        # Range deletes made after the manifest was built (after an uncertain commit that
+        # landed) have greater numbers than its counter: they stay in force. Tombstones it
+        # pruned were older than every part it does not hold.
+        pending = [f for f in view.tombs.fragments if f[2] > manifest.seq]
+        tombs = manifest.range_tombstones.union(RangeTombstones(pending))
         self._view = view.but(
             parts=parts,
             l0=tuple(self._reader(s) for s in manifest.l0),
             levels=tuple(Level([self._reader(s) for s in run]) for run in manifest.levels),
+            tombs=tombs,
         )
         self._readers.retain(live_ids | {p.info.id for p in parts if p.info is not None})
 
@@ -450,9 +580,12 @@ class DB:
             ref, base = taken
             self._refs.append(ref)
             self._ref_base = base
+            # The sources' counters continue here, so later range deletes cover their SSTs.
+            self._seq = max(self._seq, ref.seq)
             self._view = view.but(
                 l0=tuple(self._reader(s) for s in base[0]),
                 levels=tuple(Level([self._reader(s) for s in run]) for run in base[1]),
+                tombs=view.tombs.union(ref.tombs),
             )
             return len(ref.l0) + sum(len(run) for run in ref.levels)
 
@@ -467,7 +600,7 @@ class DB:
         view = self._view
         r = view.mem.data.get(key, MISSING)
         if r is MISSING:
-            if view.parts or view.levels:
+            if view.parts or view.levels or view.tombs:
                 r = view.get_below(key)
             elif view.l0:  # everything below the memtable is in L0: one call, no frame more
                 r = get_from(view.l0, key)
@@ -550,7 +683,11 @@ class DB:
             self._flusher.close()
             self._fetch.close()
             self._compaction.close()
-            self._cache.clear()
+            if self._budget is None:
+                self._cache.clear()
+            else:  # the shared cache keeps this DB's blocks until evicted (a reopen finds them)
+                _give_back(self._budget, self._mem_reserved)
+                self._memtable_limit = 0
             self._view = ReadView(Memtable())
             self._siblings.close()
             if self._owns_store:
@@ -562,7 +699,8 @@ class DB:
         ``read_amplification`` is the number of SSTs a point read may probe (L0 SSTs plus one per
         non-empty level); ``write_amplification`` is bytes written to SSTs (flushes and
         compaction outputs) per byte flushed from memtables; ``requests`` counts object-store
-        requests and bytes by purpose (write, flush, commit, compaction, gc, read) and kind.
+        requests and bytes by purpose (write, flush, commit, compaction, gc, read, open) and
+        kind, ``requests_by_kind`` the requests of each kind (failed ones included).
         """
         m = self._metrics.snapshot()
         flushed = m.get("flush_bytes", 0)
@@ -598,14 +736,20 @@ class DB:
         return self._compaction.wait(timeout)
 
     def newer_versions(self) -> list[int]:
-        """Committed versions greater than this DB's base version (one LIST), ascending.
+        """Committed versions greater than this DB's base version, ascending.
 
         A non-empty answer means another writer (or an earlier run) has moved on. Withdrawn
-        versions are not listed.
+        versions are not listed. Cost: one LIST; or, on a DB that committed before (so it knows
+        the GC markers), two GETs of objects that do not exist when no writer moved on (the
+        name the next version takes, and the next GC epoch: see
+        :meth:`silt.commit.Committer.nothing_after`), and the LIST only when one exists.
         """
         self._check_open()
-        base = self.version
-        return [v for v in list_versions(self._store).versions if base is None or v > base]
+        base = self._manifest
+        if base is not None and self._committer.nothing_after(base):
+            return []
+        return [v for v in list_versions(self._store).versions
+                if base is None or v > base.version]
 
     # -- retention ----------------------------------------------------------------------------
     def checkpoint(self, name: str) -> int:

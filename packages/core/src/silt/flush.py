@@ -18,6 +18,7 @@ Threading: ``freeze``, ``wait`` and ``refresh_aged`` are called by the DB's sing
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 
 from . import paths
 from .cache import BlockCache
@@ -45,13 +46,14 @@ class Flusher:
         self._readers = readers
         self._pool: ThreadPoolExecutor | None = None
 
-    def freeze(self, view: ReadView) -> ReadView:
+    def freeze(self, view: ReadView, seq: int = 0) -> ReadView:
         """The view with its memtable frozen into a new part whose upload has started (the same
-        view if the memtable is empty). Blocks while too many uploads wait."""
+        view if the memtable is empty). ``seq`` is the DB's range-delete counter now (the
+        part's SST carries it, :mod:`silt.rangedel`). Blocks while too many uploads wait."""
         mem = view.mem
         if not mem.data:
             return view
-        part = Part(mem)
+        part = Part(mem, seq)
         frozen = view.but(mem=Memtable(), parts=(*view.parts, part))
         if self._pool is None:
             self._pool = ThreadPoolExecutor(
@@ -84,6 +86,8 @@ class Flusher:
         now = self._clock.now_ms()
         sst_id = paths.new_id(now)
         data, info = build_sst(sst_id, keys, records, self._settings, created_ms=now)
+        if part.seq:
+            info = replace(info, seq=part.seq)
         name = paths.sst_key(sst_id)
         self._store.metrics.add("flush_bytes", len(data))
         if not retrying(lambda: self._store.put_if_absent(name, data)):

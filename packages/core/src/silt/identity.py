@@ -36,6 +36,7 @@ from .checkpoints import decode_checkpoint
 from .errors import CorruptionError, NotFoundError, SiltError
 from .manifest import Manifest
 from .markers import read_markers
+from .rangedel import EMPTY
 from .siblings import SiblingStores
 from .store import ObjectStore, retrying
 from .versions import Fate
@@ -212,7 +213,8 @@ def _checkpointed(store: ObjectStore) -> set[int]:
 def _state(m: Manifest) -> tuple[object, ...]:
     def entry(s: object) -> tuple[object, ...]:
         return (s.id, s.db, s.clip_start, s.clip_end)  # type: ignore[attr-defined]
-    return (tuple(entry(s) for s in m.l0), tuple(tuple(entry(s) for s in run) for run in m.levels))
+    return (tuple(entry(s) for s in m.l0), tuple(tuple(entry(s) for s in run) for run in m.levels),
+            m.seq, m.range_tombstones)
 
 
 def _check_reservation(url: str, m: Manifest, manifests: dict[int, Manifest],
@@ -222,7 +224,7 @@ def _check_reservation(url: str, m: Manifest, manifests: dict[int, Manifest],
     parent = m.parent
     for _ in range(_MAX_CHAIN):
         if parent is None:
-            expected: tuple[object, ...] = ((), ())
+            expected: tuple[object, ...] = ((), (), 0, EMPTY)
             break
         pm = manifests.get(parent)
         if pm is None or parent not in kept:
@@ -236,8 +238,9 @@ def _check_reservation(url: str, m: Manifest, manifests: dict[int, Manifest],
     if _state(m) != expected:
         found.append(Finding("corruption", paths.manifest_key(m.version), (
             f"version {m.version} of {url!r} reserves the numbers up to {m.skip_to} and must "
-            f"hold the state of version {parent}, but its SSTs differ: a reservation was "
-            "altered or forged, and reading it gives another state than its number promises")))
+            f"hold the state of version {parent}, but its SSTs or range tombstones differ: a "
+            "reservation was altered or forged, and reading it gives another state than its "
+            "number promises")))
 
 
 def _references(manifests: list[Manifest]) -> Iterator[tuple[Manifest, str, str]]:

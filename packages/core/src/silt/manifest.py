@@ -7,7 +7,8 @@ Object ``manifest/<version:020d>``, created with ``put_if_absent``, framed by
 
 The JSON body holds the version, its parent, the writer id, a token unique to the commit attempt,
 the creation time, the SSTs (L0 newest first, then levels of sorted runs, each with key range and
-size) and an opaque ``meta`` map of strings for the layer above (Spark query id, watermarks).
+size), the range tombstones with their sequence counter (format 4, :mod:`silt.rangedel`) and
+an opaque ``meta`` map of strings for the layer above (Spark query id, watermarks).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from . import paths
 from .errors import CorruptionError, InvalidArgumentError, InvalidTypeError
 from .framing import FRAME_HEAD as _HEAD
 from .framing import decode_framed, encode_framed
+from .rangedel import EMPTY, RangeTombstones, check_seq
 from .sst.builder import SstInfo
 
 MANIFEST_MAGIC = b"SILTMNF1"
@@ -30,10 +32,14 @@ MANIFEST_MAGIC = b"SILTMNF1"
 #: Format 3 adds ``skip_to`` (a version that reserves the numbers up to a later one, written when
 #: a commit skips version numbers): written only by such manifests, so that a reader or writer
 #: that predates it refuses it instead of committing inside the reserved numbers.
+#: Format 4 adds range tombstones: ``seq`` (the counter of range deletes), ``range_tombstones``
+#: (fragments ``[start_hex, end_hex, seq]``) and a ``seq`` field per SST entry; written only by
+#: a manifest whose counter is not 0, so a reader that predates range deletes refuses it instead
+#: of reading deleted keys.
 #: ``gc_grace_ms`` (the writer's Settings.gc_grace_seconds, which GC may not undercut) is an
 #: optional field any format may carry; older readers ignore it.
-MANIFEST_FORMAT_VERSION = 3
-READABLE_MANIFEST_FORMATS = frozenset({1, 2, 3})
+MANIFEST_FORMAT_VERSION = 4
+READABLE_MANIFEST_FORMATS = frozenset({1, 2, 3, 4})
 #: ``created_ms`` and ``gc_grace_ms`` are signed 64-bit counts of milliseconds.
 MAX_MS = 2**63 - 1
 
@@ -55,6 +61,11 @@ class Manifest:
     skip_to: int | None = None
     #: The committing writer's ``Settings.gc_grace_seconds`` in ms (GC refuses a shorter grace).
     gc_grace_ms: int | None = None
+    #: The range-delete counter: the greatest sequence number given to a range tombstone in
+    #: this lineage (or in the sources it references); 0 when there was none.
+    seq: int = 0
+    #: Range tombstones still deleting something (fragments, :mod:`silt.rangedel`).
+    range_tombstones: RangeTombstones = EMPTY
 
     @property
     def next_version(self) -> int:
@@ -82,7 +93,12 @@ class Manifest:
             body["skip_to"] = self.skip_to
         if self.gc_grace_ms is not None:
             body["gc_grace_ms"] = self.gc_grace_ms
-        if self.skip_to is not None:
+        if self.seq:
+            body["seq"] = self.seq
+            body["range_tombstones"] = self.range_tombstones.to_json()
+        if self.seq:
+            fmt = 4
+        elif self.skip_to is not None:
             fmt = 3
         elif any(s.db or s.clipped for s in self.all_ssts()):
             fmt = 2
@@ -108,18 +124,27 @@ class Manifest:
             skip_to = None if d.get("skip_to") is None else _int(d, "skip_to", 0, paths.MAX_VERSION)
             if skip_to is not None and skip_to <= version:
                 raise ValueError(f"skip_to {skip_to} is not after version {version}")
+            seq = check_seq(d.get("seq", 0))
+            tombs = RangeTombstones.from_json(d.get("range_tombstones", []), seq)
+            l0_infos = tuple(SstInfo.from_json(s) for s in l0)
+            level_infos = tuple(tuple(SstInfo.from_json(s) for s in lv) for lv in levels)
+            for s in (*l0_infos, *(s for lv in level_infos for s in lv)):
+                if s.seq > seq:
+                    raise ValueError(f"SST {s.id}'s seq {s.seq} is above the manifest's {seq}")
             return cls(
                 version=version,
                 parent=parent,
                 writer_id=_str(d, "writer_id"),
                 token=_str(d, "token"),
                 created_ms=_int(d, "created_ms", 0, MAX_MS),
-                l0=tuple(SstInfo.from_json(s) for s in l0),
-                levels=tuple(tuple(SstInfo.from_json(s) for s in lv) for lv in levels),
+                l0=l0_infos,
+                levels=level_infos,
                 meta=check_meta(_get(d, "meta"), "'meta'"),
                 skip_to=skip_to,
                 gc_grace_ms=None if d.get("gc_grace_ms") is None
                 else _int(d, "gc_grace_ms", 0, MAX_MS),
+                seq=seq,
+                range_tombstones=tombs,
             )
         except (ValueError, TypeError) as exc:
             raise CorruptionError(

@@ -90,14 +90,26 @@ def read_markers(store: ObjectStore, db: str = "") -> GcMarkers:
                      horizons=tuple(horizons))
 
 
+def unchanged(store: ObjectStore, known: GcMarkers, db: str = "") -> bool:
+    """Whether no marker was written since ``known`` was read (one GET of the next epoch's
+    name, which does not exist while nothing changed). ``known.epoch`` may be 0: the first
+    marker writer of a root creates epoch 1."""
+    try:
+        retrying(lambda: store.get(db + paths.epoch_key(known.epoch + 1)))
+    except NotFoundError:
+        return True
+    return False
+
+
 def refresh(store: ObjectStore, known: GcMarkers | None, db: str = "") -> GcMarkers:
-    """The markers now: ``known`` itself when its epoch has no successor yet (one GET), else a
-    new listing (one LIST more). With nothing known, or no epoch ever created, a listing."""
-    if known is not None and known.epoch > 0:
-        try:
-            retrying(lambda: store.get(db + paths.epoch_key(known.epoch + 1)))
-        except NotFoundError:
-            return known
+    """The markers now: ``known`` itself when its epoch has no successor yet (one GET,
+    :func:`unchanged`), else a new listing (two LISTs). With nothing known, or no epoch ever
+    created, a listing: a commit's checks do not rely on epoch 1 (a writer that died before
+    its checks may have left a version whose SSTs a GC pass collected, see docs/safety.md; a
+    later writer that trusted "no epoch yet, nothing changed" on such a root would build on
+    it without listing the pass)."""
+    if known is not None and known.epoch > 0 and unchanged(store, known, db):
+        return known
     return read_markers(store, db)
 
 

@@ -63,6 +63,23 @@ class Memtable:
     def get(self, key: bytes) -> object:
         return self.data.get(key, MISSING)
 
+    def delete_range(self, start: bytes, end: bytes) -> int:
+        """Turn every record of a key in ``[start, end)`` into a point tombstone (the part of a
+        range delete that falls on this memtable, :mod:`silt.rangedel`); returns how many.
+
+        Keys stay (readers may be iterating the sorted key list), so the cached order stays valid.
+        """
+        keys = self.sorted_keys()
+        data = self.data
+        n = 0
+        for key in keys[bisect_left(keys, start):bisect_left(keys, end)]:
+            old = data[key]
+            if old is not None:
+                data[key] = None
+                self.approx_bytes -= record_size(key, old) - record_size(key, None)
+                n += 1
+        return n
+
     def sorted_keys(self) -> list[bytes]:
         """All keys in order (cached until the next write)."""
         keys = self._sorted

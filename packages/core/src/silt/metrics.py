@@ -1,8 +1,9 @@
 """Per-DB metrics: object-store requests and bytes by purpose, and engine counters.
 
 :class:`MeteredStore` wraps the DB's store and counts every request by *purpose* (``write``,
-``flush``, ``compaction``, ``gc``, ``read``, ``commit``) and kind (``GET``, ``RANGE_GET``, ``PUT``,
-``LIST``, ``DELETE``), with bytes moved. The purpose is a thread-local set by
+``flush``, ``compaction``, ``gc``, ``read``, ``commit``, ``open``) and kind (``GET``,
+``RANGE_GET``, ``PUT``, ``LIST``, ``DELETE``), with bytes moved. A request that fails (a GET of
+a missing object) counts too: stores bill it. The purpose is a thread-local set by
 :meth:`Metrics.purpose`, so background threads attribute their own requests. Counters are
 approximate under concurrency (plain integer increments), which is all metrics need.
 """
@@ -49,12 +50,21 @@ class Metrics:
     def add(self, name: str, value: float = 1) -> None:
         self.counters[name] += value
 
+    def totals(self) -> dict[str, int]:
+        """Requests by kind, every purpose together: ``{kind: count}``."""
+        out = dict.fromkeys(KINDS, 0)
+        for (_purpose, kind), (n, _b) in list(self.requests.items()):
+            out[kind] = out.get(kind, 0) + n
+        return out
+
     def snapshot(self) -> dict[str, Any]:
-        """Plain-data copy: ``{"requests": {purpose: {kind: {"count", "bytes"}}}, counters...}``."""
+        """Plain-data copy: ``{"requests": {purpose: {kind: {"count", "bytes"}}},
+        "requests_by_kind": {kind: count}, counters...}``."""
         requests: dict[str, dict[str, dict[str, int]]] = {}
         for (purpose, kind), (n, b) in sorted(self.requests.items()):
             requests.setdefault(purpose, {})[kind] = {"count": n, "bytes": b}
-        return {"requests": requests, **dict(sorted(self.counters.items()))}
+        return {"requests": requests, "requests_by_kind": self.totals(),
+                **dict(sorted(self.counters.items()))}
 
 
 class MeteredStore(ObjectStore):
@@ -66,29 +76,42 @@ class MeteredStore(ObjectStore):
         self.url = inner.url
         self.coalesce_reads = inner.coalesce_reads
 
+    # A request that fails (a GET of a missing object, a refused write) is billed all the same:
+    # each is counted whether it returns or raises.
     def get(self, key: str) -> bytes:
-        data = self.inner.get(key)
-        self.metrics.count("GET", len(data))
-        return data
+        data = b""
+        try:
+            data = self.inner.get(key)
+            return data
+        finally:
+            self.metrics.count("GET", len(data))
 
     def get_range(self, key: str, start: int, length: int) -> bytes:
-        data = self.inner.get_range(key, start, length)
-        self.metrics.count("RANGE_GET", len(data))
-        return data
+        data = b""
+        try:
+            data = self.inner.get_range(key, start, length)
+            return data
+        finally:
+            self.metrics.count("RANGE_GET", len(data))
 
     def put(self, key: str, data: bytes) -> None:
-        self.inner.put(key, data)
-        self.metrics.count("PUT", len(data))
+        try:
+            self.inner.put(key, data)
+        finally:
+            self.metrics.count("PUT", len(data))
 
     def put_if_absent(self, key: str, data: bytes) -> bool:
-        created = self.inner.put_if_absent(key, data)
-        self.metrics.count("PUT", len(data))
-        return created
+        try:
+            return self.inner.put_if_absent(key, data)
+        finally:
+            self.metrics.count("PUT", len(data))
 
     def delete_many(self, keys: Iterable[str]) -> None:
         keys = list(keys)
-        self.inner.delete_many(keys)
-        self.metrics.count("DELETE", 0)
+        try:
+            self.inner.delete_many(keys)
+        finally:
+            self.metrics.count("DELETE", 0)
 
     def list(self, prefix: str = "", start_after: str | None = None) -> Iterator[ObjectInfo]:
         self.metrics.count("LIST")

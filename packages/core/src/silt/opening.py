@@ -6,11 +6,13 @@ Re-exported as ``silt.open`` and ``silt.versions``.
 from __future__ import annotations
 
 from . import errors, paths
+from .budget import MemoryBudget
 from .clock import Clock
 from .db import DB
 from .gc import read_checkpoints
 from .manifest import Manifest
 from .markers import read_markers
+from .metrics import MeteredStore, Metrics
 from .plugins import open_store
 from .settings import Settings
 from .store import ObjectStore
@@ -54,6 +56,7 @@ def open(
     settings: Settings | None = None,
     clock: Clock | None = None,
     store: ObjectStore | None = None,
+    budget: MemoryBudget | None = None,
 ) -> DB:
     """Open the database at ``url``: the latest committed version, or exactly ``version``.
 
@@ -65,6 +68,11 @@ def open(
     A root with no versions opens empty. Commits from a DB opened at an old version create newer
     versions (``CommitConflict`` if the version already exists). ``clock`` and ``store`` are
     injectable components for tests and simulations (``store`` replaces opening ``url``).
+
+    Memory: the DB shares the process's block cache and charges its memtables to the process's
+    memory budget (:func:`silt.set_memory_budget`), or to ``budget`` (a
+    :class:`silt.MemoryBudget` shared by the DBs opened with it); ``Settings.block_cache_bytes``
+    gives it a private cache instead (see :mod:`silt.budget`).
     """
     if settings is None:
         settings = Settings()
@@ -72,6 +80,16 @@ def open(
         raise errors.InvalidTypeError(
             f"settings must be a silt.Settings, got {type(settings).__name__}"
         )
+    if budget is not None:
+        if not isinstance(budget, MemoryBudget):
+            raise errors.InvalidTypeError(
+                f"budget must be a silt.MemoryBudget, got {type(budget).__name__}"
+            )
+        if settings.block_cache_bytes is not None:
+            raise errors.InvalidArgumentError(
+                "pass either budget= (a cache shared under a memory budget) or "
+                "Settings.block_cache_bytes (a private cache), not both"
+            )
     if version is not None:
         DB._check_version(version)
     if at_most is not None:
@@ -88,38 +106,43 @@ def open(
     owns_store = store is None
     if store is None:
         store = open_store(url)
+    # Opening's requests count as the handle's own (purpose "open"): silt.cost records them
+    # in its first commit.
+    metrics = Metrics()
+    counted = MeteredStore(store, metrics)
     try:
         manifest: Manifest | None = None
-        if version is None:
-            found = _list_versions(store)
-            if at_most is not None:
-                found = [v for v in found if v <= at_most]
-            if found:
-                manifest = read_manifest(store, found[-1])
-        else:
-            try:
-                manifest = read_manifest(store, version)
-                _check_retained(store, url, manifest)
-            except errors.VersionNotFoundError as exc:
-                found = _list_versions(store)
-                known = (
-                    f"committed versions are {found[0]}..{found[-1]} ({len(found)} in all)"
-                    if found else "the root has no committed versions"
-                )
-                what = str(exc) if "does not exist" not in str(exc) else "does not exist"
-                h = read_markers(store).horizon
-                if version < h and "withdrawn" not in what:
-                    what = (f"was removed by garbage collection (its horizon is {h}: versions "
-                            "below it are kept only while a checkpoint pins them); pin a version "
-                            "you will read later with DB.checkpoint(name)")
-                raise errors.VersionNotFoundError(
-                    f"version {version} of {public_url(url)!r} "
-                    f"{what.removeprefix(f'version {version} ')} ({known}); open without "
-                    "version= for the latest"
-                ) from None
+        with metrics.purpose("open"):
+            if version is None:
+                found = _list_versions(counted)
+                if at_most is not None:
+                    found = [v for v in found if v <= at_most]
+                if found:
+                    manifest = read_manifest(counted, found[-1])
+            else:
+                try:
+                    manifest = read_manifest(counted, version)
+                    _check_retained(counted, url, manifest)
+                except errors.VersionNotFoundError as exc:
+                    found = _list_versions(counted)
+                    known = (
+                        f"committed versions are {found[0]}..{found[-1]} ({len(found)} in all)"
+                        if found else "the root has no committed versions"
+                    )
+                    what = str(exc) if "does not exist" not in str(exc) else "does not exist"
+                    h = read_markers(counted).horizon
+                    if version < h and "withdrawn" not in what:
+                        what = (f"was removed by garbage collection (its horizon is {h}: "
+                                "versions below it are kept only while a checkpoint pins them); "
+                                "pin a version you will read later with DB.checkpoint(name)")
+                    raise errors.VersionNotFoundError(
+                        f"version {version} of {public_url(url)!r} "
+                        f"{what.removeprefix(f'version {version} ')} ({known}); open without "
+                        "version= for the latest"
+                    ) from None
         return DB(
             store, url=url, settings=settings, clock=clock or Clock(), manifest=manifest,
-            owns_store=owns_store,
+            owns_store=owns_store, metrics=metrics, budget=budget,
         )
     except BaseException:
         if owns_store:

@@ -50,6 +50,8 @@ INT_RANGES: dict[str, tuple[int, int]] = {
     "tiered_max_runs": (2, MAX_INT),
     "retain_versions": (1, 10**VERSION_DIGITS - 1),
 }
+#: Int fields that may also be ``None`` (see their docs).
+OPTIONAL_INTS = frozenset({"block_cache_bytes"})
 
 
 def check_seconds(value: Any, what: str, *, negative_ok: bool = False) -> float:
@@ -81,7 +83,10 @@ class Settings:
         compression: ``"lz4"`` (default) or ``"none"`` for data blocks.
         bloom_bits_per_key: bloom filter bits per key in each SST; 0 disables filters. Default 10
             (about 1% false positives).
-        block_cache_bytes: bytes of decoded blocks kept in the in-memory LRU cache. Default 256 MiB.
+        block_cache_bytes: ``None`` (default): the DB shares the process's block cache, and its
+            memtables are charged to the same memory budget (:func:`silt.set_memory_budget`,
+            512 MiB unless set; see :mod:`silt.budget`). An int: the DB has a private LRU cache
+            of that many bytes of decoded blocks and its memtables are outside any budget.
         upload_parallelism: SST uploads that may run at once. Default 4.
         read_parallelism: block fetches ``multi_get`` and scans may issue at once. Default 8.
         max_pending_flushes: frozen memtables allowed to wait for upload before writes block
@@ -113,7 +118,7 @@ class Settings:
     block_bytes: int = 8 * KiB
     compression: str = "lz4"
     bloom_bits_per_key: int = 10
-    block_cache_bytes: int = 256 * MiB
+    block_cache_bytes: int | None = None
     upload_parallelism: int = 4
     read_parallelism: int = 8
     max_pending_flushes: int = 2
@@ -134,9 +139,12 @@ class Settings:
     def __post_init__(self) -> None:
         for name, (low, high) in INT_RANGES.items():
             value = getattr(self, name)
+            if value is None and name in OPTIONAL_INTS:
+                continue
             if not isinstance(value, int) or isinstance(value, bool):
                 raise InvalidTypeError(
-                    f"Settings.{name} must be an int in {low}..{high}, got "
+                    f"Settings.{name} must be an int in {low}..{high}"
+                    f"{' or None' if name in OPTIONAL_INTS else ''}, got "
                     f"{type(value).__name__} {value!r:.80}"
                 )
             if not low <= value <= high:

@@ -35,6 +35,7 @@ from urllib.parse import quote
 from . import paths
 from .errors import InvalidArgumentError, ReferenceConflict
 from .manifest import Manifest
+from .rangedel import EMPTY, RangeTombstones
 from .sst.builder import SstInfo
 from .sst.reader import SstReader
 from .store import ObjectStore, retrying
@@ -304,18 +305,22 @@ def mark_referrers(stores: SiblingStores, infos: Sequence[SstInfo], referrer: st
 # -- taking references ----------------------------------------------------------------------------
 class Reference:
     """One :meth:`silt.DB.reference` call not committed yet: keys ``[start, end)`` of sibling
-    ``source`` at ``version``, as clipped L0 and level entries."""
+    ``source`` at ``version``, as clipped L0 and level entries, with the source's range-delete
+    counter ``seq`` and its range tombstones clipped to the range (:mod:`silt.rangedel`)."""
 
-    __slots__ = ("source", "version", "start", "end", "l0", "levels")
+    __slots__ = ("source", "version", "start", "end", "l0", "levels", "seq", "tombs")
 
     def __init__(self, source: str, version: int, start: bytes | None, end: bytes | None,
-                 l0: list[SstInfo], levels: list[list[SstInfo]]) -> None:
+                 l0: list[SstInfo], levels: list[list[SstInfo]], seq: int = 0,
+                 tombs: RangeTombstones = EMPTY) -> None:
         self.source = source
         self.version = version
         self.start = start
         self.end = end
         self.l0 = l0
         self.levels = levels
+        self.seq = seq
+        self.tombs = tombs
 
 
 Base = tuple[tuple[SstInfo, ...], tuple[tuple[SstInfo, ...], ...]]
@@ -345,7 +350,9 @@ def take_reference(url: str, source_url: str, manifest: Manifest | None, start: 
     if manifest is None:
         return None
     l0, levels = clip_manifest(manifest, name, start, end, stores)
-    ref = Reference(name, manifest.version, start, end, l0, levels)
+    # The entries keep the source's sequence numbers; its tombstones come along, clipped.
+    ref = Reference(name, manifest.version, start, end, l0, levels, manifest.seq,
+                    manifest.range_tombstones.clip(start, end))
     base = combine([(r.l0, r.levels) for r in [*taken, ref]], stores)
     seen: set[tuple[str, str]] = set()
     for s in (*base[0], *(s for run in base[1] for s in run)):

@@ -9,6 +9,11 @@ active memtable, which the single writer fills in place (a read sees each write 
 
 ``get_below``, ``multi_get`` and ``scan`` read a view (``DB.get`` reads its memtable first);
 they know nothing of commits or the store.
+Range tombstones (:mod:`silt.rangedel`) are part of the view: each source is read with the
+sequence number it was frozen at (a part's ``seq``, an SST's ``info.seq``), and a record a
+tombstone newer than its source covers reads as deleted. The active memtable is never covered
+(a range delete turns its keys into point tombstones at the call); with no tombstones the read
+paths are the plain ones.
 A :class:`Part` is shared with :mod:`silt.flush`, which turns its memtable into an SST: the
 uploader sets ``reader`` before it clears ``memtable``, so a reader always finds one of them.
 """
@@ -24,6 +29,7 @@ from typing import Any
 
 from .memtable import Memtable, split_found
 from .merge import live, merge_newest_first, visible_many
+from .rangedel import EMPTY, RangeTombstones
 from .record import MISSING
 from .sst.bloom import bloom_hash
 from .sst.builder import SstInfo
@@ -31,11 +37,15 @@ from .sst.reader import SstReader, get_from, lookup_groups, plan_probe
 
 
 class Part:
-    """A frozen memtable on its way to becoming an SST (or already uploaded, not committed)."""
+    """A frozen memtable on its way to becoming an SST (or already uploaded, not committed).
 
-    __slots__ = ("memtable", "reader", "info", "future")
+    ``seq`` is the DB's range-delete counter when it froze (its SST's ``info.seq``).
+    """
 
-    def __init__(self, memtable: Memtable) -> None:
+    __slots__ = ("memtable", "reader", "info", "future", "seq")
+
+    def __init__(self, memtable: Memtable, seq: int = 0) -> None:
+        self.seq = seq
         self.memtable: Memtable | None = memtable
         self.reader: SstReader | None = None
         self.info: SstInfo | None = None
@@ -70,28 +80,36 @@ class Level:
 class ReadView:
     """An immutable snapshot of what a read consults, newest first (see the module docstring).
 
-    ``parts`` are oldest first; ``l0`` newest first; ``levels`` from L1 down.
+    ``parts`` are oldest first; ``l0`` newest first; ``levels`` from L1 down; ``tombs`` the
+    range tombstones over all of them, committed or not.
     """
 
-    __slots__ = ("mem", "parts", "l0", "levels")
+    __slots__ = ("mem", "parts", "l0", "levels", "tombs")
 
     def __init__(self, mem: Memtable, parts: tuple[Part, ...] = (),
-                 l0: tuple[SstReader, ...] = (), levels: tuple[Level, ...] = ()) -> None:
+                 l0: tuple[SstReader, ...] = (), levels: tuple[Level, ...] = (),
+                 tombs: RangeTombstones = EMPTY) -> None:
         self.mem = mem
         self.parts = parts
         self.l0 = l0
         self.levels = levels
+        self.tombs = tombs
 
     def but(self, **changes: Any) -> ReadView:
         """A copy with some members replaced."""
         return ReadView(changes.get("mem", self.mem), changes.get("parts", self.parts),
-                        changes.get("l0", self.l0), changes.get("levels", self.levels))
+                        changes.get("l0", self.l0), changes.get("levels", self.levels),
+                        changes.get("tombs", self.tombs))
 
     # -- point reads ----------------------------------------------------------------------------
     # DB.get reads the active memtable itself (and L0 when that is all there is below it):
     # point reads are the hot path, and a frame more costs ~8%. The rest is here.
     def get_below(self, key: bytes) -> object:
         """The newest record of ``key`` below the active memtable (``MISSING``: none)."""
+        if self.tombs:
+            t = self.tombs.seq_at(key)
+            if t:
+                return self._get_below_covered(key, t)
         h = -1  # bloom_hash(key), computed once for all SSTs when the first one needs it
         for part in reversed(self.parts):
             mem = part.memtable
@@ -117,11 +135,29 @@ class ReadView:
                     return r
         return MISSING
 
+    def _get_below_covered(self, key: bytes, t: int) -> object:
+        """``get_below`` for a key inside a range tombstone of sequence number ``t``: the newest
+        record, or ``None`` when its source is older than the tombstone."""
+        h = bloom_hash(key)
+        for part in reversed(self.parts):
+            mem = part.memtable
+            r = mem.data.get(key, MISSING) if mem is not None else part.reader.get(key, h)  # type: ignore[union-attr]
+            if r is not MISSING:
+                return None if part.seq < t else r
+        readers = [r for r in self.l0 if r.info.smallest <= key <= r.info.largest]  # type: ignore[union-attr]
+        readers.extend(r for r in (lv.find(key) for lv in self.levels) if r is not None)
+        for reader in readers:
+            r = reader.get(key, h)
+            if r is not MISSING:
+                return None if reader.info.seq < t else r  # type: ignore[union-attr]
+        return MISSING
+
     def multi_get(self, keys: list[bytes], fetch: BlockFetcher,
                   now_ms: int) -> list[bytes | None]:
         """Values for ``keys`` (checked bytes), in their order: sorted and deduplicated, each
         SST probed for the keys still unresolved, each needed block read once (``fetch``)."""
         found: dict[bytes, object] = {}
+        tombs = self.tombs
         remaining = split_found(sorted(set(keys)), self.mem.data, found)
         # Parts newest first, each as a memtable or (once uploaded) as an SST: uploads finish
         # out of order (parallel uploads, a failed upload retried at commit), so an older part
@@ -130,14 +166,20 @@ class ReadView:
             if not remaining:
                 break
             pm = part.memtable
+            before = remaining
             if pm is not None:
                 remaining = split_found(remaining, pm.data, found)
             else:
                 remaining = _probe(part.reader, remaining, found, fetch)  # type: ignore[arg-type]
+            if tombs:
+                tombs.mask_found(before, found, part.seq)
         for reader in self.l0:
             if not remaining:
                 break
+            before = remaining
             remaining = _probe(reader, remaining, found, fetch)
+            if tombs and tombs.covers_any(reader.info):  # type: ignore[arg-type]
+                tombs.mask_found(before, found, reader.info.seq)  # type: ignore[union-attr]
         for level in self.levels:
             if not remaining:
                 break
@@ -150,6 +192,8 @@ class ReadView:
                 still.extend(remaining[pos:lo])
                 if lo < hi:
                     still.extend(_probe(reader, remaining[lo:hi], found, fetch))
+                    if tombs and tombs.covers_any(info):  # type: ignore[arg-type]
+                        tombs.mask_found(remaining[lo:hi], found, info.seq)  # type: ignore[union-attr]
                 pos = hi
             still.extend(remaining[pos:])
             remaining = still
@@ -160,12 +204,16 @@ class ReadView:
              now_ms: int) -> Iterator[tuple[bytes, bytes]]:
         """Live ``(key, value)`` in ``[start, end)`` in key order, as of this view."""
         sources: list[Iterator[tuple[bytes, object]]] = [self.mem.iter_range(start, end)]
+        tombs = self.tombs
         for part in reversed(self.parts):
             mem = part.memtable
             if mem is not None:
-                sources.append(mem.iter_range(start, end))
+                it = mem.iter_range(start, end)
             elif overlaps(part.info, start, end):  # type: ignore[arg-type]
-                sources.append(part.reader.iter_range(start, end))  # type: ignore[union-attr]
+                it = part.reader.iter_range(start, end)  # type: ignore[union-attr]
+            else:
+                continue
+            sources.append(tombs.mask(it, part.seq, False) if tombs else it)
         sources.extend(self._committed_sources(start, end))
         return live(merge_newest_first(sources), now_ms)
 
@@ -179,13 +227,14 @@ class ReadView:
     def _committed_sources(self, start: bytes | None,
                            end: bytes | None) -> list[Iterator[tuple[bytes, object]]]:
         sources: list[Iterator[tuple[bytes, object]]] = []
+        tombs = self.tombs
         for reader in self.l0:
             if overlaps(reader.info, start, end):  # type: ignore[arg-type]
-                sources.append(reader.iter_range(start, end))
+                sources.append(_masked(reader, start, end, tombs))
         for level in self.levels:
             readers = level.overlapping(start, end)
             if readers:
-                sources.append(_chain_range(readers, start, end))
+                sources.append(_chain_range(readers, start, end, tombs))
         return sources
 
     # -- inspection -----------------------------------------------------------------------------
@@ -318,11 +367,22 @@ def overlaps(info: SstInfo, start: bytes | None, end: bytes | None) -> bool:
     return (start is None or info.largest >= start) and (end is None or info.smallest < end)
 
 
+def _masked(reader: SstReader, start: bytes | None, end: bytes | None,
+            tombs: RangeTombstones) -> Iterator[tuple[bytes, object]]:
+    """The SST's ``(key, record)`` in ``[start, end)``, records its tombstones delete as
+    ``None``."""
+    it = reader.iter_range(start, end)
+    if tombs and tombs.covers_any(reader.info):  # type: ignore[arg-type]
+        return tombs.mask(it, reader.info.seq, False)  # type: ignore[union-attr]
+    return it
+
+
 def _chain_range(
-    readers: Iterable[SstReader], start: bytes | None, end: bytes | None
+    readers: Iterable[SstReader], start: bytes | None, end: bytes | None,
+    tombs: RangeTombstones = EMPTY,
 ) -> Iterator[tuple[bytes, object]]:
     for reader in readers:
-        yield from reader.iter_range(start, end)
+        yield from _masked(reader, start, end, tombs)
 
 
 class Readers:

@@ -1,4 +1,4 @@
-"""WriteBatch: several puts and deletes applied by :meth:`silt.DB.write` as one unit.
+"""WriteBatch: several puts, deletes and range deletes applied by :meth:`silt.DB.write` as one unit.
 
 A batch is applied entirely before any later commit sees it, and validated entirely before any
 of it is applied (a bad key anywhere rejects the whole batch).
@@ -10,6 +10,9 @@ from collections.abc import Iterator
 
 from .errors import InvalidTypeError
 
+#: The value slot of a range delete's op (never a real value: values are bytes).
+DELETE_RANGE: object = type("DeleteRange", (), {"__repr__": lambda self: "DELETE_RANGE"})()
+
 
 class WriteBatch:
     """An ordered list of operations. Later operations on the same key win."""
@@ -17,7 +20,8 @@ class WriteBatch:
     __slots__ = ("ops",)
 
     def __init__(self) -> None:
-        #: ``(key, value_or_None, ttl_seconds_or_None)``; a ``None`` value is a delete.
+        #: ``(key, value_or_None, ttl_seconds_or_None)``; a ``None`` value is a delete;
+        #: ``(start, DELETE_RANGE, end)`` a range delete.
         self.ops: list[tuple[bytes, bytes | None, float | None]] = []
 
     def put(self, key: bytes, value: bytes, *, ttl: float | None = None) -> WriteBatch:
@@ -35,6 +39,12 @@ class WriteBatch:
     def delete(self, key: bytes) -> WriteBatch:
         """Add a delete. Returns the batch for chaining."""
         self.ops.append((key, None, None))
+        return self
+
+    def delete_range(self, start: bytes, end: bytes) -> WriteBatch:
+        """Add a delete of every key in ``[start, end)`` (see :meth:`silt.DB.delete_range`).
+        Returns the batch for chaining."""
+        self.ops.append((start, DELETE_RANGE, end))  # type: ignore[arg-type]
         return self
 
     def clear(self) -> None:

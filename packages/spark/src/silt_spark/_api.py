@@ -64,7 +64,42 @@ def _spec(
         key_groups=key_groups,
         take_over=bool(take_over),
         settings=settings.to_dict() if settings is not None else None,
+        memory_budget=_memory_budget(df),
         **options,
+    )
+
+
+#: The Spark conf that sets each Python worker's silt memory budget (see docs/spark.md).
+MEMORY_BUDGET_CONF = "spark.silt.memoryBudget"
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def parse_size(text: str, what: str) -> int:
+    """A byte size as Spark writes them (``"536870912"``, ``"512m"``, ``"2g"``, ``"2gb"``;
+    binary units), or an :class:`~silt.errors.InvalidArgumentError` naming ``what``."""
+    import re
+
+    m = re.fullmatch(r"\s*(\d{1,19})\s*([bkmgt]?)b?\s*", text.lower())
+    if m is None:
+        raise InvalidArgumentError(
+            f"{what} must be a size such as '512m', '2g' or a number of bytes, got {text!r:.80}"
+        )
+    return int(m.group(1)) * _SIZE_UNITS[m.group(2)]
+
+
+def _memory_budget(df: Any) -> int | None:
+    """The bytes of ``spark.silt.memoryBudget`` in the session's conf (checked here, on the
+    driver, so a bad value fails the query before any task runs), or ``None`` when unset."""
+    from silt.budget import check_budget_bytes
+
+    session = getattr(df, "sparkSession", None)
+    if session is None:
+        return None
+    text = session.conf.get(MEMORY_BUDGET_CONF, None)
+    if text is None:
+        return None
+    return check_budget_bytes(
+        parse_size(str(text), MEMORY_BUDGET_CONF), f"{MEMORY_BUDGET_CONF} ({text})"
     )
 
 

@@ -43,6 +43,8 @@ from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from silt.cost import S3_STANDARD, Prices, summary
+
 log = logging.getLogger("silt_spark")
 
 #: Micro-batches kept per query, and queries kept, in the driver's registry.
@@ -330,8 +332,11 @@ def metrics(query: Any, batch_id: int | None = None) -> list[dict[str, Any]]:
     return sorted(got, key=lambda r: (r["batch_id"], r["state_url"], r["shard"], r["attempt"]))
 
 
-def summarize(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per operator (state URL) and batch: sums of the counts, maxima of the timings."""
+def summarize(records: list[dict[str, Any]],
+              prices: Prices = S3_STANDARD) -> list[dict[str, Any]]:
+    """Per operator (state URL) and batch: sums of the counts, maxima of the timings, and
+    ``cost``: the requests by class and their estimated dollars at ``prices``
+    (:func:`silt.cost.summary`; default S3 Standard's list prices)."""
     groups: dict[tuple[int, str], list[dict[str, Any]]] = {}
     for r in records:
         groups.setdefault((r["batch_id"], r["state_url"]), []).append(r)
@@ -354,6 +359,7 @@ def summarize(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 t["count"] += c["count"]
                 t["bytes"] += c["bytes"]
         s["requests"] = dict(sorted(req.items()))
+        s["cost"] = summary(s["requests"], prices)
         out.append(s)
     return out
 
@@ -372,13 +378,16 @@ def format_summary(s: dict[str, Any], name: str | None = None) -> str:
         f"{kind} {c['count']}" + (f" ({_size(c['bytes'])})" if c["bytes"] else "")
         for kind, c in s["requests"].items()
     ) or "none"
+    c = s.get("cost")
+    cost = (f"; class A {c['class_a']}, class B {c['class_b']}, est. ${c['usd']:.6f} "
+            f"({c['prices']})") if c else ""
     return (
         f"silt_spark query {name or s['query_id']} batch {s['batch_id']}: {s['operator']} "
         f"{s['state_url']} {s['shards']} shards ({s['committed']} committed): rows in "
         f"{s['rows_in']} out {s['rows_out']}; state reads {s['state_reads']} writes "
         f"{s['state_writes']} scans {s['state_scans']}; max open {s['max_open_ms']:.1f} ms, "
         f"process {s['max_process_ms']:.1f} ms, commit {s['max_commit_ms']:.1f} ms; "
-        f"requests {req}"
+        f"requests {req}{cost}"
     )
 
 
@@ -393,7 +402,8 @@ class MetricsListener(_listener_base()):  # type: ignore[misc]
 
     After each micro-batch of any query, it logs one INFO line per silt_spark operator of the
     batch on the ``silt_spark`` logger (shards and how many committed, rows in and out, state
-    reads and writes, the slowest open, process and commit, requests by kind) and keeps the
+    reads and writes, the slowest open, process and commit, requests by kind and by price class
+    with their estimated cost) and keeps the
     latest summaries in :attr:`summaries`. Listener callbacks run on the driver, after the
     batch's tasks reported (see :func:`metrics`).
 
@@ -401,6 +411,9 @@ class MetricsListener(_listener_base()):  # type: ignore[misc]
     ----------
     keep : int, default 1000
         How many summaries :attr:`summaries` keeps (oldest dropped first).
+    prices : silt.cost.Prices, optional
+        The request price table for the estimated cost (default: S3 Standard's list prices;
+        ``silt.cost.Prices.parse("PUT=0.0065,LIST=0.0065,GET=0.0005")`` for your own).
 
     Examples
     --------
@@ -414,8 +427,11 @@ class MetricsListener(_listener_base()):  # type: ignore[misc]
     >>> listener.summaries[-1]["state_writes"]
     """
 
-    def __init__(self, keep: int = 1000) -> None:
+    def __init__(self, keep: int = 1000, prices: Prices = S3_STANDARD) -> None:
         super().__init__()
+        if not isinstance(prices, Prices):
+            raise TypeError(f"prices must be a silt.cost.Prices, got {type(prices).__name__}")
+        self.prices = prices
         from collections import deque
 
         #: Summaries (dicts, see :func:`summarize`), oldest first.
@@ -433,7 +449,7 @@ class MetricsListener(_listener_base()):  # type: ignore[misc]
     def onQueryProgress(self, event: Any) -> None:
         p = event.progress
         try:
-            for s in summarize(metrics(str(p.id), p.batchId)):
+            for s in summarize(metrics(str(p.id), p.batchId), self.prices):
                 s["progress_timestamp"] = p.timestamp
                 self.summaries.append(s)
                 log.info(format_summary(s, p.name))

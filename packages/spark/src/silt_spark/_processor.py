@@ -23,6 +23,10 @@ watermark's move), then the batch's rows are handled, then timers those rows set
 it fire. A state TTL is processing time (the LSM's own expiry), restarts on every update, as in
 PySpark, and is refused in event-time mode, as PySpark does.
 
+Before user code runs, a batch's state is read ahead (``_prefetch.py``): one sorted
+``multi_get`` for the value and list states of all the batch's keys (and of the keys whose timers
+fire), one prefix scan per key for map states and timers; the state variables read from it.
+
 The module owns the operator: its builder (:func:`transform_with_state`, which plans the query on
 the driver), its executors (``process_partition`` in the shard's task, with the state handles above)
 and :func:`decode` (its entries as ``read_state`` rows). Keys are built and split through
@@ -40,6 +44,7 @@ from silt.errors import InvalidArgumentError, InvalidTypeError
 
 from . import _api, _codec, _keys, _layout, _shard
 from ._layout import KG_COLUMN, PARTITION_COLUMN
+from ._prefetch import BatchState
 from ._shard import ShardTask, check_key_groups
 
 #: The operator kind, as recorded in the state root's descriptor.
@@ -242,11 +247,16 @@ class _State:
         task = self._handle._task
         task.db.put(key, value, ttl=self._ttl)
         task.changed = True
+        self._wrote(key, value)
 
     def _delete(self, key: bytes) -> None:
         task = self._handle._task
         task.db.delete(key)
         task.changed = True
+        self._wrote(key, None)
+
+    def _wrote(self, key: bytes, value: bytes | None) -> None:
+        self._handle._state.wrote(key, value)
 
 
 class ValueState(_State):
@@ -265,11 +275,11 @@ class ValueState(_State):
 
     def exists(self) -> bool:
         """Whether the current key has a value."""
-        return self._handle._task.db.get(self._key()) is not None
+        return self._handle._state.get(self._key()) is not None
 
     def get(self) -> tuple | None:
         """The current key's value, or ``None``."""
-        raw = self._handle._task.db.get(self._key())
+        raw = self._handle._state.get(self._key())
         return None if raw is None else _codec.decode(raw)
 
     def update(self, newValue: tuple) -> None:
@@ -296,7 +306,7 @@ class ListState(_State):
     """
 
     def _load(self) -> list[tuple]:
-        raw = self._handle._task.db.get(self._key())
+        raw = self._handle._state.get(self._key())
         return [] if raw is None else _codec.decode(raw)
 
     def exists(self) -> bool:
@@ -346,26 +356,28 @@ class MapState(_State):
     def _entry(self, key: tuple) -> bytes:
         return self._key() + _codec.encode(tuple(key))
 
+    def _wrote(self, key: bytes, value: bytes | None) -> None:
+        self._handle._state.map_wrote(self._key(), key, value)
+
     def exists(self) -> bool:
         """Whether the current key's map has any entry."""
         return next(self._scan(), None) is not None
 
     def getValue(self, key: tuple) -> tuple | None:
         """The value of ``key`` in the current key's map, or ``None``."""
-        raw = self._handle._task.db.get(self._entry(key))
+        raw = self._handle._state.map_get(self._key(), self._entry(key))
         return None if raw is None else _codec.decode(raw)
 
     def containsKey(self, key: tuple) -> bool:
         """Whether the current key's map has ``key``."""
-        return self._handle._task.db.get(self._entry(key)) is not None
+        return self._handle._state.map_get(self._key(), self._entry(key)) is not None
 
     def updateValue(self, key: tuple, value: tuple) -> None:
         """Set ``key`` to ``value`` in the current key's map (restarts that entry's TTL)."""
         self._put(self._entry(key), _codec.encode(tuple(value)))
 
     def _scan(self) -> Iterator[tuple[bytes, bytes]]:
-        prefix = self._key()
-        return self._handle._task.db.scan(prefix=prefix)
+        return self._handle._state.map_items(self._key())
 
     def iterator(self) -> Iterator[tuple[tuple, tuple]]:
         """Iterate over ``(key, value)`` pairs of the current key's map, in key-byte order."""
@@ -415,6 +427,20 @@ class StatefulProcessorHandle:
         self._names: dict[str, type] = {}
         #: Smallest timer registered since the last reset (keeps the shard's timer bound).
         self._registered_min: int | None = None
+        #: The batch's state, read ahead by :meth:`_prefetch` (silt_spark._prefetch).
+        self._state = BatchState(task)
+
+    def _prefetch(self, keys: Iterator[tuple[int, bytes]]) -> None:
+        """Read the state of ``(key group, encoded key)`` pairs before user code asks for it:
+        one ``multi_get`` for the value and list states registered so far, one prefix scan per
+        key when there are map states or timers."""
+        names, maps = [], []
+        for name, kind in self._names.items():
+            (maps if kind is MapState else names).append(_name_bytes(name))
+        self._state.load(
+            [key_prefix(kg, enc) for kg, enc in keys], names, maps,
+            self._time_mode != "none", _timer_value,
+        )
 
     def _bind(self, kg: int, encoded_key: bytes) -> None:
         self._kg = kg
@@ -549,6 +575,7 @@ class StatefulProcessorHandle:
         db.put(self._require_key() + TIMER_MARK + _timer_bytes(expiry), b"")
         db.put(_due_key(self._kg, expiry, self._enc), b"")
         self._task.changed = True
+        self._state.timer_set(self._prefix, expiry)
         if self._registered_min is None or expiry < self._registered_min:
             self._registered_min = expiry
 
@@ -568,11 +595,14 @@ class StatefulProcessorHandle:
         expiry = self._check_timer(expiryTimestampMs)
         db = self._task.db
         mark = self._require_key() + TIMER_MARK + _timer_bytes(expiry)
-        if db.get(mark) is None:
+        held = self._state.timers(self._prefix)
+        exists = expiry in held if held is not None else db.get(mark) is not None
+        if not exists:
             return
         db.delete(mark)
         db.delete(_due_key(self._kg, expiry, self._enc))
         self._task.changed = True
+        self._state.timer_deleted(self._prefix, expiry)
 
     def listTimers(self) -> Iterator[int]:
         """The current key's registered timers (expiry timestamps in ms), ascending.
@@ -587,7 +617,10 @@ class StatefulProcessorHandle:
         ...         return iter(())
         """
         self._check_timers_on()
-        prefix = self._require_key() + TIMER_MARK
+        held = self._state.timers(self._require_key())
+        if held is not None:
+            return iter(sorted(held))
+        prefix = self._prefix + TIMER_MARK
         n = len(prefix)
         return iter([_timer_value(k[n:]) for k, _ in self._task.db.scan(prefix=prefix)])
 
@@ -846,11 +879,13 @@ def process_partition(
             sorted_rows = data.take(pa.array(order))
             if rows_format != "arrow":
                 sorted_rows = sorted_rows.to_pandas()
-            encode = _codec.encode
             arrow = rows_format == "arrow"
             bind = handle._bind
-            for i, key in enumerate(zip(*key_values)):
-                bind(kgs[i], encode(key))
+            keys = list(zip(*key_values))
+            encoded = list(map(_codec.encode, keys))
+            handle._prefetch(zip(kgs, encoded))  # no state read below waits on the store
+            for i, key in enumerate(keys):
+                bind(kgs[i], encoded[i])
                 a, b = int(starts[i]), int(ends[i])
                 sub = sorted_rows.slice(a, b - a) if arrow else sorted_rows.iloc[a:b]
                 add(processor.handleInputRows(key, iter((sub,)), timer_values))
@@ -886,11 +921,14 @@ def _fire_timers(
         fire = getattr(processor, "handleExpiredTimer", None)
         db = task.db
         decode = _codec.decode
+        if fire is not None:
+            handle._prefetch((kg, enc) for _, kg, enc in due)
         for expiry, kg, enc in due:
             handle._bind(kg, enc)
             db.delete(handle._prefix + TIMER_MARK + _timer_bytes(expiry))
             db.delete(_due_key(kg, expiry, enc))
             task.changed = True
+            handle._state.timer_deleted(handle._prefix, expiry)
             if fire is not None:
                 add(fire(decode(enc), timer_values, ExpiredTimerInfo(expiry)))
         handle._prefix = None

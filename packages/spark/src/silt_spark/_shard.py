@@ -2,11 +2,15 @@
 
 The task for batch ``b`` of shard ``i``:
 
-1. lists the shard's manifests (only those after the cached handle's version when warm) and
-   picks the latest version ``<= b - 1`` as its base;
+1. picks the latest version ``<= b - 1`` as its base: a cold task opens the shard (one LIST);
+   a warm handle (cached by this worker process) at version ``b - 1`` is that base with no
+   request, and one at an older version checks that no other process committed since with two
+   GETs of missing objects (:meth:`silt.DB.newer_versions`), reopening when one did;
 2. refuses a shard whose latest manifest was written by another streaming query (unless the
    operator was built with ``take_over=True``, which deletes that shard's objects first), and a
-   shard that already has versions newer than ``b`` (the checkpoint is older than the state);
+   shard that already has versions newer than ``b`` (the checkpoint is older than the state;
+   a warm handle at ``b - 1`` finds that out when its commit of ``b`` conflicts, since every
+   newer version implies a manifest named ``b``);
 3. processes its rows against the base, and commits version ``b`` with the query id in the
    manifest's meta. A shard that changed nothing commits nothing.
 
@@ -19,6 +23,10 @@ deterministic given the base state and the batch's rows.
 Open shard handles are cached per Python worker process between batches (warm block cache); a
 handle leaves the cache while a task uses it and goes back only when the task succeeded without
 leaving uncommitted writes, so a failed attempt's writes can never leak into a later batch.
+
+Memory: every shard a worker opens shares the worker's silt memory budget (one block cache, the
+memtables charged to it; ``spark.silt.memoryBudget`` sets it), so the handles it caches add
+their SST indexes and filters, not a cache each.
 
 Simplifications: the cache is a per-process LRU of :data:`MAX_CACHED_SHARDS` handles;
 ``take_over`` only clears shards as tasks reach them (a shard that never receives data keeps its
@@ -87,6 +95,9 @@ class OperatorSpec:
     check_origin: bool = False
     #: Watermark delay (ms) of each event-time input; empty for operators without event time.
     event_time_delays: tuple[int, ...] = ()
+    #: ``spark.silt.memoryBudget`` in bytes (each Python worker's silt.set_memory_budget), or
+    #: ``None`` to keep the process's budget.
+    memory_budget: int | None = None
 
     def silt_settings(self) -> silt.Settings:
         return silt.Settings.from_dict(self.settings) if self.settings else silt.Settings()
@@ -246,6 +257,9 @@ class ShardTask:
             )
             self.watermark = self._observed.watermark_ms
             self._event_seen = [None] * len(delays)
+        budget = spec.memory_budget
+        if budget is not None and silt.memory_budget().capacity != budget:
+            silt.set_memory_budget(budget)
         t0 = _perf()
         self.db: silt.DB = self._open()
         self.open_ms = (_perf() - t0) * 1000
@@ -264,9 +278,16 @@ class ShardTask:
                 # older than the handle, so reopen at the latest version <= b - 1.
                 cached[1].close()
         try:
+            if db is not None and db.version == b - 1:
+                # A warm handle at version b - 1 holds exactly this batch's base: no request.
+                # (An attempt of this batch that commits first makes ours a replay, at commit.)
+                self.base_meta = db.meta
+                return db
             if db is None:
                 db = self._open_at_most(b - 1)
-            known = db.newer_versions()  # one LIST: the versions after the base
+            # The versions after the base: one LIST when cold; two GETs of missing objects on
+            # a warm handle that no other process moved past (silt.DB.newer_versions).
+            known = db.newer_versions()
             if db.version is not None:
                 known.insert(0, db.version)
             if known:
@@ -291,13 +312,7 @@ class ShardTask:
                     _delete_all(self.url)
                     db = self._open_at_most(b - 1)
                     known = []
-            newer = [v for v in known if v > b]
-            if newer:
-                raise StateAheadError(
-                    f"the state at {self.url!r} already has version {newer[-1]}, newer than "
-                    f"micro-batch {b}: the query's checkpoint is older than its state. Restore "
-                    "the matching checkpoint or start with a new state_url"
-                )
+            self._check_not_ahead(known)
             self.replay = b in known
             if any(v < b for v in newer_base(db, known)):
                 # A warm handle that another worker process has moved past (its commits of
@@ -318,6 +333,15 @@ class ShardTask:
             if db is not None:
                 db.close()
             raise
+
+    def _check_not_ahead(self, versions: list[int]) -> None:
+        newer = [v for v in versions if v > self.batch_id]
+        if newer:
+            raise StateAheadError(
+                f"the state at {self.url!r} already has version {newer[-1]}, newer than "
+                f"micro-batch {self.batch_id}: the query's checkpoint is older than its state. "
+                "Restore the matching checkpoint or start with a new state_url"
+            )
 
     def _open_at_most(self, version: int) -> silt.DB:
         return silt.open(self.url, at_most=version, settings=self.spec.silt_settings())
@@ -366,9 +390,13 @@ class ShardTask:
             self.committed = True
         except silt.CommitConflict as exc:
             # Usually another attempt of this task committed first, and its version stands.
-            # But a conflict on a reserved or withdrawn number leaves no version of this batch:
-            # then the batch's state would be lost, so the task fails instead.
-            if exc.withdrawn or self.batch_id not in self.db.newer_versions():
+            # Versions after this batch mean the checkpoint is older than the state (a warm
+            # handle at b - 1 learns it here). A conflict on a reserved or withdrawn number
+            # leaves no version of this batch: then the batch's state would be lost, so the
+            # task fails instead.
+            newer = self.db.newer_versions()
+            self._check_not_ahead(newer)
+            if exc.withdrawn or self.batch_id not in newer:
                 raise BatchConflictError(
                     f"{public_url(self.url)}: micro-batch {self.batch_id} could not be committed "
                     f"and no version of it exists ({exc}); restart the query from its checkpoint"

@@ -10,7 +10,9 @@ The plan mirrors keyed aggregation (``_aggregate.py``), with the window start as
 2. **Per shard** (after routing by key group): merge the partials, drop those of windows the
    query-wide watermark has already closed (late data), read the state of every touched window
    with one sorted ``multi_get``, combine with numpy, find the windows the watermark closed, and
-   apply everything with one ``WriteBatch``.
+   apply everything with one ``WriteBatch``. Closed windows are evicted with one range delete
+   per key group (``DB.delete_range`` of the prefix of windows that start ``<=`` the cutoff),
+   not a tombstone per window.
 
 State entry per (grouping key, window), with the window start **before** the key so that, within
 a key group, windows sort by start and the closed ones are a prefix::
@@ -208,13 +210,16 @@ def _meta_int(meta: dict[str, str], name: str) -> int | None:
 
 def _closed_windows(
     task: ShardTask, cutoff: int
-) -> tuple[list[tuple[bytes, bytes]], int | None]:
-    """State entries of windows with start ``<= cutoff`` and the smallest start after it
-    (``None``: no window left). One range scan per key group of the shard."""
+) -> tuple[list[tuple[bytes, bytes]], list[int], int | None]:
+    """State entries of windows with start ``<= cutoff``, the key groups that have any, and the
+    smallest start after it (``None``: no window left). One range scan per key group of the
+    shard."""
     closed: list[tuple[bytes, bytes]] = []
+    groups: list[int] = []
     nxt: int | None = None
     scan = task.db.scan
     for kg in range(task.first_kg, task.last_kg + 1):
+        n = len(closed)
         for k, v in scan(*_keys.tag_range(kg, WINDOW_TAG)):
             start = _keys.key_time(k)
             if start > cutoff:
@@ -222,7 +227,9 @@ def _closed_windows(
                     nxt = start
                 break
             closed.append((k, v))
-    return closed, nxt
+        if len(closed) > n:
+            groups.append(kg)
+    return closed, groups, nxt
 
 
 def merge_partition(task: ShardTask, batches: Iterator[Any], wp: WindowPlan) -> Iterator[Any]:
@@ -291,9 +298,13 @@ def merge_partition(task: ShardTask, batches: Iterator[Any], wp: WindowPlan) -> 
 
     old_open_min = None if bound in (None, "") else int(bound)
     if scan_due:
-        closed_entries, old_open_min = _closed_windows(task, cutoff)
-        for k, _ in closed_entries:
-            ops.append((k, None, None))
+        closed_entries, closed_groups, old_open_min = _closed_windows(task, cutoff)
+        # One range delete per key group with closed windows (every window key of the group
+        # starting <= cutoff), not a tombstone per window: a later, wider range replaces the
+        # earlier one, so the manifest keeps one range tombstone per key group.
+        for kg in closed_groups:
+            batch.delete_range(_keys.head(kg, WINDOW_TAG),
+                               _keys.timed_key(kg, WINDOW_TAG, cutoff + 1, b""))
         if closed_entries and wp.output == "append":
             decoded = [decode_key(k) for k, _ in closed_entries]
             recs = _aggregate.read_records([v for _, v in closed_entries], p, task.url)

@@ -5,17 +5,24 @@ entries as new SSTs of at most ``Settings.target_sst_bytes``, then creates
 ``compaction/<id>`` naming inputs and outputs. It never writes or changes a manifest, so any
 number of compactors may run anywhere: the writer decides what to adopt. Output SSTs and records
 are create-only objects with fresh ids (nothing is ever overwritten).
+
+Range tombstones (:mod:`silt.rangedel`): the manifest's tombstones are applied to every input
+they cover (its records in their ranges are dropped), so the outputs hold nothing any tombstone
+of the manifest deletes and carry the manifest's counter as their ``seq``: tombstones made
+later cover them, and a tombstone stays in the manifest only while an older SST overlaps it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 
 from .. import paths
 from ..clock import Clock
 from ..errors import StoreError
 from ..manifest import Manifest
 from ..merge import merge_newest_first
+from ..rangedel import RangeTombstones
 from ..settings import Settings
 from ..siblings import SiblingStores
 from ..sst.builder import SstInfo, build_sst
@@ -27,28 +34,39 @@ from .task import CompactionTask
 def _sources(manifest: Manifest, task: CompactionTask, siblings: SiblingStores
              ) -> list[Iterator[tuple[bytes, object]]]:
     ids = set(task.inputs)
+    tombs = manifest.range_tombstones
     sources: list[Iterator[tuple[bytes, object]]] = []
     for s in manifest.l0:
         if s.id in ids:
-            sources.append(siblings.reader(s).iter_range(None, None))
+            sources.append(_records(siblings, s, tombs))
     for run in manifest.levels:
         chosen = [s for s in run if s.id in ids]
         if chosen:
-            sources.append(_chain(siblings, chosen))
+            sources.append(_chain(siblings, chosen, tombs))
     return sources
 
 
-def _chain(siblings: SiblingStores, run: list[SstInfo]) -> Iterator[tuple[bytes, object]]:
+def _records(siblings: SiblingStores, s: SstInfo,
+             tombs: RangeTombstones) -> Iterator[tuple[bytes, object]]:
+    """The SST's records, less those a range tombstone newer than it deletes."""
+    # A clipped reference to a sibling's SST yields only its keys inside the clip range.
+    it = siblings.reader(s).iter_range(None, None)
+    return tombs.mask(it, s.seq, True) if tombs.covers_any(s) else it
+
+
+def _chain(siblings: SiblingStores, run: list[SstInfo],
+           tombs: RangeTombstones) -> Iterator[tuple[bytes, object]]:
     for s in run:
-        # A clipped reference to a sibling's SST yields only its keys inside the clip range.
-        yield from siblings.reader(s).iter_range(None, None)
+        yield from _records(siblings, s, tombs)
 
 
 def upload_sst(store: ObjectStore, keys: list[bytes], records: list[object], settings: Settings,
-               now_ms: int) -> tuple[SstInfo, bytes]:
-    """Build and upload one SST create-only; returns its info and bytes."""
+               now_ms: int, seq: int = 0) -> tuple[SstInfo, bytes]:
+    """Build and upload one SST create-only; returns its info (with ``seq``) and bytes."""
     sst_id = paths.new_id(now_ms)
     data, info = build_sst(sst_id, keys, records, settings, created_ms=now_ms)
+    if seq:
+        info = replace(info, seq=seq)
     name = paths.sst_key(sst_id)
     if not retrying(lambda: store.put_if_absent(name, data)):
         tail = retrying(lambda: store.get_range(name, len(data) - 52, 52))
@@ -104,10 +122,12 @@ def run_compaction(
             keys.append(key)
             records.append(r)
             if size >= target:
-                outputs.append(upload_sst(store, keys, records, settings, clock.now_ms())[0])
+                outputs.append(upload_sst(store, keys, records, settings, clock.now_ms(),
+                                          manifest.seq)[0])
                 keys, records, size = [], [], 0
         if keys:
-            outputs.append(upload_sst(store, keys, records, settings, clock.now_ms())[0])
+            outputs.append(upload_sst(store, keys, records, settings, clock.now_ms(),
+                                      manifest.seq)[0])
     now = clock.now_ms()
     record = CompactionRecord(
         id=paths.new_id(now),

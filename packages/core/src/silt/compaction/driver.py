@@ -182,9 +182,13 @@ class CompactionDriver:
         l0: tuple[SstInfo, ...],
         levels: tuple[tuple[SstInfo, ...], ...],
         records: list[CompactionRecord],
+        max_seq: int = 0,
     ) -> tuple[tuple[SstInfo, ...], tuple[tuple[SstInfo, ...], ...], list[CompactionRecord],
                list[CompactionRecord]]:
-        """Apply what can be adopted; returns the new tree, adopted and refused records."""
+        """Apply what can be adopted; returns the new tree, adopted and refused records.
+
+        ``max_seq`` is the writer's range-delete counter: a record whose outputs claim a
+        greater ``seq`` (range tombstones it cannot have applied) is refused."""
         adopted, refused = [], []
         max_age = int(self.settings.gc_grace_seconds * 500)  # half the grace period, in ms
         now = self.clock.now_ms()
@@ -195,6 +199,12 @@ class CompactionDriver:
             oldest = min((paths.id_time_ms(s.id) for s in record.outputs), default=now)
             if now - oldest > max_age:
                 refused.append(record)  # GC may already consider its outputs garbage
+                continue
+            if any(s.seq > max_seq for s in record.outputs):
+                log.warning("compaction %s not adopted: its outputs claim range-delete number "
+                            "%d, above this writer's %d", record.id,
+                            max(s.seq for s in record.outputs), max_seq)
+                refused.append(record)
                 continue
             try:
                 l0, levels = adopt(l0, levels, record)

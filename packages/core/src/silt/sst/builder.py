@@ -44,6 +44,10 @@ class SstInfo:
     ``smallest``/``largest`` are the first and last keys of the object inside that range, so
     every range check of the read path clips it. ``size``, ``entries`` and the other counts
     still describe the whole object.
+
+    ``seq`` is the entry's place among the manifest's range tombstones (:mod:`silt.rangedel`):
+    every tombstone with a sequence number <= ``seq`` was applied to the records before they
+    were written; one with a greater number deletes the records in its range.
     """
 
     id: str
@@ -60,6 +64,7 @@ class SstInfo:
     clipped: bool = False
     clip_start: bytes | None = None
     clip_end: bytes | None = None
+    seq: int = 0
 
     def to_json(self) -> dict:
         out = self._json()
@@ -67,6 +72,8 @@ class SstInfo:
             out["db"] = self.db
         if self.clipped:
             out["clip"] = [None if b is None else b.hex() for b in (self.clip_start, self.clip_end)]
+        if self.seq:
+            out["seq"] = self.seq
         return out
 
     def _json(self) -> dict:
@@ -118,6 +125,7 @@ class SstInfo:
             clipped="clip" in d,
             clip_start=_hex_or_none(clip[0]) if "clip" in d else None,  # type: ignore[index]
             clip_end=_hex_or_none(clip[1]) if "clip" in d else None,  # type: ignore[index]
+            seq=_int(d, "seq", 0, MAX_SEQ, 0),
         )
 
     @property
@@ -127,6 +135,8 @@ class SstInfo:
 
 
 _NO_DEFAULT: Any = object()
+#: Range-tombstone sequence numbers are signed 64-bit (docs/format.md, manifest format 4).
+MAX_SEQ = 2**63 - 1
 
 
 def _field(d: dict, name: str, kind: type, default: Any = _NO_DEFAULT) -> Any:

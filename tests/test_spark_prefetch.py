@@ -1,0 +1,179 @@
+"""transform_with_state reads a batch's state ahead (silt_spark._prefetch): one sorted multi_get
+for the value and list states of all its keys, one prefix scan per key for maps and timers, and
+no state read from user code reaching the DB. Counted with a wrapper around the shard's DB."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pyarrow as pa
+import pytest
+import silt
+from silt_spark import _layout, _processor
+from test_spark_state import FakeTask
+
+OUT = pa.schema([("k", pa.string()), ("n", pa.int64()), ("items", pa.int64()),
+                 ("seen", pa.int64()), ("timers", pa.int64())])
+
+
+class CountingDB:
+    """The shard DB, counting the read calls made on it."""
+
+    def __init__(self, db):
+        self.db = db
+        self.calls = Counter()
+
+    def __getattr__(self, name):
+        return getattr(self.db, name)
+
+    def get(self, key):
+        self.calls["get"] += 1
+        return self.db.get(key)
+
+    def multi_get(self, keys):
+        self.calls["multi_get"] += 1
+        self.calls["multi_get_keys"] += len(keys)
+        return self.db.multi_get(keys)
+
+    def scan(self, *args, **kwargs):
+        self.calls["scan" if "prefix" in kwargs else "range_scan"] += 1
+        return self.db.scan(*args, **kwargs)
+
+
+class Profile:
+    """Value, list and (optionally) map state and timers per key; checks, inside the batch, that
+    every read after a write sees the write."""
+
+    def __init__(self, maps: bool = False, timers: bool = False):
+        self.maps = maps
+        self.timers = timers
+
+    def init(self, handle):
+        self.handle = handle
+        self.n = handle.getValueState("n", "n long")
+        self.items = handle.getListState("items", "x long")
+        if self.maps:
+            self.seen = handle.getMapState("seen", "x long", "c long")
+
+    def handleInputRows(self, key, rows, timerValues):
+        xs = [int(x) for part in rows for x in part["x"]]
+        n = (self.n.get() or (0,))[0] + len(xs)
+        self.n.update((n,))
+        assert self.n.get() == (n,) and self.n.exists()
+        before = list(self.items.get())
+        self.items.appendList([(x,) for x in xs])
+        assert list(self.items.get()) == before + [(x,) for x in xs]
+        seen = timers = 0
+        if self.maps:
+            for x in xs:
+                c = self.seen.getValue((x,))
+                self.seen.updateValue((x,), ((c or (0,))[0] + 1,))
+                assert self.seen.containsKey((x,))
+            self.seen.updateValue((-1,), (0,))
+            self.seen.removeKey((-1,))
+            assert not self.seen.containsKey((-1,))
+            keys = list(self.seen.keys())
+            assert {(x,) for x in xs} <= set(keys) and (-1,) not in keys
+            seen = sum(v[0] for v in self.seen.values())
+        if self.timers:
+            self.handle.registerTimer(10_000 + n)
+            self.handle.registerTimer(20_000 + n)
+            self.handle.deleteTimer(20_000 + n)
+            pending = list(self.handle.listTimers())
+            assert 10_000 + n in pending and 20_000 + n not in pending
+            timers = len(pending)
+        yield (key[0], n, len(list(self.items.get())), seen, timers)
+
+    def handleExpiredTimer(self, key, timerValues, info):
+        yield (key[0], (self.n.get() or (0,))[0], len(list(self.items.get())), -1,
+               len(list(self.handle.listTimers())))
+
+
+def _table(rows):
+    keys = [k for k, _ in rows]
+    return pa.table({
+        "k": keys, "x": [x for _, x in rows],
+        _layout.KG_COLUMN: pa.array([sum(k.encode()) % 256 for k in keys], pa.int32()),
+        _layout.PARTITION_COLUMN: pa.array([0] * len(rows), pa.int32()),
+    })
+
+
+def _run(task, rows, processor, time=None):
+    time = time or _processor.TimeConfig()
+    db = task.db
+    counting = task.db = CountingDB(db)
+    try:
+        batches = iter(_table(rows).to_batches()) if rows else iter(())
+        out = pa.Table.from_batches(list(_processor.process_partition(
+            task, batches, processor, ["k"], OUT, "pandas", time)), schema=OUT)
+    finally:
+        task.db = db
+    return {r["k"]: r for r in out.to_pylist()}, counting.calls
+
+
+@pytest.fixture
+def task(file_url):
+    t = FakeTask(silt.open(file_url))
+    yield t
+    t.db.close()
+
+
+KEYS = [f"user-{i}" for i in range(40)]
+
+
+def test_value_and_list_state_of_a_batch_is_one_multi_get(task):
+    for b in range(3):
+        rows = [(k, b * 10 + j) for k in KEYS for j in range(2)]
+        got, calls = _run(task, rows, Profile())
+        assert {k: (r["n"], r["items"]) for k, r in got.items()} == {
+            k: (2 * (b + 1), 2 * (b + 1)) for k in KEYS
+        }
+        # One sorted multi_get of 40 keys x 2 states; no get per key, no scan.
+        assert calls == Counter(multi_get=1, multi_get_keys=80)
+        task.commit(b)
+
+
+def test_map_state_and_timers_are_one_scan_per_key(task, monkeypatch):
+    mode = _processor.TimeConfig("processingtime")
+    monkeypatch.setattr(_processor._time, "time", lambda: 1.0)
+    for b in range(2):
+        rows = [(k, j % 3) for k in KEYS[:10] for j in range(b + 2)]
+        got, calls = _run(task, rows, Profile(maps=True, timers=True), mode)
+        seen = sum(range(2, b + 3))  # map counts of every row of the key so far
+        assert {k: r["seen"] for k, r in got.items()} == {k: seen for k in KEYS[:10]}
+        assert all(r["timers"] == b + 1 for r in got.values())
+        assert calls["get"] == 0
+        assert calls["multi_get"] == 1 and calls["multi_get_keys"] == 20
+        assert calls["scan"] == 10  # one per key: its map entries and timer marks
+        task.commit(b)
+
+
+def test_keys_with_due_timers_are_read_with_one_multi_get(task, monkeypatch):
+    mode = _processor.TimeConfig("processingtime")
+    monkeypatch.setattr(_processor._time, "time", lambda: 1.0)
+    _run(task, [(k, 1) for k in KEYS[:12]], Profile(timers=True), mode)
+    task.commit(0)
+    monkeypatch.setattr(_processor._time, "time", lambda: 100.0)  # every timer is due
+    got, calls = _run(task, [], Profile(timers=True), mode)
+    assert {k: (r["n"], r["items"], r["timers"]) for k, r in got.items()} == {
+        k: (1, 1, 0) for k in KEYS[:12]
+    }
+    assert calls["get"] == 0
+    assert calls["multi_get"] == 1 and calls["multi_get_keys"] == 24
+    assert calls["scan"] == 12
+
+
+def test_state_read_outside_the_prefetch_still_reads_the_db(task):
+    h = _processor.StatefulProcessorHandle(task)
+    v = h.getValueState("v", "x long")
+    h._bind(1, b"a")
+    v.update((1,))
+    h._prefetch([(1, b"a")])
+    late = h.getValueState("late", "x long")  # registered after the prefetch
+    assert late.get() is None
+    late.update((5,))
+    assert late.get() == (5,) and v.get() == (1,)
+    h._bind(2, b"b")  # a key the batch did not prefetch
+    assert v.get() is None
+    v.update((2,))
+    assert v.get() == (2,)
