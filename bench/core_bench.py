@@ -841,6 +841,80 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+# ---------------------------------------------------------------------------------------------
+# Compaction section: gets/s while a compaction runs (silt only)
+# ---------------------------------------------------------------------------------------------
+def run_compaction_reads(args: argparse.Namespace, rec: Recorder, work: Path) -> None:
+    """Gets/s on an idle DB and while a background compaction runs, with compaction in the
+    compaction subprocess (the default) and, for comparison, in the writer's thread (how every
+    compaction ran before the subprocess existed)."""
+    import silt
+    from silt.compaction import driver
+
+    n = args.keys
+    keys = gen_keys(n, "keys")
+    values = gen_values(n, "values")
+    sample = random.Random("sample").sample(keys, min(args.gets, n))
+    chunk = max(n // 8, 1)  # eight commits: L0 reaches the trigger and compactions start
+    elsewhere = driver.can_run_elsewhere
+    for rep in range(args.repeat):
+        for where in ("subprocess", "thread"):
+            log(f"[compaction rep {rep + 1}/{args.repeat}] silt, compaction in a {where}")
+            driver.can_run_elsewhere = elsewhere if where == "subprocess" else (
+                lambda *a: False)
+            path = work / f"silt-compact-{where}-{rep}"
+            db = silt.open(SiltStore.url(str(path)), settings=SiltStore(
+                args.silt_settings)._settings())
+            try:
+                for i in range(0, n, chunk):
+                    for j in range(i, min(i + chunk, n), BATCH):
+                        db.put_many(keys[j:j + BATCH], values[j:j + BATCH])
+                    db.commit()
+                db.wait_for_compaction()
+                db.commit()
+                db.wait_for_compaction()
+                # overwrite a share of the keys until a compaction is running, then read a hot
+                # set whose blocks are cached (warmed first, so that only the compaction differs
+                # from the idle figure below, which reads the same set in the same view)
+                i = 0
+                while not db.stats()["compaction_running"] and i < n:
+                    for j in range(i, min(i + chunk, n), BATCH):
+                        db.put_many(keys[j:j + BATCH], values[j:j + BATCH])
+                    db.commit()
+                    i += chunk
+                hot = sample[:20_000]
+                loop_get(db.get, hot)
+                done = 0
+                t0 = now()
+                get = db.get
+                while db.stats()["compaction_running"] and now() - t0 < 60:
+                    for k in hot[done % len(hot):][:BATCH]:
+                        get(k)
+                    done += BATCH
+                t = now() - t0
+                if done:
+                    rec.add("compaction", "gets_during_compaction", where, done / t)
+                    rec.add("compaction", "measured_during_s", where, t)
+                db.wait_for_compaction()
+                t, found = timed(loop_get, db.get, hot * 5)
+                rec.add("compaction", "idle_gets", where, 5 * len(hot) / t)
+                rec.check(found == 5 * len(hot), f"silt ({where}): idle gets found {found}")
+            finally:
+                db.close()
+                driver.can_run_elsewhere = elsewhere
+                shutil.rmtree(path, ignore_errors=True)
+    section = rec.samples.get("compaction", {})
+    rows = []
+    for metric, label in (("idle_gets", "gets/s, no compaction running"),
+                          ("gets_during_compaction", "gets/s while a compaction runs"),
+                          ("measured_during_s", "seconds measured during the compaction")):
+        ms = section.get(metric, {})
+        rows.append([label, *[fmt_cell(ms.get(w), "rate" if "gets" in metric else "time")
+                              for w in ("subprocess", "thread")]])
+    print_table(f"Gets during compaction: {n:,} keys, median [min-max] of {args.repeat}",
+                ["figure", "compaction subprocess (default)", "compaction in a thread"], rows)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.child is not None:
@@ -866,6 +940,8 @@ def main(argv: list[str] | None = None) -> int:
             run_main(args, stores, rec, work)
         if "scale" in sections and args.scale:
             run_scale(args, stores, rec, work)
+        if "compaction" in sections:
+            run_compaction_reads(args, rec, work)
     finally:
         if own_work:
             shutil.rmtree(work, ignore_errors=True)

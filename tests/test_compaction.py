@@ -798,3 +798,52 @@ def test_check_outputs_reads_the_tail_or_every_block(url: str) -> None:
             id=rec.id, base_version=1, created_ms=T0, task=rec.task, outputs=(gone,)),
             blocks=False)
         assert why is not None and "does not exist" in why
+
+
+def test_background_compaction_runs_in_the_subprocess_on_file_roots(file_url: str) -> None:
+    """A file:// DB with the system clock merges in the compaction subprocess (so the merge
+    never holds the writer's GIL), and what it adopts keeps every value; the worker's requests
+    are counted as compaction's."""
+    rng = random.Random("subprocess")
+    settings = settings_small()
+    model: dict[bytes, bytes | None] = {}
+    with silt.open(file_url, settings=settings) as db:
+        for round_ in range(12):
+            for _ in range(80):
+                k = b"k%04d" % rng.randrange(400)
+                if rng.random() < 0.2:
+                    db.delete(k)
+                    model[k] = None
+                else:
+                    v = b"v%d-%d" % (round_, rng.randrange(1 << 30))
+                    db.put(k, v)
+                    model[k] = v
+            db.commit()
+            db.wait_for_compaction()
+        db.commit()
+        stats = db.stats()
+        assert stats["compactions_in_subprocess"] > 0
+        assert stats["compactions_adopted"] > 0
+        assert stats["requests"]["compaction"]["PUT"]["count"] > 0
+        live = {k: v for k, v in model.items() if v is not None}
+        assert dict(db.scan()) == live
+        keys = sorted(model)
+        assert db.multi_get(keys) == [model[k] for k in keys]
+    with silt.open(file_url, settings=settings) as db:
+        assert dict(db.scan()) == live
+
+
+def test_a_manual_clock_keeps_compaction_in_the_writers_thread(file_url: str) -> None:
+    """Only this process knows a ManualClock's time: its DB compacts in the driver's thread."""
+    clock = silt.ManualClock(T0)
+    with silt.open(file_url, settings=settings_small(), clock=clock) as db:
+        for round_ in range(8):
+            for i in range(60):
+                db.put(b"k%04d" % i, b"v%d" % round_)
+            db.commit()
+            db.wait_for_compaction()
+        db.commit()
+        stats = db.stats()
+        assert stats["compactions_adopted"] > 0
+        assert stats.get("compactions_in_subprocess", 0) == 0
+        assert dict(db.scan()) == {b"k%04d" % i: b"v7" for i in range(60)}

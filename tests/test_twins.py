@@ -264,7 +264,8 @@ def test_sst_format_is_pinned() -> None:
 
 
 class _FakeReader:
-    """Just what RangeIter needs from an SstReader: a tail and decoded blocks."""
+    """Just what RangeIter needs from an SstReader: a tail and decoded blocks, read in runs of
+    two (the reads are recorded)."""
 
     class _Tail:
         def __init__(self, last_keys: list[bytes]) -> None:
@@ -275,9 +276,15 @@ class _FakeReader:
         self.tail = self._Tail([b.keys[-1] for b in self.blocks])
         self.loads: list[int] = []
 
-    def block(self, i: int, *, fill_cache: bool = True) -> object:
-        self.loads.append(i)
-        return self.blocks[i]
+    def cached_block(self, i: int) -> object:
+        return None
+
+    def run_end(self, first: int, max_bytes: int, limit: int | None = None) -> int:
+        return max(first + 1, min(first + 2, len(self.blocks) if limit is None else limit))
+
+    def read_run(self, first: int, stop: int, fill_cache: bool = True) -> list[object]:
+        self.loads.append((first, stop))
+        return self.blocks[first:stop]
 
 
 @FAST

@@ -143,6 +143,9 @@ def _write_all(fd: int, chunks: list[bytes]) -> None:
 class SsdCache(ObjectStore):
     """Read-through local-disk cache in front of ``inner``. See the module docstring.
 
+    Entries are the exact ranges asked for, so readers keep asking for single blocks
+    (``coalesce_reads`` is false): a read of several adjacent blocks would miss them all.
+
     Parameters
     ----------
     inner:
@@ -205,6 +208,7 @@ class SsdCache(ObjectStore):
             raise InvalidTypeError(f"reserve must be an int or a Reserve, got {reserve!r}")
         self.inner = inner
         self.url = inner.url
+        self.coalesce_reads = False
         self.cache_dir = os.path.abspath(os.fspath(cache_dir))
         self.size_limit = size_limit
         self.reserve = reserve

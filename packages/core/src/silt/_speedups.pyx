@@ -863,6 +863,9 @@ def lookup_groups(list blocks, list groups, dict found, list unresolved):
                     found, unresolved)
 
 
+cdef object _Readahead = None
+
+
 cdef class RangeIter:
     """``(key, record)`` for keys in ``[start, end)`` of one SST, block by block, in key order."""
 
@@ -875,6 +878,7 @@ cdef class RangeIter:
     cdef Py_ssize_t _i, _stop
     cdef object _it  # a non-compiled block's iterator
     cdef Py_ssize_t _first
+    cdef object _blocks  # silt.sst.reader.Readahead: one ranged GET for a run of missed blocks
 
     def __init__(self, reader, start, end, bint fill_cache=False):
         _check_bound(start)
@@ -890,7 +894,7 @@ cdef class RangeIter:
         return self
 
     cdef int _open(self, Py_ssize_t bi) except -1:
-        blk = self._reader.block(bi, fill_cache=self._fill)
+        blk = self._blocks.block(bi)
         start = self._start if bi == self._first else None
         if type(blk) is Block:
             self._blk = <Block>blk
@@ -924,6 +928,10 @@ cdef class RangeIter:
             self._first = self._bi
             if self._bi >= self._nb:
                 raise StopIteration
+            global _Readahead
+            if _Readahead is None:  # silt.sst.reader imports this module: bind it late
+                from silt.sst.reader import Readahead as _Readahead
+            self._blocks = _Readahead(self._reader, self._end, self._fill)
             self._open(self._bi)
         while True:
             if self._blk is not None:

@@ -74,6 +74,7 @@ class MeteredStore(ObjectStore):
         self.inner = inner
         self.metrics = metrics
         self.url = inner.url
+        self.coalesce_reads = inner.coalesce_reads
 
     # A request that fails (a GET of a missing object, a refused write) is billed all the same:
     # each is counted whether it returns or raises.

@@ -78,7 +78,8 @@ class Settings:
     Attributes:
         memtable_bytes: approximate size (keys + values + 16 bytes per entry) at which the active
             memtable is frozen and handed to the background uploader. Default 64 MiB.
-        block_bytes: target uncompressed size of an SST data block. Default 64 KiB.
+        block_bytes: target uncompressed size of an SST data block. Default 8 KiB: a point read
+            that misses the block cache reads, checks and searches one block (bench/README.md).
         compression: ``"lz4"`` (default) or ``"none"`` for data blocks.
         bloom_bits_per_key: bloom filter bits per key in each SST; 0 disables filters. Default 10
             (about 1% false positives).
@@ -94,9 +95,11 @@ class Settings:
         max_value_bytes: largest accepted value. Default 256 MiB.
         compaction: name of the compaction policy (a plugin name: ``"leveled"``, ``"tiered"``,
             ``"ttl"``, or a third party's), or ``"none"``. Default ``"leveled"``.
-        compaction_mode: ``"background"`` (a thread of the writer compacts and the writer adopts
-            the result at its next commit) or ``"external"`` (``silt compact URL`` runs elsewhere;
-            the writer adopts the records it finds under ``compaction/``). Default background.
+        compaction_mode: ``"background"`` (the writer's compaction subprocess compacts, or for
+            a DB that cannot use it a thread of the writer, and the writer adopts the result at
+            its next commit; see :mod:`silt.compaction.worker`) or ``"external"`` (``silt
+            compact URL`` runs elsewhere; the writer adopts the records it finds under
+            ``compaction/``). Default background.
         compaction_poll_seconds: in external mode, how often a commit lists ``compaction/``.
         target_sst_bytes: size at which compaction starts a new output SST. Default 64 MiB.
         l0_compaction_trigger: L0 SSTs that make a policy compact L0. Default 4.
@@ -112,7 +115,7 @@ class Settings:
     """
 
     memtable_bytes: int = 64 * MiB
-    block_bytes: int = 64 * KiB
+    block_bytes: int = 8 * KiB
     compression: str = "lz4"
     bloom_bits_per_key: int = 10
     block_cache_bytes: int | None = None

@@ -50,6 +50,10 @@ class ObjectStore(abc.ABC):
 
     #: The URL this store was opened with (without query options or credentials).
     url: str = ""
+    #: Whether a reader may read adjacent byte ranges of an object with one ``get_range`` (scans
+    #: and ``multi_get`` do, to save requests). A store that caches exactly the ranges it is
+    #: asked for (silt-cache-ssd) sets ``False``, so that reads keep asking for those ranges.
+    coalesce_reads: bool = True
 
     @abc.abstractmethod
     def get(self, key: str) -> bytes:

@@ -21,6 +21,7 @@ uploader sets ``reader`` before it clears ``memtable``, so a reader always finds
 from __future__ import annotations
 
 import threading
+import time
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -243,9 +244,44 @@ class ReadView:
         return len(self.l0) + sum(1 for lv in self.levels if lv.readers)
 
 
+#: A block read (one ranged GET) that takes longer than this on average is remote (an object
+#: store): a ``multi_get`` then coalesces the blocks it misses and reads them on the thread pool.
+#: A faster one is served by local disk or the page cache (~10 us), where handing a read to a
+#: thread costs more than it overlaps, so they are read in the calling thread.
+REMOTE_READ_SECONDS = 0.002
+#: With remote reads, missed blocks of one SST at most this many bytes apart are read with one
+#: ranged GET (the bytes between them come along: a request costs far more than 64 KiB more of
+#: it), as SlateDB's multi_get does; locally only adjacent blocks are merged.
+COALESCE_GAP_BYTES = 64 * 1024
+#: The largest single read a coalesced run of blocks may make.
+COALESCE_MAX_BYTES = 1024 * 1024
+
+
+def coalesce(reader: SstReader, indexes: list[int], gap: int,
+             max_bytes: int) -> list[tuple[int, int]]:
+    """Runs ``(first, stop)`` of blocks of ``reader`` that cover the ascending block
+    ``indexes``: consecutive indexes share a run when the bytes between them are at most
+    ``gap`` and the run stays within ``max_bytes`` (a lone block may be larger)."""
+    t = reader.tail
+    offsets, sizes = t.block_offsets, t.block_sizes
+    runs: list[tuple[int, int]] = []
+    first = prev = indexes[0]
+    for i in indexes[1:]:
+        if (offsets[i] - offsets[prev] - sizes[prev] <= gap
+                and offsets[i] + sizes[i] - offsets[first] <= max_bytes):
+            prev = i
+            continue
+        runs.append((first, prev + 1))
+        first = prev = i
+    runs.append((first, prev + 1))
+    return runs
+
+
 class BlockFetcher:
-    """Reads the blocks a ``multi_get`` needs: cached ones from the cache, the others in
-    parallel on a pool of ``parallelism`` threads (started on first need), then cached.
+    """Reads the blocks a ``multi_get`` needs: cached ones from the cache, the others as runs
+    of adjacent blocks (:func:`coalesce`) with one ranged GET each, in the calling thread while
+    reads are fast and on a pool of ``parallelism`` threads (started on first need) once they
+    are slow (:data:`REMOTE_READ_SECONDS`); every block read is cached.
 
     Thread-safe; :meth:`close` waits for reads in flight.
     """
@@ -254,33 +290,59 @@ class BlockFetcher:
         self._parallelism = parallelism
         self._pool: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
+        #: typical time of one run's read (updated without a lock: a lost update only
+        #: delays the switch between serial and pooled reads)
+        self.read_seconds = 0.0
 
     def __call__(self, reader: SstReader, indexes: list[int]) -> list[Any]:
         out = reader.cached_blocks(indexes)
         if None not in out:
             return out
         where = {i: j for j, (i, blk) in enumerate(zip(indexes, out)) if blk is None}
-        missing = list(where)
-        if len(missing) == 1:
-            out[where[missing[0]]] = reader.block(missing[0])
-        elif missing:
+        remote = self.read_seconds > REMOTE_READ_SECONDS
+        runs = coalesce(reader, sorted(where), COALESCE_GAP_BYTES if remote else 0,
+                        COALESCE_MAX_BYTES if reader.store.coalesce_reads else 0)
+        k = 0
+        # The first run is always read here: its time tells local from remote again (a pooled
+        # read's time also holds its wait for the GIL behind the other reads).
+        while k < len(runs) and (k == 0 or not remote or len(runs) - k == 1):
+            first, blocks = self._read(reader, runs[k])
+            _place(first, blocks, where, out)
+            remote = self.read_seconds > REMOTE_READ_SECONDS
+            k += 1
+        if k < len(runs):
             if self._pool is None:
                 with self._lock:
                     if self._pool is None:
                         self._pool = ThreadPoolExecutor(
                             self._parallelism, thread_name_prefix="silt-read"
                         )
-            for i, raw in zip(missing, self._pool.map(reader.read_raw_block, missing)):
-                blk = reader.decode_block(i, raw)
-                reader.put_cached(i, blk)
-                out[where[i]] = blk
+            for first, blocks in self._pool.map(lambda run: self._read(reader, run), runs[k:]):
+                _place(first, blocks, where, out)
         return out
+
+    def _read(self, reader: SstReader, run: tuple[int, int]) -> tuple[int, list[Any]]:
+        start = time.perf_counter()
+        blocks = reader.read_run(run[0], run[1])
+        took = time.perf_counter() - start
+        # Falls at once to a fast read and rises slowly: a local read that waited for the CPU
+        # or the GIL (a loaded machine) must not look remote, a remote one never looks local.
+        self.read_seconds = min(took, 0.9 * self.read_seconds + 0.1 * took)
+        return run[0], blocks
 
     def close(self) -> None:
         with self._lock:
             if self._pool is not None:
                 self._pool.shutdown(wait=True, cancel_futures=True)
                 self._pool = None
+
+
+def _place(first: int, blocks: list[Any], where: dict[int, int], out: list[Any]) -> None:
+    """Put the blocks of a run starting at block ``first`` where ``out`` wants them."""
+    for i, blk in enumerate(blocks, first):
+        j = where.get(i)
+        if j is not None:
+            out[j] = blk
 
 
 def _probe(reader: SstReader, keys: list[bytes], found: dict[bytes, object],

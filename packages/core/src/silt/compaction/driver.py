@@ -1,10 +1,12 @@
 """The writer's side of compaction: schedule tasks, gather finished records, adopt them.
 
 A :class:`CompactionDriver` belongs to one DB. In ``background`` mode it runs one compaction at
-a time in its own thread, picked by the policy from the version just committed; in ``external``
-mode it only lists ``compaction/`` (at most every ``compaction_poll_seconds``) for records that
-``silt compact`` wrote. Either way, records are adopted by the writer's next commit
-(:func:`.adopt.adopt`) or refused, and their objects are then deleted.
+a time, picked by the policy from the version just committed, in the compaction subprocess when
+the DB qualifies (:mod:`.worker`: a merge in a thread would hold the writer's GIL), else in its
+own thread; in ``external`` mode it only lists ``compaction/`` (at most every
+``compaction_poll_seconds``) for records that ``silt compact`` wrote. Either way, records are
+adopted by the writer's next commit (:func:`.adopt.adopt`) or refused, and their objects are then
+deleted.
 
 Outputs are checked before they can be adopted (:func:`check_outputs`), since once adopted and
 GC has removed the inputs they are the only copy of their data: a record from ``compaction/``
@@ -39,6 +41,7 @@ from .adopt import Refused, adopt
 from .compactor import run_compaction
 from .record import CompactionRecord
 from .task import CompactionTask, make_policy
+from .worker import can_run_elsewhere, run_elsewhere
 
 log = logging.getLogger("silt.compaction")
 
@@ -97,8 +100,14 @@ class CompactionDriver:
 
     def _run(self, manifest: Manifest, task: CompactionTask) -> CompactionRecord:
         with self.metrics.purpose("compaction"):
-            record = run_compaction(self.store, manifest, task, self.settings, self.clock,
-                                    siblings=self.siblings)
+            if can_run_elsewhere(self.store, manifest, task, self.clock):
+                # the merge runs in the compaction subprocess: this thread waits without the
+                # GIL, so the writer's reads and writes go on at full speed
+                record = run_elsewhere(self.store, manifest, task, self.settings, self.metrics)
+                self.metrics.add("compactions_in_subprocess")
+            else:
+                record = run_compaction(self.store, manifest, task, self.settings, self.clock,
+                                        siblings=self.siblings)
             why = check_outputs(self.store, record, blocks=False)
         if why is not None:
             self.metrics.add("compactions_damaged")

@@ -36,6 +36,10 @@ from .format import (
 )
 
 _JITTER = random.Random()
+#: A range read's first read of blocks that are not cached covers up to this many bytes ...
+READAHEAD_FIRST = 64 * 1024
+#: ... and every further one twice the last, up to this.
+READAHEAD_MAX = 1024 * 1024
 #: A tail up to this size is fetched with one GET; a larger one (rare: a bloom filter of
 #: millions of keys) reads its footer first, so a damaged size in a manifest cannot make the
 #: reader allocate more than this.
@@ -282,6 +286,52 @@ class SstReader:
             self.cache.put((self.cache_id, i), blk, blk.charge)
         return blk
 
+    def read_run(self, first: int, stop: int, fill_cache: bool = True) -> list[Block]:
+        """Blocks ``first`` to ``stop - 1`` read with one ranged GET (they are adjacent in the
+        object) and decoded, each checked against its own checksum; put into the cache when
+        ``fill_cache``. A miss of several neighbouring blocks (a scan, a compaction, a
+        ``multi_get``) then costs one request instead of one per block."""
+        t = self.tail
+        offsets, sizes = t.block_offsets, t.block_sizes
+        if not 0 <= first < stop <= len(offsets):
+            raise IndexError(f"block run {first}..{stop} outside 0..{len(offsets)}")
+        if stop - first == 1:
+            return [self.read_block(first, fill_cache)]
+        base = offsets[first]
+        length = offsets[stop - 1] + sizes[stop - 1] - base
+        data = self._get_range(base, length)
+        if len(data) != length:
+            raise CorruptionError(
+                self.name, base, f"block run truncated: {len(data)} of {length} bytes"
+            )
+        view = memoryview(data)
+        name = self.name
+        cache = self.cache if fill_cache else None
+        cid = self.cache_id
+        out: list[Block] = []
+        for i in range(first, stop):
+            off = offsets[i] - base
+            blk = Block(unframe(view[off:off + sizes[i]], name, offsets[i]), name, offsets[i])
+            if cache is not None:
+                cache.put((cid, i), blk, blk.charge)
+            out.append(blk)
+        return out
+
+    def run_end(self, first: int, max_bytes: int, limit: int | None = None) -> int:
+        """The end (exclusive) of the run of blocks from ``first`` that one read of at most
+        ``max_bytes`` covers (always at least one block), not past block ``limit - 1``; only
+        ``first`` when the store asks for single blocks (``ObjectStore.coalesce_reads``)."""
+        t = self.tail
+        offsets, sizes = t.block_offsets, t.block_sizes
+        n = len(offsets) if limit is None else min(limit, len(offsets))
+        if not self.store.coalesce_reads:
+            return first + 1
+        end = offsets[first] + max_bytes
+        stop = first + 1
+        while stop < n and offsets[stop] + sizes[stop] <= end:
+            stop += 1
+        return stop
+
     def cached_block(self, i: int) -> Block | None:
         return self.cache.get((self.cache_id, i)) if self.cache is not None else None
 
@@ -402,6 +452,43 @@ def get_from(readers: Sequence[SstReader], key: bytes, h: int = -1) -> object:
     return MISSING
 
 
+class Readahead:
+    """The blocks of one SST for a forward range read: a block that is not cached is read
+    together with the blocks after it, up to the one holding ``end`` (the range's last), in one
+    ranged GET of at most ``READAHEAD_FIRST`` bytes, doubling on every further miss up to
+    ``READAHEAD_MAX``. Small blocks keep point reads cheap; this keeps scans and compactions
+    at a few large requests. Used by both twins of :func:`RangeIter`."""
+
+    __slots__ = ("reader", "fill_cache", "limit", "run", "first", "ahead")
+
+    def __init__(self, reader: SstReader, end: bytes | None, fill_cache: bool) -> None:
+        self.reader = reader
+        self.fill_cache = fill_cache
+        last_keys = reader.tail.last_keys
+        # the block holding the last key below ``end`` is the last one the range needs
+        self.limit = len(last_keys) if end is None else min(
+            len(last_keys), bisect_left(last_keys, end) + 1
+        )
+        self.run: list[Block] = []
+        self.first = 0
+        self.ahead = READAHEAD_FIRST
+
+    def block(self, i: int) -> Block:
+        """Block ``i`` (``i`` only grows from call to call)."""
+        j = i - self.first
+        if 0 <= j < len(self.run):
+            return self.run[j]
+        reader = self.reader
+        blk = reader.cached_block(i)
+        if blk is not None:
+            return blk
+        stop = reader.run_end(i, self.ahead, self.limit)
+        self.run = reader.read_run(i, stop, self.fill_cache)
+        self.first = i
+        self.ahead = min(2 * self.ahead, READAHEAD_MAX)
+        return self.run[0]
+
+
 def RangeIter(
     reader: SstReader, start: bytes | None, end: bytes | None, fill_cache: bool = False
 ) -> Iterator[tuple[bytes, object]]:
@@ -411,8 +498,9 @@ def RangeIter(
     n = len(last_keys)
     i = bisect_left(last_keys, start) if start is not None else 0
     first = i
+    blocks = Readahead(reader, end, fill_cache)
     while i < n:
-        blk = reader.block(i, fill_cache=fill_cache)
+        blk = blocks.block(i)
         yield from blk.items_from(start if i == first else None, end)
         if end is not None and last_keys[i] >= end:
             return

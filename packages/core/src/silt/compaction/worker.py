@@ -1,0 +1,186 @@
+"""The compaction subprocess: background merges run outside the writer's process.
+
+A merge is CPU-bound Python (decode, merge, encode, bloom): run in a thread of the writer, it
+holds the GIL for most of its run, and every foreground read that releases the GIL (a block read
+from the store) waits up to a switch interval to get it back, so gets slow down several times
+while a compaction runs. :func:`run_elsewhere` runs :func:`.compactor.run_compaction` in one
+worker process per writer process (a ``python -c`` child started on first need and shared by
+every DB the process opens, one task at a time), while the driver's thread only waits for it,
+without the GIL. Nothing changes
+for adoption: the worker writes the outputs and the record create-only, exactly as the thread
+did, and returns the record; the writer adopts it at a commit as before.
+
+Only a DB whose store another process can open the same way (a ``file://`` root; the object
+store tiers carry options and credentials that are not in their URL), with the system clock
+(a :class:`~silt.clock.ManualClock` lives in this process only) and a task that reads no sibling
+DB's SSTs qualifies (:func:`can_run_elsewhere`); the others compact in the driver's thread as
+before. The worker's requests are counted into the DB's metrics under ``compaction``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import pickle
+import subprocess
+import sys
+import threading
+import time
+from typing import IO, Any
+
+from ..clock import Clock
+from ..errors import StoreError
+from ..manifest import Manifest
+from ..metrics import MeteredStore, Metrics
+from ..settings import Settings
+from ..store import ObjectStore
+from ..tiers.file import FileStore
+from .record import CompactionRecord
+from .task import CompactionTask
+
+#: How often the worker checks that the writer process still lives.
+_PARENT_POLL_SECONDS = 0.2
+#: The worker's start: take the writer's import path (the first message), then serve.
+_BOOT = ("import pickle, sys; sys.path[:] = pickle.load(sys.stdin.buffer); "
+         "from silt.compaction.worker import serve; serve()")
+
+_lock = threading.Lock()  # one task at a time in the one worker; held while it runs
+_proc: subprocess.Popen[bytes] | None = None
+
+
+def _file_root(store: ObjectStore) -> str | None:
+    """The root directory of ``store`` when it is a ``file://`` store (through metering)."""
+    inner = store.inner if isinstance(store, MeteredStore) else store
+    return inner.root if type(inner) is FileStore else None
+
+
+def can_run_elsewhere(store: ObjectStore, manifest: Manifest, task: CompactionTask,
+                      clock: Clock) -> bool:
+    """Whether ``task`` can run in the compaction subprocess (see the module docstring)."""
+    if type(clock) is not Clock or _file_root(store) is None:
+        return False
+    ids = set(task.inputs)
+    return not any(s.db for s in manifest.all_ssts() if s.id in ids)
+
+
+def _worker() -> subprocess.Popen[bytes]:
+    """The running worker, started if there is none (call under ``_lock``). It is a plain
+    ``python -c`` child talking pickles over its stdin and stdout: it inherits no other
+    descriptor of the writer (a killed writer's pipes reach EOF for whoever reads them) and
+    re-imports nothing of the writer's ``__main__`` (a Spark worker's, a notebook's)."""
+    global _proc
+    if _proc is None or _proc.poll() is not None:
+        _proc = subprocess.Popen([sys.executable, "-c", _BOOT], stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                 close_fds=True)
+        _send(_proc, list(sys.path))
+        atexit.register(_shutdown, _proc)
+    return _proc
+
+
+def _shutdown(proc: subprocess.Popen[bytes]) -> None:
+    """At the writer's exit: close the worker's stdin (it ends after its task, or at once
+    when idle) and reap it, killing it if it does not end within a second."""
+    try:
+        if proc.stdin is not None:
+            proc.stdin.close()
+        proc.wait(timeout=1)
+    except (OSError, subprocess.TimeoutExpired):
+        proc.kill()
+        proc.wait()
+    finally:
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+def _send(proc: subprocess.Popen[bytes], message: Any) -> None:
+    stdin = proc.stdin
+    assert stdin is not None
+    pickle.dump(message, stdin, protocol=pickle.HIGHEST_PROTOCOL)
+    stdin.flush()
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    global _proc
+    if _proc is proc:
+        _proc = None
+    proc.kill()
+    proc.wait()
+    for pipe in (proc.stdin, proc.stdout):
+        if pipe is not None:
+            pipe.close()
+
+
+def run_elsewhere(store: ObjectStore, manifest: Manifest, task: CompactionTask,
+                  settings: Settings, metrics: Metrics) -> CompactionRecord:
+    """:func:`.compactor.run_compaction` of ``task`` in the compaction subprocess; returns its
+    record. Call only when :func:`can_run_elsewhere` says so. Errors of the compaction are
+    raised here (as the same exception when it can cross the process boundary, else as a
+    :class:`~silt.errors.StoreError` naming it); a worker that died is reported as a
+    :class:`~silt.errors.StoreError` and replaced on the next call."""
+    root = _file_root(store)
+    assert root is not None
+    with _lock:
+        proc = _worker()
+        try:
+            _send(proc, (root, manifest.encode(), task, settings))
+            assert proc.stdout is not None
+            outcome = pickle.load(proc.stdout)  # blocks without the GIL
+        except (EOFError, OSError, pickle.UnpicklingError) as exc:
+            _stop(proc)
+            raise StoreError(f"the compaction subprocess died ({type(exc).__name__}); the "
+                             "task is picked again by a later commit") from None
+    kind, payload, requests = outcome
+    for (_, op), (count, nbytes) in requests.items():
+        entry = metrics.requests[(metrics.current_purpose(), op)]
+        entry[0] += count
+        entry[1] += nbytes
+    if kind == "error":
+        raise payload
+    return CompactionRecord.decode(payload, "compaction subprocess")
+
+
+def serve() -> None:
+    """The worker's loop: one task per message on stdin, its outcome on stdout, until stdin
+    ends (the writer closed it or is gone). A watchdog ends the worker as soon as the writer
+    process is gone, even in the middle of a task (its half-written outputs are garbage that
+    GC removes)."""
+    inp: IO[bytes] = sys.stdin.buffer
+    out: IO[bytes] = sys.stdout.buffer
+    sys.stdout = sys.stderr  # the protocol owns stdout
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(_PARENT_POLL_SECONDS)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="silt-compact-watch", daemon=True).start()
+    while True:
+        try:
+            request = pickle.load(inp)
+        except EOFError:
+            return
+        pickle.dump(_compact(*request), out, protocol=pickle.HIGHEST_PROTOCOL)
+        out.flush()
+
+
+def _compact(root: str, manifest_data: bytes, task: CompactionTask,
+             settings: Settings) -> tuple[str, Any, dict[tuple[str, str], list[int]]]:
+    """In the worker: run the task against ``root``; ``("ok", record bytes, requests)`` or
+    ``("error", exception, requests)``."""
+    from .compactor import run_compaction
+
+    metrics = Metrics()
+    store = MeteredStore(FileStore(root), metrics)
+    try:
+        with metrics.purpose("compaction"):
+            manifest = Manifest.decode(manifest_data, "manifest from the writer")
+            record = run_compaction(store, manifest, task, settings, Clock())
+        return "ok", record.encode(), dict(metrics.requests)
+    except Exception as exc:
+        try:
+            pickle.loads(pickle.dumps(exc))
+        except Exception:
+            exc = StoreError(f"compaction failed: {type(exc).__name__}: {exc}")
+        return "error", exc, dict(metrics.requests)
