@@ -58,6 +58,9 @@ class CompactionDriver:
         self.metrics = metrics
         self.policy = make_policy(settings.compaction, settings)
         self.mode = settings.compaction_mode
+        #: Background compaction in this process ("background", a thread; "process", the
+        #: compaction subprocess where the DB qualifies).
+        self.in_process = self.mode in ("background", "process")
         self._pool: ThreadPoolExecutor | None = None
         self._future: Future[CompactionRecord] | None = None
         self._ready: list[CompactionRecord] = []
@@ -84,7 +87,7 @@ class CompactionDriver:
 
     def schedule(self, manifest: Manifest | None) -> CompactionTask | None:
         """Start the policy's next task for ``manifest`` if nothing is running or waiting."""
-        if self.policy is None or self.mode != "background" or manifest is None:
+        if self.policy is None or not self.in_process or manifest is None:
             return None
         self._harvest()
         if self._future is not None or self._ready:
@@ -100,7 +103,8 @@ class CompactionDriver:
 
     def _run(self, manifest: Manifest, task: CompactionTask) -> CompactionRecord:
         with self.metrics.purpose("compaction"):
-            if can_run_elsewhere(self.store, manifest, task, self.clock):
+            if self.mode == "process" and can_run_elsewhere(self.store, manifest, task,
+                                                            self.clock):
                 # the merge runs in the compaction subprocess: this thread waits without the
                 # GIL, so the writer's reads and writes go on at full speed
                 record = run_elsewhere(self.store, manifest, task, self.settings, self.metrics)
@@ -129,7 +133,7 @@ class CompactionDriver:
     def gather(self, manifest: Manifest | None, l0_count: int) -> list[CompactionRecord]:
         """Finished records to try at this commit. Stalls while L0 is at the stall trigger."""
         if l0_count >= self.settings.l0_stall_trigger and self.policy is not None and (
-            self.mode == "background"
+            self.in_process
         ):
             if self._future is None and not self._ready:
                 self.schedule(manifest)
