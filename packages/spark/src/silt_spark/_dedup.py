@@ -75,25 +75,13 @@ class DedupPlan:
     delay_ms: int = 0
 
 
-def _event_us(column: Any) -> Any:
-    """A timestamp column as int64 microseconds (nulls stay null)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    per_us = {"s": -1_000_000, "ms": -1000, "us": 1, "ns": 1000}[column.type.unit]
-    raw = column.cast(pa.int64())
-    if per_us < 0:
-        return pc.multiply(raw, -per_us)
-    return raw if per_us == 1 else pc.divide(raw, per_us)
-
-
 def drop_late(t: Any, dp: DedupPlan, watermark_ms: int) -> Any:
     """``t`` without the rows whose event time is at or before the watermark (Spark keeps rows
     with a null event time)."""
     import pyarrow.compute as pc
 
     late = pc.fill_null(
-        pc.less_equal(_event_us(t[dp.event_time_column]), watermark_ms * 1000), False
+        pc.less_equal(_watermark.event_us(t[dp.event_time_column]), watermark_ms * 1000), False
     )
     return t.filter(pc.invert(late)) if pc.any(late).as_py() else t
 
@@ -163,7 +151,8 @@ def merge_partition(task: ShardTask, batches: Iterator[Any], dp: DedupPlan) -> I
         check_key_groups(task, t[KG_COLUMN])
         if event:
             t = drop_late(t, dp, task.watermark)  # (already dropped before the shuffle)
-            top = pc.max(_event_us(t[dp.event_time_column])).as_py() if t.num_rows else None
+            event_us = _watermark.event_us(t[dp.event_time_column])
+            top = pc.max(event_us).as_py() if t.num_rows else None
             if top is not None:
                 task.observe_event_time(top // 1000)
         t = _first_per_key(t.drop_columns([PARTITION_COLUMN]), dp.key_columns, (KG_COLUMN,))
@@ -180,7 +169,7 @@ def merge_partition(task: ShardTask, batches: Iterator[Any], dp: DedupPlan) -> I
             head = _U64.pack(task.batch_id)
             if event:
                 expires = (
-                    _event_us(t[dp.event_time_column]).to_numpy(zero_copy_only=False)[idx]
+                    _watermark.event_us(t[dp.event_time_column]).to_numpy(zero_copy_only=False)[idx]
                     + dp.delay_ms * 1000
                 ).tolist()
                 pack, kgs = _I64.pack, t[KG_COLUMN].to_numpy()[idx].tolist()

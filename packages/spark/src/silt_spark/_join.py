@@ -67,7 +67,7 @@ from typing import Any
 
 from silt.errors import InvalidArgumentError, InvalidTypeError
 
-from . import _api, _codec, _keys, _layout, _shard
+from . import _api, _codec, _keys, _layout, _shard, _watermark
 from ._layout import KG_COLUMN, PARTITION_COLUMN
 from ._shard import ShardTask, check_key_groups
 
@@ -230,18 +230,6 @@ class _Row:
         return (b"\x01" if self.matched else b"\x00") + raw
 
 
-def _event_us(column: Any) -> Any:
-    """A timestamp column as int64 microseconds (nulls stay null)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    per_us = {"s": -1_000_000, "ms": -1000, "us": 1, "ns": 1000}[column.type.unit]
-    raw = column.cast(pa.int64())
-    if per_us < 0:
-        return pc.multiply(raw, -per_us)
-    return raw if per_us == 1 else pc.divide(raw, per_us)
-
-
 class _Side:
     """One side's rows of the batch, late ones dropped, in input order."""
 
@@ -254,7 +242,7 @@ class _Side:
         base = task.batch_id << 32
         ti = jp.time_index[side]
         if ti is not None and t.num_rows:
-            us = _event_us(t[f"{prefix}{ti}"])
+            us = _watermark.event_us(t[f"{prefix}{ti}"])
             top = pc.max(us).as_py()
             if top is not None:
                 task.observe_event_time(top // 1000, side)  # late rows count, as in Spark

@@ -90,6 +90,19 @@ class Observed:
     watermark_ms: int
 
 
+def event_us(column: Any) -> Any:
+    """A timestamp column (any Arrow unit) as int64 microseconds, Spark's unit, rounded down;
+    nulls stay null. Every operator reads event time through this one conversion."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    per_us = {"s": -1_000_000, "ms": -1000, "us": 1, "ns": 1000}[column.type.unit]
+    raw = column.cast(pa.int64())
+    if per_us < 0:
+        return pc.multiply(raw, -per_us)
+    return raw if per_us == 1 else pc.floor(pc.divide(raw, per_us)).cast(pa.int64())
+
+
 def watermark_of(max_event_ms: Sequence[int | None], delays_ms: Sequence[int]) -> int:
     """Spark's rule: ``max(0, min over inputs with data of (max event time - delay))``."""
     values = [m - d for m, d in zip(max_event_ms, delays_ms) if m is not None]

@@ -50,7 +50,7 @@ from typing import Any
 
 from silt.errors import InvalidArgumentError
 
-from . import _aggregate, _api, _codec, _keys, _layout, _shard
+from . import _aggregate, _api, _codec, _keys, _layout, _shard, _watermark
 from ._layout import KG_COLUMN, PARTITION_COLUMN
 from ._shard import ShardTask, check_key_groups
 
@@ -130,19 +130,6 @@ def plan(
     return wp, partial_struct, out_struct
 
 
-def _event_us(column: Any) -> Any:
-    """A timestamp column as int64 microseconds (Spark's unit)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    t = column.type
-    per_us = {"s": -1_000_000, "ms": -1000, "us": 1, "ns": 1000}[t.unit]
-    raw = column.cast(pa.int64())
-    if per_us < 0:
-        return pc.multiply(raw, -per_us)
-    return raw if per_us == 1 else pc.floor(pc.divide(raw, per_us)).cast(pa.int64())
-
-
 def partial_aggregate(batches: Iterator[Any], wp: WindowPlan) -> Iterator[Any]:
     """Before the shuffle: one row per (key, window start) of this input partition."""
     import numpy as np
@@ -160,7 +147,7 @@ def partial_aggregate(batches: Iterator[Any], wp: WindowPlan) -> Iterator[Any]:
         tcol = t[wp.time_column]
     if t.num_rows == 0:
         return
-    us = _event_us(tcol).to_numpy()
+    us = _watermark.event_us(tcol).to_numpy()
     slide_us, window_us = wp.slide_ms * 1000, wp.window_ms * 1000
     last = (us // slide_us) * slide_us  # the latest window containing each row
     rows_idx, starts, own = [], [], []
