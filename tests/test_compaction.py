@@ -801,11 +801,11 @@ def test_check_outputs_reads_the_tail_or_every_block(url: str) -> None:
 
 
 def test_background_compaction_runs_in_the_subprocess_on_file_roots(file_url: str) -> None:
-    """With compaction_mode="process", a file:// DB with the system clock merges in the
-    compaction subprocess (so the merge never holds the writer's GIL), and what it adopts keeps
-    every value; the worker's requests are counted as compaction's."""
+    """By default a file:// DB with the system clock merges in the compaction subprocess (so
+    the merge never holds the writer's GIL), and what it adopts keeps every value; the
+    worker's requests are counted as compaction's."""
     rng = random.Random("subprocess")
-    settings = settings_small().replace(compaction_mode="process")
+    settings = settings_small()
     model: dict[bytes, bytes | None] = {}
     with silt.open(file_url, settings=settings) as db:
         for round_ in range(12):
@@ -836,7 +836,7 @@ def test_background_compaction_runs_in_the_subprocess_on_file_roots(file_url: st
 def test_a_manual_clock_keeps_compaction_in_the_writers_thread(file_url: str) -> None:
     """Only this process knows a ManualClock's time: its DB compacts in the driver's thread."""
     clock = silt.ManualClock(T0)
-    settings = settings_small().replace(compaction_mode="process")
+    settings = settings_small()
     with silt.open(file_url, settings=settings, clock=clock) as db:
         for round_ in range(8):
             for i in range(60):

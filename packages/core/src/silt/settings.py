@@ -17,7 +17,7 @@ KiB = 1024
 MiB = 1024 * KiB
 
 COMPRESSIONS = ("lz4", "none")
-COMPACTION_MODES = ("background", "process", "external")
+COMPACTION_MODES = ("background", "thread", "external")
 
 #: The largest data block, key or value: a block closes once it reaches ``block_bytes`` and so
 #: may hold one more entry; block sizes and offsets inside a block are u32 on disk and lz4
@@ -95,12 +95,11 @@ class Settings:
         max_value_bytes: largest accepted value. Default 256 MiB.
         compaction: name of the compaction policy (a plugin name: ``"leveled"``, ``"tiered"``,
             ``"ttl"``, or a third party's), or ``"none"``. Default ``"leveled"``.
-        compaction_mode: ``"background"`` (a thread of the writer compacts and the writer adopts
-            the result at its next commit), ``"process"`` (the same, but the merge runs in the
-            writer's compaction subprocess where the DB qualifies, a ``file://`` root on the
-            system clock, so it never holds the writer's GIL; see :mod:`silt.compaction.worker`;
-            not yet the default: on a loaded 2-core machine it measured no better than the
-            thread) or ``"external"`` (``silt compact URL`` runs elsewhere; the writer adopts
+        compaction_mode: ``"background"`` (the writer's compaction subprocess merges where the DB
+            qualifies, a ``file://`` root on the system clock, so a merge never holds the
+            writer's GIL; otherwise a thread of the writer; see :mod:`silt.compaction.worker`;
+            the writer adopts the result at its next commit), ``"thread"`` (always a thread of
+            the writer) or ``"external"`` (``silt compact URL`` runs elsewhere; the writer adopts
             the records it finds under ``compaction/``). Default background.
         compaction_poll_seconds: in external mode, how often a commit lists ``compaction/``.
         target_sst_bytes: size at which compaction starts a new output SST. Default 64 MiB.

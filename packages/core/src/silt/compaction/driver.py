@@ -58,9 +58,9 @@ class CompactionDriver:
         self.metrics = metrics
         self.policy = make_policy(settings.compaction, settings)
         self.mode = settings.compaction_mode
-        #: Background compaction in this process ("background", a thread; "process", the
-        #: compaction subprocess where the DB qualifies).
-        self.in_process = self.mode in ("background", "process")
+        #: Background compaction in this process ("background": the compaction subprocess where
+        #: the DB qualifies, else a thread; "thread": always a thread).
+        self.in_process = self.mode in ("background", "thread")
         self._pool: ThreadPoolExecutor | None = None
         self._future: Future[CompactionRecord] | None = None
         self._ready: list[CompactionRecord] = []
@@ -103,8 +103,8 @@ class CompactionDriver:
 
     def _run(self, manifest: Manifest, task: CompactionTask) -> CompactionRecord:
         with self.metrics.purpose("compaction"):
-            if self.mode == "process" and can_run_elsewhere(self.store, manifest, task,
-                                                            self.clock):
+            if self.mode == "background" and can_run_elsewhere(self.store, manifest, task,
+                                                               self.clock):
                 # the merge runs in the compaction subprocess: this thread waits without the
                 # GIL, so the writer's reads and writes go on at full speed
                 record = run_elsewhere(self.store, manifest, task, self.settings, self.metrics)
