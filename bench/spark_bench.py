@@ -6,7 +6,8 @@
 For each K: generated parquet input (one file per micro-batch), 4 shards / shuffle partitions,
 local[2]. Runs
   * silt_spark.aggregate  vs  groupBy().agg() on the RocksDB state store with changelog
-    checkpointing (update mode), and
+    checkpointing (update mode), and a stateless query of two Arrow stages around the same
+    shuffle (the floor Spark sets; a cold restart's state share is recovery minus the floor's),
   * silt_spark.transform_with_state  vs  transformWithStateInPandas (RocksDB), on fewer rows,
   * silt_spark.window_aggregate  vs  withWatermark + groupBy(window) (RocksDB), append mode,
     tumbling 30 s windows with a 10 s delay, event time moving 60 s per batch,
@@ -17,7 +18,10 @@ local[2]. Runs
 then stops each query and restarts it from its checkpoint on one more batch (recovery time:
 restart until that batch is done). Prints a table and the raw numbers as JSON, with silt's
 object-store requests per micro-batch and shard (from silt_spark.metrics; the event-time
-watermark's share apart).
+watermark's share apart), and what each case's state costs in object-store requests per
+micro-batch (all shards) and per 1M input rows at S3 Standard prices: silt's requests as
+counted, Spark's store as one PUT per file it wrote under the checkpoint's state/ folder (a
+lower bound).
 
     SILT_SRC=/path/to/other/checkout python bench/spark_bench.py --cases window
 
@@ -119,6 +123,34 @@ def join_figures(query_id: str) -> dict[str, float]:
     }
 
 
+def silt_request_totals(query_id: str) -> dict[str, int]:
+    """Every object-store request silt made for the query's shard tasks, by kind (the shard
+    DBs' and the operator root's: watermark markers, lifecycle records)."""
+    out: dict[str, int] = {}
+    for r in silt_spark.metrics(query_id):
+        for kind, c in r["requests"].items():
+            out[kind] = out.get(kind, 0) + c["count"]
+    return out
+
+
+def state_files(chk: Path) -> int:
+    """Files Spark's own state store wrote under the checkpoint's ``state/`` folder (each is
+    at least one PUT on an object store; nothing is deleted this early: its maintenance keeps
+    the last 100 versions)."""
+    root = chk / "state"
+    return sum(1 for p in root.rglob("*") if p.is_file()) if root.exists() else 0
+
+
+def cost_per_million(requests: dict[str, int], rows: int) -> dict[str, float]:
+    """Class A and B requests and dollars (S3 Standard list prices) per 1M input rows."""
+    from silt.cost import S3_STANDARD, request_classes
+
+    classes = request_classes(requests)
+    scale = 1e6 / rows if rows else 0.0
+    return {"class_a": classes["class_a"] * scale, "class_b": classes["class_b"] * scale,
+            "usd": S3_STANDARD.cost(requests) * scale}
+
+
 def requests_per_task(query_id: str) -> dict[str, dict[str, float]]:
     """silt's object-store requests per task (one shard, one micro-batch), by kind: all of
     them, and the event-time watermark's share (purpose ``watermark``)."""
@@ -133,6 +165,10 @@ def requests_per_task(query_id: str) -> dict[str, dict[str, float]]:
             out["watermark"][kind] = out["watermark"].get(kind, 0) + c["count"]
     return {k: {kind: n / len(records) for kind, n in sorted(v.items())}
             for k, v in out.items()}
+
+
+def _identity(batches):
+    yield from batches
 
 
 class Count(silt_spark.StatefulProcessor):
@@ -258,6 +294,17 @@ def run_query(session: dict, build, data: Path | tuple[Path, ...], chk: Path, ba
     q.processAllAvailable()
     progress = [p for p in q.recentProgress if p["numInputRows"] > 0]
     requests = requests_per_task(str(q.id))
+    # What the first run's state cost in requests, per 1M input rows: silt's own requests,
+    # or (Spark's store) one PUT per file it wrote under the checkpoint's state/ folder, a lower
+    # bound (an object store's checkpoint manager also renames and lists). The checkpoint's
+    # offsets and commits logs are the same for both and left out.
+    input_rows = sum(p["numInputRows"] for p in q.recentProgress)
+    state_reqs = silt_request_totals(str(q.id)) or {"PUT": state_files(chk)}
+    state_cost = cost_per_million(state_reqs, input_rows)
+    from silt.cost import request_classes
+
+    state_cost.update({f"{k}_per_batch": n / max(1, len(progress))
+                       for k, n in request_classes(state_reqs).items()})
     joined = join_figures(str(q.id))
     q.stop()
     for src in srcs:
@@ -299,6 +346,7 @@ def run_query(session: dict, build, data: Path | tuple[Path, ...], chk: Path, ba
         "restart_first_batch_ms": first_batch_ms,
         "restart_state_metrics": load_metrics,
         "requests_per_task": requests,
+        "state_cost": state_cost,
         **({"join": joined} if joined else {}),
     }
 
@@ -393,6 +441,9 @@ def main() -> None:
                     num_shards=args.shards),
                 "native groupBy (RocksDB)": lambda df: df.groupBy("key").agg(
                     F.count("*").alias("count"), F.sum("amount").alias("sum")),
+                # The floor Spark sets: two Arrow stages around the same shuffle, no state.
+                "stateless floor (Arrow)": lambda df: df.mapInArrow(_identity, df.schema)
+                .repartition(args.shards, "key").mapInArrow(_identity, df.schema),
             }
             for name, build in cases.items():
                 results.append(measure(session, name, build, src, work, keys, args.rows, args,
@@ -486,6 +537,16 @@ def main() -> None:
         if req.get("all"):
             print(f"{r['case']:32s} requests per batch and shard: {_fmt(req['all'])}; "
                   f"watermark: {_fmt(req.get('watermark', {})) or 'none'}")
+    print()
+    print(f"{'state requests (S3 Standard)':32s} {'K':>10s} {'A/batch':>8s} {'B/batch':>8s} "
+          f"{'A per 1M':>9s} {'B per 1M':>9s} {'$ per 1M rows':>13s}")
+    for r in results:
+        c = r.get("state_cost")
+        if not c:
+            continue
+        print(f"{r['case']:32s} {r['keys']:>10,d} {c['class_a_per_batch']:>8.1f} "
+              f"{c['class_b_per_batch']:>8.1f} "
+              f"{c['class_a']:>9.0f} {c['class_b']:>9.0f} {c['usd']:>13.4f}")
     for keys in args.keys:
         by = {r["case"]: r for r in results if r["keys"] == keys and "error" not in r}
         win, nwin = by.get("silt window_aggregate"), by.get("native window (RocksDB)")
@@ -498,6 +559,13 @@ def main() -> None:
                 print(f"K={keys:,d}: silt join {how} / native: "
                       f"{sj['rows_per_s'] / nj['rows_per_s']:.2f}x rows/s, recovery "
                       f"{nj['recovery_s'] / max(1e-9, sj['recovery_s']):.2f}x faster")
+        floor = by.get("stateless floor (Arrow)")
+        if floor:
+            shares = ", ".join(
+                f"{c} {by[c]['recovery_s'] - floor['recovery_s']:+.1f} s"
+                for c in ("silt aggregate", "native groupBy (RocksDB)") if c in by)
+            print(f"K={keys:,d}: state's share of a cold restart (recovery minus the stateless "
+                  f"floor's {floor['recovery_s']:.1f} s): {shares}")
         agg, nat = by.get("silt aggregate"), by.get("native groupBy (RocksDB)")
         if agg and nat and nat["rows_per_s"] and agg["recovery_s"]:
             print(f"K={keys:,d}: silt aggregate / native: {agg['rows_per_s'] / nat['rows_per_s']:.2f}x"

@@ -359,3 +359,33 @@ def test_template_is_discovered_through_its_declared_entry_point(
         assert silt.read_manifest(store, 1).version == 1
     finally:
         importlib.import_module(module).ExampleClient.drop(name)
+
+
+def test_loading_the_first_party_plugins_imports_no_sdk() -> None:
+    """Every process that opens a silt URL loads all installed plugins (a Spark worker's first
+    task paid 0.6 s importing boto3, google-cloud-storage and azure-storage-blob to open a
+    ``file://`` shard). Registering a tier must import no SDK; opening one of its URLs does."""
+    import os
+    import subprocess
+
+    code = textwrap.dedent("""
+        import sys
+        from silt.plugins import build_registry
+        registry = build_registry(autoload=True)
+        sdks = ("boto3", "botocore", "google.cloud.storage", "azure.storage.blob")
+        print(sorted(registry.tiers))
+        print([m for m in sdks if m in sys.modules])
+        import silt_s3, silt_gcs, silt_azure
+        print([m for m in sdks if m in sys.modules])
+        print(silt_s3.S3Store.__name__, silt_gcs.GcsStore.__name__,
+              silt_azure.AzureStore.__name__)
+        print([m for m in sdks if m in sys.modules])
+    """)
+    env = {k: v for k, v in os.environ.items() if k != "SILT_DISABLE_PLUGIN_AUTOLOAD"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         check=True).stdout.splitlines()
+    assert {"s3", "gs", "gcs", "az", "azure"} <= set(eval(out[0])), out
+    assert out[1] == "[]" and out[2] == "[]", out  # registering, importing the package
+    assert out[3] == "S3Store GcsStore AzureStore"
+    assert set(eval(out[4])) == {"boto3", "botocore", "google.cloud.storage",
+                                 "azure.storage.blob"}

@@ -91,7 +91,9 @@ def check_batch(records, rows, num_shards, state, *, rows_in):
         # A shard with keys commits (and says so in its manifest); one without writes nothing.
         assert r["committed"] == (r["rows_out"] > 0)
         assert r["state_reads"] == r["state_writes"] == r["rows_out"]
-        assert r["open_ms"] > 0 and r["process_ms"] >= 0
+        # Only a shard with rows opens its DB (both operators here have no timers).
+        assert r["opened"] == (r["rows_in"] > 0)
+        assert (r["open_ms"] > 0) == r["opened"] and r["process_ms"] >= 0
         # The shard DB's PUTs (the operator root's lifecycle records are counted apart).
         root_puts = r["requests_by_purpose"].get("lifecycle", {}).get("PUT", {"count": 0})
         assert root_puts["count"] <= 1  # a query's origin record, once per shard at most
@@ -155,6 +157,42 @@ def test_aggregate_reports_rows_reads_writes_and_commits(spark, tmp_path):
                 r["requests_by_purpose"].get(purpose, {}).get("PUT", {}).get("count", 0)
                 for r in mine
             ) == manifests
+
+
+@pytest.mark.parametrize("operator", ["aggregate", "processor"])
+def test_idle_shards_make_no_request(spark, tmp_path, operator):
+    """After the first batch, the input reaches one key, so one shard: the other shards' tasks
+    neither open their DB nor make any request (the worker's lifecycle check is made once per
+    process), for the aggregate and for a processor without timers."""
+    state = (tmp_path / "state").as_uri()
+    feed = Feed(spark, tmp_path)
+    if operator == "aggregate":
+        df = silt_spark.aggregate(feed.stream(), ["user"], ["count"], state_url=state,
+                                  num_shards=4)
+    else:
+        df = silt_spark.transform_with_state(
+            feed.stream(), Count(), ["user"], "user string, n long", state_url=state,
+            num_shards=4,
+        )
+    feed.start(df, f"metrics_idle_{operator}")
+    batches = [rows_of(0, users=40)] + [[("u1", i)] for i in range(4)]
+    try:
+        for rows in batches:
+            feed.write(rows)
+            feed.query.processAllAvailable()
+        for b in range(1, len(batches)):
+            records = silt_spark.metrics(feed.query, b)
+            assert len(records) == 4
+            busy = [r for r in records if r["rows_in"]]
+            assert len(busy) == 1 and busy[0]["committed"] and busy[0]["opened"]
+            for r in records:
+                if r is busy[0]:
+                    continue
+                others = {p: k for p, k in r["requests_by_purpose"].items() if p != "lifecycle"}
+                assert not r["opened"] and not r["committed"] and others == {}, r
+                assert r["state_reads"] == r["state_writes"] == r["open_ms"] == 0
+    finally:
+        feed.stop()
 
 
 def test_processor_metrics_reach_a_listener_and_the_log(spark, tmp_path, caplog):

@@ -249,10 +249,11 @@ def test_shard_task_rerun_with_a_warm_handle_reads_the_older_base(tmp_path):
         assert run(2, b"2") == (b"1", False)
         url = _layout.shard_url(root, 0, 1, spec.key_groups)
         assert silt.versions(url) == [0, 1, 2]
+        # (a task opens its shard on first use, and fails there)
         with pytest.raises(StateAheadError, match="newer than micro-batch 1"):
-            _shard.ShardTask(spec, 0, 1, "query-1", 0)
+            _ = _shard.ShardTask(spec, 0, 1, "query-1", 0).db
         with pytest.raises(ForeignStateError, match="belongs to streaming query query-1"):
-            _shard.ShardTask(spec, 0, 3, "query-2", 0)
+            _ = _shard.ShardTask(spec, 0, 3, "query-2", 0).db
     finally:
         _shard.drop_cached_handles()
 
@@ -278,7 +279,7 @@ def test_shard_task_reopens_a_warm_handle_another_worker_moved_past(tmp_path):
         assert run(0) == 1
         worker_a = _shard._CACHE.pop(url)  # worker A keeps its handle at version 0
         assert run(1) == 2  # worker B runs batch 1
-        _shard._CACHE.pop(url)[1].close()
+        _shard._CACHE.pop(url).db.close()
         _shard._CACHE[url] = worker_a  # batch 2 lands on worker A again
         assert run(2) == 3
     finally:

@@ -29,10 +29,10 @@ def _run(spec: OperatorSpec, batch: int, key: bytes | None) -> tuple[ShardTask, 
     """One task of ``batch``: write ``key`` (nothing when ``None``), commit, release. Returns
     the task and the requests its opening made."""
     cached = _shard._CACHE.get(spec.shard_url(0))
-    before = _requests(cached[1]) if cached is not None else None
+    before = _requests(cached.db) if cached is not None else None
     task = ShardTask(spec, 0, batch, "q", 0)
     opened = ({k: n - before[k] for k, n in _requests(task.db).items() if n != before[k]}
-              if before is not None and task.db is cached[1] else {"cold": 1})
+              if before is not None and task.db is cached.db else {"cold": 1})
     ok = False
     try:
         if key is not None:
@@ -57,12 +57,17 @@ def test_a_warm_handle_at_the_previous_batch_opens_with_no_request(spec) -> None
     _run(spec, 0, b"a")
     task, opened = _run(spec, 1, b"b")
     assert opened == {} and task.db.version == 1 and task.committed
-    # Batch 2 changes nothing (no commit): batch 3's handle is at version 1, so it checks that
-    # no other process committed 2 with two GETs of missing objects, not a LIST.
+    # Batch 2 changes nothing (no commit) here: every attempt of it sees the same rows and base,
+    # so none committed anywhere, and batch 3's handle (version 1) is still its base: no request.
     _run(spec, 2, None)
     task, opened = _run(spec, 3, b"c")
+    assert opened == {} and task.db.version == 3 and task.db.get(b"a") == b"v0"
+    # Batch 4 ran in another worker process (and changed nothing): this process cannot know
+    # that, so batch 5 checks that no other process committed 4 with two GETs of missing
+    # objects, not a LIST.
+    task, opened = _run(spec, 5, b"e")
     assert "LIST" not in opened and sum(opened.values()) == 2, opened
-    assert task.db.version == 3 and task.db.get(b"a") == b"v0"
+    assert task.db.version == 5 and task.db.get(b"c") == b"v3"
 
 
 def test_a_warm_handle_another_process_passed_reopens(spec) -> None:
@@ -70,6 +75,7 @@ def test_a_warm_handle_another_process_passed_reopens(spec) -> None:
     _run(spec, 1, b"b")
     _other_process_commits(spec, 2, b"x", b"other")  # batch 2 (3 changes nothing) elsewhere
     _run(spec, 3, None)  # the cached handle (version 1) sees version 2 and reopens
+    assert _shard._CACHE[spec.shard_url(0)].db.version == 2
     task, _ = _run(spec, 4, b"d")
     assert task.db.version == 4 and task.db.get(b"x") == b"other"
 
@@ -91,3 +97,108 @@ def test_state_ahead_of_the_checkpoint_is_refused_on_a_warm_handle(spec) -> None
     _other_process_commits(spec, 5, b"z", b"later")
     with pytest.raises(StateAheadError, match="newer than micro-batch 2"):
         _run(spec, 2, b"c")
+
+
+def _idle(spec: OperatorSpec, batch: int) -> ShardTask:
+    """A task of ``batch`` with no rows that reads only its base's meta, as every operator's
+    no-input path does (its time bounds), then finishes and is released."""
+    task = ShardTask(spec, 0, batch, "q", 0)
+    ok = False
+    try:
+        task.meta_seen = dict(task.base_meta)
+        task.finish()
+        ok = True
+    finally:
+        task.release(ok)
+    return task
+
+
+def test_an_idle_task_on_a_current_handle_makes_no_request(spec) -> None:
+    _run(spec, 0, b"a")
+    _run(spec, 1, b"b")
+    handle = _shard._CACHE[spec.shard_url(0)].db
+    before = _requests(handle)
+    for batch in (2, 3, 4):
+        task = _idle(spec, batch)
+        assert not task.opened and task.meta_seen["spark.batch_id"] == "1"
+    assert _requests(handle) == before  # three idle batches: not one request
+    assert _shard._CACHE[spec.shard_url(0)].current_through == 4
+    task, opened = _run(spec, 5, b"f")  # the handle is still batch 5's base: no request
+    assert opened == {} and task.committed and task.db.get(b"b") == b"v1"
+    assert silt.versions(spec.shard_url(0))[-1] == 5  # (2: the reservation of the skip)
+
+
+def test_an_idle_task_opens_when_its_handle_may_be_stale(spec) -> None:
+    """Without a handle known current through b - 1 (a new process, or a batch that ran
+    elsewhere), an idle task opens its shard to read the base's meta, and so sees another
+    process's commit."""
+    _idle(spec, 0)  # a new process: opens (cold) an empty root
+    _run(spec, 1, b"a")
+    _other_process_commits(spec, 3, b"x", b"other")  # batch 2 ran here? no: 2 and 3 elsewhere
+    task = _idle(spec, 4)
+    assert task.opened and task.meta_seen["spark.batch_id"] == "3"
+    _shard.drop_cached_handles()
+    task = _idle(spec, 5)
+    assert task.opened and task.meta_seen["spark.batch_id"] == "3"
+    assert _shard._CACHE[spec.shard_url(0)].current_through == 5
+
+
+def test_a_failed_idle_task_does_not_extend_the_handle(spec) -> None:
+    _run(spec, 0, b"a")
+    task = ShardTask(spec, 0, 1, "q", 0)
+    assert task.base_meta["spark.batch_id"] == "0" and not task.opened
+    task.release(False)
+    assert _shard._CACHE[spec.shard_url(0)].current_through == 0
+
+
+def test_a_rescaled_shard_without_a_version_is_never_idle(tmp_path) -> None:
+    """A shard of a new layout must first take its state from the old layout's shards: its
+    cached handle (no version yet) is never a base to skip opening with."""
+    _shard.drop_cached_handles()
+    spec = OperatorSpec(kind="aggregate", root=(tmp_path / "op").as_uri(), num_shards=1,
+                        generation=1)
+    url = spec.shard_url(0)
+    _shard._CACHE[url] = _shard._Cached("q/", silt.open(url), 0)
+    try:
+        task = ShardTask(spec, 0, 1, "q", 0)
+        assert task._current_handle() is None
+    finally:
+        _shard.drop_cached_handles()
+
+
+def test_a_rescaled_shard_opens_at_its_first_batch_even_when_idle(tmp_path) -> None:
+    _shard.drop_cached_handles()
+    spec = OperatorSpec(kind="aggregate", root=(tmp_path / "op").as_uri(), num_shards=1,
+                        generation=1, layouts=((0, 2), (1, 1)))
+    try:
+        task = ShardTask(spec, 0, 3, "q", 0)
+        assert task.may_need_migration()
+        _ = task.db
+        assert not task.may_need_migration()
+        plain = ShardTask(OperatorSpec(kind="aggregate", root=spec.root, num_shards=1), 0, 3,
+                          "q", 0)
+        assert not plain.may_need_migration()
+    finally:
+        _shard.drop_cached_handles()
+
+
+def test_the_tasks_of_a_batch_in_one_process_share_one_watermark_listing(tmp_path) -> None:
+    from silt_spark import _watermark
+
+    root = (tmp_path / "op").as_uri()
+    _watermark.record(root, "q", 0, "kg-a", [5_000], _watermark.Observed((None,), 0))
+    _watermark.record(root, "q", 1, "kg-b", [9_000], _watermark.Observed((5_000,), 0))
+    counts: dict[str, int] = {}
+    for shard in range(4):  # batch 2's tasks in this process: one LIST, one pruning DELETE
+        seen = _watermark.observe(root, "q", 2, [1_000], prune=shard == 0, counts=counts)
+        assert seen.watermark_ms == 8_000
+    assert counts == {"LIST": 1, "DELETE": 1}
+    # Batch 2's own markers never count for batch 2, even after the listing was cached.
+    _watermark.record(root, "q", 2, "kg-c", [20_000], _watermark.Observed((9_000,), 0))
+    assert _watermark.observe(root, "q", 2, [1_000], counts=counts).watermark_ms == 8_000
+    assert counts == {"LIST": 1, "DELETE": 1}
+    # The next batch lists again and sees them; so does another incarnation of the root.
+    assert _watermark.observe(root, "q", 3, [1_000], counts=counts).watermark_ms == 19_000
+    assert _watermark.observe(root, "q", 3, [1_000], counts=counts, incarnation="x"
+                              ).watermark_ms == 19_000
+    assert counts["LIST"] == 3

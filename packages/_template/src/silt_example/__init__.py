@@ -194,7 +194,10 @@ class ExampleStore(TierStore):
 
 @silt.hookimpl
 def silt_register(registry: Registry) -> None:
-    """Provide the ``example://`` scheme."""
+    """Provide the ``example://`` scheme. (This tier has no SDK to load. A real one keeps its
+    store in its own module and registers a factory that imports it when called, so that
+    loading the plugin imports no SDK: docs/plugins.md, "Register without importing your
+    SDK".)"""
     registry.add_tier(SCHEME, ExampleStore.from_url)
 
 

@@ -135,6 +135,8 @@ def merge_partition(task: ShardTask, batches: Iterator[Any], dp: DedupPlan) -> I
 
     batches = [b for b in batches if b.num_rows]
     event = dp.event_time_column is not None
+    if not batches and not event:
+        return  # nothing to look up and nothing to forget: the shard is not even opened
     ops: list[tuple[bytes, bytes | None, float | None]] = []
     meta = task.base_meta
     bound: int | None = None
@@ -339,10 +341,10 @@ def deduplicate(
         tuple(keys), ttl_ms, to_arrow_schema(df.schema, timezone="UTC"),
         to_arrow_schema(seq_struct, timezone="UTC"), event_time_column, delay_ms,
     )
-    root = spec.root
+    root, incarnation = spec.root, spec.incarnation
 
     def watermark() -> int:
-        return _watermark.in_task(root, delays)
+        return _watermark.in_task(root, delays, incarnation)
 
     def number_fn(batches: Any) -> Any:
         return number_and_drop(batches, dp, watermark if delays else None)

@@ -339,7 +339,7 @@ def merge_partition(task: ShardTask, batches: Iterator[Any], jp: JoinPlan) -> It
         check_key_groups(task, t[KG_COLUMN])
     expiry = [jp.evict_us(s, wm or 0) for s in (LEFT, RIGHT)]
     meta = task.base_meta
-    fresh_root = task.db.version is None and not task.changed
+    fresh_root = task.base_version is None and not task.changed
     bounds: list[int | str | None] = []  # smallest live bucket: int, "" none, None unknown
     for s in (LEFT, RIGHT):
         raw = meta.get(META_MIN_BUCKET[s])

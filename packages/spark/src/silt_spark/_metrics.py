@@ -37,6 +37,7 @@ only the manifests carry metrics.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import weakref
 from collections import OrderedDict
@@ -123,18 +124,24 @@ def _requests(db: Any) -> dict[str, dict[str, dict[str, int]]]:
 
 
 class TaskProbe:
-    """Measures one task: wraps ``task.db`` in a :class:`CountingDB` and counts Arrow rows."""
+    """Measures one task: counts Arrow rows, and wraps the task's DB in a :class:`CountingDB`
+    when the task opens it (:meth:`wrap`). A task that never opens its shard (an idle shard,
+    see :mod:`silt_spark._shard`) reports zero state calls and only its root requests."""
 
     def __init__(self, task: Any) -> None:
         self.task = task
-        db = task.db
-        self.db = CountingDB(db)
-        task.db = self.db
-        base = _BASELINES.pop(task.url, None)
-        # A warm handle's counters include earlier tasks: start from their totals.
-        self.base = base[1] if base is not None and base[0]() is db else {}
+        self.db: CountingDB | None = None
+        self.base: dict[str, Any] = {}
         self.rows_in = 0
         self.rows_out = 0
+
+    def wrap(self, db: Any) -> CountingDB:
+        """The counting wrapper the task uses for ``db`` (called once, when it is opened)."""
+        self.db = CountingDB(db)
+        base = _BASELINES.pop(self.task.url, None)
+        # A warm handle's counters include earlier tasks: start from their totals.
+        self.base = base[1] if base is not None and base[0]() is db else {}
+        return self.db
 
     def count_in(self, batches: Iterator[Any]) -> Iterator[Any]:
         for b in batches:
@@ -150,24 +157,26 @@ class TaskProbe:
         """Counts for the committed manifest's meta (``spark.<name>``)."""
         d = self.db
         counts = {"rows_in": self.rows_in, "rows_out": self.rows_out,
-                  "state_reads": d.reads, "state_writes": d.writes}
+                  "state_reads": 0 if d is None else d.reads,
+                  "state_writes": 0 if d is None else d.writes}
         return {f"spark.{k}": str(counts[k]) for k in META_COUNTS}
 
-    def unwrap(self) -> None:
-        """Give the task its plain DB back (before the handle is cached or closed)."""
-        if self.task.db is self.db:
-            self.task.db = self.db.inner
+    def unwrap(self) -> Any:
+        """The task's plain DB (``None`` if it never opened one), before it is cached or
+        closed: the cache never keeps the counting wrapper."""
+        return None if self.db is None else self.db.inner
 
     def cached(self) -> None:
         """The handle went back to the worker's cache: remember its counters."""
-        db = self.db.inner
-        _BASELINES[self.task.url] = (weakref.ref(db), _requests(db))
+        if self.db is not None:
+            db = self.db.inner
+            _BASELINES[self.task.url] = (weakref.ref(db), _requests(db))
 
     def record(self) -> dict[str, Any]:
         """This task's figures (plain data, picklable)."""
         t = self.task
         d = self.db
-        now = _requests(d.inner)
+        now = _requests(d.inner) if d is not None else {}
         by_purpose: dict[str, dict[str, dict[str, int]]] = {}
         by_kind: dict[str, dict[str, int]] = {}
         for purpose, kinds in now.items():
@@ -194,14 +203,17 @@ class TaskProbe:
             "shard": t.shard,
             "num_shards": t.spec.num_shards,
             "attempt": t.attempt,
+            "pid": os.getpid(),  # the Python worker process that ran the task
             "committed": bool(t.committed),
-            "version": t.batch_id if t.committed else d.inner.version,
+            # False: an idle shard that never opened its DB (no request for its state)
+            "opened": bool(t.opened),
+            "version": t.batch_id if t.committed else t.base_version_seen(),
             "rows_in": self.rows_in,
             "rows_out": self.rows_out,
-            "state_reads": d.reads,
-            "state_writes": d.writes,
-            "state_scans": d.scans,
-            "state_scanned": d.scanned,
+            "state_reads": d.reads if d is not None else 0,
+            "state_writes": d.writes if d is not None else 0,
+            "state_scans": d.scans if d is not None else 0,
+            "state_scanned": d.scanned if d is not None else 0,
             "migrated": t.migrated,
             "referenced_ssts": getattr(t, "referenced", 0),
             "open_ms": round(t.open_ms, 3),

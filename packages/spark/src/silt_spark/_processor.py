@@ -824,8 +824,10 @@ def process_partition(
         if pc.min(kg_col).as_py() < 0:
             table = table.filter(pc.greater_equal(kg_col, 0))
     rows = table.num_rows if table is not None else 0
-    meta = task.base_meta
     timers_on = time.mode != "none"
+    if rows == 0 and not timers_on:
+        return  # no rows and no timers: the shard is not even opened
+    meta = task.base_meta
     next_timer = _meta_int(meta, META_NEXT_TIMER) if timers_on else None
     if rows == 0 and next_timer is None:
         return

@@ -28,6 +28,10 @@ Memory: every shard a worker opens shares the worker's silt memory budget (one b
 memtables charged to it; ``spark.silt.memoryBudget`` sets it), so the handles it caches add
 their SST indexes and filters, not a cache each.
 
+A task opens its shard on first use: a shard with no rows and nothing due never opens, and
+reads its time bounds from a cached handle known current (``ShardTask.base_meta``) with no
+request.
+
 Simplifications: the cache is a per-process LRU of :data:`MAX_CACHED_SHARDS` handles;
 ``take_over`` only clears shards as tasks reach them (a shard that never receives data keeps its
 old objects).
@@ -69,9 +73,22 @@ DESCRIPTOR_FORMAT = 2
 META_QUERY_ID = "spark.query_id"
 META_BATCH_ID = "spark.batch_id"
 
-#: shard URL -> (query id/root incarnation, handle). A handle is reused only by the query that
-#: cached it, on the same incarnation of the root (not after drop_state re-created it).
-_CACHE: OrderedDict[str, tuple[str, silt.DB]] = OrderedDict()
+
+@dataclass
+class _Cached:
+    """A cached shard handle of this worker process."""
+
+    #: ``query id/root incarnation``: a handle is reused only by the query that cached it, on
+    #: the same incarnation of the root (not after drop_state re-created it).
+    owner: str
+    db: silt.DB
+    #: The last micro-batch through which ``db``'s version is known to be the shard's latest
+    #: (``None``: not known). See :meth:`ShardTask.base_meta` for how idle shards use it.
+    current_through: int | None
+
+
+#: shard URL -> its cached handle.
+_CACHE: OrderedDict[str, _Cached] = OrderedDict()
 
 
 @dataclass(frozen=True)
@@ -231,8 +248,6 @@ class ShardTask:
         self.replay = False
         self.committed = False
         self.meta_updates: dict[str, str] = {}
-        #: The base state's meta (after a rescale: combined from the old shards').
-        self.base_meta: dict[str, str] = {}
         #: Entries copied from the previous layout's shards (rescale), 0 otherwise.
         self.migrated = 0
         #: SSTs of the previous layout's shards referenced (rescale), 0 otherwise.
@@ -253,33 +268,115 @@ class ShardTask:
         if delays:
             self._observed = _watermark.observe(
                 spec.root, query_id, batch_id, delays, prune=shard == 0,
-                counts=self.root_requests["watermark"],
+                counts=self.root_requests["watermark"], incarnation=spec.incarnation,
             )
             self.watermark = self._observed.watermark_ms
             self._event_seen = [None] * len(delays)
         budget = spec.memory_budget
         if budget is not None and silt.memory_budget().capacity != budget:
             silt.set_memory_budget(budget)
-        t0 = _perf()
-        self.db: silt.DB = self._open()
-        self.open_ms = (_perf() - t0) * 1000
+        #: The shard's DB, opened on first use (:attr:`db`); ``None`` until then.
+        self._db: Any = None
+        self._base_meta: dict[str, str] = {}
+        #: Wraps the DB when it is opened (:class:`silt_spark._metrics.TaskProbe`).
+        self.probe: Any = None
+        self.open_ms = 0.0
 
     # -- opening ------------------------------------------------------------------------------
+    @property
+    def opened(self) -> bool:
+        """Whether this task has opened its shard (a task that never needs it makes no request)."""
+        return self._db is not None
+
+    @property
+    def db(self) -> Any:
+        """The shard's DB at this batch's base, opened on first use (see the module docstring):
+        a :class:`silt.DB`, or the probe's counting wrapper of one."""
+        if self._db is None:
+            t0 = _perf()
+            db = self._open()
+            self.open_ms = (_perf() - t0) * 1000
+            self._db = self.probe.wrap(db) if self.probe is not None else db
+        return self._db
+
+    @property
+    def base_meta(self) -> dict[str, str]:
+        """The base version's manifest meta (after a rescale: combined from the old shards').
+
+        An idle shard reads it without opening, so without any request, when this process's
+        cached handle is known to be the shard's latest version through batch ``b - 1``: every
+        attempt of a batch sees the same rows and base state, so a batch that left the shard
+        unopened here committed nothing anywhere, and the handle stays current (the operators'
+        decisions from meta are deterministic: their time bounds against the batch's watermark,
+        or processing time, which only moves forward)."""
+        if self._db is None:
+            quiet = self._current_handle()
+            if quiet is not None:
+                return quiet.db.meta
+            _ = self.db
+        return self._base_meta
+
+    @base_meta.setter
+    def base_meta(self, meta: dict[str, str]) -> None:
+        self._base_meta = meta
+
+    @property
+    def base_version(self) -> int | None:
+        """The base version (``None``: the shard has none), without opening when
+        :attr:`base_meta` would not."""
+        if self._db is None:
+            quiet = self._current_handle()
+            if quiet is not None:
+                return quiet.db.version
+        return self.db.version
+
+    def _current_handle(self) -> _Cached | None:
+        """The cached handle, if it is known to be exactly this batch's base."""
+        cached = _CACHE.get(self.url)
+        if (
+            cached is None
+            or cached.owner != self.cache_owner
+            or cached.current_through != self.batch_id - 1
+            or (cached.db.version is not None and cached.db.version >= self.batch_id)
+            or (cached.db.version is None and self.spec.generation > 0)  # must migrate first
+        ):
+            return None
+        return cached
+
+    def may_need_migration(self) -> bool:
+        """Whether this shard of a rescaled layout may have no version of its own yet (this
+        process holds no handle of it with a version): then the task opens it even when idle,
+        so every shard of a new layout takes its state, by reference, at the layout's first
+        batch and the rescale completes at once."""
+        if self.spec.generation == 0 or self._db is not None:
+            return False
+        cached = _CACHE.get(self.url)
+        return cached is None or cached.owner != self.cache_owner or cached.db.version is None
+
+    def base_version_seen(self) -> int | None:
+        """The base version if this task knows it without a request (metrics)."""
+        if self._db is not None:
+            return self._db.version
+        quiet = self._current_handle()
+        return None if quiet is None else quiet.db.version
+
     def _open(self) -> silt.DB:
         b = self.batch_id
         db = None
+        current = self._current_handle()
         cached = _CACHE.pop(self.url, None)
         if cached is not None:
-            version = cached[1].version
-            if cached[0] == self.cache_owner and (version is None or version < b):
-                db = cached[1]
+            version = cached.db.version
+            if cached.owner == self.cache_owner and (version is None or version < b):
+                db = cached.db
             else:
                 # Another query's handle, or one at/after this batch (a re-run): the base is
                 # older than the handle, so reopen at the latest version <= b - 1.
-                cached[1].close()
+                cached.db.close()
         try:
-            if db is not None and db.version == b - 1:
-                # A warm handle at version b - 1 holds exactly this batch's base: no request.
+            if db is not None and (db.version == b - 1 or current is not None):
+                # A warm handle at version b - 1, or one known to be the latest through b - 1
+                # (see base_meta), holds exactly this batch's base: no request.
                 # (An attempt of this batch that commits first makes ours a replay, at commit.)
                 self.base_meta = db.meta
                 return db
@@ -326,7 +423,7 @@ class ShardTask:
                 self.base_meta, self.migrated, self.referenced = migrate(
                     self.spec, db, self.first_kg, self.last_kg, b - 1
                 )
-                self.meta_updates.update(self.base_meta)
+                self.meta_updates.update(self._base_meta)
                 self.changed = True
             return db
         except BaseException:
@@ -407,15 +504,26 @@ class ShardTask:
         self.commit_ms = (_perf() - t0) * 1000
 
     def release(self, ok: bool) -> None:
-        """Return the handle to the worker's cache, or close it (failure, pending writes)."""
-        probe = getattr(self, "probe", None)
-        if probe is not None:
-            probe.unwrap()  # the cache keeps the plain DB, never the counting wrapper
-        db = self.db
+        """Return the handle to the worker's cache, or close it (failure, pending writes).
+
+        A handle goes back marked current through this batch when this task committed it, or
+        opened it and found nothing newer; a task that never opened its shard extends the
+        cached handle's mark when the handle was this batch's base (see :attr:`base_meta`)."""
+        probe = self.probe
+        db = probe.unwrap() if probe is not None else self._db
+        if db is None:
+            self._db = None
+            if ok:
+                quiet = self._current_handle()
+                if quiet is not None:
+                    quiet.current_through = self.batch_id
+            return
+        self._db = db
         if ok and not (self.changed and not self.committed):
-            _CACHE[self.url] = (self.cache_owner, db)
+            current = self.batch_id if not self.replay else None
+            _CACHE[self.url] = _Cached(self.cache_owner, db, current)
             while len(_CACHE) > MAX_CACHED_SHARDS:
-                _CACHE.popitem(last=False)[1][1].close()
+                _CACHE.popitem(last=False)[1].db.close()
             if probe is not None:
                 probe.cached()
         else:
@@ -585,6 +693,8 @@ def run_shard(
     probe = task.probe = _metrics.TaskProbe(task)
     ok = False
     try:
+        if task.may_need_migration():
+            _ = task.db  # a rescaled layout's shard takes its state at its first batch
         yield from probe.count_out(process(task, probe.count_in(batches)))
         task.meta_updates.update(probe.meta())
         task.finish()
@@ -614,4 +724,4 @@ def check_key_groups(task: ShardTask, kg_array: Any) -> None:
 def drop_cached_handles() -> None:
     """Close every cached shard handle of this process (tests, worker shutdown)."""
     while _CACHE:
-        _CACHE.popitem()[1][1].close()
+        _CACHE.popitem()[1].db.close()

@@ -23,8 +23,9 @@ committed in earlier batches (DESIGN.md section 10)::
 * Markers name no layout, so a rescale keeps the watermark; they are under the query id, so
   another query's markers (after a take-over) are never read.
 
-Cost: per task one LIST, plus one PUT per input whose event time moved the maximum, plus (shard
-0, when older markers exist) one batched DELETE. No per-row work beyond the vectorized maximum
+Cost: one LIST per Python worker process and batch (the tasks of a batch that one process runs
+share it), plus one PUT per input whose event time moved the maximum, plus (shard 0, when older
+markers exist) one batched DELETE. No per-row work beyond the vectorized maximum
 of the event-time column.
 
 Simplification: Spark ignores inputs that have not had data yet and then never lowers the global
@@ -49,6 +50,12 @@ INITIAL_MS = 0
 
 _STORES: dict[str, Any] = {}
 _LOCK = threading.Lock()
+#: Per worker process: (root, incarnation, query id) -> (batch, its markers of earlier batches,
+#: [pruned]).
+#: The markers of batches ``< b`` are final once Spark started ``b`` (see the module
+#: docstring), so every task of batch ``b`` this process runs shares one LIST.
+_Marker = tuple[str, tuple[int, int, str, int]]
+_LISTED: dict[tuple[str, str, str], tuple[int, list[_Marker], list[bool]]] = {}
 
 
 def _root_store(root: str) -> Any:
@@ -116,37 +123,51 @@ def _count(counts: dict[str, int] | None, kind: str) -> None:
 
 def observe(
     root: str, query_id: str, batch: int, delays_ms: Sequence[int], prune: bool = False,
-    counts: dict[str, int] | None = None,
+    counts: dict[str, int] | None = None, incarnation: str = "",
 ) -> Observed:
-    """Read the markers of batches ``< batch`` (one LIST) and derive the watermark.
+    """Read the markers of batches ``< batch`` (one LIST, shared by this process's tasks of
+    ``batch``) and derive the watermark.
 
     With ``prune`` (shard 0's task), delete markers that an input's newer marked batch
     supersedes (one batched DELETE, only when there are such markers). ``counts`` (request
-    kind -> count) is incremented per request made.
+    kind -> count) is incremented per request made. ``incarnation`` (the operator descriptor's
+    id) keeps a listing of a dropped and re-created root from being reused.
     """
     store = _root_store(root)
     prefix = query_prefix(query_id)
-    infos = retrying(lambda: list(store.list(prefix)))
-    _count(counts, "LIST")
+    with _LOCK:
+        seen = _LISTED.get((root, incarnation, query_id))
+    if seen is not None and seen[0] == batch:
+        markers = seen[1]
+    else:
+        infos = retrying(lambda: list(store.list(prefix)))
+        _count(counts, "LIST")
+        markers = []
+        for info in infos:
+            m = parse_marker(info.key[len(prefix):])
+            if m is not None and m[0] < batch:
+                markers.append((info.key, m))
+        with _LOCK:
+            seen = _LISTED[(root, incarnation, query_id)] = (batch, markers, [False])
     n = len(delays_ms)
     latest: list[int | None] = [None] * n
     top: list[int | None] = [None] * n
     parsed = []
-    for info in infos:
-        m = parse_marker(info.key[len(prefix):])
-        if m is None or m[0] >= batch or not 0 <= m[1] < n:
+    for key, m in markers:
+        if not 0 <= m[1] < n:
             continue
-        parsed.append((info.key, m))
+        parsed.append((key, m))
         b, i, _, ms = m
         if latest[i] is None or b > latest[i]:
             latest[i] = b
         if top[i] is None or ms > top[i]:
             top[i] = ms
-    if prune:
+    if prune and not seen[2][0]:
         stale = [key for key, (b, i, _, _) in parsed if b < latest[i]]
         if stale:
             retrying(lambda: store.delete_many(stale))
             _count(counts, "DELETE")
+        seen[2][0] = True
     return Observed(tuple(top), watermark_of(top, delays_ms))
 
 
@@ -169,7 +190,7 @@ def record(
     return wrote
 
 
-def in_task(root: str, delays_ms: Sequence[int]) -> int:
+def in_task(root: str, delays_ms: Sequence[int], incarnation: str = "") -> int:
     """The watermark of the running Spark task's micro-batch (for a step before an operator's
     shuffle, which has no shard task): the same value the operator's shards see."""
     from pyspark import TaskContext
@@ -179,4 +200,5 @@ def in_task(root: str, delays_ms: Sequence[int]) -> int:
     if batch is None:
         return INITIAL_MS
     query_id = ctx.getLocalProperty("sql.streaming.queryId") or ""
-    return observe(root, query_id, int(batch), delays_ms).watermark_ms
+    return observe(root, query_id, int(batch), delays_ms,
+                   incarnation=incarnation).watermark_ms

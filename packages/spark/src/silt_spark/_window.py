@@ -233,7 +233,7 @@ def merge_partition(task: ShardTask, batches: Iterator[Any], wp: WindowPlan) -> 
     wm = task.watermark
     assert wm is not None, "window operators are event-time operators"
     bound = meta.get(META_MIN_START)  # None: unknown (e.g. after a rescale); "": no windows
-    if bound is None and task.db.version is None and not task.changed:
+    if bound is None and task.base_version is None and not task.changed:
         bound = ""  # a shard with no state yet (and nothing migrated) has no windows
     batches = list(batches)
     t = pa.Table.from_batches(batches) if batches else None

@@ -16,7 +16,17 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
+from typing import Any
+
 from .config import AzureOptions, parse_url
-from .store import AzureStore
 
 __all__ = ["AzureOptions", "AzureStore", "__version__", "parse_url"]
+
+
+def __getattr__(name: str) -> Any:
+    # The store (and azure-storage-blob) load on first use, not when silt loads the plugin.
+    if name == "AzureStore":
+        from .store import AzureStore
+
+        return AzureStore
+    raise AttributeError(f"module 'silt_azure' has no attribute {name!r}")

@@ -4,12 +4,20 @@ from __future__ import annotations
 
 import silt
 from silt.plugins import Registry
+from silt.store import ObjectStore
 
-from .store import AzureStore
+
+def open_azure(url: str, options: dict[str, str] | None = None) -> ObjectStore:
+    """``AzureStore.from_url``, importing azure-storage-blob only when an ``az://`` URL is
+    opened."""
+    from .store import AzureStore
+
+    return AzureStore.from_url(url, options)
 
 
 @silt.hookimpl
 def silt_register(registry: Registry) -> None:
-    """Register ``az://`` (and its alias ``azure://``) with ``AzureStore.from_url``."""
-    registry.add_tier("az", AzureStore.from_url)
-    registry.add_tier("azure", AzureStore.from_url)
+    """Register ``az://`` (and its alias ``azure://``). Registering imports no SDK
+    (docs/plugins.md)."""
+    registry.add_tier("az", open_azure)
+    registry.add_tier("azure", open_azure)

@@ -14,7 +14,19 @@ Install it next to silt-core and open a URL::
 
 from __future__ import annotations
 
+from typing import Any
+
 from .config import GcsOptions, parse_url
-from .store import GcsStore, __version__
+
+__version__ = "0.1.0"
 
 __all__ = ["GcsOptions", "GcsStore", "__version__", "parse_url"]
+
+
+def __getattr__(name: str) -> Any:
+    # The store (and google-cloud-storage) load on first use, not when silt loads the plugin.
+    if name == "GcsStore":
+        from .store import GcsStore
+
+        return GcsStore
+    raise AttributeError(f"module 'silt_gcs' has no attribute {name!r}")

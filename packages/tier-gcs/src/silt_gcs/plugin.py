@@ -4,13 +4,22 @@ from __future__ import annotations
 
 import silt
 from silt.plugins import Registry
+from silt.store import ObjectStore
 
 from .config import SCHEMES
-from .store import GcsStore
+
+
+def open_gcs(url: str, options: dict[str, str] | None = None) -> ObjectStore:
+    """``GcsStore.from_url``, importing google-cloud-storage only when a ``gs://`` URL is
+    opened."""
+    from .store import GcsStore
+
+    return GcsStore.from_url(url, options)
 
 
 @silt.hookimpl
 def silt_register(registry: Registry) -> None:
-    """Register ``gs://`` and its alias ``gcs://`` (both open a :class:`GcsStore`)."""
+    """Register ``gs://`` and its alias ``gcs://`` (both open a ``GcsStore``). Registering
+    imports no SDK (docs/plugins.md)."""
     for scheme in SCHEMES:
-        registry.add_tier(scheme, GcsStore.from_url)
+        registry.add_tier(scheme, open_gcs)

@@ -60,12 +60,12 @@ from silt.errors import StoreError, TransientStoreError
 from silt.store import ObjectInfo
 from silt.tierkit import BodyBrokenError, TierStore, safe_cause
 
+from . import __version__
 from .config import SCHEME, GcsOptions, check_bucket, parse_url
 from .errors import SDK_ERRORS, bucket_missing, map_error, status_of
 
 T = TypeVar("T")
 
-__version__ = "0.1.0"
 
 #: OAuth scope for Application Default Credentials: objects only, no IAM or bucket settings.
 SCOPES = ("https://www.googleapis.com/auth/devstorage.read_write",)

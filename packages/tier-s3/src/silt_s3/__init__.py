@@ -13,9 +13,19 @@ store contract onto S3 requests in :mod:`silt_s3.store`.
 
 from __future__ import annotations
 
+from typing import Any
+
 from .config import S3Options, parse_url
-from .store import S3Store
 
 __version__ = "0.1.0"
 
 __all__ = ["S3Options", "S3Store", "__version__", "parse_url"]
+
+
+def __getattr__(name: str) -> Any:
+    # The store (and boto3) load on first use, not when silt loads the plugin.
+    if name == "S3Store":
+        from .store import S3Store
+
+        return S3Store
+    raise AttributeError(f"module 'silt_s3' has no attribute {name!r}")

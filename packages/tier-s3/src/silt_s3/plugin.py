@@ -4,11 +4,18 @@ from __future__ import annotations
 
 import silt
 from silt.plugins import Registry
+from silt.store import ObjectStore
 
-from .store import S3Store
+
+def open_s3(url: str, options: dict[str, str] | None = None) -> ObjectStore:
+    """``S3Store.from_url``, importing boto3 only when an ``s3://`` URL is opened."""
+    from .store import S3Store
+
+    return S3Store.from_url(url, options)
 
 
 @silt.hookimpl
 def silt_register(registry: Registry) -> None:
-    """Register the ``s3://`` tier (``registry.add_tier("s3", S3Store.from_url)``)."""
-    registry.add_tier("s3", S3Store.from_url)
+    """Register the ``s3://`` tier. Registering imports no SDK (docs/plugins.md): every process
+    that loads silt's plugins pays for the tiers it opens only."""
+    registry.add_tier("s3", open_s3)
