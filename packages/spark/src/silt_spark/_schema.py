@@ -379,7 +379,7 @@ class RowCodec:
         self.var_dec = {i: _var_decoder(fields[i][1]) for i in self.var}
         env: dict[str, Any] = {
             "_S_pack": s.pack, "_S_unpack": s.unpack_from, "_SIZE": s.size, "_NB": self.nbytes,
-            "_ZERO": self.zero, "_slow": self._pack_slow, "_nulls": self._nulls,
+            "_ZERO": self.zero, "_slow": self._pack_slow,
             "_days": _days, "_micros": _micros, "_micros_ntz": _micros_ntz, "_to_date": _to_date,
             "_to_timestamp": _to_timestamp, "_to_timestamp_ntz": _to_timestamp_ntz,
             "_utf8": _utf8, "_binary": _binary, "_boolean": _boolean,
@@ -397,6 +397,24 @@ class RowCodec:
                 args.append(f"len(b{i})")
                 post.append(f"b{i}")
         tail = "".join(f" + {p}" for p in post)
+        # With nulls: the same, a null replaced by a zero slot and its bitmap bit set.
+        nsrc = ["def pack_nulls(v):", f"    {unpack_target} = v", "    bm = 0"]
+        for i, (_, t, nullable) in enumerate(fields):
+            v = f"f{i}"
+            if t in _FIXED:
+                if nullable:
+                    zero = "False" if t == "boolean" else "0"
+                    nsrc.append(f"    if {v} is None: bm |= {1 << i}; {v} = {zero}; x{i} = {zero}")
+                    nsrc.append(f"    else: x{i} = {_FIXED_ENCODE.get(t, '{v}').format(v=v)}")
+                else:
+                    nsrc.append(f"    x{i} = {_FIXED_ENCODE.get(t, '{v}').format(v=v)}")
+            elif nullable:
+                nsrc.append(f"    if {v} is None: bm |= {1 << i}; b{i} = b''")
+                nsrc.append(f"    else: b{i} = _venc{i}({v})")
+            else:
+                nsrc.append(f"    b{i} = _venc{i}({v})")
+        nargs = [f"x{i}" if t in _FIXED else f"len(b{i})" for i, (_, t, _) in enumerate(fields)]
+        nsrc.append(f"    return bm.to_bytes(_NB, 'little') + _S_pack({', '.join(nargs)}){tail}")
         src = [
             "def pack(v):",
             "    try:",
@@ -404,8 +422,13 @@ class RowCodec:
             *pre,
             f"        return _ZERO + _S_pack({', '.join(args)}){tail}",
             "    except Exception:",
+            "        pass",
+            "    try:",
+            "        return pack_nulls(v)",
+            "    except Exception:",
             "        return _slow(v)",
         ]
+        exec("\n".join(nsrc), env)  # code generated from the schema's types only
         dsrc = ["def unpack(buf, pos):", "    nb = buf[pos:pos + _NB]",
                 f"    {unpack_target} = _S_unpack(buf, pos + _NB)",
                 "    pos += _NB + _SIZE"]
@@ -423,15 +446,14 @@ class RowCodec:
                     dsrc.append(f"    f{i} = _vdec{i}(buf[pos:end]) if f{i} else None")
                 dsrc.append("    pos = end")
         row = "(" + ", ".join(names) + ("," if n == 1 else "") + ")"
-        dsrc += ["    if nb != _ZERO:", f"        return _nulls({row}, nb), pos",
-                 f"    return {row}, pos"]
+        nulled = "(" + ", ".join(
+            f"None if bm & {1 << i} else f{i}" for i in range(n)) + ("," if n == 1 else "") + ")"
+        dsrc += ["    if nb != _ZERO:", "        bm = int.from_bytes(nb, 'little')",
+                 f"        return {nulled}, pos", f"    return {row}, pos"]
         exec("\n".join(src), env)
         exec("\n".join(dsrc), env)
         self.pack: Callable[[Any], bytes] = env["pack"]
         self.unpack: Callable[[bytes, int], tuple[tuple, int]] = env["unpack"]
-
-    def _nulls(self, row: tuple, nb: bytes) -> tuple:
-        return tuple(None if nb[i >> 3] & (1 << (i & 7)) else x for i, x in enumerate(row))
 
     def _pack_slow(self, v: Any) -> bytes:
         """``pack`` for rows with nulls, and the clear error for a wrong one."""
@@ -460,7 +482,7 @@ class RowCodec:
         slots: list[Any] = []
         tail: list[bytes] = []
         for i, ((name, t, nullable), x) in enumerate(zip(fields, v)):
-            if x is None or (isinstance(x, float) and t not in ("float", "double") and x != x):
+            if x is None:
                 if not nullable:
                     raise InvalidArgumentError(
                         f"{self.what}: field {name!r} is NOT NULL, got None"
