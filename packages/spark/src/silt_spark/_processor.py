@@ -9,7 +9,8 @@ by key-group range)::
 
 ``enc`` is :mod:`silt_spark._codec`. Value and list states are one entry each (a list is stored
 whole, so ``appendValue`` rewrites it: fine for short lists, see the docs); each map entry is its
-own LSM entry, so a map can be large. Values are tuples (like PySpark's ``Row`` tuples).
+own LSM entry, so a map can be large. Values are tuples (like PySpark's ``Row`` tuples); a variable declared with a schema is encoded
+with it (``_schema.py``), one declared without in ``_codec``'s self-describing encoding.
 
 Timers live in the same LSM: each key's timers under its prefix (``key_prefix 0x00 expiry``,
 for ``listTimers``), and a shard-wide index per key group (``kg 'T' expiry enc(key)``) scanned
@@ -550,7 +551,9 @@ class StatefulProcessorHandle:
         stateName : str
             Name, unique within the operator.
         schema : StructType or str, optional
-            The value's schema (documentation only for now: values are tuples).
+            The value's schema: values (tuples in schema order) are checked against it and
+            encoded with it, and it may evolve across restarts (see ``docs/spark.md``,
+            Evolving state schemas). Without one, values are tuples of plain values.
         ttlDurationMs : int, optional
             Processing-time TTL in ms, restarted by every update. Refused in
             ``time_mode="eventtime"`` (:class:`silt_spark.errors.TimeModeError`), as in PySpark.
@@ -575,7 +578,7 @@ class StatefulProcessorHandle:
         stateName : str
             Name, unique within the operator.
         schema : StructType or str, optional
-            The elements' schema (documentation only for now: elements are tuples).
+            The elements' schema (checked, encoded and evolved as ``getValueState``'s).
         ttlDurationMs : int, optional
             Processing-time TTL of the whole list in ms, restarted by every update (not in
             ``time_mode="eventtime"``).
@@ -604,7 +607,8 @@ class StatefulProcessorHandle:
         stateName : str
             Name, unique within the operator.
         userKeySchema, valueSchema : StructType or str, optional
-            Schemas of map keys and values (documentation only for now: both are tuples).
+            Schemas of map keys (checked; they cannot change across restarts) and of values
+            (checked, encoded and evolved as ``getValueState``'s).
         ttlDurationMs : int, optional
             Processing-time TTL of each entry in ms, restarted when the entry is updated (not
             in ``time_mode="eventtime"``).
@@ -1186,6 +1190,11 @@ def transform_with_state(
     silt_spark.errors.LayoutMismatchError
         ``state_url`` was created by another operator kind or with other shard or key-group
         counts.
+    silt_spark.errors.StateSchemaError
+        A state variable's schema changed in a way its stored state cannot evolve to
+        (narrowing, another type, a map key schema...). ``processor.init`` runs once here, on
+        the driver, on a copy of the processor with a handle that only records the state
+        variables it declares; nothing is written when this is raised.
 
     Examples
     --------
