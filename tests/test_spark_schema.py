@@ -100,6 +100,35 @@ def test_variables_without_a_schema_and_dropped_variables_keep_their_entries():
     assert "w" not in _schema.codecs(reg)  # untyped: self-describing values, as before
 
 
+def test_untagged_values_are_rows_of_the_first_schema_and_evolve_with_it():
+    """State written before schemas were enforced, by code that declared ``V1`` all along:
+    its untagged tuples evolve like values of ``V1``."""
+    reg = evolve(None, V1)
+    assert reg["v"]["untagged"] == 0
+    reg = _schema.evolve(reg, {"v": Declared("value", None, (("x", "double", False),
+                                                             ("n", "bigint", True)), False)})
+    codec = _schema.codecs(reg)["v"]
+    assert codec.decode(_codec.encode((1, "a", 2.0))) == (2.0, 1)
+    assert codec.decode(_codec.encode((1, "a"))) == (1, "a")  # not V1's shape: as stored
+    lst = _schema.codecs({"v": {**reg["v"], "kind": "list"}})["v"]
+    assert lst.decode_list(_codec.encode([(1, "a", 2.0)])) == [(2.0, 1)]
+
+
+def test_deleted_and_not_declared_again_starts_over():
+    reg = _schema.evolve(registry(V1), {"v": Declared(None, None, None, True)})
+    assert reg["v"]["base"] == 1 and reg["v"]["kind"] is None
+    old = _schema.codecs(registry(V1))["v"].encode((1, "a", 2.0))
+    assert _schema.codecs(reg)["v"].decode(old) is None
+    # a later run declares it with any schema and kind, untyped or typed
+    reg2 = _schema.evolve(reg, {"v": Declared("list", None, (("n", "string", True),), False)})
+    codec = _schema.codecs(reg2)["v"]
+    assert codec.decode_list(old) is None
+    assert codec.decode_list(codec.encode_list([("x",)])) == [("x",)]
+    reg3 = _schema.evolve(reg, {"v": Declared("value", None, None, False)})
+    untyped = _schema.codecs(reg3)["v"]
+    assert untyped.decode(untyped.encode((5, "y"))) == (5, "y") and untyped.decode(old) is None
+
+
 # --- the encoding ------------------------------------------------------------------------------
 
 TYPES = {

@@ -9,8 +9,9 @@ by key-group range)::
 
 ``enc`` is :mod:`silt_spark._codec`. Value and list states are one entry each (a list is stored
 whole, so ``appendValue`` rewrites it: fine for short lists, see the docs); each map entry is its
-own LSM entry, so a map can be large. Values are tuples (like PySpark's ``Row`` tuples); a variable declared with a schema is encoded
-with it (``_schema.py``), one declared without in ``_codec``'s self-describing encoding.
+own LSM entry, so a map can be large. Values are tuples (like PySpark's ``Row`` tuples); a
+variable declared with a schema is encoded with it (``_schema.py``), one declared without in
+``_codec``'s self-describing encoding.
 
 Timers live in the same LSM: each key's timers under its prefix (``key_prefix 0x00 expiry``,
 for ``listTimers``), and a shard-wide index per key group (``kg 'T' expiry enc(key)``) scanned
@@ -1272,8 +1273,9 @@ def declared_states(processor: Any, time_mode: str = "none") -> dict[str, _schem
     out = {}
     assert handle._declared is not None
     for name, (kind, key, value, reset) in handle._declared.items():
-        if kind is None:
-            continue  # deleted, not declared again
+        if kind is None:  # deleted, not declared again
+            out[name] = _schema.Declared(None, None, None, True)
+            continue
         what = f"state {name!r}"
         out[name] = _schema.Declared(
             _schema.kind_name(kind),
@@ -1309,7 +1311,7 @@ def decode(items: Any, state_columns: list[list[str]] | None) -> Any:
         codec = codecs.get(name)
         if codec is None:
             decoded = _codec.decode(value)
-        elif value[:1] == bytes([_schema.TYPED_LIST]):
+        elif codec.kind == "list":
             decoded = codec.decode_list(value)
         else:
             decoded = codec.decode(value)

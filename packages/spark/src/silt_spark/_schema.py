@@ -169,9 +169,10 @@ def _as_schema(raw: Any) -> Schema | None:
 
 class Declared:
     """One variable as ``init`` declared it (driver side): kind, map key schema, value schema,
-    and whether ``init`` called ``deleteIfExists`` on it first."""
+    and whether ``init`` called ``deleteIfExists`` on it first (kind ``None``: deleted and not
+    declared again)."""
 
-    def __init__(self, kind: str, key: Schema | None, value: Schema | None, reset: bool):
+    def __init__(self, kind: str | None, key: Schema | None, value: Schema | None, reset: bool):
         self.kind, self.key, self.value, self.reset = kind, key, value, reset
 
 
@@ -186,6 +187,16 @@ def evolve(registry: dict[str, Any], declared: dict[str, Declared]) -> dict[str,
     for name, d in sorted(declared.items()):
         what = f"state {name!r}"
         have = out.get(name)
+        if d.kind is None:  # deleted and not declared again: every stored value is gone
+            if have is not None:
+                out[name] = {**have, "kind": None, "base": len(have["versions"])}
+            continue
+        if have is not None and have["kind"] is None:
+            have = None if not have["versions"] else {
+                **have, "kind": d.kind, "key": None if d.key is None else [list(f) for f in d.key]
+            }
+            if have is None:
+                out.pop(name)
         if have is None or d.reset:
             # A new variable, or one deleteIfExists starts over: a new generation whenever
             # what it stores changes (older values then read as absent).
@@ -203,8 +214,12 @@ def evolve(registry: dict[str, Any], declared: dict[str, Declared]) -> dict[str,
                 else:
                     base = len(versions)
             out[name] = {"kind": d.kind, "key": key, "versions": versions, "base": base}
+            if have is None and versions:
+                # Values written before the variable had a schema (untagged) are read as
+                # rows of its first one.
+                out[name]["untagged"] = 0
             continue
-        if have["kind"] != d.kind:
+        if have["kind"] not in (d.kind, None):
             raise StateSchemaError(
                 f"{what} was a {have['kind']} state and is now declared a {d.kind} state; a "
                 "variable keeps its kind (call handle.deleteIfExists first to start it over)"
@@ -230,6 +245,9 @@ def evolve(registry: dict[str, Any], declared: dict[str, Declared]) -> dict[str,
         latest = _as_schema(live[-1]) if live else None
         if latest == d.value:
             continue
+        extra = {}
+        if not versions:  # the variable's first schema: its untagged values are rows of it
+            extra["untagged"] = 0
         if latest is not None:
             _, bad = changes(latest, d.value)
             if bad:
@@ -239,7 +257,7 @@ def evolve(registry: dict[str, Any], declared: dict[str, Declared]) -> dict[str,
                 )
         if len(versions) >= MAX_VERSIONS:
             raise StateSchemaError(f"{what} has {len(versions)} schema versions, the most kept")
-        out[name] = {**have, "versions": [*versions, [list(f) for f in d.value]]}
+        out[name] = {**have, **extra, "versions": [*versions, [list(f) for f in d.value]]}
     return out
 
 
@@ -537,17 +555,36 @@ class VarCodec:
 
     def __init__(self, name: str, entry: dict[str, Any]) -> None:
         self.what = f"state {name!r}"
+        self.kind = entry.get("kind")
         self.base = int(entry.get("base", 0))
         self.versions = [_as_schema(v) for v in entry["versions"]]
         self.key = _as_schema(entry.get("key"))
         self.key_codec = RowCodec(self.key, f"{self.what} map key") if self.key else None
         sid = len(self.versions) - 1
-        latest = self.versions[sid]
-        self.latest = RowCodec(latest, self.what)
+        #: Whether the variable has a schema now (not after deleteIfExists without one).
+        self.typed = sid >= self.base
+        if self.typed:
+            self.latest = RowCodec(self.versions[sid], self.what)
         self.value_header = bytes([TYPED_VALUE]) + _ID.pack(sid)
         self.list_header = bytes([TYPED_LIST]) + _ID.pack(sid)
         self.sid = sid
         self._readers: dict[int, Callable[[bytes, int], tuple[tuple, int]] | None] = {}
+        #: Untagged values (written before the variable had a schema) as rows of this schema
+        #: converted to the latest one, when they have its arity.
+        untagged = entry.get("untagged")
+        self._untagged: Callable[[tuple], tuple] | None = None
+        self._untagged_arity = -1
+        if self.typed and untagged is not None and int(untagged) >= self.base:
+            old = self.versions[int(untagged)]
+            self._untagged_arity = len(old)
+            if int(untagged) != sid:
+                self._untagged = _converter(old, self.versions[sid])
+
+    def _from_untagged(self, row: Any) -> Any:
+        if (self._untagged is not None and isinstance(row, tuple)
+                and len(row) == self._untagged_arity):
+            return self._untagged(row)
+        return row
 
     def _reader(self, sid: int) -> Callable[[bytes, int], tuple[Any, int]] | None:
         """The decoder of schema ``sid`` converting to the latest, or ``None`` (a deleted
@@ -557,7 +594,7 @@ class VarCodec:
         except KeyError:
             pass
         if sid < self.base:
-            fn = None
+            fn = None  # a deleted generation
         elif sid == self.sid:
             fn = self.latest.unpack
         elif sid > self.sid:
@@ -577,6 +614,8 @@ class VarCodec:
 
     def encode(self, value: Any) -> bytes:
         """A value's bytes, or a TypeError/ValueError naming the variable and the field."""
+        if not self.typed:
+            return _codec.encode(tuple(value))
         return self.value_header + self.latest.pack(value)
 
     def decode(self, raw: bytes) -> tuple | None:
@@ -584,7 +623,9 @@ class VarCodec:
         ``None`` for a value of a deleted generation."""
         tag = raw[0]
         if tag != TYPED_VALUE:
-            return _codec.decode(raw)
+            if tag == TYPED_LIST:
+                return self._other_kind(raw)
+            return self._from_untagged(_codec.decode(raw))
         fn = self._reader((raw[1] << 8) | raw[2])
         if fn is None:
             return None
@@ -593,14 +634,31 @@ class VarCodec:
             raise ValueError(f"{self.what}: {len(raw) - pos} trailing bytes after a value")
         return row
 
+    def _other_kind(self, raw: bytes) -> None:
+        """A list where a value belongs or the reverse: only a deleted generation's values
+        (the variable was started over as another kind) may be; they read as absent."""
+        if (raw[1] << 8) | raw[2] < self.base:
+            return None
+        raise StateSchemaError(
+            f"{self.what}: a stored {'list' if raw[0] == TYPED_LIST else 'value'} does not "
+            f"match the variable's kind ({self.kind})"
+        )
+
     def encode_list(self, values: list[Any]) -> bytes:
+        if not self.typed:
+            return _codec.encode([tuple(v) for v in values])
         pack = self.latest.pack
         return b"".join([self.list_header, _U32.pack(len(values)), *map(pack, values)])
 
     def decode_list(self, raw: bytes) -> list[tuple] | None:
         tag = raw[0]
         if tag != TYPED_LIST:
-            return _codec.decode(raw)
+            if tag == TYPED_VALUE:
+                return self._other_kind(raw)
+            items = _codec.decode(raw)
+            if self._untagged is not None and isinstance(items, list):
+                items = [self._from_untagged(x) for x in items]
+            return items
         fn = self._reader((raw[1] << 8) | raw[2])
         if fn is None:
             return None
@@ -637,6 +695,6 @@ def codecs(registry: dict[str, Any] | None) -> dict[str, VarCodec]:
     """A :class:`VarCodec` per typed variable of a registry."""
     out = {}
     for name, entry in (registry or {}).items():
-        if entry.get("versions"):
+        if entry.get("versions"):  # typed now, or once (older values then read as absent)
             out[name] = VarCodec(name, entry)
     return out
