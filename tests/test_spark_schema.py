@@ -178,6 +178,9 @@ def test_wrong_values_are_refused_at_write_naming_the_field():
         ((1, "a", None), InvalidArgumentError, r"state 'v': field 'x' is NOT NULL"),
         ((1 << 40, "a", 1.0), InvalidArgumentError, r"field 'n': 1099511627776 is out of range"),
         ("abc", InvalidTypeError, r"state 'v': a value is a tuple of 3 field"),
+        ({"n", "name", "x"}, InvalidTypeError, r"state 'v': a value is a tuple of 3 field"),
+        ({"n": 1, "nme": "a", "x": 1.0}, InvalidArgumentError,
+         r"state 'v': the value has fields \['nme'\] not in the schema"),
     ]
     for value, error, message in cases:
         with pytest.raises(error, match=message):
@@ -185,6 +188,10 @@ def test_wrong_values_are_refused_at_write_naming_the_field():
     # a dict by field name and numpy scalars are accepted
     np = pytest.importorskip("numpy")
     assert codec.decode(codec.encode({"n": np.int32(3), "x": np.float64(0.5)})) == (3, None, 0.5)
+    from pyspark.sql import Row
+
+    assert codec.decode(codec.encode(Row(n=1, name="b", x=2.0))) == (1, "b", 2.0)
+    assert codec.decode(codec.encode([1, "b", 2.0])) == (1, "b", 2.0)
 
 
 def test_untagged_values_still_read():

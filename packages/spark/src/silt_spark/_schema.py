@@ -435,6 +435,8 @@ class RowCodec:
         nsrc.append(f"    return bm.to_bytes(_NB, 'little') + _S_pack({', '.join(nargs)}){tail}")
         src = [
             "def pack(v):",
+            "    if v.__class__ is not tuple and v.__class__ is not list:",
+            "        return _slow(v)  # a Row, a dict by field name, or a wrong value",
             "    try:",
             f"        {unpack_target} = v",
             *pre,
@@ -476,7 +478,7 @@ class RowCodec:
     def _pack_slow(self, v: Any) -> bytes:
         """``pack`` for rows with nulls, and the clear error for a wrong one."""
         fields = self.fields
-        if hasattr(v, "asDict") and hasattr(v, "__fields__"):  # pyspark Row with names
+        if isinstance(v, tuple) and v.__class__ is not tuple:  # a Row or a namedtuple
             v = tuple(v)
         if isinstance(v, dict):
             extra = sorted(set(v) - {f[0] for f in fields})
