@@ -9,7 +9,9 @@ by key-group range)::
 
 ``enc`` is :mod:`silt_spark._codec`. Value and list states are one entry each (a list is stored
 whole, so ``appendValue`` rewrites it: fine for short lists, see the docs); each map entry is its
-own LSM entry, so a map can be large. Values are tuples (like PySpark's ``Row`` tuples).
+own LSM entry, so a map can be large. Values are tuples (like PySpark's ``Row`` tuples); a
+variable declared with a schema is encoded with it (``_schema.py``), one declared without in
+``_codec``'s self-describing encoding.
 
 Timers live in the same LSM: each key's timers under its prefix (``key_prefix 0x00 expiry``,
 for ``listTimers``), and a shard-wide index per key group (``kg 'T' expiry enc(key)``) scanned
@@ -42,7 +44,7 @@ from typing import Any
 
 from silt.errors import InvalidArgumentError, InvalidTypeError
 
-from . import _api, _codec, _keys, _layout, _shard
+from . import _api, _codec, _keys, _layout, _schema, _shard
 from ._layout import KG_COLUMN, PARTITION_COLUMN
 from ._prefetch import BatchState
 from ._shard import ShardTask, check_key_groups
@@ -61,6 +63,11 @@ META_MAX_EVENT_TIME = "spark.max_event_time_ms"
 META_NEXT_TIMER = "spark.next_timer_ms"
 #: Rows of this shard dropped as late so far (event time at or before the watermark).
 META_LATE_ROWS = "spark.late_rows"
+#: State variables ``deleteIfExists`` removed from this shard and nothing wrote since (a JSON
+#: list of names), so calling it again in every batch's ``init`` scans nothing.
+META_DELETED_STATES = "spark.deleted_states"
+#: The operator descriptor's field holding the state schema registry (see _schema.py).
+DESCRIPTOR_SCHEMAS = "state_schemas"
 
 
 class TimerValues:
@@ -239,15 +246,31 @@ class _State:
         self._handle = handle
         self._name = _name_bytes(name)
         self._ttl = _ttl_seconds(ttl_ms)
+        self._state_name = name
+        #: The variable's schema codec (None: declared without a schema, values self-describing).
+        self._codec: _schema.VarCodec | None = handle._codecs.get(name)
 
     def _key(self) -> bytes:
         return self._handle._require_key() + self._name
 
     def _put(self, key: bytes, value: bytes) -> None:
-        task = self._handle._task
+        handle = self._handle
+        task = handle._task
         task.db.put(key, value, ttl=self._ttl)
         task.changed = True
+        if handle._deleted and self._state_name in handle._deleted:
+            handle._undelete(self._state_name)
         self._wrote(key, value)
+
+    def _encode(self, value: Any) -> bytes:
+        codec = self._codec
+        return _codec.encode(tuple(value)) if codec is None else codec.encode(value)
+
+    def _decode(self, raw: bytes | None) -> Any:
+        if raw is None:
+            return None
+        codec = self._codec
+        return _codec.decode(raw) if codec is None else codec.decode(raw)
 
     def _delete(self, key: bytes) -> None:
         task = self._handle._task
@@ -275,16 +298,19 @@ class ValueState(_State):
 
     def exists(self) -> bool:
         """Whether the current key has a value."""
-        return self._handle._state.get(self._key()) is not None
+        return self.get() is not None
 
     def get(self) -> tuple | None:
-        """The current key's value, or ``None``."""
-        raw = self._handle._state.get(self._key())
-        return None if raw is None else _codec.decode(raw)
+        """The current key's value (a tuple in the variable's latest schema, older values
+        converted), or ``None``."""
+        return self._decode(self._handle._state.get(self._key()))
 
     def update(self, newValue: tuple) -> None:
-        """Set the current key's value (restarts its TTL)."""
-        self._put(self._key(), _codec.encode(tuple(newValue)))
+        """Set the current key's value (restarts its TTL). With a schema, the value (a tuple
+        in schema order, a ``Row`` or a dict by field name) is checked against it: a wrong
+        shape or type raises :class:`~silt.errors.InvalidArgumentError` or
+        :class:`~silt.errors.InvalidTypeError` naming the variable and the field."""
+        self._put(self._key(), self._encode(newValue))
 
     def clear(self) -> None:
         """Remove the current key's value."""
@@ -307,7 +333,11 @@ class ListState(_State):
 
     def _load(self) -> list[tuple]:
         raw = self._handle._state.get(self._key())
-        return [] if raw is None else _codec.decode(raw)
+        if raw is None:
+            return []
+        codec = self._codec
+        items = _codec.decode(raw) if codec is None else codec.decode_list(raw)
+        return [] if items is None else items
 
     def exists(self) -> bool:
         """Whether the current key's list is non-empty."""
@@ -319,19 +349,22 @@ class ListState(_State):
 
     def put(self, newState: list[tuple]) -> None:
         """Replace the current key's list."""
-        items = [tuple(x) for x in newState]
+        codec = self._codec
+        items = [tuple(x) for x in newState] if codec is None else list(newState)
         if items:
-            self._put(self._key(), _codec.encode(items))
+            self._put(
+                self._key(), _codec.encode(items) if codec is None else codec.encode_list(items)
+            )
         else:
             self._delete(self._key())
 
     def appendValue(self, newState: tuple) -> None:
         """Append one tuple to the current key's list."""
-        self.put([*self._load(), tuple(newState)])
+        self.put([*self._load(), newState])
 
     def appendList(self, newState: list[tuple]) -> None:
         """Append several tuples to the current key's list."""
-        self.put(self._load() + [tuple(x) for x in newState])
+        self.put(self._load() + list(newState))
 
     def clear(self) -> None:
         """Remove the current key's list."""
@@ -354,27 +387,29 @@ class MapState(_State):
     """
 
     def _entry(self, key: tuple) -> bytes:
-        return self._key() + _codec.encode(tuple(key))
+        codec = self._codec
+        return self._key() + _codec.encode(
+            tuple(key) if codec is None else codec.check_key(key)
+        )
 
     def _wrote(self, key: bytes, value: bytes | None) -> None:
         self._handle._state.map_wrote(self._key(), key, value)
 
     def exists(self) -> bool:
         """Whether the current key's map has any entry."""
-        return next(self._scan(), None) is not None
+        return next(self.iterator(), None) is not None
 
     def getValue(self, key: tuple) -> tuple | None:
         """The value of ``key`` in the current key's map, or ``None``."""
-        raw = self._handle._state.map_get(self._key(), self._entry(key))
-        return None if raw is None else _codec.decode(raw)
+        return self._decode(self._handle._state.map_get(self._key(), self._entry(key)))
 
     def containsKey(self, key: tuple) -> bool:
         """Whether the current key's map has ``key``."""
-        return self._handle._state.map_get(self._key(), self._entry(key)) is not None
+        return self.getValue(key) is not None
 
     def updateValue(self, key: tuple, value: tuple) -> None:
         """Set ``key`` to ``value`` in the current key's map (restarts that entry's TTL)."""
-        self._put(self._entry(key), _codec.encode(tuple(value)))
+        self._put(self._entry(key), self._encode(value))
 
     def _scan(self) -> Iterator[tuple[bytes, bytes]]:
         return self._handle._state.map_items(self._key())
@@ -382,8 +417,11 @@ class MapState(_State):
     def iterator(self) -> Iterator[tuple[tuple, tuple]]:
         """Iterate over ``(key, value)`` pairs of the current key's map, in key-byte order."""
         n = len(self._key())
+        decode = self._decode
         for k, v in list(self._scan()):
-            yield _codec.decode(k[n:]), _codec.decode(v)
+            value = decode(v)
+            if value is not None:
+                yield _codec.decode(k[n:]), value
 
     def keys(self) -> Iterator[tuple]:
         """Iterate over the map's keys."""
@@ -418,9 +456,27 @@ class StatefulProcessorHandle:
     ...         self.seen = handle.getMapState("seen", "id string", "ts long")
     """
 
-    def __init__(self, task: ShardTask, time_mode: str = "none") -> None:
+    def __init__(
+        self, task: ShardTask | None, time_mode: str = "none",
+        schemas: dict[str, Any] | None = None, *, record: bool = False,
+    ) -> None:
         self._task = task
         self._time_mode = time_mode
+        #: The operator's schema registry (``None``: none given, every variable untyped) and
+        #: a codec per typed variable.
+        self._registry = schemas
+        self._codecs = _schema.codecs(schemas)
+        #: On the driver (``record=True``): what ``init`` declares, name -> [kind, key schema,
+        #: value schema, deleted first], and nothing else happens.
+        self._declared: dict[str, list[Any]] | None = {} if record else None
+        #: Variables deleteIfExists removed from the shard with nothing written since.
+        self._deleted: set[str] = set()
+        if task is not None and not record:
+            raw = task.base_meta.get(META_DELETED_STATES) if task.base_meta else None
+            if raw:
+                import json
+
+                self._deleted = set(json.loads(raw))
         self._prefix: bytes | None = None
         self._kg = 0
         self._enc = b""
@@ -472,6 +528,20 @@ class StatefulProcessorHandle:
             )
         self._names[name] = kind
 
+    def _declare(self, name: str, kind: type, key_schema: Any, schema: Any) -> None:
+        """Record a declaration (driver), or check that the query recorded one (tasks)."""
+        if self._declared is not None:
+            reset = bool(self._declared.get(name, [None, None, None, False])[3])
+            self._declared[name] = [kind.__name__, key_schema, schema, reset]
+            return
+        if (schema is not None and self._registry is not None and name not in self._codecs):
+            from .errors import StateSchemaError
+
+            raise StateSchemaError(
+                f"state {name!r} declares a schema, but init did not declare it when the query "
+                "started: init must declare the same state variables every time it runs"
+            )
+
     def getValueState(
         self, stateName: str, schema: Any = None, ttlDurationMs: int | None = None
     ) -> ValueState:
@@ -482,7 +552,9 @@ class StatefulProcessorHandle:
         stateName : str
             Name, unique within the operator.
         schema : StructType or str, optional
-            The value's schema (documentation only for now: values are tuples).
+            The value's schema: values (tuples in schema order) are checked against it and
+            encoded with it, and it may evolve across restarts (see ``docs/spark.md``,
+            Evolving state schemas). Without one, values are tuples of plain values.
         ttlDurationMs : int, optional
             Processing-time TTL in ms, restarted by every update. Refused in
             ``time_mode="eventtime"`` (:class:`silt_spark.errors.TimeModeError`), as in PySpark.
@@ -494,6 +566,7 @@ class StatefulProcessorHandle:
         ...         self.last_seen = handle.getValueState("last_seen", "ts long", 60_000)
         """
         self._register(stateName, ValueState, ttlDurationMs)
+        self._declare(stateName, ValueState, None, schema)
         return ValueState(self, stateName, ttlDurationMs)
 
     def getListState(
@@ -506,7 +579,7 @@ class StatefulProcessorHandle:
         stateName : str
             Name, unique within the operator.
         schema : StructType or str, optional
-            The elements' schema (documentation only for now: elements are tuples).
+            The elements' schema (checked, encoded and evolved as ``getValueState``'s).
         ttlDurationMs : int, optional
             Processing-time TTL of the whole list in ms, restarted by every update (not in
             ``time_mode="eventtime"``).
@@ -518,6 +591,7 @@ class StatefulProcessorHandle:
         ...         self.recent = handle.getListState("recent", "amount double")
         """
         self._register(stateName, ListState, ttlDurationMs)
+        self._declare(stateName, ListState, None, schema)
         return ListState(self, stateName, ttlDurationMs)
 
     def getMapState(
@@ -534,7 +608,8 @@ class StatefulProcessorHandle:
         stateName : str
             Name, unique within the operator.
         userKeySchema, valueSchema : StructType or str, optional
-            Schemas of map keys and values (documentation only for now: both are tuples).
+            Schemas of map keys (checked; they cannot change across restarts) and of values
+            (checked, encoded and evolved as ``getValueState``'s).
         ttlDurationMs : int, optional
             Processing-time TTL of each entry in ms, restarted when the entry is updated (not
             in ``time_mode="eventtime"``).
@@ -546,7 +621,63 @@ class StatefulProcessorHandle:
         ...         self.per_device = handle.getMapState("per_device", "d string", "n long")
         """
         self._register(stateName, MapState, ttlDurationMs)
+        self._declare(stateName, MapState, userKeySchema, valueSchema)
         return MapState(self, stateName, ttlDurationMs)
+
+    def deleteIfExists(self, stateName: str) -> None:
+        """Delete the state variable ``stateName`` for every key of the operator, if it has any
+        state (as PySpark's ``StatefulProcessorHandle.deleteIfExists``).
+
+        Usually called in ``init`` to drop a variable the code no longer uses, or before
+        declaring it again with a schema its state could not evolve to (the variable then
+        starts over: see ``docs/spark.md``, Evolving state schemas). The first call in a shard
+        scans the shard's state once and deletes the variable's entries; later calls cost
+        nothing until the variable is written again.
+
+        Examples
+        --------
+        >>> class P(StatefulProcessor):
+        ...     def init(self, handle):
+        ...         handle.deleteIfExists("old_counts")
+        ...         self.count = handle.getValueState("count", "n long")
+        """
+        _name_bytes(stateName)
+        if self._declared is not None:
+            self._declared[stateName] = [None, None, None, True]
+            return
+        task = self._task
+        if stateName in self._deleted:
+            return
+        import json
+
+        name = stateName.encode("utf-8")
+        db = task.db
+        doomed: list[bytes] = []
+        for kg in range(task.first_kg, task.last_kg + 1):
+            start, end = _keys.tag_range(kg, STATE_TAG)
+            for k, _ in db.scan(start, end):
+                _, rest = _keys.split_length_prefixed(k)
+                if rest[:1] != TIMER_MARK and rest[1:1 + rest[0]] == name:
+                    doomed.append(k)
+        for k in doomed:
+            _, rest = _keys.split_length_prefixed(k)
+            db.delete(k)
+            sub = rest[1 + rest[0]:]
+            if sub:
+                self._state.map_wrote(k[:len(k) - len(sub)], k, None)
+            else:
+                self._state.wrote(k, None)
+        self._deleted.add(stateName)
+        task.meta_updates[META_DELETED_STATES] = json.dumps(sorted(self._deleted))
+        if doomed:
+            task.changed = True
+
+    def _undelete(self, name: str) -> None:
+        """``name`` was written: a later deleteIfExists has entries to delete again."""
+        import json
+
+        self._deleted.discard(name)
+        self._task.meta_updates[META_DELETED_STATES] = json.dumps(sorted(self._deleted))
 
     def registerTimer(self, expiryTimestampMs: int) -> None:
         """Register a timer for the current key, firing when time passes ``expiryTimestampMs``.
@@ -804,6 +935,7 @@ def process_partition(
     output_schema: Any,
     rows_format: str = "pandas",
     time: TimeConfig = TimeConfig(),
+    schemas: dict[str, Any] | None = None,
 ) -> Iterator[Any]:
     """Group the shard's rows by key, run the processor per key, then fire due timers; yield
     output Arrow batches.
@@ -840,7 +972,7 @@ def process_partition(
 
     if watermark is not None:
         task.meta_updates[META_WATERMARK] = str(watermark)  # for inspection, if it commits
-    handle = StatefulProcessorHandle(task, time.mode)
+    handle = StatefulProcessorHandle(task, time.mode, schemas)
     processor.init(handle)
     output = _Output(output_schema)
     add = output.add
@@ -1061,6 +1193,11 @@ def transform_with_state(
     silt_spark.errors.LayoutMismatchError
         ``state_url`` was created by another operator kind or with other shard or key-group
         counts.
+    silt_spark.errors.StateSchemaError
+        A state variable's schema changed in a way its stored state cannot evolve to
+        (narrowing, another type, a map key schema...). ``processor.init`` runs once here, on
+        the driver, on a copy of the processor with a handle that only records the state
+        variables it declares; nothing is written when this is raised.
 
     Examples
     --------
@@ -1101,16 +1238,54 @@ def transform_with_state(
     from pyspark.sql.pandas.types import to_arrow_schema
 
     arrow_schema = to_arrow_schema(struct, timezone="UTC")
-    spec = _shard.ensure_descriptor(spec, {"key_columns": _api._key_types(df, keys)}, _api.PINNED)
+    # Schemas are checked and evolved here, on the driver, before any state is written.
+    have = _shard.read_descriptor(spec.root)
+    registry = _schema.evolve(
+        (have or {}).get(DESCRIPTOR_SCHEMAS) or {}, declared_states(processor, time_cfg.mode)
+    )
+    spec = _shard.ensure_descriptor(
+        spec, {"key_columns": _api._key_types(df, keys), DESCRIPTOR_SCHEMAS: registry},
+        _api.PINNED,
+    )
+    if have is not None and DESCRIPTOR_SCHEMAS in have and have[DESCRIPTOR_SCHEMAS] != registry:
+        _shard.update_descriptor(spec.root, {DESCRIPTOR_SCHEMAS: registry})
 
     def process(task: _shard.ShardTask, batches: Any) -> Any:
         return process_partition(
-            task, batches, processor, keys, arrow_schema, rows_format, time_cfg
+            task, batches, processor, keys, arrow_schema, rows_format, time_cfg, registry
         )
 
     shard_fn = _api.shard_function(df, spec, process)
 
     return _api._route(df, keys, spec, heartbeat).mapInArrow(shard_fn, struct)
+
+
+def declared_states(processor: Any, time_mode: str = "none") -> dict[str, _schema.Declared]:
+    """The state variables ``processor.init`` declares, with their schemas parsed (driver
+    side: DDL strings need the Spark session).
+
+    ``init`` runs on a copy of the processor with a handle that only records what it is asked
+    for; a variable declared without a schema is recorded by kind only.
+    """
+    from pyspark import cloudpickle
+
+    copy = cloudpickle.loads(cloudpickle.dumps(processor))
+    handle = StatefulProcessorHandle(None, time_mode, record=True)
+    copy.init(handle)
+    out = {}
+    assert handle._declared is not None
+    for name, (kind, key, value, reset) in handle._declared.items():
+        if kind is None:  # deleted, not declared again
+            out[name] = _schema.Declared(None, None, None, True)
+            continue
+        what = f"state {name!r}"
+        out[name] = _schema.Declared(
+            _schema.kind_name(kind),
+            None if key is None else _schema.from_spark(key, f"{what} map key"),
+            None if value is None else _schema.from_spark(value, what),
+            reset,
+        )
+    return out
 
 
 # --- read-back: read_state ----------------------------------------------------------------
@@ -1121,6 +1296,9 @@ def decode(items: Any, state_columns: list[list[str]] | None) -> Any:
     expires_at_ms, version)`` per live entry of ``items`` (``(key, value, expires_at_ms,
     version)`` of one shard)."""
     to_json = _codec.to_json
+    # A processor root's descriptor has no state columns; read_state gives it the schema
+    # registry instead (a dict), to decode typed values.
+    codecs = _schema.codecs(state_columns) if isinstance(state_columns, dict) else {}
     for key, value, expiry, ver in items:
         if _keys.tag_of(key) != STATE_TAG:
             continue  # the timer index repeats the keys' own timer entries
@@ -1132,4 +1310,13 @@ def decode(items: Any, state_columns: list[list[str]] | None) -> Any:
             continue
         name, sub = _split_name(rest)
         map_key = to_json(_codec.decode(sub)) if sub else None
-        yield gkey, name, map_key, to_json(_codec.decode(value)), expiry, ver
+        codec = codecs.get(name)
+        if codec is None:
+            decoded = _codec.decode(value)
+        elif codec.kind == "list":
+            decoded = codec.decode_list(value)
+        else:
+            decoded = codec.decode(value)
+        if decoded is None:
+            continue  # a value of a deleted generation of the variable
+        yield gkey, name, map_key, to_json(decoded), expiry, ver

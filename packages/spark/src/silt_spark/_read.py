@@ -133,7 +133,8 @@ def read_state(spark: Any, state_url: str, version: int | None = None) -> Any:
     schema = T.DataType.fromDDL(ddl)
     arrow_schema = to_arrow_schema(schema, timezone="UTC")
     kind = desc["operator"]
-    state_columns = desc.get("state_columns")
+    # (a processor root has a schema registry instead; its decode takes that)
+    state_columns = desc.get("state_columns", desc.get("state_schemas"))
     at = _layout_version(version)
     nkeys = len(key_columns)
 

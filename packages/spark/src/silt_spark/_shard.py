@@ -223,6 +223,20 @@ def ensure_descriptor(
     )
 
 
+def update_descriptor(root: str, fields: dict[str, Any]) -> None:
+    """Set ``fields`` in the operator root's descriptor (driver side, when a query starts)."""
+    have = read_descriptor(root)
+    assert have is not None
+    have.update(fields)
+    have["format"] = DESCRIPTOR_FORMAT
+    body = json.dumps(have, sort_keys=True).encode()
+    store = open_store(root)
+    try:
+        retrying(lambda: store.put(DESCRIPTOR, body))
+    finally:
+        store.close()
+
+
 class ShardTask:
     """The open shard of one task: ``db`` at the base version, plus the batch's identity.
 

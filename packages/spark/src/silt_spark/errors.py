@@ -50,6 +50,13 @@ class TimeModeError(SparkStateError, ValueError):
     ``"eventtime"`` mode, which PySpark refuses too)."""
 
 
+class StateSchemaError(SparkStateError, ValueError):
+    """A state variable's declared schema cannot replace the one its state was written with
+    (narrowing, another type, a changed map key schema, another kind of variable: see
+    ``docs/spark.md``, Evolving state schemas), or is not a schema at all. Raised when the
+    query starts, before anything is written."""
+
+
 class NotStreamingError(SparkStateError):
     """An operator ran outside a streaming query (no micro-batch id in the task)."""
 
@@ -63,5 +70,6 @@ __all__ = [
     "SparkStateError",
     "StateAheadError",
     "StateLostError",
+    "StateSchemaError",
     "TimeModeError",
 ]
