@@ -77,6 +77,24 @@ def test_routing_puts_each_key_group_in_its_shard_partition(spark):
     assert a == b
 
 
+def test_the_plan_names_the_operator_and_holds_no_key_group_table(spark, tmp_path):
+    """The explain plan of an operator reads as what it is: ``MapInArrow silt_aggregate`` and
+    one literal array of ``num_shards`` partition values, not one per key group."""
+    import re
+
+    import silt_spark
+
+    src = tmp_path / "in"
+    src.mkdir()
+    df = spark.readStream.schema("user string, amount long").json(str(src))
+    out = silt_spark.aggregate(df, ["user"], ["count"], state_url=(tmp_path / "s").as_uri(),
+                               num_shards=4)
+    plan = out._jdf.queryExecution().logical().toString()
+    assert "silt_aggregate" in plan and "shard_fn" not in plan
+    arrays = re.findall(r"array\(([^()]*)\)", plan)
+    assert arrays and max(len(a.split(",")) for a in arrays) == 4, arrays
+
+
 def test_child_and_shard_urls():
     assert _layout.child_url("file:///tmp/x/", "kg-1") == "file:///tmp/x/kg-1"
     assert (

@@ -190,6 +190,8 @@ def shard_function(
     def shard_fn(batches: Any) -> Any:
         return _shard.run_shard(spec, batches, process, report)
 
+    # The name Spark's plan shows for the stage: MapInArrow silt_aggregate(...), not shard_fn.
+    shard_fn.__name__ = shard_fn.__qualname__ = f"silt_{spec.kind}"
     return shard_fn
 
 

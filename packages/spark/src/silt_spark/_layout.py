@@ -149,11 +149,16 @@ def partition_table(num_shards: int, key_groups: int) -> list[int]:
 
 
 def with_routing_columns(df, key_columns, num_shards: int, key_groups: int):
-    """``df`` plus the key-group column and the partition column (Spark expressions only)."""
+    """``df`` plus the key-group column and the partition column (Spark expressions only).
+
+    The partition column is :func:`partition_values`' entry for the key group's shard
+    (:func:`shard_of`, in integer arithmetic), so the plan holds one small literal array of
+    ``num_shards`` values (the same values as :func:`partition_table`)."""
     from pyspark.sql import functions as F
 
     kg = F.pmod(F.xxhash64(*[F.col(c) for c in key_columns]), F.lit(key_groups)).cast("int")
-    table = F.array(*[F.lit(v) for v in partition_table(num_shards, key_groups)])
+    shard = F.expr(f"div(`{KG_COLUMN}` * {num_shards}, {key_groups})")
+    table = F.array(*[F.lit(v) for v in partition_values(num_shards)])
     return df.withColumn(KG_COLUMN, kg).withColumn(
-        PARTITION_COLUMN, F.element_at(table, F.col(KG_COLUMN) + 1)
+        PARTITION_COLUMN, F.element_at(table, (shard + 1).cast("int"))
     )
