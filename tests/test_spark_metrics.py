@@ -195,6 +195,49 @@ def test_idle_shards_make_no_request(spark, tmp_path, operator):
         feed.stop()
 
 
+def test_figures_reach_sparks_own_progress_and_state_size_is_public(spark, tmp_path):
+    """Each micro-batch's progress carries the operator's figures as observed metrics (what a
+    StreamingQueryListener or the progress JSON shows), the sink sees exactly the operator's
+    output, and silt_spark.state_size reads the state's size from the manifests."""
+    state = (tmp_path / "state").as_uri()
+    feed = Feed(spark, tmp_path)
+    seen: list[int] = []
+    agg = silt_spark.aggregate(feed.stream(), ["user"], ["count", "sum(amount)"],
+                               state_url=state, num_shards=3)
+    assert agg.columns == ["user", "count", "sum(amount)"]
+    feed.query = (
+        agg.writeStream.queryName("metrics_progress")
+        .foreachBatch(lambda out, batch_id: seen.append(out.count()))
+        .option("checkpointLocation", str(feed.checkpoint)).start()
+    )
+    batches = [rows_of(i) for i in range(3)]
+    try:
+        progress = []
+        for rows in batches:
+            feed.write(rows)
+            feed.query.processAllAvailable()
+            progress.append(feed.query.lastProgress)
+        name = f"silt aggregate {state}"
+        for rows, p in zip(batches, progress):
+            figures = silt_spark.progress_metrics(p)
+            assert list(figures) == [name], p["observedMetrics"]
+            f = figures[name]
+            users = len({u for u, _ in rows})
+            assert f["shards"] == 3 and f["rows_out"] == users and f["state_writes"] == users
+            assert f["shards_committed"] == f["shards_opened"] <= 3
+            assert f["requests_class_a"] >= f["shards_committed"] and f["commit_ms"] > 0
+        assert seen == [len({u for u, _ in rows}) for rows in batches]  # no metric rows
+        records = silt_spark.metrics(feed.query)
+        assert sum(r["rows_out"] for r in records) == sum(seen)
+    finally:
+        feed.stop()
+    size = silt_spark.state_size(state)
+    assert size.shards == 3 and size.ssts >= 1 and size.bytes > 0
+    assert size.entries >= len({u for rows in batches for u, _ in rows})
+    first = silt_spark.state_size(state, version=0)
+    assert first.entries < size.entries and set(first.versions) == {0, 1, 2}
+
+
 def test_processor_metrics_reach_a_listener_and_the_log(spark, tmp_path, caplog):
     state = (tmp_path / "state").as_uri()
     feed = Feed(spark, tmp_path)

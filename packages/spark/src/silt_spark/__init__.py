@@ -35,7 +35,9 @@ from ._processor import (
     ValueState,
     transform_with_state,
 )
+from ._progress import progress_metrics
 from ._read import read_state
+from ._size import StateSize, state_size
 from ._window import window_aggregate
 
 __version__ = "0.1.0"
@@ -45,6 +47,7 @@ __all__ = [
     "ListState",
     "MapState",
     "MetricsListener",
+    "StateSize",
     "StatefulProcessor",
     "StatefulProcessorHandle",
     "TimerValues",
@@ -55,7 +58,9 @@ __all__ = [
     "errors",
     "join",
     "metrics",
+    "progress_metrics",
     "read_state",
+    "state_size",
     "transform_with_state",
     "window_aggregate",
 ]

@@ -445,11 +445,9 @@ def aggregate(
     def process(task: _shard.ShardTask, batches: Any) -> Any:
         return merge_partition(task, batches, p)
 
-    shard_fn = _api.shard_function(df, spec, process)
-
     needed = list(dict.fromkeys([*keys, *p.value_columns]))
     partials = df.select(*needed).mapInArrow(partial_fn, partial_struct)
-    return _api._route(partials, keys, spec).mapInArrow(shard_fn, output_struct)
+    return _api.shard_stage(_api._route(partials, keys, spec), df, spec, process, output_struct)
 
 
 # --- read-back: read_state ----------------------------------------------------------------

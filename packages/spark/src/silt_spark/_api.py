@@ -13,7 +13,7 @@ from typing import Any
 from silt.errors import InvalidArgumentError, InvalidTypeError
 from silt.tierkit import public_url
 
-from . import _interval, _layout, _metrics, _shard
+from . import _interval, _layout, _metrics, _progress, _shard
 
 
 def _spec(
@@ -180,19 +180,23 @@ def _heartbeat(df: Any, schema: Any) -> Any:
     return rate.select(*cols)
 
 
-def shard_function(
-    df: Any, spec: _shard.OperatorSpec, process: Callable[[_shard.ShardTask, Any], Any]
-) -> Callable[[Any], Any]:
-    """The ``mapInArrow`` function of the shuffled stage: runs ``process`` on one shard's
-    rows in its task (``_shard.run_shard``), its metrics reported to ``df``'s session."""
+def shard_stage(
+    routed: Any, df: Any, spec: _shard.OperatorSpec,
+    process: Callable[[_shard.ShardTask, Any], Any], struct: Any,
+) -> Any:
+    """The shuffled stage: ``mapInArrow`` runs ``process`` on one shard's rows in each task
+    (``_shard.run_shard``), its metrics reported to ``df``'s session and observed in the
+    query's progress (:mod:`silt_spark._progress`); returns the operator's output ``struct``."""
     report = _metrics.accumulator(df)
+    schema = _progress.arrow_schema(struct)
 
     def shard_fn(batches: Any) -> Any:
-        return _shard.run_shard(spec, batches, process, report)
+        return _shard.run_shard(spec, batches, process, report, schema)
 
     # The name Spark's plan shows for the stage: MapInArrow silt_aggregate(...), not shard_fn.
     shard_fn.__name__ = shard_fn.__qualname__ = f"silt_{spec.kind}"
-    return shard_fn
+    mapped = routed.mapInArrow(shard_fn, _progress.stage_struct(struct))
+    return _progress.observe(mapped, spec.kind, spec.root)
 
 
 #: The longest duration an option may give: Spark timestamps are 64-bit microseconds.

@@ -352,10 +352,8 @@ def deduplicate(
     def process(task: _shard.ShardTask, batches: Any) -> Any:
         return merge_partition(task, batches, dp)
 
-    shard_fn = _api.shard_function(df, spec, process)
-
     numbered = df.mapInArrow(number_fn, seq_struct)
-    return _api._route(numbered, keys, spec).mapInArrow(shard_fn, df.schema)
+    return _api.shard_stage(_api._route(numbered, keys, spec), df, spec, process, df.schema)
 
 
 # --- read-back: read_state ----------------------------------------------------------------

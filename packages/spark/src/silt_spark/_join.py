@@ -860,9 +860,9 @@ def join(
     def process(task: _shard.ShardTask, batches: Any) -> Any:
         return merge_partition(task, batches, jp)
 
-    shard_fn = _api.shard_function(left, spec, process)
     key_cols = [f"__k{i}" for i in range(len(lk))]
-    return _api._route(union, key_cols, spec, heartbeat).mapInArrow(shard_fn, out_struct)
+    routed = _api._route(union, key_cols, spec, heartbeat)
+    return _api.shard_stage(routed, left, spec, process, out_struct)
 
 
 def _signed_ms(value: Any, name: str) -> int:

@@ -1255,9 +1255,7 @@ def transform_with_state(
             task, batches, processor, keys, arrow_schema, rows_format, time_cfg, registry
         )
 
-    shard_fn = _api.shard_function(df, spec, process)
-
-    return _api._route(df, keys, spec, heartbeat).mapInArrow(shard_fn, struct)
+    return _api.shard_stage(_api._route(df, keys, spec, heartbeat), df, spec, process, struct)
 
 
 def declared_states(processor: Any, time_mode: str = "none") -> dict[str, _schema.Declared]:

@@ -53,7 +53,7 @@ from silt.plugins import open_store
 from silt.store import retrying
 from silt.tierkit import public_url
 
-from . import _layout, _lifecycle, _metrics, _watermark
+from . import _layout, _lifecycle, _metrics, _progress, _watermark
 from .errors import (
     BatchConflictError,
     ForeignStateError,
@@ -680,12 +680,15 @@ def run_shard(
     batches: Iterator[Any],
     process: Callable[[ShardTask, Iterator[Any]], Iterator[Any]],
     report: Any = None,
+    progress_schema: Any = None,
 ) -> Iterator[Any]:
     """The body of the operator's ``mapInArrow`` function: open, process, commit, release.
 
     Each task is measured (:mod:`silt_spark._metrics`): its counts go into the committed
     manifest's meta, and a successful task's record is added to ``report`` (the driver's
-    metrics accumulator, or ``None``).
+    metrics accumulator, or ``None``). With ``progress_schema`` (the stage's Arrow schema,
+    :mod:`silt_spark._progress`), output batches carry the null metrics column and the task
+    ends with its metrics row.
     """
     from pyspark import TaskContext
 
@@ -709,7 +712,10 @@ def run_shard(
     try:
         if task.may_need_migration():
             _ = task.db  # a rescaled layout's shard takes its state at its first batch
-        yield from probe.count_out(process(task, probe.count_in(batches)))
+        out = probe.count_out(process(task, probe.count_in(batches)))
+        if progress_schema is not None:
+            out = _progress.with_null_metrics(out, progress_schema)
+        yield from out
         task.meta_updates.update(probe.meta())
         task.finish()
         ok = True
@@ -717,6 +723,8 @@ def run_shard(
         record = probe.record() if ok else None
         task.release(ok)
     _metrics.report(report, record)
+    if progress_schema is not None and record is not None:
+        yield _progress.metrics_batch(record, progress_schema)
 
 
 def check_key_groups(task: ShardTask, kg_array: Any) -> None:

@@ -471,11 +471,10 @@ def window_aggregate(
     def process(task: _shard.ShardTask, batches: Any) -> Any:
         return merge_partition(task, batches, wp)
 
-    shard_fn = _api.shard_function(df, spec, process)
-
     needed = list(dict.fromkeys([*keys, time_column, *p.value_columns]))
     partials = df.select(*needed).mapInArrow(partial_fn, partial_struct)
-    return _api._route(partials, keys, spec, heartbeat).mapInArrow(shard_fn, output_struct)
+    routed = _api._route(partials, keys, spec, heartbeat)
+    return _api.shard_stage(routed, df, spec, process, output_struct)
 
 
 # --- read-back: read_state ----------------------------------------------------------------
