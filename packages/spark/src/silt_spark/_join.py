@@ -14,7 +14,9 @@ with the same results. The plan:
    watermark has expired are evicted, and for an outer side its rows never matched are emitted
    (with nulls for the other side). A buffered row carries a **matched** mark, set when a row
    of the other side matches it later, so a row matched after it was buffered is never emitted
-   as unmatched. All writes go in one ``WriteBatch`` (plus range deletes, below).
+   as unmatched. All writes go in one ``WriteBatch``: marks, then the batch's rows, then
+   eviction's point deletes; range deletes are applied after it, so a mark set on a row that
+   expires in the same batch never brings it back.
 
 Event time (optional; needed for outer and semi joins, as in Spark): each side has a timestamp
 column and a watermark delay; the query-wide watermark ``wm`` of batch ``b`` is the minimum over
@@ -46,9 +48,16 @@ rows exactly once) and its one boundary bucket (rows expired individually there)
 smallest live bucket per side is kept in the manifest meta, so a batch in which nothing can
 expire reads nothing. Without a time range nothing expires and every row is in bucket 0.
 
-Simplifications: rows are encoded per row with ``_codec`` in the shard's task (the shuffle and
-the routing are vectorized; building per-row state keys is Python, as for every operator);
-a side's null event time is dropped when there is a time range (such a row could never match or
+Vectorized: the task never loops over rows in Python. Each side's rows are arrays
+(``_Side``); state keys and values are built for all of them at once by ``_rowcodec`` (the same
+bytes ``_codec`` gives per row); the other side's buffered rows read for a batch are parsed as
+arrays (``_Loaded``); matches come from sorting integer codes of (key group, join key) and
+comparing times as arrays (``_pairs``); the output is built as Arrow columns. The loops left
+are per key group, per probed (key group, bucket) and per sparse join key probed (a prefix
+scan), and inside the core's reads and writes. Columns of types ``_rowcodec`` does not
+vectorize (decimal, nested, ...) are encoded value by value.
+
+Simplifications: a side's null event time is dropped when there is a time range (such a row could never match or
 expire; Spark keeps it forever and never emits it); the watermark does not keep Spark's "never
 goes down" step when a side first gets data after the other (``_watermark.py``); both sides need
 event time, or neither.
