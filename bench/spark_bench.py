@@ -15,11 +15,11 @@ local[2]. Runs
     time between right time - 60 s and right time, 10 s delays, event time moving
     ``--join-span`` seconds per batch (so the orders' buffer holds about 70 s of rows);
     ``--join-buffered N`` sizes the batches instead so that each side buffers about N rows
-    (left time within 60 s of right time either way, so both sides keep ~70 s of rows; three
-    batches fill the buffers, ``--batches`` should be at least 6 so that eviction runs):
+    (left time within 30 s of right time either way, so both sides keep ~40 s of rows; two
+    batches of 20 s fill the buffers, and with ``--batches 6`` whole 60 s buckets expire too):
     ``--cases join --keys 1000000 --join-buffered 1000000 --batches 6`` is the 1M case,
-    ``--join-buffered 10000000`` the 10M one (about 3.3M rows per side and batch: give the
-    driver memory with ``--driver-memory 8g``),
+    ``--join-buffered 10000000`` the 10M one (5M rows per side and batch: give the driver
+    memory with ``--driver-memory 8g``),
 then stops each query and restarts it from its checkpoint on one more batch (recovery time:
 restart until that batch is done; the new SparkSession gets new, empty local dirs, so the
 native store reloads its state from the checkpoint). For the joins it also reports the state's
@@ -85,9 +85,9 @@ def make_window_input(folder: Path, batches: int, rows: int, keys: int, seed: in
         pq.write_table(t, folder / f"part-{b:05d}.parquet")
 
 
-#: Seconds of event time each join side keeps buffered with --join-buffered (60 s range + 10 s
+#: Seconds of event time each join side keeps buffered with --join-buffered (30 s range + 10 s
 #: delay).
-JOIN_KEPT_S = 70
+JOIN_KEPT_S = 40
 
 
 def make_join_input(folder: Path, batches: int, rows: int, keys: int, span_s: int,
@@ -398,12 +398,13 @@ def main() -> None:
         args.join_rows, args.join_span = 20_000, 90  # (90 s per batch: evictions by batch 2)
     join_range = ("60 seconds", "0 seconds")
     if args.join_buffered:
-        # both sides keep ~70 s (60 s range + 10 s delay); three batches fill the buffers
-        args.join_span = JOIN_KEPT_S // 3
+        # both sides keep ~40 s (30 s range + 10 s delay); two batches fill the buffers
+        args.join_span = JOIN_KEPT_S // 2
         args.join_rows = args.join_buffered * args.join_span // JOIN_KEPT_S
-        join_range = ("60 seconds", "60 seconds")
-    join_sql = ("key = pkey AND ot >= pt - interval 60 seconds AND ot <= pt"
-                + (" + interval 60 seconds" if args.join_buffered else ""))
+        join_range = ("30 seconds", "30 seconds")
+    join_sql = ("key = pkey AND ot >= pt - interval 60 seconds AND ot <= pt" if not
+                args.join_buffered else "key = pkey AND ot >= pt - interval 30 seconds AND "
+                "ot <= pt + interval 30 seconds")
 
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
