@@ -184,6 +184,7 @@ def test_a_batch_is_joined_without_python_per_row(monkeypatch):
     later = [("é", 500, 9000)]  # with z, moves the watermark: the first rows expire
     z = [("z", 0, 9000)]  # buffered, not expired yet: nothing comes out for it
     got = []
+    metrics = []
     try:
         seen = [None, None]
         for b, (lrows, rrows) in enumerate([(left, right), (z, later), ([], [])]):
@@ -196,10 +197,16 @@ def test_a_batch_is_joined_without_python_per_row(monkeypatch):
                 observe_event_time=lambda ms, i=0: seen.__setitem__(i, max(seen[i] or ms, ms)))
             for batch in _join.merge_partition(task, iter(t.to_batches()), jp):
                 got += list(zip(*[c.to_pylist() for c in batch.columns]))
+            metrics.append(task.operator_metrics)
     finally:
         db.close()
         MemoryStore.drop(db_name)
     assert calls == []
+    # the metrics: rows buffered per side after each batch, rows evicted in it
+    assert [(m["buffered_left"], m["buffered_right"]) for m in metrics] == [
+        (41, 20), (42, 21), (1, 1)]
+    assert [(m["evicted_left"], m["evicted_right"]) for m in metrics] == [
+        (0, 0), (0, 0), (41, 20)]
 
     def us(ms):
         return dt.datetime.fromtimestamp(ms / 1000, UTC)

@@ -57,10 +57,10 @@ are per key group, per probed (key group, bucket) and per sparse join key probed
 scan), and inside the core's reads and writes. Columns of types ``_rowcodec`` does not
 vectorize (decimal, nested, ...) are encoded value by value.
 
-Simplifications: a side's null event time is dropped when there is a time range (such a row could never match or
-expire; Spark keeps it forever and never emits it); the watermark does not keep Spark's "never
-goes down" step when a side first gets data after the other (``_watermark.py``); both sides need
-event time, or neither.
+Simplifications: a side's null event time is dropped when there is a time range (such a row
+could never match or expire; Spark keeps it forever and never emits it); the watermark does not
+keep Spark's "never goes down" step when a side first gets data after the other
+(``_watermark.py``); both sides need event time, or neither.
 
 The module owns the operator: :func:`join` (builder), :func:`merge_partition` (executor),
 :func:`decode` (``read_state`` rows).
