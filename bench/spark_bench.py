@@ -14,9 +14,19 @@ local[2]. Runs
   * silt_spark.join  vs  Spark's stream-stream join (RocksDB), inner and left outer, of two
     generated streams (orders, and payments 0-50 s after their order, 10% never paid), left
     time between right time - 60 s and right time, 10 s delays, event time moving
-    ``--join-span`` seconds per batch (so each side buffers about 60 s of rows),
+    ``--join-span`` seconds per batch (so the orders' buffer holds about 70 s of rows);
+    ``--join-buffered N`` sizes the batches instead so that each side buffers about N rows
+    (left time within 30 s of right time either way, so both sides keep ~40 s of rows; two
+    batches of 20 s fill the buffers, and with ``--batches 6`` whole 60 s buckets expire too):
+    ``--cases join --keys 1000000 --join-buffered 1000000 --batches 6`` is the 1M case,
+    ``--join-buffered 10000000`` the 10M one (5M rows per side and batch: give the driver
+    memory with ``--driver-memory 8g``),
 then stops each query and restarts it from its checkpoint on one more batch (recovery time:
-restart until that batch is done). Prints a table and the raw numbers as JSON, with silt's
+restart until that batch is done; the new SparkSession gets new, empty local dirs, so the
+native store reloads its state from the checkpoint). For the joins it also reports the state's
+size on disk (silt's root, Spark's checkpoint ``state/`` folder) and, per batch, the eviction
+and commit times (silt: slowest shard; Spark: its state operator's ``allRemovalsTimeMs`` and
+``commitTimeMs``), to see whether they stay flat while the buffers grow. Prints a table and the raw numbers as JSON, with silt's
 object-store requests per micro-batch and shard (from silt_spark.metrics; the event-time
 watermark's share apart), and what each case's state costs in object-store requests per
 micro-batch (all shards) and per 1M input rows at S3 Standard prices: silt's requests as
@@ -79,6 +89,11 @@ def make_window_input(folder: Path, batches: int, rows: int, keys: int, seed: in
         pq.write_table(t, folder / f"part-{b:05d}.parquet")
 
 
+#: Seconds of event time each join side keeps buffered with --join-buffered (30 s range + 10 s
+#: delay).
+JOIN_KEPT_S = 40
+
+
 def make_join_input(folder: Path, batches: int, rows: int, keys: int, span_s: int,
                     seed: int) -> tuple[Path, Path]:
     """Two folders, one file per batch each: orders ``(key, amount, ot)`` with event time
@@ -120,6 +135,7 @@ def join_figures(query_id: str) -> dict[str, float]:
         "buffered_right": sum(r["buffered_right"] for r in records if r["batch_id"] == last),
         "evicted": sum(r["evicted_left"] + r["evicted_right"] for r in records),
         "evict_ms": float(np.mean(list(per_batch.values()))),
+        "evict_ms_by_batch": [round(per_batch[b], 1) for b in sorted(per_batch)],
     }
 
 
@@ -260,6 +276,7 @@ def silt_commit_ms(state_url: str) -> dict[str, float]:
     last = batches[-1] if batches else None
     steady = batches[1:-1] or batches  # the restart's batch is reported on its own
     return {
+        "commit_ms_by_batch": [round(commits[b], 1) for b in batches],
         "commit_ms": float(np.mean([commits[b] for b in steady])) if steady else 0.0,
         "open_ms": float(np.mean([opens[b] for b in steady])) if steady else 0.0,
         "restart_open_ms": opens.get(last, 0.0) if last is not None else 0.0,
@@ -331,7 +348,9 @@ def run_query(session: dict, build, data: Path | tuple[Path, ...], chk: Path, ba
     } if first else {}
     per_batch = [
         {"rows": p["numInputRows"], "ms": p["durationMs"].get("triggerExecution", 0),
-         "commit_ms": sum(s.get("commitTimeMs", 0) for s in p.get("stateOperators", []))}
+         "commit_ms": sum(s.get("commitTimeMs", 0) for s in p.get("stateOperators", [])),
+         "removal_ms": sum(s.get("allRemovalsTimeMs", 0) for s in p.get("stateOperators", [])),
+         "state_rows": sum(s.get("numRowsTotal", 0) for s in p.get("stateOperators", []))}
         for p in progress
     ]
     steady = per_batch[1:] or per_batch  # the first batch pays Python worker start-up
@@ -367,6 +386,9 @@ def measure(session, name, build, src, work, keys, rows, args, state: str | None
                 "rows_per_s": 0.0, "recovery_s": 0.0}
     if state is not None:
         r.update(silt_commit_ms(state))
+        r["state_bytes"] = du(Path(state[len("file://"):]))
+    else:
+        r["state_bytes"] = du(work / f"chk-{name}-{keys}" / "state")
     commit = r.get("commit_ms", r.get("native_commit_ms", 0.0))
     print(f"{name:32s} K={keys:>9,d} {r['rows_per_s']:>10,.0f} rows/s "
           f"commit {commit:.0f} ms recovery {r['recovery_s']:.1f}s (first batch "
@@ -380,7 +402,20 @@ def measure(session, name, build, src, work, keys, rows, args, state: str | None
         print(f"{'':32s} buffered rows left {j['buffered_left']:,} right "
               f"{j['buffered_right']:,}; evicted {j['evicted']:,}; eviction "
               f"{j['evict_ms']:.1f} ms per batch (slowest shard)", flush=True)
+        print(f"{'':32s} per batch: eviction ms {j['evict_ms_by_batch']}, commit ms "
+              f"{r.get('commit_ms_by_batch')}", flush=True)
+    elif "join" in name:
+        print(f"{'':32s} per batch: state rows (both sides) "
+              f"{[b['state_rows'] for b in r['batches']]}, removal ms "
+              f"{[b['removal_ms'] for b in r['batches']]}, commit ms "
+              f"{[b['commit_ms'] for b in r['batches']]}", flush=True)
+    print(f"{'':32s} state on disk {r['state_bytes'] / 2**20:,.1f} MiB", flush=True)
     return {"case": name, "keys": keys, "rows": rows, **r}
+
+
+def du(path: Path) -> int:
+    """Bytes of the files under ``path`` (0 if it is missing)."""
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.exists() else 0
 
 
 def _fmt(kinds: dict[str, float]) -> str:
@@ -399,12 +434,25 @@ def main() -> None:
                     help="join: orders per batch (payments: 90%% of them)")
     ap.add_argument("--join-span", type=int, default=6,
                     help="join: event-time seconds per batch (buffers hold ~60 s of rows)")
+    ap.add_argument("--join-buffered", type=int, default=0,
+                    help="join: size batches so each side buffers about this many rows "
+                    "(1000000, 10000000); overrides --join-rows and --join-span")
+    ap.add_argument("--driver-memory", default="2g")
     ap.add_argument("--cases", default="",
                     help="comma-separated substrings: run only the cases whose name has one")
     args = ap.parse_args()
     if args.quick:
         args.rows, args.batches, args.keys, args.processor_rows = 20_000, 3, [10_000], 5_000
         args.join_rows, args.join_span = 20_000, 90  # (90 s per batch: evictions by batch 2)
+    join_range = ("60 seconds", "0 seconds")
+    if args.join_buffered:
+        # both sides keep ~40 s (30 s range + 10 s delay); two batches fill the buffers
+        args.join_span = JOIN_KEPT_S // 2
+        args.join_rows = args.join_buffered * args.join_span // JOIN_KEPT_S
+        join_range = ("30 seconds", "30 seconds")
+    join_sql = ("key = pkey AND ot >= pt - interval 60 seconds AND ot <= pt" if not
+                args.join_buffered else "key = pkey AND ot >= pt - interval 30 seconds AND "
+                "ot <= pt + interval 30 seconds")
 
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
@@ -418,7 +466,10 @@ def main() -> None:
             .config("spark.sql.streaming.stateStore.providerClass",
                     "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
             .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
-            .config("spark.driver.memory", "2g")
+            .config("spark.driver.memory", args.driver_memory)
+            # a new session starts with new, empty local dirs (the native store's working
+            # copies among them): a cold restart
+            .config("spark.local.dir", str(Path(tempfile.mkdtemp(dir=work, prefix="local-"))))
             .getOrCreate()
         )
 
@@ -427,8 +478,8 @@ def main() -> None:
         made.sparkContext.setLogLevel("ERROR")
         return made
 
-    session = {"make": make, "spark": make()}
     work = Path(tempfile.mkdtemp(prefix="silt-spark-bench-"))
+    session = {"make": make, "spark": make()}
     results = []
     try:
         for keys in args.keys:
@@ -505,11 +556,11 @@ def main() -> None:
                         lt, rt, [("key", "pkey")], how, state_url=jstate,
                         num_shards=args.shards, left_time_column="ot", right_time_column="pt",
                         left_watermark_delay="10 seconds", right_watermark_delay="10 seconds",
-                        time_range=("60 seconds", "0 seconds")),
+                        time_range=join_range),
                     f"native join {how} (RocksDB)": lambda lt, rt, spark_how=spark_how: (
                         lt.withWatermark("ot", "10 seconds").join(
                             rt.withWatermark("pt", "10 seconds"),
-                            F.expr("key = pkey AND ot >= pt - interval 60 seconds AND ot <= pt"),
+                            F.expr(join_sql),
                             spark_how)),
                 }
                 for name, build in cases.items():
@@ -558,7 +609,9 @@ def main() -> None:
             if sj and nj and nj["rows_per_s"]:
                 print(f"K={keys:,d}: silt join {how} / native: "
                       f"{sj['rows_per_s'] / nj['rows_per_s']:.2f}x rows/s, recovery "
-                      f"{nj['recovery_s'] / max(1e-9, sj['recovery_s']):.2f}x faster")
+                      f"{nj['recovery_s'] / max(1e-9, sj['recovery_s']):.2f}x faster, state "
+                      f"{sj['state_bytes'] / 2**20:,.0f} MiB vs {nj['state_bytes'] / 2**20:,.0f}"
+                      " MiB")
         floor = by.get("stateless floor (Arrow)")
         if floor:
             shares = ", ".join(

@@ -107,15 +107,14 @@ def test_eviction_matches_the_model(mode, how, rows, steps):
                 evict_us = jp.evict_us(side, wm)
                 outer = jp.outer[side]
                 ops: list = []
+                ranges: list = []
                 dead: set = set()
                 delta: dict = {}
-                out_mine: list = []
-                out_other: list = []
-                nxt, n = _join.evict(task, jp, side, evict_us, _join._Buffer(task, side), outer,
-                                     ops, set(), dead, delta, out_mine, out_other)
-                _join.write(view, ops, delta, dead)
-                emitted += [(side, r) for r in out_mine]
-                assert out_other == [None] * len(out_mine)
+                nxt, n, unmatched = _join.evict(task, jp, side, evict_us, outer, set(), ops,
+                                                ranges, dead, delta)
+                _join.write(view, ops, delta, dead, ranges)
+                emitted += [(side, _codec.decode(v[1:])) for v in unmatched.to_list()]
+                assert outer or not len(unmatched)
                 left = live_rows(db, side)
                 mine = {k: v for k, v in model.items() if v[0] == side}
                 if outer:

@@ -14,7 +14,9 @@ with the same results. The plan:
    watermark has expired are evicted, and for an outer side its rows never matched are emitted
    (with nulls for the other side). A buffered row carries a **matched** mark, set when a row
    of the other side matches it later, so a row matched after it was buffered is never emitted
-   as unmatched. All writes go in one ``WriteBatch`` (plus range deletes, below).
+   as unmatched. All writes go in one ``WriteBatch``: marks, then the batch's rows, then
+   eviction's point deletes; range deletes are applied after it, so a mark set on a row that
+   expires in the same batch never brings it back.
 
 Event time (optional; needed for outer and semi joins, as in Spark): each side has a timestamp
 column and a watermark delay; the query-wide watermark ``wm`` of batch ``b`` is the minimum over
@@ -46,12 +48,19 @@ rows exactly once) and its one boundary bucket (rows expired individually there)
 smallest live bucket per side is kept in the manifest meta, so a batch in which nothing can
 expire reads nothing. Without a time range nothing expires and every row is in bucket 0.
 
-Simplifications: rows are encoded per row with ``_codec`` in the shard's task (the shuffle and
-the routing are vectorized; building per-row state keys is Python, as for every operator);
-a side's null event time is dropped when there is a time range (such a row could never match or
-expire; Spark keeps it forever and never emits it); the watermark does not keep Spark's "never
-goes down" step when a side first gets data after the other (``_watermark.py``); both sides need
-event time, or neither.
+Vectorized: the task never loops over rows in Python. Each side's rows are arrays
+(``_Side``); state keys and values are built for all of them at once by ``_rowcodec`` (the same
+bytes ``_codec`` gives per row); the other side's buffered rows read for a batch are parsed as
+arrays (``_Loaded``); matches come from sorting integer codes of (key group, join key) and
+comparing times as arrays (``_pairs``); the output is built as Arrow columns. The loops left
+are per key group, per probed (key group, bucket) and per sparse join key probed (a prefix
+scan), and inside the core's reads and writes. Columns of types ``_rowcodec`` does not
+vectorize (decimal, nested, ...) are encoded value by value.
+
+Simplifications: a side's null event time is dropped when there is a time range (such a row
+could never match or expire; Spark keeps it forever and never emits it); the watermark does not
+keep Spark's "never goes down" step when a side first gets data after the other
+(``_watermark.py``); both sides need event time, or neither.
 
 The module owns the operator: :func:`join` (builder), :func:`merge_partition` (executor),
 :func:`decode` (``read_state`` rows).
@@ -65,10 +74,12 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from silt.errors import InvalidArgumentError, InvalidTypeError
 
-from . import _api, _codec, _keys, _layout, _shard, _watermark
+from . import _api, _codec, _keys, _layout, _rowcodec, _shard, _watermark
 from ._layout import KG_COLUMN, PARTITION_COLUMN
+from ._rowcodec import Rows
 from ._shard import ShardTask, check_key_groups
 
 #: The operator kind, as recorded in the state root's descriptor.
@@ -153,12 +164,13 @@ def full_buckets_below(evict_us: int, bucket_us: int) -> int:
     return (evict_us + 1) // bucket_us
 
 
-def evict_range(db: Any, start: bytes, end: bytes, ops: list, read: Sequence[bytes] | None
-                = None) -> None:
-    """Delete every key in ``[start, end)``: one ``DB.delete_range`` when the DB has it; else a
-    delete per key, of ``read`` (the keys already read there) or of a scan of the range."""
+def evict_range(db: Any, start: bytes, end: bytes, ops: list, ranges: list,
+                read: Sequence[bytes] | None = None) -> None:
+    """Delete every key in ``[start, end)``: one ``DB.delete_range`` (added to ``ranges``, which
+    :func:`write` applies last) when the DB has it; else a delete per key (added to ``ops``), of
+    ``read`` (the keys already read there) or of a scan of the range."""
     if hasattr(db, "delete_range"):
-        db.delete_range(start, end)
+        ranges.append((start, end))
         return
     keys = read if read is not None else [k for k, _ in db.scan(start, end)]
     ops.extend((k, None, None) for k in keys)
@@ -207,31 +219,33 @@ class JoinPlan:
         return range(lo // self.bucket_us, hi // self.bucket_us + 1)
 
 
-class _Row:
-    """One buffered or incoming row: where it lives, its times, its mark, its values."""
+def _biased(values: Any) -> np.ndarray:
+    """Signed times or buckets as ``(n, 8)`` u64be bytes of ``value + 2^63`` (``time_bytes``)."""
+    v = np.asarray(values, np.int64).view(np.uint64) ^ np.uint64(_keys.BIAS)
+    return _rowcodec.fixed(v, ">u8")
 
-    __slots__ = ("key", "time", "matched", "values", "raw", "dirty")
 
-    def __init__(self, key: bytes, time: int, matched: bool, values: Any, raw: bytes | None):
-        self.key = key
-        self.time = time
-        self.matched = matched
-        self.values = values  # tuple, or None until decoded from raw
-        self.raw = raw
-        self.dirty = False
+def _unbiased(raw: np.ndarray) -> np.ndarray:
+    """Inverse of :func:`_biased` on u64 values."""
+    return (np.asarray(raw, np.uint64) ^ np.uint64(_keys.BIAS)).view(np.int64)
 
-    def tuple(self) -> tuple:
-        if self.values is None:
-            self.values = _codec.decode(self.raw)
-        return self.values
 
-    def record(self) -> bytes:
-        raw = self.raw if self.raw is not None else _codec.encode(self.values)
-        return (b"\x01" if self.matched else b"\x00") + raw
+def row_keys(kgs: Any, side: int, buckets: Any, enc_keys: Rows, times: Any, seqs: Any) -> Rows:
+    """:func:`row_key` of many rows at once (byte for byte the same keys)."""
+    n = len(enc_keys)
+    return _rowcodec.concat(n, [
+        _rowcodec.fixed(kgs, ">u2"), JOIN_TAG + _ROWS[side], _biased(buckets), enc_keys,
+        _biased(times), _rowcodec.fixed(seqs, ">u8"),
+    ])
+
+
+def row_values(matched: np.ndarray, values: Rows) -> Rows:
+    """``matched:u8 enc(row tuple)`` of many rows."""
+    return _rowcodec.concat(len(values), [matched.astype(np.uint8).reshape(-1, 1), values])
 
 
 class _Side:
-    """One side's rows of the batch, late ones dropped, in input order."""
+    """One side's rows of the batch, late ones dropped, in input order, as arrays."""
 
     def __init__(self, task: ShardTask, t: Any, jp: JoinPlan, side: int, wm: int | None):
         import pyarrow.compute as pc
@@ -251,81 +265,175 @@ class _Side:
                 keep = pc.and_(keep, pc.is_valid(us))
             if not pc.all(keep).as_py():
                 t, us = t.filter(keep), us.filter(keep)
-            times = pc.fill_null(us, NO_TIME).to_numpy(zero_copy_only=False).tolist()
+            times = np.asarray(pc.fill_null(us, NO_TIME).to_numpy(zero_copy_only=False),
+                               np.int64)
         else:
-            times = [NO_TIME] * t.num_rows
-        self.times: list[int] = times
-        self.kgs: list[int] = t[KG_COLUMN].to_pylist()
+            times = np.full(t.num_rows, NO_TIME, np.int64)
         if t.num_rows >= 1 << 32:
             raise ValueError("a shard received more than 2^32 rows of one side in a batch")
-        self.seqs = range(base, base + t.num_rows)
-        keys = [t[f"__k{i}"].to_pylist() for i in range(jp.nkeys)]
-        enc = _codec.encode
-        self.enc_keys = [enc(k) for k in zip(*keys)]
-        self.values = list(zip(*[t[f"{prefix}{i}"].to_pylist() for i in range(len(cols))]))
-        if not cols or not t.num_rows:
-            self.values = [()] * t.num_rows
-        self.n = t.num_rows
-
-
-class _Buffer:
-    """One side's buffered rows as read this batch (per key group, join key and bucket), plus
-    the batch's new rows, so matches see this batch's rows and marks set earlier in it."""
-
-    def __init__(self, task: ShardTask, side: int) -> None:
-        self.task = task
         self.side = side
-        self.loaded: dict[tuple[int, bytes, int], list[_Row]] = {}
-        self.fresh: dict[tuple[int, bytes], list[_Row]] = {}
-        self.by_key: dict[bytes, _Row] = {}
-        #: (kg, bucket) read whole by load_buckets.
-        self.whole: set[tuple[int, int]] = set()
+        self.n = t.num_rows
+        self.times = times
+        self.kgs = np.asarray(t[KG_COLUMN].to_numpy(), np.int64)
+        self.seqs = np.arange(base, base + self.n, dtype=np.uint64)
+        self.enc_keys = _rowcodec.encode_tuples([t[f"__k{i}"] for i in range(jp.nkeys)], self.n)
+        self.columns = [t[f"{prefix}{i}"].combine_chunks() for i in range(len(cols))]
+        #: The row's mark when buffered (a match this batch).
+        self.matched = np.zeros(self.n, bool)
+        #: Which rows are buffered (set by the pass that joins them).
+        self.keep = np.zeros(self.n, bool)
 
-    def load_buckets(self, wanted: dict[tuple[int, int], set[bytes]]) -> None:
-        """Read whole buckets (one scan each) where a batch probes many join keys of one key
-        group and bucket: cheaper than a prefix scan per key once there are a few."""
-        for (kg, bucket), keys in wanted.items():
-            if len(keys) < WHOLE_BUCKET_KEYS or (kg, bucket) in self.whole:
-                continue
-            self.whole.add((kg, bucket))
-            prefix = bucket_prefix(kg, self.side, bucket)
-            at = len(prefix)
-            for k, v in self.task.db.scan(prefix, prefix_end(prefix)):
-                if k in self.by_key:
-                    continue  # its key's rows were read already
-                row = _Row(k, _keys.time_value(k, len(k) - 16), v[0] == 1, None, v[1:])
-                self.loaded.setdefault((kg, k[at:-16], bucket), []).append(row)
-                self.by_key[k] = row
+    def take(self, idx: np.ndarray) -> list[Any]:
+        import pyarrow as pa
 
-    def bucket(self, kg: int, enc_key: bytes, bucket: int) -> list[_Row]:
-        got = self.loaded.get((kg, enc_key, bucket))
-        if got is None and (kg, bucket) in self.whole:
-            return ()  # type: ignore[return-value]
-        if got is None:
-            prefix = bucket_prefix(kg, self.side, bucket) + enc_key
-            got = []
-            for k, v in self.task.db.scan(prefix, prefix_end(prefix)):
-                if len(k) != len(prefix) + 16:
-                    continue  # a longer join key that shares this one's bytes
-                row = _Row(k, _keys.time_value(k, len(k) - 16), v[0] == 1, None, v[1:])
-                got.append(row)
-                self.by_key[k] = row
-            self.loaded[(kg, enc_key, bucket)] = got
-        return got
+        ix = pa.array(idx, pa.int64())
+        return [c.take(ix) for c in self.columns]
 
-    def candidates(self, kg: int, enc_key: bytes, buckets: range) -> Iterator[_Row]:
-        for b in buckets:
-            yield from self.bucket(kg, enc_key, b)
-        yield from self.fresh.get((kg, enc_key), ())
 
-    def add(self, kg: int, enc_key: bytes, row: _Row) -> None:
-        self.fresh.setdefault((kg, enc_key), []).append(row)
+class _Loaded:
+    """Buffered rows of one side read this batch (for matches): keys, values, parsed fields,
+    and the marks this batch set on them."""
+
+    def __init__(self, side: int, keys: list[bytes], values: list[bytes]) -> None:
+        self.side = side
+        self.n = len(keys)
+        self.key_rows = Rows.from_list(keys)
+        self.values = Rows.from_list(values)
+        kr = self.key_rows
+        if self.n:
+            self.kgs = _rowcodec._read_fixed(kr.data, kr.offsets[:-1], ">u2").astype(np.int64)
+            self.times = _unbiased(_rowcodec.u64_at_end(kr, 16))
+            self.matched = self.values.data[self.values.offsets[:-1]] == 1
+        else:
+            self.kgs = self.times = np.zeros(0, np.int64)
+            self.matched = np.zeros(0, bool)
+        self.enc_keys = _rowcodec.slices(kr, _keys.BODY_AT + 9, 16)
+        self.marked = np.zeros(self.n, bool)
+
+    def mark(self, idx: np.ndarray) -> np.ndarray:
+        """Set the mark of rows ``idx``; returns those whose mark was not set before."""
+        fresh = np.unique(idx[~self.matched[idx]])
+        self.matched[fresh] = True
+        self.marked[fresh] = True
+        return fresh
+
+    def marked_keys(self) -> list[bytes]:
+        """Keys of the rows this batch marked."""
+        if not self.marked.any():
+            return []
+        return self.key_rows.take(np.flatnonzero(self.marked)).to_list()
+
+    def decode(self, jp: JoinPlan, idx: np.ndarray) -> list[Any]:
+        return _rowcodec.decode_tuples(self.values.take(idx), jp.side_schemas[self.side],
+                                       skip=1)
+
+
+def _candidate_buckets(jp: JoinPlan, side: int, times: np.ndarray) -> tuple[np.ndarray,
+                                                                           np.ndarray]:
+    """Per ``side`` row, the first and last bucket of the other side's rows it may match."""
+    if jp.bucket_us is None:
+        z = np.zeros(len(times), np.int64)
+        return z, z
+    a, b = jp.time_range  # type: ignore[misc]
+    lo, hi = (times - b, times + a) if side == LEFT else (times - a, times + b)
+    return lo // jp.bucket_us, hi // jp.bucket_us
+
+
+def _load(task: ShardTask, jp: JoinPlan, inp: _Side) -> _Loaded:
+    """Read the other side's buffered rows ``inp``'s rows may match: per key group and bucket
+    probed, one scan of the whole bucket when the batch probes at least
+    :data:`WHOLE_BUCKET_KEYS` join keys there, else one prefix scan per join key."""
+    side = 1 - inp.side
+    keys: list[bytes] = []
+    values: list[bytes] = []
+    if inp.n:
+        lo, hi = _candidate_buckets(jp, inp.side, inp.times)
+        codes = _codes([inp.enc_keys])[0]
+        parts = []
+        for d in range(int((hi - lo).max()) + 1):
+            m = lo + d <= hi
+            parts.append(np.stack([inp.kgs[m], lo[m] + d, codes[m],
+                                   np.flatnonzero(m)], axis=1))
+        probes = np.concatenate(parts)
+        # one probe per (key group, bucket, join key), sorted so scans go in key order
+        probes = probes[np.lexsort((probes[:, 2], probes[:, 1], probes[:, 0]))]
+        first = np.ones(len(probes), bool)
+        first[1:] = (probes[1:, :3] != probes[:-1, :3]).any(axis=1)
+        probes = probes[first]
+        group = np.ones(len(probes), bool)
+        group[1:] = (probes[1:, :2] != probes[:-1, :2]).any(axis=1)
+        starts = np.flatnonzero(group)
+        ends = np.append(starts[1:], len(probes))
+        scan = task.db.scan
+        for s, e in zip(starts.tolist(), ends.tolist()):
+            kg, bucket = int(probes[s, 0]), int(probes[s, 1])
+            prefix = bucket_prefix(kg, side, bucket)
+            if e - s >= WHOLE_BUCKET_KEYS:
+                got = list(scan(prefix, prefix_end(prefix)))
+            else:
+                got = []
+                for row in probes[s:e, 3].tolist():
+                    # enc(join key) is prefix-free (a tuple of self-delimiting values), so a
+                    # prefix scan finds that key's rows only
+                    p = prefix + inp.enc_keys.take(np.array([row])).to_list()[0]
+                    got.extend(scan(p, prefix_end(p)))
+            if got:
+                ks, vs = zip(*got)
+                keys.extend(ks)
+                values.extend(vs)
+    return _Loaded(side, keys, values)
+
+
+def _codes(parts: list[Rows]) -> list[np.ndarray]:
+    """Integer codes of byte strings, equal across ``parts`` exactly where the bytes are."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    arrays = [p.to_arrow() for p in parts]
+    combined = pa.chunked_array(arrays, pa.large_binary())
+    enc = pc.dictionary_encode(combined)
+    out = []
+    for chunk in enc.chunks:
+        out.append(np.asarray(chunk.indices.to_numpy(zero_copy_only=False), np.int64))
+    if len(out) != len(parts):  # empty parts have no chunk of their own
+        it = iter(out)
+        out = [next(it) if len(p) else np.zeros(0, np.int64) for p in parts]
+    return out
+
+
+def _pairs(jp: JoinPlan, side: int, p_kg: np.ndarray, p_code: np.ndarray, p_time: np.ndarray,
+           b_kg: np.ndarray, b_code: np.ndarray, b_time: np.ndarray
+           ) -> tuple[np.ndarray, np.ndarray]:
+    """Every (probe row, buffered row) pair with equal key group and join key and times in
+    the range: ``side`` is the probe rows' side."""
+    empty = np.zeros(0, np.int64)
+    if not len(p_kg) or not len(b_kg):
+        return empty, empty
+    p_id = p_code * 65536 + p_kg
+    b_id = b_code * 65536 + b_kg
+    order = np.argsort(b_id, kind="stable")
+    srt = b_id[order]
+    lo = np.searchsorted(srt, p_id, "left")
+    cnt = np.searchsorted(srt, p_id, "right") - lo
+    total = int(cnt.sum())
+    if not total:
+        return empty, empty
+    pi = np.repeat(np.arange(len(p_id)), cnt)
+    within = np.arange(total) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+    bj = order[np.repeat(lo, cnt) + within]
+    if jp.time_range is not None:
+        a, b = jp.time_range
+        lt, rt = (p_time[pi], b_time[bj]) if side == LEFT else (b_time[bj], p_time[pi])
+        ok = (rt - a <= lt) & (lt <= rt + b)
+        pi, bj = pi[ok], bj[ok]
+    return pi, bj
 
 
 def merge_partition(task: ShardTask, batches: Iterator[Any], jp: JoinPlan) -> Iterator[Any]:
     """After the shuffle, in the shard's task: join the batch's rows of each side with the
     other side's buffer, buffer them, evict what the watermark expired (emitting an outer side's
-    unmatched rows) and write everything with one write batch."""
+    unmatched rows) and write everything with one write batch. Vectorized: rows are matched,
+    encoded and emitted as arrays (``_rowcodec``), never one by one in Python."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -352,67 +460,92 @@ def merge_partition(task: ShardTask, batches: Iterator[Any], jp: JoinPlan) -> It
         }
         return
 
-    bufs = (_Buffer(task, LEFT), _Buffer(task, RIGHT))
-    out_l: list[tuple | None] = []
-    out_r: list[tuple | None] = []
     outer = jp.outer
     semi = jp.how == "left_semi"
+    out: list[Any] = []  # output tables
+    loaded: list[_Loaded | None] = [None, None]
+    sides: list[_Side | None] = [None, None]
     added: dict[tuple[int, int, int], int] = {}  # (side, kg, bucket) -> rows buffered
     new_min: list[int | None] = [None, None]
     if rows:
-        for side in (LEFT, RIGHT):
-            inp = _Side(task, t, jp, side, wm)
-            other = bufs[1 - side]
-            mine = bufs[side]
-            wanted: dict[tuple[int, int], set[bytes]] = {}
-            for kg, ek, tm in zip(inp.kgs, inp.enc_keys, inp.times):
-                for b in jp.candidate_buckets(side, tm):
-                    wanted.setdefault((kg, b), set()).add(ek)
-            other.load_buckets(wanted)
-            for i in range(inp.n):
-                kg, ek, tm = inp.kgs[i], inp.enc_keys[i], inp.times[i]
-                vals = inp.values[i]
-                matched = False
-                for cand in other.candidates(kg, ek, jp.candidate_buckets(side, tm)):
-                    if cand.matched and semi and side == RIGHT:
-                        continue  # a left row is emitted once
-                    if not (jp.matches(tm, cand.time) if side == LEFT
-                            else jp.matches(cand.time, tm)):
-                        continue
-                    matched = True
-                    if semi:
-                        if side == LEFT:
-                            break  # one match is enough to emit the left row
-                        out_l.append(cand.tuple())
-                        out_r.append(None)
-                        cand.matched = cand.dirty = True
-                        continue
-                    if side == LEFT:
-                        out_l.append(vals)
-                        out_r.append(cand.tuple())
-                    else:
-                        out_l.append(cand.tuple())
-                        out_r.append(vals)
-                    if outer[1 - side] and not cand.matched:
-                        cand.matched = cand.dirty = True
-                if semi and side == LEFT:
-                    if matched:
-                        out_l.append(vals)
-                        out_r.append(None)
-                        continue  # emitted: it need not wait for more matches
-                if expiry[side] is not None and tm <= expiry[side]:
-                    continue  # expired on arrival: Spark does not buffer it either
-                bucket = bucket_of(tm, jp.bucket_us)
-                key = row_key(kg, side, bucket, ek, tm, inp.seqs[i])
-                mine.add(kg, ek, _Row(key, tm, matched, vals, None))
-                added[(side, kg, bucket)] = added.get((side, kg, bucket), 0) + 1
-                if new_min[side] is None or bucket < new_min[side]:
-                    new_min[side] = bucket
+        lin = sides[LEFT] = _Side(task, t, jp, LEFT, wm)
+        rin = sides[RIGHT] = _Side(task, t, jp, RIGHT, wm)
+        # 1. the batch's left rows against the right buffer
+        rb = loaded[RIGHT] = _load(task, jp, lin)
+        lcode, rbcode = _codes([lin.enc_keys, rb.enc_keys])
+        pi, bj = _pairs(jp, LEFT, lin.kgs, lcode, lin.times, rb.kgs, rbcode, rb.times)
+        lin.matched[pi] = True
+        if semi:
+            out.append(_output(jp, lin.take(np.flatnonzero(lin.matched)), None))
+        elif len(pi):
+            out.append(_output(jp, lin.take(pi), rb.decode(jp, bj)))
+            if outer[RIGHT]:
+                rb.mark(bj)
+        lin.keep = ~lin.matched if semi else np.ones(lin.n, bool)  # semi: emitted once
+        # 2. the batch's right rows against the left buffer, this batch's left rows included
+        lb = loaded[LEFT] = _load(task, jp, rin)
+        if expiry[LEFT] is not None:
+            lin.keep &= lin.times > expiry[LEFT]  # expired on arrival: Spark does not buffer it
+        fresh = np.flatnonzero(lin.keep)
+        rcode, lbcode, fcode = _codes([rin.enc_keys, lb.enc_keys, lin.enc_keys.take(fresh)])
+        pi, bj = _pairs(jp, RIGHT, rin.kgs, rcode, rin.times, lb.kgs, lbcode, lb.times)
+        fi, fj = _pairs(jp, RIGHT, rin.kgs, rcode, rin.times, lin.kgs[fresh], fcode,
+                        lin.times[fresh])
+        rin.matched[pi] = True
+        rin.matched[fi] = True
+        fj = fresh[fj]
+        if semi:  # each left row once: those not emitted before
+            got = lb.mark(bj)
+            if len(got):
+                out.append(_output(jp, lb.decode(jp, got), None))
+            new = np.unique(fj[~lin.matched[fj]])
+            lin.matched[new] = True
+            if len(new):
+                out.append(_output(jp, lin.take(new), None))
+        else:
+            if len(pi):
+                out.append(_output(jp, lb.decode(jp, bj), rin.take(pi)))
+            if len(fi):
+                out.append(_output(jp, lin.take(fj), rin.take(fi)))
+            if outer[LEFT]:
+                lb.mark(bj)
+                lin.matched[fj] = True
+        rin.keep = np.ones(rin.n, bool)
+        if expiry[RIGHT] is not None:
+            rin.keep &= rin.times > expiry[RIGHT]
+
+    # Writes: marks set on buffered rows, then the batch's rows; eviction's deletes after them
+    # (a later operation on a key wins, and range deletes go last), so a mark set on a row
+    # that expires in this batch never brings it back.
+    ops: list[tuple[bytes, bytes | None, float | None]] = []
+    for lo_ in loaded:
+        if lo_ is not None and lo_.marked.any():
+            idx = np.flatnonzero(lo_.marked)
+            keys = lo_.marked_keys()
+            vals = _rowcodec.concat(len(idx), [b"\x01", _rowcodec.slices(
+                lo_.values.take(idx), 1, 0)]).to_list()
+            ops.extend(zip(keys, vals, [None] * len(keys)))
+    for s in (LEFT, RIGHT):
+        inp = sides[s]
+        if inp is None or not inp.keep.any():
+            continue
+        idx = np.flatnonzero(inp.keep)
+        buckets = (np.zeros(len(idx), np.int64) if jp.bucket_us is None
+                   else inp.times[idx] // jp.bucket_us)
+        keys = row_keys(inp.kgs[idx], s, buckets, inp.enc_keys.take(idx), inp.times[idx],
+                        inp.seqs[idx]).to_list()
+        vals = row_values(inp.matched[idx], _rowcodec.encode_tuples(inp.take(idx),
+                                                                    len(idx))).to_list()
+        ops.extend(zip(keys, vals, [None] * len(keys)))
+        groups, counts = np.unique(np.stack([inp.kgs[idx], buckets], axis=1), axis=0,
+                                   return_counts=True)
+        for (kg, b), c in zip(groups.tolist(), counts.tolist()):
+            added[(s, kg, b)] = c
+        new_min[s] = int(buckets.min())
 
     # Eviction: whole expired buckets by range delete, an outer side's rows read to emit the
     # unmatched ones (with the marks this batch set), its boundary bucket row by row.
-    ops: list[tuple[bytes, bytes | None, float | None]] = []
-    dropped: set[bytes] = set()  # row keys deleted (their pending mark updates are moot)
+    ranges: list[tuple[bytes, bytes]] = []
     dead_buckets: set[tuple[int, int, int]] = set()
     count_delta: dict[tuple[int, int, int], int] = dict(added)
     evicted = [0, 0]
@@ -421,33 +554,33 @@ def merge_partition(task: ShardTask, batches: Iterator[Any], jp: JoinPlan) -> It
     for s in (LEFT, RIGHT):
         if not due[s]:
             continue
-        nxt, n = evict(task, jp, s, expiry[s], bufs[s], outer[s], ops, dropped, dead_buckets,
-                        count_delta, out_l if s == LEFT else out_r,
-                        out_r if s == LEFT else out_l)
+        lo_ = loaded[s]
+        marked = set(lo_.marked_keys()) if lo_ is not None else set()
+        nxt, n, unmatched = evict(task, jp, s, expiry[s], outer[s], marked, ops, ranges,
+                                  dead_buckets, count_delta)
+        if len(unmatched):
+            cols = _rowcodec.decode_tuples(unmatched, jp.side_schemas[s], skip=1)
+            out.append(_output(jp, cols, None) if s == LEFT else _output(jp, None, cols))
         evicted[s] = n
         next_bucket[s] = "" if nxt is None else nxt
     evict_ms = (time.perf_counter() - t_evict) * 1000
 
-    for buf in bufs:
-        for row in buf.by_key.values():
-            if row.dirty and row.key not in dropped:
-                ops.append((row.key, row.record(), None))
-        for fresh in buf.fresh.values():
-            ops.extend((row.key, row.record(), None) for row in fresh)
-    write(task.db, ops, count_delta, dead_buckets)
-    if ops or any(evicted):
+    write(task.db, ops, count_delta, dead_buckets, ranges)
+    if ops or ranges or any(evicted):
         task.changed = True
     _account(task, jp, bounds, next_bucket, new_min, added, evicted)
     task.operator_metrics["evict_ms"] = round(evict_ms, 3)
-    if out_l:
-        yield from _output(jp, out_l, out_r).to_batches()
+    for table in out:
+        if table.num_rows:
+            yield from table.to_batches()
 
 
 def write(db: Any, ops: list, count_delta: dict[tuple[int, int, int], int],
-          dead_buckets: set[tuple[int, int, int]]) -> None:
+          dead_buckets: set[tuple[int, int, int]],
+          ranges: Sequence[tuple[bytes, bytes]] = ()) -> None:
     """Write ``ops`` plus each touched bucket's new row count (``count_delta``: ``(side, kg,
     bucket)`` -> rows added minus rows evicted; buckets in ``dead_buckets`` are gone) with one
-    write batch (after any range deletes, which the DB applied already)."""
+    write batch, then the range deletes ``ranges`` (after it: they win over its puts)."""
     import silt
 
     live = [k for k in count_delta if k not in dead_buckets and count_delta[k]]
@@ -460,6 +593,8 @@ def write(db: Any, ops: list, count_delta: dict[tuple[int, int, int], int],
         batch = silt.WriteBatch()
         batch.ops = ops
         db.write(batch)
+    for start, end in ranges:
+        db.delete_range(start, end)
 
 
 def _due(jp: JoinPlan, side: int, evict_us: int | None, bound: int | str | None) -> bool:
@@ -473,23 +608,38 @@ def _due(jp: JoinPlan, side: int, evict_us: int | None, bound: int | str | None)
     return bound < full or (jp.outer[side] and bound == full)
 
 
-def evict(task: ShardTask, jp: JoinPlan, side: int, evict_us: int, buf: _Buffer,
-           outer: bool, ops: list, dropped: set, dead_buckets: set, count_delta: dict,
-           out_mine: list, out_other: list) -> tuple[int | None, int]:
-    """Evict ``side``'s rows with time ``<= evict_us`` in every key group of the shard; emit an
-    outer side's unmatched ones. Returns the smallest live bucket left and the rows evicted."""
+def _unmatched(items: list[tuple[bytes, bytes]], marked: set[bytes]
+               ) -> tuple[list[bytes], Rows]:
+    """Keys of ``items`` and the values of those never matched (mark byte 0, not in
+    ``marked``)."""
+    if not items:
+        return [], Rows(np.zeros(1, np.int64), np.zeros(0, np.uint8))
+    keys, vals = zip(*items)
+    values = Rows.from_list(list(vals))
+    free = values.data[values.offsets[:-1]] == 0
+    if marked:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        seen = pc.is_in(pa.array(keys, pa.large_binary()),
+                        value_set=pa.array(list(marked), pa.large_binary()))
+        free &= ~np.asarray(seen.to_numpy(zero_copy_only=False), bool)
+    return list(keys), values.take(np.flatnonzero(free))
+
+
+def evict(task: ShardTask, jp: JoinPlan, side: int, evict_us: int, outer: bool,
+          marked: set[bytes], ops: list, ranges: list, dead_buckets: set, count_delta: dict
+          ) -> tuple[int | None, int, Rows]:
+    """Evict ``side``'s rows with time ``<= evict_us`` in every key group of the shard: point
+    deletes go to ``ops``, range deletes to ``ranges`` (see :func:`write`). Returns the smallest
+    live bucket left, the rows evicted and, for an outer side, the values (``matched:u8
+    enc(row)``) of the evicted rows never matched (``marked``: keys matched in this batch)."""
     assert jp.bucket_us is not None
     full = full_buckets_below(evict_us, jp.bucket_us)
     db = task.db
     nxt: int | None = None
     total = 0
-
-    def emit(k: bytes, v: bytes) -> None:
-        row = buf.by_key.get(k)
-        matched = row.matched if row is not None else v[0] == 1
-        if not matched:
-            out_mine.append(row.tuple() if row is not None else _codec.decode(v[1:]))
-            out_other.append(None)
+    emitted: list[Rows] = []
 
     for kg in range(task.first_kg, task.last_kg + 1):
         expired: list[int] = []
@@ -501,17 +651,21 @@ def evict(task: ShardTask, jp: JoinPlan, side: int, evict_us: int, buf: _Buffer,
                 continue
             if b == full and outer:
                 prefix = bucket_prefix(kg, side, b)
-                gone = 0
-                for k, v in db.scan(prefix, prefix_end(prefix)):
-                    if _keys.time_value(k, len(k) - 16) <= evict_us:
-                        emit(k, v)
-                        ops.append((k, None, None))
-                        dropped.add(k)
-                        gone += 1
-                if gone:
-                    total += gone
-                    key = (side, kg, b)
-                    count_delta[key] = count_delta.get(key, 0) - gone
+                items = list(db.scan(prefix, prefix_end(prefix)))
+                if items:
+                    ks, vs = zip(*items)
+                    keys = Rows.from_list(list(ks))
+                    times = _unbiased(_rowcodec.u64_at_end(keys, 16))
+                    gone = np.flatnonzero(times <= evict_us)
+                    if len(gone):
+                        sub = list(zip(keys.take(gone).to_list(),
+                                       Rows.from_list(list(vs)).take(gone).to_list()))
+                        gk, vals = _unmatched(sub, marked)
+                        emitted.append(vals)
+                        ops.extend(zip(gk, [None] * len(gk), [None] * len(gk)))
+                        total += len(gone)
+                        key = (side, kg, b)
+                        count_delta[key] = count_delta.get(key, 0) - len(gone)
             if nxt is None or b < nxt:
                 nxt = b
             break
@@ -523,19 +677,54 @@ def evict(task: ShardTask, jp: JoinPlan, side: int, evict_us: int, buf: _Buffer,
         start, end = bucket_prefix(kg, side, lo), bucket_prefix(kg, side, hi)
         read: list[bytes] | None = None
         if outer:
-            read = []
-            for k, v in db.scan(start, end):
-                emit(k, v)
-                read.append(k)
-        dropped.update(read or ())
-        evict_range(db, start, end, ops, read)
-        evict_range(db, count_key(kg, side, lo), count_key(kg, side, hi), ops,
+            read, vals = _unmatched(list(db.scan(start, end)), marked)
+            emitted.append(vals)
+        evict_range(db, start, end, ops, ranges, read)
+        evict_range(db, count_key(kg, side, lo), count_key(kg, side, hi), ops, ranges,
                     [count_key(kg, side, b) for b in expired])
         for b in expired:
             dead_buckets.add((side, kg, b))
-        if not outer:
-            dropped.update(k for k in buf.by_key if start <= k < end)
-    return nxt, total
+    if emitted:
+        off = [np.zeros(1, np.int64)]
+        base = 0
+        for r in emitted:
+            off.append(r.offsets[1:] - r.offsets[0] + base)
+            base += int(r.offsets[-1] - r.offsets[0])
+        data = np.concatenate([r.data[r.offsets[0]:r.offsets[-1]] for r in emitted])
+        unmatched = Rows(np.concatenate(off), data)
+    else:
+        unmatched = Rows(np.zeros(1, np.int64), np.zeros(0, np.uint8))
+    return nxt, total, unmatched
+
+
+def _output(jp: JoinPlan, left: list[Any] | None, right: list[Any] | None) -> Any:
+    """The output table of rows whose left and right columns are given (``None``: that side
+    is null, an unmatched row or a semi join's)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    schema = jp.output_schema
+    n = len(left[0]) if left else len(right[0]) if right else 0
+    arrays = []
+    for j, spec in enumerate(jp.output):
+        typ = schema.field(j).type
+        if spec[0] == "L":
+            arr = left[spec[1]] if left is not None else None
+        elif spec[0] == "R":
+            arr = right[spec[1]] if right is not None else None
+        else:
+            lv = left[spec[1]] if left is not None else None
+            rv = right[spec[2]] if right is not None else None
+            if lv is not None and rv is not None:
+                arr = pc.coalesce(lv, rv.cast(lv.type))
+            else:
+                arr = lv if lv is not None else rv
+        if arr is None:
+            arr = pa.nulls(n, typ)
+        elif arr.type != typ:
+            arr = arr.cast(typ)
+        arrays.append(arr)
+    return pa.Table.from_arrays(arrays, schema=schema)
 
 
 def _account(task: ShardTask, jp: JoinPlan, bounds: list, next_bucket: list,
@@ -576,25 +765,6 @@ def _count_buffered(task: ShardTask, side: int) -> int:
             n += _U64.unpack(v)[0]
     return n
 
-
-def _output(jp: JoinPlan, out_l: list, out_r: list) -> Any:
-    import pyarrow as pa
-
-    schema = jp.output_schema
-    arrays = []
-    for j, spec in enumerate(jp.output):
-        typ = schema.field(j).type
-        if spec[0] == "L":
-            i = spec[1]
-            vals = [r[i] if r is not None else None for r in out_l]
-        elif spec[0] == "R":
-            i = spec[1]
-            vals = [r[i] if r is not None else None for r in out_r]
-        else:
-            i, k = spec[1], spec[2]
-            vals = [lr[i] if lr is not None else rr[k] for lr, rr in zip(out_l, out_r)]
-        arrays.append(pa.array(vals, type=typ))
-    return pa.Table.from_arrays(arrays, schema=schema)
 
 
 # --- driver: the query plan ------------------------------------------------------------------
