@@ -191,7 +191,8 @@ def test_a_batch_is_joined_without_python_per_row(monkeypatch):
             t = pa.concat_tables([_tagged(lrows, 0), _tagged(rrows, 1)])
             task = type("Task", (), {})()
             task.__dict__.update(
-                db=db, batch_id=b, base_meta={}, changed=b > 0, meta_updates={},
+                db=db, batch_id=b, base_meta={}, base_version=db.version, changed=b > 0,
+                meta_updates={},
                 operator_metrics={}, first_kg=0, last_kg=0, shard=0,
                 watermark=_join._watermark.watermark_of(seen, (0, 0)),
                 observe_event_time=lambda ms, i=0: seen.__setitem__(i, max(seen[i] or ms, ms)))

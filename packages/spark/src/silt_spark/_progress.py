@@ -85,21 +85,35 @@ def observe(mapped: Any, kind: str, root: str) -> Any:
             .filter(col.isNull()).drop(METRICS_COLUMN))
 
 
-def with_null_metrics(batches: Iterator[Any], schema: Any) -> Iterator[Any]:
-    """The operator's output batches with the (null) metrics column appended."""
-    import pyarrow as pa
+class Stage:
+    """One task's output through the shard stage: the operator's batches with the (null)
+    metrics column appended (:meth:`data`), then the task's metrics row (:meth:`metrics`), all
+    with one schema (the first output batch's, else the declared ``schema``: Spark's Arrow
+    writer takes one schema per task)."""
 
-    field = schema.field(METRICS_COLUMN)
-    for b in batches:
-        yield pa.RecordBatch.from_arrays(
-            [*b.columns, pa.nulls(b.num_rows, field.type)],
-            schema=b.schema.append(field),
-        )
+    def __init__(self, schema: Any) -> None:
+        self.schema = schema
+
+    def data(self, batches: Iterator[Any]) -> Iterator[Any]:
+        import pyarrow as pa
+
+        field = self.schema.field(METRICS_COLUMN)
+        first = True
+        for b in batches:
+            out = pa.RecordBatch.from_arrays(
+                [*b.columns, pa.nulls(b.num_rows, field.type)], schema=b.schema.append(field))
+            if first:
+                self.schema, first = out.schema, False
+            yield out
+
+    def metrics(self, record: dict[str, Any]) -> Any:
+        """The task's metrics row: every output column null, the metrics column set from
+        ``record`` (a :mod:`silt_spark._metrics` task record)."""
+        return metrics_batch(record, self.schema)
 
 
 def metrics_batch(record: dict[str, Any], schema: Any) -> Any:
-    """The task's metrics row: every output column null, the metrics column set from
-    ``record`` (a :mod:`silt_spark._metrics` task record)."""
+    """A metrics row in ``schema`` (see :class:`Stage`)."""
     import pyarrow as pa
 
     classes = request_classes(record.get("requests", {}))

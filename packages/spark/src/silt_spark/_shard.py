@@ -708,14 +708,13 @@ def run_shard(
         )
     task = ShardTask(spec, shard, int(batch_id), query_id, ctx.attemptNumber())
     probe = task.probe = _metrics.TaskProbe(task)
+    stage = _progress.Stage(progress_schema) if progress_schema is not None else None
     ok = False
     try:
         if task.may_need_migration():
             _ = task.db  # a rescaled layout's shard takes its state at its first batch
         out = probe.count_out(process(task, probe.count_in(batches)))
-        if progress_schema is not None:
-            out = _progress.with_null_metrics(out, progress_schema)
-        yield from out
+        yield from out if stage is None else stage.data(out)
         task.meta_updates.update(probe.meta())
         task.finish()
         ok = True
@@ -723,8 +722,8 @@ def run_shard(
         record = probe.record() if ok else None
         task.release(ok)
     _metrics.report(report, record)
-    if progress_schema is not None and record is not None:
-        yield _progress.metrics_batch(record, progress_schema)
+    if stage is not None and record is not None:
+        yield stage.metrics(record)
 
 
 def check_key_groups(task: ShardTask, kg_array: Any) -> None:
