@@ -98,6 +98,15 @@ def bench(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+def spark_bench(session: nox.Session) -> None:
+    """silt-spark against Spark's own state store in the same run (not tests):
+    ``nox -s spark_bench -- --quick``; ``-- --s3-latency-ms 20`` adds state on S3 (moto)."""
+    session.install("./packages/core", "./packages/spark", "./packages/tier-s3",
+                    "./packages/cache-ssd", "moto[server]>=5.1", "boto3")
+    session.run("python", "bench/spark_bench.py", *session.posargs)
+
+
+@nox.session(python=PYTHON)
 def demo(session: nox.Session) -> None:
     """The main demo: a PySpark streaming job whose keyed state lives in silt (needs Java 17):
     keyed aggregation and a StatefulProcessor, restarted once, state read back at the end."""

@@ -33,6 +33,11 @@ micro-batch (all shards) and per 1M input rows at S3 Standard prices: silt's req
 counted, Spark's store as one PUT per file it wrote under the checkpoint's state/ folder (a
 lower bound).
 
+    python bench/spark_bench.py --s3-latency-ms 20 --cases "silt aggregate ("
+
+runs silt aggregate with its state on moto's S3 server behind a proxy that adds 20 ms to every
+request (cold restarts with and without the SSD cache), next to the same on file://.
+
     SILT_SRC=/path/to/other/checkout python bench/spark_bench.py --cases window
 
 runs the same cases on another checkout's silt and silt_spark (a before/after comparison).
@@ -55,8 +60,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 _SRC = Path(os.environ.get("SILT_SRC") or Path(__file__).resolve().parents[1])
-sys.path[:0] = [str(_SRC / "packages" / p / "src") for p in ("core", "spark")]
-os.environ["PYTHONPATH"] = os.pathsep.join([*sys.path[:2], os.environ.get("PYTHONPATH", "")])
+sys.path[:0] = [str(_SRC / "packages" / p / "src")
+                for p in ("core", "spark", "tier-s3", "cache-ssd")]
+os.environ["PYTHONPATH"] = os.pathsep.join([*sys.path[:4], os.environ.get("PYTHONPATH", "")])
 
 import silt_spark  # noqa: E402
 
@@ -181,6 +187,38 @@ def requests_per_task(query_id: str) -> dict[str, dict[str, float]]:
             out["watermark"][kind] = out["watermark"].get(kind, 0) + c["count"]
     return {k: {kind: n / len(records) for kind, n in sorted(v.items())}
             for k, v in out.items()}
+
+
+class RemoteState:
+    """moto's S3 server behind the test suite's fault proxy, adding ``latency_ms`` to every
+    answer (tests/servers.py, tests/faultproxy.py): state that lives in a remote object store.
+    Spark's Python workers inherit the credentials from this process's environment."""
+
+    def __init__(self, latency_ms: float) -> None:
+        sys.path.insert(0, str(_SRC / "tests"))
+        import boto3
+        from faultproxy import FaultProxy
+        from servers import start_moto
+
+        os.environ.update(AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench",
+                          AWS_DEFAULT_REGION="us-east-1", AWS_EC2_METADATA_DISABLED="true")
+        self.server = start_moto()
+        self.proxy = FaultProxy(self.server.url).start()
+        self.proxy.latency = latency_ms / 1000.0
+        self.bucket = "silt-spark-bench"
+        client = boto3.client("s3", endpoint_url=self.server.url, region_name="us-east-1")
+        client.create_bucket(Bucket=self.bucket)
+        client.close()
+
+    def url(self, prefix: str, cache_dir: Path | None = None) -> str:
+        url = f"s3://{self.bucket}/{prefix}?endpoint_url={self.proxy.url}"
+        if cache_dir is not None:
+            url += f"&cache=ssd&cache_dir={cache_dir}"
+        return url
+
+    def stop(self) -> None:
+        self.proxy.stop()
+        self.server.stop()
 
 
 def _identity(batches):
@@ -438,6 +476,10 @@ def main() -> None:
                     help="join: size batches so each side buffers about this many rows "
                     "(1000000, 10000000); overrides --join-rows and --join-span")
     ap.add_argument("--driver-memory", default="2g")
+    ap.add_argument("--s3-latency-ms", type=float, default=None,
+                    help="also run silt aggregate with its state on moto's S3 server behind a "
+                    "proxy adding this latency to every request, with and without the SSD "
+                    "cache, next to file:// (needs moto[server] and boto3)")
     ap.add_argument("--cases", default="",
                     help="comma-separated substrings: run only the cases whose name has one")
     args = ap.parse_args()
@@ -479,10 +521,33 @@ def main() -> None:
         return made
 
     work = Path(tempfile.mkdtemp(prefix="silt-spark-bench-"))
+    remote = RemoteState(args.s3_latency_ms) if args.s3_latency_ms is not None else None
     session = {"make": make, "spark": make()}
     results = []
     try:
         for keys in args.keys:
+            if remote is not None:
+                src = work / f"remote-{keys}"
+                make_input(src, args.batches, args.rows, keys, seed=keys)
+                where = {
+                    "file://": (work / f"state-remote-{keys}").as_uri(),
+                    f"s3 +{args.s3_latency_ms:g} ms": remote.url(f"agg-{keys}"),
+                    f"s3 +{args.s3_latency_ms:g} ms, ssd cache": remote.url(
+                        f"agg-ssd-{keys}", cache_dir=work / f"ssd-{keys}"),
+                }
+                for label, url in where.items():
+                    name = f"silt aggregate ({label})"
+
+                    def build(df, url=url):
+                        return silt_spark.aggregate(df, ["key"], ["count", "sum(amount)"],
+                                                    state_url=url, num_shards=args.shards)
+
+                    remote.proxy.counts.clear()
+                    r = measure(session, name, build, src, work, keys, args.rows, args,
+                                url if url.startswith("file:") else None)
+                    if r is not None:
+                        r["proxied_requests"] = remote.proxy.counts.get("requests", 0)
+                        results.append(r)
             src = work / f"agg-{keys}"
             make_input(src, args.batches, args.rows, keys, seed=keys)
             state = (work / f"state-agg-{keys}").as_uri()
@@ -572,6 +637,8 @@ def main() -> None:
                     ))
     finally:
         session["spark"].stop()
+        if remote is not None:
+            remote.stop()
         shutil.rmtree(work, ignore_errors=True)
     results = [r for r in results if r is not None]
     print()
@@ -612,6 +679,15 @@ def main() -> None:
                       f"{nj['recovery_s'] / max(1e-9, sj['recovery_s']):.2f}x faster, state "
                       f"{sj['state_bytes'] / 2**20:,.0f} MiB vs {nj['state_bytes'] / 2**20:,.0f}"
                       " MiB")
+        local = by.get("silt aggregate (file://)")
+        if local and local["rows_per_s"]:
+            for c, r in by.items():
+                if c.startswith("silt aggregate (s3"):
+                    print(f"K={keys:,d}: {c}: {r['rows_per_s'] / local['rows_per_s']:.2f}x "
+                          f"file://'s rows/s; cold restart {r['recovery_s']:.1f} s (first batch "
+                          f"{r['restart_first_batch_ms'] / 1000:.1f} s) against "
+                          f"{local['recovery_s']:.1f} s; {r.get('proxied_requests', 0):,} "
+                          "requests through the proxy")
         floor = by.get("stateless floor (Arrow)")
         if floor:
             shares = ", ".join(
