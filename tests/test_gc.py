@@ -32,8 +32,11 @@ from silt.errors import (
     CorruptionError,
     FencedError,
     StoreError,
+    TransientStoreError,
+    WithdrawnError,
 )
 from silt.gc import collect_garbage, horizon, read_checkpoints
+from silt.markers import bump_epoch
 from silt.testing import FaultyStore
 from silt.tiers.memory import MemoryStore
 
@@ -443,6 +446,67 @@ def test_commit_stalled_past_the_grace_period_is_withdrawn(mem: str) -> None:
     assert silt.versions(mem) == [1, 2]
     db.close()
     reads_back(mem, 2, models[2], clock)
+
+
+def test_a_version_whose_writer_died_before_its_checks_is_not_built_on(mem: str) -> None:
+    """The writer stalled past the grace period while GC collected its new SST, created its
+    manifest anyway, and died before its checks (they failed): the version stands, broken. The
+    next writer that opens it withdraws it at its first commit instead of carrying the loss
+    into every later version; reopened, the root is at the version before."""
+    clock = silt.ManualClock(T0)
+    models = fill(mem, clock, 2)
+    faulty = FaultyStore(silt.open_store(mem))
+    dead = silt.open(mem, settings=SETTINGS, clock=clock, store=faulty)
+    dead.put(b"a", b"lost")
+
+    def stall_then_gc_then_die(op: str, key: str) -> None:
+        clock.advance(int(GRACE * 1000) + 1)
+        collect_garbage(silt.open_store(mem), retain_versions=5, grace_seconds=GRACE,
+                        clock=clock)
+        # Every request after the manifest PUT fails: the writer never runs its checks.
+        for op in ("get", "get_range", "list"):
+            faulty.fail_next(op, 100, error=StoreError)
+
+    faulty.on_call("put_if_absent", stall_then_gc_then_die,
+                   predicate=lambda k: k.startswith(paths.MANIFEST_PREFIX), times=1)
+    with pytest.raises(StoreError):
+        dead.commit()
+    assert silt.versions(mem) == [1, 2, 3]  # standing, with its SST collected
+    with silt.open(mem, settings=SETTINGS, clock=clock) as next_writer:
+        assert next_writer.version == 3
+        next_writer.put(b"b", b"2")
+        with pytest.raises(WithdrawnError, match=r"version 3 .* lost an SST"):
+            next_writer.commit()
+        with pytest.raises(FencedError):
+            next_writer.commit()  # this handle stands on the withdrawn version: reopen
+    assert silt.versions(mem) == [1, 2]
+    with silt.open(mem, settings=SETTINGS, clock=clock) as db:
+        assert db.version == 2
+        db.put(b"b", b"2")
+        assert db.commit() == 4  # 3 is never used again
+    reads_back(mem, 2, models[2], clock)
+
+
+def test_a_base_a_running_gc_pass_may_collect_waits_for_the_pass(mem: str) -> None:
+    """A pass that may still delete SSTs a base published (its marker has no ``.done``): the
+    first commit on that base is refused as retryable, nothing written; once a newer pass
+    finished (so the old one died), the SSTs are checked and the commit goes through."""
+    clock = silt.ManualClock(T0)
+    fill(mem, clock, 2)
+    store = silt.open_store(mem)
+    clock.advance(int(GRACE * 1000) * 3)
+    # A pass whose cutoff is past version 2's SSTs began and never finished.
+    store.put_if_absent(paths.pass_key(clock.now_ms() - int(GRACE * 1000)), b"")
+    bump_epoch(store)
+    with silt.open(mem, settings=SETTINGS, clock=clock) as db:
+        db.put(b"c", b"3")
+        with pytest.raises(TransientStoreError, match="still running"):
+            db.commit()
+        assert silt.versions(mem) == [1, 2]
+        clock.advance(1000)
+        collect_garbage(store, retain_versions=5, grace_seconds=GRACE, clock=clock)
+        assert db.commit() == 3
+        assert db.get(b"c") == b"3"
 
 
 # --- the command line -------------------------------------------------------------------------

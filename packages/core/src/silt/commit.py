@@ -48,6 +48,7 @@ from .errors import (
     NotFoundError,
     SiltError,
     StoreError,
+    TransientStoreError,
     WithdrawnError,
 )
 from .gc import horizon, read_checkpoints
@@ -87,6 +88,8 @@ class Committer:
         self.fenced: str | None = None
         #: The last version committed here (its post-commit checks passed).
         self.confirmed: int | None = None
+        #: A base another writer made that :meth:`_check_base` found intact.
+        self.base_checked: int | None = None
         #: The GC markers as last read (a warm commit checks only that they did not change).
         self.markers: GcMarkers | None = None
 
@@ -153,6 +156,8 @@ class Committer:
         (steps 1-3 of the module docstring), with the range-delete counter ``seq`` and range
         tombstones ``tombs`` (:mod:`silt.rangedel`). ``pending`` is kept with an uncertain
         commit and handed back by :meth:`prepare` when it turns out to have landed."""
+        if base is not None:
+            self._check_base(base)
         while True:
             if version > self.next and self.lineage is not None:
                 self._reserve(version, base, self.next)
@@ -409,6 +414,72 @@ class Committer:
                 "is never used again. Commit again (young SSTs are re-uploaded) or reopen and "
                 "redo the work"
             )
+
+    def _check_base(self, base: Manifest) -> None:
+        """Before the first commit on a base this writer did not commit (it opened the version,
+        or another process made it): make sure GC did not collect an SST the base published.
+
+        That happens when the base's writer stalled past the grace period while a GC pass ran,
+        created its manifest anyway, and died (or lost its store) before its own checks
+        (:meth:`_check_age`): the version stands with an SST missing, and building on it would
+        carry the loss into every later version. The check costs nothing unless a GC pass with
+        a cutoff past the base's oldest SST is visible; then the base's parent is read (its new
+        SSTs are the base's minus the parent's), and those are checked when such a pass could
+        have collected them. A pass that deleted one: the base is withdrawn (its number is
+        never used again) and this commit refused with :class:`WithdrawnError`, so the writer
+        reopens at the version before and redoes the work. A pass still running: the commit is
+        refused with :class:`TransientStoreError` (retry once the pass ended; a pass that died
+        counts as ended when a newer pass finishes, e.g. the next ``silt gc``).
+        """
+        if base.version in (self.confirmed, self.base_checked):
+            return
+        own = [s for s in base.all_ssts() if not s.db]
+        markers = self._refresh_markers()
+        oldest = min((paths.id_time_ms(s.id) for s in own), default=None)
+        if oldest is None or markers.passes_after(oldest) == ([], []):
+            self.base_checked = base.version
+            return
+        before: set[str] = set()
+        if base.parent is not None:
+            name = paths.manifest_key(base.parent)
+            try:
+                parent = Manifest.decode(retrying(lambda: self._store.get(name)), name)
+                before = {s.id for s in parent.all_ssts()}
+            except NotFoundError:
+                pass  # collected by GC: check every SST of the base
+        ids = [s.id for s in own if s.id not in before]
+        if not ids:
+            self.base_checked = base.version
+            return
+        running, done = markers.ended_passes_after(min(paths.id_time_ms(i) for i in ids))
+        if not running and not done:
+            self.base_checked = base.version
+            return
+        present = all_exist(self._store, ids)
+        if present and not running:
+            self.base_checked = base.version
+            return
+        if present:
+            raise TransientStoreError(
+                f"version {base.version} of {self._url!r} publishes SSTs that a garbage-"
+                f"collection pass still running (cutoff {max(running)}) may delete: its writer "
+                "stalled past the grace period. Nothing was committed; retry once the pass has "
+                "ended (run `silt gc` again if it died)"
+            )
+        why = (
+            f"version {base.version} of {self._url!r} lost an SST to garbage collection (its "
+            "writer stalled past the grace period while a GC pass ran, and did not withdraw it)"
+        )
+        if not self._withdraw(base, why):
+            raise CorruptionError(
+                paths.manifest_key(base.version), None,
+                f"{why}, but a checkpoint settled it: restore the missing SST or roll back to "
+                "an earlier checkpoint")
+        self.fenced = why
+        raise WithdrawnError(
+            f"{why}. It was withdrawn and its number is never used again; nothing was "
+            "committed. Reopen the latest version (silt.open) and redo the work from there"
+        )
 
     def _check_sources(self, manifest: Manifest, refs: list[Reference]) -> None:
         """Withdraw ``manifest`` if GC of a referenced source passed the referenced version."""

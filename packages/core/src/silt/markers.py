@@ -54,6 +54,17 @@ class GcMarkers:
     #: Every horizon marker (GC drops all but the greatest).
     horizons: tuple[int, ...] = ()
 
+    def ended_passes_after(self, oldest_ms: int) -> tuple[list[int], list[int]]:
+        """:meth:`passes_after`, with a pass that never finished counted as ended when a pass
+        with a newer cutoff finished: GC passes on one root run one at a time (concurrent
+        passes are not supported), so a newer pass finishing means the older one died."""
+        running, done = self.passes_after(oldest_ms)
+        newest_done = max((c for c, d in self.passes.items() if d), default=None)
+        if newest_done is None:
+            return running, done
+        return ([c for c in running if c > newest_done],
+                sorted(done + [c for c in running if c < newest_done]))
+
     def passes_after(self, oldest_ms: int) -> tuple[list[int], list[int]]:
         """Passes whose cutoff is newer than ``oldest_ms`` (so they may delete an unreferenced
         object created then): ``(running, done)`` cutoffs."""
@@ -103,12 +114,9 @@ def unchanged(store: ObjectStore, known: GcMarkers, db: str = "") -> bool:
 
 def refresh(store: ObjectStore, known: GcMarkers | None, db: str = "") -> GcMarkers:
     """The markers now: ``known`` itself when its epoch has no successor yet (one GET,
-    :func:`unchanged`), else a new listing (two LISTs). With nothing known, or no epoch ever
-    created, a listing: a commit's checks do not rely on epoch 1 (a writer that died before
-    its checks may have left a version whose SSTs a GC pass collected, see docs/safety.md; a
-    later writer that trusted "no epoch yet, nothing changed" on such a root would build on
-    it without listing the pass)."""
-    if known is not None and known.epoch > 0 and unchanged(store, known, db):
+    :func:`unchanged`; on a root where no marker was ever written, the GET of epoch 1), else
+    a new listing (two LISTs). With nothing known, a listing."""
+    if known is not None and unchanged(store, known, db):
         return known
     return read_markers(store, db)
 
