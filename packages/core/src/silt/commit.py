@@ -48,7 +48,6 @@ from .errors import (
     NotFoundError,
     SiltError,
     StoreError,
-    TransientStoreError,
     WithdrawnError,
 )
 from .gc import horizon, read_checkpoints
@@ -156,8 +155,6 @@ class Committer:
         (steps 1-3 of the module docstring), with the range-delete counter ``seq`` and range
         tombstones ``tombs`` (:mod:`silt.rangedel`). ``pending`` is kept with an uncertain
         commit and handed back by :meth:`prepare` when it turns out to have landed."""
-        if base is not None:
-            self._check_base(base)
         while True:
             if version > self.next and self.lineage is not None:
                 self._reserve(version, base, self.next)
@@ -306,6 +303,8 @@ class Committer:
         self._check_horizon(manifest, markers)
         self._check_rollback(manifest, markers)
         self._check_age(manifest, base, markers, resolving=resolving)
+        if base is not None:
+            self._check_base(manifest, base, markers)
         if refs and base is None:
             self._check_sources(manifest, refs)
 
@@ -415,26 +414,25 @@ class Committer:
                 "redo the work"
             )
 
-    def _check_base(self, base: Manifest) -> None:
-        """Before the first commit on a base this writer did not commit (it opened the version,
-        or another process made it): make sure GC did not collect an SST the base published.
+    def _check_base(self, manifest: Manifest, base: Manifest, markers: GcMarkers) -> None:
+        """On the first commit on a base this writer did not commit (it opened the version, or
+        another process made it): make sure GC did not collect an SST the base published.
 
         That happens when the base's writer stalled past the grace period while a GC pass ran,
         created its manifest anyway, and died (or lost its store) before its own checks
         (:meth:`_check_age`): the version stands with an SST missing, and building on it would
         carry the loss into every later version. The check costs nothing unless a GC pass with
         a cutoff past the base's oldest SST is visible; then the base's parent is read (its new
-        SSTs are the base's minus the parent's), and those are checked when such a pass could
-        have collected them. A pass that deleted one: the base is withdrawn (its number is
-        never used again) and this commit refused with :class:`WithdrawnError`, so the writer
-        reopens at the version before and redoes the work. A pass still running: the commit is
-        refused with :class:`TransientStoreError` (retry once the pass ended; a pass that died
-        counts as ended when a newer pass finishes, e.g. the next ``silt gc``).
+        SSTs are the base's minus the parent's) and, when such a pass could have collected
+        them, their existence is checked. One is gone: the base and ``manifest`` are both
+        withdrawn (their numbers are never used again, so a stream processor whose versions
+        are batch ids cannot silently carry on from the version before) and this writer is
+        fenced (:class:`WithdrawnError`). A pass still running could yet delete them after
+        this check: docs/safety.md.
         """
         if base.version in (self.confirmed, self.base_checked):
             return
         own = [s for s in base.all_ssts() if not s.db]
-        markers = self._refresh_markers()
         oldest = min((paths.id_time_ms(s.id) for s in own), default=None)
         if oldest is None or markers.passes_after(oldest) == ([], []):
             self.base_checked = base.version
@@ -448,38 +446,28 @@ class Committer:
             except NotFoundError:
                 pass  # collected by GC: check every SST of the base
         ids = [s.id for s in own if s.id not in before]
-        if not ids:
+        if (not ids or markers.passes_after(min(paths.id_time_ms(i) for i in ids)) == ([], [])
+                or all_exist(self._store, ids)):
             self.base_checked = base.version
             return
-        running, done = markers.ended_passes_after(min(paths.id_time_ms(i) for i in ids))
-        if not running and not done:
-            self.base_checked = base.version
-            return
-        present = all_exist(self._store, ids)
-        if present and not running:
-            self.base_checked = base.version
-            return
-        if present:
-            raise TransientStoreError(
-                f"version {base.version} of {self._url!r} publishes SSTs that a garbage-"
-                f"collection pass still running (cutoff {max(running)}) may delete: its writer "
-                "stalled past the grace period. Nothing was committed; retry once the pass has "
-                "ended (run `silt gc` again if it died)"
-            )
         why = (
-            f"version {base.version} of {self._url!r} lost an SST to garbage collection (its "
-            "writer stalled past the grace period while a GC pass ran, and did not withdraw it)"
+            f"its base, version {base.version} of {self._url!r}, lost an SST to garbage "
+            "collection (the base's writer stalled past the grace period while a GC pass ran, "
+            "and did not withdraw it)"
         )
-        if not self._withdraw(base, why):
+        self.withdrawing = (base, why)
+        self._finish_withdrawal()
+        if not self._withdrawn:
             raise CorruptionError(
                 paths.manifest_key(base.version), None,
-                f"{why}, but a checkpoint settled it: restore the missing SST or roll back to "
-                "an earlier checkpoint")
-        self.fenced = why
-        raise WithdrawnError(
-            f"{why}. It was withdrawn and its number is never used again; nothing was "
-            "committed. Reopen the latest version (silt.open) and redo the work from there"
-        )
+                f"version {base.version} of {self._url!r} lost an SST to garbage collection, "
+                "but a checkpoint settled it: restore the missing SST or roll back to an "
+                "earlier checkpoint")
+        self._fence(manifest, why, error=WithdrawnError(
+            f"version {manifest.version} of {self._url!r} was withdrawn: {why}. Both numbers "
+            "are never used again. Reopen the latest version (silt.open) and redo the work "
+            "of both from there"
+        ))
 
     def _check_sources(self, manifest: Manifest, refs: list[Reference]) -> None:
         """Withdraw ``manifest`` if GC of a referenced source passed the referenced version."""

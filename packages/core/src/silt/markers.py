@@ -54,17 +54,6 @@ class GcMarkers:
     #: Every horizon marker (GC drops all but the greatest).
     horizons: tuple[int, ...] = ()
 
-    def ended_passes_after(self, oldest_ms: int) -> tuple[list[int], list[int]]:
-        """:meth:`passes_after`, with a pass that never finished counted as ended when a pass
-        with a newer cutoff finished: GC passes on one root run one at a time (concurrent
-        passes are not supported), so a newer pass finishing means the older one died."""
-        running, done = self.passes_after(oldest_ms)
-        newest_done = max((c for c, d in self.passes.items() if d), default=None)
-        if newest_done is None:
-            return running, done
-        return ([c for c in running if c > newest_done],
-                sorted(done + [c for c in running if c < newest_done]))
-
     def passes_after(self, oldest_ms: int) -> tuple[list[int], list[int]]:
         """Passes whose cutoff is newer than ``oldest_ms`` (so they may delete an unreferenced
         object created then): ``(running, done)`` cutoffs."""
