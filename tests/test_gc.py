@@ -32,8 +32,10 @@ from silt.errors import (
     CorruptionError,
     FencedError,
     StoreError,
+    WithdrawnError,
 )
 from silt.gc import collect_garbage, horizon, read_checkpoints
+from silt.markers import bump_epoch
 from silt.testing import FaultyStore
 from silt.tiers.memory import MemoryStore
 
@@ -443,6 +445,72 @@ def test_commit_stalled_past_the_grace_period_is_withdrawn(mem: str) -> None:
     assert silt.versions(mem) == [1, 2]
     db.close()
     reads_back(mem, 2, models[2], clock)
+
+
+def test_a_version_whose_writer_died_before_its_checks_is_not_built_on(mem: str) -> None:
+    """The writer stalled past the grace period while GC collected its new SST, created its
+    manifest anyway, and died before its checks (they failed): the version stands, broken. The
+    next writer that opens it withdraws it, and its own version built on it, at its first
+    commit instead of carrying the loss into every later version; reopened, the root is at the
+    version before."""
+    clock = silt.ManualClock(T0)
+    models = fill(mem, clock, 2)
+    faulty = FaultyStore(silt.open_store(mem))
+    dead = silt.open(mem, settings=SETTINGS, clock=clock, store=faulty)
+    dead.put(b"a", b"lost")
+
+    def stall_then_gc_then_die(op: str, key: str) -> None:
+        clock.advance(int(GRACE * 1000) + 1)
+        collect_garbage(silt.open_store(mem), retain_versions=5, grace_seconds=GRACE,
+                        clock=clock)
+        # Every request after the manifest PUT fails: the writer never runs its checks.
+        for op in ("get", "get_range", "list"):
+            faulty.fail_next(op, 100, error=StoreError)
+
+    faulty.on_call("put_if_absent", stall_then_gc_then_die,
+                   predicate=lambda k: k.startswith(paths.MANIFEST_PREFIX), times=1)
+    with pytest.raises(StoreError):
+        dead.commit()
+    assert silt.versions(mem) == [1, 2, 3]  # standing, with its SST collected
+    with silt.open(mem, settings=SETTINGS, clock=clock) as next_writer:
+        assert next_writer.version == 3
+        next_writer.put(b"b", b"2")
+        with pytest.raises(WithdrawnError, match=r"its base, version 3 .* lost an SST"):
+            next_writer.commit()
+        with pytest.raises(FencedError):
+            next_writer.commit()  # this handle stands on the withdrawn version: reopen
+    assert silt.versions(mem) == [1, 2]
+    with silt.open(mem, settings=SETTINGS, clock=clock) as db:
+        assert db.version == 2
+        db.put(b"b", b"2")
+        assert db.commit() == 5  # 3 and 4 (built on it) are never used again
+    reads_back(mem, 2, models[2], clock)
+
+
+def test_the_first_commit_on_a_base_checks_its_ssts_only_when_a_pass_could_take_them(
+        mem: str) -> None:
+    """A pass with a cutoff past the base's new SSTs (here one that died before it was done):
+    the first commit on that base reads the parent and checks the SSTs exist (they do: it
+    commits); with no such pass it makes no request for the check."""
+    clock = silt.ManualClock(T0)
+    fill(mem, clock, 2)
+    store = silt.open_store(mem)
+    faulty = FaultyStore(store)
+    with silt.open(mem, settings=SETTINGS, clock=clock, store=faulty) as db:
+        faulty.reset_counters()
+        db.put(b"c", b"3")
+        assert db.commit() == 3
+        assert faulty.calls["get"] == 0  # no pass: the check makes no request
+    clock.advance(int(GRACE * 1000) * 3)
+    store.put_if_absent(paths.pass_key(clock.now_ms() - int(GRACE * 1000)), b"")
+    bump_epoch(store)
+    with silt.open(mem, settings=SETTINGS, clock=clock, store=faulty) as db:
+        faulty.reset_counters()
+        db.put(b"d", b"4")
+        assert db.commit() == 4
+        # the parent's manifest, and the SST version 3 added (a ranged read of its first byte)
+        assert faulty.calls["get"] == 1 and faulty.calls["get_range"] == 1, faulty.calls
+        assert db.get(b"c") == b"3"
 
 
 # --- the command line -------------------------------------------------------------------------

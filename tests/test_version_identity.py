@@ -361,6 +361,21 @@ def test_version_zero_then_one(mem: str) -> None:
     assert silt.versions(mem) == [0, 1]
 
 
+def test_a_warm_commit_on_a_root_gc_never_touched_does_not_list(mem: str) -> None:
+    """No GC or checkpoint ever ran on the root (no epoch object): after its first commit, a
+    writer's checks are one GET of epoch 1, which does not exist, per commit."""
+    clock = silt.ManualClock(T0)
+    faulty = FaultyStore(silt.open_store(mem))
+    with silt.open(mem, settings=SETTINGS, clock=clock, store=faulty) as db:
+        db.put(b"a", b"0")
+        db.commit()
+        faulty.reset_counters()
+        for i in range(3):
+            db.put(b"a", b"%d" % i)
+            db.commit()
+        assert faulty.calls["list"] == 0 and faulty.calls["get"] == 3, faulty.calls
+
+
 def test_a_warm_commit_does_not_list(mem: str) -> None:
     """After its first commit a writer checks the GC markers with one GET (of the next epoch's
     name) instead of listing them, until something changes."""

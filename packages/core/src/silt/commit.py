@@ -87,6 +87,8 @@ class Committer:
         self.fenced: str | None = None
         #: The last version committed here (its post-commit checks passed).
         self.confirmed: int | None = None
+        #: A base another writer made that :meth:`_check_base` found intact.
+        self.base_checked: int | None = None
         #: The GC markers as last read (a warm commit checks only that they did not change).
         self.markers: GcMarkers | None = None
 
@@ -301,6 +303,8 @@ class Committer:
         self._check_horizon(manifest, markers)
         self._check_rollback(manifest, markers)
         self._check_age(manifest, base, markers, resolving=resolving)
+        if base is not None:
+            self._check_base(manifest, base, markers)
         if refs and base is None:
             self._check_sources(manifest, refs)
 
@@ -409,6 +413,61 @@ class Committer:
                 "is never used again. Commit again (young SSTs are re-uploaded) or reopen and "
                 "redo the work"
             )
+
+    def _check_base(self, manifest: Manifest, base: Manifest, markers: GcMarkers) -> None:
+        """On the first commit on a base this writer did not commit (it opened the version, or
+        another process made it): make sure GC did not collect an SST the base published.
+
+        That happens when the base's writer stalled past the grace period while a GC pass ran,
+        created its manifest anyway, and died (or lost its store) before its own checks
+        (:meth:`_check_age`): the version stands with an SST missing, and building on it would
+        carry the loss into every later version. The check costs nothing unless a GC pass with
+        a cutoff past the base's oldest SST is visible; then the base's parent is read (its new
+        SSTs are the base's minus the parent's) and, when such a pass could have collected
+        them, their existence is checked. One is gone: the base and ``manifest`` are both
+        withdrawn (their numbers are never used again, so a stream processor whose versions
+        are batch ids cannot silently carry on from the version before) and this writer is
+        fenced (:class:`WithdrawnError`). A pass still running could yet delete them after
+        this check: docs/safety.md.
+        """
+        if base.version in (self.confirmed, self.base_checked):
+            return
+        own = [s for s in base.all_ssts() if not s.db]
+        oldest = min((paths.id_time_ms(s.id) for s in own), default=None)
+        if oldest is None or markers.passes_after(oldest) == ([], []):
+            self.base_checked = base.version
+            return
+        before: set[str] = set()
+        if base.parent is not None:
+            name = paths.manifest_key(base.parent)
+            try:
+                parent = Manifest.decode(retrying(lambda: self._store.get(name)), name)
+                before = {s.id for s in parent.all_ssts()}
+            except NotFoundError:
+                pass  # collected by GC: check every SST of the base
+        ids = [s.id for s in own if s.id not in before]
+        if (not ids or markers.passes_after(min(paths.id_time_ms(i) for i in ids)) == ([], [])
+                or all_exist(self._store, ids)):
+            self.base_checked = base.version
+            return
+        why = (
+            f"its base, version {base.version} of {self._url!r}, lost an SST to garbage "
+            "collection (the base's writer stalled past the grace period while a GC pass ran, "
+            "and did not withdraw it)"
+        )
+        self.withdrawing = (base, why)
+        self._finish_withdrawal()
+        if not self._withdrawn:
+            raise CorruptionError(
+                paths.manifest_key(base.version), None,
+                f"version {base.version} of {self._url!r} lost an SST to garbage collection, "
+                "but a checkpoint settled it: restore the missing SST or roll back to an "
+                "earlier checkpoint")
+        self._fence(manifest, why, error=WithdrawnError(
+            f"version {manifest.version} of {self._url!r} was withdrawn: {why}. Both numbers "
+            "are never used again. Reopen the latest version (silt.open) and redo the work "
+            "of both from there"
+        ))
 
     def _check_sources(self, manifest: Manifest, refs: list[Reference]) -> None:
         """Withdraw ``manifest`` if GC of a referenced source passed the referenced version."""

@@ -103,12 +103,9 @@ def unchanged(store: ObjectStore, known: GcMarkers, db: str = "") -> bool:
 
 def refresh(store: ObjectStore, known: GcMarkers | None, db: str = "") -> GcMarkers:
     """The markers now: ``known`` itself when its epoch has no successor yet (one GET,
-    :func:`unchanged`), else a new listing (two LISTs). With nothing known, or no epoch ever
-    created, a listing: a commit's checks do not rely on epoch 1 (a writer that died before
-    its checks may have left a version whose SSTs a GC pass collected, see docs/safety.md; a
-    later writer that trusted "no epoch yet, nothing changed" on such a root would build on
-    it without listing the pass)."""
-    if known is not None and known.epoch > 0 and unchanged(store, known, db):
+    :func:`unchanged`; on a root where no marker was ever written, the GET of epoch 1), else
+    a new listing (two LISTs). With nothing known, a listing."""
+    if known is not None and unchanged(store, known, db):
         return known
     return read_markers(store, db)
 
