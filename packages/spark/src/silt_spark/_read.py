@@ -14,7 +14,7 @@ from silt.tierkit import public_url
 
 from . import _aggregate, _dedup, _join, _layout, _processor, _shard, _window
 from ._codec import to_json
-from .errors import LayoutMismatchError
+from .errors import LayoutMismatchError, VersionNotFoundError
 
 #: Columns after the key columns.
 STATE_COLUMNS = (
@@ -94,8 +94,9 @@ def read_state(spark: Any, state_url: str, version: int | None = None) -> Any:
         The operator's ``state_url``.
     version : int, optional
         A micro-batch id: each shard is read at its latest version ``<= version`` (shards commit
-        only when their state changes). Default: the latest state. Versions removed by GC are
-        gone.
+        only when their state changes). Default: the latest state. A version no shard
+        committed (a micro-batch that changed no state, one not run yet, or one removed by GC)
+        raises :class:`silt_spark.errors.VersionNotFoundError` naming the versions there are.
 
     Returns
     -------
@@ -136,6 +137,8 @@ def read_state(spark: Any, state_url: str, version: int | None = None) -> Any:
     # (a processor root has a schema registry instead; its decode takes that)
     state_columns = desc.get("state_columns", desc.get("state_schemas"))
     at = _layout_version(version)
+    if version is not None:
+        check_version(spec, version)
     nkeys = len(key_columns)
 
     def read(batches: Any) -> Any:
@@ -163,6 +166,43 @@ def read_state(spark: Any, state_url: str, version: int | None = None) -> Any:
     n = spec.num_shards
     shards = spark.range(0, n, 1, n).selectExpr("cast(id as int) as shard")
     return shards.mapInArrow(read, schema)
+
+
+def root_versions(spec: _shard.OperatorSpec) -> list[int]:
+    """The versions committed by any shard of any layout of the root, ascending (one LIST per
+    shard; withdrawn versions and versions removed by GC are not listed)."""
+    import silt
+
+    found: set[int] = set()
+    for generation, num_shards in spec.layouts or ((spec.generation, spec.num_shards),):
+        for shard in range(num_shards):
+            found.update(silt.versions(_layout.shard_url(
+                spec.root, shard, num_shards, spec.key_groups, generation)))
+    return sorted(found)
+
+
+def _ranges(versions: list[int]) -> str:
+    """``0-3, 7, 9-12``: ascending versions as runs."""
+    runs: list[list[int]] = []
+    for v in versions:
+        if runs and runs[-1][1] == v - 1:
+            runs[-1][1] = v
+        else:
+            runs.append([v, v])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
+def check_version(spec: _shard.OperatorSpec, version: int) -> None:
+    """Refuse a ``version`` that no shard of the root committed (a micro-batch that changed
+    no state, one not run yet, or one removed by GC), naming the versions there are."""
+    versions = root_versions(spec)
+    if version in versions:
+        return
+    there = f"the versions there are: {_ranges(versions)}" if versions else "it has none"
+    raise VersionNotFoundError(
+        f"{public_url(spec.root)!r} has no state version {version} (no shard committed it: "
+        f"a micro-batch that changed no state, not run yet, or removed by GC); {there}"
+    )
 
 
 def _layout_version(version: int | None) -> int:

@@ -1,0 +1,202 @@
+"""The processor API's list state (one entry per element, reading lists stored whole by older
+versions) on a real shard LSM without Spark, and read_state's decoding of it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import silt
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from silt_spark import _codec, _processor, _schema
+from silt_spark._schema import Declared
+
+
+class FakeTask:
+    """What the state code needs from a ShardTask, counting the writes to its DB."""
+
+    def __init__(self, db):
+        self.db = db
+        self.changed = False
+        self.first_kg, self.last_kg = 0, 255
+        self.base_meta = db.meta
+        self.meta_updates = {}
+        self.writes = []
+        for name in ("put", "delete", "delete_range"):
+            real = getattr(db, name)
+            setattr(db, name, self._counted(name, real))
+
+    def _counted(self, name, real):
+        def write(*args, **kwargs):
+            self.writes.append((name, args))
+            return real(*args, **kwargs)
+        return write
+
+    def commit(self, version):
+        if self.changed:
+            self.db.commit(version, meta=self.meta_updates)
+        self.base_meta = self.db.meta
+        self.meta_updates = {}
+        self.changed = False
+        self.writes = []
+
+
+@pytest.fixture
+def task(file_url):
+    t = FakeTask(silt.open(file_url))
+    yield t
+    t.db.close()
+
+
+LIST_SCHEMA = (("ts", "bigint", False), ("tag", "string", True))
+
+
+def _handle(task, registry=None, keys=((3, ("alice",)),)):
+    """A batch's handle with ``l`` declared (typed when ``registry``), keys prefetched."""
+    h = _processor.StatefulProcessorHandle(task, "none", registry)
+    lst = h.getListState("l")
+    h._prefetch((kg, _codec.encode(k)) for kg, k in keys)
+    return h, lst
+
+
+def _bind(h, kg, key):
+    h._bind(kg, _codec.encode(key))
+
+
+def _typed():
+    return _schema.evolve({}, {"l": Declared("list", None, LIST_SCHEMA, False)})
+
+
+@pytest.mark.parametrize("typed", [False, True])
+def test_appending_to_a_long_list_writes_only_the_appended_elements(task, typed):
+    reg = _typed() if typed else None
+    h, lst = _handle(task, reg)
+    _bind(h, 3, ("alice",))
+    rows = [(i, f"t{i}") for i in range(1000)]
+    lst.put(rows)
+    task.commit(1)
+
+    h, lst = _handle(task, reg)
+    _bind(h, 3, ("alice",))
+    lst.appendValue((1000, "x"))
+    assert [w[0] for w in task.writes] == ["put"]
+    assert len(task.writes[0][1][1]) < 40  # the element's bytes, not the list's
+    task.writes.clear()
+    lst.appendList([(1001, None), (1002, "y")])
+    assert [w[0] for w in task.writes] == ["put", "put"]
+    assert list(lst.get()) == [*rows, (1000, "x"), (1001, None), (1002, "y")]
+    task.commit(2)
+
+    # put replaces with one range delete and a write per element; clear is one range delete
+    h, lst = _handle(task, reg)
+    _bind(h, 3, ("alice",))
+    lst.put([(7, "a")])
+    assert [w[0] for w in task.writes] == ["delete_range", "put"]
+    assert list(lst.get()) == [(7, "a")]
+    task.commit(3)
+    h, lst = _handle(task, reg)
+    _bind(h, 3, ("alice",))
+    assert list(lst.get()) == [(7, "a")] and lst.exists()
+    task.writes.clear()
+    lst.clear()
+    assert [w[0] for w in task.writes] == ["delete_range"] and not lst.exists()
+    task.writes.clear()
+    lst.clear()  # nothing left: nothing written
+    assert task.writes == []
+    task.commit(4)
+    h, lst = _handle(task, reg)
+    _bind(h, 3, ("alice",))
+    assert list(lst.get()) == []
+
+
+@pytest.mark.parametrize("typed", [False, True])
+def test_a_list_stored_whole_by_older_versions_survives_the_upgrade(task, typed):
+    """A root written with one entry per list (before lists had one entry per element) reads
+    the same, takes appends after its elements, and is replaced whole by put."""
+    reg = _typed() if typed else None
+    old = [(1, "a"), (2, None)]
+    codec = _schema.codecs(reg).get("l")
+    whole = _codec.encode(old) if codec is None else codec.encode_list(old)
+    for kg, key in ((3, ("alice",)), (9, ("bob",))):
+        task.db.put(_processor.key_prefix(kg, _codec.encode(key)) + _processor._name_bytes("l"),
+                    whole)
+    task.changed = True
+    task.commit(1)
+
+    keys = ((3, ("alice",)), (9, ("bob",)))
+    h, lst = _handle(task, reg, keys)
+    _bind(h, 3, ("alice",))
+    assert list(lst.get()) == old
+    lst.appendValue((3, "c"))
+    assert [w[0] for w in task.writes] == ["put"]
+    assert list(lst.get()) == [*old, (3, "c")]
+    _bind(h, 9, ("bob",))
+    lst.put([(9, "z")])
+    assert list(lst.get()) == [(9, "z")]
+    task.commit(2)
+
+    h, lst = _handle(task, reg, keys)
+    _bind(h, 3, ("alice",))
+    assert list(lst.get()) == [*old, (3, "c")]
+    _bind(h, 9, ("bob",))
+    assert list(lst.get()) == [(9, "z")]
+    # read_state shows each list as one row, older and newer elements together
+    items = [(k, v, None, 2) for k, v in task.db.scan()]
+    rows = {(r[0], r[1]): json.loads(r[3]) for r in _processor.decode(iter(items), reg)}
+    assert rows == {(("alice",), "l"): [[1, "a"], [2, None], [3, "c"]],
+                    (("bob",), "l"): [[9, "z"]]}
+
+
+_ops = st.lists(st.one_of(
+    st.tuples(st.just("append"), st.integers(0, 99)),
+    st.tuples(st.just("extend"), st.lists(st.integers(0, 99), max_size=3)),
+    st.tuples(st.just("put"), st.lists(st.integers(0, 99), max_size=3)),
+    st.tuples(st.just("clear")),
+    st.tuples(st.just("commit")),
+), max_size=12)
+
+
+@settings(max_examples=25, deadline=None)
+@given(old=st.lists(st.integers(0, 99), max_size=3), ops=_ops, typed=st.booleans())
+def test_list_state_matches_a_python_list(tmp_path_factory, old, ops, typed):
+    url = tmp_path_factory.mktemp("lst").as_uri()
+    task = FakeTask(silt.open(url))
+    try:
+        reg = _typed() if typed else None
+        model = [(x, None) for x in old]
+        if old:
+            codec = _schema.codecs(reg).get("l")
+            task.db.put(
+                _processor.key_prefix(3, _codec.encode(("a",))) + _processor._name_bytes("l"),
+                _codec.encode(model) if codec is None else codec.encode_list(model),
+            )
+            task.changed = True
+        version = 1
+        h, lst = _handle(task, reg, ((3, ("a",)),))
+        _bind(h, 3, ("a",))
+        for op in ops:
+            if op[0] == "append":
+                lst.appendValue((op[1], None))
+                model.append((op[1], None))
+            elif op[0] == "extend":
+                lst.appendList([(x, None) for x in op[1]])
+                model.extend((x, None) for x in op[1])
+            elif op[0] == "put":
+                lst.put([(x, None) for x in op[1]])
+                model = [(x, None) for x in op[1]]
+            elif op[0] == "clear":
+                lst.clear()
+                model = []
+            else:
+                task.commit(version)
+                version += 1
+                h, lst = _handle(task, reg, ((3, ("a",)),))
+                _bind(h, 3, ("a",))
+            assert list(lst.get()) == model
+        task.commit(version)
+        h, lst = _handle(task, reg, ())  # not prefetched: read from the DB
+        _bind(h, 3, ("a",))
+        assert list(lst.get()) == model
+    finally:
+        task.db.close()
