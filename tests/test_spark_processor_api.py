@@ -4,13 +4,20 @@ versions) on a real shard LSM without Spark, and read_state's decoding of it."""
 from __future__ import annotations
 
 import json
+import sys
 
+import pandas as pd
 import pytest
 import silt
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pyspark import cloudpickle
+from silt.errors import InvalidTypeError
 from silt_spark import _codec, _processor, _schema
 from silt_spark._schema import Declared
+
+# Spark's own operator unpickles the processor in a worker that cannot import this module.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
 class FakeTask:
@@ -200,3 +207,110 @@ def test_list_state_matches_a_python_list(tmp_path_factory, old, ops, typed):
         assert list(lst.get()) == model
     finally:
         task.db.close()
+
+
+# --- handleInitialState on a real SparkSession, against Spark's own ------------------------------
+
+try:
+    from pyspark.sql.streaming import StatefulProcessor as SparkProcessor
+except ImportError:  # pragma: no cover - PySpark < 4
+    SparkProcessor = object
+
+
+class Seeded(SparkProcessor):
+    """A running sum per user, seeded from the initial state (the sum of its ``seed`` rows)."""
+
+    def init(self, handle):
+        self.n = handle.getValueState("n", "n long")
+
+    def handleInitialState(self, key, initialState, timerValues):
+        self.n.update((int(initialState["seed"].sum()) + 1000 * len(initialState),))
+
+    def handleInputRows(self, key, rows, timerValues):
+        n = self.n.get()[0] if self.n.exists() else 0
+        for df in rows:
+            n += int(df["amount"].sum())
+        self.n.update((n,))
+        yield pd.DataFrame({"user": [key[0]], "n": [n]})
+
+
+class _Stream:
+    """A JSON source folder (one file per micro-batch), a checkpoint, and the outputs."""
+
+    def __init__(self, spark, tmp_path, name):
+        self.spark, self.src, self.chk = spark, tmp_path / "in", tmp_path / f"chk-{name}"
+        self.src.mkdir(exist_ok=True)
+        self.outputs = {}
+
+    def write(self, index, rows):
+        (self.src / f"part-{index:05d}.json").write_text(
+            "".join(json.dumps({"user": u, "amount": a}) + "\n" for u, a in rows))
+
+    def df(self):
+        return self.spark.readStream.schema("user string, amount long").option(
+            "maxFilesPerTrigger", 1).json(str(self.src))
+
+    def run(self, frame):
+        outputs = self.outputs
+        query = frame.writeStream.foreachBatch(
+            lambda df, b: outputs.__setitem__(b, sorted(map(tuple, df.collect())))
+        ).option("checkpointLocation", str(self.chk)).start()
+        try:
+            query.processAllAvailable()
+        finally:
+            query.stop()
+
+
+BATCHES = [[("alice", 1), ("bob", 2)], [("carol", 1), ("alice", 1)]]
+INITIAL = [("alice", 10), ("alice", 5), ("carol", 100)]
+
+
+def test_initial_state_applies_once_as_in_spark(spark, tmp_path):
+    import silt_spark
+    from silt_spark.errors import VersionNotFoundError
+
+    initial = spark.createDataFrame(INITIAL, "user string, seed long")
+    out = "user string, n long"
+    # Spark's own operator, with the same processor and initial state
+    ref = _Stream(spark, tmp_path, "spark")
+    provider = "spark.sql.streaming.stateStore.providerClass"
+    old = spark.conf.get(provider, None)
+    spark.conf.set(provider, "org.apache.spark.sql.execution.streaming.state."
+                             "RocksDBStateStoreProvider")
+    try:
+        for i, rows in enumerate(BATCHES):
+            ref.write(i, rows)
+        ref.run(ref.df().groupBy("user").transformWithStateInPandas(
+            Seeded(), out, "Append", "None", initialState=initial.groupBy("user")))
+    finally:
+        if old is None:
+            spark.conf.unset(provider)
+        else:
+            spark.conf.set(provider, old)
+    assert ref.outputs == {0: [("alice", 2016), ("bob", 2)], 1: [("alice", 2017), ("carol", 1101)]}
+
+    q = _Stream(spark, tmp_path, "silt")
+    state = (tmp_path / "state").as_uri()
+
+    def build(init):
+        return silt_spark.transform_with_state(
+            q.df(), Seeded(), ["user"], out, state_url=state, num_shards=2, initial_state=init)
+
+    with pytest.raises(InvalidTypeError, match="key column 'user' is bigint, the stream's is "
+                                               "string"):
+        build(spark.createDataFrame([(1, 2)], "user long, seed long"))
+    q.run(build(initial.groupBy("user")))
+    assert q.outputs == ref.outputs
+
+    # restarted (the same initial state given again): never applied again
+    q.write(2, [("alice", 1), ("dave", 1)])
+    q.run(build(initial))
+    assert q.outputs[2] == [("alice", 2018), ("dave", 1)]
+    assert not list((tmp_path / "state" / "initial").rglob("*.arrow"))
+
+    # read_state: any committed version; another one is refused, naming those there are
+    before = silt_spark.read_state(spark, state, version=0).filter("state = 'n'").collect()
+    assert sorted((r.user, r.value) for r in before) == [
+        ("alice", "[2016]"), ("bob", "[2]"), ("carol", "[1100]")]
+    with pytest.raises(VersionNotFoundError, match=r"no state version 99 .* there are: 0-2"):
+        silt_spark.read_state(spark, state, version=99)

@@ -46,7 +46,7 @@ from typing import Any
 
 from silt.errors import InvalidArgumentError, InvalidTypeError
 
-from . import _api, _codec, _keys, _layout, _schema, _shard
+from . import _api, _codec, _initial, _keys, _layout, _schema, _shard
 from ._layout import KG_COLUMN, PARTITION_COLUMN
 from ._prefetch import BatchState
 from ._shard import ShardTask, check_key_groups
@@ -168,6 +168,29 @@ class StatefulProcessor:
         ...             yield df
         """
         raise NotImplementedError
+
+    def handleInitialState(self, key: tuple, initialState: Any, timerValues: TimerValues) -> None:
+        """Called in the query's first micro-batch once per key of the ``initial_state``
+        DataFrame given to :func:`silt_spark.transform_with_state`, before ``handleInputRows``
+        (as PySpark's). Optional: by default the initial state is ignored.
+
+        Parameters
+        ----------
+        key : tuple
+            The grouping key's values.
+        initialState : pandas.DataFrame or pyarrow.Table
+            The key's initial rows (a ``pyarrow.Table`` with ``rows_format="arrow"``).
+        timerValues : TimerValues
+            Processing time and watermark of the batch.
+
+        Examples
+        --------
+        >>> class Count(StatefulProcessor):
+        ...     def init(self, handle):
+        ...         self.n = handle.getValueState("n", "n long")
+        ...     def handleInitialState(self, key, initialState, timerValues):
+        ...         self.n.update((int(initialState["n"].sum()),))
+        """
 
     def handleExpiredTimer(
         self, key: tuple, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo
@@ -982,9 +1005,13 @@ def process_partition(
     rows_format: str = "pandas",
     time: TimeConfig = TimeConfig(),
     schemas: dict[str, Any] | None = None,
+    initial: str | None = None,
 ) -> Iterator[Any]:
     """Group the shard's rows by key, run the processor per key, then fire due timers; yield
     output Arrow batches.
+
+    ``initial`` is the staging id of the query's initial state (``_initial.py``): in
+    micro-batch 0 the shard's initial rows go to ``handleInitialState`` per key first.
 
     ``rows_format`` is ``"pandas"`` (PySpark's shape: an iterator of DataFrames per key) or
     ``"arrow"`` (an iterator of ``pyarrow.Table`` slices: much cheaper per key). Spark runs this
@@ -1003,17 +1030,20 @@ def process_partition(
             table = table.filter(pc.greater_equal(kg_col, 0))
     rows = table.num_rows if table is not None else 0
     timers_on = time.mode != "none"
-    if rows == 0 and not timers_on:
+    init_rows = None
+    if initial is not None and task.batch_id == 0:
+        init_rows = _initial.load(task.spec.root, initial, task.shard)
+    if rows == 0 and not timers_on and init_rows is None:
         return  # no rows and no timers: the shard is not even opened
     meta = task.base_meta
     next_timer = _meta_int(meta, META_NEXT_TIMER) if timers_on else None
-    if rows == 0 and next_timer is None:
+    if rows == 0 and next_timer is None and init_rows is None:
         return
     now_ms = int(_time.time() * 1000)
     watermark = task.watermark if time.mode == "eventtime" else None
     timer_values = TimerValues(now_ms, -1 if watermark is None else watermark)
     threshold = now_ms if time.mode == "processingtime" else watermark
-    if rows == 0 and (threshold is None or next_timer > threshold):
+    if rows == 0 and init_rows is None and (threshold is None or next_timer > threshold):
         return  # nothing due: this shard has no work in this batch
 
     if watermark is not None:
@@ -1024,6 +1054,8 @@ def process_partition(
     add = output.add
     bound = next_timer
     try:
+        if init_rows is not None:
+            _initial_state(handle, processor, init_rows, key_columns, rows_format, timer_values)
         if time.mode == "eventtime":
             # Timers the watermark passed before this batch fire before its rows, as in Spark,
             # where they fire in the no-data batch that follows the watermark's move.
@@ -1080,6 +1112,43 @@ def process_partition(
         if close is not None:
             close()
     yield from output.batches()
+
+
+def _initial_state(
+    handle: StatefulProcessorHandle, processor: Any, table: Any, key_columns: list[str],
+    rows_format: str, timer_values: TimerValues,
+) -> None:
+    """Call ``processor.handleInitialState(key, rows, timerValues)`` once per key of the
+    shard's initial rows (what it returns is ignored, as in PySpark); a processor without the
+    method ignores its initial state, as in PySpark."""
+    import numpy as np
+    import pyarrow as pa
+
+    fn = getattr(processor, "handleInitialState", None)
+    if fn is None or not table.num_rows:
+        return
+    keys_pdf = table.select(key_columns).to_pandas()
+    codes = keys_pdf.groupby(key_columns, sort=False, dropna=False).ngroup().to_numpy()
+    order = np.argsort(codes, kind="stable")
+    sorted_codes = codes[order]
+    starts = np.flatnonzero(np.r_[True, sorted_codes[1:] != sorted_codes[:-1]])
+    ends = np.r_[starts[1:], len(order)]
+    first_rows = pa.array(order[starts])
+    key_values = [table[c].take(first_rows).to_pylist() for c in key_columns]
+    kgs = table[KG_COLUMN].take(first_rows).to_pylist()
+    data = table.drop_columns([KG_COLUMN]).take(pa.array(order))
+    arrow = rows_format == "arrow"
+    if not arrow:
+        data = data.to_pandas()
+    keys = list(zip(*key_values))
+    encoded = list(map(_codec.encode, keys))
+    handle._prefetch(zip(kgs, encoded))
+    for i, key in enumerate(keys):
+        handle._bind(kgs[i], encoded[i])
+        a, b = int(starts[i]), int(ends[i])
+        sub = data.slice(a, b - a) if arrow else data.iloc[a:b].reset_index(drop=True)
+        fn(key, sub, timer_values)
+    handle._prefix = None
 
 
 def _fire_timers(
@@ -1166,6 +1235,7 @@ def transform_with_state(
     event_time_column: str | None = None,
     watermark_delay: Any = 0,
     heartbeat: bool = False,
+    initial_state: Any = None,
 ) -> Any:
     """Apply a :class:`StatefulProcessor` per key to a streaming DataFrame, state in silt.
 
@@ -1225,6 +1295,15 @@ def transform_with_state(
         running while the input is idle; heartbeat rows never reach the processor. Set the
         cadence with the query's trigger, e.g. ``trigger(processingTime="10 seconds")``, and
         keep the setting across restarts (it is a source of the query).
+    initial_state : pyspark.sql.DataFrame, optional
+        A batch DataFrame (or its ``groupBy(...)``, as PySpark's ``initialState``) with the
+        key columns (same names and types) and any other columns: in the query's first
+        micro-batch, each key's rows (one pandas DataFrame, or ``pyarrow.Table`` with
+        ``rows_format="arrow"``) go to ``processor.handleInitialState(key, rows,
+        timerValues)``, before ``handleInputRows`` for that key (which runs only if the key
+        has input rows in that batch). Never applied again: a restarted query, or one built on
+        a root that has state, ignores it. Building the query runs one Spark job that stores
+        each shard's initial rows under ``state_url`` (see ``docs/spark.md``).
 
     Returns
     -------
@@ -1275,6 +1354,7 @@ def transform_with_state(
             f"rows_format must be 'pandas' or 'arrow', got {rows_format!r}"
         )
     time_cfg = _time_config(df, time_mode, event_time_column, watermark_delay)
+    init_df = None if initial_state is None else _initial.check(initial_state, df, keys)
     spec = _api._spec(
         KIND, state_url, num_shards, key_groups, take_over, settings, df=df, reset=reset,
         event_time_delays=(
@@ -1296,9 +1376,12 @@ def transform_with_state(
     if have is not None and DESCRIPTOR_SCHEMAS in have and have[DESCRIPTOR_SCHEMAS] != registry:
         _shard.update_descriptor(spec.root, {DESCRIPTOR_SCHEMAS: registry})
 
+    staging = None if init_df is None else _initial.stage(init_df, keys, spec)
+
     def process(task: _shard.ShardTask, batches: Any) -> Any:
         return process_partition(
-            task, batches, processor, keys, arrow_schema, rows_format, time_cfg, registry
+            task, batches, processor, keys, arrow_schema, rows_format, time_cfg, registry,
+            staging,
         )
 
     return _api.shard_stage(_api._route(df, keys, spec, heartbeat), df, spec, process, struct)
