@@ -12,7 +12,7 @@ import silt
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyspark import cloudpickle
-from silt.errors import InvalidTypeError
+from silt.errors import InvalidArgumentError, InvalidTypeError
 from silt_spark import _codec, _processor, _schema
 from silt_spark._schema import Declared
 
@@ -222,6 +222,8 @@ class Seeded(SparkProcessor):
 
     def init(self, handle):
         self.n = handle.getValueState("n", "n long")
+        self.amounts = handle.getListState("amounts", "amount long, tag string")
+        self.last = handle.getMapState("last", "user string", "amount long")
 
     def handleInitialState(self, key, initialState, timerValues):
         self.n.update((int(initialState["seed"].sum()) + 1000 * len(initialState),))
@@ -230,6 +232,8 @@ class Seeded(SparkProcessor):
         n = self.n.get()[0] if self.n.exists() else 0
         for df in rows:
             n += int(df["amount"].sum())
+            self.amounts.appendList([(int(a), "t") for a in df["amount"]])
+            self.last.updateValue((key[0],), (int(df["amount"].iloc[-1]),))
         self.n.update((n,))
         yield pd.DataFrame({"user": [key[0]], "n": [n]})
 
@@ -314,3 +318,22 @@ def test_initial_state_applies_once_as_in_spark(spark, tmp_path):
         ("alice", "[2016]"), ("bob", "[2]"), ("carol", "[1100]")]
     with pytest.raises(VersionNotFoundError, match=r"no state version 99 .* there are: 0-2"):
         silt_spark.read_state(spark, state, version=99)
+
+    # typed columns per variable: key columns, (map key fields,) value fields
+    n = silt_spark.read_state(spark, state, state_name="n")
+    assert n.columns == ["user", "n", "expires_at_ms", "shard_version"]
+    assert dict(n.dtypes)["n"] == "bigint"
+    assert sorted((r.user, r.n) for r in n.collect()) == [
+        ("alice", 2018), ("bob", 2), ("carol", 1101), ("dave", 1)]
+    amounts = silt_spark.read_state(spark, state, state_name="amounts")
+    assert amounts.columns[:3] == ["user", "amount", "tag"]
+    assert sorted((r.user, r.amount, r.tag) for r in amounts.collect()) == [
+        ("alice", 1, "t"), ("alice", 1, "t"), ("alice", 1, "t"), ("bob", 2, "t"),
+        ("carol", 1, "t"), ("dave", 1, "t")]
+    last = silt_spark.read_state(spark, state, version=1, state_name="last")
+    assert last.columns[:3] == ["user", "map_key_user", "amount"]
+    assert sorted(tuple(r)[:3] for r in last.collect()) == [
+        ("alice", "alice", 1), ("bob", "bob", 2), ("carol", "carol", 1)]
+    with pytest.raises(InvalidArgumentError, match=r"no state variable 'nope'; its variables "
+                                                   r"are \['amounts', 'last', 'n'\]"):
+        silt_spark.read_state(spark, state, state_name="nope")

@@ -1449,13 +1449,13 @@ def decode(items: Any, state_columns: list[list[str]] | None) -> Any:
         yield lst[0], lst[1], None, to_json(lst[3]), lst[4], lst[5]
 
 
-def decode_typed(items: Any, state_columns: Any) -> Any:
+def decode_typed(items: Any, state_columns: Any, only: str | None = None) -> Any:
     """Each live state entry of ``items`` decoded: ``(key tuple, state name, sub, value,
     expires_at_ms, version, list key)``. ``sub`` is a map entry's key (a tuple), ``True`` for
     one list element, ``None`` otherwise; ``value`` a tuple (a value, map value or list
     element), a list (a list stored whole by older versions) or a timer's ms (state
     ``"__timer__"``); ``list key`` is the entry key of the list an entry belongs to, else
-    ``None``."""
+    ``None``. With ``only``, the entries of that state variable only."""
     # A processor root's descriptor has no state columns; read_state gives it the schema
     # registry instead (a dict), to decode typed values.
     codecs = _schema.codecs(state_columns) if isinstance(state_columns, dict) else {}
@@ -1465,10 +1465,14 @@ def decode_typed(items: Any, state_columns: Any) -> Any:
         encoded, rest = _keys.split_length_prefixed(key)
         gkey = _codec.decode(encoded)
         if rest[:1] == TIMER_MARK:
+            if only is not None and only != "__timer__":
+                continue
             yield (gkey, "__timer__", None, _keys.time_value(rest, len(TIMER_MARK)), expiry,
                    ver, None)
             continue
         name, sub = _split_name(rest)
+        if only is not None and name != only:
+            continue
         codec = codecs.get(name)
         list_key = None
         if sub[:1] == LIST_ELEMENT:
