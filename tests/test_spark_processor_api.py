@@ -153,6 +153,10 @@ def test_a_list_stored_whole_by_older_versions_survives_the_upgrade(task, typed)
     rows = {(r[0], r[1]): json.loads(r[3]) for r in _processor.decode(iter(items), reg)}
     assert rows == {(("alice",), "l"): [[1, "a"], [2, None], [3, "c"]],
                     (("bob",), "l"): [[9, "z"]]}
+    # typed read_state's entries: the older whole list, then the elements
+    entries = [(r[0], r[2], r[3]) for r in _processor.decode_typed(iter(items), reg, "l")]
+    assert entries == [(("alice",), None, old), (("alice",), True, (3, "c")),
+                       (("bob",), True, (9, "z"))]
 
 
 _ops = st.lists(st.one_of(
@@ -337,3 +341,23 @@ def test_initial_state_applies_once_as_in_spark(spark, tmp_path):
     with pytest.raises(InvalidArgumentError, match=r"no state variable 'nope'; its variables "
                                                    r"are \['amounts', 'last', 'n'\]"):
         silt_spark.read_state(spark, state, state_name="nope")
+
+
+def test_read_state_refuses_a_version_no_shard_committed(tmp_path):
+    """Before any Spark job: batch 99 was never committed (it used to read the latest)."""
+    import silt_spark
+    from silt_spark import _shard
+    from silt_spark.errors import VersionNotFoundError
+
+    root = (tmp_path / "state").as_uri()
+    spec = _shard.ensure_descriptor(_shard.OperatorSpec(kind="processor", root=root,
+                                                        num_shards=2, key_groups=16))
+    for shard, versions in ((0, (0, 1, 2, 5)), (1, (2, 3))):
+        with silt.open(spec.shard_url(shard)) as db:
+            for v in versions:
+                db.put(b"k", b"%d" % v)
+                db.commit(v)
+    for version in (4, 6, 99):
+        with pytest.raises(VersionNotFoundError, match=rf"no state version {version} .*; the "
+                                                       r"versions there are: 0-3, 5$"):
+            silt_spark.read_state(None, root, version=version)

@@ -140,7 +140,16 @@ def read_state(
         raise ValueError(f"{public_url(state_url)!r} is not a silt_spark state root "
                          f"(no {_shard.DESCRIPTOR})")
     spec = _spec(desc, state_url)
+    # Arguments are checked before any Spark call.
+    at = _layout_version(version)
+    if state_name is not None and not isinstance(state_name, str):
+        raise InvalidTypeError(f"state_name must be a str, got {type(state_name).__name__}")
+    typed = _typed_entry(desc, state_url, state_name)
+    if version is not None:
+        check_version(spec, version)
     key_columns = desc.get("key_columns") or [["key", "string"]]
+    if typed is not None:
+        return _read_typed(spark, spec, at, key_columns, state_name, typed)
     json_key = "key_columns" not in desc
     ddl = ", ".join(f"`{n}` {t}" for n, t in key_columns)
     ddl += ", " + ", ".join(f"`{n}` {t}" for n, t in STATE_COLUMNS)
@@ -149,15 +158,7 @@ def read_state(
     kind = desc["operator"]
     # (a processor root has a schema registry instead; its decode takes that)
     state_columns = desc.get("state_columns", desc.get("state_schemas"))
-    at = _layout_version(version)
-    if state_name is not None and not isinstance(state_name, str):
-        raise InvalidTypeError(f"state_name must be a str, got {type(state_name).__name__}")
-    typed = _typed_entry(desc, state_url, state_name)
-    if version is not None:
-        check_version(spec, version)
     nkeys = len(key_columns)
-    if typed is not None:
-        return _read_typed(spark, spec, at, key_columns, state_name, typed)
 
     def read(batches: Any) -> Any:
         import pyarrow as pa
