@@ -402,37 +402,43 @@ class ListState(_State):
         """Iterate over the current key's list."""
         return iter(self._load())
 
-    def _append(self, encoded: list[bytes], entries: list[tuple[bytes, bytes]]) -> None:
+    def _append(self, encoded: list[bytes]) -> None:
         key = self._key()
-        last = entries[-1][0] if entries else key
-        seq = list_seq(last, len(key)) + 1 if len(last) > len(key) else 0
+        nexts = self._handle._list_next
+        seq = nexts.get(key)
+        if seq is None:  # the first append to this list in the batch: after its last element
+            entries = self._entries()
+            last = entries[-1][0] if entries else key
+            seq = list_seq(last, len(key)) + 1 if len(last) > len(key) else 0
         for raw in encoded:
             self._put(key + LIST_ELEMENT + _SEQ.pack(seq), raw)
             seq += 1
+        nexts[key] = seq
 
     def put(self, newState: list[tuple]) -> None:
         """Replace the current key's list (checked before anything is written)."""
         encoded = [self._encode(x) for x in newState]
         self.clear()
-        self._append(encoded, [])
+        self._append(encoded)
 
     def appendValue(self, newState: tuple) -> None:
         """Append one tuple to the current key's list (one write)."""
-        self._append([self._encode(newState)], self._entries())
+        self._append([self._encode(newState)])
 
     def appendList(self, newState: list[tuple]) -> None:
         """Append several tuples to the current key's list (one write each; all are checked
         before any is written)."""
         encoded = [self._encode(x) for x in newState]
         if encoded:
-            self._append(encoded, self._entries())
+            self._append(encoded)
 
     def clear(self) -> None:
         """Remove the current key's list (one range delete)."""
+        key = self._key()
+        self._handle._list_next[key] = 0
         entries = self._entries()
         if not entries:
             return
-        key = self._key()
         task = self._handle._task
         task.db.delete_range(key, key[:-1] + bytes([key[-1] + 1]))  # a name never ends in 0xFF
         task.changed = True
@@ -554,6 +560,8 @@ class StatefulProcessorHandle:
         self._registered_min: int | None = None
         #: The batch's state, read ahead by :meth:`_prefetch` (silt_spark._prefetch).
         self._state = BatchState(task)
+        #: List key -> the sequence number of its next element, once known in this batch.
+        self._list_next: dict[bytes, int] = {}
 
     def _prefetch(self, keys: Iterator[tuple[int, bytes]]) -> None:
         """Read the state of ``(key group, encoded key)`` pairs before user code asks for it:
@@ -736,6 +744,7 @@ class StatefulProcessorHandle:
             self._state.map_wrote(k[:len(k) - len(sub)], k, None)
             if not sub:
                 self._state.wrote(k, None)
+        self._list_next.clear()
         self._deleted.add(stateName)
         task.meta_updates[META_DELETED_STATES] = json.dumps(sorted(self._deleted))
         if doomed:
