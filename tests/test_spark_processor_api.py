@@ -361,3 +361,21 @@ def test_read_state_refuses_a_version_no_shard_committed(tmp_path):
         with pytest.raises(VersionNotFoundError, match=rf"no state version {version} .*; the "
                                                        r"versions there are: 0-3, 5$"):
             silt_spark.read_state(None, root, version=version)
+
+
+def test_delete_if_exists_removes_every_element_of_a_list(task):
+    h, lst = _handle(task, None, ((3, ("alice",)),))
+    _bind(h, 3, ("alice",))
+    lst.put([(1,), (2,)])
+    lst.appendValue((3,))
+    task.commit(1)
+    h = _processor.StatefulProcessorHandle(task, "none", None)
+    h.deleteIfExists("l")
+    lst = h.getListState("l")
+    h._prefetch([(3, _codec.encode(("alice",)))])
+    _bind(h, 3, ("alice",))
+    assert list(lst.get()) == []
+    lst.appendValue((4,))
+    assert list(lst.get()) == [(4,)]
+    task.commit(2)
+    assert [v for _, v in task.db.scan()] == [_codec.encode((4,))]

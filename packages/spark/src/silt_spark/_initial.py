@@ -12,8 +12,8 @@ Arrow IPC object::
 (the staging id is new per build, so a build that failed half-way is never read). In micro-batch
 0, each shard's task reads its object (one GET; absent: no initial rows) and calls
 ``handleInitialState(key, rows, timerValues)`` once per key, before any ``handleInputRows``. A
-query restarted past batch 0, or built on a root that already has state, never applies it again
-(the build then deletes staged objects left over).
+query restarted past batch 0, or built on a root that already has state (other than to take it
+over), never applies it again (the build then deletes staged objects left over).
 """
 
 from __future__ import annotations
@@ -74,10 +74,12 @@ def _has_state(spec: _shard.OperatorSpec) -> bool:
 
 def stage(initial: Any, keys: list[str], spec: _shard.OperatorSpec) -> str | None:
     """Write each shard's initial rows under the root (one Spark job); the staging id, or
-    ``None`` when the root already has state (the initial state was applied before)."""
+    ``None`` when the root already has state (the initial state was applied before), unless
+    the query takes the root over (``take_over=True``: its first batch starts from empty
+    state, so the initial state applies to it)."""
     store = open_store(spec.root)
     try:
-        if _has_state(spec):
+        if not spec.take_over and _has_state(spec):
             left = [o.key for o in store.list(PREFIX)]
             if left:
                 store.delete_many(left)

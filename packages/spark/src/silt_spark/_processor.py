@@ -1311,8 +1311,9 @@ def transform_with_state(
         ``rows_format="arrow"``) go to ``processor.handleInitialState(key, rows,
         timerValues)``, before ``handleInputRows`` for that key (which runs only if the key
         has input rows in that batch). Never applied again: a restarted query, or one built on
-        a root that has state, ignores it. Building the query runs one Spark job that stores
-        each shard's initial rows under ``state_url`` (see ``docs/spark.md``).
+        a root that has state (other than with ``take_over=True``), ignores it. Building the
+        query runs one Spark job that stores each shard's initial rows under ``state_url``
+        (see ``docs/spark.md``).
 
     Returns
     -------
