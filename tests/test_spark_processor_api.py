@@ -379,3 +379,62 @@ def test_delete_if_exists_removes_every_element_of_a_list(task):
     assert list(lst.get()) == [(4,)]
     task.commit(2)
     assert [v for _, v in task.db.scan()] == [_codec.encode((4,))]
+
+
+class _Calls:
+    """Records the order of the processor's calls per key (Arrow rows)."""
+
+    def __init__(self):
+        self.calls = []
+
+    def init(self, handle):
+        self.n = handle.getValueState("n")
+
+    def handleInitialState(self, key, initialState, timerValues):
+        self.calls.append(("initial", key[0], initialState.column("seed").to_pylist()))
+        self.n.update((sum(initialState.column("seed").to_pylist()),))
+
+    def handleInputRows(self, key, rows, timerValues):
+        n = (self.n.get() or (0,))[0] + sum(t.num_rows for t in rows)
+        self.calls.append(("rows", key[0], n))
+        self.n.update((n,))
+        yield (key[0], n)
+
+
+@pytest.mark.parametrize("batch_id", [0, 1])
+def test_initial_rows_go_to_handle_initial_state_first_in_batch_0_only(tmp_path, batch_id):
+    import pyarrow as pa
+    from silt_spark import _initial, _layout
+
+    def table(cols):
+        kgs = [sum(k.encode()) % 256 for k in cols["k"]]
+        return pa.table({**cols, _layout.KG_COLUMN: pa.array(kgs, pa.int32())})
+
+    root = (tmp_path / "root").as_uri()
+    store = silt.open_store(root)
+    sink = pa.BufferOutputStream()
+    init = table({"k": ["a", "c", "a"], "seed": [10, 100, 5]})
+    with pa.ipc.new_stream(sink, init.schema) as w:
+        w.write_table(init)
+    store.put(_initial.object_name("s1", 0), sink.getvalue().to_pybytes())
+    store.close()
+
+    task = FakeTask(silt.open((tmp_path / "shard").as_uri()))
+    task.batch_id, task.shard = batch_id, 0
+    task.spec = type("Spec", (), {"root": root})
+    rows = table({"k": ["a", "b"], "x": [1, 1]}).append_column(
+        _layout.PARTITION_COLUMN, pa.array([0, 0], pa.int32()))
+    p = _Calls()
+    out = pa.schema([("k", pa.string()), ("n", pa.int64())])
+    try:
+        got = pa.Table.from_batches(list(_processor.process_partition(
+            task, iter(rows.to_batches()), p, ["k"], out, "arrow", initial="s1")), schema=out)
+    finally:
+        task.db.close()
+    if batch_id == 0:
+        assert p.calls == [("initial", "a", [10, 5]), ("initial", "c", [100]),
+                           ("rows", "a", 16), ("rows", "b", 1)]
+        assert sorted(got.to_pylist(), key=lambda r: r["k"]) == [
+            {"k": "a", "n": 16}, {"k": "b", "n": 1}]
+    else:
+        assert p.calls == [("rows", "a", 1), ("rows", "b", 1)]
