@@ -9,7 +9,9 @@ Arrow IPC object::
 
     <operator root>/initial/<staging id>/<shard:05d>.arrow
 
-(the staging id is new per build, so a build that failed half-way is never read). In micro-batch
+(the staging id is new per build, so a build that failed half-way is never read; all of a
+shard's rows are in one Spark partition, so a retried task writes what its first attempt did,
+and finds it there: nothing is overwritten). In micro-batch
 0, each shard's task reads its object (one GET; absent: no initial rows) and calls
 ``handleInitialState(key, rows, timerValues)`` once per key, before any ``handleInputRows``. A
 query restarted past batch 0, or built on a root that already has state (other than to take it
@@ -107,7 +109,8 @@ def stage(initial: Any, keys: list[str], spec: _shard.OperatorSpec) -> str | Non
                 sink = pa.BufferOutputStream()
                 with pa.ipc.new_stream(sink, part.schema) as w:
                     w.write_table(part)
-                out.put(object_name(staging, shard), sink.getvalue().to_pybytes())
+                # objects are never overwritten: a retried task finds its shard's rows there
+                out.put_if_absent(object_name(staging, shard), sink.getvalue().to_pybytes())
         finally:
             out.close()
         yield pa.RecordBatch.from_pydict({"n": [table.num_rows]},
