@@ -1,5 +1,5 @@
 """transform_with_state reads a batch's state ahead (silt_spark._prefetch): one sorted multi_get
-for the value and list states of all its keys, one prefix scan per key for maps and timers, and
+for the value states of all its keys, one prefix scan per key for lists, maps and timers, and
 no state read from user code reaching the DB. Counted with a wrapper around the shard's DB."""
 
 from __future__ import annotations
@@ -121,15 +121,15 @@ def task(file_url):
 KEYS = [f"user-{i}" for i in range(40)]
 
 
-def test_value_and_list_state_of_a_batch_is_one_multi_get(task):
+def test_value_state_of_a_batch_is_one_multi_get_and_lists_one_scan_per_key(task):
     for b in range(3):
         rows = [(k, b * 10 + j) for k in KEYS for j in range(2)]
         got, calls = _run(task, rows, Profile())
         assert {k: (r["n"], r["items"]) for k, r in got.items()} == {
             k: (2 * (b + 1), 2 * (b + 1)) for k in KEYS
         }
-        # One sorted multi_get of 40 keys x 2 states; no get per key, no scan.
-        assert calls == Counter(multi_get=1, multi_get_keys=80)
+        # One sorted multi_get of 40 keys' values, one scan per key (its list); no get.
+        assert calls == Counter(multi_get=1, multi_get_keys=40, scan=40)
         task.commit(b)
 
 
@@ -143,8 +143,8 @@ def test_map_state_and_timers_are_one_scan_per_key(task, monkeypatch):
         assert {k: r["seen"] for k, r in got.items()} == {k: seen for k in KEYS[:10]}
         assert all(r["timers"] == b + 1 for r in got.values())
         assert calls["get"] == 0
-        assert calls["multi_get"] == 1 and calls["multi_get_keys"] == 20
-        assert calls["scan"] == 10  # one per key: its map entries and timer marks
+        assert calls["multi_get"] == 1 and calls["multi_get_keys"] == 10
+        assert calls["scan"] == 10  # one per key: its list, map entries and timer marks
         task.commit(b)
 
 
@@ -159,7 +159,7 @@ def test_keys_with_due_timers_are_read_with_one_multi_get(task, monkeypatch):
         k: (1, 1, 0) for k in KEYS[:12]
     }
     assert calls["get"] == 0
-    assert calls["multi_get"] == 1 and calls["multi_get_keys"] == 24
+    assert calls["multi_get"] == 1 and calls["multi_get_keys"] == 12
     assert calls["scan"] == 12
 
 

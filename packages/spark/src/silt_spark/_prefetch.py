@@ -5,9 +5,9 @@ before it calls ``handleInputRows``; reading their state then, in as few store r
 possible, means no state read in user code waits on the store (with state on an object store
 and a cold cache, one ranged GET per key otherwise). :class:`BatchState`:
 
-* reads the value and list states of all the keys with **one** sorted ``multi_get``;
-* when the processor has map states or timers, reads each key's entries under its key prefix
-  (one prefix scan per key: the key's map entries and timer marks);
+* reads the value states of all the keys with **one** sorted ``multi_get``;
+* when the processor has list or map states or timers, reads each key's entries under its key
+  prefix (one prefix scan per key: the key's list elements, map entries and timer marks);
 * serves the state variables' reads from what it holds, and records every write the variables
   make (the writes still go to the DB at once, as before), so a read after a write in the same
   batch sees the write.
@@ -35,7 +35,7 @@ class BatchState:
         self._task = task
         #: Key prefixes whose state is held.
         self._loaded: set[bytes] = set()
-        #: Entry key -> value (``None``: absent) of value and list states.
+        #: Entry key -> value (``None``: absent) of value states.
         self._values: dict[bytes, bytes | None] = {}
         #: ``key prefix + state name`` of a map -> its entries (key -> value, ``None``: removed).
         self._maps: dict[bytes, dict[bytes, bytes | None]] = {}
@@ -47,9 +47,10 @@ class BatchState:
         timers: bool, timer_value: Any,
     ) -> None:
         """Read the state of the keys with these prefixes (already held ones are skipped):
-        the entries ``prefix + name`` for ``names`` (value and list states) with one
-        ``multi_get``; with ``map_names`` or ``timers``, one scan of each key's prefix for the
-        maps' entries and the timers (``timer_value`` decodes a timer's 8 bytes)."""
+        the entries ``prefix + name`` for ``names`` (value states) with one ``multi_get``; with
+        ``map_names`` (list and map states: entries under ``prefix + name``) or ``timers``, one
+        scan of each key's prefix for their entries and the timers (``timer_value`` decodes a
+        timer's 8 bytes)."""
         prefixes = [p for p in dict.fromkeys(prefixes) if p not in self._loaded]
         names = list(names)
         map_names = list(map_names)
@@ -76,7 +77,7 @@ class BatchState:
                 self._maps.update(maps)
                 self._timers[p] = own
 
-    # -- value and list states ----------------------------------------------------------------
+    # -- value states -------------------------------------------------------------------------
     def get(self, key: bytes) -> bytes | None:
         """The value of an entry: held, else from the DB."""
         try:
@@ -85,11 +86,11 @@ class BatchState:
             return self._task.db.get(key)
 
     def wrote(self, key: bytes, value: bytes | None) -> None:
-        """Note a write of a value or list state (``None``: deleted)."""
+        """Note a write of a value state (``None``: deleted)."""
         if key in self._values:
             self._values[key] = value
 
-    # -- map states ---------------------------------------------------------------------------
+    # -- list and map states ------------------------------------------------------------------
     def map_get(self, map_prefix: bytes, key: bytes) -> bytes | None:
         entries = self._maps.get(map_prefix)
         if entries is None:

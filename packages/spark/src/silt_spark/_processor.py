@@ -7,9 +7,10 @@ by key-group range)::
 
     kg:u16be 'S' len(enc(grouping key)):u32be enc(grouping key) len(name):u8 name [enc(map key)]
 
-``enc`` is :mod:`silt_spark._codec`. Value and list states are one entry each (a list is stored
-whole, so ``appendValue`` rewrites it: fine for short lists, see the docs); each map entry is its
-own LSM entry, so a map can be large. Values are tuples (like PySpark's ``Row`` tuples); a
+``enc`` is :mod:`silt_spark._codec`. A value state is one entry; a list has one entry per element
+(``... name 0xFF seq:u64be``, so an append writes only what it appends; lists written whole by
+older versions, one entry at ``... name``, still read); each map entry is its own LSM entry, so
+maps and lists can be large. Values are tuples (like PySpark's ``Row`` tuples); a
 variable declared with a schema is encoded with it (``_schema.py``), one declared without in
 ``_codec``'s self-describing encoding.
 
@@ -26,8 +27,8 @@ it fire. A state TTL is processing time (the LSM's own expiry), restarts on ever
 PySpark, and is refused in event-time mode, as PySpark does.
 
 Before user code runs, a batch's state is read ahead (``_prefetch.py``): one sorted
-``multi_get`` for the value and list states of all the batch's keys (and of the keys whose timers
-fire), one prefix scan per key for map states and timers; the state variables read from it.
+``multi_get`` for the value states of all the batch's keys (and of the keys whose timers fire),
+one prefix scan per key for list and map states and timers; the state variables read from it.
 
 The module owns the operator: its builder (:func:`transform_with_state`, which plans the query on
 the driver), its executors (``process_partition`` in the shard's task, with the state handles above)
@@ -37,6 +38,7 @@ and :func:`decode` (its entries as ``read_state`` rows). Keys are built and spli
 
 from __future__ import annotations
 
+import struct as _struct
 import time as _time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -44,7 +46,7 @@ from typing import Any
 
 from silt.errors import InvalidArgumentError, InvalidTypeError
 
-from . import _api, _codec, _keys, _layout, _schema, _shard
+from . import _api, _codec, _initial, _keys, _layout, _schema, _shard
 from ._layout import KG_COLUMN, PARTITION_COLUMN
 from ._prefetch import BatchState
 from ._shard import ShardTask, check_key_groups
@@ -68,6 +70,15 @@ META_LATE_ROWS = "spark.late_rows"
 META_DELETED_STATES = "spark.deleted_states"
 #: The operator descriptor's field holding the state schema registry (see _schema.py).
 DESCRIPTOR_SCHEMAS = "state_schemas"
+#: A list element's key: ``key_prefix + name + LIST_ELEMENT + seq:u64be`` (a map key is a
+#: silt_spark._codec encoding, whose tags are below 0x80, so it never starts with this byte).
+LIST_ELEMENT = b"\xff"
+_SEQ = _struct.Struct(">Q")
+
+
+def list_seq(key: bytes, at: int) -> int:
+    """The sequence number of a list element's key whose list key is ``at`` bytes long."""
+    return _SEQ.unpack_from(key, at + 1)[0]
 
 
 class TimerValues:
@@ -157,6 +168,29 @@ class StatefulProcessor:
         ...             yield df
         """
         raise NotImplementedError
+
+    def handleInitialState(self, key: tuple, initialState: Any, timerValues: TimerValues) -> None:
+        """Called in the query's first micro-batch once per key of the ``initial_state``
+        DataFrame given to :func:`silt_spark.transform_with_state`, before ``handleInputRows``
+        (as PySpark's). Optional: by default the initial state is ignored.
+
+        Parameters
+        ----------
+        key : tuple
+            The grouping key's values.
+        initialState : pandas.DataFrame or pyarrow.Table
+            The key's initial rows (a ``pyarrow.Table`` with ``rows_format="arrow"``).
+        timerValues : TimerValues
+            Processing time and watermark of the batch.
+
+        Examples
+        --------
+        >>> class Count(StatefulProcessor):
+        ...     def init(self, handle):
+        ...         self.n = handle.getValueState("n", "n long")
+        ...     def handleInitialState(self, key, initialState, timerValues):
+        ...         self.n.update((int(initialState["n"].sum()),))
+        """
 
     def handleExpiredTimer(
         self, key: tuple, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo
@@ -318,7 +352,13 @@ class ValueState(_State):
 
 
 class ListState(_State):
-    """A list of tuples per grouping key, stored as one LSM entry.
+    """A list of tuples per grouping key: one LSM entry per element, so an append writes only
+    the appended elements.
+
+    Elements are stored under the list's key (``key_prefix + name``) as ``0xFF seq:u64be`` (in
+    append order); a list written whole by an older silt_spark (one entry at the list's key)
+    reads as the elements before them. Reading a list is one prefix scan (done ahead by the
+    batch's prefetch); ``put`` and ``clear`` remove the list with one range delete.
 
     Examples
     --------
@@ -331,13 +371,28 @@ class ListState(_State):
     ...         return iter(())
     """
 
+    def _wrote(self, key: bytes, value: bytes | None) -> None:
+        self._handle._state.map_wrote(self._key(), key, value)
+
+    def _entries(self) -> list[tuple[bytes, bytes]]:
+        """The list's live entries in key order: the older one-entry form (at the list's key)
+        first, then the elements."""
+        return list(self._handle._state.map_items(self._key()))
+
     def _load(self) -> list[tuple]:
-        raw = self._handle._state.get(self._key())
-        if raw is None:
-            return []
+        key = self._key()
         codec = self._codec
-        items = _codec.decode(raw) if codec is None else codec.decode_list(raw)
-        return [] if items is None else items
+        out: list[tuple] = []
+        for k, raw in self._entries():
+            if k == key:  # the whole list, as older silt_spark stored it
+                items = _codec.decode(raw) if codec is None else codec.decode_list(raw)
+                if items:
+                    out.extend(items)
+            else:
+                item = self._decode(raw)
+                if item is not None:  # None: a deleted generation's element
+                    out.append(item)
+        return out
 
     def exists(self) -> bool:
         """Whether the current key's list is non-empty."""
@@ -347,28 +402,48 @@ class ListState(_State):
         """Iterate over the current key's list."""
         return iter(self._load())
 
+    def _append(self, encoded: list[bytes]) -> None:
+        key = self._key()
+        nexts = self._handle._list_next
+        seq = nexts.get(key)
+        if seq is None:  # the first append to this list in the batch: after its last element
+            entries = self._entries()
+            last = entries[-1][0] if entries else key
+            seq = list_seq(last, len(key)) + 1 if len(last) > len(key) else 0
+        for raw in encoded:
+            self._put(key + LIST_ELEMENT + _SEQ.pack(seq), raw)
+            seq += 1
+        nexts[key] = seq
+
     def put(self, newState: list[tuple]) -> None:
-        """Replace the current key's list."""
-        codec = self._codec
-        items = [tuple(x) for x in newState] if codec is None else list(newState)
-        if items:
-            self._put(
-                self._key(), _codec.encode(items) if codec is None else codec.encode_list(items)
-            )
-        else:
-            self._delete(self._key())
+        """Replace the current key's list (checked before anything is written)."""
+        encoded = [self._encode(x) for x in newState]
+        self.clear()
+        self._append(encoded)
 
     def appendValue(self, newState: tuple) -> None:
-        """Append one tuple to the current key's list."""
-        self.put([*self._load(), newState])
+        """Append one tuple to the current key's list (one write)."""
+        self._append([self._encode(newState)])
 
     def appendList(self, newState: list[tuple]) -> None:
-        """Append several tuples to the current key's list."""
-        self.put(self._load() + list(newState))
+        """Append several tuples to the current key's list (one write each; all are checked
+        before any is written)."""
+        encoded = [self._encode(x) for x in newState]
+        if encoded:
+            self._append(encoded)
 
     def clear(self) -> None:
-        """Remove the current key's list."""
-        self._delete(self._key())
+        """Remove the current key's list (one range delete)."""
+        key = self._key()
+        self._handle._list_next[key] = 0
+        entries = self._entries()
+        if not entries:
+            return
+        task = self._handle._task
+        task.db.delete_range(key, key[:-1] + bytes([key[-1] + 1]))  # a name never ends in 0xFF
+        task.changed = True
+        for k, _ in entries:
+            self._wrote(k, None)
 
 
 class MapState(_State):
@@ -485,14 +560,16 @@ class StatefulProcessorHandle:
         self._registered_min: int | None = None
         #: The batch's state, read ahead by :meth:`_prefetch` (silt_spark._prefetch).
         self._state = BatchState(task)
+        #: List key -> the sequence number of its next element, once known in this batch.
+        self._list_next: dict[bytes, int] = {}
 
     def _prefetch(self, keys: Iterator[tuple[int, bytes]]) -> None:
         """Read the state of ``(key group, encoded key)`` pairs before user code asks for it:
-        one ``multi_get`` for the value and list states registered so far, one prefix scan per
-        key when there are map states or timers."""
+        one ``multi_get`` for the value states registered so far, one prefix scan per key when
+        there are list or map states or timers."""
         names, maps = [], []
         for name, kind in self._names.items():
-            (maps if kind is MapState else names).append(_name_bytes(name))
+            (names if kind is ValueState else maps).append(_name_bytes(name))
         self._state.load(
             [key_prefix(kg, enc) for kg, enc in keys], names, maps,
             self._time_mode != "none", _timer_value,
@@ -572,7 +649,7 @@ class StatefulProcessorHandle:
     def getListState(
         self, stateName: str, schema: Any = None, ttlDurationMs: int | None = None
     ) -> ListState:
-        """A list state variable (stored whole; keep lists short).
+        """A list state variable: one LSM entry per element, so appends cost what they append.
 
         Parameters
         ----------
@@ -581,8 +658,8 @@ class StatefulProcessorHandle:
         schema : StructType or str, optional
             The elements' schema (checked, encoded and evolved as ``getValueState``'s).
         ttlDurationMs : int, optional
-            Processing-time TTL of the whole list in ms, restarted by every update (not in
-            ``time_mode="eventtime"``).
+            Processing-time TTL of each element in ms, from when it was appended or put (as
+            in Spark; not in ``time_mode="eventtime"``).
 
         Examples
         --------
@@ -663,10 +740,11 @@ class StatefulProcessorHandle:
             _, rest = _keys.split_length_prefixed(k)
             db.delete(k)
             sub = rest[1 + rest[0]:]
-            if sub:
-                self._state.map_wrote(k[:len(k) - len(sub)], k, None)
-            else:
+            # a value state's entry, a list's (held like a map's entries) or a map's
+            self._state.map_wrote(k[:len(k) - len(sub)], k, None)
+            if not sub:
                 self._state.wrote(k, None)
+        self._list_next.clear()
         self._deleted.add(stateName)
         task.meta_updates[META_DELETED_STATES] = json.dumps(sorted(self._deleted))
         if doomed:
@@ -936,9 +1014,13 @@ def process_partition(
     rows_format: str = "pandas",
     time: TimeConfig = TimeConfig(),
     schemas: dict[str, Any] | None = None,
+    initial: str | None = None,
 ) -> Iterator[Any]:
     """Group the shard's rows by key, run the processor per key, then fire due timers; yield
     output Arrow batches.
+
+    ``initial`` is the staging id of the query's initial state (``_initial.py``): in
+    micro-batch 0 the shard's initial rows go to ``handleInitialState`` per key first.
 
     ``rows_format`` is ``"pandas"`` (PySpark's shape: an iterator of DataFrames per key) or
     ``"arrow"`` (an iterator of ``pyarrow.Table`` slices: much cheaper per key). Spark runs this
@@ -957,17 +1039,20 @@ def process_partition(
             table = table.filter(pc.greater_equal(kg_col, 0))
     rows = table.num_rows if table is not None else 0
     timers_on = time.mode != "none"
-    if rows == 0 and not timers_on:
+    init_rows = None
+    if initial is not None and task.batch_id == 0:
+        init_rows = _initial.load(task.spec.root, initial, task.shard)
+    if rows == 0 and not timers_on and init_rows is None:
         return  # no rows and no timers: the shard is not even opened
     meta = task.base_meta
     next_timer = _meta_int(meta, META_NEXT_TIMER) if timers_on else None
-    if rows == 0 and next_timer is None:
+    if rows == 0 and next_timer is None and init_rows is None:
         return
     now_ms = int(_time.time() * 1000)
     watermark = task.watermark if time.mode == "eventtime" else None
     timer_values = TimerValues(now_ms, -1 if watermark is None else watermark)
     threshold = now_ms if time.mode == "processingtime" else watermark
-    if rows == 0 and (threshold is None or next_timer > threshold):
+    if rows == 0 and init_rows is None and (threshold is None or next_timer > threshold):
         return  # nothing due: this shard has no work in this batch
 
     if watermark is not None:
@@ -978,6 +1063,8 @@ def process_partition(
     add = output.add
     bound = next_timer
     try:
+        if init_rows is not None:
+            _initial_state(handle, processor, init_rows, key_columns, rows_format, timer_values)
         if time.mode == "eventtime":
             # Timers the watermark passed before this batch fire before its rows, as in Spark,
             # where they fire in the no-data batch that follows the watermark's move.
@@ -1034,6 +1121,43 @@ def process_partition(
         if close is not None:
             close()
     yield from output.batches()
+
+
+def _initial_state(
+    handle: StatefulProcessorHandle, processor: Any, table: Any, key_columns: list[str],
+    rows_format: str, timer_values: TimerValues,
+) -> None:
+    """Call ``processor.handleInitialState(key, rows, timerValues)`` once per key of the
+    shard's initial rows (what it returns is ignored, as in PySpark); a processor without the
+    method ignores its initial state, as in PySpark."""
+    import numpy as np
+    import pyarrow as pa
+
+    fn = getattr(processor, "handleInitialState", None)
+    if fn is None or not table.num_rows:
+        return
+    keys_pdf = table.select(key_columns).to_pandas()
+    codes = keys_pdf.groupby(key_columns, sort=False, dropna=False).ngroup().to_numpy()
+    order = np.argsort(codes, kind="stable")
+    sorted_codes = codes[order]
+    starts = np.flatnonzero(np.r_[True, sorted_codes[1:] != sorted_codes[:-1]])
+    ends = np.r_[starts[1:], len(order)]
+    first_rows = pa.array(order[starts])
+    key_values = [table[c].take(first_rows).to_pylist() for c in key_columns]
+    kgs = table[KG_COLUMN].take(first_rows).to_pylist()
+    data = table.drop_columns([KG_COLUMN]).take(pa.array(order))
+    arrow = rows_format == "arrow"
+    if not arrow:
+        data = data.to_pandas()
+    keys = list(zip(*key_values))
+    encoded = list(map(_codec.encode, keys))
+    handle._prefetch(zip(kgs, encoded))
+    for i, key in enumerate(keys):
+        handle._bind(kgs[i], encoded[i])
+        a, b = int(starts[i]), int(ends[i])
+        sub = data.slice(a, b - a) if arrow else data.iloc[a:b].reset_index(drop=True)
+        fn(key, sub, timer_values)
+    handle._prefix = None
 
 
 def _fire_timers(
@@ -1120,6 +1244,7 @@ def transform_with_state(
     event_time_column: str | None = None,
     watermark_delay: Any = 0,
     heartbeat: bool = False,
+    initial_state: Any = None,
 ) -> Any:
     """Apply a :class:`StatefulProcessor` per key to a streaming DataFrame, state in silt.
 
@@ -1179,6 +1304,16 @@ def transform_with_state(
         running while the input is idle; heartbeat rows never reach the processor. Set the
         cadence with the query's trigger, e.g. ``trigger(processingTime="10 seconds")``, and
         keep the setting across restarts (it is a source of the query).
+    initial_state : pyspark.sql.DataFrame, optional
+        A batch DataFrame (or its ``groupBy(...)``, as PySpark's ``initialState``) with the
+        key columns (same names and types) and any other columns: in the query's first
+        micro-batch, each key's rows (one pandas DataFrame, or ``pyarrow.Table`` with
+        ``rows_format="arrow"``) go to ``processor.handleInitialState(key, rows,
+        timerValues)``, before ``handleInputRows`` for that key (which runs only if the key
+        has input rows in that batch). Never applied again: a restarted query, or one built on
+        a root that has state (other than with ``take_over=True``), ignores it. Building the
+        query runs one Spark job that stores each shard's initial rows under ``state_url``
+        (see ``docs/spark.md``).
 
     Returns
     -------
@@ -1229,6 +1364,7 @@ def transform_with_state(
             f"rows_format must be 'pandas' or 'arrow', got {rows_format!r}"
         )
     time_cfg = _time_config(df, time_mode, event_time_column, watermark_delay)
+    init_df = None if initial_state is None else _initial.check(initial_state, df, keys)
     spec = _api._spec(
         KIND, state_url, num_shards, key_groups, take_over, settings, df=df, reset=reset,
         event_time_delays=(
@@ -1250,9 +1386,12 @@ def transform_with_state(
     if have is not None and DESCRIPTOR_SCHEMAS in have and have[DESCRIPTOR_SCHEMAS] != registry:
         _shard.update_descriptor(spec.root, {DESCRIPTOR_SCHEMAS: registry})
 
+    staging = None if init_df is None else _initial.stage(init_df, keys, spec)
+
     def process(task: _shard.ShardTask, batches: Any) -> Any:
         return process_partition(
-            task, batches, processor, keys, arrow_schema, rows_format, time_cfg, registry
+            task, batches, processor, keys, arrow_schema, rows_format, time_cfg, registry,
+            staging,
         )
 
     return _api.shard_stage(_api._route(df, keys, spec, heartbeat), df, spec, process, struct)
@@ -1292,8 +1431,41 @@ def declared_states(processor: Any, time_mode: str = "none") -> dict[str, _schem
 def decode(items: Any, state_columns: list[list[str]] | None) -> Any:
     """``read_state``'s rows of this operator: ``(key tuple, state, map_key, value,
     expires_at_ms, version)`` per live entry of ``items`` (``(key, value, expires_at_ms,
-    version)`` of one shard)."""
+    version)`` of one shard); a list is one row (its elements as a JSON list, the earliest
+    expiry of its elements, the newest version among them)."""
     to_json = _codec.to_json
+    lst: list[Any] | None = None  # the list being gathered: [gkey, name, key, items, exp, ver]
+    for gkey, name, sub, value, expiry, ver, list_key in decode_typed(items, state_columns):
+        if lst is not None and list_key != lst[2]:
+            yield lst[0], lst[1], None, to_json(lst[3]), lst[4], lst[5]
+            lst = None
+        if list_key is not None:
+            if lst is None:
+                lst = [gkey, name, list_key, [], expiry, ver]
+            else:
+                if expiry is not None and (lst[4] is None or expiry < lst[4]):
+                    lst[4] = expiry
+                lst[5] = max(lst[5], ver)
+            if sub:
+                lst[3].append(value)
+            else:
+                lst[3].extend(value)
+            continue
+        if name == "__timer__":
+            yield gkey, name, None, str(value), expiry, ver
+            continue
+        yield gkey, name, to_json(sub) if sub is not None else None, to_json(value), expiry, ver
+    if lst is not None:
+        yield lst[0], lst[1], None, to_json(lst[3]), lst[4], lst[5]
+
+
+def decode_typed(items: Any, state_columns: Any, only: str | None = None) -> Any:
+    """Each live state entry of ``items`` decoded: ``(key tuple, state name, sub, value,
+    expires_at_ms, version, list key)``. ``sub`` is a map entry's key (a tuple), ``True`` for
+    one list element, ``None`` otherwise; ``value`` a tuple (a value, map value or list
+    element), a list (a list stored whole by older versions) or a timer's ms (state
+    ``"__timer__"``); ``list key`` is the entry key of the list an entry belongs to, else
+    ``None``. With ``only``, the entries of that state variable only."""
     # A processor root's descriptor has no state columns; read_state gives it the schema
     # registry instead (a dict), to decode typed values.
     codecs = _schema.codecs(state_columns) if isinstance(state_columns, dict) else {}
@@ -1303,18 +1475,34 @@ def decode(items: Any, state_columns: list[list[str]] | None) -> Any:
         encoded, rest = _keys.split_length_prefixed(key)
         gkey = _codec.decode(encoded)
         if rest[:1] == TIMER_MARK:
-            value_ms = str(_keys.time_value(rest, len(TIMER_MARK)))
-            yield gkey, "__timer__", None, value_ms, expiry, ver
+            if only is not None and only != "__timer__":
+                continue
+            yield (gkey, "__timer__", None, _keys.time_value(rest, len(TIMER_MARK)), expiry,
+                   ver, None)
             continue
         name, sub = _split_name(rest)
-        map_key = to_json(_codec.decode(sub)) if sub else None
+        if only is not None and name != only:
+            continue
         codec = codecs.get(name)
-        if codec is None:
-            decoded = _codec.decode(value)
-        elif codec.kind == "list":
-            decoded = codec.decode_list(value)
+        list_key = None
+        if sub[:1] == LIST_ELEMENT:
+            list_key = key[:len(key) - len(sub)]
+            decoded = _codec.decode(value) if codec is None else codec.decode(value)
+            part: Any = True
+        elif sub:
+            decoded = _codec.decode(value) if codec is None else codec.decode(value)
+            part = _codec.decode(sub)
         else:
-            decoded = codec.decode(value)
+            part = None
+            if codec is None:
+                decoded = _codec.decode(value)
+                if isinstance(decoded, list):  # a list stored whole
+                    list_key = key
+            elif codec.kind == "list":
+                decoded = codec.decode_list(value)
+                list_key = key
+            else:
+                decoded = codec.decode(value)
         if decoded is None:
             continue  # a value of a deleted generation of the variable
-        yield gkey, name, map_key, to_json(decoded), expiry, ver
+        yield gkey, name, part, decoded, expiry, ver, list_key

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from silt.errors import InvalidArgumentError, InvalidTypeError
 from silt.tierkit import public_url
 
 from . import _aggregate, _dedup, _join, _layout, _processor, _shard, _window
 from ._codec import to_json
-from .errors import LayoutMismatchError
+from .errors import LayoutMismatchError, VersionNotFoundError
 
 #: Columns after the key columns.
 STATE_COLUMNS = (
@@ -83,7 +84,9 @@ def read_shard(spec: _shard.OperatorSpec, shard: int, version: int) -> Any:
                 src.close()
 
 
-def read_state(spark: Any, state_url: str, version: int | None = None) -> Any:
+def read_state(
+    spark: Any, state_url: str, version: int | None = None, state_name: str | None = None
+) -> Any:
     """The state of a silt_spark operator as a DataFrame, for inspection and time travel.
 
     Parameters
@@ -94,8 +97,13 @@ def read_state(spark: Any, state_url: str, version: int | None = None) -> Any:
         The operator's ``state_url``.
     version : int, optional
         A micro-batch id: each shard is read at its latest version ``<= version`` (shards commit
-        only when their state changes). Default: the latest state. Versions removed by GC are
-        gone.
+        only when their state changes). Default: the latest state. A version no shard
+        committed (a micro-batch that changed no state, one not run yet, or one removed by GC)
+        raises :class:`silt_spark.errors.VersionNotFoundError` naming the versions there are.
+    state_name : str, optional
+        Only this state variable (for the built-in operators, this ``state`` value). For a
+        :func:`silt_spark.transform_with_state` variable declared with a schema, the columns
+        are typed (see Returns); other variables keep the JSON columns.
 
     Returns
     -------
@@ -110,6 +118,12 @@ def read_state(spark: Any, state_url: str, version: int | None = None) -> Any:
         ms, an aggregate's or window's running parts, the micro-batch that first saw a
         deduplicated key), ``expires_at_ms`` (TTL, else null) and ``shard_version`` (the
         version the row was read from).
+
+        With ``state_name`` naming a processor variable declared with a schema: the key
+        columns, then (map state) the map key's fields, then the value's fields in the
+        variable's latest schema (older values converted), each typed as declared, then
+        ``expires_at_ms`` and ``shard_version``; one row per value, map entry or list element.
+        A field whose name is already taken is prefixed ``map_key_`` or ``value_``.
 
     Examples
     --------
@@ -126,7 +140,16 @@ def read_state(spark: Any, state_url: str, version: int | None = None) -> Any:
         raise ValueError(f"{public_url(state_url)!r} is not a silt_spark state root "
                          f"(no {_shard.DESCRIPTOR})")
     spec = _spec(desc, state_url)
+    # Arguments are checked before any Spark call.
+    at = _layout_version(version)
+    if state_name is not None and not isinstance(state_name, str):
+        raise InvalidTypeError(f"state_name must be a str, got {type(state_name).__name__}")
+    typed = _typed_entry(desc, state_url, state_name)
+    if version is not None:
+        check_version(spec, version)
     key_columns = desc.get("key_columns") or [["key", "string"]]
+    if typed is not None:
+        return _read_typed(spark, spec, at, key_columns, state_name, typed)
     json_key = "key_columns" not in desc
     ddl = ", ".join(f"`{n}` {t}" for n, t in key_columns)
     ddl += ", " + ", ".join(f"`{n}` {t}" for n, t in STATE_COLUMNS)
@@ -135,7 +158,6 @@ def read_state(spark: Any, state_url: str, version: int | None = None) -> Any:
     kind = desc["operator"]
     # (a processor root has a schema registry instead; its decode takes that)
     state_columns = desc.get("state_columns", desc.get("state_schemas"))
-    at = _layout_version(version)
     nkeys = len(key_columns)
 
     def read(batches: Any) -> Any:
@@ -144,6 +166,8 @@ def read_state(spark: Any, state_url: str, version: int | None = None) -> Any:
         for b in batches:
             for shard in b.column(0).to_pylist():
                 rows = list(decode_entries(kind, read_shard(spec, shard, at), state_columns))
+                if state_name is not None:
+                    rows = [r for r in rows if r[1] == state_name]
                 if not rows:
                     continue
                 cols: list[list[Any]] = [[] for _ in range(nkeys)]
@@ -163,6 +187,116 @@ def read_state(spark: Any, state_url: str, version: int | None = None) -> Any:
     n = spec.num_shards
     shards = spark.range(0, n, 1, n).selectExpr("cast(id as int) as shard")
     return shards.mapInArrow(read, schema)
+
+
+def _typed_entry(
+    desc: dict[str, Any], state_url: str, state_name: str | None
+) -> dict[str, Any] | None:
+    """The schema registry entry of processor variable ``state_name`` when it is typed (its
+    rows then get typed columns), else ``None``; an unknown variable is refused, naming the
+    variables there are."""
+    if state_name is None or desc["operator"] != _processor.KIND:
+        return None
+    registry = desc.get(_processor.DESCRIPTOR_SCHEMAS)
+    if registry is None:
+        return None  # a root from before the registry: the JSON form
+    entry = registry.get(state_name)
+    if entry is None:
+        known = sorted(n for n, e in registry.items() if e.get("kind"))
+        raise InvalidArgumentError(
+            f"the processor at {public_url(state_url)!r} has no state "
+            f"variable {state_name!r}; its variables are {known}"
+        )
+    return entry if entry.get("versions") and entry.get("kind") else None
+
+
+def _read_typed(
+    spark: Any, spec: _shard.OperatorSpec, at: int, key_columns: list[list[str]],
+    state_name: str, entry: dict[str, Any],
+) -> Any:
+    """``read_state`` of one typed processor variable (see :func:`read_state`)."""
+    from pyspark.sql import types as T
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    taken = {n for n, _ in key_columns}
+    columns = [(n, t) for n, t in key_columns]
+    map_key = [f[:2] for f in entry.get("key") or ()] if entry["kind"] == "map" else []
+    for prefix, fields in (("map_key_", map_key), ("value_", [f[:2] for f in
+                                                             entry["versions"][-1]])):
+        for n, t in fields:
+            name = prefix + n if n in taken else n
+            taken.add(name)
+            columns.append((name, t))
+    columns += [("expires_at_ms", "bigint"), ("shard_version", "bigint")]
+    schema = T.DataType.fromDDL(", ".join(f"`{n}` {t}" for n, t in columns))
+    arrow_schema = to_arrow_schema(schema, timezone="UTC")
+    registry = {state_name: entry}
+    nmap = len(map_key)
+
+    def rows_of(shard: int) -> Any:
+        items = read_shard(spec, shard, at)
+        decoded = _processor.decode_typed(items, registry, state_name)
+        for gkey, _, sub, value, expiry, ver, _ in decoded:
+            head = (*gkey, *(sub if nmap else ()))
+            if isinstance(value, list):  # a list stored whole by older versions
+                for item in value:
+                    yield (*head, *item, expiry, ver)
+            else:
+                yield (*head, *value, expiry, ver)
+
+    def read(batches: Any) -> Any:
+        import pyarrow as pa
+
+        for b in batches:
+            for shard in b.column(0).to_pylist():
+                rows = list(rows_of(shard))
+                if rows:
+                    cols = list(zip(*rows))
+                    yield pa.RecordBatch.from_arrays(
+                        [pa.array(c, type=f.type) for c, f in zip(cols, arrow_schema)],
+                        schema=arrow_schema,
+                    )
+
+    n = spec.num_shards
+    shards = spark.range(0, n, 1, n).selectExpr("cast(id as int) as shard")
+    return shards.mapInArrow(read, schema)
+
+
+def root_versions(spec: _shard.OperatorSpec) -> list[int]:
+    """The versions committed by any shard of any layout of the root, ascending (one LIST per
+    shard; withdrawn versions and versions removed by GC are not listed)."""
+    import silt
+
+    found: set[int] = set()
+    for generation, num_shards in spec.layouts or ((spec.generation, spec.num_shards),):
+        for shard in range(num_shards):
+            found.update(silt.versions(_layout.shard_url(
+                spec.root, shard, num_shards, spec.key_groups, generation)))
+    return sorted(found)
+
+
+def _ranges(versions: list[int]) -> str:
+    """``0-3, 7, 9-12``: ascending versions as runs."""
+    runs: list[list[int]] = []
+    for v in versions:
+        if runs and runs[-1][1] == v - 1:
+            runs[-1][1] = v
+        else:
+            runs.append([v, v])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
+def check_version(spec: _shard.OperatorSpec, version: int) -> None:
+    """Refuse a ``version`` that no shard of the root committed (a micro-batch that changed
+    no state, one not run yet, or one removed by GC), naming the versions there are."""
+    versions = root_versions(spec)
+    if version in versions:
+        return
+    there = f"the versions there are: {_ranges(versions)}" if versions else "it has none"
+    raise VersionNotFoundError(
+        f"{public_url(spec.root)!r} has no state version {version} (no shard committed it: "
+        f"a micro-batch that changed no state, not run yet, or removed by GC); {there}"
+    )
 
 
 def _layout_version(version: int | None) -> int:

@@ -30,7 +30,8 @@ only as a whole: any change of one is refused.
 **Encoding** (on-disk; see docs/format.md)::
 
     value:  0x80 schema_id:u16be row
-    list:   0x81 schema_id:u16be count:u32be row*
+    list:   0x81 schema_id:u16be count:u32be row*   (a whole list, as older versions stored
+            lists; a list's elements are now one value entry each, see _processor.py)
     row:    null bitmap ((n+7)//8 bytes, bit i of byte i//8 set = field i is null)
             fixed part: one slot per field, in schema order, big-endian: tinyint b, smallint h,
               int/date(days) i, bigint/timestamp(us) q, float f, double d, boolean ?, and

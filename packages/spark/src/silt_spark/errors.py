@@ -57,6 +57,11 @@ class StateSchemaError(SparkStateError, ValueError):
     query starts, before anything is written."""
 
 
+class VersionNotFoundError(SparkStateError, LookupError):
+    """:func:`silt_spark.read_state` was asked for a version no shard of the root committed;
+    the message names the versions there are."""
+
+
 class NotStreamingError(SparkStateError):
     """An operator ran outside a streaming query (no micro-batch id in the task)."""
 
