@@ -670,6 +670,44 @@ class DB:
         self._check_open()
         return self._view.committed_records(start, end)
 
+    def changed_keys(
+        self, since: Sequence[DB], start: bytes | None = None, end: bytes | None = None
+    ) -> list[bytes]:
+        """Keys in ``[start, end)`` whose committed value may differ between ``since`` (DBs of
+        the same state opened at an older version: one, or the sources a rescaled shard was
+        made from) and this DB's base version, found from the manifests' deltas, not by
+        comparing snapshots: the keys of every SST one side lists and the other does not (new
+        writes and compaction outputs here; there, SSTs compacted away, whose deleted keys may
+        have left no trace), and the keys ``since`` holds under range deletes made after it.
+        Sorted. A superset of the changed keys (a compaction rewrites unchanged keys into new
+        SSTs): compare the values of both sides to be sure. Reads only those SSTs and, for new
+        range deletes, ``since``'s keys in their ranges.
+        """
+        self._check_open()
+        since_ids: set[str] = set()
+        since_seq = 0
+        for old in since:
+            old._check_open()
+            if old._manifest is not None:
+                since_ids.update(s.id for s in old._manifest.all_ssts())
+                since_seq = max(since_seq, old._manifest.seq)
+        now_ids = {s.id for s in self._manifest.all_ssts()} if self._manifest else set()
+        keys = self._view.changed_keys(since_ids, start, end)
+        for old in since:
+            # SSTs compacted away since: a key deleted since may have left no trace in this
+            # version (compaction drops a tombstone with the value it hides)
+            keys |= old._view.changed_keys(now_ids, start, end)
+        for lo, hi, seq in self._view.tombs.fragments:
+            if seq <= since_seq:
+                continue
+            lo = lo if start is None or lo > start else start
+            hi = hi if end is None or hi < end else end
+            if lo >= hi:
+                continue
+            for old in since:
+                keys.update(k for k, rec in old.committed_records(lo, hi) if rec is not None)
+        return sorted(keys)
+
     # -- lifecycle ----------------------------------------------------------------------------
     def close(self) -> None:
         """Release threads, caches and the store. Uncommitted writes are discarded.

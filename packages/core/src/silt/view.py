@@ -237,6 +237,18 @@ class ReadView:
                 sources.append(_chain_range(readers, start, end, tombs))
         return sources
 
+    def changed_keys(self, since_ids: set[str], start: bytes | None,
+                     end: bytes | None) -> set[bytes]:
+        """Keys in ``[start, end)`` of the committed SSTs whose id is not in ``since_ids`` (see
+        :meth:`silt.DB.changed_keys`, which adds the keys under newer range tombstones)."""
+        keys: set[bytes] = set()
+        readers = [*self.l0, *(r for level in self.levels for r in level.readers)]
+        for reader in readers:
+            if reader.info.id in since_ids or not overlaps(reader.info, start, end):  # type: ignore[union-attr]
+                continue
+            keys.update(k for k, _ in reader.iter_range(start, end))
+        return keys
+
     # -- inspection -----------------------------------------------------------------------------
     @property
     def read_amplification(self) -> int:

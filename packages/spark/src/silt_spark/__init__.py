@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from . import errors
 from ._aggregate import aggregate
+from ._changes import read_changes
 from ._dedup import deduplicate
 from ._join import join
 from ._lifecycle import drop_state
@@ -59,6 +60,7 @@ __all__ = [
     "join",
     "metrics",
     "progress_metrics",
+    "read_changes",
     "read_state",
     "state_size",
     "transform_with_state",
