@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 from silt import memtable as mt
 from silt import merge
 from silt.errors import CorruptionError, InvalidArgumentError, InvalidTypeError
+from silt.record import MISSING
 from silt.sst import block as blk_mod
 from silt.sst import bloom as bloom_mod
 from silt.sst import builder as builder_mod
@@ -344,6 +345,51 @@ def test_get_from_identical(dicts: list[dict], probes: list[bytes], bits: int,
         want = reader_mod.get_from_py(readers, key)
         assert C.get_from(readers, key) == want
         assert C.get_from(readers, key, bloom_mod.bloom_hash_py(key)) == want
+
+
+@FAST
+@given(st.lists(st.dictionaries(st.binary(min_size=1, max_size=3), record_st, min_size=1,
+                                max_size=20), max_size=3),
+       st.lists(st.lists(st.dictionaries(st.binary(min_size=1, max_size=3), record_st,
+                                         min_size=1, max_size=20), max_size=3), max_size=3),
+       st.lists(st.binary(max_size=4), max_size=30), st.sampled_from([0, 10]), st.booleans())
+def test_get_levels_identical(l0_dicts: list[dict], level_runs: list[list[dict]],
+                              probes: list[bytes], bits: int, cached: bool) -> None:
+    # L0 SSTs overlap (newest first); each level is a run of SSTs with disjoint key ranges,
+    # made from its dicts by cutting their union into consecutive pieces.
+    from silt.cache import BlockCache
+    from silt.tiers.memory import MemoryStore
+    from silt.view import Level
+
+    store = MemoryStore()
+    cache = BlockCache(1 << 20) if cached else None
+    s = silt.Settings(block_bytes=64, bloom_bits_per_key=bits)
+    names = iter(range(10**6))
+
+    def reader(d: dict) -> object:
+        name = f"sst{next(names)}"
+        keys = sorted(d)
+        data, info = builder_mod.build_sst(name, keys, [d[k] for k in keys], s)
+        store.put(name, data)
+        return reader_mod.SstReader(store, name, info, cache)
+
+    l0 = [reader(d) for d in l0_dicts]
+    levels = []
+    model = [dict(d) for d in l0_dicts]
+    for run in level_runs:
+        union: dict = {}
+        for d in run:
+            union.update(d)
+        keys = sorted(union)
+        cut = max(1, len(keys) // max(1, len(run)))
+        pieces = [dict((k, union[k]) for k in keys[i:i + cut]) for i in range(0, len(keys), cut)]
+        levels.append(Level([reader(p) for p in pieces if p]))
+        model.append(union)
+    for key in probes + [k for d in model for k in d]:
+        want = next((d[key] for d in model if key in d), MISSING)
+        assert reader_mod.get_levels_py(l0, levels, key) == want
+        assert C.get_levels(l0, levels, key) == want
+        assert C.get_levels(l0, levels, key, bloom_mod.bloom_hash_py(key)) == want
 
 
 class _PublicReader:

@@ -33,7 +33,7 @@ from .rangedel import EMPTY, RangeTombstones
 from .record import MISSING
 from .sst.bloom import bloom_hash
 from .sst.builder import SstInfo
-from .sst.reader import SstReader, get_from, lookup_groups, plan_probe
+from .sst.reader import SstReader, get_levels, lookup_groups, plan_probe
 
 
 class Part:
@@ -121,19 +121,7 @@ class ReadView:
                 r = part.reader.get(key, h)  # type: ignore[union-attr]
             if r is not MISSING:
                 return r
-        if self.l0:
-            r = get_from(self.l0, key, h)
-            if r is not MISSING:
-                return r
-        for level in self.levels:
-            reader = level.find(key)
-            if reader is not None:
-                if h < 0:
-                    h = bloom_hash(key)
-                r = reader.get(key, h)
-                if r is not MISSING:
-                    return r
-        return MISSING
+        return get_levels(self.l0, self.levels, key, h)
 
     def _get_below_covered(self, key: bytes, t: int) -> object:
         """``get_below`` for a key inside a range tombstone of sequence number ``t``: the newest

@@ -452,6 +452,30 @@ def get_from(readers: Sequence[SstReader], key: bytes, h: int = -1) -> object:
     return MISSING
 
 
+def get_levels(
+    l0: Sequence[SstReader], levels: Sequence[Any], key: bytes, h: int = -1
+) -> object:
+    """The record of ``key`` in the L0 SSTs ``l0`` (newest first), else in the first of
+    ``levels`` (sorted runs, each with ``readers`` and their ``largest`` keys, as
+    :class:`silt.view.Level`) that has it, or :data:`MISSING`: :func:`get_from` over L0 and one
+    bisect per level, with one bloom hash for all (a DB's whole point read below its memtables
+    in one call)."""
+    if h < 0:
+        h = bloom_hash(key)
+    if l0:
+        r = get_from(l0, key, h)
+        if r is not MISSING:
+            return r
+    for level in levels:
+        largest = level.largest
+        i = bisect_left(largest, key)
+        if i < len(largest):
+            r = get_from((level.readers[i],), key, h)
+            if r is not MISSING:
+                return r
+    return MISSING
+
+
 class Readahead:
     """The blocks of one SST for a forward range read: a block that is not cached is read
     together with the blocks after it, up to the one holding ``end`` (the range's last), in one
@@ -574,6 +598,7 @@ def lookup_groups(
 COMPILED = accelerate(globals(), (
     "find_block",
     "get_from",
+    "get_levels",
     "lookup_groups",
     "RangeIter",
     "plan_probe",
