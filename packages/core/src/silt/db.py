@@ -123,7 +123,7 @@ class DB:
         #: What reads consult; replaced whole (never edited) but for its active memtable.
         self._view = ReadView(Memtable())
         self._manifest: Manifest | None = None
-        self._readers = Readers()
+        self._readers = Readers(self._budget)
         self._fetch = BlockFetcher(settings.read_parallelism)
         #: Stores of sibling DBs whose SSTs the manifests reference (silt.siblings).
         self._siblings = SiblingStores(
@@ -688,6 +688,7 @@ class DB:
             else:  # the shared cache keeps this DB's blocks until evicted (a reopen finds them)
                 _give_back(self._budget, self._mem_reserved)
                 self._memtable_limit = 0
+                self._readers.unpin_all()
             self._view = ReadView(Memtable())
             self._siblings.close()
             if self._owns_store:

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import random
 import threading
+import weakref
 import zlib
 from bisect import bisect_left
 from collections.abc import Iterator, Sequence
 from itertools import accumulate, pairwise
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import boundedjson
 from .._ext import accelerate
@@ -35,6 +36,9 @@ from .format import (
     TRAILER_SIZE,
 )
 
+if TYPE_CHECKING:
+    from ..budget import MemoryBudget
+
 _JITTER = random.Random()
 #: A range read's first read of blocks that are not cached covers up to this many bytes ...
 READAHEAD_FIRST = 64 * 1024
@@ -49,9 +53,14 @@ _PROPS_DEPTH = 4
 
 
 class SstTail:
-    """The decoded tail of an SST: index, bloom filter and properties."""
+    """The decoded tail of an SST: index, bloom filter and properties.
 
-    __slots__ = ("block_offsets", "block_sizes", "last_keys", "bloom", "props", "filter_offset")
+    ``charge`` is the memory it holds, as a memory budget counts it: the tail's bytes plus
+    48 per block (each last key is a bytes object in a list) plus 200.
+    """
+
+    __slots__ = ("block_offsets", "block_sizes", "last_keys", "bloom", "props", "filter_offset",
+                 "charge")
 
     def __init__(self, tail: bytes, tail_start: int, size: int, name: str) -> None:
         if size < FOOTER_SIZE or len(tail) < FOOTER_SIZE:
@@ -129,6 +138,7 @@ class SstTail:
                 raise ValueError("last keys of the blocks are not in increasing order")
         except (ValueError, IndexError) as exc:
             raise CorruptionError(name, index_off, f"malformed index block ({exc})") from None
+        self.charge = len(tail) + 48 * len(self.last_keys) + 200
 
 
 def read_ranges(data: bytes, name: str = "<sst>") -> list[tuple[int, int]]:
@@ -177,8 +187,37 @@ class SstReader:
         #: (hot paths read it first and fall back to :attr:`tail`).
         self.loaded_tail: SstTail | None = None
         self._lock = threading.Lock()
+        #: The budget the loaded tail is pinned in (see charge_tail_to), and the bytes pinned.
+        self._budget: MemoryBudget | None = None
+        self._pinned = 0
         if tail is not None and tail_start is not None:
             self.loaded_tail = SstTail(tail, tail_start, self.size, self.name)
+
+    def charge_tail_to(self, budget: MemoryBudget) -> None:
+        """Pin this reader's tail in ``budget`` from when it loads (now, if it is loaded) until
+        the reader is garbage-collected. Once per reader; later calls do nothing."""
+        with self._lock:
+            if self._budget is not None:
+                return
+            self._budget = budget
+            if self.loaded_tail is not None:
+                self._pin(self.loaded_tail)
+
+    def _pin(self, t: SstTail) -> None:
+        """Pin ``t`` in the budget (lock held)."""
+        budget = self._budget
+        if budget is None or self._pinned:
+            return
+        self._pinned = t.charge
+        budget.pin(t.charge)
+        self._unpin = weakref.finalize(self, budget.unpin, t.charge)
+
+    def unpin_tail(self) -> None:
+        """Give the tail's pinned bytes back to the budget now (its DB closed); the reader
+        stays usable, its tail simply no longer counted."""
+        unpin = getattr(self, "_unpin", None)
+        if unpin is not None:
+            unpin()
 
     # -- tail -------------------------------------------------------------------------------
     @property
@@ -189,6 +228,7 @@ class SstReader:
             with self._lock:
                 if self.loaded_tail is None:
                     self.loaded_tail = self._load_tail()
+                    self._pin(self.loaded_tail)
                 t = self.loaded_tail
         return t
 
