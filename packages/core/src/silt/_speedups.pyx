@@ -415,7 +415,10 @@ cdef class Block:
                 self._bad("keys are not in increasing order")
             pstart = start
             start = e
-        self.charge = size + 48 * self._n + 200
+        # What this block holds, measured (RSS over 7,000 cached 8 KiB blocks): the payload, an
+        # 8-byte prefix per entry, ~500 bytes of object, malloc and cache-entry overhead. The
+        # pure twin holds a bytes object per key and its index dict, and charges for those.
+        self.charge = size + 8 * self._n + 512
 
     def __dealloc__(self):
         free(self._pfx)
