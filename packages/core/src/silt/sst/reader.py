@@ -321,9 +321,18 @@ class SstReader:
     def read_block(self, i: int, fill_cache: bool = True) -> Block:
         """Block ``i`` read from the store and decoded, without asking the cache (the caller has
         missed it); put into the cache when ``fill_cache``."""
-        blk = self.decode_block(i, self.read_raw_block(i))
-        if self.cache is not None and fill_cache:
-            self.cache.put((self.cache_id, i), blk, blk.charge)
+        # read_raw_block and decode_block inlined: this is every block-cache miss of a get.
+        t = self.loaded_tail
+        if t is None:
+            t = self.tail
+        off, size = t.block_offsets[i], t.block_sizes[i]
+        data = self._get_range(off, size)
+        if len(data) != size:
+            raise CorruptionError(self.name, off, f"block truncated: {len(data)} of {size} bytes")
+        blk = Block(unframe(data, self.name, off), self.name, off)
+        cache = self.cache
+        if cache is not None and fill_cache:
+            cache.put((self.cache_id, i), blk, blk.charge)
         return blk
 
     def read_run(self, first: int, stop: int, fill_cache: bool = True) -> list[Block]:
