@@ -442,32 +442,36 @@ class FileStore(ObjectStore):
         open): a block read is one ``fstat`` and one ``pread``, no path check, ``open`` or
         ``close``.
         """
-        start, length = check_range(start, length)
-        if length == 0:
-            path = self._path(key)
-            try:
-                with open(path, "rb"):  # fails like a read would (missing, a directory)
-                    return b""
-            except OSError as exc:
-                raise self._read_error(exc, key, path) from exc
         ident = (self.root, key) if type(key) is str else None
         entry = FDS.borrow(ident) if ident is not None else None
-        if entry is None:
-            path = self._path(key)  # validates the key (a cached one was validated before)
-            if ident is None:
-                ident = (self.root, str(key))
-            try:
-                fd = _open_fd(path)
-            except OSError as exc:
-                raise self._read_error(exc, key, path) from exc
-            entry = FDS.adopt(ident, fd)
         try:
-            return _read_fully(entry.fd, start, length)
-        except OSError as exc:
-            FDS.discard(ident, entry)  # a stale handle (network file system) is opened again
-            raise self._read_error(exc, key, self._path(key)) from exc
+            if entry is None:
+                path = self._path(key)  # validates the key (a cached one was validated before)
+                start, length = check_range(start, length)
+                if length == 0:
+                    try:
+                        with open(path, "rb"):  # fails like a read would (missing, a directory)
+                            return b""
+                    except OSError as exc:
+                        raise self._read_error(exc, key, path) from exc
+                try:
+                    fd = _open_fd(path)
+                except OSError as exc:
+                    raise self._read_error(exc, key, path) from exc
+                entry = FDS.adopt(ident if ident is not None else (self.root, str(key)), fd)
+            else:
+                start, length = check_range(start, length)
+                if length == 0:
+                    return b""  # the cached file still has its name: it exists
+            try:
+                return _read_fully(entry.fd, start, length)
+            except OSError as exc:
+                # a stale handle (network file system) is opened again by the next read
+                FDS.discard(ident if ident is not None else (self.root, str(key)), entry)
+                raise self._read_error(exc, key, self._path(key)) from exc
         finally:
-            FDS.release(entry)
+            if entry is not None:
+                FDS.release(entry)
 
     def _read_error(self, exc: OSError, key: str, path: str) -> StoreError:
         if exc.errno in _MISSING_ERRNOS:
