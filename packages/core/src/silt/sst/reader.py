@@ -190,6 +190,7 @@ class SstReader:
         #: The budget the loaded tail is pinned in (see charge_tail_to), and the bytes pinned.
         self._budget: MemoryBudget | None = None
         self._pinned = 0
+        self._unpin: weakref.finalize | None = None
         if tail is not None and tail_start is not None:
             self.loaded_tail = SstTail(tail, tail_start, self.size, self.name)
 
@@ -215,9 +216,8 @@ class SstReader:
     def unpin_tail(self) -> None:
         """Give the tail's pinned bytes back to the budget now (its DB closed); the reader
         stays usable, its tail simply no longer counted."""
-        unpin = getattr(self, "_unpin", None)
-        if unpin is not None:
-            unpin()
+        if self._unpin is not None:
+            self._unpin()
 
     # -- tail -------------------------------------------------------------------------------
     @property
