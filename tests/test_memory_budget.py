@@ -83,7 +83,8 @@ def test_memtables_take_from_the_cache_and_freeze_early_at_their_share(urls) -> 
             # its upload is done, however long that takes: memory really held, so counted, but
             # not what the share limits).
             peak = max(peak, sum(db._mem_reserved[0] for db in dbs))
-            assert budget.cache.capacity == budget.capacity - budget.memtable_bytes
+            assert budget.cache.capacity == (budget.capacity - budget.memtable_bytes
+                                              - budget.pinned_bytes)
             assert budget.cache.used <= budget.cache.capacity
         # Over the share by at most one chunk per writing DB plus one entry each.
         assert peak <= budget.memtable_limit + 8 * (chunk + 256)
@@ -176,10 +177,12 @@ def test_concurrent_writers_leave_the_budget_balanced(urls) -> None:
         t.join()
     assert not errors
     assert budget.memtable_bytes == 0
-    assert budget.cache.capacity == budget.capacity
+    assert budget.cache.capacity == budget.capacity - budget.pinned_bytes  # the SSTs' tails
     for db in dbs:
         assert db.get(b"2%08d" % 1499) == b"v" * 100
         db.close()
+    assert budget.pinned_bytes == 0
+    assert budget.cache.capacity == budget.capacity
 
 
 @pytest.mark.parametrize("value, error", [
@@ -227,3 +230,61 @@ def test_a_db_dropped_without_close_gives_its_memtable_back(urls) -> None:
     del db
     gc.collect()
     assert budget.memtable_bytes == 0
+
+
+def test_sst_tails_are_pinned_in_the_budget_from_first_read_to_close(urls) -> None:
+    # An open SST's index and bloom filter stay in memory: the budget counts them and the cache
+    # gives up as much, from the SST's first read (not at open) until the DB closes.
+    settings = silt.Settings(memtable_bytes=64 * KiB, block_bytes=1024, compaction="none")
+    with silt.open(urls[0], settings=settings) as db:
+        _fill(db, 3000)
+        db.commit()
+    budget = silt.MemoryBudget(4 * MiB)
+    db = silt.open(urls[0], settings=settings, budget=budget)
+    try:
+        readers = [*db._view.l0, *(r for lv in db._view.levels for r in lv.readers)]
+        assert len(readers) > 3
+        assert budget.pinned_bytes == 0  # nothing read yet: no tail loaded, nothing pinned
+        assert db.get(b"%08d" % 5) == b"v" * 100
+        loaded = [r for r in readers if r.loaded_tail is not None]
+        assert loaded and len(loaded) < len(readers)
+        assert budget.pinned_bytes == sum(r.loaded_tail.charge for r in loaded)
+        for i in range(0, 3000, 50):
+            db.get(b"%08d" % i)
+        pinned = sum(r.loaded_tail.charge for r in readers if r.loaded_tail is not None)
+        assert budget.pinned_bytes == pinned > 0
+        assert budget.cache.capacity == budget.capacity - budget.memtable_bytes - pinned
+        assert budget.stats()["pinned_bytes"] == pinned
+    finally:
+        db.close()
+    assert budget.pinned_bytes == 0
+    assert budget.cache.capacity == budget.capacity
+
+
+def test_a_db_dropped_without_close_unpins_its_tails(urls) -> None:
+    import gc
+
+    with silt.open(urls[0], settings=SHARED) as db:
+        _fill(db, 2000)
+        db.commit()
+    budget = silt.MemoryBudget(8 * MiB)
+    db = silt.open(urls[0], settings=SHARED, budget=budget)
+    assert db.get(b"%08d" % 7) == b"v" * 100
+    assert budget.pinned_bytes > 0
+    del db
+    gc.collect()
+    assert budget.pinned_bytes == 0
+
+
+def test_open_reads_no_sst_tail(urls) -> None:
+    # Opening is O(manifest): the tails (index, bloom) of the SSTs load on their first read.
+    settings = silt.Settings(memtable_bytes=64 * KiB, block_bytes=1024, compaction="none")
+    with silt.open(urls[0], settings=settings) as db:
+        _fill(db, 3000)
+        db.commit()
+    with silt.open(urls[0], settings=settings) as db:
+        assert db.stats()["l0_ssts"] > 3
+        assert db.stats()["requests_by_kind"].get("RANGE_GET", 0) == 0
+        assert db.get(b"%08d" % 3) == b"v" * 100
+        # one key: the tails of the SSTs whose key range holds it, and one block
+        assert 2 <= db.stats()["requests_by_kind"]["RANGE_GET"] < db.stats()["l0_ssts"]

@@ -415,7 +415,10 @@ cdef class Block:
                 self._bad("keys are not in increasing order")
             pstart = start
             start = e
-        self.charge = size + 48 * self._n + 200
+        # What this block holds, measured (RSS over 7,000 cached 8 KiB blocks): the payload, an
+        # 8-byte prefix per entry, ~500 bytes of object, malloc and cache-entry overhead. The
+        # pure twin holds a bytes object per key and its index dict, and charges for those.
+        self.charge = size + 8 * self._n + 512
 
     def __dealloc__(self):
         free(self._pfx)
@@ -740,52 +743,79 @@ def find_block(BloomFilter bloom, list last_keys, bytes key, long long h=-1):
     return _find_block(bloom, last_keys, key, h)
 
 
+cdef object _get_one(object reader, bytes key, const unsigned char* k, Py_ssize_t nk,
+                     long long* h):
+    """``SstReader.get`` of ``key`` in ``reader`` when its key range holds ``key``, else
+    MISSING; ``h[0]`` is the bloom hash, computed here on first need."""
+    cdef object info, t, cache, blk, r, lo, hi, bloom
+    cdef Py_ssize_t i
+    info = reader.info
+    lo = info.smallest
+    hi = info.largest
+    if not (PyBytes_CheckExact(lo) and PyBytes_CheckExact(hi)):
+        raise TypeError("SST key bounds must be bytes")
+    if (_cmp(<const unsigned char*>PyBytes_AS_STRING(lo), PyBytes_GET_SIZE(lo), k, nk) > 0
+            or _cmp(k, nk, <const unsigned char*>PyBytes_AS_STRING(hi),
+                    PyBytes_GET_SIZE(hi)) > 0):
+        return _MISSING
+    t = reader.loaded_tail
+    if t is None:
+        t = reader.tail
+    if h[0] < 0:
+        h[0] = _hash(key)
+    bloom = t.bloom
+    if bloom is not None and type(bloom) is not BloomFilter:
+        return reader.get(key, h[0])  # a tail decoded by the pure-Python twins
+    i = _find_block(bloom, t.last_keys, key, h[0])
+    if i < 0:
+        return _MISSING
+    cache = reader.cache
+    blk = None
+    if type(cache) is BlockCache:
+        blk = (<BlockCache>cache)._get((reader.cache_id, i))
+    elif cache is not None:
+        blk = cache.get((reader.cache_id, i))
+    if blk is None:
+        blk = reader.read_block(i)
+    if type(blk) is Block:
+        return (<Block>blk).get(key)
+    return blk.get(key)
+
+
 def get_from(readers, bytes key, long long h=-1):
     """The record of ``key`` in the first of ``readers`` (SstReaders, newest first) whose key
     range holds it and that has it, or MISSING: ``SstReader.get`` over each, without a Python
     frame per SST and with one bloom hash for all."""
-    cdef object reader, info, t, cache, blk, r, lo, hi, bloom
-    cdef Py_ssize_t i
+    cdef object reader, r
     cdef const unsigned char* k = <const unsigned char*>PyBytes_AS_STRING(key)
     cdef Py_ssize_t nk = PyBytes_GET_SIZE(key)
     for reader in readers:
-        info = reader.info
-        lo = info.smallest
-        hi = info.largest
-        if not (PyBytes_CheckExact(lo) and PyBytes_CheckExact(hi)):
-            raise TypeError("SST key bounds must be bytes")
-        if (_cmp(<const unsigned char*>PyBytes_AS_STRING(lo), PyBytes_GET_SIZE(lo), k, nk) > 0
-                or _cmp(k, nk, <const unsigned char*>PyBytes_AS_STRING(hi),
-                        PyBytes_GET_SIZE(hi)) > 0):
-            continue
-        t = reader.loaded_tail
-        if t is None:
-            t = reader.tail
-        if h < 0:
-            h = _hash(key)
-        bloom = t.bloom
-        if bloom is not None and type(bloom) is not BloomFilter:
-            r = reader.get(key, h)  # a tail decoded by the pure-Python twins
-            if r is not _MISSING:
-                return r
-            continue
-        i = _find_block(bloom, t.last_keys, key, h)
-        if i < 0:
-            continue
-        cache = reader.cache
-        blk = None
-        if type(cache) is BlockCache:
-            blk = (<BlockCache>cache)._get((reader.cache_id, i))
-        elif cache is not None:
-            blk = cache.get((reader.cache_id, i))
-        if blk is None:
-            blk = reader.read_block(i)
-        if type(blk) is Block:
-            r = (<Block>blk).get(key)
-        else:
-            r = blk.get(key)
+        r = _get_one(reader, key, k, nk, &h)
         if r is not _MISSING:
             return r
+    return _MISSING
+
+
+def get_levels(l0, levels, bytes key, long long h=-1):
+    """The record of ``key`` in the L0 SSTs ``l0`` (newest first), else in the first of
+    ``levels`` (sorted runs, each with ``readers`` and their ``largest`` keys) that has it, or
+    MISSING: ``get_from`` over L0 and one bisect per level, with one bloom hash for all."""
+    cdef object reader, r, level
+    cdef list largest
+    cdef Py_ssize_t i
+    cdef const unsigned char* k = <const unsigned char*>PyBytes_AS_STRING(key)
+    cdef Py_ssize_t nk = PyBytes_GET_SIZE(key)
+    for reader in l0:
+        r = _get_one(reader, key, k, nk, &h)
+        if r is not _MISSING:
+            return r
+    for level in levels:
+        largest = level.largest
+        i = _bisect_bytes(largest, k, nk, 0, PyList_GET_SIZE(largest))
+        if i < PyList_GET_SIZE(largest):
+            r = _get_one(level.readers[i], key, k, nk, &h)
+            if r is not _MISSING:
+                return r
     return _MISSING
 
 

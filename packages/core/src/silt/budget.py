@@ -16,9 +16,15 @@ that charges memtables to that cache):
   memtable is charged its real size when that is larger than its reservation (a write batch
   applied whole): the reserved total may go over the share by about one chunk per writing DB.
 
+* The loaded tails of open SSTs (index, bloom filter, properties: ``SstTail.charge``) are
+  pinned: counted (:meth:`MemoryBudget.pin`) from the first read of an SST until its reader is
+  dropped, and taken from the cache like memtables, never evicted. A tail loads on an SST's
+  first read, not at open, so opening a DB pins nothing.
+
 Blocks are counted at their decoded size (``Block.charge``), memtables by
-:func:`memtable_charge`; ``bench/memory_bench.py`` measures peak RSS against the budget. SST
-indexes and bloom filters, compaction buffers and upload buffers are outside the budget.
+:func:`memtable_charge`; ``bench/memory_bench.py`` measures peak RSS against the budget.
+Compaction buffers and upload buffers are outside the budget, as are the tails of a DB with a
+private cache.
 
 :func:`process_budget` is the budget every DB uses unless it is opened with its own
 (``silt.open(url, budget=...)``) or with a private cache (``Settings.block_cache_bytes``);
@@ -100,6 +106,8 @@ class MemoryBudget:
         self.peak_memtable_bytes = 0
         #: Reservations refused because memtables had their share (each froze a memtable early).
         self.refusals = 0
+        #: Bytes pinned by the loaded tails (index, bloom filter, properties) of open SSTs.
+        self.pinned_bytes = 0
         #: The block cache every DB of this budget shares.
         self.cache = BlockCache(self.capacity)
 
@@ -142,17 +150,32 @@ class MemoryBudget:
             self.memtable_bytes = max(0, self.memtable_bytes - nbytes)
             self._fit_cache()
 
+    def pin(self, nbytes: int) -> None:
+        """Count ``nbytes`` an open SST's loaded tail keeps in memory (index, bloom filter):
+        the cache shrinks by as much. Never refused: a read needs its SST's tail."""
+        with self._lock:
+            self.pinned_bytes += nbytes
+            self._fit_cache()
+
+    def unpin(self, nbytes: int) -> None:
+        """Give back ``nbytes`` :meth:`pin` counted (the SST's reader is gone)."""
+        with self._lock:
+            self.pinned_bytes = max(0, self.pinned_bytes - nbytes)
+            self._fit_cache()
+
     def _fit_cache(self) -> None:
-        self.cache.resize(max(0, self.capacity - self.memtable_bytes))
+        self.cache.resize(max(0, self.capacity - self.memtable_bytes - self.pinned_bytes))
 
     def stats(self) -> dict[str, int]:
-        """``capacity``, reserved ``memtable_bytes`` (and their peak), ``cache_bytes`` in use
-        and the cache's current ``cache_capacity``, ``refusals``."""
+        """``capacity``, reserved ``memtable_bytes`` (and their peak), ``pinned_bytes`` of
+        SST tails, ``cache_bytes`` in use and the cache's current ``cache_capacity``,
+        ``refusals``."""
         with self._lock:
             return {
                 "capacity": self.capacity,
                 "memtable_bytes": self.memtable_bytes,
                 "peak_memtable_bytes": self.peak_memtable_bytes,
+                "pinned_bytes": self.pinned_bytes,
                 "cache_bytes": self.cache.used,
                 "cache_capacity": self.cache.capacity,
                 "refusals": self.refusals,
@@ -160,7 +183,8 @@ class MemoryBudget:
 
     def __repr__(self) -> str:
         return (f"<silt.MemoryBudget {self.capacity} bytes, memtables {self.memtable_bytes}/"
-                f"{self.memtable_limit}, cache {self.cache.used}/{self.cache.capacity}>")
+                f"{self.memtable_limit}, pinned {self.pinned_bytes}, "
+                f"cache {self.cache.used}/{self.cache.capacity}>")
 
 
 _process_lock = threading.Lock()

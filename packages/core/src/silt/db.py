@@ -13,7 +13,7 @@ rooms that own their state and never call back into it:
 
 Following a key: :meth:`DB.get` (the view's memtable) ->
 :meth:`ReadView.get_below <silt.view.ReadView.get_below>` (parts, then
-:func:`silt.sst.reader.get_from` over L0 and one SST per level) -> the SST's bloom filter, index
+:func:`silt.sst.reader.get_levels`: L0, then one SST per level) -> the SST's bloom filter, index
 and block (:mod:`silt.sst.reader`). Following a commit: :meth:`DB.commit` freezes
 the memtable (:meth:`Flusher.freeze <silt.flush.Flusher.freeze>`), waits for uploads, lets
 compaction results join the new L0/levels, and hands them to
@@ -57,7 +57,7 @@ from .siblings import Base, Reference, SiblingStores, mark_referrers, take_refer
 from .siblings import split_parent as _split_parent
 from .sst.builder import SstInfo
 from .sst.format import MAX_EXPIRY_MS
-from .sst.reader import SstReader, get_from
+from .sst.reader import SstReader, get_levels
 from .store import ObjectStore
 from .tierkit import public_url
 from .versions import list_versions
@@ -123,7 +123,7 @@ class DB:
         #: What reads consult; replaced whole (never edited) but for its active memtable.
         self._view = ReadView(Memtable())
         self._manifest: Manifest | None = None
-        self._readers = Readers()
+        self._readers = Readers(self._budget)
         self._fetch = BlockFetcher(settings.read_parallelism)
         #: Stores of sibling DBs whose SSTs the manifests reference (silt.siblings).
         self._siblings = SiblingStores(
@@ -600,10 +600,10 @@ class DB:
         view = self._view
         r = view.mem.data.get(key, MISSING)
         if r is MISSING:
-            if view.parts or view.levels or view.tombs:
+            if view.parts or view.tombs:
                 r = view.get_below(key)
-            elif view.l0:  # everything below the memtable is in L0: one call, no frame more
-                r = get_from(view.l0, key)
+            elif view.l0 or view.levels:  # all below the memtable is in SSTs: one call
+                r = get_levels(view.l0, view.levels, key)
         if r.__class__ is bytes:
             return r  # type: ignore[return-value]
         if r is MISSING or r is None:
@@ -726,6 +726,7 @@ class DB:
             else:  # the shared cache keeps this DB's blocks until evicted (a reopen finds them)
                 _give_back(self._budget, self._mem_reserved)
                 self._memtable_limit = 0
+                self._readers.unpin_all()
             self._view = ReadView(Memtable())
             self._siblings.close()
             if self._owns_store:

@@ -25,7 +25,7 @@ import time
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .memtable import Memtable, split_found
 from .merge import live, merge_newest_first, visible_many
@@ -33,7 +33,10 @@ from .rangedel import EMPTY, RangeTombstones
 from .record import MISSING
 from .sst.bloom import bloom_hash
 from .sst.builder import SstInfo
-from .sst.reader import SstReader, get_from, lookup_groups, plan_probe
+from .sst.reader import SstReader, get_levels, lookup_groups, plan_probe
+
+if TYPE_CHECKING:
+    from .budget import MemoryBudget
 
 
 class Part:
@@ -121,19 +124,7 @@ class ReadView:
                 r = part.reader.get(key, h)  # type: ignore[union-attr]
             if r is not MISSING:
                 return r
-        if self.l0:
-            r = get_from(self.l0, key, h)
-            if r is not MISSING:
-                return r
-        for level in self.levels:
-            reader = level.find(key)
-            if reader is not None:
-                if h < 0:
-                    h = bloom_hash(key)
-                r = reader.get(key, h)
-                if r is not MISSING:
-                    return r
-        return MISSING
+        return get_levels(self.l0, self.levels, key, h)
 
     def _get_below_covered(self, key: bytes, t: int) -> object:
         """``get_below`` for a key inside a range tombstone of sequence number ``t``: the newest
@@ -401,23 +392,34 @@ class Readers:
     """The open :class:`SstReader` of each SST a DB reads (their tails stay loaded), by id.
 
     ``open`` makes the reader of an SST entry the first time (``make``: the owner's store,
-    a sibling's for a reference) and again when a reference's clip range changed.
+    a sibling's for a reference) and again when a reference's clip range changed. With a
+    ``budget``, every reader's tail is pinned in it once loaded (``SstReader.charge_tail_to``).
     """
 
-    __slots__ = ("by_id",)
+    __slots__ = ("by_id", "budget")
 
-    def __init__(self) -> None:
+    def __init__(self, budget: MemoryBudget | None = None) -> None:
         self.by_id: dict[str, SstReader] = {}
+        self.budget = budget
 
     def add(self, reader: SstReader) -> None:
+        if self.budget is not None:
+            reader.charge_tail_to(self.budget)
         self.by_id[reader.info.id] = reader  # type: ignore[union-attr]
 
     def open(self, info: SstInfo, make: Any) -> SstReader:
         reader = self.by_id.get(info.id)
         if reader is None or (reader.info is not info and reader.info != info):
             reader = make(info)
+            if self.budget is not None:
+                reader.charge_tail_to(self.budget)
             self.by_id[info.id] = reader
         return reader
+
+    def unpin_all(self) -> None:
+        """Give every reader's pinned tail bytes back to the budget (the DB closes)."""
+        for reader in self.by_id.values():
+            reader.unpin_tail()
 
     def retain(self, ids: set[str]) -> None:
         """Forget every reader whose id is not in ``ids``."""

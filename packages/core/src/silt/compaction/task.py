@@ -54,9 +54,9 @@ def make_policy(name: str, settings: Settings) -> Policy | None:
     if name == "none":
         return None
     from ..errors import InvalidArgumentError
-    from ..plugins import get_registry
+    from ..plugins import get_registry, registry_for
 
-    factory = get_registry().compaction_policies.get(name)
+    factory = registry_for("compaction_policy", name).compaction_policies.get(name)
     if factory is None:
         known = ", ".join(sorted(get_registry().compaction_policies)) or "none"
         raise InvalidArgumentError(

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import random
 import threading
+import weakref
 import zlib
 from bisect import bisect_left
 from collections.abc import Iterator, Sequence
 from itertools import accumulate, pairwise
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import boundedjson
 from .._ext import accelerate
@@ -35,6 +36,9 @@ from .format import (
     TRAILER_SIZE,
 )
 
+if TYPE_CHECKING:
+    from ..budget import MemoryBudget
+
 _JITTER = random.Random()
 #: A range read's first read of blocks that are not cached covers up to this many bytes ...
 READAHEAD_FIRST = 64 * 1024
@@ -49,9 +53,14 @@ _PROPS_DEPTH = 4
 
 
 class SstTail:
-    """The decoded tail of an SST: index, bloom filter and properties."""
+    """The decoded tail of an SST: index, bloom filter and properties.
 
-    __slots__ = ("block_offsets", "block_sizes", "last_keys", "bloom", "props", "filter_offset")
+    ``charge`` is the memory it holds, as a memory budget counts it: the tail's bytes plus
+    48 per block (each last key is a bytes object in a list) plus 200.
+    """
+
+    __slots__ = ("block_offsets", "block_sizes", "last_keys", "bloom", "props", "filter_offset",
+                 "charge")
 
     def __init__(self, tail: bytes, tail_start: int, size: int, name: str) -> None:
         if size < FOOTER_SIZE or len(tail) < FOOTER_SIZE:
@@ -129,6 +138,7 @@ class SstTail:
                 raise ValueError("last keys of the blocks are not in increasing order")
         except (ValueError, IndexError) as exc:
             raise CorruptionError(name, index_off, f"malformed index block ({exc})") from None
+        self.charge = len(tail) + 48 * len(self.last_keys) + 200
 
 
 def read_ranges(data: bytes, name: str = "<sst>") -> list[tuple[int, int]]:
@@ -177,8 +187,37 @@ class SstReader:
         #: (hot paths read it first and fall back to :attr:`tail`).
         self.loaded_tail: SstTail | None = None
         self._lock = threading.Lock()
+        #: The budget the loaded tail is pinned in (see charge_tail_to), and the bytes pinned.
+        self._budget: MemoryBudget | None = None
+        self._pinned = 0
+        self._unpin: weakref.finalize | None = None
         if tail is not None and tail_start is not None:
             self.loaded_tail = SstTail(tail, tail_start, self.size, self.name)
+
+    def charge_tail_to(self, budget: MemoryBudget) -> None:
+        """Pin this reader's tail in ``budget`` from when it loads (now, if it is loaded) until
+        the reader is garbage-collected. Once per reader; later calls do nothing."""
+        with self._lock:
+            if self._budget is not None:
+                return
+            self._budget = budget
+            if self.loaded_tail is not None:
+                self._pin(self.loaded_tail)
+
+    def _pin(self, t: SstTail) -> None:
+        """Pin ``t`` in the budget (lock held)."""
+        budget = self._budget
+        if budget is None or self._pinned:
+            return
+        self._pinned = t.charge
+        budget.pin(t.charge)
+        self._unpin = weakref.finalize(self, budget.unpin, t.charge)
+
+    def unpin_tail(self) -> None:
+        """Give the tail's pinned bytes back to the budget now (its DB closed); the reader
+        stays usable, its tail simply no longer counted."""
+        if self._unpin is not None:
+            self._unpin()
 
     # -- tail -------------------------------------------------------------------------------
     @property
@@ -189,6 +228,7 @@ class SstReader:
             with self._lock:
                 if self.loaded_tail is None:
                     self.loaded_tail = self._load_tail()
+                    self._pin(self.loaded_tail)
                 t = self.loaded_tail
         return t
 
@@ -281,9 +321,18 @@ class SstReader:
     def read_block(self, i: int, fill_cache: bool = True) -> Block:
         """Block ``i`` read from the store and decoded, without asking the cache (the caller has
         missed it); put into the cache when ``fill_cache``."""
-        blk = self.decode_block(i, self.read_raw_block(i))
-        if self.cache is not None and fill_cache:
-            self.cache.put((self.cache_id, i), blk, blk.charge)
+        # read_raw_block and decode_block inlined: this is every block-cache miss of a get.
+        t = self.loaded_tail
+        if t is None:
+            t = self.tail
+        off, size = t.block_offsets[i], t.block_sizes[i]
+        data = self._get_range(off, size)
+        if len(data) != size:
+            raise CorruptionError(self.name, off, f"block truncated: {len(data)} of {size} bytes")
+        blk = Block(unframe(data, self.name, off), self.name, off)
+        cache = self.cache
+        if cache is not None and fill_cache:
+            cache.put((self.cache_id, i), blk, blk.charge)
         return blk
 
     def read_run(self, first: int, stop: int, fill_cache: bool = True) -> list[Block]:
@@ -452,6 +501,30 @@ def get_from(readers: Sequence[SstReader], key: bytes, h: int = -1) -> object:
     return MISSING
 
 
+def get_levels(
+    l0: Sequence[SstReader], levels: Sequence[Any], key: bytes, h: int = -1
+) -> object:
+    """The record of ``key`` in the L0 SSTs ``l0`` (newest first), else in the first of
+    ``levels`` (sorted runs, each with ``readers`` and their ``largest`` keys, as
+    :class:`silt.view.Level`) that has it, or :data:`MISSING`: :func:`get_from` over L0 and one
+    bisect per level, with one bloom hash for all (a DB's whole point read below its memtables
+    in one call)."""
+    if h < 0:
+        h = bloom_hash(key)
+    if l0:
+        r = get_from(l0, key, h)
+        if r is not MISSING:
+            return r
+    for level in levels:
+        largest = level.largest
+        i = bisect_left(largest, key)
+        if i < len(largest):
+            r = get_from((level.readers[i],), key, h)
+            if r is not MISSING:
+                return r
+    return MISSING
+
+
 class Readahead:
     """The blocks of one SST for a forward range read: a block that is not cached is read
     together with the blocks after it, up to the one holding ``end`` (the range's last), in one
@@ -574,6 +647,7 @@ def lookup_groups(
 COMPILED = accelerate(globals(), (
     "find_block",
     "get_from",
+    "get_levels",
     "lookup_groups",
     "RangeIter",
     "plan_probe",
