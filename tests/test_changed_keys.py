@@ -16,13 +16,18 @@ from hypothesis import strategies as st
 SETTINGS = silt.Settings(compaction_mode="thread", l0_compaction_trigger=2)
 
 
-def _open(url: str, version: int | None = None) -> silt.DB:
-    return silt.open(url, version=version, settings=SETTINGS)
+#: No compaction: every SST a version adds holds exactly its writes.
+STILL = silt.Settings(compaction_mode="thread", l0_compaction_trigger=1000,
+                      l0_stall_trigger=2000)
+
+
+def _open(url: str, version: int | None = None, settings: silt.Settings = SETTINGS) -> silt.DB:
+    return silt.open(url, version=version, settings=settings)
 
 
 def test_changes_between_versions_are_found_from_the_new_ssts() -> None:
     url = f"memory://changed-{uuid.uuid4().hex}"
-    with _open(url) as db:
+    with _open(url, settings=STILL) as db:
         for i in range(200):
             db.put(b"k%03d" % i, b"v1")
         db.commit()  # 1
@@ -33,14 +38,14 @@ def test_changes_between_versions_are_found_from_the_new_ssts() -> None:
         db.commit()  # 2
         db.put(b"k007", b"v3")
         db.commit()  # 3
-    with _open(url, 1) as old, _open(url, 3) as new:
+    with _open(url, 1, STILL) as old, _open(url, 3, STILL) as new:
         keys = new.changed_keys([old])
         changed = {k for k in keys if old.get(k) != new.get(k)}
         want = {b"k005", b"k006", b"new", b"k007", *(b"k%03d" % i for i in range(100, 110))}
         assert changed == want
         assert set(keys) == changed  # no compaction ran: nothing else was rewritten
         assert new.changed_keys([old], b"k100", b"k105") == [b"k%03d" % i for i in range(100, 105)]
-    with _open(url, 3) as same:
+    with _open(url, 3, STILL) as same:
         assert same.changed_keys([same]) == []
     # Compaction rewrites unchanged keys into new SSTs: they are reported (a superset), and
     # comparing values leaves exactly the changes.
