@@ -53,7 +53,7 @@ from silt_azure import AzureOptions, AzureStore
 from silt_azure import store as az_store_module
 from silt_azure.config import Account, parse_url, resolve_account
 from silt_azure.errors import map_error
-from silt_azure.plugin import silt_register
+from silt_azure.plugin import open_azure, silt_register
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -469,7 +469,7 @@ def test_hook_and_entry_point() -> None:
             added[scheme] = factory
 
     silt_register(Registry())
-    assert added == {"az": AzureStore.from_url, "azure": AzureStore.from_url}
+    assert added == {"az": open_azure, "azure": open_azure}  # the SDK loads on first use
     pyproject = (PACKAGE / "pyproject.toml").read_text()
     assert 'name = "silt-tier-azure"' in pyproject
     assert '[project.entry-points.silt]\naz = "silt_azure.plugin"\n' in pyproject
