@@ -34,6 +34,7 @@ private cache.
 from __future__ import annotations
 
 import threading
+from collections import deque
 
 from .cache import BlockCache
 from .errors import InvalidArgumentError, InvalidTypeError
@@ -110,6 +111,9 @@ class MemoryBudget:
         self.pinned_bytes = 0
         #: The block cache every DB of this budget shares.
         self.cache = BlockCache(self.capacity)
+        #: Amounts given back by garbage-collection finalizers (:meth:`release_soon`,
+        #: :meth:`unpin_soon`), applied by the next call that takes the lock.
+        self._pending: deque[tuple[bool, int]] = deque()
 
     @property
     def memtable_limit(self) -> int:
@@ -128,6 +132,7 @@ class MemoryBudget:
         capacity = check_budget_bytes(capacity_bytes)
         share = self.memtable_share if memtable_share is None else _check_share(memtable_share)
         with self._lock:
+            self._drain()
             self.capacity = capacity
             self.memtable_share = share
             self._fit_cache()
@@ -136,6 +141,7 @@ class MemoryBudget:
         """Reserve ``nbytes`` for a memtable: True if granted (the cache shrinks by as much);
         False, reserving nothing, when memtables would go over their share, unless ``force``."""
         with self._lock:
+            self._drain()
             if not force and self.memtable_bytes + nbytes > self.memtable_limit:
                 self.refusals += 1
                 return False
@@ -147,6 +153,7 @@ class MemoryBudget:
     def release(self, nbytes: int) -> None:
         """Give back ``nbytes`` a memtable reserved (its SST is uploaded, or its DB closed)."""
         with self._lock:
+            self._drain()
             self.memtable_bytes = max(0, self.memtable_bytes - nbytes)
             self._fit_cache()
 
@@ -154,14 +161,35 @@ class MemoryBudget:
         """Count ``nbytes`` an open SST's loaded tail keeps in memory (index, bloom filter):
         the cache shrinks by as much. Never refused: a read needs its SST's tail."""
         with self._lock:
+            self._drain()
             self.pinned_bytes += nbytes
             self._fit_cache()
 
     def unpin(self, nbytes: int) -> None:
         """Give back ``nbytes`` :meth:`pin` counted (the SST's reader is gone)."""
         with self._lock:
+            self._drain()
             self.pinned_bytes = max(0, self.pinned_bytes - nbytes)
             self._fit_cache()
+
+    def release_soon(self, nbytes: int) -> None:
+        """:meth:`release`, applied by the budget's next call: for garbage-collection
+        finalizers, which may run inside any allocation, including while this thread holds the
+        budget's or the cache's lock (taking either there would deadlock). Takes no lock."""
+        self._pending.append((True, nbytes))
+
+    def unpin_soon(self, nbytes: int) -> None:
+        """:meth:`unpin`, applied by the budget's next call (see :meth:`release_soon`)."""
+        self._pending.append((False, nbytes))
+
+    def _drain(self) -> None:
+        """Apply what finalizers gave back (lock held)."""
+        while self._pending:
+            memtable, n = self._pending.popleft()
+            if memtable:
+                self.memtable_bytes = max(0, self.memtable_bytes - n)
+            else:
+                self.pinned_bytes = max(0, self.pinned_bytes - n)
 
     def _fit_cache(self) -> None:
         self.cache.resize(max(0, self.capacity - self.memtable_bytes - self.pinned_bytes))
@@ -171,6 +199,9 @@ class MemoryBudget:
         SST tails, ``cache_bytes`` in use and the cache's current ``cache_capacity``,
         ``refusals``."""
         with self._lock:
+            if self._pending:
+                self._drain()
+                self._fit_cache()
             return {
                 "capacity": self.capacity,
                 "memtable_bytes": self.memtable_bytes,

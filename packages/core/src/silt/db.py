@@ -69,8 +69,15 @@ _BYTES_ONLY = {bytes}
 
 
 def _give_back(budget: MemoryBudget, reserved: list[int]) -> None:
-    """Release what a DB's active memtable held reserved (close, or the DB was collected)."""
+    """Release what a DB's active memtable held reserved (close)."""
     budget.release(reserved[0])
+    reserved[0] = 0
+
+
+def _give_back_soon(budget: MemoryBudget, reserved: list[int]) -> None:
+    """The same from the finalizer of a DB collected unclosed: it may run inside any
+    allocation, with the budget's or the cache's lock held, so it takes no lock."""
+    budget.release_soon(reserved[0])
     reserved[0] = 0
 
 
@@ -119,7 +126,7 @@ class DB:
         self._memtable_limit = settings.memtable_bytes if self._budget is None else 0
         self._mem_reserved = [0]  # a list: the finalizer of a DB dropped unclosed gives it back
         if self._budget is not None:
-            weakref.finalize(self, _give_back, self._budget, self._mem_reserved)
+            weakref.finalize(self, _give_back_soon, self._budget, self._mem_reserved)
         #: What reads consult; replaced whole (never edited) but for its active memtable.
         self._view = ReadView(Memtable())
         self._manifest: Manifest | None = None

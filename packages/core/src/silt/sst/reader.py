@@ -211,13 +211,14 @@ class SstReader:
             return
         self._pinned = t.charge
         budget.pin(t.charge)
-        self._unpin = weakref.finalize(self, budget.unpin, t.charge)
+        # (a finalizer may run inside any allocation, locks held: it takes none)
+        self._unpin = weakref.finalize(self, budget.unpin_soon, t.charge)
 
     def unpin_tail(self) -> None:
         """Give the tail's pinned bytes back to the budget now (its DB closed); the reader
         stays usable, its tail simply no longer counted."""
-        if self._unpin is not None:
-            self._unpin()
+        if self._unpin is not None and self._unpin.detach() is not None:
+            self._budget.unpin(self._pinned)  # type: ignore[union-attr]
 
     # -- tail -------------------------------------------------------------------------------
     @property
