@@ -18,7 +18,6 @@ from silt.errors import InvalidArgumentError
 from silt.tierkit import public_url
 
 from . import _layout, _read, _shard
-from ._codec import to_json
 from .errors import LayoutMismatchError
 
 #: Columns after the key columns.
@@ -138,7 +137,6 @@ def read_changes(spark: Any, state_url: str, start_version: int, end_version: in
         return list(_read.decode_entries(kind, [(key, value, None, 0)], state_columns))
 
     def read(batches: Any) -> Any:
-        import pyarrow as pa
 
         for batch in batches:
             for shard in batch.column(0).to_pylist():
@@ -153,23 +151,10 @@ def read_changes(spark: Any, state_url: str, start_version: int, end_version: in
                         change = "insert" if o is None else "delete" if n is None else "update"
                         gkey = (n or o)[0]
                         rows.append((gkey, ident[0], ident[1], change,
-                                     None if o is None else o[3], None if n is None else n[3]))
-                if not rows:
-                    continue
-                cols: list[list[Any]] = [[] for _ in range(nkeys)]
-                for gkey, *_ in rows:
-                    if json_key:
-                        cols[0].append(to_json(list(gkey)))
-                    else:
-                        for j in range(nkeys):
-                            cols[j].append(gkey[j])
-                arrays = [pa.array(c, type=arrow_schema.field(j).type)
-                          for j, c in enumerate(cols)]
-                for j, (name, _) in enumerate(CHANGE_COLUMNS[:-1]):
-                    arrays.append(pa.array([r[1 + j] for r in rows],
-                                           type=arrow_schema.field(name).type))
-                arrays.append(pa.array([shard] * len(rows), type=pa.int32()))
-                yield pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
+                                     None if o is None else o[3], None if n is None else n[3],
+                                     shard))
+                if rows:
+                    yield _read.rows_batch(rows, CHANGE_COLUMNS, nkeys, json_key, arrow_schema)
 
     n = spec.num_shards
     shards = spark.range(0, n, 1, n).selectExpr("cast(id as int) as shard")

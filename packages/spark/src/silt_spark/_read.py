@@ -84,6 +84,26 @@ def read_shard(spec: _shard.OperatorSpec, shard: int, version: int) -> Any:
                 src.close()
 
 
+def rows_batch(rows: list[tuple], columns: Any, nkeys: int, json_key: bool,
+               arrow_schema: Any) -> Any:
+    """One Arrow batch of ``(key tuple, *values)`` rows: the key columns (one JSON ``key``
+    column for roots created before key types were recorded), then one column per entry of
+    ``columns`` (``(name, type)``) from the values in order."""
+    import pyarrow as pa
+
+    cols: list[list[Any]] = [[] for _ in range(nkeys)]
+    for gkey, *_ in rows:
+        if json_key:
+            cols[0].append(to_json(list(gkey)))
+        else:
+            for j in range(nkeys):
+                cols[j].append(gkey[j])
+    arrays = [pa.array(c, type=arrow_schema.field(j).type) for j, c in enumerate(cols)]
+    for j, (name, _) in enumerate(columns):
+        arrays.append(pa.array([r[1 + j] for r in rows], type=arrow_schema.field(name).type))
+    return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
+
+
 def read_state(
     spark: Any, state_url: str, version: int | None = None, state_name: str | None = None
 ) -> Any:
@@ -161,28 +181,14 @@ def read_state(
     nkeys = len(key_columns)
 
     def read(batches: Any) -> Any:
-        import pyarrow as pa
 
         for b in batches:
             for shard in b.column(0).to_pylist():
                 rows = list(decode_entries(kind, read_shard(spec, shard, at), state_columns))
                 if state_name is not None:
                     rows = [r for r in rows if r[1] == state_name]
-                if not rows:
-                    continue
-                cols: list[list[Any]] = [[] for _ in range(nkeys)]
-                for gkey, *_ in rows:
-                    if json_key:
-                        cols[0].append(to_json(list(gkey)))
-                    else:
-                        for j in range(nkeys):
-                            cols[j].append(gkey[j])
-                arrays = [pa.array(c, type=arrow_schema.field(j).type)
-                          for j, c in enumerate(cols)]
-                for j, (name, _) in enumerate(STATE_COLUMNS):
-                    arrays.append(pa.array([r[1 + j] for r in rows],
-                                           type=arrow_schema.field(name).type))
-                yield pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
+                if rows:
+                    yield rows_batch(rows, STATE_COLUMNS, nkeys, json_key, arrow_schema)
 
     n = spec.num_shards
     shards = spark.range(0, n, 1, n).selectExpr("cast(id as int) as shard")
