@@ -59,6 +59,8 @@ from .errors import (
     ForeignStateError,
     LayoutMismatchError,
     NotStreamingError,
+    ReplayInputError,
+    ShardPlacementError,
     StateAheadError,
 )
 
@@ -72,6 +74,8 @@ DESCRIPTOR_FORMAT = 2
 
 META_QUERY_ID = "spark.query_id"
 META_BATCH_ID = "spark.batch_id"
+#: The task's input row count in the committed meta (``_metrics.TaskProbe.meta``).
+META_ROWS_IN = "spark.rows_in"
 
 
 @dataclass
@@ -481,7 +485,10 @@ class ShardTask:
         # (started_ms is wall-clock ms, truncated: a sub-ms task could come out negative)
         process_ms = self.process_ms = max(0.0, _now_ms() - self.started_ms - self.open_ms)
         self.commit_ms = 0.0
-        if not self.changed or self.replay:
+        if self.replay:
+            self._check_replay_input()
+            return
+        if not self.changed:
             return
         meta = {
             **self.meta_updates,
@@ -515,7 +522,31 @@ class ShardTask:
             log.info("%s: version %d was committed by another attempt", public_url(self.url),
                      self.batch_id)
             self.replay = True
+            self._check_replay_input()
         self.commit_ms = (_perf() - t0) * 1000
+
+    def _check_replay_input(self) -> None:
+        """On a replay, refuse input that cannot be the committed attempt's: one attempt had
+        rows and the other none (:class:`ReplayInputError`). Every attempt of a batch must see
+        the same rows (replayable sources, a fixed plan); a plan changed between the attempts
+        (for example an operator moved inside a union, where an empty task could act as another
+        shard) would otherwise make the stale version stand and lose this attempt's rows. Costs
+        one GET, on replays only; versions without the count are not checked."""
+        mine = self.meta_updates.get(META_ROWS_IN)
+        if mine is None:
+            return
+        try:
+            committed = silt.read_manifest(self.db.store, self.batch_id).meta.get(META_ROWS_IN)
+        except NotFoundError:
+            return  # withdrawn or collected since: the commit path decides
+        if committed is None or (int(committed) > 0) == (int(mine) > 0):
+            return
+        raise ReplayInputError(
+            f"{public_url(self.url)}: micro-batch {self.batch_id} is committed from "
+            f"{committed} input rows but runs again with {mine}: the query's plan or source "
+            "changed between the two attempts (for example the operator was moved into a "
+            "union). Restore the plan the batch ran with, or start with a new state_url"
+        )
 
     def release(self, ok: bool) -> None:
         """Return the handle to the worker's cache, or close it (failure, pending writes).
@@ -702,9 +733,13 @@ def run_shard(
     query_id = ctx.getLocalProperty("sql.streaming.queryId") or ""
     shard = ctx.partitionId()
     if shard >= spec.num_shards:
-        raise RuntimeError(
-            f"task for partition {shard} but the operator has {spec.num_shards} shards; adaptive "
-            "query execution must stay off for silt_spark operators"
+        raise ShardPlacementError(
+            f"a task of the silt_{spec.kind} operator at {public_url(spec.root)} runs as "
+            f"partition {shard} of its stage, but the operator has {spec.num_shards} shards: "
+            "its output shares a stage with other partitions (a union in which it is not the "
+            "first input), or adaptive query execution coalesced its shuffle. Add "
+            ".repartition(n) to the operator's output before the union, or make it the first "
+            "input, and keep spark.sql.adaptive.enabled off"
         )
     task = ShardTask(spec, shard, int(batch_id), query_id, ctx.attemptNumber())
     probe = task.probe = _metrics.TaskProbe(task)

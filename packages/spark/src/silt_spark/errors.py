@@ -62,6 +62,21 @@ class VersionNotFoundError(SparkStateError, LookupError):
     the message names the versions there are."""
 
 
+class ShardPlacementError(SparkStateError):
+    """An operator's tasks do not run as partitions ``0..num_shards - 1`` of their Spark stage,
+    so a task cannot tell which shard it is: the operator's output was put in one stage with
+    other partitions, as a ``union`` does when the operator is not its first input. Add
+    ``.repartition(n)`` to the operator's output before the union (a stage boundary), or make
+    the operator the union's first input."""
+
+
+class ReplayInputError(SparkStateError):
+    """A micro-batch was run again on a shard whose version of it is committed, but this
+    attempt's input differs from the committed attempt's (one had rows, the other none): the
+    query's plan or source changed between the attempts, and replaying would lose or repeat
+    state. Restore the plan the batch ran with, or start with a new ``state_url``."""
+
+
 class NotStreamingError(SparkStateError):
     """An operator ran outside a streaming query (no micro-batch id in the task)."""
 
@@ -72,6 +87,8 @@ __all__ = [
     "LayoutMismatchError",
     "NotAnOperatorRootError",
     "NotStreamingError",
+    "ReplayInputError",
+    "ShardPlacementError",
     "SparkStateError",
     "StateAheadError",
     "StateLostError",
