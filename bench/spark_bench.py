@@ -20,7 +20,10 @@ local[2]. Runs
     batches of 20 s fill the buffers, and with ``--batches 6`` whole 60 s buckets expire too):
     ``--cases join --keys 1000000 --join-buffered 1000000 --batches 6`` is the 1M case,
     ``--join-buffered 10000000`` the 10M one (5M rows per side and batch: give the driver
-    memory with ``--driver-memory 8g``),
+    memory with ``--driver-memory 8g``); ``--join-step-rows R`` keeps the buffers full after
+    those two batches with batches of R rows each, so that commit and eviction are compared at
+    the same delta per batch whatever the buffer (``--join-buffered 1000000 --join-step-rows
+    50000 --batches 8`` against ``--join-buffered 100000 ...``),
 then stops each query and restarts it from its checkpoint on one more batch (recovery time:
 restart until that batch is done; the new SparkSession gets new, empty local dirs, so the
 native store reloads its state from the checkpoint). For the joins it also reports the state's
@@ -100,16 +103,31 @@ def make_window_input(folder: Path, batches: int, rows: int, keys: int, seed: in
 JOIN_KEPT_S = 40
 
 
-def make_join_input(folder: Path, batches: int, rows: int, keys: int, span_s: int,
+def join_batches(args) -> list[tuple[int, int]]:
+    """``(orders, event-time ms)`` of each join batch: ``--join-rows`` over ``--join-span`` s
+    each; with ``--join-step-rows R`` (and ``--join-buffered N``) the two batches that fill the
+    buffers, then batches of R rows at the same event-time rate, so the buffers stay at N rows
+    while each batch adds and evicts about R (commit and eviction per batch at a fixed delta)."""
+    fill = [(args.join_rows, args.join_span * 1000)]
+    if not args.join_step_rows:
+        return fill * args.batches
+    step_ms = max(1, args.join_step_rows * args.join_span * 1000 // args.join_rows)
+    return fill * 2 + [(args.join_step_rows, step_ms)] * max(0, args.batches - 2)
+
+
+def make_join_input(folder: Path, batches: list[tuple[int, int]], keys: int,
                     seed: int) -> tuple[Path, Path]:
-    """Two folders, one file per batch each: orders ``(key, amount, ot)`` with event time
-    moving ``span_s`` per batch, and payments ``(pkey, paid, pt)`` 0-50 s after 90% of them."""
+    """Two folders, one file per batch each: orders ``(key, amount, ot)``, batch ``b`` having
+    ``batches[b][0]`` rows over the next ``batches[b][1]`` ms of event time, and payments
+    ``(pkey, paid, pt)`` 0-50 s after 90% of them."""
     left, right = folder / "left", folder / "right"
     left.mkdir(parents=True)
     right.mkdir(parents=True)
     rng = np.random.default_rng(seed)
-    for b in range(batches):
-        ms = span_s * 1000 * b + rng.integers(0, span_s * 1000, rows)
+    start = 0
+    for b, (rows, span_ms) in enumerate(batches):
+        ms = start + rng.integers(0, span_ms, rows)
+        start += span_ms
         k = rng.integers(0, keys, rows)
         pq.write_table(pa.table({
             "key": pa.array(k, pa.int64()),
@@ -475,6 +493,10 @@ def main() -> None:
     ap.add_argument("--join-buffered", type=int, default=0,
                     help="join: size batches so each side buffers about this many rows "
                     "(1000000, 10000000); overrides --join-rows and --join-span")
+    ap.add_argument("--join-step-rows", type=int, default=0,
+                    help="with --join-buffered: after the two batches that fill the buffers, "
+                    "batches of this many orders at the same event-time rate (buffers stay "
+                    "full; commit and eviction measured at a fixed delta)")
     ap.add_argument("--driver-memory", default="2g")
     ap.add_argument("--s3-latency-ms", type=float, default=None,
                     help="also run silt aggregate with its state on moto's S3 server behind a "
@@ -486,6 +508,8 @@ def main() -> None:
     if args.quick:
         args.rows, args.batches, args.keys, args.processor_rows = 20_000, 3, [10_000], 5_000
         args.join_rows, args.join_span = 20_000, 90  # (90 s per batch: evictions by batch 2)
+    if args.join_step_rows and not args.join_buffered:
+        ap.error("--join-step-rows needs --join-buffered (the buffer it keeps full)")
     join_range = ("60 seconds", "0 seconds")
     if args.join_buffered:
         # both sides keep ~40 s (30 s range + 10 s delay); two batches fill the buffers
@@ -612,8 +636,8 @@ def main() -> None:
                     wstate if name.startswith("silt") else None,
                     schema="key long, amount long, ts timestamp", mode="append",
                 ))
-            jsrc = make_join_input(work / f"join-{keys}", args.batches, args.join_rows, keys,
-                                   args.join_span, seed=keys + 3)
+            jsrc = make_join_input(work / f"join-{keys}", join_batches(args), keys,
+                                   seed=keys + 3)
             for how, spark_how in (("inner", "inner"), ("left", "left_outer")):
                 jstate = (work / f"state-join-{how}-{keys}").as_uri()
                 cases = {
