@@ -90,3 +90,32 @@ def test_a_bad_interval_in_the_spark_conf_is_refused_when_the_operator_is_built(
         finally:
             spark.conf.unset(_api.MAINTENANCE_CONF)
     assert not Path("/tmp/never-written").exists()
+
+
+def test_maintenance_in_a_streaming_query_keeps_the_answers(spark, tmp_path) -> None:
+    from test_spark_operator import AGGS, Run, agg_model, assert_frames, batch, shard_versions
+
+    run = Run(spark, tmp_path)
+    state = (tmp_path / "state").as_uri()
+    spark.conf.set(_api.MAINTENANCE_CONF, "2")
+    try:
+        df = silt_spark.aggregate(run.stream(), ["user"], AGGS, state, num_shards=2,
+                                  settings=silt.Settings(gc_grace_seconds=0, retain_versions=2))
+    finally:
+        spark.conf.unset(_api.MAINTENANCE_CONF)
+    batches = [batch(50 + i) for i in range(6)]
+    run.start(df)
+    try:
+        for rows in batches:
+            run.write(rows)
+            run.drain()
+        query_id = str(run.query.id)
+    finally:
+        run.stop()
+    want = agg_model(batches)
+    for b in range(6):
+        assert_frames(run.outputs[b], want[b])
+    records = silt_spark.metrics(query_id)
+    assert sum(r["maintenance_ms"] > 0 for r in records) >= 4
+    for versions in shard_versions(state).values():
+        assert versions[-1] == 5 and len(versions) < 6
