@@ -342,8 +342,10 @@ def silt_commit_ms(state_url: str) -> dict[str, float]:
 
 def run_query(session: dict, build, data: Path | tuple[Path, ...], chk: Path, batches: int,
               schema: str | tuple[str, ...] = "key long, amount long",
-              mode: str = "update") -> dict:
-    """Run until ``batches`` micro-batches are done, stop, add one file, restart, time it.
+              mode: str = "update", restart_file: int = 0) -> dict:
+    """Run until ``batches`` micro-batches are done, stop, add one file (a copy of input file
+    ``restart_file``: the first, or with ``--join-step-rows`` the last, a step batch of the
+    same size whatever the buffer), restart, time it.
     ``data`` and ``schema`` may name several inputs (a join): ``build`` gets one stream each.
 
     The restart is cold: the SparkSession is stopped and a new one made (executors, Python
@@ -381,7 +383,7 @@ def run_query(session: dict, build, data: Path | tuple[Path, ...], chk: Path, ba
     joined = join_figures(str(q.id))
     q.stop()
     for src in srcs:
-        shutil.copy(sorted(src.glob("*.parquet"))[0], src / "part-99999.parquet")
+        shutil.copy(sorted(src.glob("*.parquet"))[restart_file], src / "part-99999.parquet")
     t_session = time.perf_counter()
     spark.stop()
     spark = session["spark"] = session["make"]()
@@ -658,6 +660,7 @@ def main() -> None:
                         jstate if name.startswith("silt") else None,
                         schema=("key long, amount long, ot timestamp",
                                 "pkey long, paid long, pt timestamp"), mode="append",
+                        restart_file=-1 if args.join_step_rows else 0,
                     ))
     finally:
         session["spark"].stop()
