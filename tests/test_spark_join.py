@@ -249,6 +249,49 @@ def test_every_join_type_equals_spark(spark, tmp_path):
         assert meta == buffered, side
 
 
+def test_a_large_bucket_is_probed_key_by_key_with_sparks_answers(spark, tmp_path):
+    """A bucket holding many more buffered rows than the batch probes keys there is read with
+    one prefix scan per probed key (``_join.SCAN_ROWS_PER_SEEK``), not whole: one key group
+    (``key_groups=1``), 160 left rows of 8 users in one 6 s bucket, then batches of a few right
+    rows of 2 users (160 > 2 * 32) and a late bulk of right rows (every key probed: read whole).
+    The output equals Spark's inner and left outer joins."""
+    rng = random.Random(7)
+    bulk = [(f"u{rng.randrange(8)}", i, BASE_MS + 100 * rng.randrange(50)) for i in range(160)]
+    batches = [
+        (bulk, []),
+        ([], [("u1", 1, BASE_MS + 2000), ("u2", 2, BASE_MS + 2500)]),
+        ([], [("u3", 3, BASE_MS + 1000), ("u9", 4, BASE_MS + 1200)]),
+        ([], [(f"u{i % 8}", 10 + i, BASE_MS + 3000 + 10 * i) for i in range(40)]),
+    ]
+
+    def silt_build(how):
+        state = (tmp_path / f"big-{how}-state").as_uri()
+
+        def build(run, n):
+            left, right = run.streams()
+            return silt_spark.join(
+                left, right, [("luser", "ruser")], how, state_url=state, num_shards=1,
+                key_groups=1, left_time_column="lt", right_time_column="rt",
+                left_watermark_delay=DELAYS[0], right_watermark_delay=DELAYS[1],
+                time_range=RANGE,
+            )
+        return build
+
+    variants = {}
+    for how in ("inner", "left"):
+        variants[f"spark-{how}"] = (spark_join(how), (), False, None)
+        variants[how] = (silt_build(how), (), True, None)
+    out, ids = run_all(spark, tmp_path, batches, variants)
+    for how in ("inner", "left"):
+        records = silt_spark.metrics(ids[how])
+        assert sum(r.get("probe_key_scans", 0) for r in records) >= 4, how  # batches 1 and 2
+        assert sum(r.get("probe_bucket_scans", 0) for r in records) >= 1, how  # batch 3
+        want = out[f"spark-{how}"]
+        assert (want["ruser"].notna()).sum() > 40, how  # the probes matched
+        pd.testing.assert_frame_equal(norm(out[how], COLUMNS), norm(want, COLUMNS),
+                                      check_dtype=False, obj=how)
+
+
 def test_join_refuses_bad_arguments_before_any_state(spark, tmp_path):
     stream = (spark.readStream.schema(SOURCE).parquet(str(tmp_path)))
     left = stream.selectExpr("user AS luser", "v AS lv", "t AS lt")

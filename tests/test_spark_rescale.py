@@ -123,7 +123,8 @@ def test_rescale_4_7_2_references_state_and_read_state_time_travels(spark, run, 
             else:
                 assert sum(s.entries for s in own) <= 10
             for s in refs:
-                assert all(o.startswith(("refs/", "manifest/", "sst/", "gc/", "compaction/"))
+                assert all(o.startswith(("refs/", "manifest/", "sst/", "gc/", "epoch/",
+                                         "compaction/"))
                            for o in after[s.db])
     # read_state: the latest state, and the state as of batch 1 (before any rescale) and of
     # batch 2 (in the 2-shard layout) read through the current layout.

@@ -93,9 +93,12 @@ _COUNTS = (b"\x02", b"\x03")
 #: Time of a row without event time (no time range: never expires, bucket 0).
 NO_TIME = -(1 << 62)
 MIN_BUCKET_US = 1_000_000
-#: A batch probing at least this many join keys of one key group and bucket reads the bucket
-#: whole (one scan) instead of one prefix scan per key.
-WHOLE_BUCKET_KEYS = 4
+#: A prefix scan per probed join key costs about as much as reading this many rows of a
+#: whole-bucket scan (measured: a scan's setup and seek through the LSM's levels against
+#: reading and keeping one more row). A batch reads a (key group, bucket) whole when it holds
+#: at most this many rows per join key probed there, else one prefix scan per key: the
+#: batch's cost then follows its own rows, not the buffer's.
+SCAN_ROWS_PER_SEEK = 32
 
 HOWS = {
     "inner": "inner",
@@ -341,8 +344,9 @@ def _candidate_buckets(jp: JoinPlan, side: int, times: np.ndarray) -> tuple[np.n
 
 def _load(task: ShardTask, jp: JoinPlan, inp: _Side) -> _Loaded:
     """Read the other side's buffered rows ``inp``'s rows may match: per key group and bucket
-    probed, one scan of the whole bucket when the batch probes at least
-    :data:`WHOLE_BUCKET_KEYS` join keys there, else one prefix scan per join key."""
+    probed (its row count read first, with one ``multi_get`` for all), nothing when it is
+    empty, one scan of the whole bucket when it holds at most :data:`SCAN_ROWS_PER_SEEK` rows
+    per join key the batch probes there, else one prefix scan per join key."""
     side = 1 - inp.side
     keys: list[bytes] = []
     values: list[bytes] = []
@@ -365,12 +369,21 @@ def _load(task: ShardTask, jp: JoinPlan, inp: _Side) -> _Loaded:
         starts = np.flatnonzero(group)
         ends = np.append(starts[1:], len(probes))
         scan = task.db.scan
-        for s, e in zip(starts.tolist(), ends.tolist()):
+        sizes = task.db.multi_get([count_key(int(probes[s, 0]), side, int(probes[s, 1]))
+                                   for s in starts.tolist()])
+        reads = getattr(task, "join_reads", None)
+        if reads is None:
+            reads = task.join_reads = {"probe_bucket_scans": 0, "probe_key_scans": 0}
+        for s, e, size in zip(starts.tolist(), ends.tolist(), sizes):
+            if size is None:
+                continue  # no row buffered in this key group and bucket
             kg, bucket = int(probes[s, 0]), int(probes[s, 1])
             prefix = bucket_prefix(kg, side, bucket)
-            if e - s >= WHOLE_BUCKET_KEYS:
+            if _U64.unpack(size)[0] <= (e - s) * SCAN_ROWS_PER_SEEK:
+                reads["probe_bucket_scans"] += 1
                 got = list(scan(prefix, prefix_end(prefix)))
             else:
+                reads["probe_key_scans"] += e - s
                 got = []
                 for row in probes[s:e, 3].tolist():
                     # enc(join key) is prefix-free (a tuple of self-delimiting values), so a
@@ -754,6 +767,8 @@ def _account(task: ShardTask, jp: JoinPlan, bounds: list, next_bucket: list,
         metrics[f"evicted_{SIDES[s]}"] = evicted[s]
     if task.meta_updates:
         task.changed = True
+    metrics.update(getattr(task, "join_reads", None)
+                   or {"probe_bucket_scans": 0, "probe_key_scans": 0})
     task.operator_metrics = metrics
 
 

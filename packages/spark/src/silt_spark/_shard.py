@@ -499,7 +499,7 @@ class ShardTask:
             return
         if not self.changed:
             return
-        maintain = self._maintenance_due()
+        maintain, maintained = self._maintenance_due()
         meta = {
             **self.meta_updates,
             "spark.task_start_ms": str(self.started_ms),
@@ -511,7 +511,7 @@ class ShardTask:
             "spark.key_groups": str(self.spec.key_groups),
             "spark.first_key_group": str(self.first_kg),
             "spark.last_key_group": str(self.last_kg),
-            **({META_MAINTAINED: str(self.batch_id)} if maintain else {}),
+            **({META_MAINTAINED: str(maintained)} if maintained is not None else {}),
         }
         t0 = _perf()
         try:
@@ -538,18 +538,22 @@ class ShardTask:
         if maintain and self.committed:
             self._collect_garbage()
 
-    def _maintenance_due(self) -> bool:
-        """Whether this batch's commit collects the shard's garbage: every
-        ``spec.maintenance_batches`` batches after the last collection (recorded in the meta);
-        a shard that never collected starts at a batch spread by its number, so the shards of
-        an operator do not all collect in the same batch."""
+    def _maintenance_due(self) -> tuple[bool, int | None]:
+        """Whether this batch's commit collects the shard's garbage, and the batch to record as
+        the last collection (``None``: leave the meta as it is). A pass is due
+        ``spec.maintenance_batches`` batches after the last one; a shard's first commit
+        records a virtual pass, moved back by the shard's number, so that its first real pass
+        comes one interval later and the shards of an operator do not all collect in the same
+        batch."""
         every = self.spec.maintenance_batches
         if every <= 0:
-            return False
+            return False, None
         last = self.base_meta.get(META_MAINTAINED)
         if last is None:
-            return (self.batch_id + self.shard) % every == 0
-        return self.batch_id - int(last) >= every
+            return False, self.batch_id - self.shard % every
+        if self.batch_id - int(last) >= every:
+            return True, self.batch_id
+        return False, None
 
     def _collect_garbage(self) -> None:
         """State maintenance, after this task's commit: one GC pass over the shard's own
