@@ -376,6 +376,7 @@ def aggregate(
     take_over: bool = False,
     settings: Any = None,
     reset: bool | None = None,
+    storage_options: dict[str, str] | None = None,
 ) -> Any:
     """Keyed running aggregation (count, sum, min, max, avg) of a streaming DataFrame.
 
@@ -410,6 +411,11 @@ def aggregate(
         over, use :func:`silt_spark.drop_state`. (``reset=`` is its deprecated old name.)
     settings : silt.Settings, optional
         LSM settings for the shards.
+    storage_options : dict of str, optional
+        Object-store options for the state root, credentials included (``access_key_id``,
+        ``secret_access_key``... for ``s3://``; see docs/spark.md): passed with the job to the
+        executors, never shown. ``spark.silt.storage.<name>`` in the Spark conf sets them too;
+        this argument wins.
 
     Returns
     -------
@@ -433,6 +439,7 @@ def aggregate(
     p, partial_struct, output_struct = plan(df.schema, keys, parsed)
     spec = _api._spec(
         KIND, state_url, num_shards, key_groups, take_over, settings, df=df, reset=reset,
+        storage_options=storage_options,
     )
     spec = _shard.ensure_descriptor(spec, {
         "key_columns": _api._key_types(df, keys),

@@ -345,6 +345,7 @@ def window_aggregate(
     take_over: bool = False,
     settings: Any = None,
     reset: bool | None = None,
+    storage_options: dict[str, str] | None = None,
     heartbeat: bool = False,
 ) -> Any:
     """Event-time window aggregation (tumbling or sliding) of a streaming DataFrame.
@@ -408,6 +409,11 @@ def window_aggregate(
         over, use :func:`silt_spark.drop_state`. (``reset=`` is its deprecated old name.)
     settings : silt.Settings, optional
         LSM settings for the shards.
+    storage_options : dict of str, optional
+        Object-store options for the state root, credentials included (``access_key_id``,
+        ``secret_access_key``... for ``s3://``; see docs/spark.md): passed with the job to the
+        executors, never shown. ``spark.silt.storage.<name>`` in the Spark conf sets them too;
+        this argument wins.
     heartbeat : bool, default False
         Union a 1 row/s ``rate`` source into the operator so micro-batches keep running while
         the input is idle: windows the last input closed are then emitted without waiting for
@@ -456,6 +462,7 @@ def window_aggregate(
     )
     spec = _api._spec(
         KIND, state_url, num_shards, key_groups, take_over, settings, df=df, reset=reset,
+        storage_options=storage_options,
         event_time_delays=(delay_ms,),
     )
     p = wp.agg
