@@ -52,6 +52,8 @@ KNOWN_CACHES: dict[str, str] = {"ssd": "silt-cache-ssd"}
 
 TierFactory = Callable[[str, dict[str, str]], ObjectStore]
 CacheFactory = Callable[[ObjectStore, dict[str, str]], ObjectStore]
+#: ``inspector(store, url, version, values) -> dict``: see :meth:`Registry.add_root_inspector`.
+RootInspector = Callable[[ObjectStore, str, "int | None", int], dict[str, Any]]
 
 
 @dataclass
@@ -74,6 +76,7 @@ class Registry:
         self.tiers: dict[str, TierFactory] = {}
         self.caches: dict[str, CacheFactory] = {}
         self.compaction_policies: dict[str, Callable[..., Any]] = {}
+        self.root_inspectors: dict[str, RootInspector] = {}
         self.plugins: dict[str, PluginInfo] = {}
         self._owners: dict[tuple[str, str], str] = {}
         self._current: PluginInfo | None = None
@@ -104,6 +107,13 @@ class Registry:
     def add_compaction_policy(self, name: str, factory: Callable[..., Any]) -> None:
         """Provide the compaction policy ``name``."""
         self._add("compaction_policy", self.compaction_policies, name, factory)
+
+    def add_root_inspector(self, marker: str, inspector: RootInspector) -> None:
+        """Describe the roots an application built on silt writes: a root that holds the
+        object ``marker`` (a key right under the root, as ``silt-spark.json``) is shown by
+        ``silt inspect`` with what ``inspector(store, url, version, values)`` returns (see
+        :func:`describe_root`)."""
+        self._add("root_inspector", self.root_inspectors, marker, inspector)
 
     def owner(self, kind: str, name: str) -> str | None:
         """The plugin that registered ``name`` of ``kind`` ("tier", "cache", ...)."""
@@ -188,6 +198,34 @@ def reset_registry() -> None:
     with _lock:
         _registry = None
         _builtins = None
+
+
+def describe_root(
+    store: ObjectStore, url: str, version: int | None = None, values: int = 0,
+    registry: Registry | None = None,
+) -> dict[str, Any] | None:
+    """What a plugin's root inspector says of the root ``store`` opened at ``url``, or ``None``
+    when no registered marker object is there (one HEAD-like read per registered marker).
+
+    The inspector gets the root's store (not to be closed), its URL, the micro-batch or
+    version to describe (``None``: the latest) and how many decoded values to include; it
+    returns a JSON-able dict: ``kind`` (a title), ``fields`` (label -> scalar, shown one per
+    line), ``tables`` (a list of ``{"title", "columns", "rows"}``). silt adds ``inspector``,
+    the plugin's name. Errors it raises propagate (a ``SiltError`` names what is wrong).
+    """
+    from .errors import NotFoundError
+
+    if registry is None:
+        registry = get_registry()
+    for marker in sorted(registry.root_inspectors):
+        try:
+            store.get_range(marker, 0, 0)
+        except NotFoundError:
+            continue
+        described = dict(registry.root_inspectors[marker](store, url, version, values))
+        described["inspector"] = registry.owner("root_inspector", marker)
+        return described
+    return None
 
 
 def check_storage_options(storage_options: object) -> dict[str, str]:

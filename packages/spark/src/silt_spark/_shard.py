@@ -138,11 +138,18 @@ def read_descriptor(
     """The operator root's descriptor (format 1 upgraded in memory), or ``None``."""
     store = open_store(root, storage_options=storage_options)
     try:
+        return descriptor_of(store)
+    finally:
+        store.close()
+
+
+def descriptor_of(store: Any) -> dict[str, Any] | None:
+    """The descriptor of the operator root ``store`` is opened at (format 1 upgraded in
+    memory), or ``None``."""
+    try:
         have = json.loads(retrying(lambda: store.get(DESCRIPTOR)))
     except NotFoundError:
         return None
-    finally:
-        store.close()
     if "layouts" not in have:  # format 1: one layout, generation 0
         have["layouts"] = [{"generation": 0, "num_shards": have["num_shards"]}]
         have["generation"] = 0
