@@ -234,3 +234,33 @@ def test_gcs_and_azure_options_keep_secrets_out_of_repr() -> None:
     sas = AzureOptions.from_query("az://c", {}, {"sas_token": FAKE_TOKEN, "account_url":
                                                   "http://127.0.0.1:10000/devstoreaccount1"})
     assert resolve_account(sas, environ={"AZURE_STORAGE_KEY": "env-key"}).sas == FAKE_TOKEN
+
+
+def test_azure_key_and_sas_from_storage_options_reach_azurite(
+    az_container: str, azurite_server: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The environment has no Azure settings (``azure_env``): the account URL and its key, or
+    a SAS, come only from the storage options; a wrong key fails without being shown."""
+    from datetime import UTC, datetime, timedelta
+
+    from azure.storage.blob import ContainerSasPermissions, generate_container_sas
+    from servers import AZURITE_ACCOUNT, AZURITE_KEY
+
+    capture_logs(caplog)
+    url = f"az://{az_container}/state"
+    account = {"account_url": f"{azurite_server}/{AZURITE_ACCOUNT}"}
+    with silt.open(url, storage_options={**account, "account_key": AZURITE_KEY}) as db:
+        db.put(b"k", b"v")
+        version = db.commit()
+    sas = generate_container_sas(
+        AZURITE_ACCOUNT, az_container, account_key=AZURITE_KEY,
+        permission=ContainerSasPermissions(read=True, list=True),
+        expiry=datetime.now(UTC) + timedelta(hours=1),
+    )
+    with silt.open(url, storage_options={**account, "sas_token": sas}) as db:
+        assert db.version == version and db.get(b"k") == b"v"
+    wrong = "V3JvbmdLZXkt" + FAKE_SECRET.encode().hex()  # base64-shaped, not the account's
+    with pytest.raises(StoreError) as info:
+        silt.versions(url, storage_options={**account, "account_key": wrong})
+    for text in (str(info.value), repr(info.value), caplog.text, repr(info.value.__cause__)):
+        assert wrong not in text and AZURITE_KEY not in text and sas not in text
