@@ -95,3 +95,32 @@ def test_removing_or_retyping_an_aggregated_column_is_refused_at_start(
     # Output columns alone may change: another aggregate over a column already aggregated.
     silt_spark.aggregate(stream, ["user"], ["avg(price)", "max(amount)"], state, 2)
     assert (tmp_path / "state" / _shard.DESCRIPTOR).read_bytes() == before
+
+
+def test_a_restarted_window_aggregate_may_append_columns(spark: Any, tmp_path: Path) -> None:
+    from test_spark_inspect import EventRun  # event time ts = amount seconds
+
+    state = (tmp_path / "state").as_uri()
+    run = EventRun(spark, tmp_path)
+
+    def build(df: Any, aggs: list[str]) -> Any:
+        return silt_spark.window_aggregate(df, ["user"], "ts", "10 seconds", aggs, state,
+                                           num_shards=2, output="update")
+
+    run.start(build(run.stream(), ["count", "sum(amount)"]))
+    run.write([("a", "d", 1), ("a", "d", 2)])
+    run.drain()
+    run.stop()
+    run.start(build(with_price(run.stream()), ["count", "sum(amount)", "sum(price)",
+                                               "count(price)"]))
+    run.write([("a", "d", 3)])
+    run.drain()
+    run.stop()
+    got = run.outputs[1].to_dict("records")
+    assert len(got) == 1
+    row = got[0]
+    # The window [0 s, 10 s) was open at the restart: the price columns count its row since.
+    assert (row["count"], row["sum(amount)"], row["sum(price)"], row["count(price)"]) == (
+        3, 6, 4.5, 1)
+    with pytest.raises(LayoutMismatchError, match=r"column\(s\) 'amount', 'price', which"):
+        build(with_price(run.stream()), ["count"])

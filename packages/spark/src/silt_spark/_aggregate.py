@@ -210,6 +210,22 @@ def evolve_columns(
     return known + added, [t == "f64" for _, t in previous] + [kinds[c] for c in added]
 
 
+def previous_columns(spec: _shard.OperatorSpec, kind: str) -> list[list[str]] | None:
+    """The ``state_columns`` of the root's descriptor when it holds a ``kind`` operator (what
+    :func:`plan` evolves from), else ``None`` (a new root, or one
+    :func:`~silt_spark._shard.ensure_descriptor` refuses)."""
+    have = _shard.read_descriptor(spec.root, spec.storage_options)
+    return have.get("state_columns") if have and have.get("operator") == kind else None
+
+
+def record_columns(spec: _shard.OperatorSpec, previous: list[list[str]] | None,
+                   p: AggPlan) -> None:
+    """Record appended state columns in the root's descriptor (driver side, at start)."""
+    if previous is not None and previous != state_columns(p):
+        _shard.update_descriptor(spec.root, {"state_columns": state_columns(p)},
+                                 spec.storage_options)
+
+
 def partial_aggregate(batches: Iterator[Any], p: AggPlan) -> Iterator[Any]:
     """Before the shuffle: one row per distinct key of this input partition."""
     import pyarrow as pa
@@ -524,16 +540,13 @@ def aggregate(
         KIND, state_url, num_shards, key_groups, take_over, settings, df=df, reset=reset,
         storage_options=storage_options,
     )
-    have = _shard.read_descriptor(state_url, spec.storage_options)
-    previous = have.get("state_columns") if have and have.get("operator") == KIND else None
+    previous = previous_columns(spec, KIND)
     p, partial_struct, output_struct = plan(df.schema, keys, parsed, previous, state_url)
     spec = _shard.ensure_descriptor(spec, {
         "key_columns": _api._key_types(df, keys),
         "state_columns": state_columns(p),
     }, _api.PINNED)
-    if previous is not None and previous != state_columns(p):
-        _shard.update_descriptor(state_url, {"state_columns": state_columns(p)},
-                                 spec.storage_options)
+    record_columns(spec, previous, p)
 
     def partial_fn(batches: Any) -> Any:
         return partial_aggregate(batches, p)
