@@ -163,3 +163,7 @@ def test_the_entry_point_registers_the_inspector_and_the_core_never_imports_silt
     code = ("import sys, silt.cli, silt.plugins; silt.plugins.builtin_registry(); "
             "assert not [m for m in sys.modules if m.startswith(('silt_spark', 'pyspark'))]")
     subprocess.run([sys.executable, "-c", code], check=True)
+    # Loading the plugin (every process that lists silt's plugins does) stays light.
+    code = ("import sys, silt_spark.plugin; heavy = [m for m in sys.modules if m.split('.')[0] "
+            "in ('pyspark', 'numpy', 'pandas', 'pyarrow')]; assert not heavy, heavy")
+    subprocess.run([sys.executable, "-c", code], check=True)
