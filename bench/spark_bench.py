@@ -342,8 +342,10 @@ def silt_commit_ms(state_url: str) -> dict[str, float]:
 
 def run_query(session: dict, build, data: Path | tuple[Path, ...], chk: Path, batches: int,
               schema: str | tuple[str, ...] = "key long, amount long",
-              mode: str = "update") -> dict:
-    """Run until ``batches`` micro-batches are done, stop, add one file, restart, time it.
+              mode: str = "update", restart_file: int = 0) -> dict:
+    """Run until ``batches`` micro-batches are done, stop, add one file (a copy of input file
+    ``restart_file``: the first, or with ``--join-step-rows`` the last, a step batch of the
+    same size whatever the buffer), restart, time it.
     ``data`` and ``schema`` may name several inputs (a join): ``build`` gets one stream each.
 
     The restart is cold: the SparkSession is stopped and a new one made (executors, Python
@@ -381,7 +383,7 @@ def run_query(session: dict, build, data: Path | tuple[Path, ...], chk: Path, ba
     joined = join_figures(str(q.id))
     q.stop()
     for src in srcs:
-        shutil.copy(sorted(src.glob("*.parquet"))[0], src / "part-99999.parquet")
+        shutil.copy(sorted(src.glob("*.parquet"))[restart_file], src / "part-99999.parquet")
     t_session = time.perf_counter()
     spark.stop()
     spark = session["spark"] = session["make"]()
@@ -443,6 +445,8 @@ def measure(session, name, build, src, work, keys, rows, args, state: str | None
     if state is not None:
         r.update(silt_commit_ms(state))
         r["state_bytes"] = du(Path(state[len("file://"):]))
+        # Space amplification: everything under the root against the latest version's SSTs.
+        r["live_bytes"] = silt_spark.state_size(state).bytes
     else:
         r["state_bytes"] = du(work / f"chk-{name}-{keys}" / "state")
     commit = r.get("commit_ms", r.get("native_commit_ms", 0.0))
@@ -465,7 +469,10 @@ def measure(session, name, build, src, work, keys, rows, args, state: str | None
               f"{[b['state_rows'] for b in r['batches']]}, removal ms "
               f"{[b['removal_ms'] for b in r['batches']]}, commit ms "
               f"{[b['commit_ms'] for b in r['batches']]}", flush=True)
-    print(f"{'':32s} state on disk {r['state_bytes'] / 2**20:,.1f} MiB", flush=True)
+    live = r.get("live_bytes")
+    amp = (f" ({r['state_bytes'] / live:.2f}x the latest version's "
+           f"{live / 2**20:,.1f} MiB)" if live else "")
+    print(f"{'':32s} state on disk {r['state_bytes'] / 2**20:,.1f} MiB{amp}", flush=True)
     return {"case": name, "keys": keys, "rows": rows, **r}
 
 
@@ -493,6 +500,13 @@ def main() -> None:
     ap.add_argument("--join-buffered", type=int, default=0,
                     help="join: size batches so each side buffers about this many rows "
                     "(1000000, 10000000); overrides --join-rows and --join-span")
+    ap.add_argument("--maintenance", type=int, default=100,
+                    help="spark.silt.maintenance.intervalBatches (a GC pass per shard every N "
+                    "batches; 0: never)")
+    ap.add_argument("--gc-grace", type=float, default=None,
+                    help="silt aggregate: Settings.gc_grace_seconds (default one hour: a short "
+                    "run deletes nothing younger); with --batches 40 --maintenance 10 "
+                    "--gc-grace 20 the space used after a longer run")
     ap.add_argument("--join-step-rows", type=int, default=0,
                     help="with --join-buffered: after the two batches that fill the buffers, "
                     "batches of this many orders at the same event-time rate (buffers stay "
@@ -533,6 +547,7 @@ def main() -> None:
                     "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
             .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
             .config("spark.driver.memory", args.driver_memory)
+            .config("spark.silt.maintenance.intervalBatches", str(args.maintenance))
             # a new session starts with new, empty local dirs (the native store's working
             # copies among them): a cold restart
             .config("spark.local.dir", str(Path(tempfile.mkdtemp(dir=work, prefix="local-"))))
@@ -544,6 +559,10 @@ def main() -> None:
         made.sparkContext.setLogLevel("ERROR")
         return made
 
+    import silt
+
+    silt_settings = (silt.Settings(gc_grace_seconds=args.gc_grace)
+                     if args.gc_grace is not None else None)
     work = Path(tempfile.mkdtemp(prefix="silt-spark-bench-"))
     remote = RemoteState(args.s3_latency_ms) if args.s3_latency_ms is not None else None
     session = {"make": make, "spark": make()}
@@ -578,7 +597,7 @@ def main() -> None:
             cases = {
                 "silt aggregate": lambda df, state=state: silt_spark.aggregate(
                     df, ["key"], ["count", "sum(amount)"], state_url=state,
-                    num_shards=args.shards),
+                    num_shards=args.shards, settings=silt_settings),
                 "native groupBy (RocksDB)": lambda df: df.groupBy("key").agg(
                     F.count("*").alias("count"), F.sum("amount").alias("sum")),
                 # The floor Spark sets: two Arrow stages around the same shuffle, no state.
@@ -658,6 +677,7 @@ def main() -> None:
                         jstate if name.startswith("silt") else None,
                         schema=("key long, amount long, ot timestamp",
                                 "pkey long, paid long, pt timestamp"), mode="append",
+                        restart_file=-1 if args.join_step_rows else 0,
                     ))
     finally:
         session["spark"].stop()

@@ -67,6 +67,7 @@ def _spec(
         take_over=bool(take_over),
         settings=settings.to_dict() if settings is not None else None,
         memory_budget=_memory_budget(df),
+        maintenance_batches=_maintenance_batches(df),
         storage_options=_storage.resolve(storage_options, getattr(df, "sparkSession", None)),
         **options,
     )
@@ -104,6 +105,27 @@ def _memory_budget(df: Any) -> int | None:
     return check_budget_bytes(
         parse_size(str(text), MEMORY_BUDGET_CONF), f"{MEMORY_BUDGET_CONF} ({text})"
     )
+
+
+#: The Spark conf that sets how often a shard collects its garbage (see docs/spark.md).
+MAINTENANCE_CONF = "spark.silt.maintenance.intervalBatches"
+DEFAULT_MAINTENANCE_BATCHES = 100
+
+
+def _maintenance_batches(df: Any) -> int:
+    """``spark.silt.maintenance.intervalBatches`` from the session's conf (checked on the
+    driver: a bad value fails the query before any task runs); 0 turns maintenance off."""
+    session = getattr(df, "sparkSession", None)
+    text = None if session is None else session.conf.get(MAINTENANCE_CONF, None)
+    if text is None:
+        return DEFAULT_MAINTENANCE_BATCHES
+    value = str(text).strip()
+    if not value.isdigit() or int(value) > 10**9:
+        raise InvalidArgumentError(
+            f"{MAINTENANCE_CONF} must be a number of micro-batches from 0 (never) to 10^9, "
+            f"got {text!r:.80}"
+        )
+    return int(value)
 
 
 def _check_streaming(df: Any, kind: str) -> None:

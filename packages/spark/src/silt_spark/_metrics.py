@@ -219,6 +219,9 @@ class TaskProbe:
             "open_ms": round(t.open_ms, 3),
             "process_ms": round(getattr(t, "process_ms", 0.0), 3),
             "commit_ms": round(getattr(t, "commit_ms", 0.0), 3),
+            # state maintenance (GC of the shard after its commit; 0 when not due)
+            "maintenance_ms": round(getattr(t, "maintenance_ms", 0.0), 3),
+            "gc_deleted": getattr(t, "gc_deleted", 0),
             "task_start_ms": t.started_ms,
             "requests": by_kind,
             "requests_by_purpose": by_purpose,

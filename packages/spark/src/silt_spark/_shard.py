@@ -76,6 +76,8 @@ META_QUERY_ID = "spark.query_id"
 META_BATCH_ID = "spark.batch_id"
 #: The task's input row count in the committed meta (``_metrics.TaskProbe.meta``).
 META_ROWS_IN = "spark.rows_in"
+#: The micro-batch whose task last collected the shard's garbage (state maintenance).
+META_MAINTAINED = "spark.maintained_batch"
 
 
 @dataclass
@@ -119,6 +121,9 @@ class OperatorSpec:
     #: ``spark.silt.memoryBudget`` in bytes (each Python worker's silt.set_memory_budget), or
     #: ``None`` to keep the process's budget.
     memory_budget: int | None = None
+    #: ``spark.silt.maintenance.intervalBatches``: a shard that commits collects its garbage
+    #: (``DB.gc``) once per this many micro-batches; 0 never (see :meth:`ShardTask.finish`).
+    maintenance_batches: int = 100
     #: Storage options (credentials included) for every store of the root, from the builder's
     #: ``storage_options=`` and ``spark.silt.storage.*`` (_storage.py); never in ``repr``.
     storage_options: dict[str, str] | None = field(default=None, repr=False)
@@ -314,6 +319,10 @@ class ShardTask:
         #: Wraps the DB when it is opened (:class:`silt_spark._metrics.TaskProbe`).
         self.probe: Any = None
         self.open_ms = 0.0
+        #: State maintenance in this task (:meth:`_collect_garbage`): its duration and the
+        #: objects it deleted.
+        self.maintenance_ms = 0.0
+        self.gc_deleted = 0
 
     # -- opening ------------------------------------------------------------------------------
     @property
@@ -507,6 +516,7 @@ class ShardTask:
             return
         if not self.changed:
             return
+        maintain = self._maintenance_due()
         meta = {
             **self.meta_updates,
             "spark.task_start_ms": str(self.started_ms),
@@ -518,6 +528,7 @@ class ShardTask:
             "spark.key_groups": str(self.spec.key_groups),
             "spark.first_key_group": str(self.first_kg),
             "spark.last_key_group": str(self.last_kg),
+            **({META_MAINTAINED: str(self.batch_id)} if maintain else {}),
         }
         t0 = _perf()
         try:
@@ -541,6 +552,42 @@ class ShardTask:
             self.replay = True
             self._check_replay_input()
         self.commit_ms = (_perf() - t0) * 1000
+        if maintain and self.committed:
+            self._collect_garbage()
+
+    def _maintenance_due(self) -> bool:
+        """Whether this batch's commit collects the shard's garbage: every
+        ``spec.maintenance_batches`` batches after the last collection (recorded in the meta);
+        a shard that never collected starts at a batch spread by its number, so the shards of
+        an operator do not all collect in the same batch."""
+        every = self.spec.maintenance_batches
+        if every <= 0:
+            return False
+        last = self.base_meta.get(META_MAINTAINED)
+        if last is None:
+            return (self.batch_id + self.shard) % every == 0
+        return self.batch_id - int(last) >= every
+
+    def _collect_garbage(self) -> None:
+        """State maintenance, after this task's commit: one GC pass over the shard's own
+        folder (``DB.gc`` with the shard's retention settings: the newest
+        ``Settings.retain_versions`` versions and named checkpoints stay, nothing younger
+        than ``Settings.gc_grace_seconds`` goes; SSTs that a rescaled layout's shards reference
+        stay, see docs/spark.md). Best effort: a failure is logged, the batch stands, and the
+        next due batch tries again."""
+        t0 = _perf()
+        try:
+            report = self.db.gc()
+        except silt.SiltError as exc:
+            log.warning("%s: state maintenance (GC) failed, retried in %d batches: %s",
+                        public_url(self.url), self.spec.maintenance_batches, exc)
+            return
+        self.maintenance_ms = (_perf() - t0) * 1000
+        self.gc_deleted = (len(report.deleted_ssts) + len(report.deleted_manifests)
+                           + len(report.deleted_records))
+        log.info("%s: state maintenance at batch %d deleted %d objects (%d bytes) in %.0f ms",
+                 public_url(self.url), self.batch_id, self.gc_deleted, report.deleted_bytes,
+                 self.maintenance_ms)
 
     def _check_replay_input(self) -> None:
         """On a replay, refuse input that cannot be the committed attempt's: one attempt had
