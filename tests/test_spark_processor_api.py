@@ -404,7 +404,7 @@ class _Calls:
 @pytest.mark.parametrize("batch_id", [0, 1])
 def test_initial_rows_go_to_handle_initial_state_first_in_batch_0_only(tmp_path, batch_id):
     import pyarrow as pa
-    from silt_spark import _initial, _layout
+    from silt_spark import _initial, _layout, _shard
 
     def table(cols):
         kgs = [sum(k.encode()) % 256 for k in cols["k"]]
@@ -421,7 +421,7 @@ def test_initial_rows_go_to_handle_initial_state_first_in_batch_0_only(tmp_path,
 
     task = FakeTask(silt.open((tmp_path / "shard").as_uri()))
     task.batch_id, task.shard = batch_id, 0
-    task.spec = type("Spec", (), {"root": root})
+    task.spec = _shard.OperatorSpec(kind="processor", root=root, num_shards=1)
     rows = table({"k": ["a", "b"], "x": [1, 1]}).append_column(
         _layout.PARTITION_COLUMN, pa.array([0, 0], pa.int32()))
     p = _Calls()

@@ -65,7 +65,7 @@ from .errors import (
     VersionNotFoundError,
 )
 from .manifest import Manifest
-from .plugins import KNOWN_CACHES, KNOWN_TIERS, get_registry, open_store
+from .plugins import KNOWN_CACHES, KNOWN_TIERS, describe_root, get_registry, open_store
 from .roots import child_dbs, compaction_state, inspect_root, version_rows
 from .settings import MAX_INT, MAX_SECONDS, Settings
 from .siblings import SiblingStores
@@ -310,15 +310,37 @@ def _record_json(name: str, rec: CompactionRecord | CorruptionError) -> dict[str
     }
 
 
-def _print_root(url: str, rows: list[dict[str, Any]], as_json: bool, prices: Prices) -> int:
-    """``silt inspect`` of a root that holds DBs (e.g. a Spark operator's shards)."""
+def _print_described(described: dict[str, Any]) -> None:
+    """What a plugin's root inspector said (:func:`silt.plugins.describe_root`)."""
+    print(f"{described.get('kind', 'application state')} "
+          f"(described by plugin {described.get('inspector')!r})")
+    fields = described.get("fields") or {}
+    width = max((len(str(k)) for k in fields), default=0)
+    for label, value in fields.items():
+        print(f"  {str(label).ljust(width)}  {'-' if value is None else value}")
+    for table in described.get("tables") or []:
+        print(f"{table.get('title', '')}:")
+        rows = [["-" if cell is None else cell for cell in row] for row in table.get("rows") or []]
+        if rows:
+            print(_table(table.get("columns") or [], rows, indent="  "))
+        else:
+            print("  (none)")
+
+
+def _print_root(url: str, rows: list[dict[str, Any]], as_json: bool, prices: Prices,
+                described: dict[str, Any] | None = None) -> int:
+    """``silt inspect`` of a root that holds DBs (e.g. a Spark operator's shards), with what
+    an installed plugin says of it (``described``)."""
     for r in rows:
         r["cost"] = summary(r["requests"], prices)
     total = summary({k: sum(r["requests"].get(k, 0) for r in rows)
                      for k in {k for r in rows for k in r["requests"]}}, prices)
     if as_json:
-        _print_json({"root": url, "dbs": rows, "cost": total})
+        _print_json({"root": url, "dbs": rows, "cost": total,
+                     **({"application": described} if described is not None else {})})
         return EXIT_OK
+    if described is not None:
+        _print_described(described)
     print(f"root {public_url(url)}: {len(rows)} DBs")
     print(_table(
         ["DB", "VERSION", "VERSIONS", "L0", "READ_AMP", "BYTES", "REQUESTS", "PENDING",
@@ -345,7 +367,16 @@ def cmd_inspect(args: argparse.Namespace) -> int:
                 raise VersionNotFoundError(
                     f"no DB under {public_url(args.url)!r} has version {args.version}; "
                     "run `silt ls` to list the committed versions")
-            return _print_root(args.url, rows, args.json, args.prices)
+            described = describe_root(store, args.url, args.version, args.values)
+            if args.values and described is None:
+                raise InvalidArgumentError(
+                    f"--values decodes an application's state, and no installed plugin "
+                    f"describes {public_url(args.url)!r}; `silt scan` shows raw values")
+            return _print_root(args.url, rows, args.json, args.prices, described)
+        if args.values:
+            raise InvalidArgumentError(
+                "--values decodes an application's state under a root of DBs (such as a "
+                "silt_spark operator root); for one DB, `silt scan` shows its values")
         version = _resolve_version(store, args.url, args.version)
         m = _read_manifest(store, args.url, version)
         props: dict[str, dict[str, Any]] = {}
@@ -828,6 +859,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "'PUT=0.005,LIST=0.005,GET=0.0004' (default: S3 Standard's)")
     p.add_argument("--tails", action="store_true",
                    help="also read each SST's properties (one ranged GET per SST)")
+    p.add_argument("--values", type=_non_negative, default=0, metavar="N",
+                   help="on a root an installed plugin describes (a silt_spark operator root), "
+                        "also show N of its state values, decoded (default 0)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
     p = command("get", cmd_get, "print the value of KEY (raw bytes); exit 1 if it is absent")

@@ -28,13 +28,20 @@ hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 
 @hookspec
 def silt_register(registry: Registry) -> None:
-    """Register the tiers, caches and compaction policies this plugin provides.
+    """Register the tiers, caches, compaction policies and root inspectors this plugin
+    provides.
 
     Called once per plugin when silt first needs its registry (not ``firstresult``; return value
-    ignored). Use ``registry.add_tier(scheme, factory)``, ``registry.add_cache(name, factory)`` and
-    ``registry.add_compaction_policy(name, factory)``. A tier ``factory(url, options)`` receives the
-    URL without its query string and the query options as a ``dict[str, str]`` and returns a
-    :class:`silt.store.ObjectStore`. Registering a name another plugin already registered is an
+    ignored). Use ``registry.add_tier(scheme, factory)``, ``registry.add_cache(name, factory)``,
+    ``registry.add_compaction_policy(name, factory)`` and
+    ``registry.add_root_inspector(marker, inspector)`` (``silt inspect`` of a root holding the
+    object ``marker``: see :func:`silt.plugins.describe_root`). A tier ``factory(url, options)``
+    receives the URL without its query string and the query options as a ``dict[str, str]``
+    and returns a :class:`silt.store.ObjectStore`. A tier that accepts settings given in code
+    (credentials included: ``silt.open(url, storage_options={...})``) takes them through a
+    keyword ``storage_options`` (a ``dict[str, str]``, passed only when not empty): it refuses
+    unknown names with ``InvalidArgumentError`` listing the accepted ones, and never shows a
+    value in a message or ``repr``. Registering a name another plugin already registered is an
     error that names both plugins.
 
     :param registry: the registry to fill.

@@ -5,6 +5,8 @@ Re-exported as ``silt.open`` and ``silt.versions``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from . import errors, paths
 from .budget import MemoryBudget
 from .clock import Clock
@@ -38,10 +40,10 @@ def _check_retained(store: ObjectStore, url: str, manifest: Manifest) -> None:
     )
 
 
-def versions(url: str) -> list[int]:
+def versions(url: str, *, storage_options: Mapping[str, str] | None = None) -> list[int]:
     """The committed versions under ``url``, ascending (empty for a new root; withdrawn versions
-    are not listed)."""
-    store = open_store(url)
+    are not listed). ``storage_options`` as for :func:`open`."""
+    store = open_store(url, storage_options=storage_options)
     try:
         return _list_versions(store)
     finally:
@@ -57,6 +59,7 @@ def open(
     clock: Clock | None = None,
     store: ObjectStore | None = None,
     budget: MemoryBudget | None = None,
+    storage_options: Mapping[str, str] | None = None,
 ) -> DB:
     """Open the database at ``url``: the latest committed version, or exactly ``version``.
 
@@ -68,6 +71,9 @@ def open(
     A root with no versions opens empty. Commits from a DB opened at an old version create newer
     versions (``CommitConflict`` if the version already exists). ``clock`` and ``store`` are
     injectable components for tests and simulations (``store`` replaces opening ``url``).
+    ``storage_options`` (option name -> str) go to the tier with the URL's query options:
+    settings given in code, credentials included, which the URL never carries (each tier
+    documents the names it accepts; see :func:`silt.plugins.open_store`).
 
     Memory: the DB shares the process's block cache and charges its memtables to the process's
     memory budget (:func:`silt.set_memory_budget`), or to ``budget`` (a
@@ -105,7 +111,11 @@ def open(
             )
     owns_store = store is None
     if store is None:
-        store = open_store(url)
+        store = open_store(url, storage_options=storage_options)
+    elif storage_options:
+        raise errors.InvalidArgumentError(
+            "pass either store= or storage_options= (options for opening url), not both"
+        )
     # Opening's requests count as the handle's own (purpose "open"): silt.cost records them
     # in its first commit.
     metrics = Metrics()

@@ -18,16 +18,17 @@ reported when the full registry is built, not by an open that only needs the bui
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import pluggy
 
 from . import hookspecs
-from .errors import InvalidArgumentError, NoTierError, SiltError
+from .errors import InvalidArgumentError, InvalidTypeError, NoTierError, SiltError
 from .store import ObjectStore, split_url
 
 #: Built-in plugins, registered exactly like entry-point plugins (entry name -> module).
@@ -51,6 +52,8 @@ KNOWN_CACHES: dict[str, str] = {"ssd": "silt-cache-ssd"}
 
 TierFactory = Callable[[str, dict[str, str]], ObjectStore]
 CacheFactory = Callable[[ObjectStore, dict[str, str]], ObjectStore]
+#: ``inspector(store, url, version, values) -> dict``: see :meth:`Registry.add_root_inspector`.
+RootInspector = Callable[[ObjectStore, str, "int | None", int], dict[str, Any]]
 
 
 @dataclass
@@ -73,6 +76,7 @@ class Registry:
         self.tiers: dict[str, TierFactory] = {}
         self.caches: dict[str, CacheFactory] = {}
         self.compaction_policies: dict[str, Callable[..., Any]] = {}
+        self.root_inspectors: dict[str, RootInspector] = {}
         self.plugins: dict[str, PluginInfo] = {}
         self._owners: dict[tuple[str, str], str] = {}
         self._current: PluginInfo | None = None
@@ -103,6 +107,13 @@ class Registry:
     def add_compaction_policy(self, name: str, factory: Callable[..., Any]) -> None:
         """Provide the compaction policy ``name``."""
         self._add("compaction_policy", self.compaction_policies, name, factory)
+
+    def add_root_inspector(self, marker: str, inspector: RootInspector) -> None:
+        """Describe the roots an application built on silt writes: a root that holds the
+        object ``marker`` (a key right under the root, as ``silt-spark.json``) is shown by
+        ``silt inspect`` with what ``inspector(store, url, version, values)`` returns (see
+        :func:`describe_root`)."""
+        self._add("root_inspector", self.root_inspectors, marker, inspector)
 
     def owner(self, kind: str, name: str) -> str | None:
         """The plugin that registered ``name`` of ``kind`` ("tier", "cache", ...)."""
@@ -189,13 +200,86 @@ def reset_registry() -> None:
         _builtins = None
 
 
-def open_store(url: str, registry: Registry | None = None) -> ObjectStore:
+def describe_root(
+    store: ObjectStore, url: str, version: int | None = None, values: int = 0,
+    registry: Registry | None = None,
+) -> dict[str, Any] | None:
+    """What a plugin's root inspector says of the root ``store`` opened at ``url``, or ``None``
+    when no registered marker object is there (one HEAD-like read per registered marker).
+
+    The inspector gets the root's store (not to be closed), its URL, the micro-batch or
+    version to describe (``None``: the latest) and how many decoded values to include; it
+    returns a JSON-able dict: ``kind`` (a title), ``fields`` (label -> scalar, shown one per
+    line), ``tables`` (a list of ``{"title", "columns", "rows"}``). silt adds ``inspector``,
+    the plugin's name. Errors it raises propagate (a ``SiltError`` names what is wrong).
+    """
+    from .errors import NotFoundError
+
+    if registry is None:
+        registry = get_registry()
+    for marker in sorted(registry.root_inspectors):
+        try:
+            store.get_range(marker, 0, 0)
+        except NotFoundError:
+            continue
+        described = dict(registry.root_inspectors[marker](store, url, version, values))
+        described["inspector"] = registry.owner("root_inspector", marker)
+        return described
+    return None
+
+
+def check_storage_options(storage_options: object) -> dict[str, str]:
+    """``storage_options`` as a ``dict[str, str]`` (``None``: empty), or an error naming the
+    offending option (never a value: values may be secrets)."""
+    if storage_options is None:
+        return {}
+    if not isinstance(storage_options, Mapping):
+        raise InvalidTypeError(
+            "storage_options must be a dict of option name -> str value, got "
+            f"{type(storage_options).__name__}"
+        )
+    out: dict[str, str] = {}
+    for name, value in storage_options.items():
+        if not isinstance(name, str) or not name:
+            raise InvalidTypeError(
+                f"storage_options names must be non-empty str, got {type(name).__name__}"
+            )
+        if not isinstance(value, str):
+            raise InvalidTypeError(
+                f"storage option {name!r} must be a str, got {type(value).__name__} (the "
+                "value is not shown: it may be a secret)"
+            )
+        out[name] = value
+    return out
+
+
+def takes_storage_options(factory: TierFactory) -> bool:
+    """Whether a tier factory accepts the ``storage_options`` keyword (see
+    :func:`silt.hookspecs.silt_register`)."""
+    try:
+        params = inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        return False
+    return "storage_options" in params or any(
+        p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()
+    )
+
+
+def open_store(
+    url: str, registry: Registry | None = None, *,
+    storage_options: Mapping[str, str] | None = None,
+) -> ObjectStore:
     """Open the object store for ``url`` through the tier that registered its scheme.
 
     Query options go to the tier, except ``cache=<name>`` and ``cache_*`` options, which choose a
-    cache plugin that wraps the tier. Raises ``NoTierError`` with an install hint when no
-    installed plugin provides the scheme or cache.
+    cache plugin that wraps the tier. ``storage_options`` (option name -> str) go to the tier
+    too, through its factory's ``storage_options`` keyword: settings given in code rather than
+    in the URL, credentials included (each tier documents the names it accepts; an option given
+    both ways takes the ``storage_options`` value). A tier that takes none refuses them with
+    ``InvalidArgumentError``. Raises ``NoTierError`` with an install hint when no installed
+    plugin provides the scheme or cache.
     """
+    storage = check_storage_options(storage_options)
     scheme, _location, options = split_url(url)
     if registry is None:
         registry = get_registry() if "cache" in options else registry_for("tier", scheme)
@@ -212,7 +296,15 @@ def open_store(url: str, registry: Registry | None = None) -> ObjectStore:
     cache_name = options.pop("cache", None)
     cache_options = {k: options.pop(k) for k in [k for k in options if k.startswith("cache_")]}
     base_url = url.split("?", 1)[0]
-    store = factory(base_url, options)
+    if storage:
+        if not takes_storage_options(factory):
+            raise InvalidArgumentError(
+                f"the '{scheme}://' tier takes no storage_options (got "
+                f"{', '.join(sorted(storage))}); pass settings in the URL's query instead"
+            )
+        store = factory(base_url, options, storage_options=storage)
+    else:
+        store = factory(base_url, options)
     if cache_name:
         cache_factory = registry.caches.get(cache_name)
         if cache_factory is None:

@@ -19,27 +19,69 @@ Quick start::
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from . import errors
-from ._aggregate import aggregate
-from ._changes import read_changes
-from ._dedup import deduplicate
-from ._join import join
-from ._lifecycle import drop_state
-from ._metrics import MetricsListener, metrics
-from ._processor import (
-    ExpiredTimerInfo,
-    ListState,
-    MapState,
-    StatefulProcessor,
-    StatefulProcessorHandle,
-    TimerValues,
-    ValueState,
-    transform_with_state,
-)
-from ._progress import progress_metrics
-from ._read import read_state
-from ._size import StateSize, state_size
-from ._window import window_aggregate
+
+if TYPE_CHECKING:
+    from ._aggregate import aggregate
+    from ._changes import read_changes
+    from ._dedup import deduplicate
+    from ._join import join
+    from ._lifecycle import drop_state
+    from ._metrics import MetricsListener, metrics
+    from ._processor import (
+        ExpiredTimerInfo,
+        ListState,
+        MapState,
+        StatefulProcessor,
+        StatefulProcessorHandle,
+        TimerValues,
+        ValueState,
+        transform_with_state,
+    )
+    from ._progress import progress_metrics
+    from ._read import read_state
+    from ._size import StateSize, state_size
+    from ._window import window_aggregate
+
+#: Public name -> the module defining it, imported on first use (PEP 562), so that importing
+#: ``silt_spark`` (as silt does for its ``silt`` entry point, ``silt_spark.plugin``, in every
+#: process that lists its plugins) imports neither pyspark nor numpy (docs/plugins.md).
+_EXPORTS = {
+    "aggregate": "_aggregate",
+    "read_changes": "_changes",
+    "deduplicate": "_dedup",
+    "join": "_join",
+    "drop_state": "_lifecycle",
+    "MetricsListener": "_metrics",
+    "metrics": "_metrics",
+    **dict.fromkeys(
+        ("ExpiredTimerInfo", "ListState", "MapState", "StatefulProcessor",
+         "StatefulProcessorHandle", "TimerValues", "ValueState", "transform_with_state"),
+        "_processor",
+    ),
+    "progress_metrics": "_progress",
+    "read_state": "_read",
+    "StateSize": "_size",
+    "state_size": "_size",
+    "window_aggregate": "_window",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'silt_spark' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})
+
 
 __version__ = "0.1.0"
 

@@ -14,6 +14,11 @@ State entry per grouping key, fixed width so a whole batch decodes with one ``np
 
 ``n`` is the column's non-null count; sum/min/max are meaningless while ``n == 0``.
 
+The aggregated columns and their order are the descriptor's ``state_columns``. A restart may
+append columns (a new aggregate over a column not aggregated before): records written before
+are shorter, and read as if the new columns had only seen nulls (``n == 0``), see
+:func:`evolve_columns`. Removing a column or changing its type is refused when the query starts.
+
 The module owns the operator: its builder (:func:`aggregate`, which plans the query on the driver),
 its executors (``partial_aggregate`` before the shuffle, ``merge_partition`` in the shard's task)
 and :func:`decode` (its entries as ``read_state`` rows). Keys are built and split through
@@ -100,8 +105,14 @@ class AggPlan:
     output_schema: Any  # pyarrow.Schema
 
 
-def plan(df_schema: Any, key_columns: Sequence[str], aggs: list[Agg]) -> tuple[AggPlan, Any, Any]:
-    """The plan plus the Spark schemas of the partial and the output DataFrames."""
+def plan(
+    df_schema: Any, key_columns: Sequence[str], aggs: list[Agg],
+    previous: list[list[str]] | None = None, root: str = "",
+) -> tuple[AggPlan, Any, Any]:
+    """The plan plus the Spark schemas of the partial and the output DataFrames.
+
+    ``previous``: the state columns the root's records hold (its descriptor's
+    ``state_columns``), kept first and in their order (see :func:`evolve_columns`)."""
     import pyarrow as pa
     from pyspark.sql import types as T
     from pyspark.sql.pandas.types import to_arrow_schema
@@ -128,6 +139,8 @@ def plan(df_schema: Any, key_columns: Sequence[str], aggs: list[Agg]) -> tuple[A
                 "integral and floating-point columns"
             )
         value_columns.append(a.column)
+    if previous is not None:
+        value_columns, floating = evolve_columns(previous, value_columns, floating, root)
 
     def num(j: int) -> T.DataType:
         return T.DoubleType() if floating[j] else T.LongType()
@@ -156,6 +169,63 @@ def plan(df_schema: Any, key_columns: Sequence[str], aggs: list[Agg]) -> tuple[A
     return p, partial, output
 
 
+def state_columns(p: AggPlan) -> list[list[str]]:
+    """The descriptor's ``state_columns`` of ``p``: ``[column, "i64" | "f64"]`` pairs."""
+    return [[c, "f64" if f else "i64"] for c, f in zip(p.value_columns, p.floating)]
+
+
+def evolve_columns(
+    previous: list[list[str]], wanted: list[str], floating: list[bool], root: str
+) -> tuple[list[str], list[bool]]:
+    """The state columns of a restart: the ``previous`` ones in their order, then the newly
+    aggregated ones of ``wanted`` (with their ``floating`` flags) appended.
+
+    Appending is the one change old records survive: a record written before has fewer
+    columns, and reads as if the new ones had seen only nulls (count 0, sum/min/max/avg
+    null until the key's first value after the restart; Spark's result for a group whose
+    values were all null). Output columns may be added, dropped or reordered freely as long
+    as every previous column stays aggregated with its type. Raises
+    :class:`~silt_spark.errors.LayoutMismatchError` naming the change otherwise."""
+    from .errors import LayoutMismatchError
+
+    kinds = dict(zip(wanted, floating))
+    names = {False: "integral (i64)", True: "floating-point (f64)"}
+    removed = [c for c, _ in previous if c not in kinds]
+    if removed:
+        raise LayoutMismatchError(
+            f"the state root {public_url(root)!r} keeps aggregates of column(s) "
+            f"{', '.join(map(repr, removed))}, which the aggregates no longer use: a running "
+            "query's aggregated columns can only be added to (old state needs them). Keep an "
+            "aggregate over each of them, or use another state_url"
+        )
+    for c, t in previous:
+        if kinds[c] != (t == "f64"):
+            raise LayoutMismatchError(
+                f"column {c!r} changed type in the state root {public_url(root)!r}: its state "
+                f"is {names[t == 'f64']}, the column is now {names[kinds[c]]}; cast it back "
+                "(e.g. .withColumn(...).cast(...)) or use another state_url"
+            )
+    known = [c for c, _ in previous]
+    added = [c for c in wanted if c not in known]
+    return known + added, [t == "f64" for _, t in previous] + [kinds[c] for c in added]
+
+
+def previous_columns(spec: _shard.OperatorSpec, kind: str) -> list[list[str]] | None:
+    """The ``state_columns`` of the root's descriptor when it holds a ``kind`` operator (what
+    :func:`plan` evolves from), else ``None`` (a new root, or one
+    :func:`~silt_spark._shard.ensure_descriptor` refuses)."""
+    have = _shard.read_descriptor(spec.root, spec.storage_options)
+    return have.get("state_columns") if have and have.get("operator") == kind else None
+
+
+def record_columns(spec: _shard.OperatorSpec, previous: list[list[str]] | None,
+                   p: AggPlan) -> None:
+    """Record appended state columns in the root's descriptor (driver side, at start)."""
+    if previous is not None and previous != state_columns(p):
+        _shard.update_descriptor(spec.root, {"state_columns": state_columns(p)},
+                                 spec.storage_options)
+
+
 def partial_aggregate(batches: Iterator[Any], p: AggPlan) -> Iterator[Any]:
     """Before the shuffle: one row per distinct key of this input partition."""
     import pyarrow as pa
@@ -177,11 +247,13 @@ def partial_aggregate(batches: Iterator[Any], p: AggPlan) -> Iterator[Any]:
     yield from pa.Table.from_arrays(out, schema=p.partial_schema).to_batches()
 
 
-def state_dtype(p: AggPlan) -> Any:
+def state_dtype(p: AggPlan, columns: int | None = None) -> Any:
+    """The record of ``p`` (of its first ``columns`` value columns: a record written before
+    columns were appended)."""
     import numpy as np
 
     fields: list[tuple[str, str]] = [("fmt", "u1"), ("rows", "<i8")]
-    for j, fl in enumerate(p.floating):
+    for j, fl in enumerate(p.floating[:columns]):
         t = "<f8" if fl else "<i8"
         fields += [(f"n{j}", "<i8"), (f"s{j}", t), (f"mn{j}", t), (f"mx{j}", t)]
     return np.dtype(fields)
@@ -303,12 +375,39 @@ def read_records(values: list[bytes | None], p: AggPlan, url: str) -> Any:
     dt = state_dtype(p)
     old = np.zeros(len(values), dt)
     found = [i for i, v in enumerate(values) if v is not None]
-    if found:
-        raw = np.frombuffer(b"".join([values[i] for i in found]), dt)
+    if not found:
+        return old
+    by_width: dict[int, list[int]] = {}
+    for i in found:
+        by_width.setdefault(len(values[i]), []).append(i)  # type: ignore[arg-type]
+    for width, rows in by_width.items():
+        columns = _columns_of(width, len(p.value_columns), url)
+        part = state_dtype(p, columns)
+        raw = np.frombuffer(b"".join([values[i] for i in rows]), part)  # type: ignore[misc]
         if (raw["fmt"] != STATE_FORMAT).any():
             raise ValueError(f"unknown aggregation state format in {public_url(url)!r}")
-        old[np.asarray(found)] = raw
+        if columns == len(p.value_columns):
+            old[np.asarray(rows)] = raw
+        else:  # written before columns were appended: those start empty (n == 0)
+            idx = np.asarray(rows)
+            for name in part.names:
+                old[name][idx] = raw[name]
     return old
+
+
+#: Bytes of a record's head (format, rows) and of each value column (n, sum, min, max).
+_HEAD_BYTES, _COLUMN_BYTES = 9, 32
+
+
+def _columns_of(width: int, most: int, url: str) -> int:
+    """How many value columns a record of ``width`` bytes holds (at most ``most``)."""
+    columns, rest = divmod(width - _HEAD_BYTES, _COLUMN_BYTES)
+    if rest or not 0 <= columns <= most:
+        raise ValueError(
+            f"an aggregation state record of {width} bytes in {public_url(url)!r} does not "
+            f"match the root's {most} aggregated column(s)"
+        )
+    return columns
 
 
 def combine(old: Any, g: Any, p: AggPlan) -> Any:
@@ -376,6 +475,7 @@ def aggregate(
     take_over: bool = False,
     settings: Any = None,
     reset: bool | None = None,
+    storage_options: dict[str, str] | None = None,
 ) -> Any:
     """Keyed running aggregation (count, sum, min, max, avg) of a streaming DataFrame.
 
@@ -410,6 +510,11 @@ def aggregate(
         over, use :func:`silt_spark.drop_state`. (``reset=`` is its deprecated old name.)
     settings : silt.Settings, optional
         LSM settings for the shards.
+    storage_options : dict of str, optional
+        Object-store options for the state root, credentials included (``access_key_id``,
+        ``secret_access_key``... for ``s3://``; see docs/spark.md): passed with the job to the
+        executors, never shown. ``spark.silt.storage.<name>`` in the Spark conf sets them too;
+        this argument wins.
 
     Returns
     -------
@@ -430,14 +535,18 @@ def aggregate(
     """
     keys = _api._key_list(key_columns, df)
     parsed = parse_aggs(aggs)
-    p, partial_struct, output_struct = plan(df.schema, keys, parsed)
+    plan(df.schema, keys, parsed)  # arguments checked before any state is touched
     spec = _api._spec(
         KIND, state_url, num_shards, key_groups, take_over, settings, df=df, reset=reset,
+        storage_options=storage_options,
     )
+    previous = previous_columns(spec, KIND)
+    p, partial_struct, output_struct = plan(df.schema, keys, parsed, previous, state_url)
     spec = _shard.ensure_descriptor(spec, {
         "key_columns": _api._key_types(df, keys),
-        "state_columns": [[c, "f64" if f else "i64"] for c, f in zip(p.value_columns, p.floating)],
-    }, (*_api.PINNED, "state_columns"))
+        "state_columns": state_columns(p),
+    }, _api.PINNED)
+    record_columns(spec, previous, p)
 
     def partial_fn(batches: Any) -> Any:
         return partial_aggregate(batches, p)
@@ -462,13 +571,12 @@ def running_parts(state_columns: list[list[str]] | None) -> Callable[[bytes], di
     cols = [c for c, _ in state_columns or []]
     p = AggPlan((), (), tuple(cols), tuple(t == "f64" for _, t in state_columns or []), None,
                 None)
-    dt = state_dtype(p)
-
     def parts(value: bytes) -> dict[str, Any]:
-        rec = np.frombuffer(value, dt)[0]
+        held = _columns_of(len(value), len(cols), "")
+        rec = np.frombuffer(value, state_dtype(p, held))[0]
         out: dict[str, Any] = {"rows": int(rec["rows"])}
         for j, c in enumerate(cols):
-            n = int(rec[f"n{j}"])
+            n = int(rec[f"n{j}"]) if j < held else 0  # appended after this record: empty
             out[c] = {"n": n, **({
                 "sum": rec[f"s{j}"].item(), "min": rec[f"mn{j}"].item(),
                 "max": rec[f"mx{j}"].item(),

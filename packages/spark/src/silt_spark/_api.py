@@ -13,7 +13,7 @@ from typing import Any
 from silt.errors import InvalidArgumentError, InvalidTypeError
 from silt.tierkit import public_url
 
-from . import _interval, _layout, _metrics, _progress, _shard
+from . import _interval, _layout, _metrics, _progress, _shard, _storage
 
 
 def _spec(
@@ -26,10 +26,12 @@ def _spec(
     *,
     df: Any = None,
     reset: bool | None = None,
+    storage_options: Any = None,
     **options: Any,
 ) -> _shard.OperatorSpec:
     """The operator's options, checked (``df``: refused unless streaming or in foreachBatch;
-    ``reset``: the deprecated name of ``take_over``)."""
+    ``reset``: the deprecated name of ``take_over``; ``storage_options``: as given, merged
+    with the session's ``spark.silt.storage.*`` conf, see _storage.py)."""
     import silt
 
     if df is not None:
@@ -66,6 +68,7 @@ def _spec(
         settings=settings.to_dict() if settings is not None else None,
         memory_budget=_memory_budget(df),
         maintenance_batches=_maintenance_batches(df),
+        storage_options=_storage.resolve(storage_options, getattr(df, "sparkSession", None)),
         **options,
     )
 

@@ -17,7 +17,7 @@ from typing import Any
 from silt.errors import InvalidArgumentError
 from silt.tierkit import public_url
 
-from . import _layout, _read, _shard
+from . import _layout, _read, _shard, _storage
 from .errors import LayoutMismatchError
 
 #: Columns after the key columns.
@@ -36,7 +36,8 @@ def _sources(spec: _shard.OperatorSpec, shard: int, version: int) -> list[tuple[
     import silt
 
     first, last = _layout.shard_range(shard, spec.num_shards, spec.key_groups)
-    db = silt.open(spec.shard_url(shard), at_most=version, settings=spec.silt_settings())
+    db = silt.open(spec.shard_url(shard), at_most=version, settings=spec.silt_settings(),
+                   storage_options=spec.storage_options)
     if db.version is not None:
         return [(db, first, last)]
     db.close()
@@ -85,12 +86,16 @@ def shard_changes(spec: _shard.OperatorSpec, shard: int, start_version: int,
             db.close()
 
 
-def read_changes(spark: Any, state_url: str, start_version: int, end_version: int) -> Any:
+def read_changes(
+    spark: Any, state_url: str, start_version: int, end_version: int, *,
+    storage_options: dict[str, str] | None = None,
+) -> Any:
     """What the state of a silt_spark operator changed from micro-batch ``start_version`` to
     ``end_version`` (each shard at its latest version ``<=`` each), as a DataFrame.
 
     Computed from the manifests' deltas (the SSTs added or removed between the versions), never
     by comparing the two snapshots: the cost follows the changes, not the state's size.
+    ``storage_options``: object-store options for the root, as for :func:`read_state`.
 
     Returns
     -------
@@ -109,11 +114,12 @@ def read_changes(spark: Any, state_url: str, start_version: int, end_version: in
     from pyspark.sql import types as T
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    desc = _shard.read_descriptor(state_url)
+    storage = _storage.resolve(storage_options, spark)
+    desc = _shard.read_descriptor(state_url, storage)
     if desc is None:
         raise LayoutMismatchError(f"{public_url(state_url)!r} is not a silt_spark state root "
                                   f"(no {_shard.DESCRIPTOR})")
-    spec = _read._spec(desc, state_url)
+    spec = _read._spec(desc, state_url, storage)
     if start_version is None or end_version is None:
         raise InvalidArgumentError("read_changes needs both start_version and end_version")
     a, b = _read._layout_version(start_version), _read._layout_version(end_version)

@@ -234,6 +234,7 @@ def deduplicate(
     take_over: bool = False,
     settings: Any = None,
     reset: bool | None = None,
+    storage_options: dict[str, str] | None = None,
 ) -> Any:
     """Drop duplicate rows of a streaming DataFrame: each key's first row only.
 
@@ -279,6 +280,11 @@ def deduplicate(
         over, use :func:`silt_spark.drop_state`. (``reset=`` is its deprecated old name.)
     settings : silt.Settings, optional
         LSM settings for the shards.
+    storage_options : dict of str, optional
+        Object-store options for the state root, credentials included (``access_key_id``,
+        ``secret_access_key``... for ``s3://``; see docs/spark.md): passed with the job to the
+        executors, never shown. ``spark.silt.storage.<name>`` in the Spark conf sets them too;
+        this argument wins.
 
     Returns
     -------
@@ -320,10 +326,11 @@ def deduplicate(
     delays = (delay_ms,) if event_time_column is not None else ()
     spec = _api._spec(
         KIND, state_url, num_shards, key_groups, take_over, settings, df=df, reset=reset,
+        storage_options=storage_options,
         event_time_delays=delays,
     )
     mode = "event_time" if event_time_column is not None else "processing_time"
-    have = _shard.read_descriptor(state_url) if mode == "event_time" else None
+    have = _shard.read_descriptor(state_url, spec.storage_options) if mode == "event_time" else None
     if have is not None and have.get("operator") == "dedup" and "dedup_time" not in have:
         from .errors import LayoutMismatchError
 
@@ -344,7 +351,7 @@ def deduplicate(
     root, incarnation = spec.root, spec.incarnation
 
     def watermark() -> int:
-        return _watermark.in_task(root, delays, incarnation)
+        return _watermark.in_task(root, delays, incarnation, spec.storage_options)
 
     def number_fn(batches: Any) -> Any:
         return number_and_drop(batches, dp, watermark if delays else None)

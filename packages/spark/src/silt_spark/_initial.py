@@ -79,7 +79,7 @@ def stage(initial: Any, keys: list[str], spec: _shard.OperatorSpec) -> str | Non
     ``None`` when the root already has state (the initial state was applied before), unless
     the query takes the root over (``take_over=True``: its first batch starts from empty
     state, so the initial state applies to it)."""
-    store = open_store(spec.root)
+    store = open_store(spec.root, storage_options=spec.storage_options)
     try:
         if not spec.take_over and _has_state(spec):
             left = [o.key for o in store.list(PREFIX)]
@@ -90,6 +90,7 @@ def stage(initial: Any, keys: list[str], spec: _shard.OperatorSpec) -> str | Non
         store.close()
     staging = uuid.uuid4().hex
     root, n, groups = spec.root, spec.num_shards, spec.key_groups
+    storage_options = spec.storage_options
     routed = _layout.with_routing_columns(initial, keys, n, groups)
     routed = routed.repartition(n, _layout.PARTITION_COLUMN)
 
@@ -102,7 +103,7 @@ def stage(initial: Any, keys: list[str], spec: _shard.OperatorSpec) -> str | Non
             return
         table = pa.Table.from_batches(batches).drop_columns([_layout.PARTITION_COLUMN])
         shard_of = pc.divide(pc.multiply(table[_layout.KG_COLUMN].cast(pa.int64()), n), groups)
-        out = open_store(root)
+        out = open_store(root, storage_options=storage_options)
         try:
             for shard in pc.unique(shard_of).to_pylist():
                 part = table.filter(pc.equal(shard_of, shard))
@@ -120,12 +121,14 @@ def stage(initial: Any, keys: list[str], spec: _shard.OperatorSpec) -> str | Non
     return staging
 
 
-def load(root: str, staging: str, shard: int) -> Any:
+def load(
+    root: str, staging: str, shard: int, storage_options: dict[str, str] | None = None
+) -> Any:
     """The shard's staged initial rows (a ``pyarrow.Table`` with the key-group column), or
     ``None``."""
     import pyarrow as pa
 
-    store = open_store(root)
+    store = open_store(root, storage_options=storage_options)
     try:
         data = store.get(object_name(staging, shard))
     except NotFoundError:

@@ -838,6 +838,7 @@ def join(
     take_over: bool = False,
     settings: Any = None,
     heartbeat: bool = False,
+    storage_options: dict[str, str] | None = None,
 ) -> Any:
     """Join two streaming DataFrames on equal keys, with each side's buffer in silt.
 
@@ -888,6 +889,11 @@ def join(
         Discard state that belongs to another streaming query instead of failing.
     settings : silt.Settings, optional
         LSM settings for the shards.
+    storage_options : dict of str, optional
+        Object-store options for the state root, credentials included (``access_key_id``,
+        ``secret_access_key``... for ``s3://``; see docs/spark.md): passed with the job to the
+        executors, never shown. ``spark.silt.storage.<name>`` in the Spark conf sets them too;
+        this argument wins.
     heartbeat : bool, default False
         Union a 1 row/s ``rate`` source so batches keep running while both inputs are idle
         (unmatched rows then come out without waiting for input).
@@ -1007,6 +1013,7 @@ def join(
 
     spec = _api._spec(
         KIND, state_url, num_shards, key_groups, take_over, settings, df=left,
+        storage_options=storage_options,
         event_time_delays=delays if event else (),
     )
     _api._check_streaming(right, KIND)

@@ -45,6 +45,7 @@ def origin_key(query_id: str, batch: int) -> str:
 def check_origin(
     root: str, incarnation: str, query_id: str, batch: int, *, checked_root: bool,
     take_over: bool, counts: dict[str, int] | None = None,
+    storage_options: dict[str, str] | None = None,
 ) -> None:
     """Make sure ``root`` serves ``query_id`` from a batch ``<= batch``, recording it if it may.
 
@@ -58,7 +59,7 @@ def check_origin(
     with _LOCK:
         if (root, incarnation, query_id) in _CHECKED:
             return
-    store = open_store(root)
+    store = open_store(root, storage_options=storage_options)
     try:
         names = {info.key for info in retrying(lambda: list(store.list(PREFIX)))}
         if counts is not None:
@@ -94,14 +95,18 @@ def forget_checked() -> None:
         _CHECKED.clear()
 
 
-def drop_state(url: str, *, dry_run: bool = False) -> int:
+def drop_state(
+    url: str, *, dry_run: bool = False, storage_options: dict[str, str] | None = None
+) -> int:
     """Delete every object of the operator state root ``url`` and mark it as empty on purpose.
 
     Stop the streaming query first. The next run of the query (from its checkpoint, at any
     micro-batch) then starts this operator with empty state, instead of failing with
     :class:`~silt_spark.errors.StateLostError`. Also the way to add a new operator to a query
     that already has a checkpoint: drop its (empty) ``state_url`` once. Returns the number of
-    objects deleted (or that would be, with ``dry_run``).
+    objects deleted (or that would be, with ``dry_run``). ``storage_options``: object-store
+    options for the root (credentials included), as for the operator builders; the active
+    Spark session's ``spark.silt.storage.*`` conf, if any, sets them too.
 
     Raises :class:`~silt_spark.errors.NotAnOperatorRootError` when ``url`` holds objects but no
     silt_spark descriptor (nothing is deleted).
@@ -117,7 +122,10 @@ def drop_state(url: str, *, dry_run: bool = False) -> int:
     if not isinstance(url, str) or "://" not in url:
         raise ValueError("url must be a store URL such as 'file:///data/state/op1', got "
                          f"{public_url(url)!r}")
-    store = open_store(url)
+    from . import _storage
+
+    store = open_store(url, storage_options=_storage.resolve(
+        storage_options, _storage.active_session()))
     try:
         keys = [info.key for info in retrying(lambda: list(store.list("")))]
         if DESCRIPTOR not in keys and any(not k.startswith(PREFIX) for k in keys):

@@ -1041,7 +1041,8 @@ def process_partition(
     timers_on = time.mode != "none"
     init_rows = None
     if initial is not None and task.batch_id == 0:
-        init_rows = _initial.load(task.spec.root, initial, task.shard)
+        init_rows = _initial.load(task.spec.root, initial, task.shard,
+                                  task.spec.storage_options)
     if rows == 0 and not timers_on and init_rows is None:
         return  # no rows and no timers: the shard is not even opened
     meta = task.base_meta
@@ -1239,6 +1240,7 @@ def transform_with_state(
     take_over: bool = False,
     settings: Any = None,
     reset: bool | None = None,
+    storage_options: dict[str, str] | None = None,
     rows_format: str = "pandas",
     time_mode: str = "none",
     event_time_column: str | None = None,
@@ -1282,6 +1284,11 @@ def transform_with_state(
         over, use :func:`silt_spark.drop_state`. (``reset=`` is its deprecated old name.)
     settings : silt.Settings, optional
         LSM settings for the shards.
+    storage_options : dict of str, optional
+        Object-store options for the state root, credentials included (``access_key_id``,
+        ``secret_access_key``... for ``s3://``; see docs/spark.md): passed with the job to the
+        executors, never shown. ``spark.silt.storage.<name>`` in the Spark conf sets them too;
+        this argument wins.
     rows_format : {"pandas", "arrow"}, default "pandas"
         What ``handleInputRows`` receives: an iterator of pandas DataFrames (PySpark's shape)
         or of ``pyarrow.Table`` slices (far cheaper per key when keys have few rows).
@@ -1367,6 +1374,7 @@ def transform_with_state(
     init_df = None if initial_state is None else _initial.check(initial_state, df, keys)
     spec = _api._spec(
         KIND, state_url, num_shards, key_groups, take_over, settings, df=df, reset=reset,
+        storage_options=storage_options,
         event_time_delays=(
             (time_cfg.watermark_delay_ms,) if time_cfg.mode == "eventtime" else ()
         ),
@@ -1375,7 +1383,7 @@ def transform_with_state(
 
     arrow_schema = to_arrow_schema(struct, timezone="UTC")
     # Schemas are checked and evolved here, on the driver, before any state is written.
-    have = _shard.read_descriptor(spec.root)
+    have = _shard.read_descriptor(spec.root, spec.storage_options)
     registry = _schema.evolve(
         (have or {}).get(DESCRIPTOR_SCHEMAS) or {}, declared_states(processor, time_cfg.mode)
     )
@@ -1384,7 +1392,8 @@ def transform_with_state(
         _api.PINNED,
     )
     if have is not None and DESCRIPTOR_SCHEMAS in have and have[DESCRIPTOR_SCHEMAS] != registry:
-        _shard.update_descriptor(spec.root, {DESCRIPTOR_SCHEMAS: registry})
+        _shard.update_descriptor(spec.root, {DESCRIPTOR_SCHEMAS: registry},
+                                 spec.storage_options)
 
     staging = None if init_df is None else _initial.stage(init_df, keys, spec)
 

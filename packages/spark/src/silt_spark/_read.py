@@ -13,7 +13,7 @@ from typing import Any
 from silt.errors import InvalidArgumentError, InvalidTypeError
 from silt.tierkit import public_url
 
-from . import _aggregate, _dedup, _join, _layout, _processor, _shard, _window
+from . import _aggregate, _dedup, _join, _layout, _processor, _shard, _storage, _window
 from ._codec import to_json
 from .errors import LayoutMismatchError, VersionNotFoundError
 
@@ -30,11 +30,14 @@ STATE_COLUMNS = (
 #: and ``decode(items, state_columns)``. A new operator adds its module here.
 OPERATORS = {m.KIND: m for m in (_aggregate, _window, _dedup, _processor, _join)}
 
-def _spec(desc: dict[str, Any], root: str) -> _shard.OperatorSpec:
+def _spec(
+    desc: dict[str, Any], root: str, storage_options: dict[str, str] | None = None
+) -> _shard.OperatorSpec:
     layouts = tuple((int(x["generation"]), int(x["num_shards"])) for x in desc["layouts"])
     return _shard.OperatorSpec(
         kind=desc["operator"], root=root, num_shards=int(desc["num_shards"]),
         key_groups=int(desc["key_groups"]), generation=int(desc["generation"]), layouts=layouts,
+        storage_options=storage_options,
     )
 
 
@@ -60,7 +63,8 @@ def read_shard(spec: _shard.OperatorSpec, shard: int, version: int) -> Any:
     import silt
 
     first, last = _layout.shard_range(shard, spec.num_shards, spec.key_groups)
-    db = silt.open(spec.shard_url(shard), at_most=version, settings=spec.silt_settings())
+    db = silt.open(spec.shard_url(shard), at_most=version, settings=spec.silt_settings(),
+                   storage_options=spec.storage_options)
     sources: list[tuple[Any, int, int]] = []
     try:
         if db.version is not None:
@@ -105,7 +109,8 @@ def rows_batch(rows: list[tuple], columns: Any, nkeys: int, json_key: bool,
 
 
 def read_state(
-    spark: Any, state_url: str, version: int | None = None, state_name: str | None = None
+    spark: Any, state_url: str, version: int | None = None, state_name: str | None = None,
+    *, storage_options: dict[str, str] | None = None,
 ) -> Any:
     """The state of a silt_spark operator as a DataFrame, for inspection and time travel.
 
@@ -124,6 +129,9 @@ def read_state(
         Only this state variable (for the built-in operators, this ``state`` value). For a
         :func:`silt_spark.transform_with_state` variable declared with a schema, the columns
         are typed (see Returns); other variables keep the JSON columns.
+    storage_options : dict of str, optional
+        Object-store options for the state root, credentials included, as for the operator
+        builders (``spark.silt.storage.<name>`` in the session's conf sets them too).
 
     Returns
     -------
@@ -155,11 +163,12 @@ def read_state(
     from pyspark.sql import types as T
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    desc = _shard.read_descriptor(state_url)
+    storage = _storage.resolve(storage_options, spark)
+    desc = _shard.read_descriptor(state_url, storage)
     if desc is None:
         raise ValueError(f"{public_url(state_url)!r} is not a silt_spark state root "
                          f"(no {_shard.DESCRIPTOR})")
-    spec = _spec(desc, state_url)
+    spec = _spec(desc, state_url, storage)
     # Arguments are checked before any Spark call.
     at = _layout_version(version)
     if state_name is not None and not isinstance(state_name, str):
@@ -277,7 +286,8 @@ def root_versions(spec: _shard.OperatorSpec) -> list[int]:
     for generation, num_shards in spec.layouts or ((spec.generation, spec.num_shards),):
         for shard in range(num_shards):
             found.update(silt.versions(_layout.shard_url(
-                spec.root, shard, num_shards, spec.key_groups, generation)))
+                spec.root, shard, num_shards, spec.key_groups, generation),
+                storage_options=spec.storage_options))
     return sorted(found)
 
 

@@ -44,7 +44,7 @@ import logging
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import silt
@@ -124,6 +124,9 @@ class OperatorSpec:
     #: ``spark.silt.maintenance.intervalBatches``: a shard that commits collects its garbage
     #: (``DB.gc``) once per this many micro-batches; 0 never (see :meth:`ShardTask.finish`).
     maintenance_batches: int = 100
+    #: Storage options (credentials included) for every store of the root, from the builder's
+    #: ``storage_options=`` and ``spark.silt.storage.*`` (_storage.py); never in ``repr``.
+    storage_options: dict[str, str] | None = field(default=None, repr=False)
 
     def silt_settings(self) -> silt.Settings:
         return silt.Settings.from_dict(self.settings) if self.settings else silt.Settings()
@@ -134,15 +137,24 @@ class OperatorSpec:
         )
 
 
-def read_descriptor(root: str) -> dict[str, Any] | None:
+def read_descriptor(
+    root: str, storage_options: dict[str, str] | None = None
+) -> dict[str, Any] | None:
     """The operator root's descriptor (format 1 upgraded in memory), or ``None``."""
-    store = open_store(root)
+    store = open_store(root, storage_options=storage_options)
+    try:
+        return descriptor_of(store)
+    finally:
+        store.close()
+
+
+def descriptor_of(store: Any) -> dict[str, Any] | None:
+    """The descriptor of the operator root ``store`` is opened at (format 1 upgraded in
+    memory), or ``None``."""
     try:
         have = json.loads(retrying(lambda: store.get(DESCRIPTOR)))
     except NotFoundError:
         return None
-    finally:
-        store.close()
     if "layouts" not in have:  # format 1: one layout, generation 0
         have["layouts"] = [{"generation": 0, "num_shards": have["num_shards"]}]
         have["generation"] = 0
@@ -174,7 +186,7 @@ def ensure_descriptor(
         "layouts": [{"generation": 0, "num_shards": spec.num_shards}],
         **extra,
     }
-    store = open_store(spec.root)
+    store = open_store(spec.root, storage_options=spec.storage_options)
     try:
         data = json.dumps(want, sort_keys=True).encode()
         if retrying(lambda: store.put_if_absent(DESCRIPTOR, data)):
@@ -184,7 +196,7 @@ def ensure_descriptor(
             )
     finally:
         store.close()
-    have = read_descriptor(spec.root)
+    have = read_descriptor(spec.root, spec.storage_options)
     assert have is not None
     if have.get("operator") != spec.kind:
         raise LayoutMismatchError(
@@ -218,7 +230,7 @@ def ensure_descriptor(
         changed = True
     if changed:
         have["format"] = DESCRIPTOR_FORMAT
-        store = open_store(spec.root)
+        store = open_store(spec.root, storage_options=spec.storage_options)
         try:
             body = json.dumps(have, sort_keys=True).encode()
             retrying(lambda: store.put(DESCRIPTOR, body))
@@ -232,14 +244,16 @@ def ensure_descriptor(
     )
 
 
-def update_descriptor(root: str, fields: dict[str, Any]) -> None:
+def update_descriptor(
+    root: str, fields: dict[str, Any], storage_options: dict[str, str] | None = None
+) -> None:
     """Set ``fields`` in the operator root's descriptor (driver side, when a query starts)."""
-    have = read_descriptor(root)
+    have = read_descriptor(root, storage_options)
     assert have is not None
     have.update(fields)
     have["format"] = DESCRIPTOR_FORMAT
     body = json.dumps(have, sort_keys=True).encode()
-    store = open_store(root)
+    store = open_store(root, storage_options=storage_options)
     try:
         retrying(lambda: store.put(DESCRIPTOR, body))
     finally:
@@ -285,13 +299,14 @@ class ShardTask:
         _lifecycle.check_origin(
             spec.root, spec.incarnation, query_id, batch_id,
             checked_root=spec.check_origin, take_over=spec.take_over,
-            counts=self.root_requests["lifecycle"],
+            counts=self.root_requests["lifecycle"], storage_options=spec.storage_options,
         )
         delays = spec.event_time_delays
         if delays:
             self._observed = _watermark.observe(
                 spec.root, query_id, batch_id, delays, prune=shard == 0,
                 counts=self.root_requests["watermark"], incarnation=spec.incarnation,
+                storage_options=spec.storage_options,
             )
             self.watermark = self._observed.watermark_ms
             self._event_seen = [None] * len(delays)
@@ -433,7 +448,7 @@ class ShardTask:
                                 public_url(self.url), owner)
                     db.close()
                     db = None
-                    _delete_all(self.url)
+                    _delete_all(self.url, self.spec.storage_options)
                     db = self._open_at_most(b - 1)
                     known = []
             self._check_not_ahead(known)
@@ -468,7 +483,8 @@ class ShardTask:
             )
 
     def _open_at_most(self, version: int) -> silt.DB:
-        return silt.open(self.url, at_most=version, settings=self.spec.silt_settings())
+        return silt.open(self.url, at_most=version, settings=self.spec.silt_settings(),
+                         storage_options=self.spec.storage_options)
 
     def observe_event_time(self, max_ms: int | None, input_index: int = 0) -> None:
         """Note the largest event time (ms) among this shard's rows of an input in this batch,
@@ -488,6 +504,7 @@ class ShardTask:
             _watermark.record(
                 self.spec.root, self.query_id, self.batch_id, self.url_name,
                 self._event_seen, self._observed, self.root_requests["watermark"],
+                storage_options=self.spec.storage_options,
             )
         # Timings for inspection (see docs/spark.md and _metrics.py): the commit's own duration
         # is about manifest.created_ms - task_start_ms - open_ms - process_ms.
@@ -643,8 +660,8 @@ def newer_base(db: silt.DB, known: list[int]) -> list[int]:
     return [v for v in known if db.version is None or v > db.version]
 
 
-def _delete_all(url: str) -> None:
-    store = open_store(url)
+def _delete_all(url: str, storage_options: dict[str, str] | None = None) -> None:
+    store = open_store(url, storage_options=storage_options)
     try:
         keys = [info.key for info in retrying(lambda: list(store.list("")))]
         for i in range(0, len(keys), 1000):
@@ -680,7 +697,8 @@ def _previous_sources(
         f, la = _layout.shard_range(j, n, spec.key_groups)
         lo, hi = max(f, first), min(la, last)
         url = _layout.shard_url(spec.root, j, n, spec.key_groups, gen)
-        db = silt.open(url, at_most=at_most, settings=spec.silt_settings())
+        db = silt.open(url, at_most=at_most, settings=spec.silt_settings(),
+                       storage_options=spec.storage_options)
         if db.version is not None:
             out.append((db, lo, hi))
             continue

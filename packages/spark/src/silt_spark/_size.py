@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import silt
 
-from . import _layout, _read, _shard
+from . import _layout, _read, _shard, _storage
 from .errors import LayoutMismatchError
 
 
@@ -32,26 +32,34 @@ class StateSize:
         return len(self.versions)
 
 
-def state_size(state_url: str, version: int | None = None) -> StateSize:
+def state_size(
+    state_url: str, version: int | None = None, *,
+    storage_options: dict[str, str] | None = None,
+) -> StateSize:
     """The size of the state an operator keeps at ``state_url``: at micro-batch ``version``
     (each shard's latest version not after it), or the latest. Reads one manifest per shard.
+    ``storage_options``: object-store options for the root (credentials included), as for the
+    operator builders; the active Spark session's ``spark.silt.storage.*`` conf, if any, sets
+    them too.
 
     >>> size = silt_spark.state_size("s3://bucket/state/counts")    # doctest: +SKIP
     >>> print(f"{size.bytes / 1e9:.1f} GB in {size.entries:,} entries, {size.shards} shards")
     """
-    desc = _shard.read_descriptor(state_url)
+    storage = _storage.resolve(storage_options, _storage.active_session())
+    desc = _shard.read_descriptor(state_url, storage)
     if desc is None:
         raise LayoutMismatchError(
             f"{state_url!r} is not a silt_spark operator root (no {_shard.DESCRIPTOR}); pass the "
             "state_url the operator was built with"
         )
-    spec = _read._spec(desc, state_url)
+    spec = _read._spec(desc, state_url, storage)
     at_most = version if version is not None else 2**63 - 1
     total = entries = ssts = 0
     versions: dict[int, int | None] = {}
     index = [g for g, _ in spec.layouts].index(spec.generation)
     for shard in range(spec.num_shards):
-        db = silt.open(spec.shard_url(shard), at_most=at_most, settings=spec.silt_settings())
+        db = silt.open(spec.shard_url(shard), at_most=at_most, settings=spec.silt_settings(),
+                       storage_options=spec.storage_options)
         versions[shard] = db.version
         sources = [db]
         if db.version is None and index > 0:  # a rescaled shard without a version of its own

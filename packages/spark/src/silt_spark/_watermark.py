@@ -58,12 +58,14 @@ _Marker = tuple[str, tuple[int, int, str, int]]
 _LISTED: dict[tuple[str, str, str], tuple[int, list[_Marker], list[bool]]] = {}
 
 
-def _root_store(root: str) -> Any:
-    """The operator root's store, opened once per Python worker process."""
+def _root_store(root: str, storage_options: dict[str, str] | None = None) -> Any:
+    """The operator root's store, opened once per Python worker process (and per set of
+    storage options)."""
+    key = (root, tuple(sorted((storage_options or {}).items())))
     with _LOCK:
-        store = _STORES.get(root)
+        store = _STORES.get(key)
         if store is None:
-            store = _STORES[root] = open_store(root)
+            store = _STORES[key] = open_store(root, storage_options=storage_options)
         return store
 
 
@@ -124,6 +126,7 @@ def _count(counts: dict[str, int] | None, kind: str) -> None:
 def observe(
     root: str, query_id: str, batch: int, delays_ms: Sequence[int], prune: bool = False,
     counts: dict[str, int] | None = None, incarnation: str = "",
+    storage_options: dict[str, str] | None = None,
 ) -> Observed:
     """Read the markers of batches ``< batch`` (one LIST, shared by this process's tasks of
     ``batch``) and derive the watermark.
@@ -132,8 +135,9 @@ def observe(
     supersedes (one batched DELETE, only when there are such markers). ``counts`` (request
     kind -> count) is incremented per request made. ``incarnation`` (the operator descriptor's
     id) keeps a listing of a dropped and re-created root from being reused.
+    ``storage_options`` go to the root's tier (_storage.py).
     """
-    store = _root_store(root)
+    store = _root_store(root, storage_options)
     prefix = query_prefix(query_id)
     with _LOCK:
         seen = _LISTED.get((root, incarnation, query_id))
@@ -174,10 +178,11 @@ def observe(
 def record(
     root: str, query_id: str, batch: int, shard: str, seen: Sequence[int | None],
     observed: Observed, counts: dict[str, int] | None = None,
+    storage_options: dict[str, str] | None = None,
 ) -> int:
     """Write the markers of inputs whose largest event time in ``batch`` (``seen``) exceeds
     what the query had committed before it; returns how many were needed."""
-    store = _root_store(root)
+    store = _root_store(root, storage_options)
     wrote = 0
     for i, ms in enumerate(seen):
         old = observed.max_event_ms[i]
@@ -190,7 +195,10 @@ def record(
     return wrote
 
 
-def in_task(root: str, delays_ms: Sequence[int], incarnation: str = "") -> int:
+def in_task(
+    root: str, delays_ms: Sequence[int], incarnation: str = "",
+    storage_options: dict[str, str] | None = None,
+) -> int:
     """The watermark of the running Spark task's micro-batch (for a step before an operator's
     shuffle, which has no shard task): the same value the operator's shards see."""
     from pyspark import TaskContext
@@ -201,4 +209,4 @@ def in_task(root: str, delays_ms: Sequence[int], incarnation: str = "") -> int:
         return INITIAL_MS
     query_id = ctx.getLocalProperty("sql.streaming.queryId") or ""
     return observe(root, query_id, int(batch), delays_ms,
-                   incarnation=incarnation).watermark_ms
+                   incarnation=incarnation, storage_options=storage_options).watermark_ms

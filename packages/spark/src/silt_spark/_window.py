@@ -86,8 +86,10 @@ class WindowPlan:
 def plan(
     df_schema: Any, key_columns: list[str], aggs: list[_aggregate.Agg], time_column: str,
     window_ms: int, slide_ms: int, delay_ms: int, output: str,
+    previous: list[list[str]] | None = None, root: str = "",
 ) -> tuple[WindowPlan, Any, Any]:
-    """The plan plus the Spark schemas of the partials and of the output."""
+    """The plan plus the Spark schemas of the partials and of the output (``previous``: the
+    root's state columns, as for :func:`silt_spark._aggregate.plan`)."""
     from pyspark.sql import types as T
     from pyspark.sql.pandas.types import to_arrow_schema
 
@@ -104,7 +106,7 @@ def plan(
     clash = {"window_start", "window_end"} & set(key_columns)
     if clash:
         raise ValueError(f"key columns {sorted(clash)} clash with the output's window columns")
-    p, partial, output_struct = _aggregate.plan(df_schema, key_columns, aggs)
+    p, partial, output_struct = _aggregate.plan(df_schema, key_columns, aggs, previous, root)
     clash = {"window_start", "window_end"} & {a.name for a in aggs}
     if clash:
         raise ValueError(f"aggregate names {sorted(clash)} clash with the window columns")
@@ -345,6 +347,7 @@ def window_aggregate(
     take_over: bool = False,
     settings: Any = None,
     reset: bool | None = None,
+    storage_options: dict[str, str] | None = None,
     heartbeat: bool = False,
 ) -> Any:
     """Event-time window aggregation (tumbling or sliding) of a streaming DataFrame.
@@ -408,6 +411,11 @@ def window_aggregate(
         over, use :func:`silt_spark.drop_state`. (``reset=`` is its deprecated old name.)
     settings : silt.Settings, optional
         LSM settings for the shards.
+    storage_options : dict of str, optional
+        Object-store options for the state root, credentials included (``access_key_id``,
+        ``secret_access_key``... for ``s3://``; see docs/spark.md): passed with the job to the
+        executors, never shown. ``spark.silt.storage.<name>`` in the Spark conf sets them too;
+        this argument wins.
     heartbeat : bool, default False
         Union a 1 row/s ``rate`` source into the operator so micro-batches keep running while
         the input is idle: windows the last input closed are then emitted without waiting for
@@ -451,19 +459,25 @@ def window_aggregate(
     if output not in OUTPUTS:
         raise InvalidArgumentError(f"output must be one of {OUTPUTS}, got {output!r}")
     parsed = _aggregate.parse_aggs(aggs)
-    wp, partial_struct, output_struct = plan(
-        df.schema, keys, parsed, time_column, window_ms, slide_ms, delay_ms, output
-    )
+    plan(df.schema, keys, parsed, time_column, window_ms, slide_ms, delay_ms, output)
     spec = _api._spec(
         KIND, state_url, num_shards, key_groups, take_over, settings, df=df, reset=reset,
+        storage_options=storage_options,
         event_time_delays=(delay_ms,),
+    )
+    # Aggregated columns may be appended at a restart, as for aggregate() (_aggregate.py).
+    previous = _aggregate.previous_columns(spec, KIND)
+    wp, partial_struct, output_struct = plan(
+        df.schema, keys, parsed, time_column, window_ms, slide_ms, delay_ms, output,
+        previous, state_url,
     )
     p = wp.agg
     spec = _shard.ensure_descriptor(spec, {
         "key_columns": _api._key_types(df, keys),
-        "state_columns": [[c, "f64" if f else "i64"] for c, f in zip(p.value_columns, p.floating)],
+        "state_columns": _aggregate.state_columns(p),
         "window": {"window_ms": window_ms, "slide_ms": slide_ms},
-    }, (*_api.PINNED, "state_columns", "window"))
+    }, (*_api.PINNED, "window"))
+    _aggregate.record_columns(spec, previous, p)
 
     def partial_fn(batches: Any) -> Any:
         return partial_aggregate(batches, wp)

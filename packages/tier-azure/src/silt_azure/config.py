@@ -20,7 +20,8 @@ where                                    credential
 ``AZURE_STORAGE_ACCOUNT``                ``https://<name>.blob.core.windows.net``, see below
 =======================================  =========================================================
 
-Credential for an account URL: ``AZURE_STORAGE_SAS_TOKEN`` if set, else ``AZURE_STORAGE_KEY``
+Credential for an account URL: the ``sas_token`` or ``account_key`` storage option (see below),
+else ``AZURE_STORAGE_SAS_TOKEN`` if set, else ``AZURE_STORAGE_KEY``
 (the account key, with the account name from ``AZURE_STORAGE_ACCOUNT`` or the URL), else
 ``DefaultAzureCredential`` from azure-identity (``pip install 'silt-tier-azure[identity]'``):
 environment service principal, workload identity, managed identity, ``az login``... The
@@ -45,7 +46,23 @@ option                      meaning (default)
 ``list_page_size``          names per List Blobs request (5000, Azure's maximum)
 ==========================  ===================================================================
 
-Secrets: prefer the environment to ``connection_string=`` (URLs end up in logs and in
+Storage options (``silt.open(url, storage_options={...})``, silt_spark's ``storage_options=``
+and ``spark.silt.storage.<name>``) accept every option above plus credentials, which take
+precedence over the environment and are never shown in ``repr`` or messages:
+
+==========================  ===================================================================
+storage option              azure-storage-blob parameter
+==========================  ===================================================================
+``account_key``             ``credential=AzureNamedKeyCredential(account name, key)`` (the
+                            account name from ``account_name=``, the URL or the environment)
+``sas_token``               ``credential=AzureSasCredential(token)``
+``connection_string``       ``ContainerClient.from_connection_string``
+``account_url``             ``account_url`` (the endpoint)
+``account_name``            ``https://<name>.blob.core.windows.net``
+==========================  ===================================================================
+
+Secrets: prefer the environment or storage options to ``connection_string=`` in the URL (URLs
+end up in logs and in
 ``silt inspect`` output). Neither the store's URL, its ``repr`` nor any error message contains a
 connection string, account key or SAS; options holding one are not shown in ``repr``. A pickled
 store (shipped to Spark executors) carries its options, so a connection string given as an option
@@ -131,6 +148,7 @@ class AzureOptions(NetworkOptions):
         f"Use {ENV_KEY} or {ENV_SAS} with {ENV_ACCOUNT}, {ENV_CONNECTION_STRING}, or Entra ID "
         "(DefaultAzureCredential)"
     )
+    SECRET_OPTIONS = frozenset({"account_key", "sas_token"})
 
     connection_string: str | None = field(default=None, repr=False)
     account_url: str | None = None
@@ -142,9 +160,20 @@ class AzureOptions(NetworkOptions):
     download_concurrency: int = 8
     max_connections: int = 32
     list_page_size: int = MAX_LIST_PAGE
+    account_key: str | None = field(default=None, repr=False)
+    sas_token: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.account_key is not None and self.sas_token is not None:
+            raise InvalidArgumentError(
+                "give either the account_key or the sas_token storage option, not both"
+            )
+        if self.connection_string and (self.account_key or self.sas_token):
+            raise InvalidArgumentError(
+                "a connection string carries its own credential: drop the account_key / "
+                "sas_token storage option, or give the account with account_url= instead"
+            )
         if not 1 <= self.block_size <= MAX_BLOCK_SIZE:
             raise InvalidArgumentError(
                 f"block_size={self.block_size} must be between 1 byte and {MAX_BLOCK_SIZE} "
@@ -309,6 +338,17 @@ def resolve_account(options: AzureOptions, environ: Mapping[str, str] | None = N
         raise StoreError(f"no Azure storage account configured; {CREDENTIALS_HINT}")
     url = url.rstrip("/")
     name = var(ENV_ACCOUNT) or account_name_of(url)
+    if options.sas_token:
+        return Account(source, "sas", account_url=url, account_name=name,
+                       sas=options.sas_token)
+    if options.account_key:
+        if not name:
+            raise InvalidArgumentError(
+                f"the account_key storage option needs the account name, unknown for {url}; "
+                "give account_name="
+            )
+        return Account(source, "key", account_url=url, account_name=name,
+                       key=options.account_key)
     if var(ENV_SAS):
         return Account(source, "sas", account_url=url, account_name=name, sas=var(ENV_SAS))
     if var(ENV_KEY):

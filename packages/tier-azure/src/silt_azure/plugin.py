@@ -7,12 +7,15 @@ from silt.plugins import Registry
 from silt.store import ObjectStore
 
 
-def open_azure(url: str, options: dict[str, str] | None = None) -> ObjectStore:
+def open_azure(
+    url: str, options: dict[str, str] | None = None,
+    storage_options: dict[str, str] | None = None,
+) -> ObjectStore:
     """``AzureStore.from_url``, importing azure-storage-blob only when an ``az://`` URL is
-    opened."""
+    opened. ``storage_options`` (credentials included) are listed in its ``config`` module."""
     from .store import AzureStore
 
-    return AzureStore.from_url(url, options)
+    return AzureStore.from_url(url, options, storage_options)
 
 
 @silt.hookimpl

@@ -33,15 +33,31 @@ option                     default / fallback
 
 Credentials never go in the URL: use Application Default Credentials
 (``GOOGLE_APPLICATION_CREDENTIALS``, ``gcloud auth application-default login``, or the service
-account attached to the VM, GKE pod, Cloud Run service ...), or pass ``credentials=`` to
-:class:`silt_gcs.GcsStore` in code.
+account attached to the VM, GKE pod, Cloud Run service ...), pass them in code as storage
+options, or pass ``credentials=`` to :class:`silt_gcs.GcsStore` in code.
+
+Storage options (``silt.open(url, storage_options={...})``, silt_spark's ``storage_options=``
+and ``spark.silt.storage.<name>``) accept every option above plus the credentials, which take
+precedence over Application Default Credentials and are never shown in ``repr`` or messages:
+
+=========================  ========================================================================
+storage option             google-cloud-storage parameter
+=========================  ========================================================================
+``credentials_file``       a credentials file (service account key, workload identity federation
+                           or authorized user JSON), loaded with
+                           ``google.auth.load_credentials_from_file`` as ``credentials``
+``credentials_json``       the same file's JSON text, loaded with
+                           ``google.auth.load_credentials_from_dict``
+``project``                ``project``
+``endpoint``               ``client_options={"api_endpoint": ...}``
+=========================  ========================================================================
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from silt.errors import InvalidArgumentError
@@ -91,6 +107,7 @@ class GcsOptions(NetworkOptions):
     SCHEME = SCHEME
     CREDENTIAL_OPTIONS = _CREDENTIAL_OPTIONS
     CREDENTIAL_HINT = f"{CREDENTIALS_HINT}; in code, pass credentials= to GcsStore"
+    SECRET_OPTIONS = frozenset({"credentials_file", "credentials_json"})
 
     endpoint: str | None = None
     anonymous: bool | None = None
@@ -99,9 +116,21 @@ class GcsOptions(NetworkOptions):
     max_pool_connections: int = 32
     retry_deadline: float = 30.0
     delete_concurrency: int = 16
+    credentials_file: str | None = field(default=None, repr=False)
+    credentials_json: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.credentials_file is not None and self.credentials_json is not None:
+            raise InvalidArgumentError(
+                "give either the credentials_file or the credentials_json storage option, "
+                "not both"
+            )
+        if (self.credentials_file or self.credentials_json) and self.anonymous:
+            raise InvalidArgumentError(
+                "anonymous=true sends no credentials; drop it or the credentials_file / "
+                "credentials_json storage option"
+            )
         if self.endpoint is not None:
             object.__setattr__(self, "endpoint", normalize_endpoint(self.endpoint))
         for name in ("max_pool_connections", "delete_concurrency"):
@@ -122,9 +151,12 @@ class GcsOptions(NetworkOptions):
         return None, "default"
 
     def resolved_anonymous(self, endpoint: str | None, source: str) -> bool:
-        """Whether to send no credentials: the option, else ``True`` for an emulator."""
+        """Whether to send no credentials: the option, else ``False`` with credentials given as
+        storage options, else ``True`` for an emulator."""
         if self.anonymous is not None:
             return self.anonymous
+        if self.credentials_file or self.credentials_json:
+            return False
         return endpoint is not None and (source == "env" or endpoint.startswith("http://"))
 
     def resolved_project(

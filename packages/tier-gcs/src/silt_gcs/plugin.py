@@ -9,12 +9,15 @@ from silt.store import ObjectStore
 from .config import SCHEMES
 
 
-def open_gcs(url: str, options: dict[str, str] | None = None) -> ObjectStore:
+def open_gcs(
+    url: str, options: dict[str, str] | None = None,
+    storage_options: dict[str, str] | None = None,
+) -> ObjectStore:
     """``GcsStore.from_url``, importing google-cloud-storage only when a ``gs://`` URL is
-    opened."""
+    opened. ``storage_options`` (credentials included) are listed in its ``config`` module."""
     from .store import GcsStore
 
-    return GcsStore.from_url(url, options)
+    return GcsStore.from_url(url, options, storage_options)
 
 
 @silt.hookimpl

@@ -56,7 +56,7 @@ from google.auth.transport.requests import AuthorizedSession
 from google.cloud import storage
 from google.cloud.storage.exceptions import DataCorruption
 from google.cloud.storage.retry import DEFAULT_RETRY
-from silt.errors import StoreError, TransientStoreError
+from silt.errors import InvalidArgumentError, StoreError, TransientStoreError
 from silt.store import ObjectInfo
 from silt.tierkit import BodyBrokenError, TierStore, safe_cause
 
@@ -152,6 +152,8 @@ class GcsStore(TierStore):
             self.anonymous = opts.resolved_anonymous(endpoint, source)
             if self.anonymous:
                 credentials = AnonymousCredentials()
+            elif opts.credentials_file or opts.credentials_json:
+                credentials = self._given_credentials()
             else:
                 try:
                     credentials, _project = google.auth.default(scopes=list(SCOPES))
@@ -184,6 +186,31 @@ class GcsStore(TierStore):
         if getattr(client, "_bucket_metadata_cache", None) is not None:
             client._bucket_metadata_cache = None
         return client
+
+    def _given_credentials(self) -> Any:
+        """The credentials of the ``credentials_file`` or ``credentials_json`` storage option
+        (the message of a bad one names the option, never its content)."""
+        import json
+
+        opts = self.options
+        try:
+            if opts.credentials_file:
+                credentials, _project = google.auth.load_credentials_from_file(
+                    opts.credentials_file, scopes=list(SCOPES))
+            else:
+                info = json.loads(opts.credentials_json or "")
+                if not isinstance(info, dict):
+                    raise ValueError("not a JSON object")
+                credentials, _project = google.auth.load_credentials_from_dict(
+                    info, scopes=list(SCOPES))
+        except (ValueError, OSError, *SDK_ERRORS):
+            which = "credentials_file" if opts.credentials_file else "credentials_json"
+            raise InvalidArgumentError(
+                f"cannot open {self.url}: the {which} storage option does not hold usable "
+                "Google credentials (a service account key, workload identity federation or "
+                "authorized user JSON); its content is not shown"
+            ) from None
+        return credentials
 
     def _release(self) -> None:
         """Close the client's connections."""

@@ -33,8 +33,22 @@ option                     default / fallback
 Credentials never go in the URL, nor in the endpoint (``http://user:password@host`` and endpoints
 with a query are refused, from the option and from the environment alike, without echoing them):
 use the standard chain (environment variables, shared
-credentials/config files and ``profile=``, SSO, container and instance roles), or pass a
-``boto3.Session`` to :class:`silt_s3.S3Store` in code.
+credentials/config files and ``profile=``, SSO, container and instance roles), pass them in code
+as storage options, or pass a ``boto3.Session`` to :class:`silt_s3.S3Store` in code.
+
+Storage options (``silt.open(url, storage_options={...})``, silt_spark's ``storage_options=``
+and ``spark.silt.storage.<name>``) accept every option above plus the credentials, which take
+precedence over the credential chain and are never shown in ``repr`` or messages:
+
+=========================  ========================================================================
+storage option             boto3 parameter
+=========================  ========================================================================
+``access_key_id``          ``aws_access_key_id`` (needs ``secret_access_key``)
+``secret_access_key``      ``aws_secret_access_key``
+``session_token``          ``aws_session_token`` (temporary credentials)
+``region``                 ``region_name``
+``endpoint_url``           ``endpoint_url``
+=========================  ========================================================================
 """
 
 from __future__ import annotations
@@ -108,6 +122,7 @@ class S3Options(NetworkOptions):
         "Use the AWS credential chain: AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, a profile "
         "(profile=name or AWS_PROFILE), SSO, or an instance/container role"
     )
+    SECRET_OPTIONS = frozenset({"access_key_id", "secret_access_key", "session_token"})
 
     endpoint_url: str | None = None
     region: str | None = None
@@ -119,9 +134,21 @@ class S3Options(NetworkOptions):
     max_pool_connections: int = 32
     checksums: str = "when_supported"
     verify: bool | str | None = None
+    access_key_id: str | None = dataclasses.field(default=None, repr=False)
+    secret_access_key: str | None = dataclasses.field(default=None, repr=False)
+    session_token: str | None = dataclasses.field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if (self.access_key_id is None) != (self.secret_access_key is None):
+            raise InvalidArgumentError(
+                "storage options access_key_id and secret_access_key go together: give both "
+                "(and session_token for temporary credentials) or neither"
+            )
+        if self.session_token is not None and self.access_key_id is None:
+            raise InvalidArgumentError(
+                "storage option session_token needs access_key_id and secret_access_key"
+            )
         if self.endpoint_url is not None:
             object.__setattr__(self, "endpoint_url", check_endpoint(
                 self.endpoint_url, what="the endpoint in endpoint_url=", hint=ENDPOINT_HINT))

@@ -7,11 +7,15 @@ from silt.plugins import Registry
 from silt.store import ObjectStore
 
 
-def open_s3(url: str, options: dict[str, str] | None = None) -> ObjectStore:
-    """``S3Store.from_url``, importing boto3 only when an ``s3://`` URL is opened."""
+def open_s3(
+    url: str, options: dict[str, str] | None = None,
+    storage_options: dict[str, str] | None = None,
+) -> ObjectStore:
+    """``S3Store.from_url``, importing boto3 only when an ``s3://`` URL is opened.
+    ``storage_options`` (credentials included) are listed in :mod:`silt_s3.config`."""
     from .store import S3Store
 
-    return S3Store.from_url(url, options)
+    return S3Store.from_url(url, options, storage_options)
 
 
 @silt.hookimpl

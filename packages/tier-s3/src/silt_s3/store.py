@@ -110,7 +110,12 @@ class S3Store(TierStore):
         opts = self.options
         if session is None:
             try:
-                session = boto3.session.Session(profile_name=opts.profile)
+                session = boto3.session.Session(
+                    profile_name=opts.profile,
+                    aws_access_key_id=opts.access_key_id,
+                    aws_secret_access_key=opts.secret_access_key,
+                    aws_session_token=opts.session_token,
+                )
             except _SDK_ERRORS as exc:
                 raise self._error(exc, "open", None) from None
         region = opts.region or session.region_name or "us-east-1"
@@ -149,7 +154,8 @@ class S3Store(TierStore):
 
     def _error(self, exc: BaseException, action: str, key: str | None) -> StoreError:
         return map_error(
-            exc, action=action, key=key, url=self.url, bucket=self.bucket, endpoint=self.endpoint
+            exc, action=action, key=key, url=self.url, bucket=self.bucket, endpoint=self.endpoint,
+            secrets=self._secrets,
         )
 
     # --- reads ---------------------------------------------------------------------------------

@@ -67,7 +67,8 @@ class TierStore(ObjectStore):
         self.options = options if options is not None else self.options_type()
         self.url = f"{self.scheme}://{root}/{self.prefix}".rstrip("/")
         self.endpoint: str | None = None
-        self._secrets: tuple[str, ...] = ()
+        secrets = getattr(self.options, "secrets", None)
+        self._secrets: tuple[str, ...] = tuple(secrets()) if callable(secrets) else ()
         self._picklable = picklable
         self._closed = False
         self._pool: ThreadPoolExecutor | None = None
@@ -79,12 +80,16 @@ class TierStore(ObjectStore):
         """``(root, prefix, options)`` of a URL (:func:`silt.tierkit.parse_root_url`)."""
 
     @classmethod
-    def from_url(cls: type[S], url: str, options: dict[str, str] | None = None) -> S:
+    def from_url(
+        cls: type[S], url: str, options: dict[str, str] | None = None,
+        storage_options: dict[str, str] | None = None,
+    ) -> S:
         """The tier factory: ``scheme://root[/prefix]`` plus query options (merged with
-        ``options``)."""
+        ``options``) and ``storage_options`` (given in code; they may hold credentials)."""
         root, prefix, query = cls.parse_url(url)
         merged = {**query, **(options or {})}
-        return cls(root, prefix, options=cls.options_type.from_query(url, merged))  # type: ignore[call-arg]
+        parsed = cls.options_type.from_query(url, merged, storage_options)
+        return cls(root, prefix, options=parsed)  # type: ignore[call-arg]
 
     # --- what a subclass writes ----------------------------------------------------------------
 

@@ -108,7 +108,10 @@ class TierOptions:
     of seconds (> 0); a ``bool`` (or ``bool | None``) a boolean; a name in ``CHOICES`` one of
     its values; anything else non-empty text. Override :meth:`parse_option` for the rest.
     Options named in ``CREDENTIAL_OPTIONS`` are refused with ``CREDENTIAL_HINT``: credentials
-    never go in a URL.
+    never go in a URL. Fields named in ``SECRET_OPTIONS`` (declare them with
+    ``field(default=None, repr=False)``) are accepted only as storage options given in code
+    (``silt.open(url, storage_options=...)``), never from a URL; :meth:`to_query` leaves them
+    out and :meth:`secrets` lists their values, for redaction.
     """
 
     SCHEME: ClassVar[str] = ""
@@ -116,28 +119,53 @@ class TierOptions:
     CHOICES: ClassVar[Mapping[str, tuple[str, ...]]] = {}
     CREDENTIAL_OPTIONS: ClassVar[frozenset[str]] = frozenset()
     CREDENTIAL_HINT: ClassVar[str] = ""
+    SECRET_OPTIONS: ClassVar[frozenset[str]] = frozenset()
 
     @classmethod
     def names(cls) -> frozenset[str]:
-        """Option names accepted in a URL query (the dataclass fields)."""
+        """Option names accepted in a URL query (the dataclass fields but the secret ones)."""
+        return cls.storage_names() - cls.SECRET_OPTIONS
+
+    @classmethod
+    def storage_names(cls) -> frozenset[str]:
+        """Option names accepted as storage options (every dataclass field)."""
         return frozenset(f.name for f in dataclasses.fields(cls))  # type: ignore[arg-type]
 
     @classmethod
-    def from_query(cls: type[Opts], url: str, options: Mapping[str, str]) -> Opts:
-        """Parse URL query options (strings); unknown options are an error that lists them."""
+    def from_query(
+        cls: type[Opts], url: str, options: Mapping[str, str],
+        storage_options: Mapping[str, str] | None = None,
+    ) -> Opts:
+        """Parse URL query options and storage options (strings; a name given both ways takes
+        the storage option); unknown options are an error that lists the accepted ones."""
         url = url.split("?", 1)[0]  # never echo query values: they might hold secrets
-        secret_like = sorted(set(options) & cls.CREDENTIAL_OPTIONS)
+        secret_like = sorted(set(options) & (cls.CREDENTIAL_OPTIONS | cls.SECRET_OPTIONS))
         if secret_like:
+            extra = (" or pass them in code as storage_options" if cls.SECRET_OPTIONS else "")
             raise InvalidArgumentError(
                 f"option(s) {', '.join(secret_like)} look like credentials; silt never takes "
-                f"credentials from a URL (URLs end up in logs). {cls.CREDENTIAL_HINT}"
+                f"credentials from a URL (URLs end up in logs). {cls.CREDENTIAL_HINT}{extra}"
             )
         check_options(url, options, cls.names(), cls.SCHEME)
+        storage = dict(storage_options or {})
+        unknown = sorted(set(storage) - cls.storage_names())
+        if unknown:
+            raise InvalidArgumentError(
+                f"unknown storage option(s) {', '.join(map(repr, unknown))} for "
+                f"{public_url(url)!r}; the {cls.SCHEME}:// tier accepts: "
+                f"{', '.join(sorted(cls.storage_names()))}"
+            )
         fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
         kwargs = {
-            name: cls.parse_option(name, raw, fields[name], url) for name, raw in options.items()
+            name: cls.parse_option(name, raw, fields[name], url)
+            for name, raw in {**options, **storage}.items()
         }
         return cls(**kwargs)
+
+    def secrets(self) -> tuple[str, ...]:
+        """The values of the secret options that are set (for redaction of messages)."""
+        values = (getattr(self, name) for name in sorted(self.SECRET_OPTIONS))
+        return tuple(str(v) for v in values if v)
 
     @classmethod
     def parse_option(cls, name: str, raw: str, field: dataclasses.Field[Any], url: str) -> Any:
@@ -158,11 +186,13 @@ class TierOptions:
         return raw.strip()
 
     def to_query(self) -> dict[str, str]:
-        """The options that differ from the defaults, as URL query strings (secrets included:
-        do not log the result)."""
+        """The options that differ from the defaults, as URL query strings (secret options
+        left out; other values may still be sensitive: do not log the result)."""
         default = type(self)()
         out: dict[str, str] = {}
         for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            if f.name in self.SECRET_OPTIONS:
+                continue
             value = getattr(self, f.name)
             if value != getattr(default, f.name):
                 out[f.name] = str(value).lower() if isinstance(value, bool) else str(value)
