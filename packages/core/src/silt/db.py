@@ -52,6 +52,7 @@ from .metrics import MeteredStore, Metrics
 from .pin import check_checkpoint_name, pin
 from .rangedel import MAX_FRAGMENTS, RangeTombstones
 from .record import MISSING, visible
+from .reopen import check_at_most, latest_at_most, probe_at_most
 from .settings import Settings
 from .siblings import Base, Reference, SiblingStores, mark_referrers, take_reference
 from .siblings import split_parent as _split_parent
@@ -796,6 +797,55 @@ class DB:
             return []
         return [v for v in list_versions(self._store).versions
                 if base is None or v > base.version]
+
+    def advance(self, at_most: int) -> int | None:
+        """Move this handle to the latest committed version ``<= at_most``, the one
+        ``silt.open(url, at_most=at_most)`` would open now, and return it (``None``: there is
+        none). What both versions share is kept: the open readers of SSTs both list (their
+        indexes, filters and cached blocks); the new version's SSTs open as reads reach them.
+
+        For a long-lived handle that another process may have moved past, such as a stream
+        processor's cached shard whose batch ``b`` starts from ``advance(b - 1)``. Cost: on a
+        handle that committed before (so it knows the GC markers) and whose answer lies at most
+        :data:`silt.reopen.PROBES` numbers above its version, GETs only: the manifest and fate
+        record of each number probed from ``at_most`` down (one GET when absent), or of the
+        handle's own version when nothing newer exists, and one GET of the next GC epoch's name,
+        which proves that GC changed nothing meanwhile; otherwise, or when any of that does not
+        hold, one LIST as :func:`silt.open` (:mod:`silt.reopen` says when). Requests count under
+        the purpose ``open``; the metrics ``advances`` and ``advances_listed`` count the calls
+        and those that listed.
+
+        The handle must hold no uncommitted writes, references or unresolved commit
+        (:class:`~silt.errors.InvalidArgumentError`: commit them, or close and reopen). Its
+        commit lineage moves with it: the next commit creates the version after the new base.
+        """
+        check_at_most(at_most)
+        with self._lock:
+            self._check_open()
+            view, committer = self._view, self._committer
+            base = self._manifest
+            if (len(view.mem) or view.parts or self._refs or committer.uncertain is not None
+                    or committer.withdrawing is not None
+                    or self._seq > (base.seq if base is not None else 0)):
+                raise InvalidArgumentError(
+                    f"{self._pub!r} has uncommitted writes (or a commit whose outcome is not "
+                    "known yet): advance() would drop them. Commit first, or close the DB and "
+                    "open it again"
+                )
+            self._metrics.add("advances")
+            with self._metrics.purpose("open"):
+                found = (probe_at_most(self._store, base, committer.markers, at_most)
+                         if base is not None and at_most >= 0 else None)
+                if found is None:
+                    self._metrics.add("advances_listed")
+                    found = latest_at_most(self._store, at_most)
+            if found is not base:
+                self._seq = found.seq if found is not None else 0
+                self._view = ReadView(view.mem)  # the base's SSTs and range deletes go
+                self._install(found)
+                if found is None:
+                    self._readers.retain(set())
+            return self.version
 
     # -- retention ----------------------------------------------------------------------------
     def checkpoint(self, name: str) -> int:

@@ -5,7 +5,7 @@ Re-exported as ``silt.open`` and ``silt.versions``.
 
 from __future__ import annotations
 
-from . import errors, paths
+from . import errors
 from .budget import MemoryBudget
 from .clock import Clock
 from .db import DB
@@ -14,6 +14,7 @@ from .manifest import Manifest
 from .markers import read_markers
 from .metrics import MeteredStore, Metrics
 from .plugins import open_store
+from .reopen import check_at_most, latest_at_most
 from .settings import Settings
 from .store import ObjectStore
 from .tierkit import public_url
@@ -95,14 +96,7 @@ def open(
     if at_most is not None:
         if version is not None:
             raise errors.InvalidArgumentError("pass either version= or at_most=, not both")
-        if isinstance(at_most, bool) or not isinstance(at_most, int):
-            raise errors.InvalidTypeError(
-                f"at_most must be an int version, got {type(at_most).__name__}"
-            )
-        if not -1 <= at_most <= paths.MAX_VERSION:
-            raise errors.InvalidArgumentError(
-                f"at_most must be between -1 (open empty) and {paths.MAX_VERSION}, got {at_most}"
-            )
+        check_at_most(at_most)
     owns_store = store is None
     if store is None:
         store = open_store(url)
@@ -114,11 +108,7 @@ def open(
         manifest: Manifest | None = None
         with metrics.purpose("open"):
             if version is None:
-                found = _list_versions(counted)
-                if at_most is not None:
-                    found = [v for v in found if v <= at_most]
-                if found:
-                    manifest = read_manifest(counted, found[-1])
+                manifest = latest_at_most(counted, at_most)
             else:
                 try:
                     manifest = read_manifest(counted, version)
