@@ -80,6 +80,30 @@ def test_a_warm_handle_another_process_passed_reopens(spec) -> None:
     assert task.db.version == 4 and task.db.get(b"x") == b"other"
 
 
+def test_a_handle_another_process_passed_advances_without_a_list(spec) -> None:
+    """Spark alternates a shard's tasks between worker processes: the handle cached here is
+    behind. It moves to the batch's base with GETs (silt.DB.advance), keeps its SST readers,
+    and the task, its commit included, makes no LIST."""
+    _run(spec, 0, b"a")
+    _run(spec, 1, b"b")
+    handle = _shard._CACHE[spec.shard_url(0)].db
+    readers = dict(handle._readers.by_id)
+    _other_process_commits(spec, 2, b"x", b"other")
+    before = _requests(handle)
+    task, opened = _run(spec, 3, b"c")
+    assert "LIST" not in opened and opened, opened
+    assert task._db is handle and handle.version == 3 and task.committed
+    assert "LIST" not in {k for k, n in _requests(handle).items() if n != before[k]}
+    assert handle.stats()["advances"] == 1 and "advances_listed" not in handle.stats()
+    assert all(handle._readers.by_id[i] is r for i, r in readers.items())
+    assert handle.get(b"x") == b"other" and handle.get(b"a") == b"v0"
+    # two batches elsewhere, one of them idle (a gap): still GETs
+    _other_process_commits(spec, 5, b"y", b"five")
+    task, opened = _run(spec, 7, b"d")
+    assert "LIST" not in opened, opened
+    assert task._db is handle and handle.version == 7 and handle.get(b"y") == b"five"
+
+
 def test_a_replay_on_a_warm_handle_emits_and_does_not_commit(spec) -> None:
     """Another attempt of batch 2 committed first: ours conflicts and is a replay."""
     _run(spec, 0, b"a")

@@ -166,6 +166,13 @@ class DB:
         return user_meta(self._manifest.meta) if self._manifest is not None else {}
 
     @property
+    def warm(self) -> bool:
+        """Whether this DB knows the GC markers (its first commit reads them): then
+        :meth:`proved_latest` and :meth:`advance` can answer with GETs, where a DB that never
+        committed lists."""
+        return self._committer.markers is not None
+
+    @property
     def url(self) -> str:
         return self._url
 
@@ -792,11 +799,20 @@ class DB:
         :meth:`silt.commit.Committer.nothing_after`), and the LIST only when one exists.
         """
         self._check_open()
-        base = self._manifest
-        if base is not None and self._committer.nothing_after(base):
+        if self.proved_latest():
             return []
+        base = self._manifest
         return [v for v in list_versions(self._store).versions
                 if base is None or v > base.version]
+
+    def proved_latest(self) -> bool:
+        """Whether two GETs prove that no version newer than this DB's base exists (the first
+        step of :meth:`newer_versions`, which lists when this is ``False``). ``False`` means
+        "maybe not": a writer may have moved on (:meth:`advance` finds where with GETs), or this
+        DB knows no GC markers yet (it never committed), or has no base."""
+        self._check_open()
+        base = self._manifest
+        return base is not None and self._committer.nothing_after(base)
 
     def advance(self, at_most: int) -> int | None:
         """Move this handle to the latest committed version ``<= at_most``, the one
