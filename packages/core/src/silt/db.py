@@ -9,6 +9,8 @@ rooms that own their state and never call back into it:
 * :mod:`silt.commit` — the commit protocol: reservations, create-only manifests, ambiguous
   outcomes, the checks after a commit and withdrawals (sections 5, 8, 9);
 * :mod:`silt.pin` — named checkpoints; :mod:`silt.gc` — garbage collection;
+* :mod:`silt.reopen` — finding the latest version ``<= n`` from an open version with GETs
+  (:meth:`DB.advance`);
 * :mod:`silt.siblings` — references to sibling DBs' SSTs; :mod:`silt.compaction` — compaction.
 
 Following a key: :meth:`DB.get` (the view's memtable) ->
