@@ -97,11 +97,33 @@ def test_a_handle_another_process_passed_advances_without_a_list(spec) -> None:
     assert handle.stats()["advances"] == 1 and "advances_listed" not in handle.stats()
     assert all(handle._readers.by_id[i] is r for i, r in readers.items())
     assert handle.get(b"x") == b"other" and handle.get(b"a") == b"v0"
-    # two batches elsewhere, one of them idle (a gap): still GETs
-    _other_process_commits(spec, 5, b"y", b"five")
-    task, opened = _run(spec, 7, b"d")
-    assert "LIST" not in opened, opened
-    assert task._db is handle and handle.version == 7 and handle.get(b"y") == b"five"
+    # two batches elsewhere, one of them idle (a gap): still GETs, and the task's metrics
+    # record (what Spark's listener shows) says so
+    _run_probed(spec, 4, b"d")  # (at batch 3: no request; the probe notes the counters)
+    _other_process_commits(spec, 6, b"y", b"six")
+    record = _run_probed(spec, 8, b"e")
+    assert "LIST" not in record["requests"], record["requests"]
+    assert record["requests_by_purpose"]["open"]["GET"]["count"] >= 3
+    assert handle.version == 8 and handle.get(b"y") == b"six" and handle.get(b"d") == b"v4"
+    assert _shard._CACHE[spec.shard_url(0)].db is handle
+
+
+def _run_probed(spec: OperatorSpec, batch: int, key: bytes) -> dict:
+    """One task of ``batch`` measured as run_shard measures it; returns its metrics record."""
+    from silt_spark import _metrics
+
+    task = ShardTask(spec, 0, batch, "q", 0)
+    probe = task.probe = _metrics.TaskProbe(task)
+    ok = False
+    try:
+        task.db.put(key, b"v%d" % batch)
+        task.changed = True
+        task.finish()
+        ok = True
+    finally:
+        record = probe.record()
+        task.release(ok)
+    return record
 
 
 def test_a_replay_on_a_warm_handle_emits_and_does_not_commit(spec) -> None:
