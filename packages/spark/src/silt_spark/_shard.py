@@ -451,7 +451,9 @@ class ShardTask:
             self._check_not_ahead(known)
             self.replay = b in known
             if any(v < b for v in newer_base(db, known)):
-                # Committed by another worker process since the handle advanced: move again.
+                # Versions before this batch newer than the base: committed by another worker
+                # process since the handle's version (one that never committed, so could not
+                # advance by GETs), or while this task opened it: move to the latest <= b - 1.
                 db.advance(b - 1)
             self.base_meta = db.meta
             if db.version is None and self.spec.generation > 0 and not self.spec.take_over:
