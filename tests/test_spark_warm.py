@@ -126,6 +126,23 @@ def _run_probed(spec: OperatorSpec, batch: int, key: bytes) -> dict:
     return record
 
 
+def test_a_cold_task_lists_the_versions_once(spec) -> None:
+    """A new worker process opens the shard with one LIST, which also tells it the versions
+    after its base (a replay here)."""
+    _run(spec, 0, b"a")
+    _run(spec, 1, b"b")
+    _other_process_commits(spec, 2, b"c", b"v2")
+    for batch, replay in ((2, True), (3, False)):
+        _shard.drop_cached_handles()  # a new worker process
+        task = ShardTask(spec, 0, batch, "q", 0)
+        try:
+            db = task.db
+            assert _requests(db)["LIST"] == 1, _requests(db)
+            assert db.version == batch - 1 and task.replay == replay
+        finally:
+            task.release(False)
+
+
 def test_a_replay_on_a_warm_handle_emits_and_does_not_commit(spec) -> None:
     """Another attempt of batch 2 committed first: ours conflicts and is a replay."""
     _run(spec, 0, b"a")

@@ -98,7 +98,10 @@ class DB:
         owns_store: bool = True,
         metrics: Metrics | None = None,
         budget: MemoryBudget | None = None,
+        listed: list[int] | None = None,
     ) -> None:
+        #: The live versions opening listed (see :attr:`listed_at_open`).
+        self._listed = listed
         #: Request counters; ``metrics`` carries on the counts of opening this DB.
         self._metrics = Metrics() if metrics is None else metrics
         #: Requests by kind counted into the previous commit's ``silt.requests`` (silt.cost).
@@ -173,6 +176,13 @@ class DB:
         :meth:`proved_latest` and :meth:`advance` can answer with GETs, where a DB that never
         committed lists."""
         return self._committer.markers is not None
+
+    @property
+    def listed_at_open(self) -> list[int] | None:
+        """The live versions (ascending) that the LIST :func:`silt.open` made found, or
+        ``None`` when opening did not list (``version=``). A snapshot of that moment, for a
+        caller that would otherwise list again at once: :meth:`newer_versions` asks anew."""
+        return None if self._listed is None else list(self._listed)
 
     @property
     def url(self) -> str:
@@ -856,7 +866,7 @@ class DB:
                          if base is not None and at_most >= 0 else None)
                 if found is None:
                     self._metrics.add("advances_listed")
-                    found = latest_at_most(self._store, at_most)
+                    found, _ = latest_at_most(self._store, at_most)
             if found is not base:
                 self._seq = found.seq if found is not None else 0
                 self._view = ReadView(view.mem)  # the base's SSTs and range deletes go

@@ -106,9 +106,10 @@ def open(
     counted = MeteredStore(store, metrics)
     try:
         manifest: Manifest | None = None
+        listed: list[int] | None = None
         with metrics.purpose("open"):
             if version is None:
-                manifest = latest_at_most(counted, at_most)
+                manifest, listed = latest_at_most(counted, at_most)
             else:
                 try:
                     manifest = read_manifest(counted, version)
@@ -132,7 +133,7 @@ def open(
                     ) from None
         return DB(
             store, url=url, settings=settings, clock=clock or Clock(), manifest=manifest,
-            owns_store=owns_store, metrics=metrics, budget=budget,
+            owns_store=owns_store, metrics=metrics, budget=budget, listed=listed,
         )
     except BaseException:
         if owns_store:

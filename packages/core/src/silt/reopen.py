@@ -53,13 +53,13 @@ def check_at_most(at_most: Any) -> None:
         )
 
 
-def latest_at_most(store: ObjectStore, at_most: int | None) -> Manifest | None:
+def latest_at_most(store: ObjectStore, at_most: int | None) -> tuple[Manifest | None, list[int]]:
     """The manifest of the latest live version ``<= at_most`` (any with ``None``), or ``None``
-    when there is none: one LIST, then the manifest's GETs."""
-    found = list_versions(store).versions
-    if at_most is not None:
-        found = [v for v in found if v <= at_most]
-    return read_manifest(store, found[-1]) if found else None
+    when there is none, and every live version the listing found: one LIST, then the
+    manifest's GETs."""
+    listed = list_versions(store).versions
+    found = listed if at_most is None else [v for v in listed if v <= at_most]
+    return (read_manifest(store, found[-1]) if found else None), listed
 
 
 def probe_at_most(store: ObjectStore, base: Manifest, markers: GcMarkers | None,

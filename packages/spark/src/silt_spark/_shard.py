@@ -412,7 +412,8 @@ class ShardTask:
                 return db
             if db is None:
                 db = self._open_at_most(b - 1)
-                known = db.newer_versions()  # the versions after the base: one LIST
+                # The versions after the base, from the LIST opening made (none more).
+                known = newer_base(db, db.listed_at_open or [])
             elif db.warm and db.proved_latest():
                 known = []  # nothing newer, proved by two GETs of missing objects
             else:
