@@ -28,7 +28,9 @@ sleep here: time is simulated.
 
 ``SILT_SIM_SEEDS`` (default 2000, about 50 s on 2 cores) sets the number of seeds;
 ``SILT_SIM_SEED=N`` runs seed N alone and prints its trace; ``SILT_SIM_FIRST`` offsets the seed
-range (for soak runs).
+range (for soak runs). A quarter as many seeds run again with an **advance** step more (the
+writer moves to the latest version ``<= n`` with ``DB.advance``, which must land where a listing
+says, on a state the model knows); ``SILT_SIM_ADVANCE=1`` replays a seed that way.
 """
 
 from __future__ import annotations
@@ -67,6 +69,8 @@ from silt.versions import list_versions, read_fate
 SEEDS = int(os.environ.get("SILT_SIM_SEEDS", "2000"))
 FIRST = int(os.environ.get("SILT_SIM_FIRST", "0"))
 ONE = os.environ.get("SILT_SIM_SEED")
+#: Replay a seed of ``test_simulation_seeds_with_advance``.
+ADVANCE = os.environ.get("SILT_SIM_ADVANCE") == "1"
 T0 = 1_700_000_000_000
 KEYS = [b"k%02d" % i for i in range(24)]
 
@@ -91,8 +95,12 @@ class Writer:
 
 
 class World:
-    def __init__(self, seed: int, trace: Callable[[str], None]) -> None:
+    def __init__(self, seed: int, trace: Callable[[str], None], advance: bool = False) -> None:
         self.seed = seed
+        #: Whether the schedule has ``advance`` steps (the seeds' schedules without it stay as
+        #: they were: ``test_simulation_seeds``).
+        self.advance = advance
+        self.advanced = {"gets": 0, "listed": 0}  # advances proved with GETs, and listed
         self.rng = rng = random.Random(seed)
         self.trace = trace
         self.name = f"sim-{seed}-{uuid.uuid4().hex[:8]}"
@@ -316,6 +324,51 @@ class World:
                 raise SimFailure(f"gc with grace {grace}s ran beside writers with a longer one")
         if sorted(i.key for i in self.base.list("")) != before:
             raise SimFailure("a refused gc changed the store")
+
+    def step_advance(self) -> None:
+        """The writer, with nothing uncommitted, moves to the latest version ``<= at_most``
+        (``DB.advance``: GETs when it can prove the answer, a LIST otherwise), as a stream
+        processor's cached handle does when another process committed: it must land where a
+        listing says, on a state the model knows, and read it exactly."""
+        w = self.writer
+        if w is None:
+            return
+        committer = w.db.committer
+        pending = (w.records != w.base or committer.uncertain is not None
+                   or committer.withdrawing is not None)
+        versions = self.base_versions()
+        at_most = max(versions, default=0) + self.rng.randrange(-2, 2)
+        if pending:
+            return
+        listed = w.db.stats().get("advances_listed", 0)
+        try:
+            got = w.db.advance(at_most)
+        except InvalidArgumentError as exc:  # uncommitted range deletes or upload
+            self.trace(f"  advance refused: {str(exc)[:60]}")
+            return
+        except StoreError as exc:
+            self.trace(f"  advance failed: {exc!r}"[:120])
+            return
+        self.advanced["listed" if w.db.stats().get("advances_listed", 0) > listed
+                      else "gets"] += 1
+        versions = self.base_versions()
+        want = max((v for v in versions if v <= at_most), default=None)
+        if got != want:
+            raise SimFailure(f"advance({at_most}) landed on {got}, a listing says {want}")
+        records = {} if got is None else self.expected_state(got, w.db.manifest)
+        if records is None:
+            raise SimFailure(f"advance landed on unknown version {got}")
+        w.records, w.base = dict(records), dict(records)
+        self.trace(f"  writer advanced to {got} (at most {at_most})")
+        try:
+            if dict(w.db.scan()) != live(records, self.clock.now_ms()):
+                raise SimFailure(f"the writer advanced to {got} reads wrong")
+        except NotFoundError as exc:
+            if "garbage collection" not in str(exc).lower():
+                raise SimFailure(f"an advanced writer's NotFoundError: {exc}") from exc
+            self.trace("  advanced writer: version collected")
+        except StoreError as exc:
+            self.trace(f"  advanced writer read failed: {exc!r}"[:120])
 
     def step_reader(self) -> None:
         """A reader holds an old version open, reads it later, and sometimes checkpoints it:
@@ -599,8 +652,9 @@ class World:
                 raise SimFailure(f"checkpoint {name} pins version {v}, which is gone")
 
     def run(self, steps: int) -> None:
-        names = [n for n, _ in self.STEPS]
-        weights = [w for _, w in self.STEPS]
+        table = self.STEPS + ((("advance", 8),) if self.advance else ())
+        names = [n for n, _ in table]
+        weights = [w for _, w in table]
         self.trace(f"seed {self.seed}: {self.settings.compaction}, retain "
                    f"{self.settings.retain_versions}, L0 trigger "
                    f"{self.settings.l0_compaction_trigger}")
@@ -620,7 +674,7 @@ class World:
         MemoryStore.drop(self.name)
 
 
-def simulate(seed: int, steps: int = 40, verbose: bool = False) -> World:
+def simulate(seed: int, steps: int = 40, verbose: bool = False, advance: bool = False) -> World:
     lines: list[str] = []
 
     def trace(line: str) -> None:
@@ -628,14 +682,15 @@ def simulate(seed: int, steps: int = 40, verbose: bool = False) -> World:
         if verbose:
             print(line)
 
-    world = World(seed, trace)
+    world = World(seed, trace, advance)
     try:
         world.run(steps)
     except Exception as exc:
         tail = "\n".join(lines[-40:])
         raise SimFailure(
             f"simulation seed {seed} failed: {exc!r}\n--- last steps ---\n{tail}\n"
-            f"replay: SILT_SIM_SEED={seed} pytest tests/test_simulation.py -s"
+            f"replay: SILT_SIM_SEED={seed}{' SILT_SIM_ADVANCE=1' if advance else ''} "
+            "pytest tests/test_simulation.py -s"
         ) from exc
     finally:
         world.close()
@@ -672,11 +727,27 @@ def test_simulation_seeds(monkeypatch: pytest.MonkeyPatch) -> None:
     assert stats["withdrawn"] and stats["settled"], stats
 
 
+@pytest.mark.skipif(ONE is not None, reason="SILT_SIM_SEED replays one seed")
+def test_simulation_seeds_with_advance(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same worlds with a writer that also advances (``DB.advance``) between commits; a
+    quarter of the seeds (``SILT_SIM_SEEDS``), from the same first one."""
+    seeds = max(1, SEEDS // 4)
+    advanced = {"gets": 0, "listed": 0}
+    for seed in range(FIRST, FIRST + seeds):
+        seeded_ids(monkeypatch, seed)
+        world = simulate(seed, advance=True)
+        for how, n in world.advanced.items():
+            advanced[how] += n
+    print(f"\n{seeds} seeds with advance: {advanced}")
+    # both ways are reached: proved with GETs, and listed
+    assert advanced["gets"] and advanced["listed"], advanced
+
+
 def test_simulation_replay(monkeypatch: pytest.MonkeyPatch) -> None:
     """Replays one seed with its trace printed: ``SILT_SIM_SEED=N`` (seed 24, a past bug, else)."""
     seed = int(ONE) if ONE is not None else 24
     seeded_ids(monkeypatch, seed)
-    world = simulate(seed, verbose=True)
+    world = simulate(seed, verbose=True, advance=ADVANCE)
     assert world.committed, "the replayed seed committed nothing"
 
 

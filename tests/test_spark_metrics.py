@@ -195,6 +195,39 @@ def test_idle_shards_make_no_request(spark, tmp_path, operator):
         feed.stop()
 
 
+def test_a_warm_handle_another_worker_passed_makes_no_list(spark, tmp_path):
+    """Spark runs a shard's batches in whichever Python worker is free: a process's cached
+    handle is often behind the shard (the other worker committed since). Its task advances the
+    handle with GETs (``silt.DB.advance``): no task of a process that ran the shard before
+    makes a LIST, per the metrics records. (Shard 1: shard 0 collects its garbage at batch 0,
+    which changes the GC markers, and a handle then lists once, as it should.)"""
+    state = (tmp_path / "state").as_uri()
+    feed = Feed(spark, tmp_path)
+    feed.start(silt_spark.aggregate(feed.stream(), ["user"], ["count"], state_url=state,
+                                    num_shards=2), "metrics_advance")
+    try:
+        for i in range(8):
+            feed.write(rows_of(i, users=40))
+            feed.query.processAllAvailable()
+        records = sorted((r for r in silt_spark.metrics(feed.query) if r["shard"] == 1),
+                         key=lambda r: r["batch_id"])
+    finally:
+        feed.stop()
+    assert [r["batch_id"] for r in records] == list(range(8))
+    last_batch: dict[int, int] = {}  # worker pid -> the last batch it ran shard 1
+    behind = 0
+    for r in records:
+        assert r["committed"], r
+        last = last_batch.get(r["pid"])
+        if last is not None:  # warm: this process cached the handle at batch `last`
+            lists = {p: k["LIST"] for p, k in r["requests_by_purpose"].items()
+                     if "LIST" in k and p != "lifecycle"}
+            assert lists == {}, r
+            behind += last != r["batch_id"] - 1
+        last_batch[r["pid"]] = r["batch_id"]
+    print(f"{len(last_batch)} worker processes; {behind} warm tasks on a handle behind")
+
+
 def test_figures_reach_sparks_own_progress_and_state_size_is_public(spark, tmp_path):
     """Each micro-batch's progress carries the operator's figures as observed metrics (what a
     StreamingQueryListener or the progress JSON shows), the sink sees exactly the operator's

@@ -80,6 +80,69 @@ def test_a_warm_handle_another_process_passed_reopens(spec) -> None:
     assert task.db.version == 4 and task.db.get(b"x") == b"other"
 
 
+def test_a_handle_another_process_passed_advances_without_a_list(spec) -> None:
+    """Spark alternates a shard's tasks between worker processes: the handle cached here is
+    behind. It moves to the batch's base with GETs (silt.DB.advance), keeps its SST readers,
+    and the task, its commit included, makes no LIST."""
+    _run(spec, 0, b"a")
+    _run(spec, 1, b"b")
+    handle = _shard._CACHE[spec.shard_url(0)].db
+    readers = dict(handle._readers.by_id)
+    _other_process_commits(spec, 2, b"x", b"other")
+    before = _requests(handle)
+    task, opened = _run(spec, 3, b"c")
+    assert "LIST" not in opened and opened, opened
+    assert task._db is handle and handle.version == 3 and task.committed
+    assert "LIST" not in {k for k, n in _requests(handle).items() if n != before[k]}
+    assert handle.stats()["advances"] == 1 and "advances_listed" not in handle.stats()
+    assert all(handle._readers.by_id[i] is r for i, r in readers.items())
+    assert handle.get(b"x") == b"other" and handle.get(b"a") == b"v0"
+    # two batches elsewhere, one of them idle (a gap): still GETs, and the task's metrics
+    # record (what Spark's listener shows) says so
+    _run_probed(spec, 4, b"d")  # (at batch 3: no request; the probe notes the counters)
+    _other_process_commits(spec, 6, b"y", b"six")
+    record = _run_probed(spec, 8, b"e")
+    assert "LIST" not in record["requests"], record["requests"]
+    assert record["requests_by_purpose"]["open"]["GET"]["count"] >= 3
+    assert handle.version == 8 and handle.get(b"y") == b"six" and handle.get(b"d") == b"v4"
+    assert _shard._CACHE[spec.shard_url(0)].db is handle
+
+
+def _run_probed(spec: OperatorSpec, batch: int, key: bytes) -> dict:
+    """One task of ``batch`` measured as run_shard measures it; returns its metrics record."""
+    from silt_spark import _metrics
+
+    task = ShardTask(spec, 0, batch, "q", 0)
+    probe = task.probe = _metrics.TaskProbe(task)
+    ok = False
+    try:
+        task.db.put(key, b"v%d" % batch)
+        task.changed = True
+        task.finish()
+        ok = True
+    finally:
+        record = probe.record()
+        task.release(ok)
+    return record
+
+
+def test_a_cold_task_lists_the_versions_once(spec) -> None:
+    """A new worker process opens the shard with one LIST, which also tells it the versions
+    after its base (a replay here)."""
+    _run(spec, 0, b"a")
+    _run(spec, 1, b"b")
+    _other_process_commits(spec, 2, b"c", b"v2")
+    for batch, replay in ((2, True), (3, False)):
+        _shard.drop_cached_handles()  # a new worker process
+        task = ShardTask(spec, 0, batch, "q", 0)
+        try:
+            db = task.db
+            assert _requests(db)["LIST"] == 1, _requests(db)
+            assert db.version == batch - 1 and task.replay == replay
+        finally:
+            task.release(False)
+
+
 def test_a_replay_on_a_warm_handle_emits_and_does_not_commit(spec) -> None:
     """Another attempt of batch 2 committed first: ours conflicts and is a replay."""
     _run(spec, 0, b"a")

@@ -9,6 +9,8 @@ rooms that own their state and never call back into it:
 * :mod:`silt.commit` — the commit protocol: reservations, create-only manifests, ambiguous
   outcomes, the checks after a commit and withdrawals (sections 5, 8, 9);
 * :mod:`silt.pin` — named checkpoints; :mod:`silt.gc` — garbage collection;
+* :mod:`silt.reopen` — finding the latest version ``<= n`` from an open version with GETs
+  (:meth:`DB.advance`);
 * :mod:`silt.siblings` — references to sibling DBs' SSTs; :mod:`silt.compaction` — compaction.
 
 Following a key: :meth:`DB.get` (the view's memtable) ->
@@ -52,6 +54,7 @@ from .metrics import MeteredStore, Metrics
 from .pin import check_checkpoint_name, pin
 from .rangedel import MAX_FRAGMENTS, RangeTombstones
 from .record import MISSING, visible
+from .reopen import check_at_most, latest_at_most, probe_at_most
 from .settings import Settings
 from .siblings import Base, Reference, SiblingStores, mark_referrers, take_reference
 from .siblings import split_parent as _split_parent
@@ -95,7 +98,10 @@ class DB:
         owns_store: bool = True,
         metrics: Metrics | None = None,
         budget: MemoryBudget | None = None,
+        listed: list[int] | None = None,
     ) -> None:
+        #: The live versions opening listed (see :attr:`listed_at_open`).
+        self._listed = listed
         #: Request counters; ``metrics`` carries on the counts of opening this DB.
         self._metrics = Metrics() if metrics is None else metrics
         #: Requests by kind counted into the previous commit's ``silt.requests`` (silt.cost).
@@ -163,6 +169,20 @@ class DB:
         """The ``meta`` map of the base version (a copy): what callers committed, without silt's
         own entries (keys starting with ``silt.``, such as :data:`silt.cost.META_REQUESTS`)."""
         return user_meta(self._manifest.meta) if self._manifest is not None else {}
+
+    @property
+    def warm(self) -> bool:
+        """Whether this DB knows the GC markers (its first commit reads them): then
+        :meth:`proved_latest` and :meth:`advance` can answer with GETs, where a DB that never
+        committed lists."""
+        return self._committer.markers is not None
+
+    @property
+    def listed_at_open(self) -> list[int] | None:
+        """The live versions (ascending) that the LIST :func:`silt.open` made found, or
+        ``None`` when opening did not list (``version=``). A snapshot of that moment, for a
+        caller that would otherwise list again at once: :meth:`newer_versions` asks anew."""
+        return None if self._listed is None else list(self._listed)
 
     @property
     def url(self) -> str:
@@ -791,11 +811,69 @@ class DB:
         :meth:`silt.commit.Committer.nothing_after`), and the LIST only when one exists.
         """
         self._check_open()
-        base = self._manifest
-        if base is not None and self._committer.nothing_after(base):
+        if self.proved_latest():
             return []
+        base = self._manifest
         return [v for v in list_versions(self._store).versions
                 if base is None or v > base.version]
+
+    def proved_latest(self) -> bool:
+        """Whether two GETs prove that no version newer than this DB's base exists (the first
+        step of :meth:`newer_versions`, which lists when this is ``False``). ``False`` means
+        "maybe not": a writer may have moved on (:meth:`advance` finds where with GETs), or this
+        DB knows no GC markers yet (it never committed), or has no base."""
+        self._check_open()
+        base = self._manifest
+        return base is not None and self._committer.nothing_after(base)
+
+    def advance(self, at_most: int) -> int | None:
+        """Move this handle to the latest committed version ``<= at_most``, the one
+        ``silt.open(url, at_most=at_most)`` would open now, and return it (``None``: there is
+        none). What both versions share is kept: the open readers of SSTs both list (their
+        indexes, filters and cached blocks); the new version's SSTs open as reads reach them.
+
+        For a long-lived handle that another process may have moved past, such as a stream
+        processor's cached shard whose batch ``b`` starts from ``advance(b - 1)``. Cost: on a
+        handle that committed before (so it knows the GC markers) and whose answer lies at most
+        :data:`silt.reopen.PROBES` numbers above its version, GETs only: the manifest and fate
+        record of each number probed from ``at_most`` down (one GET when absent), or of the
+        handle's own version when nothing newer exists, and one GET of the next GC epoch's name,
+        which proves that GC changed nothing meanwhile; otherwise, or when any of that does not
+        hold, one LIST as :func:`silt.open` (:mod:`silt.reopen` says when). Requests count under
+        the purpose ``open``; the metrics ``advances`` and ``advances_listed`` count the calls
+        and those that listed.
+
+        The handle must hold no uncommitted writes, references or unresolved commit
+        (:class:`~silt.errors.InvalidArgumentError`: commit them, or close and reopen). Its
+        commit lineage moves with it: the next commit creates the version after the new base.
+        """
+        check_at_most(at_most)
+        with self._lock:
+            self._check_open()
+            view, committer = self._view, self._committer
+            base = self._manifest
+            if (len(view.mem) or view.parts or self._refs or committer.uncertain is not None
+                    or committer.withdrawing is not None
+                    or self._seq > (base.seq if base is not None else 0)):
+                raise InvalidArgumentError(
+                    f"{self._pub!r} has uncommitted writes (or a commit whose outcome is not "
+                    "known yet): advance() would drop them. Commit first, or close the DB and "
+                    "open it again"
+                )
+            self._metrics.add("advances")
+            with self._metrics.purpose("open"):
+                found = (probe_at_most(self._store, base, committer.markers, at_most)
+                         if base is not None and at_most >= 0 else None)
+                if found is None:
+                    self._metrics.add("advances_listed")
+                    found, _ = latest_at_most(self._store, at_most)
+            if found is not base:
+                self._seq = found.seq if found is not None else 0
+                self._view = ReadView(view.mem)  # the base's SSTs and range deletes go
+                self._install(found)
+                if found is None:
+                    self._readers.retain(set())
+            return self.version
 
     # -- retention ----------------------------------------------------------------------------
     def checkpoint(self, name: str) -> int:

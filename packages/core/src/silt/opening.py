@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from . import errors, paths
+from . import errors
 from .budget import MemoryBudget
 from .clock import Clock
 from .db import DB
@@ -16,6 +16,7 @@ from .manifest import Manifest
 from .markers import read_markers
 from .metrics import MeteredStore, Metrics
 from .plugins import open_store
+from .reopen import check_at_most, latest_at_most
 from .settings import Settings
 from .store import ObjectStore
 from .tierkit import public_url
@@ -101,14 +102,7 @@ def open(
     if at_most is not None:
         if version is not None:
             raise errors.InvalidArgumentError("pass either version= or at_most=, not both")
-        if isinstance(at_most, bool) or not isinstance(at_most, int):
-            raise errors.InvalidTypeError(
-                f"at_most must be an int version, got {type(at_most).__name__}"
-            )
-        if not -1 <= at_most <= paths.MAX_VERSION:
-            raise errors.InvalidArgumentError(
-                f"at_most must be between -1 (open empty) and {paths.MAX_VERSION}, got {at_most}"
-            )
+        check_at_most(at_most)
     owns_store = store is None
     if store is None:
         store = open_store(url, storage_options=storage_options)
@@ -122,13 +116,10 @@ def open(
     counted = MeteredStore(store, metrics)
     try:
         manifest: Manifest | None = None
+        listed: list[int] | None = None
         with metrics.purpose("open"):
             if version is None:
-                found = _list_versions(counted)
-                if at_most is not None:
-                    found = [v for v in found if v <= at_most]
-                if found:
-                    manifest = read_manifest(counted, found[-1])
+                manifest, listed = latest_at_most(counted, at_most)
             else:
                 try:
                     manifest = read_manifest(counted, version)
@@ -152,7 +143,7 @@ def open(
                     ) from None
         return DB(
             store, url=url, settings=settings, clock=clock or Clock(), manifest=manifest,
-            owns_store=owns_store, metrics=metrics, budget=budget,
+            owns_store=owns_store, metrics=metrics, budget=budget, listed=listed,
         )
     except BaseException:
         if owns_store:

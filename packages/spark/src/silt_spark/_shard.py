@@ -5,7 +5,10 @@ The task for batch ``b`` of shard ``i``:
 1. picks the latest version ``<= b - 1`` as its base: a cold task opens the shard (one LIST);
    a warm handle (cached by this worker process) at version ``b - 1`` is that base with no
    request, and one at an older version checks that no other process committed since with two
-   GETs of missing objects (:meth:`silt.DB.newer_versions`), reopening when one did;
+   GETs of missing objects (:meth:`silt.DB.proved_latest`); when one did, the handle advances
+   to the latest version ``<= b - 1`` with a few GETs (:meth:`silt.DB.advance`: it keeps its
+   readers and cached blocks, and lists only when GETs cannot prove the answer), then checks
+   with two more GETs that nothing is newer than that;
 2. refuses a shard whose latest manifest was written by another streaming query (unless the
    operator was built with ``take_over=True``, which deletes that shard's objects first), and a
    shard that already has versions newer than ``b`` (the checkpoint is older than the state;
@@ -424,9 +427,19 @@ class ShardTask:
                 return db
             if db is None:
                 db = self._open_at_most(b - 1)
-            # The versions after the base: one LIST when cold; two GETs of missing objects on
-            # a warm handle that no other process moved past (silt.DB.newer_versions).
-            known = db.newer_versions()
+                # The versions after the base, from the LIST opening made (none more).
+                known = newer_base(db, db.listed_at_open or [])
+            elif db.warm and db.proved_latest():
+                known = []  # nothing newer, proved by two GETs of missing objects
+            else:
+                if db.warm:
+                    # Another worker process may have committed the shard since this handle's
+                    # version: move it to the latest version <= b - 1 (GETs, keeping its
+                    # readers and cached blocks; a LIST only when GETs cannot prove it).
+                    db.advance(b - 1)
+                # Two GETs of missing objects on a warm handle, a LIST when something newer
+                # exists (a replay, or state ahead of the checkpoint) or it never committed.
+                known = db.newer_versions()
             if db.version is not None:
                 known.insert(0, db.version)
             if known:
@@ -454,11 +467,10 @@ class ShardTask:
             self._check_not_ahead(known)
             self.replay = b in known
             if any(v < b for v in newer_base(db, known)):
-                # A warm handle that another worker process has moved past (its commits of
-                # this shard are newer than the handle): reopen at the latest version <= b - 1.
-                db.close()
-                db = None
-                db = self._open_at_most(b - 1)
+                # Versions before this batch newer than the base: committed by another worker
+                # process since the handle's version (one that never committed, so could not
+                # advance by GETs), or while this task opened it: move to the latest <= b - 1.
+                db.advance(b - 1)
             self.base_meta = db.meta
             if db.version is None and self.spec.generation > 0 and not self.spec.take_over:
                 # A shard of a rescaled layout without a version of its own yet.
