@@ -120,7 +120,7 @@ class SiblingStores:
 
     def retain_inline(self, ids: set[str]) -> None:
         """Forget the inline bytes whose id is not in ``ids``."""
-        for sst_id in [i for i in self.inline if i not in ids]:
+        for sst_id in [i for i in list(self.inline) if i not in ids]:
             del self.inline[sst_id]
 
     def inline_bytes(self, ids: Sequence[str]) -> dict[str, bytes]:
