@@ -116,6 +116,15 @@ class World:
             retain_versions=rng.choice([1, 2, 3]),
             gc_grace_seconds=self.grace_ms / 1000,
         )
+        # Inline deltas (silt.inline) from a random source of their own, so that the schedules
+        # drawn from ``rng`` stay what they were: off, or a threshold and caps that keep some
+        # deltas inline, upload others and fold them now and then.
+        irng = random.Random(f"inline-{seed}")
+        self.settings = self.settings.replace(
+            inline_delta_bytes=irng.choice([0, 300, 1000, 8192]),
+            inline_max_bytes=irng.choice([600, 2500, 65536]),
+            inline_max_entries=irng.choice([1, 3, 16]),
+        )
         self.policy = make_policy(self.settings.compaction, self.settings)
         self.stores = {a: FaultyStore(silt.open_store(self.url))
                        for a in ("writer", "zombie", "compactor", "gc", "reader")}

@@ -36,9 +36,9 @@ from urllib.parse import quote
 
 from . import paths
 from .errors import InvalidArgumentError, ReferenceConflict
+from .inline import reader as inline_reader
 from .manifest import Manifest
 from .rangedel import EMPTY, RangeTombstones
-from .inline import reader as inline_reader
 from .sst.builder import SstInfo
 from .sst.reader import SstReader
 from .store import ObjectStore, retrying
