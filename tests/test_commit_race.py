@@ -37,7 +37,8 @@ def is_sst(key: str) -> bool:
 def referenced_ssts(store: silt.ObjectStore) -> set[str]:
     out = set()
     for v in silt._list_versions(store):
-        out |= {paths.sst_key(s.id) for s in silt.read_manifest(store, v).all_ssts()}
+        # (inline deltas are no objects: their manifest carries them)
+        out |= {paths.sst_key(s.id) for s in silt.read_manifest(store, v).objects()}
     return out
 
 

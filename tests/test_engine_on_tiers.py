@@ -395,7 +395,7 @@ def test_compaction_and_gc(tier: Tier) -> None:
     store = silt.open_store(url)
     try:
         referenced = {paths.sst_key(s.id) for v in (last - 1, last)
-                      for s in silt.read_manifest(store, v).all_ssts()}
+                      for s in silt.read_manifest(store, v).objects()}
         listed = {i.key for i in store.list(paths.SST_PREFIX)}
         assert listed == referenced
         assert list(store.list(paths.COMPACTION_PREFIX)) == []

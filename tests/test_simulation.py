@@ -436,7 +436,9 @@ class World:
         v = versions[-1] + 1
         crafted = replace(newest, version=v, parent=versions[-1], token="crafted",
                           l0=(bad, *newest.l0[1:]) if newest.l0 else (bad,),
-                          levels=newest.levels if newest.l0 else ())
+                          levels=newest.levels if newest.l0 else (),
+                          # an inline delta's bytes go with its crafted id
+                          inline={**newest.inline, bad.id: newest.inline.get(ssts[0].id, b"")})
         name = paths.manifest_key(v)
         if not self.base.put_if_absent(name, crafted.encode()):
             return
