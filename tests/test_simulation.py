@@ -569,7 +569,7 @@ class World:
                     continue  # a fenced zombie's manifest, withdrawn at its next commit or by GC
                 if m.token not in self.tokens and m.skip_to is None:
                     raise SimFailure(f"version {v} has a manifest nobody committed")
-            missing = [s.id for s in m.all_ssts() if paths.sst_key(s.id) not in ssts]
+            missing = [s.id for s in m.objects() if paths.sst_key(s.id) not in ssts]
             if missing:
                 if m.token not in self.unsettled():
                     raise SimFailure(f"version {v} references deleted SSTs {missing[:3]}")
