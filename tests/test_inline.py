@@ -405,3 +405,18 @@ def test_reads_of_inline_and_uploaded_mixes_match_a_model(ops, delta, cap, entri
         db.close()
     with silt.open(url, settings=s) as db:
         assert dict(db.scan()) == model
+
+
+def test_changed_keys_count_inline_deltas_added_and_folded(tmp_path) -> None:
+    url = (tmp_path / "db").as_uri()
+    with silt.open(url, settings=SETTINGS) as db:
+        db.put(b"a", b"1")
+        db.put(b"b", b"1")
+        db.commit()
+        with silt.open(url, settings=SETTINGS) as old:
+            db.put(b"c", b"2")
+            db.commit()  # inline: only c is new
+            assert db.changed_keys([old]) == [b"c"]
+            db.put(b"big", b"x" * 20000)
+            db.commit()  # folds a, b and c into one SST with big: a superset, as documented
+            assert set(db.changed_keys([old])) == {b"a", b"b", b"c", b"big"}
