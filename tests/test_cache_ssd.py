@@ -41,7 +41,9 @@ PYTHONPATH = os.pathsep.join(
 )
 MiB = 1024 * 1024
 #: Tiny blocks and no in-memory block cache: every block read goes through the SSD cache.
-SMALL = silt.Settings(memtable_bytes=32 * 1024, block_bytes=1024, block_cache_bytes=0)
+#: (deltas uploaded as SSTs, never inline: the SSD cache holds blocks of SST objects)
+SMALL = silt.Settings(memtable_bytes=32 * 1024, block_bytes=1024, block_cache_bytes=0,
+                      inline_delta_bytes=0)
 
 
 def entry_files(cache_dir: Path) -> list[Path]:

@@ -13,7 +13,8 @@ import silt
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-SETTINGS = silt.Settings(compaction_mode="thread", l0_compaction_trigger=2)
+#: Deltas are uploaded (no inline deltas), so that compaction has SSTs to rewrite.
+SETTINGS = silt.Settings(compaction_mode="thread", l0_compaction_trigger=2, inline_delta_bytes=0)
 
 
 #: No compaction: every SST a version adds holds exactly its writes.

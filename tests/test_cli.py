@@ -66,8 +66,8 @@ def fill(url: str, settings: silt.Settings) -> None:
 
 @pytest.fixture
 def root(file_url: str, small: silt.Settings) -> str:
-    # No compaction: these tests count SSTs and bytes per version.
-    fill(file_url, small.replace(compaction="none"))
+    # No compaction, no inline deltas: these tests count SST objects and bytes per version.
+    fill(file_url, small.replace(compaction="none", inline_delta_bytes=0))
     return file_url
 
 
@@ -468,8 +468,10 @@ def test_verify_notes_a_checkpoint_from_before_checksums(root: str, capsys) -> N
 
 # --- verify: version identity --------------------------------------------------------------------
 GRACE = 100.0
+#: Commits upload their SSTs (an inline delta is never at GC's mercy, so a stalled commit of
+#: one is not withdrawn): the withdrawal below needs an uploaded SST.
 IDENTITY = silt.Settings(memtable_bytes=2000, block_bytes=256, compaction="none",
-                         gc_grace_seconds=GRACE, retain_versions=20)
+                         gc_grace_seconds=GRACE, retain_versions=20, inline_delta_bytes=0)
 
 
 def identity_root(url: str) -> silt.ManualClock:
@@ -811,7 +813,7 @@ def _crafted_bodies(good: dict) -> dict[str, bytes]:
 @pytest.fixture
 def tiny_root(file_url: str) -> tuple[str, dict]:
     """One committed version with one SST; returns the URL and version 1's JSON body."""
-    with silt.open(file_url) as db:
+    with silt.open(file_url, settings=silt.Settings(inline_delta_bytes=0)) as db:
         db.put(b"k", b"v")
         db.commit(meta={"query": "q1"})
     body = json.loads((root_dir(file_url) / paths.manifest_key(1)).read_bytes()[16:])
@@ -851,7 +853,8 @@ def test_crafted_ssts_are_reported_by_every_command(file_url: str, capsys) -> No
     counts of billions, lz4 sizes of gigabytes, ...), referenced by a manifest that matches
     them: one ``corruption in 'sst/...'`` line and status 2 from every command that reads
     them, and CorruptionError from the API."""
-    with silt.open(file_url, settings=silt.Settings(block_bytes=128, compaction="none")) as db:
+    with silt.open(file_url, settings=silt.Settings(block_bytes=128, compaction="none",
+                                                    inline_delta_bytes=0)) as db:
         for i in range(60):
             db.put(b"key-%03d" % i, b"value-%d" % i)
         db.commit()

@@ -336,6 +336,7 @@ def settings_small(**changes: object) -> silt.Settings:
         memtable_bytes=1500, block_bytes=256, block_cache_bytes=64 * 1024,
         target_sst_bytes=3000, level1_bytes=6000, level_size_ratio=3,
         l0_compaction_trigger=2, l0_stall_trigger=5, tiered_max_runs=4,
+        inline_delta_bytes=0,  # every delta an SST: compaction is the subject here
     )
     return base.replace(**changes)
 

@@ -24,7 +24,9 @@ from silt.testing import FaultyStore
 from silt.tiers.file import FileStore
 from silt.tiers.memory import MemoryStore
 
-SETTINGS = silt.Settings(memtable_bytes=1024 * 1024, block_bytes=200, block_cache_bytes=1 << 20)
+# Damage to SST objects is the subject: commits upload their SSTs (no inline deltas).
+SETTINGS = silt.Settings(memtable_bytes=1024 * 1024, block_bytes=200, block_cache_bytes=1 << 20,
+                         inline_delta_bytes=0)
 
 
 def make_root(root: Path, n: int = 40) -> dict[bytes, bytes]:

@@ -53,8 +53,8 @@ def test_versions_record_each_request_of_their_writer_once(tmp_path) -> None:
     recorded = _recorded(url)
     assert sorted(recorded) == [1, 2, 3, 4]
     summed = {k: sum(r.get(k, 0) for r in recorded.values()) for k in KINDS}
-    # Every commit uploaded one SST and wrote its manifest: two PUTs each, recorded.
-    assert all(r["PUT"] == 2 for r in recorded.values()), recorded
+    # Every commit's delta was small: carried inline by its manifest, one PUT each, recorded.
+    assert all(r["PUT"] == 1 for r in recorded.values()), recorded
     assert summed["PUT"] == paid["PUT"]
     # What no version recorded is only what the last commit did after its manifest was
     # written (its fencing check reads): never a write, never more than a few reads.
@@ -68,7 +68,7 @@ def test_versions_record_each_request_of_their_writer_once(tmp_path) -> None:
         db.commit()
         assert META_REQUESTS not in db.meta and db.meta == {"batch": "3"}
     fifth = _recorded(url)[5]
-    assert fifth["PUT"] == 2 and fifth.get("LIST", 0) + fifth.get("GET", 0) >= 1
+    assert fifth["PUT"] == 1 and fifth.get("LIST", 0) + fifth.get("GET", 0) >= 1  # (inline)
 
 
 def test_commit_meta_may_not_use_silts_own_keys(tmp_path) -> None:
@@ -118,12 +118,13 @@ def test_inspect_shows_the_cost_of_a_version(tmp_path, capsys) -> None:
     assert main(["inspect", url]) == 0
     out = capsys.readouterr().out
     line = next(x for x in out.splitlines() if x.startswith("requests"))
-    assert "PUT 2" in line and "at S3 Standard prices" in line and "est. $0.0000" in line
+    # A one-key delta is carried inline by the manifest: its one PUT is the commit's only one.
+    assert "PUT 1" in line and "at S3 Standard prices" in line and "est. $0.0000" in line
     assert main(["inspect", url, "--json", "--prices", "PUT=1000"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["requests"]["PUT"] == 2 and META_REQUESTS not in doc["meta"]
-    puts_usd = 2 * 1000 / 1000.0
-    assert doc["cost"]["usd"] >= puts_usd and doc["cost"]["class_a"] >= 2
+    assert doc["requests"]["PUT"] == 1 and META_REQUESTS not in doc["meta"]
+    puts_usd = 1 * 1000 / 1000.0
+    assert doc["cost"]["usd"] >= puts_usd and doc["cost"]["class_a"] >= 1
     assert main(["inspect", url, "--prices", "PUT=free"]) == 2  # a usage error
     assert "KIND=DOLLARS_PER_1000" in capsys.readouterr().err
 

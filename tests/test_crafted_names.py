@@ -166,14 +166,18 @@ def _objects(url: str) -> dict[str, int]:
         store.close()
 
 
+#: Deltas are uploaded (no inline deltas): the names of SST objects are the subject here.
+UPLOADED = silt.Settings(inline_delta_bytes=0)
+
+
 def _craft(mine: str, victim: str, *, db: str | None = None, sst_id: str | None = None) -> None:
     """Commit, as version 2 of ``mine``, a manifest whose entries point at the victim's SSTs
     through the crafted sibling name ``db`` (or the crafted SST id ``sst_id``). The manifest's
     checksum is valid: it is what a hostile writer (or a hand-edited object) would store."""
-    with silt.open(victim) as v:
+    with silt.open(victim, settings=UPLOADED) as v:
         v.put(b"secret", b"victim-data")
         v.commit()
-    with silt.open(mine) as m:
+    with silt.open(mine, settings=UPLOADED) as m:
         m.put(b"mine", b"1")
         m.commit()
     vstore, mstore = silt.open_store(victim), silt.open_store(mine)
@@ -252,7 +256,7 @@ def test_a_crafted_sst_id_is_corruption(roots: tuple[str, str, str], sst_id: str
 
 def test_a_crafted_compaction_output_is_corruption() -> None:
     """A compaction record's outputs are parsed like manifest entries, by the same rule."""
-    with silt.open(f"memory://crafted-{uuid.uuid4().hex}/db") as db:
+    with silt.open(f"memory://crafted-{uuid.uuid4().hex}/db", settings=UPLOADED) as db:
         db.put(b"k", b"v")
         db.commit()
         info = next(db.manifest.all_ssts())
@@ -294,7 +298,7 @@ def test_sibling_names_are_stored_decoded_and_read_back(tmp_path) -> None:
     """A sibling whose folder name needs escaping in a URL is referenced by its decoded name and
     read through the URL the name is encoded into again."""
     source = f"file://{tmp_path}/op/my%20state"
-    with silt.open(source) as src:
+    with silt.open(source, settings=UPLOADED) as src:
         src.put(b"k", b"v")
         src.commit()
         with silt.open(f"file://{tmp_path}/op/b") as b:

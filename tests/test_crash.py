@@ -59,7 +59,9 @@ WRITER = RECIPE + textwrap.dedent(
         os.write(1, (" ".join(map(str, words)) + "\\n").encode())
 
     url, size = sys.argv[1], int(sys.argv[2])
-    settings = silt.Settings(memtable_bytes=4 * 1024, block_bytes=256, block_cache_bytes=64 * 1024)
+    inline = sys.argv[3:] == ["inline"]  # no flush: small versions ride in their manifests
+    settings = silt.Settings(memtable_bytes=4 * 1024, block_bytes=256, block_cache_bytes=64 * 1024,
+                             inline_max_entries=3)
     db = silt.open(url, settings=settings)
     version = (db.version or 0) + 1
     say("start", version - 1)
@@ -72,7 +74,8 @@ WRITER = RECIPE + textwrap.dedent(
             else:
                 db.put(key, value)
         say("flushing", version)
-        db.flush()
+        if not inline:
+            db.flush()
         for key, value in ops[half:]:
             if value is None:
                 db.delete(key)
@@ -117,13 +120,14 @@ def child_env() -> dict[str, str]:
     return env
 
 
-def run_and_kill(script: Path, url: str, size: int, lines_before_kill: int, delay: float) -> list:
+def run_and_kill(script: Path, url: str, size: int, lines_before_kill: int, delay: float,
+                 *args: str) -> list:
     """Start the writer, kill it ``delay`` seconds after its ``lines_before_kill``-th line.
 
     Returns every line it printed (read to the end after the kill).
     """
     proc = subprocess.Popen(
-        [sys.executable, str(script), url, str(size)],
+        [sys.executable, str(script), url, str(size), *args],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=child_env(), text=True,
     )
     lines: list[str] = []
@@ -172,7 +176,7 @@ def check_manifests(root: Path) -> list[int]:
         assert version is not None, f"stray object {key!r} under manifest/"
         manifest = Manifest.decode((root / "manifest" / name).read_bytes(), key)
         assert manifest.version == version
-        for sst in manifest.all_ssts():
+        for sst in manifest.objects():  # (inline deltas: the manifest carries them)
             path = root / paths.sst_key(sst.id)
             assert path.stat().st_size == sst.size, f"{path} missing or wrong size"
         versions.append(version)
@@ -239,3 +243,26 @@ def test_sigkill_during_commits_never_leaves_a_partial_manifest(tmp_path: Path) 
         assert not any(k.startswith(".tmp") for k in listed)
         assert all(k.startswith(("manifest/", "sst/", "compaction/")) for k in listed), listed
         assert tmp.is_dir()
+
+
+def test_sigkill_during_inline_commits_keeps_the_last_commit(tmp_path: Path) -> None:
+    """Small versions without a flush: their deltas ride inline in the manifests, and every
+    third commit folds them into an uploaded SST, so kills land in inline commits and folds."""
+    root = tmp_path / "root"
+    url = root.as_uri()
+    script = tmp_path / "writer.py"
+    script.write_text(WRITER)
+    size = 6
+    model = Model(size)
+    rng = random.Random(11)
+    inline_seen = False
+    for _ in range(10):
+        lines = run_and_kill(script, url, size, rng.randrange(1, 40), rng.uniform(0, 0.03),
+                             "inline")
+        reported = last_committed(lines)
+        latest = check_state(url, model, reported)
+        assert check_manifests(root) == list(range(1, latest + 1))
+        if latest:
+            m = Manifest.decode((root / paths.manifest_key(latest)).read_bytes(), "m")
+            inline_seen |= bool(m.inline_entries)
+    assert inline_seen

@@ -54,6 +54,10 @@ TIERS = [t.strip() for t in os.environ.get("SILT_TEST_TIERS", "s3,gs,az").split(
 #: Small sizes: a few hundred puts make several SSTs of many blocks.
 SMALL = silt.Settings(memtable_bytes=16 * 1024, block_bytes=512, block_cache_bytes=256 * 1024)
 
+#: SMALL with every delta uploaded as an SST (no inline deltas): for tests whose subject is
+#: the SST objects and their requests.
+UPLOADED = SMALL.replace(inline_delta_bytes=0)
+
 #: Leveled compaction that starts at two L0 SSTs and fills tiny levels.
 COMPACTING = SMALL.replace(
     memtable_bytes=3000, compaction="leveled", l0_compaction_trigger=2, l0_stall_trigger=4,
@@ -298,7 +302,7 @@ def test_two_writers_race_for_one_version(tier: Tier) -> None:
 
 def test_damaged_sst_object_is_detected(tier: Tier) -> None:
     url = tier.url()
-    settings_ = SMALL.replace(memtable_bytes=1 << 20, block_bytes=256)
+    settings_ = UPLOADED.replace(memtable_bytes=1 << 20, block_bytes=256)
     with silt.open(url, settings=settings_) as db:
         data = fill(db, 120)
         assert db.commit() == 1
@@ -395,7 +399,7 @@ def test_compaction_and_gc(tier: Tier) -> None:
     store = silt.open_store(url)
     try:
         referenced = {paths.sst_key(s.id) for v in (last - 1, last)
-                      for s in silt.read_manifest(store, v).all_ssts()}
+                      for s in silt.read_manifest(store, v).objects()}
         listed = {i.key for i in store.list(paths.SST_PREFIX)}
         assert listed == referenced
         assert list(store.list(paths.COMPACTION_PREFIX)) == []
@@ -482,10 +486,10 @@ def test_crafted_sibling_reference_never_leaves_the_root(
     from silt.cli import main
     from silt.manifest import Manifest
 
-    with silt.open(tier.url("other/victim")) as v:
+    with silt.open(tier.url("other/victim"), settings=UPLOADED) as v:
         v.put(b"secret", b"victim-data")
         v.commit()
-    with silt.open(tier.url("mine/db")) as m:
+    with silt.open(tier.url("mine/db"), settings=UPLOADED) as m:
         m.put(b"mine", b"1")
         m.commit()
     victim, mine = silt.open_store(tier.url("other/victim")), silt.open_store(tier.url("mine/db"))
@@ -514,7 +518,7 @@ def test_resets_and_lost_responses_commit_exactly_once(tier: Tier, proxy: FaultP
     token). Commit 2: the SST upload's answer is lost (the engine checks the stored footer is
     its own). Each commit lands exactly once, nothing is lost."""
     url = tier.url(endpoint=proxy.url)
-    with silt.open(url, settings=SMALL) as db:
+    with silt.open(url, settings=UPLOADED) as db:
         committed = fill(db, 150)  # ~10 KB: one SST, uploaded by the commit
         proxy.fault("reset", match=tier.is_create_only_write)
         proxy.fault("lose_response", match=nth_create_only_write(tier, 2))  # the manifest
@@ -541,9 +545,33 @@ def test_resets_and_lost_responses_commit_exactly_once(tier: Tier, proxy: FaultP
         assert dict(db.scan()) == committed
 
 
+def test_an_inline_commit_is_one_write_and_lands_once(tier: Tier, proxy: FaultProxy) -> None:
+    """A small commit carries its delta in its manifest (silt.inline): the manifest is its only
+    write. Its answer lost (the SDK's retry finds it: "exists"), the engine reads it back and
+    recognises its token; the version reads back whole, with no SST object anywhere."""
+    url = tier.url(endpoint=proxy.url)
+    with silt.open(url, settings=SMALL) as db:
+        committed = fill(db, 20)
+        proxy.fault("lose_response", match=nth_create_only_write(tier, 1))  # the manifest
+        assert db.commit() == 1
+        assert proxy.counts["lose_response"] == 1, proxy.counts
+        committed |= fill(db, 10, tag=b"second", start=15)
+        assert db.commit() == 2
+        m = db.manifest
+        assert m is not None and [s.inline for s in m.l0] == [True, True]
+    store = silt.open_store(tier.url())
+    try:
+        assert list(store.list(paths.SST_PREFIX)) == []
+    finally:
+        store.close()
+    with silt.open(tier.url(), settings=SMALL) as db:
+        assert dict(db.scan()) == committed
+    assert silt.verify(tier.url()).ok
+
+
 def test_reads_survive_resets_and_cut_bodies(tier: Tier, proxy: FaultProxy) -> None:
     url = tier.url(endpoint=proxy.url)
-    with silt.open(url, settings=SMALL.replace(memtable_bytes=1 << 20)) as db:
+    with silt.open(url, settings=UPLOADED.replace(memtable_bytes=1 << 20)) as db:
         committed = fill(db, 600)
         assert db.commit() == 1
     keys = sorted(committed)
@@ -565,7 +593,9 @@ def test_black_hole_fails_within_the_deadline_and_loses_nothing(
     tier's timeouts; the outcome is unknown to the writer, so its next commit (the network
     back) reads the manifest back first, finds it absent and commits. Nothing is lost."""
     url = tier.url(endpoint=proxy.url, **tier.fast_fail_options())
-    with silt.open(url, settings=SMALL) as db:
+    # (uploaded deltas: with an inline version 1, the commit after the flush would fold it
+    # into an SST first, and that upload would meet the black hole)
+    with silt.open(url, settings=UPLOADED) as db:
         committed = fill(db, 300)
         assert db.commit() == 1
         pending = fill(db, 100, tag=b"pending", start=250)

@@ -44,8 +44,10 @@ from silt.tiers.memory import MemoryStore
 CORE_SRC = pathlib.Path(silt.__file__).resolve().parents[1]
 T0 = 1_700_000_000_000
 GRACE = 100.0  # seconds
+#: Commits upload their SSTs (no inline deltas): GC of SST objects is the subject here
+#: (test_inline.py covers GC beside inline deltas).
 SETTINGS = silt.Settings(memtable_bytes=2000, block_bytes=256, compaction="none",
-                         gc_grace_seconds=GRACE, retain_versions=3)
+                         gc_grace_seconds=GRACE, retain_versions=3, inline_delta_bytes=0)
 #: Compaction on, stalling at 3 L0 SSTs: later versions stop referencing older SSTs.
 COMPACTING = SETTINGS.replace(compaction="leveled", l0_compaction_trigger=2, l0_stall_trigger=3)
 

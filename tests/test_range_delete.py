@@ -32,6 +32,9 @@ from silt.tiers.memory import MemoryStore
 SETTINGS = silt.Settings(memtable_bytes=300, block_bytes=64, block_cache_bytes=4096,
                          compaction="none", compaction_mode="external",
                          compaction_poll_seconds=0)
+#: For tests of the manifest's format 4 and crafted bodies: commits upload their deltas (a
+#: manifest with inline deltas is format 5, whose body is followed by their bytes).
+UPLOADED = SETTINGS.replace(inline_delta_bytes=0)
 KEYS = [b"", b"a", b"a\x00", b"ab", b"abc", b"b", b"ba", b"c", b"k1", b"k2", b"k3", b"z",
         b"\xff"]
 BOUNDS = sorted({*KEYS, b"aa", b"bb", b"k", b"k2\x00", b"y"})
@@ -181,7 +184,7 @@ TestRangeDeleteModel = RangeDeleteModel.TestCase
 # -- edges ------------------------------------------------------------------------------------
 def test_delete_range_covers_committed_ssts_and_not_later_writes(tmp_path) -> None:
     url = (tmp_path / "db").as_uri()
-    with silt.open(url, settings=SETTINGS) as db:
+    with silt.open(url, settings=UPLOADED) as db:
         for i in range(50):
             db.put(b"k%03d" % i, b"v%d" % i)
         v1 = db.commit()
@@ -190,14 +193,14 @@ def test_delete_range_covers_committed_ssts_and_not_later_writes(tmp_path) -> No
         v2 = db.commit()
         m = db.manifest
         assert m is not None and m.seq == 1 and len(m.range_tombstones) == 1
-    with silt.open(url, settings=SETTINGS) as db:
+    with silt.open(url, settings=UPLOADED) as db:
         assert db.version == v2
         live = dict(db.scan())
         assert sorted(live) == [b"k%03d" % i for i in [*range(10), 20, *range(40, 50)]]
         assert live[b"k020"] == b"again"
         assert db.get(b"k015") is None
         assert db.multi_get([b"k009", b"k010", b"k039", b"k040"]) == [b"v9", None, None, b"v40"]
-    with silt.open(url, version=v1, settings=SETTINGS) as db:
+    with silt.open(url, version=v1, settings=UPLOADED) as db:
         assert len(dict(db.scan())) == 50
     # The manifest with a range tombstone is format 4 (older readers refuse it); the one
     # before is not.
@@ -244,7 +247,7 @@ def test_fragments_are_canonical_and_later_tombstones_subsume_earlier() -> None:
 
 def _crafted(tmp_path, body_changes: dict) -> str:
     url = (tmp_path / "db").as_uri()
-    with silt.open(url, settings=SETTINGS) as db:
+    with silt.open(url, settings=UPLOADED) as db:
         db.put(b"a", b"1")
         db.commit()
         db.delete_range(b"a", b"b")
@@ -274,14 +277,14 @@ def _crafted(tmp_path, body_changes: dict) -> str:
 def test_crafted_range_tombstones_are_corruption(tmp_path, changes) -> None:
     url = _crafted(tmp_path, changes)
     with pytest.raises(CorruptionError):
-        silt.open(url, settings=SETTINGS)
+        silt.open(url, settings=UPLOADED)
     report = silt.verify(url)
     assert not report.ok
 
 
 def test_an_sst_entry_newer_than_the_counter_is_corruption(tmp_path) -> None:
     url = (tmp_path / "db").as_uri()
-    with silt.open(url, settings=SETTINGS) as db:
+    with silt.open(url, settings=UPLOADED) as db:
         db.put(b"a", b"1")
         db.commit()
         db.delete_range(b"a", b"b")
@@ -293,7 +296,7 @@ def test_an_sst_entry_newer_than_the_counter_is_corruption(tmp_path) -> None:
     (tmp_path / "db" / paths.manifest_key(v + 1)).write_bytes(
         encode_framed(MANIFEST_MAGIC, 4, body))
     with pytest.raises(CorruptionError, match="seq"):
-        silt.open(url, settings=SETTINGS)
+        silt.open(url, settings=UPLOADED)
 
 
 def test_rescale_two_sources_with_their_own_counters(tmp_path) -> None:
@@ -386,7 +389,7 @@ def test_background_compaction_drops_covered_records_and_then_the_tombstones(tmp
     survives GC, and once everything is compacted no tombstone is left."""
     clock = silt.ManualClock(1_000_000)
     settings = silt.Settings(memtable_bytes=2000, block_bytes=256, l0_compaction_trigger=2,
-                             level1_bytes=4000, gc_grace_seconds=60)
+                             level1_bytes=4000, gc_grace_seconds=60, inline_delta_bytes=0)
     url = (tmp_path / "db").as_uri()
     model: dict[bytes, bytes] = {}
     with silt.open(url, settings=settings, clock=clock) as db:

@@ -45,12 +45,15 @@ def _key(i: int) -> bytes:
     return b"k%06d" % i
 
 
-def _fill(url: str, rounds: int = 6, keys: int = 3000, seed: int = 1) -> dict[bytes, bytes]:
+def _fill(url: str, rounds: int = 6, keys: int = 3000, seed: int = 1,
+          inline: bool = True) -> dict[bytes, bytes]:
     """A source DB with L0 SSTs, levels, overwrites, deletes and a TTL'd key; returns its
-    model (the live state)."""
+    model (the live state). ``inline=False``: every commit uploads its delta."""
     rng = random.Random(seed)
     model: dict[bytes, bytes] = {}
     s = SETTINGS.replace(compaction="leveled", target_sst_bytes=8 * 1024, l0_compaction_trigger=3)
+    if not inline:
+        s = s.replace(inline_delta_bytes=0)
     with silt.open(url, settings=s) as db:
         for r in range(rounds):
             for _ in range(keys // rounds * 2):
@@ -261,7 +264,7 @@ def test_commit_is_withdrawn_when_gc_passed_the_source_version(url):
 
 
 def test_manifest_with_references_is_format_2(url):
-    _fill(url + "/a", rounds=1, keys=200, seed=7)
+    _fill(url + "/a", rounds=1, keys=200, seed=7, inline=False)  # (inline deltas: format 5)
     with silt.open(url + "/a") as a, silt.open(url + "/b", settings=SETTINGS) as b:
         assert silt.open_store(url + "/a").get(paths.manifest_key(a.version))[12:16] == \
             b"\x01\x00\x00\x00"
@@ -317,7 +320,8 @@ def test_rescale_twice_keeps_every_key(tmp_path_factory, seed, cuts1, cuts2):
         with silt.open(f"{root}/{name}") as db:
             got = dict(db.scan())
             assert got == _in(model, *rng)
-            assert all(s.db == "g0" for s in db.manifest.all_ssts())
+            # Uploaded SSTs stay g0's, referenced; inline deltas were copied (silt.inline).
+            assert all(s.db == "g0" or s.inline for s in db.manifest.all_ssts())
         union.update(got)
     assert union == model
 

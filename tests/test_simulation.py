@@ -124,6 +124,15 @@ class World:
             retain_versions=rng.choice([1, 2, 3]),
             gc_grace_seconds=self.grace_ms / 1000,
         )
+        # Inline deltas (silt.inline) from a random source of their own, so that the schedules
+        # drawn from ``rng`` stay what they were: off, or a threshold and caps that keep some
+        # deltas inline, upload others and fold them now and then.
+        irng = random.Random(f"inline-{seed}")
+        self.settings = self.settings.replace(
+            inline_delta_bytes=irng.choice([0, 300, 1000, 8192]),
+            inline_max_bytes=irng.choice([600, 2500, 65536]),
+            inline_max_entries=irng.choice([1, 3, 16]),
+        )
         self.policy = make_policy(self.settings.compaction, self.settings)
         self.stores = {a: FaultyStore(silt.open_store(self.url))
                        for a in ("writer", "zombie", "compactor", "gc", "reader")}
@@ -480,7 +489,9 @@ class World:
         v = versions[-1] + 1
         crafted = replace(newest, version=v, parent=versions[-1], token="crafted",
                           l0=(bad, *newest.l0[1:]) if newest.l0 else (bad,),
-                          levels=newest.levels if newest.l0 else ())
+                          levels=newest.levels if newest.l0 else (),
+                          # an inline delta's bytes go with its crafted id
+                          inline={**newest.inline, bad.id: newest.inline.get(ssts[0].id, b"")})
         name = paths.manifest_key(v)
         if not self.base.put_if_absent(name, crafted.encode()):
             return
@@ -611,7 +622,7 @@ class World:
                     continue  # a fenced zombie's manifest, withdrawn at its next commit or by GC
                 if m.token not in self.tokens and m.skip_to is None:
                     raise SimFailure(f"version {v} has a manifest nobody committed")
-            missing = [s.id for s in m.all_ssts() if paths.sst_key(s.id) not in ssts]
+            missing = [s.id for s in m.objects() if paths.sst_key(s.id) not in ssts]
             if missing:
                 if m.token not in self.unsettled():
                     raise SimFailure(f"version {v} references deleted SSTs {missing[:3]}")

@@ -19,7 +19,9 @@ from silt.roots import child_dbs, db_url, inspect_root, list_dbs
 from silt.tiers.memory import MemoryStore
 from silt.verify import COUNTS, Problem
 
-SETTINGS = silt.Settings(memtable_bytes=4096, block_bytes=256, compaction="none")
+#: Commits upload their SSTs (no inline deltas): damage to SST objects is the subject here.
+SETTINGS = silt.Settings(memtable_bytes=4096, block_bytes=256, compaction="none",
+                         inline_delta_bytes=0)
 
 
 def fill(url: str, keys: int = 400) -> None:

@@ -287,6 +287,9 @@ def _sst_json(info: SstInfo, props: dict[str, Any] | None) -> dict[str, Any]:
     }
     if info.seq:
         d["seq"] = info.seq
+    if info.inline:
+        d["object"] = None  # carried by the manifest (silt.inline)
+        d["inline"] = True
     if info.db:
         d["object"] = f"../{info.db}/{d['object']}"
         d["db"] = info.db
@@ -381,6 +384,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         m = _read_manifest(store, args.url, version)
         props: dict[str, dict[str, Any]] = {}
         siblings = SiblingStores(args.url, store)
+        siblings.add_inline(m.inline, paths.manifest_key(m.version))
         if args.tails:
             for info in m.all_ssts():
                 props[info.id] = dict(siblings.reader(info).properties)
@@ -452,7 +456,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
             continue
         rows = []
         for s in ssts:
-            row: list[object] = [s.id, s.size, s.entries, s.tombstones]
+            row: list[object] = [s.id + (" (inline)" if s.inline else ""), s.size, s.entries,
+                                 s.tombstones]
             if args.tails:
                 p = props[s.id]
                 row += [p.get("blocks", "?"), p.get("compression", "?"),
@@ -472,6 +477,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     levels_text = " ".join(f"L{i}={b}" for i, b in enumerate(compaction["level_bytes"], 1))
     print(f"compaction: L0 {compaction['l0_ssts']} SSTs, read amplification "
           f"{compaction['read_amplification']}, level bytes {levels_text or '-'}")
+    if compaction["inline_ssts"]:
+        print(f"inline deltas: {compaction['inline_ssts']} SSTs, {compaction['inline_bytes']} "
+              "bytes carried by the manifest")
     print(f"pending compaction records: {len(records)}")
     if records:
         print(_table(

@@ -150,10 +150,12 @@ class Committer:
     def publish(self, version: int, auto: bool, base: Manifest | None,
                 l0: tuple[SstInfo, ...], levels: tuple[tuple[SstInfo, ...], ...],
                 meta: dict[str, str], refs: list[Reference], pending: Any, *, seq: int = 0,
-                tombs: RangeTombstones = EMPTY) -> Manifest:
+                tombs: RangeTombstones = EMPTY,
+                inline: dict[str, bytes] | None = None) -> Manifest:
         """Create version ``version`` listing ``l0``/``levels`` and run the checks after it
         (steps 1-3 of the module docstring), with the range-delete counter ``seq`` and range
-        tombstones ``tombs`` (:mod:`silt.rangedel`). ``pending`` is kept with an uncertain
+        tombstones ``tombs`` (:mod:`silt.rangedel`) and the bytes of its inline entries
+        ``inline`` (:mod:`silt.inline`). ``pending`` is kept with an uncertain
         commit and handed back by :meth:`prepare` when it turns out to have landed."""
         while True:
             if version > self.next and self.lineage is not None:
@@ -163,7 +165,7 @@ class Committer:
                 version=version, parent=self.lineage, writer_id=self.writer_id,
                 token=uuid.uuid4().hex, created_ms=self._clock.now_ms(), l0=l0,
                 levels=levels, meta=meta, gc_grace_ms=self._grace_ms, seq=seq,
-                range_tombstones=tombs,
+                range_tombstones=tombs, inline=inline or {},
             )
             try:
                 created = self._create(manifest)
@@ -250,6 +252,7 @@ class Committer:
             skip_to=target, gc_grace_ms=self._grace_ms,
             seq=base.seq if base is not None else 0,
             range_tombstones=base.range_tombstones if base is not None else EMPTY,
+            inline=base.inline if base is not None else {},
         )
         if self._create(reservation):
             self.lineage, self.next = n, target
@@ -382,8 +385,9 @@ class Committer:
         or GC already kept it as its horizon).
         """
         old = {s.id for s in base.all_ssts()} if base is not None else set()
-        # References to siblings' SSTs are protected by the sources' horizons instead.
-        ids = [s.id for s in manifest.all_ssts() if s.id not in old and not s.db]
+        # References to siblings' SSTs are protected by the sources' horizons instead; inline
+        # SSTs are no objects (the manifest carries them).
+        ids = [s.id for s in manifest.objects() if s.id not in old and not s.db]
         if not ids:
             return
         oldest = min(paths.id_time_ms(i) for i in ids)
@@ -432,7 +436,7 @@ class Committer:
         """
         if base.version in (self.confirmed, self.base_checked):
             return
-        own = [s for s in base.all_ssts() if not s.db]
+        own = [s for s in base.objects() if not s.db]
         oldest = min((paths.id_time_ms(s.id) for s in own), default=None)
         if oldest is None or markers.passes_after(oldest) == ([], []):
             self.base_checked = base.version

@@ -33,8 +33,10 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Iterator, Sequence
+from concurrent.futures import Future
 from typing import Any
 
+from . import inline, paths
 from .budget import MemoryBudget, memtable_charge, process_budget
 from .cache import BlockCache
 from .clock import Clock
@@ -64,7 +66,7 @@ from .sst.reader import SstReader, get_levels
 from .store import ObjectStore
 from .tierkit import public_url
 from .versions import list_versions
-from .view import BlockFetcher, Level, Readers, ReadView
+from .view import BlockFetcher, Level, Part, Readers, ReadView
 from .writebatch import DELETE_RANGE, WriteBatch
 
 _BYTES_LIKE = (bytearray, memoryview)
@@ -148,6 +150,8 @@ class DB:
         #: References made by :meth:`reference` and not committed yet, and their state.
         self._refs: list[Reference] = []
         self._ref_base: Base = ((), ())
+        #: Base inline entries folded into a part not committed yet (silt.inline).
+        self._folded: set[str] = set()
         self._install(manifest)
         self._compaction = CompactionDriver(
             self._store, settings, clock, self._metrics, siblings=self._siblings
@@ -486,14 +490,16 @@ class DB:
                             f"commit meta key {k!r}: keys starting with "
                             f"{RESERVED_META_PREFIX!r} are silt's own; name yours otherwise")
                     merged_meta[k] = v
-            self._freeze()
+            old = self._manifest
+            base_l0, base_levels = (old.l0, old.levels) if old is not None else self._ref_base
+            self._freeze_delta(base_l0)
             parts = self._view.parts
             self._flusher.wait(parts)
             self._flusher.refresh_aged(parts)
-            old = self._manifest
             new_l0 = tuple(p.info for p in reversed(parts))  # type: ignore[misc]
-            base_l0, base_levels = (old.l0, old.levels) if old is not None else self._ref_base
-            records = self._compaction.gather(old, len(new_l0) + len(base_l0))
+            base_l0 = tuple(s for s in base_l0 if s.id not in self._folded)
+            records = self._compaction.gather(
+                old, sum(1 for s in (*new_l0, *base_l0) if not s.inline))
             l0, levels, adopted, refused = self._compaction.apply(
                 new_l0 + base_l0, base_levels, records, self._seq)
             # What this handle paid since its previous commit, this manifest's PUT included.
@@ -510,10 +516,80 @@ class DB:
                 manifest = self._committer.publish(
                     version, auto, old, l0, levels, merged_meta, self._refs,
                     pending=(adopted, refused), seq=self._seq, tombs=tombs,
+                    inline=self._siblings.inline_bytes([s.id for s in l0 if s.inline]),
                 )
             self._landed(manifest, adopted, refused)
             self._paid = paid
             return manifest.version
+
+    def _freeze_delta(self, base_l0: tuple[SstInfo, ...]) -> None:
+        """Freeze the delta of a commit (caller holds ``_lock``): keep a small one inline, or
+        fold the inline deltas (the base's and pending ones) with it into one uploaded SST, or
+        freeze it as usual (see :mod:`silt.inline` for the rules)."""
+        settings = self._settings
+        view = self._view
+        base_inline = [s for s in base_l0 if s.inline and s.id not in self._folded]
+        pending = [p for p in view.parts if p.info is not None and p.info.inline]
+        if len(pending) < len(view.parts):  # part of the delta is uploaded already
+            self._freeze()
+            if base_inline or pending:
+                self._fold(None, pending, base_inline)
+            return
+        enabled = min(settings.inline_delta_bytes, settings.inline_max_bytes)
+        mem = view.mem
+        if not mem.data:
+            return
+        if enabled and mem.approx_bytes <= 4 * enabled:
+            now = self._clock.now_ms()
+            data, info = inline.build(mem, self._seq, settings, now)
+            total = len(data) + sum(s.size for s in base_inline) + sum(
+                p.info.size for p in pending)  # type: ignore[union-attr]
+            if (len(data) <= settings.inline_delta_bytes and total <= settings.inline_max_bytes
+                    and len(base_inline) + len(pending) < settings.inline_max_entries):
+                self._siblings.add_inline({info.id: data})
+                part = Part(mem, self._seq)
+                part.info = info
+                part.reader = self._reader(info)
+                done: Future[None] = Future()
+                done.set_result(None)
+                part.future = done
+                part.memtable = None
+                self._view = view.but(mem=Memtable(), parts=(*view.parts, part))
+                self._give_back_memtable()
+                self._metrics.add("inline_deltas")
+                return
+        if not base_inline and not pending:
+            self._freeze()
+            return
+        self._fold(mem, pending, base_inline)
+
+    def _fold(self, mem: Memtable | None, pending: list[Part],
+              base_inline: list[SstInfo]) -> None:
+        """Upload one SST merging the active memtable ``mem`` (``None``: not part of it), the
+        pending inline parts and the base's inline entries (all the newest sources below
+        ``mem``), which it replaces; it becomes the oldest pending part."""
+        view = self._view
+        readers = [p.reader for p in reversed(pending)] + [self._reader(s) for s in base_inline]
+        merged = inline.fold(mem, readers, view.tombs)  # type: ignore[arg-type]
+        parts = tuple(p for p in view.parts if p not in pending)
+        if merged.data:
+            part = Part(merged, self._seq)
+            self._flusher.upload(part)
+            parts = (part, *parts)
+        self._folded |= {s.id for s in base_inline}
+        self._view = view.but(mem=Memtable() if mem is not None else view.mem, parts=parts)
+        if mem is not None:
+            self._give_back_memtable()
+        self._metrics.add("inline_folds")
+
+    def _give_back_memtable(self) -> None:
+        """The active memtable was replaced by an empty one outside :meth:`_freeze`: release
+        its budget reservation."""
+        budget = self._budget
+        if budget is not None:
+            held, self._mem_reserved[0], self._memtable_limit = self._mem_reserved[0], 0, 0
+            if held:
+                budget.release(held)
 
     def _landed(self, manifest: Manifest, adopted: list, refused: list) -> None:
         """Bookkeeping once ``manifest`` is committed: install it, settle compactions."""
@@ -521,6 +597,7 @@ class DB:
         self._committer.landed(manifest)
         self._refs = []
         self._ref_base = ((), ())
+        self._folded = set()
         self._metrics.add("commits")
         self._compaction.resolved(adopted, refused)
         self._compaction.schedule(manifest)
@@ -533,6 +610,7 @@ class DB:
         if manifest is None:
             return
         self._seq = max(self._seq, manifest.seq)
+        self._siblings.add_inline(manifest.inline, paths.manifest_key(manifest.version))
         live_ids = {s.id for s in manifest.all_ssts()}
         view = self._view
         parts = tuple(p for p in view.parts if p.info is None or p.info.id not in live_ids)
@@ -547,7 +625,9 @@ class DB:
             levels=tuple(Level([self._reader(s) for s in run]) for run in manifest.levels),
             tombs=tombs,
         )
-        self._readers.retain(live_ids | {p.info.id for p in parts if p.info is not None})
+        pending_ids = {p.info.id for p in parts if p.info is not None}
+        self._readers.retain(live_ids | pending_ids)
+        self._siblings.retain_inline(live_ids | pending_ids)
 
     def _reader(self, info: SstInfo) -> SstReader:
         return self._readers.open(info, lambda i: self._siblings.reader(i, self._cache))

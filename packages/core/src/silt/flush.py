@@ -17,7 +17,7 @@ Threading: ``freeze``, ``wait`` and ``refresh_aged`` are called by the DB's sing
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 
 from . import paths
@@ -75,6 +75,14 @@ class Flusher:
             if part.future.exception() is not None and part.reader is None:
                 self._upload(part)
 
+    def upload(self, part: Part) -> None:
+        """Upload ``part``'s memtable now, in the calling thread (a fold of inline deltas,
+        :mod:`silt.inline`); the part is then done like one :meth:`freeze` uploaded."""
+        done: Future[None] = Future()
+        self._upload(part)
+        done.set_result(None)
+        part.future = done
+
     def _upload(self, part: Part) -> None:
         with self._store.metrics.purpose("flush"):
             self._upload_now(part)
@@ -117,7 +125,7 @@ class Flusher:
         now = self._clock.now_ms()
         for part in parts:
             info = part.info
-            if info is None or now - paths.id_time_ms(info.id) <= max_age:
+            if info is None or info.inline or now - paths.id_time_ms(info.id) <= max_age:
                 continue
             old_name = paths.sst_key(info.id)
             try:

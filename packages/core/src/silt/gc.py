@@ -182,7 +182,7 @@ def collect_garbage(
     pinned_by: dict[str, set[int]] = {}
 
     def keep(db: str, manifest: Manifest) -> None:
-        for s in manifest.all_ssts():
+        for s in manifest.objects():  # inline SSTs are no objects (silt.inline)
             name = _object_of(db, s.db, s.id)
             if name is not None:
                 referenced.add(name)
@@ -211,7 +211,7 @@ def collect_garbage(
             manifests[v] = manifest
             if v == versions[-1] and manifest.gc_grace_ms is not None:
                 required[db] = manifest.gc_grace_ms
-            names = (_object_of(db, s.db, s.id) for s in manifest.all_ssts())
+            names = (_object_of(db, s.db, s.id) for s in manifest.objects())
             if all(name is None or name in present for name in names):
                 intact += 1
                 if intact >= retain_versions:

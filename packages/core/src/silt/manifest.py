@@ -9,6 +9,13 @@ The JSON body holds the version, its parent, the writer id, a token unique to th
 the creation time, the SSTs (L0 newest first, then levels of sorted runs, each with key range and
 size), the range tombstones with their sequence counter (format 4, :mod:`silt.rangedel`) and
 an opaque ``meta`` map of strings for the layer above (Spark query id, watermarks).
+
+Format 5 adds **inline** SSTs: small deltas a commit did not upload (:mod:`silt.inline`). Their
+entries (``"inline": true``) are the head of L0, and the manifest carries their bytes in a binary
+appendix after the JSON body (:mod:`silt.framing`), in the order the entries are listed, each as
+long as its entry's ``size``; the frame's CRC covers it::
+
+    magic | crc32 | format_version 5 | body_length u32 | JSON body | inline SST bytes...
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ from typing import Any
 from . import paths
 from .errors import CorruptionError, InvalidArgumentError, InvalidTypeError
 from .framing import FRAME_HEAD as _HEAD
-from .framing import decode_framed, encode_framed
+from .framing import decode_framed_appendix, encode_framed
 from .rangedel import EMPTY, RangeTombstones, check_seq
 from .sst.builder import SstInfo
 
@@ -36,10 +43,15 @@ MANIFEST_MAGIC = b"SILTMNF1"
 #: (fragments ``[start_hex, end_hex, seq]``) and a ``seq`` field per SST entry; written only by
 #: a manifest whose counter is not 0, so a reader that predates range deletes refuses it instead
 #: of reading deleted keys.
+#: Format 5 adds inline SSTs (entries with ``"inline": true`` at the head of L0, their bytes in
+#: an appendix after the JSON body): written only by a manifest that has one, so a reader that
+#: predates them refuses it instead of looking for objects that were never uploaded.
 #: ``gc_grace_ms`` (the writer's Settings.gc_grace_seconds, which GC may not undercut) is an
 #: optional field any format may carry; older readers ignore it.
-MANIFEST_FORMAT_VERSION = 4
-READABLE_MANIFEST_FORMATS = frozenset({1, 2, 3, 4})
+MANIFEST_FORMAT_VERSION = 5
+READABLE_MANIFEST_FORMATS = frozenset({1, 2, 3, 4, 5})
+#: Formats whose frame carries an appendix (the inline SSTs' bytes).
+_APPENDIX_FORMATS = frozenset({5})
 #: ``created_ms`` and ``gc_grace_ms`` are signed 64-bit counts of milliseconds.
 MAX_MS = 2**63 - 1
 
@@ -66,6 +78,8 @@ class Manifest:
     seq: int = 0
     #: Range tombstones still deleting something (fragments, :mod:`silt.rangedel`).
     range_tombstones: RangeTombstones = EMPTY
+    #: The bytes of every inline entry listed (by SST id): a manifest is self-contained.
+    inline: dict[str, bytes] = field(default_factory=dict)
 
     @property
     def next_version(self) -> int:
@@ -77,6 +91,18 @@ class Manifest:
         yield from self.l0
         for level in self.levels:
             yield from level
+
+    def objects(self) -> Iterator[SstInfo]:
+        """Every entry that names an object in a store (all but the inline entries)."""
+        return (s for s in self.all_ssts() if not s.inline)
+
+    @property
+    def inline_entries(self) -> tuple[SstInfo, ...]:
+        """The inline entries: the head of L0, newest first."""
+        n = 0
+        while n < len(self.l0) and self.l0[n].inline:
+            n += 1
+        return self.l0[:n]
 
     def encode(self) -> bytes:
         body: dict[str, object] = {
@@ -96,6 +122,10 @@ class Manifest:
         if self.seq:
             body["seq"] = self.seq
             body["range_tombstones"] = self.range_tombstones.to_json()
+        inline = self.inline_entries
+        if inline:
+            appendix = b"".join(self.inline[s.id] for s in inline)
+            return encode_framed(MANIFEST_MAGIC, 5, body, appendix)
         if self.seq:
             fmt = 4
         elif self.skip_to is not None:
@@ -109,8 +139,9 @@ class Manifest:
     @classmethod
     def decode(cls, data: bytes, object_name: str) -> Manifest:
         """Parse and check a manifest; raises :class:`CorruptionError` naming the object."""
-        _fmt, d = decode_framed(data, object_name, magic=MANIFEST_MAGIC,
-                                formats=READABLE_MANIFEST_FORMATS, what="manifest")
+        fmt, d, appendix = decode_framed_appendix(
+            data, object_name, magic=MANIFEST_MAGIC, formats=READABLE_MANIFEST_FORMATS,
+            what="manifest", appendix_formats=_APPENDIX_FORMATS)
         try:
             version = _int(d, "version", 0, paths.MAX_VERSION)
             parent = _get(d, "parent")
@@ -131,6 +162,7 @@ class Manifest:
             for s in (*l0_infos, *(s for lv in level_infos for s in lv)):
                 if s.seq > seq:
                     raise ValueError(f"SST {s.id}'s seq {s.seq} is above the manifest's {seq}")
+            inline = _split_inline(l0_infos, level_infos, appendix, fmt)
             return cls(
                 version=version,
                 parent=parent,
@@ -145,11 +177,40 @@ class Manifest:
                 else _int(d, "gc_grace_ms", 0, MAX_MS),
                 seq=seq,
                 range_tombstones=tombs,
+                inline=inline,
             )
         except (ValueError, TypeError) as exc:
             raise CorruptionError(
                 object_name, _HEAD.size, f"malformed manifest body ({exc})"
             ) from None
+
+
+def _split_inline(l0: tuple[SstInfo, ...], levels: tuple[tuple[SstInfo, ...], ...],
+                  appendix: bytes, fmt: int) -> dict[str, bytes]:
+    """The bytes of each inline entry, cut from ``appendix`` in listing order; ``ValueError``
+    unless the inline entries are the head of L0 with distinct ids and their sizes add up to
+    the appendix exactly."""
+    n = 0
+    while n < len(l0) and l0[n].inline:
+        n += 1
+    if any(s.inline for s in l0[n:]) or any(s.inline for lv in levels for s in lv):
+        raise ValueError("inline SST entries must be the newest L0 entries")
+    if n and fmt < 5:
+        raise ValueError(f"format {fmt} cannot list inline SST entries")
+    if n == 0 and fmt >= 5:
+        raise ValueError("a format 5 manifest lists no inline SST entry")
+    out: dict[str, bytes] = {}
+    pos = 0
+    for s in l0[:n]:
+        if s.id in out:
+            raise ValueError(f"inline SST {s.id} is listed twice")
+        if pos + s.size > len(appendix):
+            raise ValueError(f"the bytes of inline SST {s.id} pass the end of the manifest")
+        out[s.id] = appendix[pos:pos + s.size]
+        pos += s.size
+    if pos != len(appendix):
+        raise ValueError(f"{len(appendix) - pos} bytes after the inline SSTs")
+    return out
 
 
 def check_meta(meta: Any, what: str = "commit meta") -> dict[str, str]:

@@ -132,7 +132,7 @@ def new_ssts(store: ObjectStore, manifest: Manifest) -> list[str]:
     """Ids of the SSTs ``manifest`` published itself (not in its parent's state, not
     references). Reads the parent manifests it needs (a reservation or a withdrawn version
     stands for its own parent)."""
-    own = {s.id for s in manifest.all_ssts() if not s.db}
+    own = {s.id for s in manifest.objects() if not s.db}
     parent = manifest.parent
     for _ in range(8):
         if parent is None or not own:

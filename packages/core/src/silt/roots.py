@@ -74,7 +74,9 @@ def version_rows(store: ObjectStore, db: str = "") -> list[dict[str, Any]]:
         ssts = list(m.all_ssts())
         rows.append({**named, "version": version, "parent": m.parent,
                      "created_ms": m.created_ms, "ssts": len(ssts),
-                     "bytes": sum(s.size for s in ssts), "meta": user_meta(m.meta),
+                     "bytes": sum(s.size for s in ssts),
+                     "inline_bytes": sum(s.size for s in ssts if s.inline),
+                     "meta": user_meta(m.meta),
                      "requests": recorded_requests(m.meta)})
     return rows
 
@@ -88,8 +90,12 @@ def db_url(url: str, db: str) -> str:
 
 
 def compaction_state(m: Manifest) -> dict[str, Any]:
-    """L0 count, bytes per level and the SSTs a point read may probe, for one manifest."""
+    """L0 count, bytes per level, the SSTs a point read may probe, and the inline SSTs the
+    manifest carries (count and bytes, silt.inline), for one manifest."""
+    inline = m.inline_entries
     return {
+        "inline_ssts": len(inline),
+        "inline_bytes": sum(s.size for s in inline),
         "l0_ssts": len(m.l0),
         "l0_bytes": sum(s.size for s in m.l0),
         "level_bytes": [sum(s.size for s in run) for run in m.levels],

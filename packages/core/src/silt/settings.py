@@ -31,6 +31,10 @@ MAX_THREADS = 1024
 #: Bound of the seconds fields (about 317 years): they become int milliseconds and deadlines.
 MAX_SECONDS = 10**10
 
+#: Bound of the inline settings: a manifest carries its inline deltas in full, and every
+#: commit writes them again (64 MiB is far past any useful value).
+MAX_INLINE_BYTES = 64 * 1024 * 1024
+
 #: ``(minimum, maximum)`` of every int field of :class:`Settings`.
 INT_RANGES: dict[str, tuple[int, int]] = {
     "memtable_bytes": (1, MAX_INT),
@@ -49,6 +53,9 @@ INT_RANGES: dict[str, tuple[int, int]] = {
     "level1_bytes": (1, MAX_INT),
     "tiered_max_runs": (2, MAX_INT),
     "retain_versions": (1, 10**VERSION_DIGITS - 1),
+    "inline_delta_bytes": (0, MAX_INLINE_BYTES),
+    "inline_max_bytes": (0, MAX_INLINE_BYTES),
+    "inline_max_entries": (1, 4096),
 }
 #: Int fields that may also be ``None`` (see their docs).
 OPTIONAL_INTS = frozenset({"block_cache_bytes"})
@@ -113,6 +120,15 @@ class Settings:
         retain_versions: versions GC keeps (the newest ones), besides named checkpoints. Default 10.
         gc_grace_seconds: age an unreferenced object must reach before GC deletes it; a writer
             publishes only SSTs younger than half of it. Writers and GC must agree. Default 3600.
+        inline_delta_bytes: a commit whose delta, built as an SST, is at most this many bytes
+            carries it inside its manifest (an *inline* entry, docs/format.md) instead of
+            uploading an SST: one PUT per commit instead of two. 0 disables. Default 32 KiB.
+        inline_max_bytes: most bytes of inline deltas one manifest carries (every manifest
+            carries all of them: the next commit copies them forward). A commit that would pass
+            it, or whose delta is not small, folds every inline delta and its own delta into one
+            uploaded SST. 0 disables inlining. Default 256 KiB.
+        inline_max_entries: most inline deltas one manifest carries (each is an L0 entry a point
+            read probes, in memory); the commit that would pass it folds them. Default 16.
     """
 
     memtable_bytes: int = 64 * MiB
@@ -136,6 +152,9 @@ class Settings:
     tiered_max_runs: int = 8
     retain_versions: int = 10
     gc_grace_seconds: float = 3600.0
+    inline_delta_bytes: int = 32 * KiB
+    inline_max_bytes: int = 256 * KiB
+    inline_max_entries: int = 16
 
     def __post_init__(self) -> None:
         for name, (low, high) in INT_RANGES.items():

@@ -19,6 +19,8 @@ Safety (nothing committed is ever lost):
   ``o/refs/<its name>`` (:func:`mark_referrers`). GC of a root that does not contain that
   referrer keeps every SST of ``o`` (it cannot see the references); GC of a common parent reads
   the referrers' manifests like the others' (:mod:`silt.gc`).
+* A source's inline SSTs (:mod:`silt.inline`) are no objects: a reference copies their bytes
+  into its own manifest (clipped as any entry), so they need no protection.
 * After the commit, the writer reads each source's GC horizon: if GC passed the source version
   the references were taken from (it may have dropped that version and objects only it used),
   the commit is withdrawn (:class:`~silt.errors.FencedError`). GC writes every horizon marker
@@ -34,6 +36,7 @@ from urllib.parse import quote
 
 from . import paths
 from .errors import InvalidArgumentError, ReferenceConflict
+from .inline import reader as inline_reader
 from .manifest import Manifest
 from .rangedel import EMPTY, RangeTombstones
 from .sst.builder import SstInfo
@@ -106,6 +109,23 @@ class SiblingStores:
         self._open_url = open_url
         self._stores: dict[str, tuple[ObjectStore, ObjectStore]] = {}
         self._lock = threading.Lock()
+        #: The bytes of the inline SSTs the DB's versions list (and pending inline deltas),
+        #: by id, with the name of the manifest they came from (for messages).
+        self.inline: dict[str, tuple[bytes, str | None]] = {}
+
+    def add_inline(self, items: dict[str, bytes], manifest_name: str | None = None) -> None:
+        """Know the bytes of inline SSTs (a manifest's, or a delta not committed yet)."""
+        for sst_id, data in items.items():
+            self.inline.setdefault(sst_id, (data, manifest_name))
+
+    def retain_inline(self, ids: set[str]) -> None:
+        """Forget the inline bytes whose id is not in ``ids``."""
+        for sst_id in [i for i in list(self.inline) if i not in ids]:
+            del self.inline[sst_id]
+
+    def inline_bytes(self, ids: Sequence[str]) -> dict[str, bytes]:
+        """The bytes of the inline SSTs ``ids`` (a manifest's ``inline`` map)."""
+        return {i: self.inline[i][0] for i in ids}
 
     def store_for(self, info: SstInfo) -> ObjectStore:
         """The store holding ``info``'s object."""
@@ -127,7 +147,11 @@ class SiblingStores:
             return got[1]
 
     def reader(self, info: SstInfo, cache: object = None) -> SstReader:
-        """An :class:`SstReader` of ``info`` in whichever DB holds it."""
+        """An :class:`SstReader` of ``info`` in whichever DB holds it (or over its bytes, for
+        an inline SST)."""
+        if info.inline:
+            data, where = self.inline[info.id]
+            return inline_reader(info, data, cache, where)
         return SstReader(self.store_for(info), paths.sst_key(info.id), info, cache)  # type: ignore[arg-type]
 
     def close(self) -> None:
@@ -157,7 +181,8 @@ def clip(info: SstInfo, owner: str, start: bytes | None, end: bytes | None,
         return None
     if lo is not None and hi is not None and lo >= hi:
         return None
-    ref = replace(info, db=info.db or owner)
+    # An inline SST's bytes are copied into the referencing manifest: it stays this DB's own.
+    ref = info if info.inline else replace(info, db=info.db or owner)
     reader: SstReader | None = None
     smallest, largest = info.smallest, info.largest
     if lo is not None and smallest < lo:
@@ -289,6 +314,9 @@ def combine(
     """One DB's L0 and levels from references to disjoint key ranges of several sources
     (``stores``: to check that a gap between two references to one object holds nothing)."""
     l0 = _merge_l0([p[0] for p in parts], stores)
+    # Inline entries first (they must head L0): each list already has them at its head, and
+    # entries of different lists hold disjoint key ranges, so their order is free.
+    l0 = sorted(l0, key=lambda s: not s.inline)
     depth = max((len(p[1]) for p in parts), default=0)
     levels = [_merge_run([s for p in parts if i < len(p[1]) for s in p[1][i]], stores)
               for i in range(depth)]
@@ -313,6 +341,7 @@ class Reference:
     def __init__(self, source: str, version: int, start: bytes | None, end: bytes | None,
                  l0: list[SstInfo], levels: list[list[SstInfo]], seq: int = 0,
                  tombs: RangeTombstones = EMPTY) -> None:
+        # (the bytes of inline entries are in the referencing DB's SiblingStores.inline)
         self.source = source
         self.version = version
         self.start = start
@@ -349,6 +378,7 @@ def take_reference(url: str, source_url: str, manifest: Manifest | None, start: 
             )
     if manifest is None:
         return None
+    stores.add_inline(manifest.inline, f"{name}/{paths.manifest_key(manifest.version)}")
     l0, levels = clip_manifest(manifest, name, start, end, stores)
     # The entries keep the source's sequence numbers; its tombstones come along, clipped.
     ref = Reference(name, manifest.version, start, end, l0, levels, manifest.seq,

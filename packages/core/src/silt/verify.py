@@ -22,6 +22,7 @@ from .checkpoints import decode_checkpoint
 from .compaction.record import read_records
 from .errors import CorruptionError, NotFoundError, VersionNotFoundError
 from .identity import IdentityReport, check_identity
+from .inline import InlineBytes
 from .manifest import Manifest
 from .plugins import open_store
 from .roots import child_dbs, db_url
@@ -34,7 +35,7 @@ from .versions import list_versions
 
 #: The counters of a :class:`VerifyReport`, in the order ``silt verify --json`` shows them.
 COUNTS = ("versions", "manifests_bytes", "ssts", "blocks", "entries", "sst_bytes",
-          "checkpoints", "records", "record_outputs")
+          "checkpoints", "records", "record_outputs", "inline_ssts")
 
 
 @dataclass(frozen=True)
@@ -180,6 +181,8 @@ def _verify_db(store: ObjectStore, url: str, version: int | None,
     # Each distinct entry (not each object: two versions may record one object
     # differently, and each record must match it) -> the first version naming it.
     ssts: dict[SstInfo, int] = {}
+    #: Inline entries (silt.inline) -> the first manifest carrying them, and their bytes.
+    inline: dict[SstInfo, tuple[str, bytes]] = {}
     for v in versions:
         name = paths.manifest_key(v)
         try:
@@ -199,8 +202,12 @@ def _verify_db(store: ObjectStore, url: str, version: int | None,
             report.problem("corruption", name, str(exc), exc.offset)
             continue
         for info in m.all_ssts():
-            ssts.setdefault(info, v)
+            if info.inline:
+                inline.setdefault(info, (name, m.inline[info.id]))
+            else:
+                ssts.setdefault(info, v)
     _verify_ssts(store, url, ssts, report)
+    _verify_inline(inline, report)
     for f in identity.findings:
         report.problem(f.kind, f.object, f.message, f.offset)
     _verify_metadata(store, url, {i.id for i in ssts}, report)
@@ -255,6 +262,28 @@ def _verify_ssts(store: ObjectStore, url: str, ssts: dict[SstInfo, int],
                 counts["sst_bytes"] += info.size
     finally:
         siblings.close()
+
+
+def _verify_inline(inline: dict[SstInfo, tuple[str, bytes]], report: VerifyReport) -> None:
+    """Check every inline SST (bytes a manifest carries) whole, as an uploaded one: every
+    block's checksum and order, the tail, the properties against the entry. Damage is
+    reported against the manifest carrying the bytes."""
+    counts = report.counts
+    seen: set[str] = set()
+    for info, (manifest_name, data) in inline.items():
+        key = paths.sst_key(info.id)
+        try:
+            entries, blocks = check_sst(InlineBytes(key, data), key, info, blocks=True,
+                                        name=manifest_name)
+        except CorruptionError as exc:
+            report.problem("corruption", manifest_name,
+                           f"inline SST {info.id}: {exc.detail}", exc.offset)
+            continue
+        if info.id not in seen:
+            seen.add(info.id)
+            counts["inline_ssts"] += 1
+            counts["blocks"] += blocks
+            counts["entries"] += entries
 
 
 def _verify_metadata(store: ObjectStore, url: str, verified: set[str],

@@ -108,6 +108,9 @@ def run_compaction(
                     "the task reads sibling DBs' SSTs: pass siblings=SiblingStores(url, store)"
                 )
             siblings = SiblingStores("", store)
+        # Policies never pick inline SSTs (silt.inline), but a task that names some reads
+        # them from the manifest; adoption keeps what stays inline at the head of L0.
+        siblings.add_inline(manifest.inline, paths.manifest_key(manifest.version))
         for key, r in merge_newest_first(_sources(manifest, task, siblings)):
             if r.__class__ is bytes:
                 size += len(key) + len(r) + 9  # type: ignore[arg-type]

@@ -30,6 +30,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from .. import paths
 from ..clock import Clock
 from ..errors import CorruptionError, NotFoundError, StoreError
+from ..inline import without_inline
 from ..manifest import Manifest
 from ..metrics import Metrics
 from ..settings import Settings
@@ -92,6 +93,9 @@ class CompactionDriver:
         self._harvest()
         if self._future is not None or self._ready:
             return None
+        # Policies pick from the uploaded SSTs only: inline deltas stay at the head of L0
+        # until a commit folds them (silt.inline).
+        manifest = without_inline(manifest)
         task = self.policy.pick(manifest, self.clock.now_ms())
         if task is None:
             return None

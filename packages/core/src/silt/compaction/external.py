@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..clock import Clock
+from ..inline import without_inline
 from ..settings import Settings
 from ..siblings import SiblingStores
 from ..store import ObjectStore
@@ -42,7 +43,7 @@ def compact_once(store: ObjectStore, url: str, settings: Settings, policy: Any,
     found = committed_versions(store)
     if not found:
         return CompactionPass("empty", None)
-    m = read_manifest(store, found[-1])
+    m = without_inline(read_manifest(store, found[-1]))
     task = policy.pick(m, clock.now_ms())
     if task is None:
         return CompactionPass("idle", m.version)

@@ -48,6 +48,10 @@ class SstInfo:
     ``seq`` is the entry's place among the manifest's range tombstones (:mod:`silt.rangedel`):
     every tombstone with a sequence number <= ``seq`` was applied to the records before they
     were written; one with a greater number deletes the records in its range.
+
+    An **inline** entry (``inline``) is an SST that was never uploaded: the manifest listing it
+    carries its bytes (manifest format 5, :mod:`silt.manifest`). It is never a reference to a
+    sibling's object (``db`` is empty), though it may be clipped (a reference copies it).
     """
 
     id: str
@@ -65,9 +69,12 @@ class SstInfo:
     clip_start: bytes | None = None
     clip_end: bytes | None = None
     seq: int = 0
+    inline: bool = False
 
     def to_json(self) -> dict:
         out = self._json()
+        if self.inline:
+            out["inline"] = True
         if self.db:
             out["db"] = self.db
         if self.clipped:
@@ -108,6 +115,9 @@ class SstInfo:
         if smallest > largest:
             raise ValueError("SST entry's smallest key is greater than its largest")
         clip = d.get("clip")
+        inline = _field(d, "inline", bool, False)
+        if inline and "db" in d:
+            raise ValueError("an inline SST entry cannot name a sibling DB")
         if "clip" in d and not (isinstance(clip, list) and len(clip) == 2):
             raise ValueError("SST entry's clip must be a list of two hex keys or nulls")
         return cls(
@@ -126,6 +136,7 @@ class SstInfo:
             clip_start=_hex_or_none(clip[0]) if "clip" in d else None,  # type: ignore[index]
             clip_end=_hex_or_none(clip[1]) if "clip" in d else None,  # type: ignore[index]
             seq=_int(d, "seq", 0, MAX_SEQ, 0),
+            inline=inline,
         )
 
     @property
