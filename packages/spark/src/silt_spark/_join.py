@@ -38,8 +38,9 @@ so equal rows stay distinct entries (a re-run may number equal-keyed rows in ano
 identical results, since a row's entry is only ever its own). ``bucket = floor(time_us /
 bucket_us)`` with ``bucket_us = max(1 s, a + b)`` (fixed per root,
 recorded in its descriptor): a row's matches lie in at most three buckets of the other side,
-probed with one prefix scan each (bucket, join key), or, where a batch probes several join keys
-of one key group and bucket, read with one scan of the bucket; a whole bucket expires at once.
+probed with one prefix scan each (bucket, join key), or, where the bucket holds few rows per
+join key the batch probes there (its count entry says), with one scan of the bucket; a whole
+bucket expires at once.
 Eviction reads one short run of **count** entries per key group and side (one per bucket,
 stopping at the first live bucket), drops each expired bucket with range deletes
 (:func:`evict_range`: ``DB.delete_range`` where the core has it, else deleting the keys it
