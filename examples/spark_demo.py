@@ -36,7 +36,6 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 try:
-    import silt
     import silt_spark
 except ImportError:  # running from a checkout without installing the packages
     root = Path(__file__).resolve().parents[1]
@@ -45,7 +44,6 @@ except ImportError:  # running from a checkout without installing the packages
         [str(root / "packages/core/src"), str(root / "packages/spark/src"),
          os.environ.get("PYTHONPATH", "")]
     )
-    import silt
     import silt_spark
 
 from pyspark import cloudpickle
@@ -117,29 +115,14 @@ def generate(folder: Path, batch: int, rows: int, users: int, seed: int) -> None
     os.replace(tmp, folder / f"part-{batch:05d}.parquet")
 
 
-def shard_report(state_url: str, batch_id: int) -> tuple[int, float, int]:
-    """(shards that committed ``batch_id``, their largest commit time in ms, state bytes).
-
-    Commit time comes from the manifests: created_ms minus the task's start, open and
-    processing times that silt_spark records in the manifest's meta.
-    """
-    desc = silt_spark._shard.read_descriptor(state_url)
-    spec = silt_spark._read._spec(desc, state_url)
-    committed, worst, size = 0, 0.0, 0
-    for shard in range(spec.num_shards):
-        url = spec.shard_url(shard)
-        with silt.open(url, at_most=batch_id) as db:
-            m = db.manifest
-            if m is None:
-                continue
-            size += sum(s.size for s in m.all_ssts())
-            if m.version == batch_id:
-                committed += 1
-                meta = m.meta
-                spent = (int(meta["spark.task_start_ms"]) + float(meta["spark.open_ms"])
-                         + float(meta["spark.process_ms"]))
-                worst = max(worst, m.created_ms - spent)
-    return committed, worst, size
+def shard_report(query_id: str, state_url: str, batch_id: int) -> tuple[int, float, int]:
+    """(shards that committed ``batch_id``, their largest commit time in ms, state bytes), from
+    silt_spark's public API: the batch's task records (``silt_spark.metrics``) and the state's
+    size (``silt_spark.state_size``, read from the shards' manifests)."""
+    records = [r for r in silt_spark.metrics(query_id) if r["batch_id"] == batch_id]
+    committed = sum(1 for r in records if r["committed"])
+    worst = max((r["commit_ms"] for r in records if r["committed"]), default=0.0)
+    return committed, worst, silt_spark.state_size(state_url).bytes
 
 
 class Demo:
@@ -199,7 +182,7 @@ class Demo:
         parts = []
         for name in ("failures", "spikes"):
             shards, commit_ms, size = shard_report(
-                (self.work / "state" / name).as_uri(), batch_id
+                str(self.queries[name].id), (self.work / "state" / name).as_uri(), batch_id
             )
             parts.append(f"{name}: {shards} shard commits, max {commit_ms:5.0f} ms, "
                          f"state {size / 1e6:5.2f} MB")
