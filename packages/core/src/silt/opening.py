@@ -97,6 +97,11 @@ def open(
                 "pass either budget= (a cache shared under a memory budget) or "
                 "Settings.block_cache_bytes (a private cache), not both"
             )
+    if settings.value_rewriter is not None:
+        # Import and build it now: a name that cannot load fails the open, not a later merge.
+        from .compaction import rewrite
+
+        rewrite.load(settings.value_rewriter, settings.value_rewriter_config)
     if version is not None:
         DB._check_version(version)
     if at_most is not None:

@@ -129,6 +129,11 @@ class Settings:
             uploaded SST. 0 disables inlining. Default 256 KiB.
         inline_max_entries: most inline deltas one manifest carries (each is an L0 entry a point
             read probes, in memory); the commit that would pass it folds them. Default 16.
+        value_rewriter: ``None`` (default) or ``"package.module:factory"``: compaction passes
+            each live value it copies to the rewriter ``factory(value_rewriter_config)`` returns,
+            and writes what it gives back (``None``: the value as it is). For applications whose
+            value encoding evolves; see :mod:`silt.compaction.rewrite` for the contract.
+        value_rewriter_config: the string given to the rewriter's factory. Default ``""``.
     """
 
     memtable_bytes: int = 64 * MiB
@@ -155,6 +160,8 @@ class Settings:
     inline_delta_bytes: int = 32 * KiB
     inline_max_bytes: int = 256 * KiB
     inline_max_entries: int = 16
+    value_rewriter: str | None = None
+    value_rewriter_config: str = ""
 
     def __post_init__(self) -> None:
         for name, (low, high) in INT_RANGES.items():
@@ -181,6 +188,15 @@ class Settings:
         if not isinstance(self.compaction, str) or not self.compaction:
             raise InvalidArgumentError(
                 "Settings.compaction must name a compaction policy (e.g. 'leveled') or be 'none'"
+            )
+        if self.value_rewriter is not None:
+            from .compaction.rewrite import check_name
+
+            check_name(self.value_rewriter)
+        if not isinstance(self.value_rewriter_config, str):
+            raise InvalidTypeError(
+                "Settings.value_rewriter_config must be a str (JSON, by convention), got "
+                f"{type(self.value_rewriter_config).__name__}"
             )
         if self.compression not in COMPRESSIONS:
             raise InvalidArgumentError(

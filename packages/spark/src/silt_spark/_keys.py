@@ -58,6 +58,9 @@ JOIN_TAG = b"J"
 #: A processor key's own timer entries: ``key_prefix + 0x00 + expiry:u64`` (state names are
 #: never empty, so their length byte is never 0).
 TIMER_MARK = b"\x00"
+#: A processor list element's key: ``key_prefix + name + LIST_ELEMENT + seq:u64be`` (a map key
+#: is a silt_spark._codec encoding, whose tags are below 0x80, so it never starts with this byte).
+LIST_ELEMENT = b"\xff"
 
 TAGS = (AGG_TAG, WINDOW_TAG, DEDUP_TAG, EXPIRY_TAG, STATE_TAG, TIMER_TAG, JOIN_TAG)
 
@@ -70,6 +73,14 @@ def head(kg: int, tag: bytes) -> bytes:
 def tag_range(kg: int, tag: bytes) -> tuple[bytes, bytes]:
     """``[start, end)`` scan bounds of the keys of one tag in one key group."""
     return head(kg, tag), head(kg, bytes([tag[0] + 1]))
+
+
+def split_state_name(rest: bytes) -> tuple[str, bytes]:
+    """``(state name, what follows it)`` of what follows a processor key's prefix in a state
+    entry: the name is ``len:u8 utf-8`` (never empty), then a map key, a list element's
+    ``LIST_ELEMENT seq`` or nothing."""
+    n = rest[0]
+    return rest[1:1 + n].decode("utf-8"), rest[1 + n:]
 
 
 def tag_of(key: bytes) -> bytes:

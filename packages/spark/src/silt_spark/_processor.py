@@ -38,6 +38,7 @@ and :func:`decode` (its entries as ``read_state`` rows). Keys are built and spli
 
 from __future__ import annotations
 
+import dataclasses
 import struct as _struct
 import time as _time
 from collections.abc import Iterator, Sequence
@@ -46,7 +47,7 @@ from typing import Any
 
 from silt.errors import InvalidArgumentError, InvalidTypeError
 
-from . import _api, _codec, _initial, _keys, _layout, _schema, _shard
+from . import _api, _codec, _initial, _keys, _layout, _rewrite, _schema, _shard
 from ._layout import KG_COLUMN, PARTITION_COLUMN
 from ._prefetch import BatchState
 from ._shard import ShardTask, check_key_groups
@@ -70,9 +71,8 @@ META_LATE_ROWS = "spark.late_rows"
 META_DELETED_STATES = "spark.deleted_states"
 #: The operator descriptor's field holding the state schema registry (see _schema.py).
 DESCRIPTOR_SCHEMAS = "state_schemas"
-#: A list element's key: ``key_prefix + name + LIST_ELEMENT + seq:u64be`` (a map key is a
-#: silt_spark._codec encoding, whose tags are below 0x80, so it never starts with this byte).
-LIST_ELEMENT = b"\xff"
+#: A list element's key: ``key_prefix + name + LIST_ELEMENT + seq:u64be``.
+LIST_ELEMENT = _keys.LIST_ELEMENT
 _SEQ = _struct.Struct(">Q")
 
 
@@ -231,11 +231,9 @@ def _name_bytes(name: str) -> bytes:
     return bytes([len(b)]) + b
 
 
-def _split_name(rest: bytes) -> tuple[str, bytes]:
-    """``(state name, encoded map key or b"")`` of what follows a key's prefix in a state
-    entry (the inverse of :func:`_name_bytes` + map key)."""
-    n = rest[0]
-    return rest[1:1 + n].decode("utf-8"), rest[1 + n:]
+#: ``(state name, encoded map key, list element mark or b"")`` of what follows a key's prefix
+#: in a state entry (the inverse of :func:`_name_bytes` + map key).
+_split_name = _keys.split_state_name
 
 
 def key_prefix(kg: int, encoded_key: bytes) -> bytes:
@@ -1394,6 +1392,8 @@ def transform_with_state(
     if have is not None and DESCRIPTOR_SCHEMAS in have and have[DESCRIPTOR_SCHEMAS] != registry:
         _shard.update_descriptor(spec.root, {DESCRIPTOR_SCHEMAS: registry},
                                  spec.storage_options)
+    # Values of older schema ids are brought up to date by compaction (never at restart).
+    spec = dataclasses.replace(spec, settings=_rewrite.settings_for(spec.settings, registry))
 
     staging = None if init_df is None else _initial.stage(init_df, keys, spec)
 

@@ -42,7 +42,8 @@ only as a whole: any change of one is refused.
 Field names are never stored per value: the schema id names them. A value without the 0x80/0x81
 tag was written without a schema (silt_spark._codec, whose tags are below 0x80) and decodes as
 before. Old values are converted to the latest schema on read; they are rewritten in the latest
-schema when the processor next updates them (compaction does not rewrite them).
+schema when the processor next updates them, or when compaction copies them
+(:mod:`silt_spark._rewrite`).
 """
 
 from __future__ import annotations

@@ -412,11 +412,13 @@ class ShardTask:
         cached = _CACHE.pop(self.url, None)
         if cached is not None:
             version = cached.db.version
-            if cached.owner == self.cache_owner and (version is None or version < b):
+            if (cached.owner == self.cache_owner and (version is None or version < b)
+                    and cached.db.settings == self.spec.silt_settings()):
                 db = cached.db
             else:
-                # Another query's handle, or one at/after this batch (a re-run): the base is
-                # older than the handle, so reopen at the latest version <= b - 1.
+                # Another query's handle, one at/after this batch (a re-run: the base is older
+                # than the handle), or one opened with other settings (a restart that changed
+                # them): reopen at the latest version <= b - 1.
                 cached.db.close()
         try:
             if db is not None and (db.version == b - 1 or current is not None):

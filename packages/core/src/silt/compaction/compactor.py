@@ -1,6 +1,7 @@
 """The compactor: runs a :class:`CompactionTask` against the store and writes its record.
 
-It reads the input SSTs (newest first, so the newest record of each key wins), writes the merged
+It reads the input SSTs (newest first, so the newest record of each key wins), passes each live
+value through ``Settings.value_rewriter`` if one is set (:mod:`.rewrite`), writes the merged
 entries as new SSTs of at most ``Settings.target_sst_bytes``, then creates
 ``compaction/<id>`` naming inputs and outputs. It never writes or changes a manifest, so any
 number of compactors may run anywhere: the writer decides what to adopt. Output SSTs and records
@@ -27,6 +28,7 @@ from ..settings import Settings
 from ..siblings import SiblingStores
 from ..sst.builder import SstInfo, build_sst
 from ..store import ObjectStore, retrying
+from . import rewrite
 from .record import CompactionRecord
 from .task import CompactionTask
 
@@ -111,7 +113,11 @@ def run_compaction(
         # Policies never pick inline SSTs (silt.inline), but a task that names some reads
         # them from the manifest; adoption keeps what stays inline at the head of L0.
         siblings.add_inline(manifest.inline, paths.manifest_key(manifest.version))
+        rewriter = (None if settings.value_rewriter is None
+                    else rewrite.load(settings.value_rewriter, settings.value_rewriter_config))
         for key, r in merge_newest_first(_sources(manifest, task, siblings)):
+            if rewriter is not None and r is not None:
+                r = rewrite.apply(rewriter, key, r)
             if r.__class__ is bytes:
                 size += len(key) + len(r) + 9  # type: ignore[arg-type]
             elif r is None:
