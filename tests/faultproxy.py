@@ -26,8 +26,9 @@ of its ``times`` (``None``: unlimited):
   the client gives up or the proxy stops.
 * ``delay``: the answer is held back ``seconds`` before it is forwarded.
 
-Connection-wide settings: ``latency`` (seconds added before each answer) and ``bandwidth``
-(bytes per second in each direction, 0 = unlimited).
+Connection-wide settings: ``latency`` (seconds added before each answer), ``tail``
+(``(probability, seconds)``: that many seconds more before an answer, with that probability: a
+latency tail) and ``bandwidth`` (bytes per second in each direction, 0 = unlimited).
 
 Simplified on purpose: a request is recognised by a chunk from the client that starts with an
 HTTP method (``GET``, ``PUT``, ...); a request body that happens to start with one would be
@@ -40,6 +41,7 @@ Thread safety: the proxy runs one accept thread and two threads per connection; 
 from __future__ import annotations
 
 import contextlib
+import random
 import socket
 import struct
 import threading
@@ -121,6 +123,10 @@ class FaultProxy:
         self.host = host
         self.latency = 0.0
         self.bandwidth = 0
+        #: ``(probability, seconds)``: each answer is held back ``seconds`` more with this
+        #: probability (a latency tail; drawn from ``tail_random``, seedable).
+        self.tail: tuple[float, float] = (0.0, 0.0)
+        self.tail_random = random.Random(0)
         #: Requests seen, faults fired per mode, connections accepted.
         self.counts: Counter[str] = Counter()
         self._rules: list[Rule] = []
@@ -309,6 +315,11 @@ class FaultProxy:
                     continue
                 if conn.sent == 0:
                     delay = self.latency + (rule.seconds if rule and rule.mode == "delay" else 0)
+                    share, extra = self.tail
+                    if share:
+                        with self._lock:
+                            slow = self.tail_random.random() < share
+                        delay += extra if slow else 0.0
                     if delay:
                         time.sleep(delay)
                 self._throttle(len(data))

@@ -35,6 +35,7 @@ import silt_azure
 from azure.core.credentials import AzureSasCredential
 from azure.core.exceptions import HttpResponseError, ServiceRequestError
 from faultproxy import FaultProxy
+from hedgecheck import check_a_slow_read_is_hedged_and_billed_twice
 from servers import AZURITE_ACCOUNT, AZURITE_KEY, azurite_connection_string, free_port
 from silt import plugins
 from silt.errors import (
@@ -788,3 +789,11 @@ def test_black_hole_fails_within_the_deadline(
 
 # The engine on this tier (round trip, commit races, lost responses, corruption,
 # compaction and GC, the model test) is tests/test_engine_on_tiers.py, run for every tier.
+
+
+def test_a_slow_read_is_hedged(az_container: str, via_proxy: str, proxy: FaultProxy) -> None:
+    store = open_on(az_container, via_proxy, hedge_after_ms=300)
+    try:
+        check_a_slow_read_is_hedged_and_billed_twice(store, proxy)
+    finally:
+        store.close()

@@ -35,6 +35,7 @@ import silt_gcs
 import urllib3
 from faultproxy import FaultProxy
 from google.api_core import exceptions as api_exceptions
+from hedgecheck import check_a_slow_read_is_hedged_and_billed_twice
 from servers import fake_gcs_server_binary, free_port
 from silt import plugins
 from silt.errors import (
@@ -794,3 +795,11 @@ def test_emulator_gap_precondition_on_delete(
     blob.upload_from_string(b"v")
     with pytest.raises(api_exceptions.PreconditionFailed):
         gcs_admin.bucket(gcs_bucket).blob("k").delete(if_generation_match=blob.generation + 1)
+
+
+def test_a_slow_read_is_hedged(gcs_env: None, gcs_bucket: str, proxy: FaultProxy) -> None:
+    store = open_on(gcs_bucket, proxy.url, hedge_after_ms=300)
+    try:
+        check_a_slow_read_is_hedged_and_billed_twice(store, proxy)
+    finally:
+        store.close()

@@ -25,6 +25,7 @@ import silt
 from botocore.awsrequest import AWSResponse
 from botocore.stub import Stubber
 from faultproxy import FaultProxy
+from hedgecheck import check_a_slow_read_is_hedged_and_billed_twice
 from servers import free_port
 from silt import plugins
 from silt import tierkit as _tierkit
@@ -675,3 +676,11 @@ def test_redaction() -> None:
 
 # The engine on this tier (round trip, commit races, lost responses, corruption,
 # compaction and GC, the model test) is tests/test_engine_on_tiers.py, run for every tier.
+
+
+def test_a_slow_read_is_hedged(aws_env: None, s3_bucket: str, proxy: FaultProxy) -> None:
+    store = open_on(s3_bucket, proxy.url, hedge_after_ms=300)
+    try:
+        check_a_slow_read_is_hedged_and_billed_twice(store, proxy)
+    finally:
+        store.close()

@@ -351,6 +351,10 @@ class SsdCache(ObjectStore):
         """Forwarded to the inner store (the cache's own ``tmp/`` is cleaned when it opens)."""
         return self.inner.remove_stale_temporaries(prefix, older_than_seconds)
 
+    def take_extra_reads(self) -> int:
+        """Forwarded: the hedged requests of this thread's reads that reached the inner store."""
+        return self.inner.take_extra_reads()
+
     def close(self) -> None:
         """Close the inner store and the cache's lock file. Entries stay on disk for later use.
 

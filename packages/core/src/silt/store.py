@@ -110,6 +110,12 @@ class ObjectStore(abc.ABC):
     def close(self) -> None:  # noqa: B027 - optional hook with a default
         """Release connections and other resources. The default does nothing."""
 
+    def take_extra_reads(self) -> int:
+        """Requests this thread's reads sent since the last call besides the one each asked for
+        (hedged reads, silt.tierkit.hedge), and reset the count: metering adds them to the
+        bill. A wrapper forwards the call to the store it wraps; the default is 0."""
+        return 0
+
     def stats(self) -> dict[str, Any]:
         """Optional counters for inspection (a cache tier reports hits, misses, bytes used...).
 

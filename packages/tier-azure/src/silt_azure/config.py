@@ -43,6 +43,10 @@ option                      meaning (default)
 ``read_timeout``            seconds without a byte from the server (30)
 ``max_attempts``            tries of each request by the SDK's retry policy (5)
 ``read_attempts``           tries of a whole read that came back short (4)
+``hedge_after_ms``          a read not answered after this many ms sends a second request, the first
+                            answer wins (default 0: off; silt.tierkit.hedge)
+``hedge_quantile``          hedge after this quantile of recent read latencies (e.g. 0.95; at least
+                            ``hedge_after_ms``; default 0: off)
 ``list_page_size``          names per List Blobs request (5000, Azure's maximum)
 ==========================  ===================================================================
 

@@ -28,6 +28,10 @@ option                     default / fallback
 ``retry_deadline``         seconds the SDK spends retrying one request (default 30)
 ``read_attempts``          tries of a whole read whose bytes came back corrupt or short
                            (default 4)
+``hedge_after_ms``         a read not answered after this many ms sends a second request, the first
+                           answer wins (default 0: off; silt.tierkit.hedge)
+``hedge_quantile``         hedge after this quantile of recent read latencies (e.g. 0.95; at least
+                           ``hedge_after_ms``; default 0: off)
 ``delete_concurrency``     objects deleted at once by ``delete_many`` (default 16)
 =========================  ========================================================================
 

@@ -25,6 +25,10 @@ option                     default / fallback
 ``read_timeout``           seconds without a byte from the server (default 30)
 ``max_attempts``           botocore's attempts per request, "standard" retry mode (default 5)
 ``read_attempts``          tries of a whole read whose body broke mid-transfer (default 4)
+``hedge_after_ms``         a read not answered after this many ms sends a second request, the first
+                           answer wins (default 0: off; silt.tierkit.hedge)
+``hedge_quantile``         hedge after this quantile of recent read latencies (e.g. 0.95; at least
+                           ``hedge_after_ms``; default 0: off)
 ``checksums``              ``when_supported`` (botocore's default: CRC32 on uploads) or
                            ``when_required`` (for S3-compatible stores that reject them)
 ``verify``                 ``true`` / ``false`` / path to a CA bundle for TLS verification

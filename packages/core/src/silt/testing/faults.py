@@ -337,6 +337,9 @@ class FaultyStore(ObjectStore):
     def close(self) -> None:
         self.inner.close()
 
+    def take_extra_reads(self) -> int:
+        return self.inner.take_extra_reads()
+
     def __repr__(self) -> str:
         return f"FaultyStore({self.inner!r})"
 

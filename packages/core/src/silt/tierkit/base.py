@@ -38,6 +38,7 @@ from typing import Any, ClassVar, TypeVar
 from ..errors import SiltError, StoreError
 from ..store import ObjectInfo, ObjectStore
 from .checks import check_data, check_keys, check_list_args, check_range
+from .hedge import Hedger
 from .leaks import safe_cause
 from .names import normalize_prefix, validate_key
 from .retry import whole_read
@@ -73,6 +74,8 @@ class TierStore(ObjectStore):
         self._closed = False
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
+        #: Hedged reads, when the options ask for them (silt.tierkit.hedge).
+        self._hedger = Hedger.from_options(self.options)
 
     @staticmethod
     @abc.abstractmethod
@@ -185,10 +188,23 @@ class TierStore(ObjectStore):
     def _whole_read(self, call: Callable[[], T]) -> T:
         """Run one whole read, repeated on :class:`~silt.tierkit.BodyBrokenError` as the
         options' ``read_attempts`` and ``read_timeout`` allow (:func:`silt.tierkit.whole_read`;
-        a tier without these options reads once)."""
+        a tier without these options reads once), and hedged when the options ask for it
+        (:mod:`silt.tierkit.hedge`: a slow read sends a second request, the first answer wins)."""
         attempts = getattr(self.options, "read_attempts", 1)
         timeout = getattr(self.options, "read_timeout", 0.0)
+        if self._hedger is not None:
+            hedger = self._hedger
+            return hedger.run(lambda: whole_read(call, attempts=attempts, timeout=timeout))
         return whole_read(call, attempts=attempts, timeout=timeout)
+
+    def take_extra_reads(self) -> int:
+        """The hedged requests this thread's reads sent since the last call."""
+        return 0 if self._hedger is None else self._hedger.take_extra()
+
+    def stats(self) -> dict[str, Any]:
+        """Hedged reads: ``reads``, ``hedged`` (a second request sent) and ``hedge_wins`` (the
+        second answered first), when the store hedges; else nothing."""
+        return {} if self._hedger is None else {"hedging": self._hedger.stats()}
 
     def delete_many(self, keys: Iterable[str]) -> None:
         """Delete the objects; missing keys are ignored. All keys are validated before anything
@@ -212,6 +228,8 @@ class TierStore(ObjectStore):
             pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=True)
+        if self._hedger is not None:
+            self._hedger.close()
         self._release()
 
     def __reduce__(self) -> tuple[Any, ...]:

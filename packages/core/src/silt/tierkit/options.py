@@ -180,7 +180,8 @@ class TierOptions:
         if isinstance(default, int):
             return parse_int(name, raw, minimum=1)
         if isinstance(default, float):
-            return parse_float(name, raw, minimum=0.001)
+            # a float option whose default is 0 is off at 0 (hedging); the others are times
+            return parse_float(name, raw, minimum=0.0 if default == 0 else 0.001)
         if not raw.strip():
             raise InvalidArgumentError(f"option {name}= is empty in {url!r}")
         return raw.strip()
@@ -208,12 +209,16 @@ class NetworkOptions(TierOptions):
     ``connect_timeout`` and ``read_timeout`` are seconds (a connection, a gap between bytes);
     ``max_attempts`` is how often the SDK's retry policy sends one request at most (configure
     the SDK with it); ``read_attempts`` how often a whole read whose body broke is read again.
+    ``hedge_after_ms`` and ``hedge_quantile`` make slow reads send a second request
+    (:mod:`silt.tierkit.hedge`; both 0, the default: never).
     """
 
     connect_timeout: float = 5.0
     read_timeout: float = 30.0
     max_attempts: int = 5
     read_attempts: int = 4
+    hedge_after_ms: float = 0.0
+    hedge_quantile: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("max_attempts", "read_attempts"):
@@ -222,6 +227,9 @@ class NetworkOptions(TierOptions):
         for name in ("connect_timeout", "read_timeout"):
             if not getattr(self, name) > 0:
                 raise InvalidArgumentError(f"{name} must be > 0 seconds")
+        from .hedge import check
+
+        check(self.hedge_after_ms, self.hedge_quantile)
 
 
 __all__ = [
