@@ -70,10 +70,23 @@ os.environ["PYTHONPATH"] = os.pathsep.join([*sys.path[:4], os.environ.get("PYTHO
 import silt_spark  # noqa: E402
 
 
-def make_input(folder: Path, batches: int, rows: int, keys: int, seed: int) -> None:
+def make_input(folder: Path, batches: int, rows: int, keys: int, seed: int,
+               fill: bool = False) -> None:
+    """``batches`` files of ``rows`` random keys in ``[0, keys)``; with ``fill``, a first file
+    holding every key once (in random order), so the state holds ``keys`` keys from the first
+    batch on (``--fill``)."""
     folder.mkdir(parents=True)
     rng = np.random.default_rng(seed)
-    for b in range(batches):
+    first = 0
+    if fill:
+        for start in range(0, keys, 5_000_000):  # files of at most 5M rows, the fill batch's
+            k = rng.permutation(np.arange(start, min(keys, start + 5_000_000)))
+            pq.write_table(pa.table({
+                "key": pa.array(k, pa.int64()),
+                "amount": pa.array(rng.integers(0, 1000, len(k)), pa.int64()),
+            }), folder / f"part-{first:05d}.parquet")
+            first += 1
+    for b in range(first, first + batches):
         k = rng.integers(0, keys, rows)
         t = pa.table({
             "key": pa.array(k, pa.int64()),
@@ -342,7 +355,7 @@ def silt_commit_ms(state_url: str) -> dict[str, float]:
 
 def run_query(session: dict, build, data: Path | tuple[Path, ...], chk: Path, batches: int,
               schema: str | tuple[str, ...] = "key long, amount long",
-              mode: str = "update", restart_file: int = 0) -> dict:
+              mode: str = "update", restart_file: int = 0, steady_from: int = 1) -> dict:
     """Run until ``batches`` micro-batches are done, stop, add one file (a copy of input file
     ``restart_file``: the first, or with ``--join-step-rows`` the last, a step batch of the
     same size whatever the buffer), restart, time it.
@@ -381,6 +394,7 @@ def run_query(session: dict, build, data: Path | tuple[Path, ...], chk: Path, ba
     state_cost.update({f"{k}_per_batch": n / max(1, len(progress))
                        for k, n in request_classes(state_reqs).items()})
     joined = join_figures(str(q.id))
+    last_steady = task_times(str(q.id), progress[-1]["batchId"]) if progress else {}
     q.stop()
     for src in srcs:
         shutil.copy(sorted(src.glob("*.parquet"))[restart_file], src / "part-99999.parquet")
@@ -396,6 +410,7 @@ def run_query(session: dict, build, data: Path | tuple[Path, ...], chk: Path, ba
     restarted = [p for p in q.recentProgress if p["numInputRows"] > 0]
     q.stop()
     first = restarted[0] if restarted else {}
+    restart_tasks = task_times(str(q.id), first["batchId"]) if first else {}
     # The restarted query's first batch: for the native store this is where it loads its
     # state (snapshot plus changelog replay); the rest of `recovery` is Spark starting a query.
     first_batch_ms = first.get("durationMs", {}).get("triggerExecution", 0) if first else 0
@@ -411,7 +426,8 @@ def run_query(session: dict, build, data: Path | tuple[Path, ...], chk: Path, ba
          "state_rows": sum(s.get("numRowsTotal", 0) for s in p.get("stateOperators", []))}
         for p in progress
     ]
-    steady = per_batch[1:] or per_batch  # the first batch pays Python worker start-up
+    # the first batch pays Python worker start-up (and with --fill, the fill batches come first)
+    steady = per_batch[steady_from:] or per_batch
     rows = sum(b["rows"] for b in steady)
     ms = sum(b["ms"] for b in steady)
     return {
@@ -424,8 +440,26 @@ def run_query(session: dict, build, data: Path | tuple[Path, ...], chk: Path, ba
         "restart_state_metrics": load_metrics,
         "requests_per_task": requests,
         "state_cost": state_cost,
+        # silt's shard tasks (slowest of each figure) in the last batch before the restart and
+        # in the restart's first batch: where a cold restart's extra time goes
+        **({"tasks_last_batch": last_steady, "tasks_restart_batch": restart_tasks}
+           if restart_tasks else {}),
         **({"join": joined} if joined else {}),
     }
+
+
+def task_times(query_id: str, batch_id: int) -> dict[str, float]:
+    """The slowest ``open_ms``, ``process_ms`` and ``commit_ms`` of silt's shard tasks in one
+    micro-batch, and ``span_ms`` from the first task's start to the last one's end (empty
+    for a query without silt operators)."""
+    records = silt_spark.metrics(query_id, batch_id)
+    if not records:
+        return {}
+    out = {k: max(r[k] for r in records) for k in ("open_ms", "process_ms", "commit_ms")}
+    ends = [r["task_start_ms"] + r["open_ms"] + r["process_ms"] + r["commit_ms"]
+            for r in records]
+    out["span_ms"] = max(ends) - min(r["task_start_ms"] for r in records)
+    return out
 
 
 def measure(session, name, build, src, work, keys, rows, args, state: str | None = None,
@@ -453,6 +487,9 @@ def measure(session, name, build, src, work, keys, rows, args, state: str | None
     print(f"{name:32s} K={keys:>9,d} {r['rows_per_s']:>10,.0f} rows/s "
           f"commit {commit:.0f} ms recovery {r['recovery_s']:.1f}s (first batch "
           f"{r['restart_first_batch_ms'] / 1000:.1f}s)", flush=True)
+    if r.get("tasks_restart_batch"):
+        print(f"{'':32s} shard tasks (slowest, ms), last batch {r['tasks_last_batch']}; "
+              f"restart batch {r['tasks_restart_batch']}", flush=True)
     req = r.get("requests_per_task", {})
     if req.get("all"):
         print(f"{'':32s} requests per batch and shard: {_fmt(req['all'])}; of which the "
@@ -512,6 +549,10 @@ def main() -> None:
                     "batches of this many orders at the same event-time rate (buffers stay "
                     "full; commit and eviction measured at a fixed delta)")
     ap.add_argument("--driver-memory", default="2g")
+    ap.add_argument("--fill", action="store_true",
+                    help="aggregate cases: first batches hold every key once (files of at most "
+                    "5M rows), so the state holds K keys before the measured batches (rows/s "
+                    "and the restart count only the batches after them)")
     ap.add_argument("--s3-latency-ms", type=float, default=None,
                     help="also run silt aggregate with its state on moto's S3 server behind a "
                     "proxy adding this latency to every request, with and without the SSD "
@@ -592,7 +633,8 @@ def main() -> None:
                         r["proxied_requests"] = remote.proxy.counts.get("requests", 0)
                         results.append(r)
             src = work / f"agg-{keys}"
-            make_input(src, args.batches, args.rows, keys, seed=keys)
+            make_input(src, args.batches, args.rows, keys, seed=keys, fill=args.fill)
+            fill_files = -(-keys // 5_000_000) if args.fill else 0
             state = (work / f"state-agg-{keys}").as_uri()
             cases = {
                 "silt aggregate": lambda df, state=state: silt_spark.aggregate(
@@ -606,7 +648,8 @@ def main() -> None:
             }
             for name, build in cases.items():
                 results.append(measure(session, name, build, src, work, keys, args.rows, args,
-                                       state if name.startswith("silt") else None))
+                                       state if name.startswith("silt") else None,
+                                       restart_file=fill_files, steady_from=fill_files or 1))
             psrc = work / f"proc-{keys}"
             make_input(psrc, args.batches, args.processor_rows, keys, seed=keys + 1)
             pstate = (work / f"state-proc-{keys}").as_uri()

@@ -20,6 +20,7 @@ before. The worker's requests are counted into the DB's metrics under ``compacti
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import pickle
 import subprocess
@@ -38,6 +39,11 @@ from ..tiers.file import FileStore
 from .record import CompactionRecord
 from .task import CompactionTask
 
+#: How much lower the compaction subprocess's scheduling priority is than the writer's
+#: (``os.nice``): on a busy host a merge runs on the CPU time foreground work leaves, so a
+#: compaction started by a commit does not slow the micro-batches that follow. A merge that falls
+#: behind is bounded by the writer's L0 stall (``Settings.l0_stall_trigger``).
+NICE = 10
 #: How often the worker checks that the writer process still lives.
 _PARENT_POLL_SECONDS = 0.2
 #: The worker's start: take the writer's import path (the first message), then serve.
@@ -149,6 +155,10 @@ def serve() -> None:
     out: IO[bytes] = sys.stdout.buffer
     sys.stdout = sys.stderr  # the protocol owns stdout
     parent = os.getppid()
+    # Background work yields the CPU to the foreground: a merge takes what the writer's own
+    # threads and processes (a stream's tasks) leave (see NICE).
+    with contextlib.suppress(OSError, AttributeError):
+        os.nice(NICE)
 
     def watch() -> None:
         while os.getppid() == parent:
