@@ -826,6 +826,13 @@ def test_background_compaction_runs_in_the_subprocess_on_file_roots(file_url: st
         assert stats["compactions_in_subprocess"] > 0
         assert stats["compactions_adopted"] > 0
         assert stats["requests"]["compaction"]["PUT"]["count"] > 0
+        # the worker yields the CPU to the writer: a lower priority (higher nice value)
+        from silt.compaction import worker
+
+        proc = worker._proc
+        assert proc is not None and proc.poll() is None
+        ours = os.getpriority(os.PRIO_PROCESS, 0)
+        assert os.getpriority(os.PRIO_PROCESS, proc.pid) == min(19, ours + worker.NICE)
         live = {k: v for k, v in model.items() if v is not None}
         assert dict(db.scan()) == live
         keys = sorted(model)
