@@ -56,6 +56,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -317,9 +318,10 @@ def pandas_with_state_count(key, pdfs, state):
     yield pd.DataFrame({"key": [key[0]], "n": [n], "total": [total]})
 
 
-def silt_commit_ms(state_url: str) -> dict[str, float]:
+def silt_commit_ms(state_url: str, skip: int = 1) -> dict[str, float]:
     """silt's per-batch state commit and open times, from the shards' manifests: for each
-    micro-batch the slowest shard (shards commit in parallel), then the mean over batches.
+    micro-batch the slowest shard (shards commit in parallel), then the mean over batches
+    after the first ``skip`` (the first batch, or with ``--fill`` the fill batches).
     A commit's duration is its manifest's creation time minus the task's start, open and
     processing time (docs/spark.md, Metrics)."""
     import silt
@@ -343,7 +345,7 @@ def silt_commit_ms(state_url: str) -> dict[str, float]:
             store.close()
     batches = sorted(commits)
     last = batches[-1] if batches else None
-    steady = batches[1:-1] or batches  # the restart's batch is reported on its own
+    steady = batches[skip:-1] or batches  # the restart's batch is reported on its own
     return {
         "commit_ms_by_batch": [round(commits[b], 1) for b in batches],
         "commit_ms": float(np.mean([commits[b] for b in steady])) if steady else 0.0,
@@ -463,7 +465,7 @@ def task_times(query_id: str, batch_id: int) -> dict[str, float]:
 
 
 def measure(session, name, build, src, work, keys, rows, args, state: str | None = None,
-            **query: str) -> dict | None:
+            **query: Any) -> dict | None:
     """One case; a peer that cannot run here (say, transformWithStateInPandas without
     protobuf installed) is reported with its error instead of stopping the benchmark."""
     wanted = [c.strip() for c in args.cases.split(",") if c.strip()]
@@ -477,7 +479,7 @@ def measure(session, name, build, src, work, keys, rows, args, state: str | None
         return {"case": name, "keys": keys, "rows": rows, "error": msg,
                 "rows_per_s": 0.0, "recovery_s": 0.0}
     if state is not None:
-        r.update(silt_commit_ms(state))
+        r.update(silt_commit_ms(state, query.get("steady_from", 1)))
         r["state_bytes"] = du(Path(state[len("file://"):]))
         # Space amplification: everything under the root against the latest version's SSTs.
         r["live_bytes"] = silt_spark.state_size(state).bytes
