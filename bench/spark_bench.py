@@ -117,29 +117,37 @@ def make_window_input(folder: Path, batches: int, rows: int, keys: int, seed: in
 JOIN_KEPT_S = 40
 
 
-def join_batches(args) -> list[tuple[int, int]]:
-    """``(orders, event-time ms)`` of each join batch: ``--join-rows`` over ``--join-span`` s
-    each; with ``--join-step-rows R`` (and ``--join-buffered N``) the two batches that fill the
-    buffers, then batches of R rows at the same event-time rate, so the buffers stay at N rows
-    while each batch adds and evicts about R (commit and eviction per batch at a fixed delta)."""
-    fill = [(args.join_rows, args.join_span * 1000)]
+def join_batches(args) -> list[tuple[int, int, int]]:
+    """``(orders, event-time ms, gap ms before it)`` of each join batch: ``--join-rows`` over
+    ``--join-span`` s each; with ``--join-step-rows R`` (and ``--join-buffered N``) the two
+    batches that fill the buffers, then batches of R rows at the same event-time rate, so the
+    buffers stay at N rows while each batch adds and evicts about R (commit and eviction per
+    batch at a fixed delta); with ``--join-evict-rows E`` then one batch of E rows whose event
+    time jumps past everything buffered (its watermark expires the whole buffer: the cost of
+    evicting N rows)."""
+    fill = [(args.join_rows, args.join_span * 1000, 0)]
     if not args.join_step_rows:
         return fill * args.batches
     step_ms = max(1, args.join_step_rows * args.join_span * 1000 // args.join_rows)
-    return fill * 2 + [(args.join_step_rows, step_ms)] * max(0, args.batches - 2)
+    out = fill * 2 + [(args.join_step_rows, step_ms, 0)] * max(0, args.batches - 2)
+    if args.join_evict_rows:
+        out.append((args.join_evict_rows, step_ms, (JOIN_KEPT_S + 120) * 1000))
+    return out
 
 
-def make_join_input(folder: Path, batches: list[tuple[int, int]], keys: int,
+def make_join_input(folder: Path, batches: list[tuple[int, int, int]], keys: int,
                     seed: int) -> tuple[Path, Path]:
     """Two folders, one file per batch each: orders ``(key, amount, ot)``, batch ``b`` having
-    ``batches[b][0]`` rows over the next ``batches[b][1]`` ms of event time, and payments
-    ``(pkey, paid, pt)`` 0-50 s after 90% of them."""
+    ``batches[b][0]`` rows over ``batches[b][1]`` ms of event time starting ``batches[b][2]``
+    ms after the previous batch's, and payments ``(pkey, paid, pt)`` 0-50 s after 90% of
+    them."""
     left, right = folder / "left", folder / "right"
     left.mkdir(parents=True)
     right.mkdir(parents=True)
     rng = np.random.default_rng(seed)
     start = 0
-    for b, (rows, span_ms) in enumerate(batches):
+    for b, (rows, span_ms, gap_ms) in enumerate(batches):
+        start += gap_ms
         ms = start + rng.integers(0, span_ms, rows)
         start += span_ms
         k = rng.integers(0, keys, rows)
@@ -550,6 +558,11 @@ def main() -> None:
                     help="with --join-buffered: after the two batches that fill the buffers, "
                     "batches of this many orders at the same event-time rate (buffers stay "
                     "full; commit and eviction measured at a fixed delta)")
+    ap.add_argument("--join-evict-rows", type=int, default=0,
+                    help="with --join-step-rows: a last batch of this many orders whose event "
+                    "time jumps past the buffers, so its watermark evicts every buffered row "
+                    "(eviction cost at the full buffer, per batch in the output; the restart "
+                    "then runs on what that batch left buffered: measure recovery without it)")
     ap.add_argument("--driver-memory", default="2g")
     ap.add_argument("--fill", action="store_true",
                     help="aggregate cases: first batches hold every key once (files of at most "
@@ -567,6 +580,8 @@ def main() -> None:
         args.join_rows, args.join_span = 20_000, 90  # (90 s per batch: evictions by batch 2)
     if args.join_step_rows and not args.join_buffered:
         ap.error("--join-step-rows needs --join-buffered (the buffer it keeps full)")
+    if args.join_evict_rows and not args.join_step_rows:
+        ap.error("--join-evict-rows needs --join-step-rows")
     join_range = ("60 seconds", "0 seconds")
     if args.join_buffered:
         # both sides keep ~40 s (30 s range + 10 s delay); two batches fill the buffers
@@ -722,6 +737,8 @@ def main() -> None:
                         jstate if name.startswith("silt") else None,
                         schema=("key long, amount long, ot timestamp",
                                 "pkey long, paid long, pt timestamp"), mode="append",
+                        # the last step batch (with --join-evict-rows the evict batch: the
+                        # restart then measures the buffer that batch left, not a full one)
                         restart_file=-1 if args.join_step_rows else 0,
                     ))
     finally:
