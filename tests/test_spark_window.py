@@ -213,6 +213,20 @@ def test_tumbling_append_matches_model_with_late_rows_restart_and_failed_task(
     assert {k: (v["rows"], v["amount"]["sum"]) for k, v in got.items()} == {
         k: (len(a), sum(a)) for k, a in left.items()
     }
+    # Typed: each open window with its bounds and its aggregates so far, as emitted on close.
+    typed = silt_spark.read_state(spark, state, state_name="window")
+    assert [(f.name, f.dataType.simpleString()) for f in typed.schema.fields] == [
+        ("user", "string"), ("window_start", "timestamp"), ("window_end", "timestamp"),
+        ("count", "bigint"), ("sum(amount)", "bigint"), ("min(amount)", "bigint"),
+        ("max(amount)", "bigint"), ("avg(amount)", "double"), ("shard_version", "bigint"),
+    ]
+    rows = typed.selectExpr("*", "unix_millis(window_start) AS ws",
+                            "unix_millis(window_end) AS we").collect()
+    assert {(r.user, r.ws): (r.we - r.ws, r["count"], r["sum(amount)"], r["min(amount)"],
+                             r["max(amount)"], r["avg(amount)"]) for r in rows} == {
+        k: (10_000, len(a), sum(a), min(a), max(a), pytest.approx(sum(a) / len(a)))
+        for k, a in left.items()
+    }
 
 
 def test_restart_with_more_shards_keeps_open_windows_and_watermarks(

@@ -545,8 +545,10 @@ def aggregate(
     spec = _shard.ensure_descriptor(spec, {
         "key_columns": _api._key_types(df, keys),
         "state_columns": state_columns(p),
+        OUTPUTS: outputs(p, output_struct),
     }, _api.PINNED)
     record_columns(spec, previous, p)
+    _shard.refresh_descriptor(spec, {OUTPUTS: outputs(p, output_struct)})
 
     def partial_fn(batches: Any) -> Any:
         return partial_aggregate(batches, p)
@@ -584,6 +586,70 @@ def running_parts(state_columns: list[list[str]] | None) -> Callable[[bytes], di
         return out
 
     return parts
+
+
+#: The descriptor's field naming the aggregates the query emits (set at every start, for the
+#: typed ``read_state``): ``[[output name, function, column or null, Spark type], ...]``.
+OUTPUTS = "outputs"
+
+
+def outputs(p: AggPlan, output_struct: Any) -> list[list[Any]]:
+    """The descriptor's :data:`OUTPUTS` of plan ``p`` (``output_struct``: its Spark schema)."""
+    types = {f.name: f.dataType.simpleString() for f in output_struct.fields}
+    return [[a.name, a.func, a.column, types[a.name]] for a in p.aggs]
+
+
+def _recorded(desc: dict[str, Any]) -> list[list[Any]]:
+    """The root's :data:`OUTPUTS`; for a root written before they were recorded, ``count``
+    plus ``count``, ``sum``, ``min``, ``max`` and ``avg`` of each aggregated column."""
+    recorded = desc.get(OUTPUTS)
+    if recorded is not None:
+        return recorded
+    out: list[list[Any]] = [["count", "count", None, "bigint"]]
+    for c, t in desc.get("state_columns") or []:
+        num = "double" if t == "f64" else "bigint"
+        out += [[f"{f}({c})", f, c, {"count": "bigint", "avg": "double"}.get(f, num)]
+                for f in ("count", "sum", "min", "max", "avg")]
+    return out
+
+
+def typed_columns(desc: dict[str, Any]) -> list[tuple[str, str]]:
+    """``read_state``'s typed columns for this operator's state, after the key columns and
+    before ``shard_version``: the aggregates, named and typed as the operator emits them."""
+    return [(str(o[0]), str(o[3])) for o in _recorded(desc)]
+
+
+def stored_plan(desc: dict[str, Any], output_schema: Any) -> AggPlan:
+    """The plan the root's descriptor records, emitting ``output_schema`` (a pyarrow schema
+    made on the driver from :func:`typed_columns`): what reads the state back typed."""
+    cols = desc.get("state_columns") or []
+    keys = desc.get("key_columns") or [["key", "string"]]
+    return AggPlan(
+        tuple(n for n, _ in keys), tuple(Agg(o[0], o[1], o[2]) for o in _recorded(desc)),
+        tuple(c for c, _ in cols), tuple(t == "f64" for _, t in cols), None, output_schema,
+    )
+
+
+def typed_rows(items: Any, desc: dict[str, Any], url: str, schema: Any) -> Any:
+    """``read_state(state_name="aggregate")`` of one shard: a pyarrow table of ``schema`` (the
+    key columns, each aggregate exactly as the operator emits it, by :func:`output_arrays` on
+    the stored records, and ``shard_version``); ``None`` when the shard holds no group."""
+    import pyarrow as pa
+
+    gkeys, values, versions = [], [], []
+    for key, value, _, ver in items:
+        if _keys.tag_of(key) == AGG_TAG:
+            gkeys.append(_codec.decode(_keys.body(key)))
+            values.append(value)
+            versions.append(ver)
+    if not values:
+        return None
+    nk = len(desc.get("key_columns") or [["key", "string"]])
+    p = stored_plan(desc, pa.schema(list(schema)[:-1]))
+    arrays = [pa.array([k[j] for k in gkeys], type=schema.field(j).type) for j in range(nk)]
+    arrays += output_arrays(read_records(values, p, url), p)
+    arrays.append(pa.array(versions, pa.int64()))
+    return pa.Table.from_arrays(arrays, schema=schema)
 
 
 def decode(items: Any, state_columns: list[list[str]] | None) -> Any:

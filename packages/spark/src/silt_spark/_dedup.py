@@ -366,6 +366,40 @@ def deduplicate(
 # --- read-back: read_state ----------------------------------------------------------------
 
 
+def typed_columns(desc: dict[str, Any]) -> list[tuple[str, str]]:
+    """``read_state(state_name="seen")``'s columns after the key columns and before
+    ``shard_version``: the micro-batch that first saw the key, and when silt forgets it (the
+    event time plus the watermark delay, or the first row's time plus the ``ttl``; null when
+    it is kept for ever)."""
+    return [("first_batch_id", "bigint"), ("expires_at", "timestamp")]
+
+
+def typed_rows(items: Any, desc: dict[str, Any], url: str, schema: Any) -> Any:
+    """``read_state(state_name="seen")`` of one shard: a pyarrow table of ``schema`` per key
+    remembered; ``None`` when there is none."""
+    import pyarrow as pa
+
+    gkeys, batches, expires, versions = [], [], [], []
+    for key, value, expiry, ver in items:
+        if _keys.tag_of(key) != DEDUP_TAG:
+            continue
+        gkeys.append(_codec.decode(_keys.body(key)))
+        batches.append(_U64.unpack_from(value)[0])
+        if len(value) >= 16:  # event time: the key's expiry (us), after the batch
+            expires.append(_I64.unpack_from(value, 8)[0])
+        else:
+            expires.append(None if expiry is None else expiry * 1000)
+        versions.append(ver)
+    if not gkeys:
+        return None
+    nk = len(schema) - 3  # the key columns, then first batch, expiry, shard version
+    arrays = [pa.array([k[j] for k in gkeys], type=schema.field(j).type) for j in range(nk)]
+    arrays += [pa.array(batches, pa.int64()),
+               pa.array(expires, pa.int64()).cast(schema.field(nk + 1).type),
+               pa.array(versions, pa.int64())]
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
 def decode(items: Any, state_columns: list[list[str]] | None) -> Any:
     """``read_state``'s rows of this operator: ``(key tuple, state, map_key, value,
     expires_at_ms, version)`` per live entry of ``items`` (``(key, value, expires_at_ms,

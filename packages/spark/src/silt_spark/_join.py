@@ -1018,11 +1018,15 @@ def join(
         event_time_delays=delays if event else (),
     )
     _api._check_streaming(right, KIND)
+    side_types = {SIDES[i]: [[f.name, f.dataType.simpleString()] for f in df.schema.fields]
+                  for i, df in enumerate((left, right))}
     spec = _shard.ensure_descriptor(spec, {
         "key_columns": _api._key_types(left, lk),
         "join": {"how": kind, "bucket_us": bucket_us, "left": list(lcols),
                  "right": list(rcols)},
+        SIDE_TYPES: side_types,
     }, (*_api.PINNED, "join"))
+    _shard.refresh_descriptor(spec, {SIDE_TYPES: side_types})
 
     def side_struct(df: Any, prefix: str) -> list[Any]:
         return [T.StructField(f"{prefix}{i}", f.dataType, True)
@@ -1073,6 +1077,65 @@ def _signed_ms(value: Any, name: str) -> int:
 
 
 # --- read-back: read_state ----------------------------------------------------------------
+
+
+#: The descriptor's field holding each side's columns and Spark types (for typed reads).
+SIDE_TYPES = "join_side_types"
+
+
+def typed_columns(desc: dict[str, Any], state_name: str) -> list[tuple[str, str]]:
+    """``read_state(state_name="left" | "right")``'s columns after the join key columns and
+    before ``shard_version``: the buffered row's columns as that side's input has them (a name
+    already taken by a join key column is prefixed ``row_``), ``event_time`` (the row's, as a
+    timestamp; null without a time range) and ``matched`` (whether a row of the other side
+    matched it yet: an outer join emits the unmatched ones with nulls once the watermark
+    passes them)."""
+    sides = desc.get(SIDE_TYPES)
+    if sides is None:
+        raise InvalidArgumentError(
+            "this join's state root was written before silt_spark recorded its input types: "
+            "restart the query once with this version, or read_state without state_name "
+            "for the JSON form"
+        )
+    taken = {str(n) for n, _ in desc.get("key_columns") or []}
+    out = []
+    for n, t in sides[state_name]:
+        name = f"row_{n}" if n in taken else str(n)
+        taken.add(name)
+        out.append((name, str(t)))
+    return [*out, ("event_time", "timestamp"), ("matched", "boolean")]
+
+
+def typed_rows(items: Any, desc: dict[str, Any], url: str, schema: Any,
+               state_name: str) -> Any:
+    """``read_state(state_name="left" | "right")`` of one shard: a pyarrow table of ``schema``
+    per buffered row of that side; ``None`` when there is none."""
+    import pyarrow as pa
+
+    side = SIDES.index(state_name)
+    gkeys, times, matched, values, versions = [], [], [], [], []
+    for key, value, _, ver in items:
+        if _keys.tag_of(key) != JOIN_TAG or key[_keys.BODY_AT] != side:
+            continue
+        _, _, enc_key, time_us, _ = split_row_key(key)
+        gkeys.append(_codec.decode(enc_key))
+        times.append(time_us if desc["join"].get("bucket_us") is not None else None)
+        matched.append(value[0] == 1)
+        values.append(value)
+        versions.append(ver)
+    if not values:
+        return None
+    nk = len(desc.get("key_columns") or [])
+    nrow = len(desc[SIDE_TYPES][state_name])
+    fields = list(schema)
+    row_schema = pa.schema([pa.field(f"c{i}", f.type) for i, f in enumerate(fields[nk:nk + nrow])])
+    cols = _rowcodec.decode_tuples(_rowcodec.Rows.from_list(values), row_schema, skip=1)
+    arrays = [pa.array([k[j] for k in gkeys], type=fields[j].type) for j in range(nk)]
+    arrays += [c if c.type == f.type else c.cast(f.type)
+               for c, f in zip(cols, fields[nk:nk + nrow])]
+    arrays += [pa.array(times, pa.int64()).cast(fields[nk + nrow].type),
+               pa.array(matched, pa.bool_()), pa.array(versions, pa.int64())]
+    return pa.Table.from_arrays(arrays, schema=schema)
 
 
 def decode(items: Any, state_columns: list[list[str]] | None) -> Any:

@@ -26,6 +26,9 @@ STATE_COLUMNS = (
     ("shard_version", "bigint"),
 )
 
+#: The state name of a processor's timers.
+TIMER_STATE = "__timer__"
+
 #: Operator kind (the descriptor's ``operator``) -> the module that owns it; each has ``KIND``
 #: and ``decode(items, state_columns)``. A new operator adds its module here.
 OPERATORS = {m.KIND: m for m in (_aggregate, _window, _dedup, _processor, _join)}
@@ -126,9 +129,9 @@ def read_state(
         committed (a micro-batch that changed no state, one not run yet, or one removed by GC)
         raises :class:`silt_spark.errors.VersionNotFoundError` naming the versions there are.
     state_name : str, optional
-        Only this state variable (for the built-in operators, this ``state`` value). For a
-        :func:`silt_spark.transform_with_state` variable declared with a schema, the columns
-        are typed (see Returns); other variables keep the JSON columns.
+        Only this state, typed (see Returns): a built-in operator's state by its name, or a
+        :func:`silt_spark.transform_with_state` variable declared with a schema (a variable
+        without one keeps the JSON columns).
     storage_options : dict of str, optional
         Object-store options for the state root, credentials included, as for the operator
         builders (``spark.silt.storage.<name>`` in the session's conf sets them too).
@@ -146,6 +149,14 @@ def read_state(
         ms, an aggregate's or window's running parts, the micro-batch that first saw a
         deduplicated key), ``expires_at_ms`` (TTL, else null) and ``shard_version`` (the
         version the row was read from).
+
+        With ``state_name`` naming a built-in operator's state (``"aggregate"``,
+        ``"window"``, ``"seen"``, ``"left"``/``"right"``, a processor's ``"__timer__"``):
+        typed columns, the key columns, then the state as the operator shows it (an
+        aggregate's output columns; a window's ``window_start``, ``window_end`` and
+        aggregates; a deduplicated key's ``first_batch_id`` and ``expires_at``; a buffered
+        join row's columns, ``event_time`` and ``matched``; a timer's ``timer``), then
+        ``shard_version`` (docs/spark.md, "Reading state").
 
         With ``state_name`` naming a processor variable declared with a schema: the key
         columns, then (map state) the map key's fields, then the value's fields in the
@@ -174,11 +185,14 @@ def read_state(
     if state_name is not None and not isinstance(state_name, str):
         raise InvalidTypeError(f"state_name must be a str, got {type(state_name).__name__}")
     typed = _typed_entry(desc, state_url, state_name)
+    builtin = _builtin_columns(desc, state_url, state_name)
     if version is not None:
         check_version(spec, version)
     key_columns = desc.get("key_columns") or [["key", "string"]]
     if typed is not None:
         return _read_typed(spark, spec, at, key_columns, state_name, typed)
+    if builtin is not None:
+        return _read_builtin(spark, spec, at, desc, key_columns, state_name, builtin)
     json_key = "key_columns" not in desc
     ddl = ", ".join(f"`{n}` {t}" for n, t in key_columns)
     ddl += ", " + ", ".join(f"`{n}` {t}" for n, t in STATE_COLUMNS)
@@ -204,13 +218,93 @@ def read_state(
     return shards.mapInArrow(read, schema)
 
 
+#: The state names of each built-in operator that ``read_state(state_name=...)`` reads typed.
+BUILTIN_STATES = {
+    _aggregate.KIND: ("aggregate",), _window.KIND: ("window",), _dedup.KIND: ("seen",),
+    _join.KIND: ("left", "right"), _processor.KIND: (TIMER_STATE,),
+}
+
+
+def _builtin_columns(
+    desc: dict[str, Any], state_url: str, state_name: str | None
+) -> list[tuple[str, str]] | None:
+    """The typed columns of a built-in operator's state ``state_name`` (after the key columns,
+    before ``shard_version``), or ``None`` when ``state_name`` is not one (a processor's own
+    variables are :func:`_typed_entry`'s); a name the operator does not have is refused."""
+    kind = desc["operator"]
+    names = BUILTIN_STATES.get(kind, ())
+    if state_name is None or (kind == _processor.KIND and state_name not in names):
+        return None
+    if state_name not in names:
+        raise InvalidArgumentError(
+            f"the {kind} operator at {public_url(state_url)!r} has no state {state_name!r}; "
+            f"its state is {', '.join(map(repr, names))} (or omit state_name for all of it "
+            "as JSON)"
+        )
+    if kind == _join.KIND:
+        return _join.typed_columns(desc, state_name)
+    if kind == _processor.KIND:
+        return [("timer", "timestamp")]
+    return OPERATORS[kind].typed_columns(desc)
+
+
+def _read_builtin(
+    spark: Any, spec: _shard.OperatorSpec, at: int, desc: dict[str, Any],
+    key_columns: list[list[str]], state_name: str, columns: list[tuple[str, str]],
+) -> Any:
+    """``read_state`` of a built-in operator's state, typed (see :func:`read_state`)."""
+    from pyspark.sql import types as T
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    all_columns = [*[(n, t) for n, t in key_columns], *columns, ("shard_version", "bigint")]
+    schema = T.DataType.fromDDL(", ".join(f"`{n}` {t}" for n, t in all_columns))
+    arrow_schema = to_arrow_schema(schema, timezone="UTC")
+    kind = desc["operator"]
+    root = spec.root
+
+    def table_of(shard: int) -> Any:
+        items = read_shard(spec, shard, at)
+        if kind == _join.KIND:
+            return _join.typed_rows(items, desc, root, arrow_schema, state_name)
+        if kind == _processor.KIND:
+            return _timer_rows(items, desc, arrow_schema)
+        return OPERATORS[kind].typed_rows(items, desc, root, arrow_schema)
+
+    def read(batches: Any) -> Any:
+        for b in batches:
+            for shard in b.column(0).to_pylist():
+                table = table_of(shard)
+                if table is not None and table.num_rows:
+                    yield from table.to_batches()
+
+    n = spec.num_shards
+    shards = spark.range(0, n, 1, n).selectExpr("cast(id as int) as shard")
+    return shards.mapInArrow(read, schema)
+
+
+def _timer_rows(items: Any, desc: dict[str, Any], schema: Any) -> Any:
+    """A processor's timers of one shard: key columns, the timer's time, ``shard_version``."""
+    import pyarrow as pa
+
+    registry = desc.get(_processor.DESCRIPTOR_SCHEMAS) or {}
+    rows = [(gkey, value, ver) for gkey, _, _, value, _, ver, _
+            in _processor.decode_typed(items, registry, TIMER_STATE)]
+    if not rows:
+        return None
+    nk = len(schema) - 2
+    arrays = [pa.array([r[0][j] for r in rows], type=schema.field(j).type) for j in range(nk)]
+    arrays.append(pa.array([r[1] * 1000 for r in rows], pa.int64()).cast(schema.field(nk).type))
+    arrays.append(pa.array([r[2] for r in rows], pa.int64()))
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
 def _typed_entry(
     desc: dict[str, Any], state_url: str, state_name: str | None
 ) -> dict[str, Any] | None:
     """The schema registry entry of processor variable ``state_name`` when it is typed (its
     rows then get typed columns), else ``None``; an unknown variable is refused, naming the
     variables there are."""
-    if state_name is None or desc["operator"] != _processor.KIND:
+    if state_name is None or desc["operator"] != _processor.KIND or state_name == TIMER_STATE:
         return None
     registry = desc.get(_processor.DESCRIPTOR_SCHEMAS)
     if registry is None:

@@ -247,6 +247,14 @@ def ensure_descriptor(
     )
 
 
+def refresh_descriptor(spec: OperatorSpec, fields: dict[str, Any]) -> None:
+    """Set ``fields`` in the root's descriptor when any differs from what it holds (fields a
+    query records at every start and that may change between runs, such as the outputs)."""
+    have = read_descriptor(spec.root, spec.storage_options)
+    if have is not None and any(have.get(k) != v for k, v in fields.items()):
+        update_descriptor(spec.root, fields, spec.storage_options)
+
+
 def update_descriptor(
     root: str, fields: dict[str, Any], storage_options: dict[str, str] | None = None
 ) -> None:

@@ -472,12 +472,18 @@ def window_aggregate(
         previous, state_url,
     )
     p = wp.agg
+    recorded = {
+        _aggregate.OUTPUTS: _aggregate.outputs(p, output_struct),
+        TIME_TYPE: output_struct[len(keys)].dataType.simpleString(),
+    }
     spec = _shard.ensure_descriptor(spec, {
         "key_columns": _api._key_types(df, keys),
         "state_columns": _aggregate.state_columns(p),
         "window": {"window_ms": window_ms, "slide_ms": slide_ms},
+        **recorded,
     }, (*_api.PINNED, "window"))
     _aggregate.record_columns(spec, previous, p)
+    _shard.refresh_descriptor(spec, recorded)
 
     def partial_fn(batches: Any) -> Any:
         return partial_aggregate(batches, wp)
@@ -492,6 +498,46 @@ def window_aggregate(
 
 
 # --- read-back: read_state ----------------------------------------------------------------
+
+
+#: The descriptor's field holding the type of the window bounds (the time column's type).
+TIME_TYPE = "window_time_type"
+
+
+def typed_columns(desc: dict[str, Any]) -> list[tuple[str, str]]:
+    """``read_state(state_name="window")``'s columns after the key columns and before
+    ``shard_version``: ``window_start``, ``window_end`` and the aggregates, as emitted."""
+    tt = str(desc.get(TIME_TYPE, "timestamp"))
+    return [("window_start", tt), ("window_end", tt), *_aggregate.typed_columns(desc)]
+
+
+def typed_rows(items: Any, desc: dict[str, Any], url: str, schema: Any) -> Any:
+    """``read_state(state_name="window")`` of one shard: a pyarrow table of ``schema`` (key
+    columns, the window's bounds, its aggregates so far exactly as the operator emits them when
+    it closes, ``shard_version``) per open window; ``None`` when the shard holds none."""
+    import numpy as np
+    import pyarrow as pa
+
+    gkeys, starts, values, versions = [], [], [], []
+    for key, value, _, ver in items:
+        if _keys.tag_of(key) == WINDOW_TAG:
+            start, gkey = decode_key(key)
+            gkeys.append(gkey)
+            starts.append(start)
+            values.append(value)
+            versions.append(ver)
+    if not values:
+        return None
+    nk = len(desc.get("key_columns") or [["key", "string"]])
+    out_schema = pa.schema(list(schema)[:-1])
+    p = _aggregate.stored_plan(desc, pa.schema([*list(schema)[:nk], *list(schema)[nk + 2:-1]]))
+    w = desc["window"]
+    wp = WindowPlan(p, "", int(w["window_ms"]), int(w["slide_ms"]), 0, "append", None,
+                    out_schema)
+    key_arrays = [pa.array([k[j] for k in gkeys], type=schema.field(j).type) for j in range(nk)]
+    table = _output(key_arrays, np.asarray(starts, np.int64),
+                    _aggregate.read_records(values, p, url), wp)
+    return table.append_column("shard_version", pa.array(versions, pa.int64()))
 
 
 def decode(items: Any, state_columns: list[list[str]] | None) -> Any:

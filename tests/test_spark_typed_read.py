@@ -1,0 +1,146 @@
+"""Typed ``read_state`` of the built-in operators (``state_name`` = their state's name): an
+aggregate's groups as the operator emits them, a deduplicator's remembered keys, a join's
+buffered rows per side, a processor's timers. On a real SparkSession, against the operators' own
+outputs and against the JSON form (an independent decoding of the same entries).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+import silt_spark
+from pyspark import cloudpickle
+from silt.errors import InvalidArgumentError
+from test_spark_join import JoinRun, join_rows, silt_join
+from test_spark_operator import AGGS, Run, batch
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+def _latest_per_user(outputs: dict[int, pd.DataFrame], upto: int) -> pd.DataFrame:
+    """Each user's row in the last micro-batch (<= ``upto``) that emitted it."""
+    frames = [outputs[b].assign(_b=b) for b in sorted(outputs) if b <= upto]
+    both = pd.concat(frames).sort_values("_b").drop_duplicates("user", keep="last")
+    return both.drop(columns="_b").sort_values("user").reset_index(drop=True)
+
+
+def test_an_aggregate_reads_as_its_output_columns(spark: Any, tmp_path: Path) -> None:
+    state = (tmp_path / "state").as_uri()
+    run = Run(spark, tmp_path)
+    run.start(silt_spark.aggregate(run.stream(), ["user"], AGGS, state, num_shards=2))
+    try:
+        for seed in (1, 2, 3):
+            run.write(batch(seed))
+            run.drain()
+    finally:
+        run.stop()
+    df = silt_spark.read_state(spark, state, state_name="aggregate")
+    assert [(f.name, f.dataType.simpleString()) for f in df.schema.fields] == [
+        ("user", "string"), ("count", "bigint"), ("sum(amount)", "bigint"),
+        ("min(amount)", "bigint"), ("max(amount)", "bigint"), ("avg(amount)", "double"),
+        ("shard_version", "bigint"),
+    ]
+    for version in (None, 1):
+        got = silt_spark.read_state(spark, state, version=version, state_name="aggregate")
+        got = got.toPandas().sort_values("user").reset_index(drop=True)
+        want = _latest_per_user(run.outputs, 2 if version is None else version)
+        pd.testing.assert_frame_equal(got.drop(columns="shard_version"), want,
+                                      check_dtype=False, obj=f"version {version}")
+        assert (got["shard_version"] <= (2 if version is None else 1)).all()
+    with pytest.raises(InvalidArgumentError, match=r"has no state 'window'.*'aggregate'"):
+        silt_spark.read_state(spark, state, state_name="window")
+
+
+def test_a_deduplicator_reads_as_its_keys_and_first_batch(spark: Any, tmp_path: Path) -> None:
+    state = (tmp_path / "state").as_uri()
+    run = Run(spark, tmp_path)
+    run.start(silt_spark.deduplicate(run.stream(), ["user", "device"], state, num_shards=2))
+    batches = [batch(4, n=12, users=5), batch(5, n=12, users=7)]
+    try:
+        for rows in batches:
+            run.write(rows)
+            run.drain()
+    finally:
+        run.stop()
+    first: dict[tuple, int] = {}
+    for b, rows in enumerate(batches):
+        for user, device, _ in rows:
+            first.setdefault((user, device), b)
+    df = silt_spark.read_state(spark, state, state_name="seen")
+    assert [(f.name, f.dataType.simpleString()) for f in df.schema.fields] == [
+        ("user", "string"), ("device", "string"), ("first_batch_id", "bigint"),
+        ("expires_at", "timestamp"), ("shard_version", "bigint"),
+    ]
+    rows = df.collect()
+    assert {(r.user, r.device): r.first_batch_id for r in rows} == first
+    assert all(r.expires_at is None for r in rows)  # no ttl, no event time: kept for ever
+
+
+def test_a_joins_buffers_read_typed_per_side(spark: Any, tmp_path: Path) -> None:
+    run = JoinRun(spark, tmp_path, "typed")
+    build = silt_join(tmp_path, "typed", "left", [2])
+    run.start(build(run, 0))
+    try:
+        for left, right in join_rows(3, 3):
+            run.write(left, right)
+            run.query.processAllAvailable()
+    finally:
+        run.stop()
+    state = (tmp_path / "typed-state").as_uri()
+    left = silt_spark.read_state(spark, state, state_name="left")
+    assert [(f.name, f.dataType.simpleString()) for f in left.schema.fields] == [
+        ("luser", "string"), ("row_luser", "string"), ("lv", "bigint"), ("lt", "timestamp"),
+        ("event_time", "timestamp"), ("matched", "boolean"), ("shard_version", "bigint"),
+    ]
+    for side, cols in (("left", ("row_luser", "lv", "lt")), ("right", ("ruser", "rv", "rt"))):
+        typed = silt_spark.read_state(spark, state, state_name=side).collect()
+        as_json = [r for r in silt_spark.read_state(spark, state).collect() if r.state == side]
+        assert typed and len(typed) == len(as_json)
+        want = sorted(
+            (r[0], *json.loads(r.value)["row"][:2], json.loads(r.value)["matched"])
+            for r in as_json
+        )
+        got = sorted((r[0], r[cols[0]], r[cols[1]], r.matched) for r in typed)
+        assert got == want
+        for r in typed:
+            assert r[cols[2]] == r.event_time and isinstance(r.event_time, dt.datetime)
+
+
+class Reminder(silt_spark.StatefulProcessor):
+    """Registers a timer per key in 2096, offset by its largest amount (ms)."""
+
+    def init(self, handle):
+        self.handle = handle
+
+    def handleInputRows(self, key, rows, timerValues):
+        top = max(int(df["amount"].max()) for df in rows)
+        self.handle.registerTimer(4_000_000_000_000 + top)
+        return iter(())
+
+
+def test_a_processors_timers_read_typed(spark: Any, tmp_path: Path) -> None:
+    state = (tmp_path / "state").as_uri()
+    run = Run(spark, tmp_path)
+    rows = batch(6, n=20, users=6)
+    run.start(silt_spark.transform_with_state(
+        run.stream(), Reminder(), ["user"], "user string", state_url=state, num_shards=2,
+        time_mode="processingtime"))
+    try:
+        run.write(rows)
+        run.drain()
+    finally:
+        run.stop()
+    df = silt_spark.read_state(spark, state, state_name="__timer__")
+    assert [(f.name, f.dataType.simpleString()) for f in df.schema.fields] == [
+        ("user", "string"), ("timer", "timestamp"), ("shard_version", "bigint")]
+    want: dict[str, int] = {}
+    for user, _, amount in rows:
+        want[user] = max(want.get(user, amount), amount)
+    got = {r.user: r.ms for r in df.selectExpr("user", "unix_millis(timer) AS ms").collect()}
+    assert got == {u: 4_000_000_000_000 + a for u, a in want.items()}
