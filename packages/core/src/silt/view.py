@@ -208,6 +208,68 @@ class ReadView:
         sources.extend(self._committed_sources(start, end))
         return live(merge_newest_first(sources), now_ms)
 
+    def multi_scan(self, ranges: list[tuple[bytes, bytes]], fetch: BlockFetcher,
+                   now_ms: int) -> list[tuple[bytes, bytes]]:
+        """Live ``(key, value)`` of every range of ``ranges`` (``[start, end)``, sorted and
+        disjoint), in key order: :meth:`scan` of each, but each SST block the ranges need is
+        read once per call, the missing ones as runs of adjacent blocks (``fetch``, as
+        ``multi_get`` reads them), before any range is merged."""
+        tombs = self.tombs
+        # (reader, seq, its blocks by index), newest first: uploading parts, L0, then levels
+        ssts: list[tuple[SstReader, int, dict[int, Any]]] = []
+        runs: list[list[tuple[SstReader, int, dict[int, Any]]]] = []
+
+        ends = [e for _, e in ranges]
+
+        def prefetch(reader: SstReader, seq: int) -> tuple[SstReader, int, dict[int, Any]]:
+            info = reader.info
+            lo, hi = info.smallest, info.largest  # type: ignore[union-attr]
+            k = bisect_right(ends, lo)  # the first range ending after the SST's first key
+            if k == len(ranges) or ranges[k][0] > hi:
+                return reader, seq, {}  # no range meets it: not even its tail is read
+            last_keys = reader.tail.last_keys
+            n = len(last_keys)
+            wanted: set[int] = set()
+            for start, end in ranges[k:]:
+                if start > hi:
+                    break
+                a = bisect_left(last_keys, start)
+                if a < n:
+                    wanted.update(range(a, min(n - 1, bisect_left(last_keys, end)) + 1))
+            idx = sorted(wanted)
+            return reader, seq, dict(zip(idx, fetch(reader, idx))) if idx else {}
+
+        for part in reversed(self.parts):
+            if part.memtable is None:
+                ssts.append(prefetch(part.reader, part.seq))  # type: ignore[arg-type]
+        for reader in self.l0:
+            ssts.append(prefetch(reader, reader.info.seq))  # type: ignore[union-attr]
+        for level in self.levels:
+            runs.append([prefetch(r, r.info.seq) for r in level.readers])  # type: ignore[union-attr]
+        parts = {id(part.reader): part for part in self.parts if part.memtable is None}
+        out: list[tuple[bytes, bytes]] = []
+        for start, end in ranges:
+            sources: list[Iterator[tuple[bytes, object]]] = [self.mem.iter_range(start, end)]
+            for part in reversed(self.parts):
+                mem = part.memtable
+                if mem is not None:
+                    it = mem.iter_range(start, end)
+                    sources.append(tombs.mask(it, part.seq, False) if tombs else it)
+            for reader, seq, blocks in ssts:
+                info = reader.info
+                if info.largest < start or info.smallest >= end:  # type: ignore[union-attr]
+                    continue
+                it = _prefetched(reader, blocks, start, end)
+                masked = tombs and (id(reader) in parts or tombs.covers_any(info))  # type: ignore[arg-type]
+                sources.append(tombs.mask(it, seq, False) if masked else it)
+            for run in runs:
+                chosen = [x for x in run
+                          if not (x[0].info.largest < start or x[0].info.smallest >= end)]  # type: ignore[union-attr]
+                if chosen:
+                    sources.append(_chain_masked(chosen, start, end, tombs))
+            out.extend(live(merge_newest_first(sources), now_ms))
+        return out
+
     def committed_records(self, start: bytes | None,
                           end: bytes | None) -> Iterator[tuple[bytes, object]]:
         """``(key, record)`` of the committed SSTs in ``[start, end)``, newest per key,
@@ -378,6 +440,38 @@ def _masked(reader: SstReader, start: bytes | None, end: bytes | None,
     if tombs and tombs.covers_any(reader.info):  # type: ignore[arg-type]
         return tombs.mask(it, reader.info.seq, False)  # type: ignore[union-attr]
     return it
+
+
+def _prefetched(reader: SstReader, blocks: dict[int, Any], start: bytes,
+                end: bytes) -> Iterator[tuple[bytes, object]]:
+    """The SST's ``(key, record)`` in ``[start, end)`` from its ``blocks`` read beforehand
+    (a block not among them, which :meth:`ReadView.multi_scan` never asks for, is read)."""
+    if reader.clipped:
+        info = reader.info
+        start = max(start, info.smallest)  # type: ignore[union-attr]
+        end = min(end, info.largest + b"\x00")  # type: ignore[union-attr]
+        if start >= end:
+            return
+    last_keys = reader.tail.last_keys
+    i = first = bisect_left(last_keys, start)
+    while i < len(last_keys):
+        blk = blocks.get(i)
+        if blk is None:
+            blk = reader.read_block(i)
+        yield from blk.items_from(start if i == first else None, end)
+        if last_keys[i] >= end:
+            return
+        i += 1
+
+
+def _chain_masked(run: list[tuple[SstReader, int, dict[int, Any]]], start: bytes, end: bytes,
+                  tombs: RangeTombstones) -> Iterator[tuple[bytes, object]]:
+    """One level's prefetched SSTs in ``[start, end)`` in key order, each masked by the range
+    tombstones that cover it."""
+    for reader, seq, blocks in run:
+        it = _prefetched(reader, blocks, start, end)
+        yield from (tombs.mask(it, seq, False) if tombs and tombs.covers_any(reader.info)  # type: ignore[arg-type]
+                    else it)
 
 
 def _chain_range(

@@ -369,12 +369,12 @@ def _load(task: ShardTask, jp: JoinPlan, inp: _Side) -> _Loaded:
         group[1:] = (probes[1:, :2] != probes[:-1, :2]).any(axis=1)
         starts = np.flatnonzero(group)
         ends = np.append(starts[1:], len(probes))
-        scan = task.db.scan
         sizes = task.db.multi_get([count_key(int(probes[s, 0]), side, int(probes[s, 1]))
                                    for s in starts.tolist()])
         reads = getattr(task, "join_reads", None)
         if reads is None:
             reads = task.join_reads = {"probe_bucket_scans": 0, "probe_key_scans": 0}
+        ranges: list[tuple[bytes, bytes]] = []
         for s, e, size in zip(starts.tolist(), ends.tolist(), sizes):
             if size is None:
                 continue  # no row buffered in this key group and bucket
@@ -382,15 +382,18 @@ def _load(task: ShardTask, jp: JoinPlan, inp: _Side) -> _Loaded:
             prefix = bucket_prefix(kg, side, bucket)
             if _U64.unpack(size)[0] <= (e - s) * SCAN_ROWS_PER_SEEK:
                 reads["probe_bucket_scans"] += 1
-                got = list(scan(prefix, prefix_end(prefix)))
+                ranges.append((prefix, prefix_end(prefix)))
             else:
                 reads["probe_key_scans"] += e - s
-                got = []
-                for row in probes[s:e, 3].tolist():
-                    # enc(join key) is prefix-free (a tuple of self-delimiting values), so a
-                    # prefix scan finds that key's rows only
-                    p = prefix + inp.enc_keys.take(np.array([row])).to_list()[0]
-                    got.extend(scan(p, prefix_end(p)))
+                # enc(join key) is prefix-free (a tuple of self-delimiting values), so a key's
+                # prefix range holds that key's rows only, and the ranges do not overlap
+                for enc in inp.enc_keys.take(probes[s:e, 3]).to_list():
+                    p = prefix + enc
+                    ranges.append((p, prefix_end(p)))
+        if ranges:
+            ranges.sort()
+            # one call for the whole batch: each block of the buffer is read at most once
+            got = task.db.multi_scan(ranges)
             if got:
                 ks, vs = zip(*got)
                 keys.extend(ks)
