@@ -110,6 +110,11 @@ class Flusher:
             self._store, name, info, self._cache,
             tail=data[info.tail_offset:], tail_start=info.tail_offset,
         )
+        if not self._store.local:
+            # What was just written is what the next batches read: on an object store, keep
+            # its blocks in the cache now rather than fetch them back (RocksDB's
+            # prepopulate_block_cache for flushes).
+            reader.prefill(data)
         self._readers.add(reader)
         part.info = info
         part.reader = reader

@@ -54,6 +54,11 @@ class ObjectStore(abc.ABC):
     #: and ``multi_get`` do, to save requests). A store that caches exactly the ranges it is
     #: asked for (silt-cache-ssd) sets ``False``, so that reads keep asking for those ranges.
     coalesce_reads: bool = True
+    #: Whether reads are served by this host (``file://``, ``memory://``): a block read costs
+    #: microseconds. Remote stores (``False``) get the blocks of the SSTs this process uploads
+    #: put into its block cache as they are uploaded (so the next reads of fresh state make no
+    #: request). Wrappers (metering, caches, fault injection) copy their store's value.
+    local: bool = False
 
     @abc.abstractmethod
     def get(self, key: str) -> bytes:

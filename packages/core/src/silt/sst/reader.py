@@ -382,6 +382,19 @@ class SstReader:
             stop += 1
         return stop
 
+    def prefill(self, data: bytes) -> None:
+        """Put every data block of this SST, from its whole bytes ``data`` (just built, so
+        already trusted, but each block is still checked against its trailer), into the
+        block cache; nothing without a cache."""
+        cache = self.cache
+        if cache is None:
+            return
+        t = self.tail
+        name, cid = self.name, self.cache_id
+        for i, (off, size) in enumerate(zip(t.block_offsets, t.block_sizes)):
+            blk = Block(unframe(data[off:off + size], name, off), name, off)
+            cache.put((cid, i), blk, blk.charge)
+
     def cached_block(self, i: int) -> Block | None:
         return self.cache.get((self.cache_id, i)) if self.cache is not None else None
 

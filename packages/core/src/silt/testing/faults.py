@@ -124,6 +124,7 @@ class FaultyStore(ObjectStore):
             )
         self.inner = inner
         self.url = inner.url
+        self.local = inner.local
         self._lock = threading.Lock()
         self._faults: list[_Rule] = []
         self._corruptions: list[_Rule] = []

@@ -207,6 +207,8 @@ class FileStore(ObjectStore):
     not a directory.
     """
 
+    local = True
+
     def __init__(self, root: str | os.PathLike[str]) -> None:
         if not isinstance(root, (str, os.PathLike)):
             raise InvalidTypeError(

@@ -110,6 +110,8 @@ class MemoryStore(ObjectStore):
     ``name`` is ``"namespace"`` or ``"namespace/sub/path"``; ``None`` makes a private store.
     """
 
+    local = True
+
     def __init__(self, name: str | None = None) -> None:
         if name is None:
             self.name: str | None = None
