@@ -124,14 +124,17 @@ def join_batches(args) -> list[tuple[int, int, int]]:
     buffers stay at N rows while each batch adds and evicts about R (commit and eviction per
     batch at a fixed delta); with ``--join-evict-rows E`` then one batch of E rows whose event
     time jumps past everything buffered (its watermark expires the whole buffer: the cost of
-    evicting N rows)."""
+    evicting N rows, in the batch after the jump)."""
     fill = [(args.join_rows, args.join_span * 1000, 0)]
     if not args.join_step_rows:
         return fill * args.batches
     step_ms = max(1, args.join_step_rows * args.join_span * 1000 // args.join_rows)
     out = fill * 2 + [(args.join_step_rows, step_ms, 0)] * max(0, args.batches - 2)
     if args.join_evict_rows:
+        # the jump moves the watermark; the batch after it (Spark applies a batch's watermark
+        # from the next batch on) evicts everything buffered before the jump
         out.append((args.join_evict_rows, step_ms, (JOIN_KEPT_S + 120) * 1000))
+        out.append((args.join_evict_rows, step_ms, 0))
     return out
 
 
