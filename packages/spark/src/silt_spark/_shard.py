@@ -861,10 +861,17 @@ def check_key_groups(task: ShardTask, kg_array: Any) -> None:
     mm = pc.min_max(kg_array)
     lo, hi = mm["min"].as_py(), mm["max"].as_py()
     if lo < task.first_kg or hi > task.last_kg:
-        raise RuntimeError(
+        # The task's partition number is not its shard: the same misplacement as a partition
+        # past the shard count (whichever task of the stage fails first reports it).
+        from .errors import ShardPlacementError
+
+        raise ShardPlacementError(
             f"shard {task.shard} owns key groups {task.first_kg}..{task.last_kg} but received "
-            f"rows of key groups {lo}..{hi}: the input was not partitioned by silt_spark's "
-            "partition column"
+            f"rows of key groups {lo}..{hi}: the operator's task runs as another partition "
+            "than its shard (its output shares a stage with other partitions, as in a union "
+            "in which it is not the first input, or adaptive query execution coalesced its "
+            "shuffle). Add .repartition(n) to the operator's output before the union, or make "
+            "it the first input, and keep spark.sql.adaptive.enabled off"
         )
 
 
