@@ -55,6 +55,33 @@ def test_an_aggregate_reads_as_its_output_columns(spark: Any, tmp_path: Path) ->
         assert (got["shard_version"] <= (2 if version is None else 1)).all()
     with pytest.raises(InvalidArgumentError, match=r"has no state 'window'.*'aggregate'"):
         silt_spark.read_state(spark, state, state_name="window")
+    # The typed change feed: each group whose output moved, its rows before and after as the
+    # operator emitted them.
+    feed = silt_spark.read_changes(spark, state, 0, 2, state_name="aggregate")
+    assert [(f.name, f.dataType.simpleString()) for f in feed.schema.fields] == [
+        ("user", "string"), ("change_type", "string"),
+        ("old_value", "struct<count:bigint,sum(amount):bigint,min(amount):bigint,"
+                      "max(amount):bigint,avg(amount):double>"),
+        ("new_value", "struct<count:bigint,sum(amount):bigint,min(amount):bigint,"
+                      "max(amount):bigint,avg(amount):double>"),
+        ("shard", "int"),
+    ]
+
+    def rounded(row: Any) -> Any:
+        return None if row is None else {k: round(float(v), 9) for k, v in row.items()}
+
+    for a, b in ((0, 2), (1, 2)):
+        before, after = (_latest_per_user(run.outputs, v).set_index("user").to_dict("index")
+                         for v in (a, b))
+        got = {r.user: (r.change_type, rounded(r.old_value and r.old_value.asDict()),
+                        rounded(r.new_value and r.new_value.asDict()))
+               for r in silt_spark.read_changes(spark, state, a, b, "aggregate").collect()}
+        want = {u: ("insert" if u not in before else "update", rounded(before.get(u)),
+                    rounded(row))
+                for u, row in after.items() if rounded(before.get(u)) != rounded(row)}
+        assert got == want and any(c[0] == "update" for c in got.values()), (a, b)
+    with pytest.raises(InvalidArgumentError, match=r"has no state 'seen'"):
+        silt_spark.read_changes(spark, state, 0, 2, state_name="seen")
 
 
 def test_a_deduplicator_reads_as_its_keys_and_first_batch(spark: Any, tmp_path: Path) -> None:

@@ -220,13 +220,46 @@ def test_tumbling_append_matches_model_with_late_rows_restart_and_failed_task(
         ("count", "bigint"), ("sum(amount)", "bigint"), ("min(amount)", "bigint"),
         ("max(amount)", "bigint"), ("avg(amount)", "double"), ("shard_version", "bigint"),
     ]
-    rows = typed.selectExpr("*", "unix_millis(window_start) AS ws",
-                            "unix_millis(window_end) AS we").collect()
-    assert {(r.user, r.ws): (r.we - r.ws, r["count"], r["sum(amount)"], r["min(amount)"],
-                             r["max(amount)"], r["avg(amount)"]) for r in rows} == {
-        k: (10_000, len(a), sum(a), min(a), max(a), pytest.approx(sum(a) / len(a)))
-        for k, a in left.items()
+
+    def windows(rows):
+        """``{(user, start ms): (length ms, count, sum, min, max, avg)}`` of typed rows."""
+        return {(r.user, r.ws): (r.we - r.ws, r["count"], r["sum(amount)"], r["min(amount)"],
+                                 r["max(amount)"], r["avg(amount)"]) for r in rows}
+
+    def expected(open_windows):
+        return {k: (10_000, len(a), sum(a), min(a), max(a), pytest.approx(sum(a) / len(a)))
+                for k, a in open_windows.items()}
+
+    bounds = ("unix_millis(window_start) AS ws", "unix_millis(window_end) AS we")
+    assert windows(typed.selectExpr("*", *bounds).collect()) == expected(left)
+    # At an earlier version (state version == micro-batch id): the windows open after batch 3.
+    _, _, left3 = model(batches[:4], shard_of_user, 10_000, 10_000, 3000, "append")
+    at3 = silt_spark.read_state(spark, state, version=3, state_name="window")
+    assert windows(at3.selectExpr("*", *bounds).collect()) == expected(left3)
+    assert left3 != left
+    # The typed change feed from 3 to 5: closed windows deleted, new ones inserted, the rest
+    # updated where their aggregates moved; old and new values as read_state types them.
+    feed = silt_spark.read_changes(spark, state, 3, 5, state_name="window")
+    assert [f.name for f in feed.schema.fields] == [
+        "user", "change_type", "old_value", "new_value", "shard"]
+    assert [(f.name, f.dataType.simpleString()) for f in
+            feed.schema["new_value"].dataType.fields] == [
+        (f.name, f.dataType.simpleString()) for f in typed.schema.fields[1:-1]]
+    changes = {}
+    for r in feed.collect():
+        side = r.new_value or r.old_value
+        ws = int(side.window_start.timestamp() * 1000)
+        assert side.window_end.timestamp() * 1000 - ws == 10_000
+        changes[(r.user, ws)] = (r.change_type,
+                                 None if r.old_value is None else r.old_value["count"],
+                                 None if r.new_value is None else r.new_value["count"])
+    want_changes = {
+        k: ("insert" if k not in left3 else "delete" if k not in left else "update",
+            len(left3[k]) if k in left3 else None, len(left[k]) if k in left else None)
+        for k in left3.keys() | left.keys() if left3.get(k) != left.get(k)
     }
+    assert changes == want_changes
+    assert {c[0] for c in changes.values()} >= {"insert", "delete"}  # the data has both
 
 
 def test_restart_with_more_shards_keeps_open_windows_and_watermarks(

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from silt.errors import InvalidArgumentError
+from silt.errors import InvalidArgumentError, InvalidTypeError
 from silt.tierkit import public_url
 
 from . import _layout, _read, _shard, _storage
@@ -87,15 +87,31 @@ def shard_changes(spec: _shard.OperatorSpec, shard: int, start_version: int,
 
 
 def read_changes(
-    spark: Any, state_url: str, start_version: int, end_version: int, *,
-    storage_options: dict[str, str] | None = None,
+    spark: Any, state_url: str, start_version: int, end_version: int,
+    state_name: str | None = None, *, storage_options: dict[str, str] | None = None,
 ) -> Any:
     """What the state of a silt_spark operator changed from micro-batch ``start_version`` to
     ``end_version`` (each shard at its latest version ``<=`` each), as a DataFrame.
 
     Computed from the manifests' deltas (the SSTs added or removed between the versions), never
     by comparing the two snapshots: the cost follows the changes, not the state's size.
-    ``storage_options``: object-store options for the root, as for :func:`read_state`.
+
+    Parameters
+    ----------
+    spark : pyspark.sql.SparkSession
+        Runs one task per shard, in parallel.
+    state_url : str
+        The operator's ``state_url``.
+    start_version, end_version : int
+        Micro-batch ids, ``start_version < end_version``; ``end_version`` must be a version
+        some shard committed.
+    state_name : str, optional
+        Only this state. A built-in operator's state (``"aggregate"``, ``"window"``,
+        ``"seen"``, ``"left"``/``"right"``, a processor's ``"__timer__"``) comes typed, as
+        :func:`silt_spark.read_state` types it (see Returns); a processor's own variable keeps
+        the JSON columns, its rows only.
+    storage_options : dict of str, optional
+        Object-store options for the root, as for :func:`silt_spark.read_state`.
 
     Returns
     -------
@@ -106,10 +122,19 @@ def read_changes(
         each version; null when absent) and ``shard``. An operator's internal index entries
         (timer and expiry indexes, join bucket counts) are not shown, as in ``read_state``.
 
+        With ``state_name`` naming a built-in operator's state: the key columns,
+        ``change_type``, then ``old_value`` and ``new_value`` as structs of the typed columns
+        ``read_state(..., state_name=...)`` gives between the keys and ``shard_version`` (an
+        aggregate's output columns, a window's bounds and aggregates...; null when absent),
+        then ``shard``. An entry whose typed columns are equal at both versions is not shown.
+
     Examples
     --------
     >>> changes = silt_spark.read_changes(spark, "file:///data/state/counts", 41, 42)
     >>> changes.filter("change_type = 'delete'").show()
+    >>> totals = silt_spark.read_changes(spark, "file:///data/state/counts", 41, 42,
+    ...                                  state_name="aggregate")
+    >>> totals.select("user", "change_type", "old_value.count", "new_value.count").show()
     """
     from pyspark.sql import types as T
     from pyspark.sql.pandas.types import to_arrow_schema
@@ -126,8 +151,14 @@ def read_changes(
     if a >= b:
         raise InvalidArgumentError(
             f"start_version ({start_version}) must be below end_version ({end_version})")
+    if state_name is not None and not isinstance(state_name, str):
+        raise InvalidTypeError(f"state_name must be a str, got {type(state_name).__name__}")
+    _read.typed_entry(desc, state_url, state_name)  # an unknown variable is refused
+    builtin = _read.builtin_columns(desc, state_url, state_name)
     _read.check_version(spec, end_version)
     key_columns = desc.get("key_columns") or [["key", "string"]]
+    if builtin is not None:
+        return _read_builtin_changes(spark, spec, a, b, desc, key_columns, state_name, builtin)
     json_key = "key_columns" not in desc
     ddl = ", ".join(f"`{n}` {t}" for n, t in key_columns)
     ddl += ", " + ", ".join(f"`{n}` {t}" for n, t in CHANGE_COLUMNS)
@@ -148,8 +179,10 @@ def read_changes(
             for shard in batch.column(0).to_pylist():
                 rows = []
                 for key, old, new in shard_changes(spec, shard, a, b):
-                    olds = {(r[1], r[2]): r for r in decode(key, old)}
-                    news = {(r[1], r[2]): r for r in decode(key, new)}
+                    olds = {(r[1], r[2]): r for r in decode(key, old)
+                            if state_name is None or r[1] == state_name}
+                    news = {(r[1], r[2]): r for r in decode(key, new)
+                            if state_name is None or r[1] == state_name}
                     for ident in sorted(olds.keys() | news.keys(), key=repr):
                         o, n = olds.get(ident), news.get(ident)
                         if o is not None and n is not None and o[3] == n[3]:
@@ -165,3 +198,93 @@ def read_changes(
     n = spec.num_shards
     shards = spark.range(0, n, 1, n).selectExpr("cast(id as int) as shard")
     return shards.mapInArrow(read, schema)
+
+
+def _read_builtin_changes(
+    spark: Any, spec: _shard.OperatorSpec, a: int, b: int, desc: dict[str, Any],
+    key_columns: list[list[str]], state_name: str, columns: list[tuple[str, str]],
+) -> Any:
+    """``read_changes`` of a built-in operator's state, typed (see :func:`read_changes`)."""
+    from pyspark.sql import types as T
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    typed_schema, typed_arrow = _read.builtin_schema(key_columns, columns)
+    nkeys = len(key_columns)
+    value = T.StructType(typed_schema.fields[nkeys:-1])
+    schema = T.StructType([
+        *typed_schema.fields[:nkeys], T.StructField("change_type", T.StringType()),
+        T.StructField("old_value", value), T.StructField("new_value", value),
+        T.StructField("shard", T.IntegerType()),
+    ])
+    arrow_schema = to_arrow_schema(schema, timezone="UTC")
+    root = spec.root
+
+    def read(batches: Any) -> Any:
+        for batch in batches:
+            for shard in batch.column(0).to_pylist():
+                out = typed_changes(shard_changes(spec, shard, a, b), desc, root, state_name,
+                                    typed_arrow, arrow_schema, shard)
+                if out is not None:
+                    yield out
+
+    n = spec.num_shards
+    shards = spark.range(0, n, 1, n).selectExpr("cast(id as int) as shard")
+    return shards.mapInArrow(read, schema)
+
+
+def typed_changes(
+    changes: list[tuple[bytes, bytes | None, bytes | None]], desc: dict[str, Any], root: str,
+    state_name: str, typed_schema: Any, schema: Any, shard: int,
+) -> Any:
+    """The typed change rows (a pyarrow batch of ``schema``; ``None`` when there is none) of
+    one shard's ``changes`` (:func:`shard_changes`) to built-in state ``state_name``.
+
+    Both sides are typed by :func:`silt_spark._read.builtin_table`, the code ``read_state``
+    uses, which keeps each entry's ``version`` in ``shard_version``: the entries are given
+    their position in ``changes`` as version, so each typed row names the change it is from.
+    """
+    import pyarrow as pa
+
+    nkeys = len(schema) - 4
+    tables = []
+    for side in (1, 2):
+        items = [(c[0], c[side], None, i) for i, c in enumerate(changes) if c[side] is not None]
+        table = _read.builtin_table(items, desc, root, typed_schema, state_name) if items \
+            else None
+        if table is None:
+            tables.append(({}, [], []))
+            continue
+        cols = [c.to_pylist() for c in table.columns]
+        at = {i: row for row, i in enumerate(cols[-1])}
+        tables.append((at, cols, [c.combine_chunks() for c in table.columns[nkeys:-1]]))
+    (old_at, old_cols, old_values), (new_at, new_cols, new_values) = tables
+    keys: list[tuple] = []
+    kinds: list[str] = []
+    old_rows: list[int | None] = []
+    new_rows: list[int | None] = []
+    for i in sorted(old_at.keys() | new_at.keys()):
+        o, n = old_at.get(i), new_at.get(i)
+        if o is not None and n is not None and all(
+                c[o] == d[n] for c, d in zip(old_cols[nkeys:-1], new_cols[nkeys:-1])):
+            continue
+        side_cols, row = (new_cols, n) if n is not None else (old_cols, o)
+        keys.append(tuple(side_cols[j][row] for j in range(nkeys)))
+        kinds.append("insert" if o is None else "delete" if n is None else "update")
+        old_rows.append(o)
+        new_rows.append(n)
+    if not kinds:
+        return None
+    value_type = schema.field("old_value").type
+
+    def struct(columns: list[Any], rows: list[int | None]) -> Any:
+        if not columns:
+            return pa.nulls(len(rows), value_type)
+        take = pa.array(rows, pa.int64())
+        return pa.StructArray.from_arrays(
+            [c.take(take) for c in columns], fields=list(value_type),
+            mask=pa.array([r is None for r in rows], pa.bool_()))
+
+    arrays = [pa.array([k[j] for k in keys], type=schema.field(j).type) for j in range(nkeys)]
+    arrays += [pa.array(kinds, pa.string()), struct(old_values, old_rows),
+               struct(new_values, new_rows), pa.array([shard] * len(kinds), pa.int32())]
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)

@@ -184,8 +184,8 @@ def read_state(
     at = _layout_version(version)
     if state_name is not None and not isinstance(state_name, str):
         raise InvalidTypeError(f"state_name must be a str, got {type(state_name).__name__}")
-    typed = _typed_entry(desc, state_url, state_name)
-    builtin = _builtin_columns(desc, state_url, state_name)
+    typed = typed_entry(desc, state_url, state_name)
+    builtin = builtin_columns(desc, state_url, state_name)
     if version is not None:
         check_version(spec, version)
     key_columns = desc.get("key_columns") or [["key", "string"]]
@@ -225,12 +225,12 @@ BUILTIN_STATES = {
 }
 
 
-def _builtin_columns(
+def builtin_columns(
     desc: dict[str, Any], state_url: str, state_name: str | None
 ) -> list[tuple[str, str]] | None:
     """The typed columns of a built-in operator's state ``state_name`` (after the key columns,
     before ``shard_version``), or ``None`` when ``state_name`` is not one (a processor's own
-    variables are :func:`_typed_entry`'s); a name the operator does not have is refused."""
+    variables are :func:`typed_entry`'s); a name the operator does not have is refused."""
     kind = desc["operator"]
     names = BUILTIN_STATES.get(kind, ())
     if state_name is None or (kind == _processor.KIND and state_name not in names):
@@ -240,6 +240,12 @@ def _builtin_columns(
             f"the {kind} operator at {public_url(state_url)!r} has no state {state_name!r}; "
             f"its state is {', '.join(map(repr, names))} (or omit state_name for all of it "
             "as JSON)"
+        )
+    if "key_columns" not in desc:
+        raise InvalidArgumentError(
+            f"the {kind} operator at {public_url(state_url)!r} was written before silt_spark "
+            "recorded its key types, so its state cannot be read typed: omit state_name for "
+            "the JSON form (one JSON key column)"
         )
     if kind == _join.KIND:
         return _join.typed_columns(desc, state_name)
@@ -253,33 +259,45 @@ def _read_builtin(
     key_columns: list[list[str]], state_name: str, columns: list[tuple[str, str]],
 ) -> Any:
     """``read_state`` of a built-in operator's state, typed (see :func:`read_state`)."""
-    from pyspark.sql import types as T
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    all_columns = [*[(n, t) for n, t in key_columns], *columns, ("shard_version", "bigint")]
-    schema = T.DataType.fromDDL(", ".join(f"`{n}` {t}" for n, t in all_columns))
-    arrow_schema = to_arrow_schema(schema, timezone="UTC")
-    kind = desc["operator"]
+    schema, arrow_schema = builtin_schema(key_columns, columns)
     root = spec.root
-
-    def table_of(shard: int) -> Any:
-        items = read_shard(spec, shard, at)
-        if kind == _join.KIND:
-            return _join.typed_rows(items, desc, root, arrow_schema, state_name)
-        if kind == _processor.KIND:
-            return _timer_rows(items, desc, arrow_schema)
-        return OPERATORS[kind].typed_rows(items, desc, root, arrow_schema)
 
     def read(batches: Any) -> Any:
         for b in batches:
             for shard in b.column(0).to_pylist():
-                table = table_of(shard)
+                table = builtin_table(read_shard(spec, shard, at), desc, root, arrow_schema,
+                                      state_name)
                 if table is not None and table.num_rows:
                     yield from table.to_batches()
 
     n = spec.num_shards
     shards = spark.range(0, n, 1, n).selectExpr("cast(id as int) as shard")
     return shards.mapInArrow(read, schema)
+
+
+def builtin_schema(key_columns: list[list[str]], columns: list[tuple[str, str]]) -> Any:
+    """``(Spark schema, Arrow schema)`` of a built-in state's typed rows: the key columns,
+    ``columns`` (:func:`builtin_columns`), then ``shard_version``."""
+    from pyspark.sql import types as T
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    all_columns = [*[(n, t) for n, t in key_columns], *columns, ("shard_version", "bigint")]
+    schema = T.DataType.fromDDL(", ".join(f"`{n}` {t}" for n, t in all_columns))
+    return schema, to_arrow_schema(schema, timezone="UTC")
+
+
+def builtin_table(items: Any, desc: dict[str, Any], root: str, schema: Any,
+                  state_name: str) -> Any:
+    """The entries of ``items`` (``(key, value, expires_at_ms, version)``) that belong to
+    built-in state ``state_name``, typed: a pyarrow table of ``schema`` (from
+    :func:`builtin_schema`), one row per entry in the order of ``items``, each entry's
+    ``version`` as its ``shard_version``; ``None`` when there is none."""
+    kind = desc["operator"]
+    if kind == _join.KIND:
+        return _join.typed_rows(items, desc, root, schema, state_name)
+    if kind == _processor.KIND:
+        return _timer_rows(items, desc, schema)
+    return OPERATORS[kind].typed_rows(items, desc, root, schema)
 
 
 def _timer_rows(items: Any, desc: dict[str, Any], schema: Any) -> Any:
@@ -298,7 +316,7 @@ def _timer_rows(items: Any, desc: dict[str, Any], schema: Any) -> Any:
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
-def _typed_entry(
+def typed_entry(
     desc: dict[str, Any], state_url: str, state_name: str | None
 ) -> dict[str, Any] | None:
     """The schema registry entry of processor variable ``state_name`` when it is typed (its
