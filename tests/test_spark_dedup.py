@@ -125,7 +125,12 @@ def test_dedup_ttl_forgets_keys_in_processing_time(spark, tmp_path):
         within = time.monotonic() - t0
         time.sleep(max(0.0, 7.0 - (time.monotonic() - t0)))
         run.write([("a", "z", 6), ("b", "z", 7), ("c", "z", 8)])  # a and b expired
+        sent = time.time()
         run.drain()
+        # Typed: each key remembered, with the batch that saw it and when the TTL forgets it
+        # (read at once: the keys batch 2 saw again are kept 6 s from then).
+        seen = silt_spark.read_state(spark, state, state_name="seen").collect()
+        read = time.time()
     finally:
         run.stop()
     assert within < 6, "the first two batches took longer than the TTL"
@@ -134,6 +139,10 @@ def test_dedup_ttl_forgets_keys_in_processing_time(spark, tmp_path):
     got = set(run.outputs[2]["id"])
     assert {"a", "b"} <= got  # their TTL ran out: emitted again
     assert len(run.outputs[2]) == len(got)
+    again = {r.id: r for r in seen if r.first_batch_id == 2}
+    assert set(again) == got  # emitted again in batch 2: remembered from batch 2
+    for r in again.values():
+        assert sent + 6 - 1 <= r.expires_at.timestamp() <= read + 6
 
 
 def test_dedup_bad_input_is_refused(spark, tmp_path):

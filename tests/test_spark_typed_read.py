@@ -107,6 +107,10 @@ def test_a_deduplicator_reads_as_its_keys_and_first_batch(spark: Any, tmp_path: 
     rows = df.collect()
     assert {(r.user, r.device): r.first_batch_id for r in rows} == first
     assert all(r.expires_at is None for r in rows)  # no ttl, no event time: kept for ever
+    # The change feed from batch 0 to 1: the keys batch 1 saw first, typed.
+    feed = silt_spark.read_changes(spark, state, 0, 1, state_name="seen").collect()
+    assert {(r.user, r.device): (r.change_type, r.old_value, r.new_value.first_batch_id)
+            for r in feed} == {k: ("insert", None, 1) for k, b in first.items() if b == 1}
 
 
 def test_a_joins_buffers_read_typed_per_side(spark: Any, tmp_path: Path) -> None:
@@ -137,6 +141,24 @@ def test_a_joins_buffers_read_typed_per_side(spark: Any, tmp_path: Path) -> None
         assert got == want
         for r in typed:
             assert r[cols[2]] == r.event_time and isinstance(r.event_time, dt.datetime)
+        # The change feed, typed, against the JSON feed (same entries, decoded apart).
+        typed_feed = silt_spark.read_changes(spark, state, 0, 2, state_name=side).collect()
+        json_feed = [r for r in silt_spark.read_changes(spark, state, 0, 2).collect()
+                     if r.state == side]
+        assert typed_feed and len(typed_feed) == len(json_feed)
+
+        def fields(value: Any, cols: tuple[str, ...] = cols) -> Any:
+            if value is None:
+                return None
+            if isinstance(value, str):
+                v = json.loads(value)
+                return (*v["row"][:2], v["matched"])
+            return (value[cols[0]], value[cols[1]], value.matched)
+
+        assert sorted(((r[0], r.change_type, fields(r.old_value), fields(r.new_value))
+                       for r in typed_feed), key=repr) == sorted(
+            ((r[0], r.change_type, fields(r.old_value), fields(r.new_value))
+             for r in json_feed), key=repr)
 
 
 class Reminder(silt_spark.StatefulProcessor):
