@@ -17,6 +17,7 @@ import pytest
 import silt_spark
 from pyspark import cloudpickle
 from silt.errors import InvalidArgumentError
+from silt_spark import _join, _shard
 from test_spark_join import JoinRun, join_rows, silt_join
 from test_spark_operator import AGGS, Run, batch
 
@@ -111,6 +112,17 @@ def test_a_deduplicator_reads_as_its_keys_and_first_batch(spark: Any, tmp_path: 
     feed = silt_spark.read_changes(spark, state, 0, 1, state_name="seen").collect()
     assert {(r.user, r.device): (r.change_type, r.old_value, r.new_value.first_batch_id)
             for r in feed} == {k: ("insert", None, 1) for k, b in first.items() if b == 1}
+    # A root from before key types were recorded has one JSON key column: typed reads would
+    # have to guess the key columns, so they are refused (the JSON form still reads).
+    descriptor = tmp_path / "state" / _shard.DESCRIPTOR
+    legacy = json.loads(descriptor.read_text())
+    del legacy["key_columns"]
+    descriptor.write_text(json.dumps(legacy))
+    for read in (lambda: silt_spark.read_state(spark, state, state_name="seen"),
+                 lambda: silt_spark.read_changes(spark, state, 0, 1, state_name="seen")):
+        with pytest.raises(InvalidArgumentError, match="recorded its key types"):
+            read()
+    assert silt_spark.read_state(spark, state).columns[0] == "key"
 
 
 def test_a_joins_buffers_read_typed_per_side(spark: Any, tmp_path: Path) -> None:
@@ -159,6 +171,22 @@ def test_a_joins_buffers_read_typed_per_side(spark: Any, tmp_path: Path) -> None
                        for r in typed_feed), key=repr) == sorted(
             ((r[0], r.change_type, fields(r.old_value), fields(r.new_value))
              for r in json_feed), key=repr)
+
+
+def test_a_join_rows_columns_never_repeat_a_name_of_the_typed_read() -> None:
+    """A side's column named as a key column or as a column the typed read adds after the row
+    (``event_time``, ``matched``, ``shard_version``; Spark compares names without case) is
+    prefixed ``row_`` until it is free, so every column of the read has its own name."""
+    desc = {"key_columns": [["id", "string"]], _join.SIDE_TYPES: {"left": [
+        ["id", "string"], ["event_time", "timestamp"], ["Matched", "int"],
+        ["row_id", "bigint"], ["SHARD_VERSION", "bigint"]]}}
+    columns = _join.typed_columns(desc, "left")
+    assert columns == [("row_id", "string"), ("row_event_time", "timestamp"),
+                       ("row_Matched", "int"), ("row_row_id", "bigint"),
+                       ("row_SHARD_VERSION", "bigint"), ("event_time", "timestamp"),
+                       ("matched", "boolean")]
+    names = [n.lower() for n in ["id", *(n for n, _ in columns), "shard_version"]]
+    assert len(set(names)) == len(names)
 
 
 class Reminder(silt_spark.StatefulProcessor):

@@ -1089,7 +1089,8 @@ SIDE_TYPES = "join_side_types"
 def typed_columns(desc: dict[str, Any], state_name: str) -> list[tuple[str, str]]:
     """``read_state(state_name="left" | "right")``'s columns after the join key columns and
     before ``shard_version``: the buffered row's columns as that side's input has them (a name
-    already taken by a join key column is prefixed ``row_``), ``event_time`` (the row's, as a
+    already taken, as Spark compares names, without case, by a join key column, an earlier
+    column or a column after them, is prefixed ``row_``), ``event_time`` (the row's, as a
     timestamp; null without a time range) and ``matched`` (whether a row of the other side
     matched it yet: an outer join emits the unmatched ones with nulls once the watermark
     passes them)."""
@@ -1100,13 +1101,17 @@ def typed_columns(desc: dict[str, Any], state_name: str) -> list[tuple[str, str]
             "restart the query once with this version, or read_state without state_name "
             "for the JSON form"
         )
-    taken = {str(n) for n, _ in desc.get("key_columns") or []}
+    after = [("event_time", "timestamp"), ("matched", "boolean")]
+    taken = {str(n).lower() for n, _ in [*(desc.get("key_columns") or []), *after,
+                                          ("shard_version", "")]}
     out = []
     for n, t in sides[state_name]:
-        name = f"row_{n}" if n in taken else str(n)
-        taken.add(name)
+        name = str(n)
+        while name.lower() in taken:
+            name = f"row_{name}"
+        taken.add(name.lower())
         out.append((name, str(t)))
-    return [*out, ("event_time", "timestamp"), ("matched", "boolean")]
+    return [*out, *after]
 
 
 def typed_rows(items: Any, desc: dict[str, Any], url: str, schema: Any,
