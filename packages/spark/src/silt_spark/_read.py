@@ -156,7 +156,8 @@ def read_state(
         aggregate's output columns; a window's ``window_start``, ``window_end`` and
         aggregates; a deduplicated key's ``first_batch_id`` and ``expires_at``; a buffered
         join row's columns, ``event_time`` and ``matched``; a timer's ``timer``), then
-        ``shard_version`` (docs/spark.md, "Reading state").
+        ``shard_version`` (docs/spark.md, "Reading state"). A root created before key types
+        were recorded is not read typed (:class:`silt.errors.InvalidArgumentError`).
 
         With ``state_name`` naming a processor variable declared with a schema: the key
         columns, then (map state) the map key's fields, then the value's fields in the
