@@ -204,20 +204,30 @@ class Reminder(silt_spark.StatefulProcessor):
 def test_a_processors_timers_read_typed(spark: Any, tmp_path: Path) -> None:
     state = (tmp_path / "state").as_uri()
     run = Run(spark, tmp_path)
-    rows = batch(6, n=20, users=6)
+    batches = [batch(6, n=20, users=6), batch(7, n=8, users=6)]
     run.start(silt_spark.transform_with_state(
         run.stream(), Reminder(), ["user"], "user string", state_url=state, num_shards=2,
         time_mode="processingtime"))
     try:
-        run.write(rows)
-        run.drain()
+        for rows in batches:
+            run.write(rows)
+            run.drain()
     finally:
         run.stop()
-    df = silt_spark.read_state(spark, state, state_name="__timer__")
+    timers: list[set[tuple[str, int]]] = []
+    for rows in batches:
+        top: dict[str, int] = {}
+        for user, _, amount in rows:
+            top[user] = max(top.get(user, amount), amount)
+        timers.append((timers[-1] if timers else set())
+                      | {(u, 4_000_000_000_000 + a) for u, a in top.items()})
+    df = silt_spark.read_state(spark, state, version=0, state_name="__timer__")
     assert [(f.name, f.dataType.simpleString()) for f in df.schema.fields] == [
         ("user", "string"), ("timer", "timestamp"), ("shard_version", "bigint")]
-    want: dict[str, int] = {}
-    for user, _, amount in rows:
-        want[user] = max(want.get(user, amount), amount)
-    got = {r.user: r.ms for r in df.selectExpr("user", "unix_millis(timer) AS ms").collect()}
-    assert got == {u: 4_000_000_000_000 + a for u, a in want.items()}
+    got = {(r.user, r.ms) for r in df.selectExpr("user", "unix_millis(timer) AS ms").collect()}
+    assert got == timers[0]
+    # The change feed: the timers batch 1 registered, each an insert with its time.
+    feed = silt_spark.read_changes(spark, state, 0, 1, state_name="__timer__")
+    got = {(r.user, r.change_type, r.old, r.ms) for r in feed.selectExpr(
+        "user", "change_type", "old_value AS old", "unix_millis(new_value.timer) AS ms").collect()}
+    assert got == {(u, "insert", None, ms) for u, ms in timers[1] - timers[0]} != set()
