@@ -341,6 +341,13 @@ def test_initial_state_applies_once_as_in_spark(spark, tmp_path):
     with pytest.raises(InvalidArgumentError, match=r"no state variable 'nope'; its variables "
                                                    r"are \['amounts', 'last', 'n'\]"):
         silt_spark.read_state(spark, state, state_name="nope")
+    # the change feed of one variable: its rows only (JSON); an unknown one is refused
+    changes = silt_spark.read_changes(spark, state, 1, 2, state_name="n").collect()
+    assert sorted((r.user, r.state, r.change_type, r.old_value, r.new_value)
+                  for r in changes) == [("alice", "n", "update", "[2017]", "[2018]"),
+                                        ("dave", "n", "insert", None, "[1]")]
+    with pytest.raises(InvalidArgumentError, match=r"no state variable 'nope'"):
+        silt_spark.read_changes(spark, state, 1, 2, state_name="nope")
 
 
 def test_read_state_refuses_a_version_no_shard_committed(tmp_path):
