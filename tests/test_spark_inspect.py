@@ -31,12 +31,16 @@ class EventRun(Run):
     schema = EVENTS
 
     def write(self, rows: list[tuple]) -> None:
+        # The temporary name starts with a dot: Spark's file source skips hidden files, so it
+        # never lists a file being written (a visible part-N.tmp could be read as a batch of its
+        # own and the part-N.json it becomes as another).
         name = self.src / f"part-{self.files:05d}.json"
-        with open(name.with_suffix(".tmp"), "w") as f:
+        tmp = self.src / f".tmp-{self.files:05d}"
+        with open(tmp, "w") as f:
             for user, device, amount in rows:
                 f.write(json.dumps({"user": user, "device": device, "amount": amount,
                                     "ts": f"2024-01-01T00:00:{amount:02d}Z"}) + "\n")
-        name.with_suffix(".tmp").rename(name)
+        tmp.rename(name)
         self.files += 1
 
 

@@ -251,8 +251,10 @@ class _Stream:
         self.outputs = {}
 
     def write(self, index, rows):
-        (self.src / f"part-{index:05d}.json").write_text(
-            "".join(json.dumps({"user": u, "amount": a}) + "\n" for u, a in rows))
+        # written under a hidden name and renamed: a running query never reads half a file
+        tmp = self.src / f".tmp-{index:05d}"
+        tmp.write_text("".join(json.dumps({"user": u, "amount": a}) + "\n" for u, a in rows))
+        tmp.rename(self.src / f"part-{index:05d}.json")
 
     def df(self):
         return self.spark.readStream.schema("user string, amount long").option(

@@ -324,8 +324,10 @@ class _Query:
         self.outputs = {}
 
     def write(self, rows):
-        path = self.src / f"part-{self.files:05d}.json"
-        path.write_text("".join(json.dumps({"user": u, "amount": a}) + "\n" for u, a in rows))
+        # written under a hidden name and renamed: a running query never reads half a file
+        tmp = self.src / f".tmp-{self.files:05d}"
+        tmp.write_text("".join(json.dumps({"user": u, "amount": a}) + "\n" for u, a in rows))
+        tmp.rename(self.src / f"part-{self.files:05d}.json")
         self.files += 1
 
     def build(self, processor):
