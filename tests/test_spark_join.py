@@ -26,6 +26,7 @@ import silt_spark
 from pyspark import cloudpickle
 from pyspark.sql import functions as F
 from silt.errors import InvalidArgumentError, InvalidTypeError
+from silt_spark import _join, _shard
 from test_spark_operator import fail_after_commit, shard_versions
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -204,19 +205,48 @@ def norm(df: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
     return df.sort_values(columns, na_position="first").reset_index(drop=True)
 
 
+def made_before_the_time_index(spark, tmp_path, name: str, how: str) -> None:
+    """Create the root of ``silt_join(tmp_path, name, ...)`` as silt_spark did before outer
+    sides kept a time index: its descriptor without the field (``_join.TIME_INDEX``)."""
+    silt_join(tmp_path, name, how, [1])(JoinRun(spark, tmp_path, f"{name}-pre"), 0)
+    path = tmp_path / f"{name}-state" / _shard.DESCRIPTOR
+    desc = json.loads(path.read_text())
+    assert desc.pop(_join.TIME_INDEX) == 1  # a new root keeps the index
+    path.write_text(json.dumps(desc, sort_keys=True))
+
+
+def index_entries(state: str) -> dict[int, int]:
+    """Time index entries per side in the latest versions of a join root's shards of layout
+    generation 2 (1, 2, then 7 shards)."""
+    counts = {0: 0, 1: 0}
+    for name, versions in shard_versions(state).items():
+        if not versions or not name.endswith("-g2"):
+            continue
+        with silt.open(f"{state}/{name}") as db:
+            for kg in range(256):
+                for side in (0, 1):
+                    h = _join.index_head(kg, side)
+                    counts[side] += sum(1 for _ in db.scan(h, _join.prefix_end(h)))
+    return counts
+
+
 def test_every_join_type_equals_spark(spark, tmp_path):
     """Every join type, all queries in lockstep: Spark's join, and silt at 1, then 2, then 7
     shards (two restarts, each a rescale), for three of the types with a task that fails after
-    its shard committed."""
+    its shard committed; a full outer join also on a root made before outer sides kept a time
+    index (evicting by bucket scans, as it always did)."""
     batches = join_rows(1, 4)
     variants = {}
     fails = {"inner": (2, 1), "right": (3, 3), "left_semi": (0, 0)}
     for how in HOWS:
         variants[f"spark-{how}"] = (spark_join(how), (), False, None)
         variants[how] = (silt_join(tmp_path, how, how, [1, 2, 7]), (1, 3), True, fails.get(how))
+    made_before_the_time_index(spark, tmp_path, "legacy", "full")
+    variants["legacy"] = (silt_join(tmp_path, "legacy", "full", [1, 2, 7]), (1, 3), True,
+                          (2, 0))
     out, ids = run_all(spark, tmp_path, batches, variants)
-    for how in HOWS:
-        want = out[f"spark-{how}"]
+    for how in [*HOWS, "legacy"]:
+        want = out[f"spark-{'full' if how == 'legacy' else how}"]
         columns = ["luser", "lv", "lt"] if how == "left_semi" else COLUMNS
         assert list(want.columns) == columns
         assert len(want) > 10, how
@@ -229,6 +259,13 @@ def test_every_join_type_equals_spark(spark, tmp_path):
         assert list(got.columns) == columns, how
         pd.testing.assert_frame_equal(norm(got, columns), norm(want, columns),
                                       check_dtype=False, obj=how)
+    # An outer side's time index lists exactly its buffered rows; the old root has none.
+    for how, outer in (("full", (1, 1)), ("left", (1, 0)), ("right", (0, 1)),
+                       ("inner", (0, 0)), ("legacy", (0, 0))):
+        state = (tmp_path / f"{how}-state").as_uri()
+        rows = silt_spark.read_state(spark, state).toPandas()
+        buffered = [(rows["state"] == side).sum() for side in ("left", "right")]
+        assert index_entries(state) == {s: buffered[s] * outer[s] for s in (0, 1)}, how
 
     # Inspection: read_state shows each side's buffer; the metrics and the manifests count it.
     state = (tmp_path / "full-state").as_uri()

@@ -7,7 +7,9 @@ below the side's state watermark, Spark's bound): an outer side must keep exactl
 and emit its expired rows never matched, each exactly once; an inner side drops whole buckets
 only (a bucket once all its times are expired), never a row the watermark still needs. The
 count entries always add up to the rows left. Runs with the core's range deletes where the
-core has them, and with per-key deletes.
+core has them, and with per-key deletes; with an outer side's time index (roots made since it
+exists: the index lists exactly the rows left, with their marks) and without (older roots).
+Rows matched in the batch that evicts them (marks written with the eviction) are never emitted.
 """
 
 from __future__ import annotations
@@ -48,13 +50,18 @@ rows_st = st.lists(
 steps_st = st.lists(st.integers(0, 6000), min_size=1, max_size=6)
 
 
-def plan(how: str) -> _join.JoinPlan:
+def plan(how: str, indexed: bool = False) -> _join.JoinPlan:
     rng = (RANGE_MS[0] * 1000, RANGE_MS[1] * 1000)
     return _join.JoinPlan(
         how=how, nkeys=1, columns=(("k", "t"), ("k", "t")), time_index=(1, 1), time_range=rng,
         bucket_us=max(_join.MIN_BUCKET_US, sum(rng)), output=(), side_schemas=(None, None),
-        output_schema=None,
+        output_schema=None, time_indexed=indexed,
     )
+
+
+def index_entry(k: bytes, matched: bool) -> tuple[bytes, bytes]:
+    """The time index entry of row key ``k`` (as the operator writes it)."""
+    return _join.index_key_of(k), (b"\x01" if matched else b"\x00") + _join.split_row_key(k)[2]
 
 
 def buffer(db, jp, rows) -> dict[bytes, tuple]:
@@ -68,6 +75,8 @@ def buffer(db, jp, rows) -> dict[bytes, tuple]:
         k = _join.row_key(kg, side, b, _codec.encode((key,)), us, seq)
         row = (key, ms)
         ops.append((k, (b"\x01" if matched else b"\x00") + _codec.encode(row), None))
+        if jp.indexed[side]:
+            ops.append((*index_entry(k, matched), None))
         counts[(side, kg, b)] = counts.get((side, kg, b), 0) + 1
         model[k] = (side, us, matched, row)
     _join.write(db, ops, counts, set())
@@ -82,26 +91,36 @@ def live_rows(db, side: int) -> set[bytes]:
     return out
 
 
+def index_of(db, side: int) -> dict[bytes, bytes]:
+    out = {}
+    for kg in range(KGS):
+        h = _join.index_head(kg, side)
+        out.update(db.scan(h, _join.prefix_end(h)))
+    return out
+
+
 def counted(db, side: int) -> int:
     task = types.SimpleNamespace(db=db, first_kg=0, last_kg=KGS - 1)
     return _join._count_buffered(task, side)
 
 
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("how", ["full", "inner"])
+@pytest.mark.parametrize("how,indexed", [("full", True), ("full", False), ("inner", True)])
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(rows=rows_st, steps=steps_st)
-def test_eviction_matches_the_model(mode, how, rows, steps):
+@given(rows=rows_st, steps=steps_st, marks=st.sets(st.integers(0, 59), max_size=20))
+def test_eviction_matches_the_model(mode, how, indexed, rows, steps, marks):
     name = f"join-layout-{uuid.uuid4().hex}"
     db = silt.open(f"memory://{name}")
     try:
         view = db if mode == "range" else NoRangeDelete(db)
-        jp = plan(how)
+        jp = plan(how, indexed)
+        assert jp.indexed == ((True, True) if indexed and how == "full" else (False, False))
         model = buffer(view, jp, rows)
-        task = types.SimpleNamespace(db=view, first_kg=0, last_kg=KGS - 1)
+        task = types.SimpleNamespace(db=view, first_kg=0, last_kg=KGS - 1, url="memory://t")
         emitted: list[tuple] = []
         wm = 0
-        for step in steps:
+        keys = list(model)
+        for i, step in enumerate(steps):
             wm += step
             for side in (0, 1):
                 evict_us = jp.evict_us(side, wm)
@@ -110,8 +129,23 @@ def test_eviction_matches_the_model(mode, how, rows, steps):
                 ranges: list = []
                 dead: set = set()
                 delta: dict = {}
-                nxt, n, unmatched = _join.evict(task, jp, side, evict_us, outer, set(), ops,
-                                                ranges, dead, delta)
+                marked: set[bytes] = set()
+                if outer:  # the batch matches some rows still buffered and marks them, as
+                    # the operator does: marks written first, eviction's deletes after them
+                    live = live_rows(db, side)
+                    for j in sorted(m for m in marks if m % len(steps) == i):
+                        if (j < len(keys) and keys[j] in live and model[keys[j]][0] == side
+                                and not model[keys[j]][2]):
+                            k = keys[j]
+                            sd, us, _, row = model[k]
+                            model[k] = (sd, us, True, row)
+                            marked.add(k)
+                            ops.append((k, b"\x01" + _codec.encode(row), None))
+                            if jp.indexed[side]:
+                                ops.append((*index_entry(k, True), None))
+                evict = _join.evict_indexed if jp.indexed[side] else _join.evict
+                nxt, n, unmatched = evict(task, jp, side, evict_us, outer, marked, ops,
+                                          ranges, dead, delta)
                 _join.write(view, ops, delta, dead, ranges)
                 emitted += [(side, _codec.decode(v[1:])) for v in unmatched.to_list()]
                 assert outer or not len(unmatched)
@@ -126,6 +160,11 @@ def test_eviction_matches_the_model(mode, how, rows, steps):
                 # never a row the watermark still needs
                 assert all(k in left for k, v in mine.items() if v[1] > evict_us)
                 assert counted(db, side) == len(left)
+                index = index_of(db, side)
+                if jp.indexed[side]:  # the index lists the rows left, with their marks
+                    assert index == dict(index_entry(k, model[k][2]) for k in left)
+                else:
+                    assert not index
                 if nxt is None:
                     assert not left
                 else:

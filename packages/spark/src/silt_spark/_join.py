@@ -32,6 +32,7 @@ State layout, laid out for eviction (``_keys.py``, tag ``J``)::
     row:    kg:u16be 'J' side:u8 bucket:u64be(+2^63) enc(join key) time_us:u64be(+2^63) seq:u64be
             -> matched:u8 enc(row tuple)
     count:  kg:u16be 'J' (2 + side):u8 bucket:u64be(+2^63) -> rows:u64be
+    index:  kg:u16be 'J' (4 + side):u8 time_us:u64be(+2^63) seq:u64be -> matched:u8 enc(join key)
 
 ``seq`` is ``batch id << 32 | the row's position among its side's rows in the shard's batch``,
 so equal rows stay distinct entries (a re-run may number equal-keyed rows in another order:
@@ -44,10 +45,15 @@ bucket expires at once.
 Eviction reads one short run of **count** entries per key group and side (one per bucket,
 stopping at the first live bucket), drops each expired bucket with range deletes
 (:func:`evict_range`: ``DB.delete_range`` where the core has it, else deleting the keys it
-reads), and reads rows only where it must: an outer side's expired buckets (to emit unmatched
-rows exactly once) and its one boundary bucket (rows expired individually there). The shard's
-smallest live bucket per side is kept in the manifest meta, so a batch in which nothing can
-expire reads nothing. Without a time range nothing expires and every row is in bucket 0.
+reads). An outer side must also find the rows that expire inside its boundary bucket (deleted
+one by one) and emit the expired rows never matched exactly once: its rows have **index**
+entries in time order, carrying the row's mark (updated with it), so eviction reads the index
+up to the state watermark, exactly the rows that expire, and then the values of the unmatched
+ones (one ``multi_get``): the work follows the rows evicted, never the rows buffered
+(:func:`evict_indexed`). Roots created before the index (their descriptor lacks
+:data:`TIME_INDEX`) read the expired and boundary buckets whole instead (:func:`evict`). The
+shard's smallest live bucket per side is kept in the manifest meta, so a batch in which nothing
+can expire reads nothing. Without a time range nothing expires and every row is in bucket 0.
 
 Vectorized: the task never loops over rows in Python. Each side's rows are arrays
 (``_Side``); state keys and values are built for all of them at once by ``_rowcodec`` (the same
@@ -91,6 +97,8 @@ SIDES = ("left", "right")
 #: Side byte of a buffered row, and of a bucket's row count.
 _ROWS = (b"\x00", b"\x01")
 _COUNTS = (b"\x02", b"\x03")
+#: Side byte of an outer side's time index entry.
+_INDEX = (b"\x04", b"\x05")
 #: Time of a row without event time (no time range: never expires, bucket 0).
 NO_TIME = -(1 << 62)
 MIN_BUCKET_US = 1_000_000
@@ -112,6 +120,9 @@ HOWS = {
 META_MIN_BUCKET = ("spark.join_min_bucket_left", "spark.join_min_bucket_right")
 META_BUFFERED = ("spark.join_buffered_left", "spark.join_buffered_right")
 META_EVICTED = ("spark.join_evicted_left", "spark.join_evicted_right")
+#: The descriptor field of roots whose outer sides keep a time index (roots created before it
+#: evict an outer side's boundary bucket by scanning it, as they always did).
+TIME_INDEX = "join_time_index"
 
 SIDE_COLUMN = "__side"
 _U64 = struct.Struct(">Q")
@@ -139,6 +150,17 @@ def split_row_key(key: bytes) -> tuple[int, int, bytes, int, int]:
     at = _keys.BODY_AT
     return (key[at], _keys.time_value(key, at + 1), key[at + 9:-16],
             _keys.time_value(key, len(key) - 16), _U64.unpack_from(key, len(key) - 8)[0])
+
+
+def index_head(kg: int, side: int) -> bytes:
+    """``kg 'J' (4 + side)``: the prefix of one side's time index in one key group."""
+    return _keys.head(kg, JOIN_TAG) + _INDEX[side]
+
+
+def index_key_of(row: bytes) -> bytes:
+    """The time index key of the buffered row whose key is ``row``: ``kg 'J' (4 + side)
+    time_us seq`` (a row key ends with ``time_us seq``)."""
+    return row[:_keys.BODY_AT] + _INDEX[row[_keys.BODY_AT]] + row[-16:]
 
 
 def count_key(kg: int, side: int, bucket: int) -> bytes:
@@ -198,10 +220,20 @@ class JoinPlan:
     output: tuple[tuple, ...]
     side_schemas: tuple[Any, Any]  # pyarrow.Schema of each side's columns
     output_schema: Any  # pyarrow.Schema
+    #: Whether the root keeps a time index of its outer sides' rows (descriptor field
+    #: :data:`TIME_INDEX`; roots created before it have none).
+    time_indexed: bool = False
 
     @property
     def outer(self) -> tuple[bool, bool]:
         return self.how in ("left", "full"), self.how in ("right", "full")
+
+    @property
+    def indexed(self) -> tuple[bool, bool]:
+        """Sides whose rows have time index entries: outer sides with a time range, on a root
+        that keeps the index."""
+        on = self.time_indexed and self.time_range is not None
+        return on and self.outer[0], on and self.outer[1]
 
     def evict_us(self, side: int, watermark_ms: int) -> int | None:
         """Rows of ``side`` with time ``<=`` this expire (Spark's state watermark)."""
@@ -241,6 +273,16 @@ def row_keys(kgs: Any, side: int, buckets: Any, enc_keys: Rows, times: Any, seqs
         _rowcodec.fixed(kgs, ">u2"), JOIN_TAG + _ROWS[side], _biased(buckets), enc_keys,
         _biased(times), _rowcodec.fixed(seqs, ">u8"),
     ])
+
+
+def index_entries(kgs: Any, side: int, enc_keys: Rows, times: Any, seqs: Any,
+                  matched: np.ndarray) -> tuple[Rows, Rows]:
+    """Time index keys and values of many rows: ``kg 'J' (4 + side) time_us seq -> matched:u8
+    enc(join key)``; the row's key follows from them (its bucket is its time's)."""
+    n = len(enc_keys)
+    keys = _rowcodec.concat(n, [_rowcodec.fixed(kgs, ">u2"), JOIN_TAG + _INDEX[side],
+                                _biased(times), _rowcodec.fixed(seqs, ">u8")])
+    return keys, row_values(matched, enc_keys)
 
 
 def row_values(matched: np.ndarray, values: Rows) -> Rows:
@@ -542,6 +584,10 @@ def merge_partition(task: ShardTask, batches: Iterator[Any], jp: JoinPlan) -> It
             vals = _rowcodec.concat(len(idx), [b"\x01", _rowcodec.slices(
                 lo_.values.take(idx), 1, 0)]).to_list()
             ops.extend(zip(keys, vals, [None] * len(keys)))
+            if jp.indexed[lo_.side]:  # the index entry carries the mark too
+                ikeys = [index_key_of(k) for k in keys]
+                ivals = _rowcodec.concat(len(idx), [b"\x01", lo_.enc_keys.take(idx)]).to_list()
+                ops.extend(zip(ikeys, ivals, [None] * len(keys)))
     for s in (LEFT, RIGHT):
         inp = sides[s]
         if inp is None or not inp.keep.any():
@@ -554,6 +600,10 @@ def merge_partition(task: ShardTask, batches: Iterator[Any], jp: JoinPlan) -> It
         vals = row_values(inp.matched[idx], _rowcodec.encode_tuples(inp.take(idx),
                                                                     len(idx))).to_list()
         ops.extend(zip(keys, vals, [None] * len(keys)))
+        if jp.indexed[s]:
+            ikeys, ivals = index_entries(inp.kgs[idx], s, inp.enc_keys.take(idx),
+                                         inp.times[idx], inp.seqs[idx], inp.matched[idx])
+            ops.extend(zip(ikeys.to_list(), ivals.to_list(), [None] * len(keys)))
         groups, counts = np.unique(np.stack([inp.kgs[idx], buckets], axis=1), axis=0,
                                    return_counts=True)
         for (kg, b), c in zip(groups.tolist(), counts.tolist()):
@@ -573,8 +623,8 @@ def merge_partition(task: ShardTask, batches: Iterator[Any], jp: JoinPlan) -> It
             continue
         lo_ = loaded[s]
         marked = set(lo_.marked_keys()) if lo_ is not None else set()
-        nxt, n, unmatched = evict(task, jp, s, expiry[s], outer[s], marked, ops, ranges,
-                                  dead_buckets, count_delta)
+        nxt, n, unmatched = (evict_indexed if jp.indexed[s] else evict)(
+            task, jp, s, expiry[s], outer[s], marked, ops, ranges, dead_buckets, count_delta)
         if len(unmatched):
             cols = _rowcodec.decode_tuples(unmatched, jp.side_schemas[s], skip=1)
             out.append(_output(jp, cols, None) if s == LEFT else _output(jp, None, cols))
@@ -644,13 +694,63 @@ def _unmatched(items: list[tuple[bytes, bytes]], marked: set[bytes]
     return list(keys), values.take(np.flatnonzero(free))
 
 
+def _expired_buckets(db: Any, kg: int, side: int, full: int) -> tuple[list[int], int,
+                                                                        int | None]:
+    """``side``'s buckets in key group ``kg`` below ``full`` (they expire whole; from the count
+    entries, in order), the rows they hold, and the first live bucket (``None``: none)."""
+    expired: list[int] = []
+    total = 0
+    for ck, cv in db.scan(*counts_range(kg, side)):
+        b = _keys.time_value(ck, _keys.BODY_AT + 1)
+        if b >= full:
+            return expired, total, b
+        expired.append(b)
+        total += _U64.unpack(cv)[0]
+    return expired, total, None
+
+
+def _drop_buckets(db: Any, kg: int, side: int, expired: list[int], outer: bool,
+                  marked: set[bytes], ops: list, ranges: list, dead_buckets: set,
+                  emitted: list[Rows]) -> None:
+    """Delete the whole buckets ``expired`` (consecutive from the first) and their count
+    entries: one range each for rows and counts. With ``outer``, the rows are read and the
+    values of those never matched added to ``emitted``."""
+    lo, hi = expired[0], expired[-1] + 1
+    start, end = bucket_prefix(kg, side, lo), bucket_prefix(kg, side, hi)
+    read: list[bytes] | None = None
+    if outer:
+        read, vals = _unmatched(list(db.scan(start, end)), marked)
+        emitted.append(vals)
+    evict_range(db, start, end, ops, ranges, read)
+    evict_range(db, count_key(kg, side, lo), count_key(kg, side, hi), ops, ranges,
+                [count_key(kg, side, b) for b in expired])
+    for b in expired:
+        dead_buckets.add((side, kg, b))
+
+
+def _joined(emitted: list[Rows]) -> Rows:
+    """``emitted`` as one :class:`Rows`."""
+    if not emitted:
+        return Rows(np.zeros(1, np.int64), np.zeros(0, np.uint8))
+    off = [np.zeros(1, np.int64)]
+    base = 0
+    for r in emitted:
+        off.append(r.offsets[1:] - r.offsets[0] + base)
+        base += int(r.offsets[-1] - r.offsets[0])
+    data = np.concatenate([r.data[r.offsets[0]:r.offsets[-1]] for r in emitted])
+    return Rows(np.concatenate(off), data)
+
+
 def evict(task: ShardTask, jp: JoinPlan, side: int, evict_us: int, outer: bool,
           marked: set[bytes], ops: list, ranges: list, dead_buckets: set, count_delta: dict
           ) -> tuple[int | None, int, Rows]:
     """Evict ``side``'s rows with time ``<= evict_us`` in every key group of the shard: point
     deletes go to ``ops``, range deletes to ``ranges`` (see :func:`write`). Returns the smallest
     live bucket left, the rows evicted and, for an outer side, the values (``matched:u8
-    enc(row)``) of the evicted rows never matched (``marked``: keys matched in this batch)."""
+    enc(row)``) of the evicted rows never matched (``marked``: keys matched in this batch).
+
+    For a side without a time index (:func:`evict_indexed`): an outer side's whole expired
+    buckets and its boundary bucket are read to find the rows to emit and delete."""
     assert jp.bucket_us is not None
     full = full_buckets_below(evict_us, jp.bucket_us)
     db = task.db
@@ -659,15 +759,11 @@ def evict(task: ShardTask, jp: JoinPlan, side: int, evict_us: int, outer: bool,
     emitted: list[Rows] = []
 
     for kg in range(task.first_kg, task.last_kg + 1):
-        expired: list[int] = []
-        for ck, cv in db.scan(*counts_range(kg, side)):
-            b = _keys.time_value(ck, _keys.BODY_AT + 1)
-            if b < full:
-                expired.append(b)
-                total += _U64.unpack(cv)[0]
-                continue
-            if b == full and outer:
-                prefix = bucket_prefix(kg, side, b)
+        expired, n, live = _expired_buckets(db, kg, side, full)
+        total += n
+        if live is not None:
+            if live == full and outer:
+                prefix = bucket_prefix(kg, side, live)
                 items = list(db.scan(prefix, prefix_end(prefix)))
                 if items:
                     ks, vs = zip(*items)
@@ -681,37 +777,87 @@ def evict(task: ShardTask, jp: JoinPlan, side: int, evict_us: int, outer: bool,
                         emitted.append(vals)
                         ops.extend(zip(gk, [None] * len(gk), [None] * len(gk)))
                         total += len(gone)
-                        key = (side, kg, b)
+                        key = (side, kg, live)
                         count_delta[key] = count_delta.get(key, 0) - len(gone)
-            if nxt is None or b < nxt:
-                nxt = b
-            break
-        if not expired:
-            continue
-        # Expired buckets are consecutive from the first live one: one range each for rows and
-        # counts (buckets always go with their count entry).
-        lo, hi = expired[0], expired[-1] + 1
-        start, end = bucket_prefix(kg, side, lo), bucket_prefix(kg, side, hi)
-        read: list[bytes] | None = None
-        if outer:
-            read, vals = _unmatched(list(db.scan(start, end)), marked)
-            emitted.append(vals)
-        evict_range(db, start, end, ops, ranges, read)
-        evict_range(db, count_key(kg, side, lo), count_key(kg, side, hi), ops, ranges,
-                    [count_key(kg, side, b) for b in expired])
-        for b in expired:
-            dead_buckets.add((side, kg, b))
-    if emitted:
-        off = [np.zeros(1, np.int64)]
-        base = 0
-        for r in emitted:
-            off.append(r.offsets[1:] - r.offsets[0] + base)
-            base += int(r.offsets[-1] - r.offsets[0])
-        data = np.concatenate([r.data[r.offsets[0]:r.offsets[-1]] for r in emitted])
-        unmatched = Rows(np.concatenate(off), data)
-    else:
-        unmatched = Rows(np.zeros(1, np.int64), np.zeros(0, np.uint8))
-    return nxt, total, unmatched
+            if nxt is None or live < nxt:
+                nxt = live
+        if expired:
+            _drop_buckets(db, kg, side, expired, outer, marked, ops, ranges, dead_buckets,
+                          emitted)
+    return nxt, total, _joined(emitted)
+
+
+def evict_indexed(task: ShardTask, jp: JoinPlan, side: int, evict_us: int, outer: bool,
+                  marked: set[bytes], ops: list, ranges: list, dead_buckets: set,
+                  count_delta: dict) -> tuple[int | None, int, Rows]:
+    """:func:`evict` for a side with a time index (an outer side, :attr:`JoinPlan.indexed`).
+
+    The rows that expire, and only those, are listed in time order by the index, with their
+    marks (one ``multi_scan`` over the shard's key groups): so the work follows the rows
+    evicted, never the rows buffered. Whole expired buckets go by range delete, the boundary
+    bucket's expired rows by point deletes, the index entries by one range per key group;
+    the values of the rows never matched are read with one ``multi_get`` to be emitted."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    assert jp.bucket_us is not None
+    full = full_buckets_below(evict_us, jp.bucket_us)
+    db = task.db
+    nxt: int | None = None
+    total = 0
+    emitted: list[Rows] = []
+    index_ranges: list[tuple[bytes, bytes]] = []
+    until = _keys.time_bytes(evict_us + 1)
+    for kg in range(task.first_kg, task.last_kg + 1):
+        expired, n, live = _expired_buckets(db, kg, side, full)
+        total += n
+        if live is not None and (nxt is None or live < nxt):
+            nxt = live
+        if expired:
+            _drop_buckets(db, kg, side, expired, False, marked, ops, ranges, dead_buckets,
+                          emitted)
+        if expired or live == full:
+            index_ranges.append((index_head(kg, side), index_head(kg, side) + until))
+    got = db.multi_scan(index_ranges) if index_ranges else []
+    if not got:
+        return nxt, total, _joined(emitted)
+    ikeys, ivals = zip(*got)
+    ik, iv = Rows.from_list(list(ikeys)), Rows.from_list(list(ivals))
+    kgs = _rowcodec._read_fixed(ik.data, ik.offsets[:-1], ">u2").astype(np.int64)
+    times = _unbiased(_rowcodec.u64_at_end(ik, 16))
+    seqs = _rowcodec.u64_at_end(ik, 8)
+    enc_keys = _rowcodec.slices(iv, 1, 0)
+    buckets = times // jp.bucket_us
+    rkeys = row_keys(kgs, side, buckets, enc_keys, times, seqs)
+    # the boundary bucket's expired rows: point deletes and their bucket's count
+    edge = np.flatnonzero(buckets >= full)
+    if len(edge):
+        ops.extend((k, None, None) for k in rkeys.take(edge).to_list())
+        total += len(edge)
+        for kg, c in zip(*np.unique(kgs[edge], return_counts=True)):
+            key = (side, int(kg), full)
+            count_delta[key] = count_delta.get(key, 0) - int(c)
+    if hasattr(db, "delete_range"):
+        ranges.extend(index_ranges)
+    else:  # as evict_range does without range deletes: a delete per key read
+        ops.extend((k, None, None) for k in ikeys)
+    if outer:
+        free = iv.data[iv.offsets[:-1]] == 0
+        if marked and free.any():
+            seen = pc.is_in(rkeys.to_arrow(), value_set=pa.array(list(marked),
+                                                                 pa.large_binary()))
+            free &= ~np.asarray(seen.to_numpy(zero_copy_only=False), bool)
+        want = rkeys.take(np.flatnonzero(free)).to_list()
+        if want:
+            values = db.multi_get(want)
+            if any(v is None for v in values):
+                lost = want[[v is None for v in values].index(True)]
+                raise RuntimeError(
+                    f"the join state at {task.url!r} has a time index entry without its row "
+                    f"({lost.hex()}): the state is damaged; run `silt verify` on it and "
+                    "restore it from a backup")
+            emitted.append(Rows.from_list(values))
+    return nxt, total, _joined(emitted)
 
 
 def _output(jp: JoinPlan, left: list[Any] | None, right: list[Any] | None) -> Any:
@@ -1023,13 +1169,19 @@ def join(
     _api._check_streaming(right, KIND)
     side_types = {SIDES[i]: [[f.name, f.dataType.simpleString()] for f in df.schema.fields]
                   for i, df in enumerate((left, right))}
+    # A new root keeps a time index of its outer sides; one created before the index existed
+    # goes on without (its descriptor never gains the field: its rows have no entries).
+    fresh = _shard.read_descriptor(spec.root, spec.storage_options) is None
     spec = _shard.ensure_descriptor(spec, {
         "key_columns": _api._key_types(left, lk),
         "join": {"how": kind, "bucket_us": bucket_us, "left": list(lcols),
                  "right": list(rcols)},
         SIDE_TYPES: side_types,
+        **({TIME_INDEX: 1} if fresh else {}),
     }, (*_api.PINNED, "join"))
     _shard.refresh_descriptor(spec, {SIDE_TYPES: side_types})
+    time_indexed = (_shard.read_descriptor(spec.root, spec.storage_options) or {}).get(
+        TIME_INDEX) == 1
 
     def side_struct(df: Any, prefix: str) -> list[Any]:
         return [T.StructField(f"{prefix}{i}", f.dataType, True)
@@ -1044,6 +1196,7 @@ def join(
         side_schemas=(to_arrow_schema(T.StructType(l_struct), timezone="UTC"),
                       to_arrow_schema(T.StructType(r_struct), timezone="UTC")),
         output_schema=to_arrow_schema(out_struct, timezone="UTC"),
+        time_indexed=time_indexed,
     )
 
     def tagged(df: Any, side: int, keys: list[str]) -> Any:
