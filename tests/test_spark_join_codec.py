@@ -14,6 +14,7 @@ import uuid
 
 import numpy as np
 import pyarrow as pa
+import pytest
 import silt
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -158,10 +159,12 @@ def _tagged(side_rows, side):
     return pa.table(cols)
 
 
-def test_a_batch_is_joined_without_python_per_row(monkeypatch):
+@pytest.mark.parametrize("indexed", [True, False])
+def test_a_batch_is_joined_without_python_per_row(monkeypatch, indexed):
     """Two micro-batches of a left outer join through the task's code with a real (memory) DB:
     matches, buffering, eviction and unmatched rows, with ``_codec`` never called (every
-    column type here is vectorized), and the rows a nested-loop model gives."""
+    column type here is vectorized), and the rows a nested-loop model gives; with the outer
+    side's time index (roots made since it exists) and without."""
     ts = pa.timestamp("us", tz="UTC")
     side = pa.schema([("k", pa.string()), ("v", pa.int64()), ("t", ts)])
     out = pa.schema([("k", pa.string()), ("v", pa.int64()), ("t", ts), ("k2", pa.string()),
@@ -171,7 +174,8 @@ def test_a_batch_is_joined_without_python_per_row(monkeypatch):
         time_range=(1_000_000, 1_000_000), bucket_us=2_000_000,
         output=tuple([("L", i) for i in range(3)] + [("R", i) for i in range(3)]),
         side_schemas=(side, side),
-        output_schema=out)
+        output_schema=out, time_indexed=indexed)
+    assert jp.indexed == (indexed, False)
     calls = []
     for name in ("encode", "decode"):
         real = getattr(_codec, name)
