@@ -555,6 +555,7 @@ cache_ops_st = st.lists(st.one_of(
     st.tuples(st.just("put"), st.integers(0, 6), st.integers(0, 50)),
     st.tuples(st.just("get"), st.integers(0, 6)),
     st.tuples(st.just("get_many"), st.lists(st.integers(0, 6), max_size=5)),
+    st.tuples(st.just("holds"), st.lists(st.integers(0, 6), max_size=5)),
     st.tuples(st.just("clear")),
     st.tuples(st.just("resize"), st.integers(0, 120)),
 ), max_size=60)
@@ -575,6 +576,8 @@ def test_block_cache_identical(capacity: int, ops: list) -> None:
                 out.append(c.get(("sst", op[1])))
             elif op[0] == "get_many":
                 out.append(c.get_many([("sst", i) for i in op[1]]))
+            elif op[0] == "holds":  # a look: no hit, no miss, no change of the LRU order
+                out.append(c.holds([("sst", i) for i in op[1]]))
             elif op[0] == "resize":
                 out.append(c.resize(op[1]))
             else:

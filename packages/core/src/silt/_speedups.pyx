@@ -663,6 +663,15 @@ cdef class BlockCache:
             self._release()
         return out
 
+    def holds(self, list keys):
+        """Whether each of ``keys`` is cached, without making it recently used or counting a
+        hit or a miss (a look at what the cache holds, not a read)."""
+        self._acquire()
+        try:
+            return [key in self._data for key in keys]
+        finally:
+            self._release()
+
     def put(self, key, value, Py_ssize_t charge):
         """Insert ``value``; evicts least recently used entries to stay within capacity.
 

@@ -55,6 +55,13 @@ class BlockCache:
             self.misses += misses
         return [None if entry is None else entry[0] for entry in found]
 
+    def holds(self, keys: list[Hashable]) -> list[bool]:
+        """Whether each of ``keys`` is cached, without making it recently used or counting a
+        hit or a miss (a look at what the cache holds, not a read)."""
+        with self._lock:
+            data = self._data
+            return [key in data for key in keys]
+
     def put(self, key: Hashable, value: Any, charge: int) -> None:
         """Insert ``value``; evicts least recently used entries to stay within capacity.
 

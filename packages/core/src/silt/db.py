@@ -56,6 +56,7 @@ from .metrics import MeteredStore, Metrics
 from .pin import check_checkpoint_name, pin
 from .rangedel import MAX_FRAGMENTS, RangeTombstones
 from .record import MISSING, visible
+from .refill import Refiller
 from .reopen import check_at_most, latest_at_most, probe_at_most
 from .settings import Settings
 from .siblings import Base, Reference, SiblingStores, mark_referrers, take_reference
@@ -140,6 +141,8 @@ class DB:
         self._manifest: Manifest | None = None
         self._readers = Readers(self._budget)
         self._fetch = BlockFetcher(settings.read_parallelism)
+        #: Refills the block cache after adopted compactions on remote stores (silt.refill).
+        self._refiller = Refiller(self._cache, settings.read_parallelism, self._metrics)
         #: Stores of sibling DBs whose SSTs the manifests reference (silt.siblings).
         self._siblings = SiblingStores(
             url, self._store, wrap=lambda raw: MeteredStore(raw, self._metrics)
@@ -592,8 +595,17 @@ class DB:
                 budget.release(held)
 
     def _landed(self, manifest: Manifest, adopted: list, refused: list) -> None:
-        """Bookkeeping once ``manifest`` is committed: install it, settle compactions."""
+        """Bookkeeping once ``manifest`` is committed: install it, settle compactions (and
+        refill the cache with the adopted ones' outputs, see :mod:`silt.refill`)."""
+        inputs: list[SstReader] = []
+        if adopted and self._settings.refill_after_compaction and not self._store.local:
+            by_id = self._readers.by_id  # the inputs' readers, before _install drops them
+            inputs = [r for rec in adopted for i in rec.task.inputs
+                      if (r := by_id.get(i)) is not None]
         self._install(manifest)
+        if inputs:
+            self._refiller.submit(inputs, [self._reader(s) for rec in adopted
+                                           for s in rec.outputs])
         self._committer.landed(manifest)
         self._refs = []
         self._ref_base = ((), ())
@@ -860,6 +872,7 @@ class DB:
             if self._closed:
                 return
             self._closed = True
+            self._refiller.close()
             self._flusher.close()
             self._fetch.close()
             self._compaction.close()
@@ -880,8 +893,8 @@ class DB:
         ``read_amplification`` is the number of SSTs a point read may probe (L0 SSTs plus one per
         non-empty level); ``write_amplification`` is bytes written to SSTs (flushes and
         compaction outputs) per byte flushed from memtables; ``requests`` counts object-store
-        requests and bytes by purpose (write, flush, commit, compaction, gc, read, open) and
-        kind, ``requests_by_kind`` the requests of each kind (failed ones included).
+        requests and bytes by purpose (write, flush, commit, compaction, gc, read, open,
+        refill) and kind, ``requests_by_kind`` the requests of each kind (failed ones included).
         """
         m = self._metrics.snapshot()
         flushed = m.get("flush_bytes", 0)
@@ -915,6 +928,13 @@ class DB:
         """
         self._check_open()
         return self._compaction.wait(timeout)
+
+    def wait_for_refill(self) -> None:
+        """Block until the cache refills started by adopted compactions so far are done (see
+        :mod:`silt.refill`; only remote stores refill). Useful before measuring, and in tests.
+        """
+        self._check_open()
+        self._refiller.wait()
 
     def newer_versions(self) -> list[int]:
         """Committed versions greater than this DB's base version, ascending.

@@ -109,6 +109,11 @@ class Settings:
             the writer) or ``"external"`` (``silt compact URL`` runs elsewhere; the writer adopts
             the records it finds under ``compaction/``). Default background.
         compaction_poll_seconds: in external mode, how often a commit lists ``compaction/``.
+        refill_after_compaction: on a remote store (``ObjectStore.local`` false), after the
+            writer adopts a compaction, read into the block cache, in the background, the blocks
+            of its outputs that hold the key ranges its inputs had cached (so the hot part of
+            the state stays cached across compactions instead of being read again by the next
+            batch's gets, one request per run of blocks). Default True; see :mod:`silt.refill`.
         target_sst_bytes: size at which compaction starts a new output SST. Default 64 MiB.
         l0_compaction_trigger: L0 SSTs that make a policy compact L0. Default 4.
         l0_stall_trigger: L0 SSTs at which a commit waits for the running compaction instead of
@@ -149,6 +154,7 @@ class Settings:
     compaction: str = "leveled"
     compaction_mode: str = "background"
     compaction_poll_seconds: float = 10.0
+    refill_after_compaction: bool = True
     target_sst_bytes: int = 64 * MiB
     l0_compaction_trigger: int = 4
     l0_stall_trigger: int = 12
@@ -180,6 +186,11 @@ class Settings:
                 )
         for name in ("compaction_poll_seconds", "gc_grace_seconds"):
             check_seconds(getattr(self, name), f"Settings.{name}")
+        if not isinstance(self.refill_after_compaction, bool):
+            raise InvalidTypeError(
+                "Settings.refill_after_compaction must be True or False, got "
+                f"{type(self.refill_after_compaction).__name__} "
+                f"{self.refill_after_compaction!r:.80}")
         if self.compaction_mode not in COMPACTION_MODES:
             raise InvalidArgumentError(
                 f"Settings.compaction_mode must be one of {COMPACTION_MODES}, got "
