@@ -638,13 +638,19 @@ def main() -> None:
                     f"s3 +{args.s3_latency_ms:g} ms": remote.url(f"agg-{keys}"),
                     f"s3 +{args.s3_latency_ms:g} ms, ssd cache": remote.url(
                         f"agg-ssd-{keys}", cache_dir=work / f"ssd-{keys}"),
+                    # the cache refill after compactions off (silt.refill): what it saves
+                    f"s3 +{args.s3_latency_ms:g} ms, no refill": remote.url(
+                        f"agg-norefill-{keys}"),
                 }
                 for label, url in where.items():
                     name = f"silt aggregate ({label})"
+                    opts = (silt.Settings(refill_after_compaction=False)
+                            if label.endswith("no refill") else None)
 
-                    def build(df, url=url):
+                    def build(df, url=url, opts=opts):
                         return silt_spark.aggregate(df, ["key"], ["count", "sum(amount)"],
-                                                    state_url=url, num_shards=args.shards)
+                                                    state_url=url, num_shards=args.shards,
+                                                    settings=opts)
 
                     remote.proxy.counts.clear()
                     r = measure(session, name, build, src, work, keys, args.rows, args,

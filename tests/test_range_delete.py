@@ -245,6 +245,28 @@ def test_fragments_are_canonical_and_later_tombstones_subsume_earlier() -> None:
     assert t.seq_at(b"kg") == 64 and t.seq_at(b"kg064") == 0 and t.seq_at(b"a") == 0
 
 
+_spans = st.lists(st.tuples(st.integers(0, 40), st.integers(1, 12), st.integers(1, 9)),
+                  max_size=8)
+
+
+@settings(max_examples=200, deadline=None)
+@given(spans=_spans, start=st.integers(0, 55), width=st.integers(0, 15),
+       seq=st.integers(0, 10))
+def test_newer_within_is_whether_masking_a_range_can_change_it(spans, start, width,
+                                                               seq) -> None:
+    """``newer_within(start, end, seq)`` (multi_scan masks a source only where it is true)
+    equals: some key of ``[start, end)`` is deleted by a tombstone newer than ``seq``."""
+    def k(i: int) -> bytes:
+        return b"%03d" % i
+
+    t = RangeTombstones()
+    for a, n, sq in spans:
+        t = t.add(k(a), k(a + n), sq)
+    end = start + width
+    want = any(t.seq_at(k(i)) > seq for i in range(start, end))
+    assert t.newer_within(k(start), k(end), seq) == want
+
+
 def _crafted(tmp_path, body_changes: dict) -> str:
     url = (tmp_path / "db").as_uri()
     with silt.open(url, settings=UPLOADED) as db:

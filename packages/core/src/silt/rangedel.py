@@ -34,7 +34,7 @@ Immutable and thread-safe.
 from __future__ import annotations
 
 import heapq
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import pairwise
 from typing import Any
@@ -162,6 +162,16 @@ class RangeTombstones:
         i = bisect_right(self._ends, smallest)
         j = bisect_right(self._starts, largest)
         return max(self._seqs[i:j], default=0)
+
+    def newer_within(self, start: bytes, end: bytes, seq: int) -> bool:
+        """Whether some fragment newer than ``seq`` meets ``[start, end)`` (a scanned range,
+        end excluded): a source of sequence number ``seq`` read only there needs no masking
+        when this is false."""
+        if self._max <= seq or not self.fragments:
+            return False
+        i = bisect_right(self._ends, start)
+        j = bisect_left(self._starts, end)
+        return max(self._seqs[i:j], default=0) > seq
 
     def covers_any(self, info: SstInfo) -> bool:
         """Whether some fragment newer than SST ``info`` meets its key range."""

@@ -246,21 +246,23 @@ class ReadView:
             ssts.append(prefetch(reader, reader.info.seq))  # type: ignore[union-attr]
         for level in self.levels:
             runs.append([prefetch(r, r.info.seq) for r in level.readers])  # type: ignore[union-attr]
-        parts = {id(part.reader): part for part in self.parts if part.memtable is None}
         out: list[tuple[bytes, bytes]] = []
         for start, end in ranges:
             sources: list[Iterator[tuple[bytes, object]]] = [self.mem.iter_range(start, end)]
+            # Only tombstones meeting this range can delete what it reads (the ranges are
+            # narrow: a join's probes): a source without a newer one there is not masked.
             for part in reversed(self.parts):
                 mem = part.memtable
                 if mem is not None:
                     it = mem.iter_range(start, end)
-                    sources.append(tombs.mask(it, part.seq, False) if tombs else it)
+                    masked = tombs and tombs.newer_within(start, end, part.seq)
+                    sources.append(tombs.mask(it, part.seq, False) if masked else it)
             for reader, seq, blocks in ssts:
                 info = reader.info
                 if info.largest < start or info.smallest >= end:  # type: ignore[union-attr]
                     continue
                 it = _prefetched(reader, blocks, start, end)
-                masked = tombs and (id(reader) in parts or tombs.covers_any(info))  # type: ignore[arg-type]
+                masked = tombs and tombs.newer_within(start, end, seq)
                 sources.append(tombs.mask(it, seq, False) if masked else it)
             for run in runs:
                 chosen = [x for x in run
@@ -467,10 +469,10 @@ def _prefetched(reader: SstReader, blocks: dict[int, Any], start: bytes,
 def _chain_masked(run: list[tuple[SstReader, int, dict[int, Any]]], start: bytes, end: bytes,
                   tombs: RangeTombstones) -> Iterator[tuple[bytes, object]]:
     """One level's prefetched SSTs in ``[start, end)`` in key order, each masked by the range
-    tombstones that cover it."""
+    tombstones newer than it that meet the range."""
     for reader, seq, blocks in run:
         it = _prefetched(reader, blocks, start, end)
-        yield from (tombs.mask(it, seq, False) if tombs and tombs.covers_any(reader.info)  # type: ignore[arg-type]
+        yield from (tombs.mask(it, seq, False) if tombs and tombs.newer_within(start, end, seq)
                     else it)
 
 
