@@ -38,9 +38,9 @@ def range_gets(db: silt.DB, purpose: str = "read") -> int:
     return db.stats()["requests"].get(purpose, {}).get("RANGE_GET", {}).get("count", 0)
 
 
-def compacted_with_hot_keys(db: silt.DB, hot: list[bytes]) -> None:
+def compacted_not_adopted(db: silt.DB, hot: list[bytes]) -> None:
     """Two overlapping L0 SSTs, compacted; the cache then holds only the blocks of ``hot``
-    (read after the compaction ran, before its adoption); the commit adopts it."""
+    (read after the compaction ran, before the next commit adopts it)."""
     rng = random.Random(5)
     for round_ in range(2):
         db.put_many(KEYS, [b"%d-" % round_ + rng.randbytes(40) for _ in KEYS])
@@ -48,6 +48,11 @@ def compacted_with_hot_keys(db: silt.DB, hot: list[bytes]) -> None:
     assert db.wait_for_compaction(30)
     db.cache.clear()  # uploads were prefilled: keep only what the hot reads bring in
     assert all(v is not None for v in db.multi_get(hot))
+
+
+def compacted_with_hot_keys(db: silt.DB, hot: list[bytes]) -> None:
+    """:func:`compacted_not_adopted`, then a commit that adopts the compaction."""
+    compacted_not_adopted(db, hot)
     db.put(b"zz-another-write", b"x")
     db.commit()  # adopts the compaction
     assert db.stats()["compactions_adopted"] >= 1
@@ -100,13 +105,7 @@ def test_a_failing_refill_is_counted_and_reads_still_work(caplog) -> None:
     faulty = FaultyStore(RemoteMemory(None))
     hot = KEYS[500:900]
     with silt.open("memory://refill-fail", store=faulty, settings=settings()) as db:
-        rng = random.Random(5)
-        for round_ in range(2):
-            db.put_many(KEYS, [b"%d-" % round_ + rng.randbytes(40) for _ in KEYS])
-            db.commit()
-        assert db.wait_for_compaction(30)
-        db.cache.clear()
-        db.multi_get(hot)
+        compacted_not_adopted(db, hot)
         # from here every ranged read of an SST fails once the refill starts
         faulty.fail_matching("get_range", lambda k: k.startswith("sst/"), times=None)
         db.put(b"zz", b"x")
@@ -122,13 +121,7 @@ def test_close_stops_a_refill_in_flight() -> None:
     store = FaultyStore(RemoteMemory(None))
     hot = KEYS
     db = silt.open("memory://refill-close", store=store, settings=settings())
-    rng = random.Random(5)
-    for round_ in range(2):
-        db.put_many(KEYS, [b"%d-" % round_ + rng.randbytes(40) for _ in KEYS])
-        db.commit()
-    assert db.wait_for_compaction(30)
-    db.cache.clear()
-    db.multi_get(hot)
+    compacted_not_adopted(db, hot)
     started = threading.Event()
 
     def slow(op: str, key: str) -> None:

@@ -684,14 +684,18 @@ def _unmatched(items: list[tuple[bytes, bytes]], marked: set[bytes]
     keys, vals = zip(*items)
     values = Rows.from_list(list(vals))
     free = values.data[values.offsets[:-1]] == 0
-    if marked:
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
-        seen = pc.is_in(pa.array(keys, pa.large_binary()),
-                        value_set=pa.array(list(marked), pa.large_binary()))
-        free &= ~np.asarray(seen.to_numpy(zero_copy_only=False), bool)
+    if marked and free.any():
+        free &= ~_in_set(Rows.from_list(list(keys)), marked)
     return list(keys), values.take(np.flatnonzero(free))
+
+
+def _in_set(keys: Rows, marked: set[bytes]) -> np.ndarray:
+    """Per key of ``keys``, whether it is in ``marked`` (vectorized)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    seen = pc.is_in(keys.to_arrow(), value_set=pa.array(list(marked), pa.large_binary()))
+    return np.asarray(seen.to_numpy(zero_copy_only=False), bool)
 
 
 def _expired_buckets(db: Any, kg: int, side: int, full: int) -> tuple[list[int], int,
@@ -797,9 +801,6 @@ def evict_indexed(task: ShardTask, jp: JoinPlan, side: int, evict_us: int, outer
     evicted, never the rows buffered. Whole expired buckets go by range delete, the boundary
     bucket's expired rows by point deletes, the index entries by one range per key group;
     the values of the rows never matched are read with one ``multi_get`` to be emitted."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
     assert jp.bucket_us is not None
     full = full_buckets_below(evict_us, jp.bucket_us)
     db = task.db
@@ -844,9 +845,7 @@ def evict_indexed(task: ShardTask, jp: JoinPlan, side: int, evict_us: int, outer
     if outer:
         free = iv.data[iv.offsets[:-1]] == 0
         if marked and free.any():
-            seen = pc.is_in(rkeys.to_arrow(), value_set=pa.array(list(marked),
-                                                                 pa.large_binary()))
-            free &= ~np.asarray(seen.to_numpy(zero_copy_only=False), bool)
+            free &= ~_in_set(rkeys, marked)
         want = rkeys.take(np.flatnonzero(free)).to_list()
         if want:
             values = db.multi_get(want)
