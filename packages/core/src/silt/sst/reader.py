@@ -20,7 +20,12 @@ from typing import TYPE_CHECKING, Any
 from .. import boundedjson
 from .._ext import accelerate
 from ..cache import BlockCache
-from ..errors import CorruptionError, NotFoundError
+from ..errors import (
+    CorruptionError,
+    NotFoundError,
+    RetriesExhaustedError,
+    TransientStoreError,
+)
 from ..record import MISSING
 from ..store import ObjectStore, retrying
 from .block import Block, _read_array, unframe
@@ -181,6 +186,9 @@ class SstReader:
             raise ValueError("SstReader needs the object size (from SstInfo or a listing)")
         self.cache = cache
         self.cache_id = info.id if info is not None else object_name
+        #: The store's fast path for this object's reads (ObjectStore.direct_reader), or None.
+        direct = getattr(store, "direct_reader", None)
+        self._direct = direct(object_name) if direct is not None else None
         #: A clipped reference (silt.siblings): iteration stays inside [smallest, largest].
         self.clipped = info is not None and info.clipped
         #: The decoded tail once loaded, else ``None``: what :attr:`tail` returns without a fetch
@@ -265,18 +273,35 @@ class SstReader:
         return SstTail(data, start, size, self.name)
 
     def _get_range(self, start: int, length: int) -> bytes:
+        """``length`` bytes of the object from ``start``: through the store's direct reader
+        when it has one, else (and to retry a transient failure of it) ``get_range`` with
+        retries; a missing object is reported as a gone SST."""
+        read = self._direct
+        if read is not None:
+            try:
+                return read(start, length)
+            except RetriesExhaustedError:
+                raise
+            except TransientStoreError:
+                pass  # retried below like any read
+            except NotFoundError as exc:
+                raise self._gone(exc) from exc
         # A shared jitter source: retrying() would otherwise seed a new Random (os.urandom)
         # for every block read.
         try:
             return retrying(lambda: self.store.get_range(self.name, start, length), rng=_JITTER)
         except NotFoundError as exc:
-            raise NotFoundError(
-                f"SST {self.name!r} is gone ({exc}). Garbage collection removes the SSTs of "
-                "versions below its horizon that no checkpoint pins, so a DB opened at an old "
-                "version can lose them while it reads: reopen the latest version, or pin a "
-                "version you read for long with DB.checkpoint(name) first. If GC did not run, "
-                "the root is damaged: run `silt verify`"
-            ) from exc
+            raise self._gone(exc) from exc
+
+    def _gone(self, exc: NotFoundError) -> NotFoundError:
+        """The error of a read that found this SST missing (``exc``)."""
+        return NotFoundError(
+            f"SST {self.name!r} is gone ({exc}). Garbage collection removes the SSTs of "
+            "versions below its horizon that no checkpoint pins, so a DB opened at an old "
+            "version can lose them while it reads: reopen the latest version, or pin a "
+            "version you read for long with DB.checkpoint(name) first. If GC did not run, "
+            "the root is damaged: run `silt verify`"
+        )
 
     @property
     def properties(self) -> dict[str, Any]:
