@@ -28,7 +28,7 @@ from ..errors import (
 )
 from ..record import MISSING
 from ..store import ObjectStore, retrying
-from .block import Block, _read_array, unframe
+from .block import Block, _read_array, decode_block, unframe
 from .bloom import MAX_PROBES, BloomFilter, bloom_hash
 from .builder import SstInfo
 from .format import (
@@ -333,7 +333,7 @@ class SstReader:
 
     def decode_block(self, i: int, framed: bytes) -> Block:
         off = self.tail.block_offsets[i]
-        return Block(unframe(framed, self.name, off), self.name, off)
+        return decode_block(framed, self.name, off)
 
     def block(self, i: int, *, fill_cache: bool = True) -> Block:
         """Decoded block ``i``, from the cache when present."""
@@ -355,7 +355,7 @@ class SstReader:
         data = self._get_range(off, size)
         if len(data) != size:
             raise CorruptionError(self.name, off, f"block truncated: {len(data)} of {size} bytes")
-        blk = Block(unframe(data, self.name, off), self.name, off)
+        blk = decode_block(data, self.name, off)
         cache = self.cache
         if cache is not None and fill_cache:
             cache.put((self.cache_id, i), blk, blk.charge)
@@ -386,7 +386,7 @@ class SstReader:
         out: list[Block] = []
         for i in range(first, stop):
             off = offsets[i] - base
-            blk = Block(unframe(view[off:off + sizes[i]], name, offsets[i]), name, offsets[i])
+            blk = decode_block(view[off:off + sizes[i]], name, offsets[i])
             if cache is not None:
                 cache.put((cid, i), blk, blk.charge)
             out.append(blk)
@@ -417,7 +417,7 @@ class SstReader:
         t = self.tail
         name, cid = self.name, self.cache_id
         for i, (off, size) in enumerate(zip(t.block_offsets, t.block_sizes)):
-            blk = Block(unframe(data[off:off + size], name, off), name, off)
+            blk = decode_block(data[off:off + size], name, off)
             cache.put((cid, i), blk, blk.charge)
 
     def cached_block(self, i: int) -> Block | None:
