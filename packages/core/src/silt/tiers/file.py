@@ -488,6 +488,7 @@ class FileStore(ObjectStore):
         path = self._path(key)  # validates the key once
         ident = (self.root, key)
         get_range = self.get_range
+        pread = os.pread  # exists wherever descriptors are cached
 
         def read(start: int, length: int) -> bytes:
             fds = FDS
@@ -495,7 +496,7 @@ class FileStore(ObjectStore):
             if entry is None:
                 return get_range(key, start, length)
             try:
-                data = _pread(entry.fd, length, start)
+                data = pread(entry.fd, length, start)
                 if len(data) < length and data:
                     data += _read_fully(entry.fd, start + len(data), length - len(data))
                 return data
