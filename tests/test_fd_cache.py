@@ -277,6 +277,15 @@ def test_stores_without_a_fast_path_have_no_direct_reader(tmp_path: pathlib.Path
     assert MeteredStore(memory, Metrics()).direct_reader("k") is None
 
 
+def test_a_subclass_that_overrides_get_range_has_no_direct_reader(tmp_path: pathlib.Path) -> None:
+    class Counting(FileStore):
+        def get_range(self, key: str, start: int, length: int) -> bytes:
+            return super().get_range(key, start, length)
+
+    assert Counting(tmp_path).direct_reader("sst/a") is None
+    assert FileStore(tmp_path).direct_reader("sst/a") is not None
+
+
 def test_metered_direct_reads_are_counted(fds: FdCache, tmp_path: pathlib.Path) -> None:
     from silt.metrics import MeteredStore, Metrics
 

@@ -481,9 +481,10 @@ class FileStore(ObjectStore):
         a lenient check that the file still has a name (:mod:`silt.tiers.fdcache`: a delete
         made through any store of this process is seen at once, one by another process within
         ``RECHECK_SECONDS``). Without a cached descriptor it reads like :meth:`get_range`,
-        which opens and caches one. ``None`` where descriptors are not cached (Windows).
+        which opens and caches one. ``None`` where descriptors are not cached (Windows), and
+        for a subclass that overrides ``get_range`` (its reads must all go through it).
         """
-        if MAX_OPEN <= 0:
+        if MAX_OPEN <= 0 or type(self).get_range is not FileStore.get_range:
             return None
         path = self._path(key)  # validates the key once
         ident = (self.root, key)
