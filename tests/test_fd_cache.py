@@ -221,6 +221,28 @@ def test_a_direct_read_of_an_object_deleted_in_this_process_fails_at_once(
             store.get_range(key, 0, 3)
 
 
+def test_a_direct_read_racing_with_an_in_process_delete_is_not_trusted_after_it(
+    fds: FdCache, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(fdcache, "RECHECK_SECONDS", 3600.0)
+    store = FileStore(tmp_path)
+    store.put("sst/a", b"abc")
+    read = store.direct_reader("sst/a")
+    assert read is not None
+    real_unlink = os.unlink
+
+    def unlink_after_a_racing_read(path: str) -> None:
+        # another thread reads just before the name goes: it reopens and checks the file
+        assert read(0, 3) == b"abc" and read(0, 3) == b"abc"
+        real_unlink(path)
+
+    monkeypatch.setattr(file_tier.os, "unlink", unlink_after_a_racing_read)
+    store.delete_many(["sst/a"])
+    monkeypatch.setattr(file_tier.os, "unlink", real_unlink)
+    with pytest.raises(NotFoundError):
+        read(0, 3)
+
+
 def test_a_direct_read_rechecks_a_file_deleted_elsewhere_within_recheck_seconds(
     fds: FdCache, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

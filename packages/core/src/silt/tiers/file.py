@@ -535,13 +535,17 @@ class FileStore(ObjectStore):
         items = check_keys(keys, lambda key: (key, self._path(key)))
         touched: set[str] = set()
         for key, path in items:
-            FDS.invalidate((self.root, key))
+            FDS.discard((self.root, key))
             try:
                 os.unlink(path)
             except OSError as exc:
                 if exc.errno in _MISSING_ERRNOS or os.path.isdir(path):
                     continue  # no object by that name (a directory is not an object)
                 raise self._os_error(exc, f"delete object {key!r} at", path) from exc
+            finally:
+                # After the unlink: a lenient check made by a read racing with this delete
+                # (before the unlink) must not be trusted once the name is gone.
+                FDS.invalidate((self.root, key))
             touched.add(os.path.dirname(path))
         for directory in sorted(touched):
             try:
