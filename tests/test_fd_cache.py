@@ -322,6 +322,30 @@ def test_metered_direct_reads_are_counted(fds: FdCache, tmp_path: pathlib.Path) 
     assert metrics.requests[("read", "RANGE_GET")] == [3, 5]  # the failed read is billed too
 
 
+def test_opening_a_db_asks_for_no_direct_reader_until_an_sst_is_read(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = (tmp_path / "db").as_uri()
+    settings = silt.Settings(block_cache_bytes=0, compaction="none", inline_delta_bytes=0)
+    with silt.open(url, settings=settings) as db:
+        for n in range(3):  # three SSTs
+            db.put(b"k%d" % n, b"v")
+            db.commit()
+    asked: list[str] = []
+    real = FileStore.direct_reader
+
+    def spying(self: FileStore, key: str):  # type: ignore[no-untyped-def]
+        asked.append(key)
+        return real(self, key)
+
+    monkeypatch.setattr(FileStore, "direct_reader", spying)
+    with silt.open(url, settings=settings) as reader:
+        assert asked == []  # opening cost stays per manifest, not per SST read path
+        assert reader.get(b"k1") == b"v"
+        assert reader.get(b"k1") == b"v"
+        assert 1 <= len(asked) <= 3 and len(set(asked)) == len(asked)  # once per SST
+
+
 def test_db_reads_through_the_direct_reader_and_sees_in_process_gc(
     fds: FdCache, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -55,6 +55,8 @@ READAHEAD_MAX = 1024 * 1024
 _ONE_GET_TAIL = 16 * 1024 * 1024
 #: The properties block is one flat JSON object.
 _PROPS_DEPTH = 4
+#: ``SstReader._direct`` before the store was asked for a direct reader.
+_UNASKED = object()
 
 
 class SstTail:
@@ -186,9 +188,9 @@ class SstReader:
             raise ValueError("SstReader needs the object size (from SstInfo or a listing)")
         self.cache = cache
         self.cache_id = info.id if info is not None else object_name
-        #: The store's fast path for this object's reads (ObjectStore.direct_reader), or None.
-        direct = getattr(store, "direct_reader", None)
-        self._direct = direct(object_name) if direct is not None else None
+        #: The store's fast path for this object's reads (ObjectStore.direct_reader) or None;
+        #: asked for on the first read (opening a DB with many SSTs asks for none).
+        self._direct: Any = _UNASKED
         #: A clipped reference (silt.siblings): iteration stays inside [smallest, largest].
         self.clipped = info is not None and info.clipped
         #: The decoded tail once loaded, else ``None``: what :attr:`tail` returns without a fetch
@@ -277,6 +279,9 @@ class SstReader:
         when it has one, else (and to retry a transient failure of it) ``get_range`` with
         retries; a missing object is reported as a gone SST."""
         read = self._direct
+        if read is _UNASKED:
+            direct = getattr(self.store, "direct_reader", None)
+            read = self._direct = direct(self.name) if direct is not None else None
         if read is not None:
             try:
                 return read(start, length)
