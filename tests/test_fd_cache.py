@@ -14,6 +14,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 
 import pytest
 import silt
@@ -164,7 +165,8 @@ def test_a_collected_sst_is_reported_by_a_reader_at_an_old_version(
     fds: FdCache, tmp_path: pathlib.Path
 ) -> None:
     # The reader's SST was read (its descriptor cached) before another process's GC removed
-    # it: the next cache miss must say it is gone, as without the cache.
+    # it: a cache miss after fdcache.RECHECK_SECONDS must say it is gone, as without the cache
+    # (sooner, the direct read may still return the deleted SST's own bytes).
     url = (tmp_path / "db").as_uri()
     settings = silt.Settings(block_cache_bytes=0, compaction="none")
     with silt.open(url, settings=settings) as db:
@@ -176,6 +178,198 @@ def test_a_collected_sst_is_reported_by_a_reader_at_an_old_version(
         for path in (tmp_path / "db" / "sst").rglob("*"):
             if path.is_file():
                 path.unlink()
+        time.sleep(fdcache.RECHECK_SECONDS * 1.5)
+        with pytest.raises(NotFoundError, match=r"is gone.*Garbage collection removes"):
+            reader.get(b"001999")
+
+
+def test_a_direct_reader_reads_like_get_range(
+    fds: FdCache, opens: list[str], tmp_path: pathlib.Path
+) -> None:
+    store = FileStore(tmp_path)
+    data = bytes(range(256)) * 40
+    store.put("sst/a", data)
+    read = store.direct_reader("sst/a")
+    assert read is not None
+    for start, length in ((0, 10), (100, 5000), (10_000, 500), (len(data), 4), (0, 0)):
+        assert read(start, length) == store.get_range("sst/a", start, length)
+    assert len(opens) == 1  # both share the process's descriptor
+    with pytest.raises(NotFoundError, match="does not exist"):
+        store.direct_reader("sst/missing")(0, 1)  # type: ignore[misc]
+
+
+def test_a_direct_read_of_an_object_deleted_in_this_process_fails_at_once(
+    fds: FdCache, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Lenient checks trust a descriptor for RECHECK_SECONDS: far longer than this test, so only
+    # the invalidation by the delete can make these reads fail.
+    monkeypatch.setattr(fdcache, "RECHECK_SECONDS", 3600.0)
+    store = FileStore(tmp_path / "db")
+    for key in ("sst/a", "sst/b", "sst/c"):
+        store.put(key, b"abc")
+    reads = {key: store.direct_reader(key) for key in ("sst/a", "sst/b", "sst/c")}
+    for read in reads.values():
+        assert read(0, 3) == b"abc"  # type: ignore[misc]
+        assert read(0, 3) == b"abc"  # type: ignore[misc]  # a lenient hit
+    store.delete_many(["sst/a"])  # the same store
+    FileStore(tmp_path / "db").delete_many(["sst/b"])  # another store object, same root
+    FileStore(tmp_path).delete_many(["db/sst/c"])  # the same file under another identity
+    for key, read in reads.items():
+        with pytest.raises(NotFoundError, match="does not exist"):
+            read(0, 3)  # type: ignore[misc]
+        with pytest.raises(NotFoundError, match="does not exist"):
+            store.get_range(key, 0, 3)
+
+
+def test_a_direct_read_racing_with_an_in_process_delete_is_not_trusted_after_it(
+    fds: FdCache, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(fdcache, "RECHECK_SECONDS", 3600.0)
+    store = FileStore(tmp_path)
+    store.put("sst/a", b"abc")
+    read = store.direct_reader("sst/a")
+    assert read is not None
+    real_unlink = os.unlink
+
+    def unlink_after_a_racing_read(path: str) -> None:
+        # another thread reads just before the name goes: it reopens and checks the file
+        assert read(0, 3) == b"abc" and read(0, 3) == b"abc"
+        real_unlink(path)
+
+    monkeypatch.setattr(file_tier.os, "unlink", unlink_after_a_racing_read)
+    store.delete_many(["sst/a"])
+    monkeypatch.setattr(file_tier.os, "unlink", real_unlink)
+    with pytest.raises(NotFoundError):
+        read(0, 3)
+
+
+def test_a_direct_read_rechecks_a_file_deleted_elsewhere_within_recheck_seconds(
+    fds: FdCache, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = FileStore(tmp_path)
+    store.put("sst/a", b"abc")
+    read = store.direct_reader("sst/a")
+    assert read is not None
+    monkeypatch.setattr(fdcache, "RECHECK_SECONDS", 3600.0)
+    assert read(0, 3) == b"abc"  # opens and caches the descriptor
+    assert read(0, 3) == b"abc"  # checked (a new descriptor is never trusted unchecked)
+    checks = []
+    real_fstat = os.fstat
+    monkeypatch.setattr(fdcache.os, "fstat", lambda fd: checks.append(fd) or real_fstat(fd))
+    assert read(0, 3) == b"abc" and checks == []  # trusted: no fstat
+    os.unlink(tmp_path / "sst" / "a")  # another process (GC elsewhere)
+    assert read(0, 3) == b"abc"  # the deleted, immutable object's own bytes, until a recheck
+    monkeypatch.setattr(fdcache, "RECHECK_SECONDS", 0.0)  # the bound has passed
+    with pytest.raises(NotFoundError):
+        read(0, 3)
+    assert checks and len(fds) == 0
+
+
+def test_get_range_checks_exactly_after_lenient_reads(
+    fds: FdCache, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(fdcache, "RECHECK_SECONDS", 3600.0)
+    store = FileStore(tmp_path)
+    store.put("sst/a", b"abc")
+    read = store.direct_reader("sst/a")
+    assert read is not None and read(0, 3) == b"abc" and read(0, 3) == b"abc"
+    os.unlink(tmp_path / "sst" / "a")  # another process
+    with pytest.raises(NotFoundError):
+        store.get_range("sst/a", 0, 3)  # what all_exist and friends rely on
+    with pytest.raises(NotFoundError):
+        store.get_range("sst/a", 0, 0)
+
+
+def test_a_new_descriptor_is_checked_by_its_first_lenient_borrow(tmp_path: pathlib.Path) -> None:
+    cache = FdCache(4)
+    (tmp_path / "f").write_bytes(b"x")
+    fd = os.open(tmp_path / "f", os.O_RDONLY)
+    cache.release(cache.adopt("f", fd))
+    os.unlink(tmp_path / "f")  # between the caller's open and its first read
+    assert cache.borrow("f", exact=False) is None
+    assert len(cache) == 0
+
+
+def test_stores_without_a_fast_path_have_no_direct_reader(tmp_path: pathlib.Path) -> None:
+    from silt.metrics import MeteredStore, Metrics
+    from silt.tiers.memory import MemoryStore
+
+    memory = MemoryStore("memory://direct-reader-test")
+    assert memory.direct_reader("k") is None
+    assert MeteredStore(memory, Metrics()).direct_reader("k") is None
+
+
+def test_a_subclass_that_overrides_get_range_has_no_direct_reader(tmp_path: pathlib.Path) -> None:
+    class Counting(FileStore):
+        def get_range(self, key: str, start: int, length: int) -> bytes:
+            return super().get_range(key, start, length)
+
+    assert Counting(tmp_path).direct_reader("sst/a") is None
+    assert FileStore(tmp_path).direct_reader("sst/a") is not None
+
+
+def test_metered_direct_reads_are_counted(fds: FdCache, tmp_path: pathlib.Path) -> None:
+    from silt.metrics import MeteredStore, Metrics
+
+    metrics = Metrics()
+    store = MeteredStore(FileStore(tmp_path), metrics)
+    store.put("sst/a", b"abcdef")
+    read = store.direct_reader("sst/a")
+    assert read is not None and read(1, 3) == b"bcd" and read(4, 9) == b"ef"
+    store.delete_many(["sst/a"])
+    with pytest.raises(NotFoundError):
+        read(0, 1)
+    assert metrics.requests[("read", "RANGE_GET")] == [3, 5]  # the failed read is billed too
+
+
+def test_opening_a_db_asks_for_no_direct_reader_until_an_sst_is_read(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = (tmp_path / "db").as_uri()
+    settings = silt.Settings(block_cache_bytes=0, compaction="none", inline_delta_bytes=0)
+    with silt.open(url, settings=settings) as db:
+        for n in range(3):  # three SSTs
+            db.put(b"k%d" % n, b"v")
+            db.commit()
+    asked: list[str] = []
+    real = FileStore.direct_reader
+
+    def spying(self: FileStore, key: str):  # type: ignore[no-untyped-def]
+        asked.append(key)
+        return real(self, key)
+
+    monkeypatch.setattr(FileStore, "direct_reader", spying)
+    with silt.open(url, settings=settings) as reader:
+        assert asked == []  # opening cost stays per manifest, not per SST read path
+        assert reader.get(b"k1") == b"v"
+        assert reader.get(b"k1") == b"v"
+        assert 1 <= len(asked) <= 3 and len(set(asked)) == len(asked)  # once per SST
+
+
+def test_db_reads_through_the_direct_reader_and_sees_in_process_gc(
+    fds: FdCache, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(fdcache, "RECHECK_SECONDS", 3600.0)
+    url = (tmp_path / "db").as_uri()
+    settings = silt.Settings(block_cache_bytes=0, compaction="none")
+    with silt.open(url, settings=settings) as db:
+        for i in range(2000):
+            db.put(b"%06d" % i, b"v" * 64)
+        db.commit()
+    calls = []
+    real = FileStore.direct_reader
+
+    def spying(self: FileStore, key: str):  # type: ignore[no-untyped-def]
+        read = real(self, key)
+        return lambda start, length: calls.append(key) or read(start, length)
+
+    monkeypatch.setattr(FileStore, "direct_reader", spying)
+    with silt.open(url, settings=settings) as reader:
+        assert reader.get(b"000001") == b"v" * 64
+        assert reader.multi_get([b"000002", b"001500"]) == [b"v" * 64] * 2
+        assert calls and all(key.startswith("sst/") for key in calls)
+        ssts = [info.key for info in FileStore(tmp_path / "db").list("sst/")]
+        FileStore(tmp_path).delete_many([f"db/{key}" for key in ssts])  # GC in this process
         with pytest.raises(NotFoundError, match=r"is gone.*Garbage collection removes"):
             reader.get(b"001999")
 

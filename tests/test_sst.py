@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import random
+import zlib
 
 import hypothesis.strategies as st
 import pytest
@@ -16,7 +17,7 @@ from silt.errors import CorruptionError
 from silt.manifest import Manifest
 from silt.merge import live, merge_newest_first
 from silt.record import MISSING
-from silt.sst.block import Block, encode_block, frame, unframe
+from silt.sst.block import Block, decode_block, encode_block, frame, unframe
 from silt.sst.bloom import BloomFilter, build_bloom, probes_for
 from silt.sst.builder import SstInfo, build_sst
 from silt.sst.format import COMPRESSION_LZ4, COMPRESSION_NONE, FOOTER_SIZE, SST_MAGIC
@@ -129,6 +130,48 @@ def test_block_encoding_round_trip() -> None:
     assert [blk.get(k) for k in keys] == recs
     assert blk.get(b"zz") is MISSING
     assert list(blk.items_from(b"a", b"c")) == [(b"a", None), (b"b" * 300, (b"ttl", NOW))]
+
+
+def _decoded_or_error(framed: object) -> object:
+    try:
+        b = decode_block(framed, "obj", 7)  # type: ignore[arg-type]
+    except CorruptionError as exc:
+        return ("corrupt", str(exc))
+    return (list(b.keys), [b.record_at(i) for i in range(len(b))], bytes(b.values), b.charge,
+            b.where)
+
+
+def _unframed_then_block(framed: bytes) -> object:
+    try:
+        b = Block(unframe(framed, "obj", 7), "obj", 7)
+    except CorruptionError as exc:
+        return ("corrupt", str(exc))
+    return (list(b.keys), [b.record_at(i) for i in range(len(b))], bytes(b.values), b.charge,
+            b.where)
+
+
+@pytest.mark.parametrize("values", [[b"v" * 100] * 60, [os.urandom(100) for _ in range(60)]])
+@pytest.mark.parametrize("compression", [COMPRESSION_NONE, COMPRESSION_LZ4])
+def test_decode_block_is_unframe_then_block(values: list[bytes], compression: int) -> None:
+    # decode_block (what every block read goes through; compiled: decoded over the bytes read)
+    # is exactly unframe then Block, damaged blocks included, whichever twin this run selects.
+    keys = [b"%06d" % i for i in range(len(values))]
+    framed = frame(encode_block(keys, [*values[:-2], None, (b"t", NOW)]), compression)
+    assert _decoded_or_error(framed)[0] == keys  # type: ignore[index]
+    assert _decoded_or_error(memoryview(framed)) == _unframed_then_block(framed)
+    assert _decoded_or_error(bytearray(framed)) == _unframed_then_block(framed)
+    rng = random.Random(7)
+    cases = [framed[:n] for n in (0, 4, 5, 6, len(framed) - 1)] + [framed + b"\0"]
+    for _ in range(60):
+        damaged = bytearray(framed)
+        damaged[rng.randrange(len(framed))] ^= 1 << rng.randrange(8)
+        cases.append(bytes(damaged))
+    body = bytes(rng.randrange(256) for _ in range(40))
+    for code in (0, 1, 2):  # a valid checksum over garbage: the decoders must refuse it
+        for b in (body, (10**6).to_bytes(4, "little") + body, (50).to_bytes(4, "little") + body):
+            cases.append(b + bytes((code,)) + zlib.crc32(b + bytes((code,))).to_bytes(4, "little"))
+    for case in cases:
+        assert _decoded_or_error(case) == _unframed_then_block(case)
 
 
 @pytest.mark.parametrize("payload", [b"", b"abc" * 1000, os.urandom(2000)])

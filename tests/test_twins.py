@@ -224,6 +224,57 @@ def test_garbage_blocks_agree(data: bytes) -> None:
     assert _decode(blk_mod.Block_py, data) == _decode(C.Block, data)
 
 
+def _framed_view(decode, framed: object) -> object:
+    try:
+        b = decode(framed)
+    except CorruptionError as exc:
+        return ("corrupt", exc.object_name, exc.offset, str(exc))
+    return block_view(b)
+
+
+@FAST
+@given(entries(), st.sampled_from([0, 1]), st.booleans(),
+       st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)), max_size=3),
+       st.integers(-8, 8))
+def test_decode_block_identical(kr, compression: int, compressible: bool, flips, cut: int) -> None:
+    """The compiled decode_block (checksum, lz4, decode over the bytes read) against the pure
+    unframe then Block: the same block or the same error, damaged frames included."""
+    keys, records = kr
+    if compressible:
+        records = [b"z" * 50 if r.__class__ is bytes else r for r in records]
+    framed = bytearray(blk_mod.frame(blk_mod.encode_block_py(keys, records), compression))
+    for pos, val in flips:
+        framed[pos % len(framed)] = val
+    if cut < 0:
+        del framed[cut:]
+    elif cut:
+        framed += bytes(cut)
+    data = bytes(framed)
+
+    def pure(f: object) -> object:
+        return blk_mod.Block_py(blk_mod.unframe(f, "obj", 3), "obj", 3)  # type: ignore[arg-type]
+
+    def compiled(f: object) -> object:
+        return C.decode_block(f, "obj", 3)
+
+    want = _framed_view(pure, data)
+    assert _framed_view(compiled, data) == want
+    assert _framed_view(compiled, memoryview(data)) == want
+    assert _framed_view(lambda f: blk_mod.decode_block_py(f, "obj", 3), data) == want
+    if not isinstance(want, tuple):
+        payload = blk_mod.unframe(data, "obj", 3)
+        assert C.decode_block(data, "obj", 3).charge == C.Block(payload).charge
+
+
+@FAST
+@given(st.binary(max_size=64), st.integers(0, 3))
+def test_decode_block_of_garbage_with_a_valid_checksum_agrees(body: bytes, code: int) -> None:
+    tail = bytes((code,))
+    data = body + tail + zlib.crc32(body + tail).to_bytes(4, "little")
+    want = _framed_view(lambda f: blk_mod.Block_py(blk_mod.unframe(f, "obj", 3), "obj", 3), data)
+    assert _framed_view(lambda f: C.decode_block(f, "obj", 3), data) == want
+
+
 # --- SSTs -----------------------------------------------------------------------------------------
 def _build(impl: str, keys, records, s: silt.Settings) -> tuple[bytes, object]:
     names = ("encode_block", "build_bloom", "split_blocks")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -99,6 +99,24 @@ class MeteredStore(ObjectStore):
             self.metrics.count("RANGE_GET", len(data))
             for _ in range(self.inner.take_extra_reads()):
                 self.metrics.count("RANGE_GET", 0)
+
+    def direct_reader(self, key: str) -> Callable[[int, int], bytes] | None:
+        """The inner store's direct reader of ``key``, each read counted as a ``RANGE_GET``
+        (failed ones too), or ``None`` when the inner store has none."""
+        read = self.inner.direct_reader(key)
+        if read is None:
+            return None
+        metrics = self.metrics
+
+        def counted(start: int, length: int) -> bytes:
+            data = b""
+            try:
+                data = read(start, length)
+                return data
+            finally:
+                metrics.count("RANGE_GET", len(data))
+
+        return counted
 
     def take_extra_reads(self) -> int:
         return self.inner.take_extra_reads()

@@ -269,5 +269,12 @@ def unframe(framed: bytes, object_name: str, offset: int) -> bytes:
     raise CorruptionError(object_name, offset, f"unknown compression code {compression}")
 
 
+def decode_block(framed: bytes, object_name: str, offset: int) -> Block:
+    """The data block whose framed bytes ``framed`` were read at ``offset`` of ``object_name``:
+    :func:`unframe` (checksum, decompression) then :class:`Block`, raising
+    :class:`CorruptionError` as they do. What every block read from the store goes through."""
+    return Block(unframe(framed, object_name, offset), object_name, offset)
+
+
 #: The pure-Python twins stay reachable as ``<name>_py`` (tests compare both).
-COMPILED = accelerate(globals(), ("Block", "encode_block"))
+COMPILED = accelerate(globals(), ("Block", "encode_block", "decode_block"))

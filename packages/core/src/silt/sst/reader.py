@@ -20,10 +20,15 @@ from typing import TYPE_CHECKING, Any
 from .. import boundedjson
 from .._ext import accelerate
 from ..cache import BlockCache
-from ..errors import CorruptionError, NotFoundError
+from ..errors import (
+    CorruptionError,
+    NotFoundError,
+    RetriesExhaustedError,
+    TransientStoreError,
+)
 from ..record import MISSING
 from ..store import ObjectStore, retrying
-from .block import Block, _read_array, unframe
+from .block import Block, _read_array, decode_block, unframe
 from .bloom import MAX_PROBES, BloomFilter, bloom_hash
 from .builder import SstInfo
 from .format import (
@@ -50,6 +55,8 @@ READAHEAD_MAX = 1024 * 1024
 _ONE_GET_TAIL = 16 * 1024 * 1024
 #: The properties block is one flat JSON object.
 _PROPS_DEPTH = 4
+#: ``SstReader._direct`` before the store was asked for a direct reader.
+_UNASKED = object()
 
 
 class SstTail:
@@ -181,6 +188,9 @@ class SstReader:
             raise ValueError("SstReader needs the object size (from SstInfo or a listing)")
         self.cache = cache
         self.cache_id = info.id if info is not None else object_name
+        #: The store's fast path for this object's reads (ObjectStore.direct_reader) or None;
+        #: asked for on the first read (opening a DB with many SSTs asks for none).
+        self._direct: Any = _UNASKED
         #: A clipped reference (silt.siblings): iteration stays inside [smallest, largest].
         self.clipped = info is not None and info.clipped
         #: The decoded tail once loaded, else ``None``: what :attr:`tail` returns without a fetch
@@ -265,18 +275,38 @@ class SstReader:
         return SstTail(data, start, size, self.name)
 
     def _get_range(self, start: int, length: int) -> bytes:
+        """``length`` bytes of the object from ``start``: through the store's direct reader
+        when it has one, else (and to retry a transient failure of it) ``get_range`` with
+        retries; a missing object is reported as a gone SST."""
+        read = self._direct
+        if read is _UNASKED:
+            direct = getattr(self.store, "direct_reader", None)
+            read = self._direct = direct(self.name) if direct is not None else None
+        if read is not None:
+            try:
+                return read(start, length)
+            except RetriesExhaustedError:
+                raise
+            except TransientStoreError:
+                pass  # retried below like any read
+            except NotFoundError as exc:
+                raise self._gone(exc) from exc
         # A shared jitter source: retrying() would otherwise seed a new Random (os.urandom)
         # for every block read.
         try:
             return retrying(lambda: self.store.get_range(self.name, start, length), rng=_JITTER)
         except NotFoundError as exc:
-            raise NotFoundError(
-                f"SST {self.name!r} is gone ({exc}). Garbage collection removes the SSTs of "
-                "versions below its horizon that no checkpoint pins, so a DB opened at an old "
-                "version can lose them while it reads: reopen the latest version, or pin a "
-                "version you read for long with DB.checkpoint(name) first. If GC did not run, "
-                "the root is damaged: run `silt verify`"
-            ) from exc
+            raise self._gone(exc) from exc
+
+    def _gone(self, exc: NotFoundError) -> NotFoundError:
+        """The error of a read that found this SST missing (``exc``)."""
+        return NotFoundError(
+            f"SST {self.name!r} is gone ({exc}). Garbage collection removes the SSTs of "
+            "versions below its horizon that no checkpoint pins, so a DB opened at an old "
+            "version can lose them while it reads: reopen the latest version, or pin a "
+            "version you read for long with DB.checkpoint(name) first. If GC did not run, "
+            "the root is damaged: run `silt verify`"
+        )
 
     @property
     def properties(self) -> dict[str, Any]:
@@ -308,7 +338,7 @@ class SstReader:
 
     def decode_block(self, i: int, framed: bytes) -> Block:
         off = self.tail.block_offsets[i]
-        return Block(unframe(framed, self.name, off), self.name, off)
+        return decode_block(framed, self.name, off)
 
     def block(self, i: int, *, fill_cache: bool = True) -> Block:
         """Decoded block ``i``, from the cache when present."""
@@ -330,7 +360,7 @@ class SstReader:
         data = self._get_range(off, size)
         if len(data) != size:
             raise CorruptionError(self.name, off, f"block truncated: {len(data)} of {size} bytes")
-        blk = Block(unframe(data, self.name, off), self.name, off)
+        blk = decode_block(data, self.name, off)
         cache = self.cache
         if cache is not None and fill_cache:
             cache.put((self.cache_id, i), blk, blk.charge)
@@ -361,7 +391,7 @@ class SstReader:
         out: list[Block] = []
         for i in range(first, stop):
             off = offsets[i] - base
-            blk = Block(unframe(view[off:off + sizes[i]], name, offsets[i]), name, offsets[i])
+            blk = decode_block(view[off:off + sizes[i]], name, offsets[i])
             if cache is not None:
                 cache.put((cid, i), blk, blk.charge)
             out.append(blk)
@@ -392,7 +422,7 @@ class SstReader:
         t = self.tail
         name, cid = self.name, self.cache_id
         for i, (off, size) in enumerate(zip(t.block_offsets, t.block_sizes)):
-            blk = Block(unframe(data[off:off + size], name, off), name, off)
+            blk = decode_block(data[off:off + size], name, off)
             cache.put((cid, i), blk, blk.charge)
 
     def cached_block(self, i: int) -> Block | None:

@@ -8,13 +8,23 @@ the number of stores and DBs that share it.
 
 Why a kept descriptor never returns what an uncached read would not:
 
-* **Deleted or replaced objects.** Every hit checks ``fstat(fd).st_nlink``: once the file has no
-  name left (GC deleted it, or a ``put`` renamed another file over it, in this process or any
-  other on the host), the descriptor is dropped and the read opens the path again, so it fails
-  with :class:`~silt.errors.NotFoundError` (or reads the new object) exactly like an uncached
-  read. ``put`` and ``delete_many`` through any store of this process drop the entry first.
-  silt never reuses an SST's name, so even a descriptor read a moment after its file was
-  unlinked returns that object's own bytes, never another's.
+* **Deleted or replaced objects.** An exact hit (:meth:`FdCache.borrow`, what
+  :meth:`~silt.tiers.file.FileStore.get_range` uses) checks ``fstat(fd).st_nlink``: once the
+  file has no name left (GC deleted it, or a ``put`` renamed another file over it, in this
+  process or any other on the host), the descriptor is dropped and the read opens the path
+  again, so it fails with :class:`~silt.errors.NotFoundError` (or reads the new object) exactly
+  like an uncached read. ``put`` and ``delete_many`` through any store of this process drop the
+  entry first (:meth:`FdCache.invalidate`). silt never reuses an SST's name, so even a
+  descriptor read a moment after its file was unlinked returns that object's own bytes, never
+  another's.
+* **Lenient hits.** :meth:`FdCache.borrow` with ``exact=False`` (the SST reader's direct reads,
+  :meth:`~silt.tiers.file.FileStore.direct_reader`) checks a descriptor at most every
+  :data:`RECHECK_SECONDS`, and on its first use after any ``put`` or delete made through a store
+  of this process (:meth:`FdCache.invalidate` makes every descriptor due, whatever its
+  identity: the same file can be cached under an operator root's identity and a shard's). So an
+  object deleted in this process reads as gone at once, and one deleted by another process
+  within :data:`RECHECK_SECONDS`: until then a read returns that immutable object's own bytes,
+  as a read that started just before the delete would have.
 * **Descriptor numbers.** A descriptor is closed only when no read is using it (a use count),
   so an eviction in one thread can never let another thread's ``pread`` land on a number the
   kernel has meanwhile given to a different file.
@@ -64,18 +74,25 @@ MAX_OPEN = _default_max_open() if hasattr(os, "pread") else 0
 SWEEP_EVERY = 1024
 #: ... and at most this often.
 SWEEP_SECONDS = 1.0
+#: A lenient borrow (``FdCache.borrow(ident, exact=False)``) checks that a descriptor's file
+#: still has a name at most this often (seconds): an ``fstat`` costs about as much as the
+#: ``pread`` of a block.
+RECHECK_SECONDS = 0.1
 
 
 class Fd:
     """One cached descriptor: ``fd``, how many reads use it, whether it is out of the cache
-    (``dropped``: closed by the last :meth:`FdCache.release`)."""
+    (``dropped``: closed by the last :meth:`FdCache.release`), and when its file was last seen
+    to have a name (``checked``, ``time.monotonic()``, in the cache's ``epoch`` then)."""
 
-    __slots__ = ("fd", "users", "dropped")
+    __slots__ = ("fd", "users", "dropped", "checked", "epoch")
 
-    def __init__(self, fd: int) -> None:
+    def __init__(self, fd: int, checked: float = float("-inf"), epoch: int = -1) -> None:
         self.fd = fd
         self.users = 1
         self.dropped = False
+        self.checked = checked
+        self.epoch = epoch
 
 
 class FdCache:
@@ -94,13 +111,20 @@ class FdCache:
         self._lock = threading.Lock()
         self._reads = 0
         self._swept = time.monotonic()
+        #: Bumped by :meth:`invalidate`: a lenient borrow rechecks a descriptor of an older one.
+        self.epoch = 0
 
     def __len__(self) -> int:
         return len(self._fds)
 
-    def borrow(self, ident: Hashable) -> Fd | None:
+    def borrow(self, ident: Hashable, exact: bool = True) -> Fd | None:
         """The cached descriptor of ``ident`` if its file still has a name, else ``None`` (the
-        caller opens the path and :meth:`adopt`\\ s the new descriptor)."""
+        caller opens the path and :meth:`adopt`\\ s the new descriptor).
+
+        ``exact`` (the default) checks the name now. ``exact=False`` trusts a check made less
+        than :data:`RECHECK_SECONDS` ago with no :meth:`invalidate` since (see the module
+        docstring: a file deleted by another process meanwhile may still be read).
+        """
         with self._lock:
             entry = self._fds.get(ident)
             if entry is None:
@@ -112,11 +136,18 @@ class FdCache:
             sweep = self._reads % SWEEP_EVERY == 0
         if sweep:
             self.sweep()
+        now = time.monotonic()
+        if not exact and entry.epoch == self.epoch and now - entry.checked < RECHECK_SECONDS:
+            self.hits += 1
+            return entry
+        epoch = self.epoch  # read before the check: an invalidate() during it forces another
         try:
             alive = os.fstat(entry.fd).st_nlink > 0
         except OSError:
             alive = False
         if alive:
+            entry.checked = now
+            entry.epoch = epoch
             self.hits += 1  # a statistic: an unlocked += may lose a count, never a descriptor
             return entry
         self.discard(ident, entry)
@@ -128,6 +159,7 @@ class FdCache:
     def adopt(self, ident: Hashable, fd: int) -> Fd:
         """Keep the freshly opened ``fd`` for ``ident`` (the caller holds it: :meth:`release` it);
         evicts the least recently used descriptors beyond the capacity."""
+        # Never checked: a delete between the caller's open and here is seen by the next borrow.
         entry = Fd(fd)
         if self.capacity <= 0:
             entry.dropped = True
@@ -163,6 +195,13 @@ class FdCache:
                 del self._fds[ident]
                 self._drop(current, doomed)
         _close_all(doomed)
+
+    def invalidate(self, ident: Hashable) -> None:
+        """An object was written or deleted through a store of this process: drop ``ident``'s
+        descriptor and make every other one due for a check on its next lenient borrow."""
+        with self._lock:
+            self.epoch += 1
+        self.discard(ident)
 
     def sweep(self, *, force: bool = False) -> int:
         """Drop the descriptors whose file has no name left (deleted by any process); at most
@@ -209,6 +248,7 @@ class FdCache:
         """A forked child's copy: new lock, its copies of the inherited descriptors closed."""
         self._lock = threading.Lock()
         self._swept = time.monotonic()
+        self.epoch += 1
         fds = [entry.fd for entry in self._fds.values()]
         self._fds = OrderedDict()
         _close_all(fds)
@@ -228,4 +268,4 @@ FDS = FdCache(MAX_OPEN)
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=lambda: FDS._after_fork_in_child())
 
-__all__ = ["FDS", "MAX_OPEN", "Fd", "FdCache"]
+__all__ = ["FDS", "MAX_OPEN", "RECHECK_SECONDS", "Fd", "FdCache"]

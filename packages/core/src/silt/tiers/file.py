@@ -47,7 +47,7 @@ import secrets
 import stat
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from ..errors import (
@@ -69,7 +69,7 @@ from ..tierkit import (
     public_url,
     validate_key,
 )
-from .fdcache import FDS
+from .fdcache import FDS, MAX_OPEN
 
 #: Name of the directory under the root that holds writes in flight. Never a valid first key
 #: segment, never listed.
@@ -415,7 +415,7 @@ class FileStore(ObjectStore):
         finally:
             _unlink_quietly(tmp)  # already gone after os.replace; the link's source otherwise
         if created:
-            FDS.discard((self.root, key))  # a descriptor of the object this one replaced
+            FDS.invalidate((self.root, key))  # a descriptor of the object this one replaced
             directory = os.path.dirname(path)
             try:
                 _fsync_dir(directory)
@@ -475,6 +475,40 @@ class FileStore(ObjectStore):
             if entry is not None:
                 FDS.release(entry)
 
+    def direct_reader(self, key: str) -> Callable[[int, int], bytes] | None:
+        """A ranged reader of ``key`` for the SST reader's block reads (see
+        :meth:`ObjectStore.direct_reader`): a ``pread`` on the process's cached descriptor with
+        a lenient check that the file still has a name (:mod:`silt.tiers.fdcache`: a delete
+        made through any store of this process is seen at once, one by another process within
+        ``RECHECK_SECONDS``). Without a cached descriptor it reads like :meth:`get_range`,
+        which opens and caches one. ``None`` where descriptors are not cached (Windows), and
+        for a subclass that overrides ``get_range`` (its reads must all go through it).
+        """
+        if MAX_OPEN <= 0 or type(self).get_range is not FileStore.get_range:
+            return None
+        path = self._path(key)  # validates the key once
+        ident = (self.root, key)
+        get_range = self.get_range
+        pread = os.pread  # exists wherever descriptors are cached
+
+        def read(start: int, length: int) -> bytes:
+            fds = FDS
+            entry = fds.borrow(ident, False)
+            if entry is None:
+                return get_range(key, start, length)
+            try:
+                data = pread(entry.fd, length, start)
+                if len(data) < length and data:
+                    data += _read_fully(entry.fd, start + len(data), length - len(data))
+                return data
+            except OSError as exc:
+                fds.discard(ident, entry)  # a stale handle: the next read opens the path
+                raise self._read_error(exc, key, path) from exc
+            finally:
+                fds.release(entry)
+
+        return read
+
     def _read_error(self, exc: OSError, key: str, path: str) -> StoreError:
         if exc.errno in _MISSING_ERRNOS:
             return self._not_found(key)
@@ -508,6 +542,10 @@ class FileStore(ObjectStore):
                 if exc.errno in _MISSING_ERRNOS or os.path.isdir(path):
                     continue  # no object by that name (a directory is not an object)
                 raise self._os_error(exc, f"delete object {key!r} at", path) from exc
+            finally:
+                # After the unlink: a lenient check made by a read racing with this delete
+                # (before the unlink) must not be trusted once the name is gone.
+                FDS.invalidate((self.root, key))
             touched.add(os.path.dirname(path))
         for directory in sorted(touched):
             try:
