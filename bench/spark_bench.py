@@ -39,7 +39,8 @@ lower bound).
     python bench/spark_bench.py --s3-latency-ms 20 --cases "silt aggregate ("
 
 runs silt aggregate with its state on moto's S3 server behind a proxy that adds 20 ms to every
-request (cold restarts with and without the SSD cache), next to the same on file://.
+request (cold restarts with and without the SSD cache, and once without the cache refill after
+compaction), next to the same on file://.
 
     SILT_SRC=/path/to/other/checkout python bench/spark_bench.py --cases window
 
