@@ -48,8 +48,12 @@ over-count (the next eviction pass recounts), never let the cache grow past its 
 
 Simplifications, on purpose:
 
-* Only exact ranges hit: a request for a sub-range of a cached range is a miss. The engine always
-  asks for the same ranges (one SST tail, whole blocks), so this costs nothing in practice.
+* A request hits an entry of exactly its range, else the smallest entry holding it, else a
+  chain of adjacent entries covering it (found by listing the object's directory, so a miss
+  costs one ``scandir``; a whole-object entry holds every range): the engine reads runs of
+  adjacent blocks with one request, then single blocks of them, and write-through admits single
+  blocks that a later run is joined from. A range not covered is fetched whole (the parts it
+  shares with cached entries are not merged or trimmed).
 * Concurrent misses of one range in one process both fetch it (no request coalescing).
 * Deleting a key drops its entries for this process's later reads; a read racing with the delete
   in another process may re-admit the old bytes. silt never re-creates a deleted SST name with other
@@ -143,8 +147,9 @@ def _write_all(fd: int, chunks: list[bytes]) -> None:
 class SsdCache(ObjectStore):
     """Read-through local-disk cache in front of ``inner``. See the module docstring.
 
-    Entries are the exact ranges asked for, so readers keep asking for single blocks
-    (``coalesce_reads`` is false): a read of several adjacent blocks would miss them all.
+    Entries are the ranges asked for; a range inside a cached one is cut from it, so readers
+    may coalesce adjacent blocks into one request (``coalesce_reads``): each block of such a
+    run is served from the run's entry later.
 
     Parameters
     ----------
@@ -208,7 +213,7 @@ class SsdCache(ObjectStore):
             raise InvalidTypeError(f"reserve must be an int or a Reserve, got {reserve!r}")
         self.inner = inner
         self.url = inner.url
-        self.coalesce_reads = False
+        self.coalesce_reads = True
         self.cache_dir = os.path.abspath(os.fspath(cache_dir))
         self.size_limit = size_limit
         self.reserve = reserve
@@ -381,6 +386,8 @@ class SsdCache(ObjectStore):
         ident = entry.identity(self.url, key)
         path = self._path(ident, start, length)
         data = self._lookup(path, ident, start, length)
+        if data is None and length != entry.WHOLE:
+            data = self._lookup_within(os.path.dirname(path), ident, start, length)
         if data is not None:
             self._count(hits=1, bytes_served=len(data))
             return data
@@ -409,6 +416,62 @@ class SsdCache(ObjectStore):
             self._count(dropped_damaged=1)
             self._drop_damaged(path, st)
             return None
+
+    def _lookup_within(self, folder: str, ident: bytes, start: int,
+                       length: int) -> bytes | None:
+        """``[start, start + length)`` from the object's cached ranges other than its exact
+        one: cut from the smallest entry holding it (a run of blocks read with one request
+        holds each of its blocks; a whole-object entry holds every range), else joined from
+        adjacent entries that cover it (single blocks admitted by write-through cover a run);
+        ``None`` when they do not."""
+        end = start + length
+        spans: list[tuple[int, int]] = []  # (start, length) of each cached range
+        whole = False
+        try:
+            with os.scandir(folder) as it:
+                for e in it:
+                    if e.name == "all":
+                        whole = True
+                        continue
+                    s_, plus, n_ = e.name.partition("+")
+                    if plus and s_.isdigit() and n_.isdigit():
+                        spans.append((int(s_), int(n_)))
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError:
+            self._count(errors=1)
+            return None
+        holding = [(n, s) for s, n in spans if s <= start and end <= s + n]
+        if holding:
+            n, s = min(holding)
+            return self._cut(folder, ident, s, n, start, end)
+        if whole:
+            return self._cut(folder, ident, 0, entry.WHOLE, start, end)
+        # A chain of entries, each starting inside the previous one, from start to end.
+        pieces: list[bytes] = []
+        pos = start
+        while pos < end:
+            reach = [(s + n, s, n) for s, n in spans if s <= pos < s + n]
+            if not reach:
+                return None
+            _, s, n = max(reach)
+            data = self._cut(folder, ident, s, n, pos, end)
+            if data is None:
+                return None
+            pieces.append(data)
+            pos += len(data)
+            if pos < min(s + n, end):  # the object ends inside this entry
+                break
+        return b"".join(pieces)
+
+    def _cut(self, folder: str, ident: bytes, s: int, n: int, start: int,
+             end: int) -> bytes | None:
+        """Bytes ``[start, end)`` of the object from its entry ``(s, n)`` (``None``: gone or
+        damaged, then dropped); fewer where the object ends first."""
+        data = self._lookup(os.path.join(folder, entry.file_name(s, n)), ident, s, n)
+        if data is None:
+            return None
+        return data[start - s:end - s]
 
     # -- admission ----------------------------------------------------------------------------
     def _after_write(self, key: str, data: bytes) -> None:
