@@ -15,7 +15,7 @@ import uuid
 import hypothesis.strategies as st
 import pytest
 import silt
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 from silt import paths
 from silt.clock import Clock
@@ -252,6 +252,7 @@ _spans = st.lists(st.tuples(st.integers(0, 40), st.integers(1, 12), st.integers(
 @settings(max_examples=200, deadline=None)
 @given(spans=_spans, start=st.integers(0, 55), width=st.integers(0, 15),
        seq=st.integers(0, 10))
+@example(spans=[(0, 2, 1)], start=1, width=0, seq=0)  # an empty range meets nothing
 def test_newer_within_is_whether_masking_a_range_can_change_it(spans, start, width,
                                                                seq) -> None:
     """``newer_within(start, end, seq)`` (multi_scan masks a source only where it is true)

@@ -167,7 +167,7 @@ class RangeTombstones:
         """Whether some fragment newer than ``seq`` meets ``[start, end)`` (a scanned range,
         end excluded): a source of sequence number ``seq`` read only there needs no masking
         when this is false."""
-        if self._max <= seq or not self.fragments:
+        if self._max <= seq or not self.fragments or start >= end:
             return False
         i = bisect_right(self._ends, start)
         j = bisect_left(self._starts, end)
