@@ -15,6 +15,7 @@ import sys
 import textwrap
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 import silt
@@ -221,14 +222,20 @@ def test_a_direct_read_of_an_object_deleted_in_this_process_fails_at_once(
             store.get_range(key, 0, 3)
 
 
-def test_a_direct_read_racing_with_an_in_process_delete_is_not_trusted_after_it(
-    fds: FdCache, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(fdcache, "RECHECK_SECONDS", 3600.0)
+def reader_of_abc(tmp_path: pathlib.Path) -> tuple[FileStore, Callable[[int, int], bytes]]:
+    """A file store holding ``sst/a`` = ``b"abc"`` and its direct reader."""
     store = FileStore(tmp_path)
     store.put("sst/a", b"abc")
     read = store.direct_reader("sst/a")
     assert read is not None
+    return store, read
+
+
+def test_a_direct_read_racing_with_an_in_process_delete_is_not_trusted_after_it(
+    fds: FdCache, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(fdcache, "RECHECK_SECONDS", 3600.0)
+    store, read = reader_of_abc(tmp_path)
     real_unlink = os.unlink
 
     def unlink_after_a_racing_read(path: str) -> None:
@@ -246,10 +253,7 @@ def test_a_direct_read_racing_with_an_in_process_delete_is_not_trusted_after_it(
 def test_a_direct_read_rechecks_a_file_deleted_elsewhere_within_recheck_seconds(
     fds: FdCache, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    store = FileStore(tmp_path)
-    store.put("sst/a", b"abc")
-    read = store.direct_reader("sst/a")
-    assert read is not None
+    _, read = reader_of_abc(tmp_path)
     monkeypatch.setattr(fdcache, "RECHECK_SECONDS", 3600.0)
     assert read(0, 3) == b"abc"  # opens and caches the descriptor
     assert read(0, 3) == b"abc"  # checked (a new descriptor is never trusted unchecked)
@@ -269,10 +273,8 @@ def test_get_range_checks_exactly_after_lenient_reads(
     fds: FdCache, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(fdcache, "RECHECK_SECONDS", 3600.0)
-    store = FileStore(tmp_path)
-    store.put("sst/a", b"abc")
-    read = store.direct_reader("sst/a")
-    assert read is not None and read(0, 3) == b"abc" and read(0, 3) == b"abc"
+    store, read = reader_of_abc(tmp_path)
+    assert read(0, 3) == b"abc" and read(0, 3) == b"abc"
     os.unlink(tmp_path / "sst" / "a")  # another process
     with pytest.raises(NotFoundError):
         store.get_range("sst/a", 0, 3)  # what all_exist and friends rely on

@@ -152,20 +152,19 @@ class Refiller:
 
     def wait(self) -> None:
         """Wait until the refills submitted so far are done (tests, benchmarks)."""
-        with self._lock:
-            pools = (self._coordinator, self._readers)
-            self._coordinator = self._readers = None
-        for pool in pools:
-            if pool is not None:
-                pool.shutdown(wait=True)
+        self._shut_down(cancel=False)
 
     def close(self) -> None:
         """Stop: refills still queued are dropped, a running one stops before its next run of
         blocks; returns once no refill thread touches the store."""
         self._stop.set()
+        self._shut_down(cancel=True)
+
+    def _shut_down(self, cancel: bool) -> None:
+        """Take the threads (a later :meth:`submit` starts new ones) and wait for them."""
         with self._lock:
             pools = (self._coordinator, self._readers)
             self._coordinator = self._readers = None
         for pool in pools:
             if pool is not None:
-                pool.shutdown(wait=True, cancel_futures=True)
+                pool.shutdown(wait=True, cancel_futures=cancel)
