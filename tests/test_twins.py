@@ -150,6 +150,25 @@ def test_crc32_and_bloom_hash(data: bytes) -> None:
 
 
 @FAST
+@given(st.binary(max_size=20000), st.integers(0, 2**32 - 1), st.integers(0, 64))
+def test_block_checksums_are_zlibs_crc32_whichever_implementation(
+    data: bytes, running: int, cut: int
+) -> None:
+    from silt import checksum
+
+    assert checksum.crc32(data) == zlib.crc32(data)
+    assert checksum.crc32(data, running) == zlib.crc32(data, running)
+    view = memoryview(data)[cut:]
+    assert checksum.crc32(view) == zlib.crc32(view)
+
+
+def test_the_fast_checksum_is_installed() -> None:
+    from silt import checksum
+
+    assert checksum.IMPLEMENTATION == "zlib-ng"  # a dependency of silt-core
+
+
+@FAST
 @given(st.lists(st.binary(max_size=20), max_size=200, unique=True), st.integers(0, 64),
        st.lists(st.binary(max_size=20), max_size=50))
 def test_bloom_identical(keys: list[bytes], bits: int, probes: list[bytes]) -> None:

@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import hashlib
 import struct
-import zlib
+
+from silt.checksum import crc32
 
 LAYOUT_VERSION = 1
 MAGIC = b"SILTSSD1"
@@ -53,7 +54,7 @@ def file_name(start: int, length: int) -> str:
 def encode(ident: bytes, start: int, length: int, data: bytes) -> list[bytes]:
     """The entry's bytes as chunks (header, identity, data) for a gathered write."""
     rest = struct.pack("<QqQH", start, length, len(data), len(ident))
-    crc = zlib.crc32(data, zlib.crc32(ident, zlib.crc32(rest)))
+    crc = crc32(data, crc32(ident, crc32(rest)))
     return [MAGIC + struct.pack("<I", crc) + rest, ident, data]
 
 
@@ -71,7 +72,7 @@ def decode(buf: bytes, ident: bytes, start: int, length: int) -> bytes:
     if HEADER_SIZE + ident_len + data_len != len(buf):
         raise DamagedEntry(f"size {len(buf)} does not match the header")
     view = memoryview(buf)
-    if zlib.crc32(view[12:]) != crc:
+    if crc32(view[12:]) != crc:
         raise DamagedEntry("checksum mismatch")
     if (e_start, e_length) != (start, length) or view[HEADER_SIZE:HEADER_SIZE + ident_len] != ident:
         raise DamagedEntry("entry belongs to another object or range")

@@ -48,6 +48,7 @@ from collections import OrderedDict as _OrderedDict
 import lz4.block as _lz4_block
 from threading import Lock as _Lock
 
+from silt.checksum import crc32 as _fast_crc32
 from silt.errors import CorruptionError
 from silt.record import MISSING
 from silt.sst import format as _fmt
@@ -340,11 +341,16 @@ def encode_block(keys, records):
 
 
 @cython.final
+@cython.no_gc
 cdef class Block:
     """A decoded data block over its payload bytes: keys are found by binary search with memcmp
     over the key offsets and sliced out only when returned.
 
-    Immutable and safe to share between threads (it lives in the block cache).
+    Immutable and safe to share between threads (it lives in the block cache). Not tracked by
+    the cyclic garbage collector: it refers only to bytes, a list of bytes and a tuple of a
+    name and an offset, so it can never be part of a cycle, and a cache of tens of thousands of
+    blocks would otherwise be walked by every full collection (and every new block would count
+    toward the next one).
     """
 
     cdef bytes _payload
@@ -554,9 +560,9 @@ cdef uint8_t COMPRESSION_NONE = _fmt.COMPRESSION_NONE
 cdef uint8_t COMPRESSION_LZ4 = _fmt.COMPRESSION_LZ4
 cdef Py_ssize_t TRAILER_SIZE = _fmt.TRAILER_SIZE
 cdef uint64_t LZ4_MAX_RATIO = _fmt.LZ4_MAX_RATIO
-# zlib's CRC-32 (about twice as fast as the table loop above on 8 KiB) and lz4's decoder,
-# called on the block's bytes in place.
-cdef object _zlib_crc32 = _zlib.crc32
+# zlib's CRC-32 polynomial from silt.checksum (zlib-ng's folding implementation: about 20x the
+# table loop above on 8 KiB) and lz4's decoder, called on the block's bytes in place.
+cdef object _zlib_crc32 = _fast_crc32
 cdef object _lz4_decompress = _lz4_block.decompress
 
 
@@ -841,10 +847,39 @@ cdef object _get_one(object reader, bytes key, const unsigned char* k, Py_ssize_
     elif cache is not None:
         blk = cache.get((reader.cache_id, i))
     if blk is None:
-        blk = reader.read_block(i)
+        blk = _read_missed(reader, i, cache)
     if type(blk) is Block:
         return (<Block>blk).get(key)
     return blk.get(key)
+
+
+cdef object _read_missed(object reader, Py_ssize_t i, object cache):
+    """``reader.read_block(i)`` for a get that missed the cache, without its two Python frames:
+    the store's direct reader (``reader.direct_read()``) is called here, a failure of it goes
+    to ``reader.direct_failed`` (as in ``SstReader._get_range``), and the block is checked,
+    decoded and put into ``cache`` here. A store without a direct reader goes through
+    ``read_block``. Only public reader names are used (tests/test_twins.py holds it to that)."""
+    cdef object read = reader.direct_read()
+    cdef object t, off, size, data, blk
+    if read is None:
+        return reader.read_block(i)
+    t = reader.loaded_tail
+    if t is None:
+        t = reader.tail
+    off = t.block_offsets[i]
+    size = t.block_sizes[i]
+    try:
+        data = read(off, size)
+    except Exception as exc:
+        data = reader.direct_failed(exc, off, size)
+    if len(data) != size:
+        raise CorruptionError(reader.name, off, f"block truncated: {len(data)} of {size} bytes")
+    blk = decode_block(data, reader.name, off)
+    if type(cache) is BlockCache:
+        (<BlockCache>cache).put((reader.cache_id, i), blk, (<Block>blk).charge)
+    elif cache is not None:
+        cache.put((reader.cache_id, i), blk, blk.charge)
+    return blk
 
 
 def get_from(readers, bytes key, long long h=-1):

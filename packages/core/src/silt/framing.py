@@ -6,8 +6,9 @@ Manifests (``manifest/``), compaction records (``compaction/``) and checkpoints
     magic (8 bytes) | crc32 u32 of everything after it | format_version u32 | UTF-8 JSON body
 
 The magic names the kind of object, so one kind can never be mistaken for another; the CRC-32
-(zlib's polynomial) covers the format version and every byte of the body, so any damaged byte
-is a :class:`~silt.errors.CorruptionError` naming the object, never a silently different value.
+(zlib's polynomial, :mod:`silt.checksum`) covers the format version and every byte of the body,
+so any damaged byte is a :class:`~silt.errors.CorruptionError` naming the object, never a
+silently different value.
 
 A format may carry a binary **appendix** after its JSON (manifest format 5: the bytes of inline
 SSTs); the body's length then comes first, and the CRC covers the appendix too::
@@ -21,11 +22,11 @@ from __future__ import annotations
 
 import json
 import struct
-import zlib
 from collections.abc import Collection
 from typing import Any
 
 from . import boundedjson
+from .checksum import crc32
 from .errors import CorruptionError
 
 #: Magic, CRC-32 of the rest, format version. WARNING: on-disk format.
@@ -51,7 +52,7 @@ def encode_framed(magic: bytes, format_version: int, body: dict[str, Any],
     else:
         rest = b"".join((struct.pack("<I", format_version), BODY_LENGTH.pack(len(text)), text,
                          appendix))
-    return magic + struct.pack("<I", zlib.crc32(rest)) + rest
+    return magic + struct.pack("<I", crc32(rest)) + rest
 
 
 def decode_framed(data: bytes, object_name: str, *, magic: bytes, formats: Collection[int],
@@ -81,7 +82,7 @@ def decode_framed_appendix(
     found, crc, fmt = FRAME_HEAD.unpack_from(data, 0)
     if found != magic:
         raise CorruptionError(object_name, 0, f"bad magic: not a silt {what}")
-    if zlib.crc32(memoryview(data)[12:]) != crc:
+    if crc32(memoryview(data)[12:]) != crc:
         raise CorruptionError(object_name, 12, f"{what} checksum mismatch")
     if fmt not in formats:
         raise CorruptionError(

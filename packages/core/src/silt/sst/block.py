@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import struct
 import sys
-import zlib
 from array import array
 from bisect import bisect_left
 from itertools import accumulate, islice
@@ -24,6 +23,7 @@ from typing import NoReturn
 import lz4.block
 
 from .._ext import accelerate
+from ..checksum import crc32
 from ..errors import CorruptionError
 from ..record import MISSING
 from .format import (
@@ -235,7 +235,7 @@ def frame(payload: bytes, compression: int) -> bytes:
             body, compression = payload, COMPRESSION_NONE
     else:
         body = payload
-    crc = zlib.crc32(bytes((compression,)), zlib.crc32(body))
+    crc = crc32(bytes((compression,)), crc32(body))
     return body + TRAILER.pack(compression, crc)
 
 
@@ -250,7 +250,7 @@ def unframe(framed: bytes, object_name: str, offset: int) -> bytes:
     body_len = len(framed) - TRAILER_SIZE
     compression, crc = TRAILER.unpack_from(framed, body_len)
     body = memoryview(framed)[:body_len]
-    if zlib.crc32(framed[body_len:body_len + 1], zlib.crc32(body)) != crc:
+    if crc32(framed[body_len:body_len + 1], crc32(body)) != crc:
         raise CorruptionError(
             object_name, offset, f"checksum mismatch in block of {len(framed)} bytes"
         )

@@ -13,7 +13,7 @@ import threading
 import weakref
 import zlib
 from bisect import bisect_left
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from itertools import accumulate, pairwise
 from typing import TYPE_CHECKING, Any
 
@@ -280,17 +280,38 @@ class SstReader:
         retries; a missing object is reported as a gone SST."""
         read = self._direct
         if read is _UNASKED:
-            direct = getattr(self.store, "direct_reader", None)
-            read = self._direct = direct(self.name) if direct is not None else None
+            read = self.direct_read()
         if read is not None:
             try:
                 return read(start, length)
-            except RetriesExhaustedError:
-                raise
-            except TransientStoreError:
-                pass  # retried below like any read
-            except NotFoundError as exc:
-                raise self._gone(exc) from exc
+            except Exception as exc:  # sorted out by direct_failed
+                return self.direct_failed(exc, start, length)
+        return self._retried_range(start, length)
+
+    def direct_read(self) -> Callable[[int, int], bytes] | None:
+        """The store's direct reader of this SST (:meth:`ObjectStore.direct_reader`), asked
+        once, or ``None``. The compiled miss path of a get calls it itself, and passes a
+        failure to :meth:`direct_failed`."""
+        read = self._direct
+        if read is _UNASKED:
+            direct = getattr(self.store, "direct_reader", None)
+            read = self._direct = direct(self.name) if direct is not None else None
+        return read
+
+    def direct_failed(self, exc: Exception, start: int, length: int) -> bytes:
+        """What a failed direct read of ``length`` bytes from ``start`` turns into: a transient
+        failure is retried through ``get_range`` (with backoff), a missing object is reported
+        as a gone SST, anything else (retries exhausted, a permanent error) is raised."""
+        if isinstance(exc, RetriesExhaustedError):
+            raise exc
+        if isinstance(exc, TransientStoreError):
+            return self._retried_range(start, length)
+        if isinstance(exc, NotFoundError):
+            raise self._gone(exc) from exc
+        raise exc
+
+    def _retried_range(self, start: int, length: int) -> bytes:
+        """``get_range`` with retries; a missing object is reported as a gone SST."""
         # A shared jitter source: retrying() would otherwise seed a new Random (os.urandom)
         # for every block read.
         try:
