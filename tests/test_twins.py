@@ -429,7 +429,7 @@ def test_get_from_identical(dicts: list[dict], probes: list[bytes], bits: int,
 
 @FAST
 @given(st.lists(st.dictionaries(st.binary(min_size=1, max_size=3), record_st, min_size=1,
-                                max_size=20), max_size=3),
+                                max_size=20), max_size=6),
        st.lists(st.lists(st.dictionaries(st.binary(min_size=1, max_size=3), record_st,
                                          min_size=1, max_size=20), max_size=3), max_size=3),
        st.lists(st.binary(max_size=4), max_size=30), st.sampled_from([0, 10]), st.booleans())
