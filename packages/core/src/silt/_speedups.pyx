@@ -35,7 +35,8 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes
 from cpython.dict cimport PyDict_GetItem, PyDict_Next, PyDict_SetItem
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from cpython.buffer cimport PyBUF_READ
-from cpython.memoryview cimport PyMemoryView_FromMemory
+from cpython.buffer cimport Py_buffer, PyBuffer_IsContiguous
+from cpython.memoryview cimport PyMemoryView_Check, PyMemoryView_FromMemory, PyMemoryView_GET_BUFFER
 from cpython.object cimport PyObject
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from libc.stdint cimport uint8_t, uint32_t, uint64_t
@@ -367,15 +368,17 @@ cdef class Block:
     """A decoded data block over its payload bytes: keys are found by binary search with memcmp
     over the key offsets and sliced out only when returned.
 
-    Immutable and safe to share between threads (it lives in the block cache). Not tracked by
-    the cyclic garbage collector: it refers only to bytes, a list of bytes and a tuple of a
-    name and an offset, so it can never be part of a cycle, and a cache of tens of thousands of
-    blocks would otherwise be walked by every full collection (and every new block would count
-    toward the next one).
+    Immutable and safe to share between threads (it lives in the block cache). Its bytes are
+    a ``bytes`` object's or, read by :func:`decode_block` from a store's direct reader, a
+    read-only memoryview's (a slice of a file's memory map: no copy), which it keeps alive.
+    Not tracked by the cyclic garbage collector: it refers only to that buffer, a list of
+    bytes and a tuple of a name and an offset, so it can never be part of a cycle, and a cache
+    of tens of thousands of blocks would otherwise be walked by every full collection (and
+    every new block would count toward the next one).
     """
 
-    cdef bytes _payload
-    cdef Py_ssize_t _size  # the payload is _payload[:_size]
+    cdef object _owner  # bytes or a read-only memoryview: what _b points into
+    cdef Py_ssize_t _size  # the payload is the first _size bytes at _b
     cdef const unsigned char* _b
     cdef Py_ssize_t _n
     cdef const unsigned char* _kend
@@ -387,19 +390,23 @@ cdef class Block:
     cdef list _keylist
     cdef uint64_t* _pfx  # big-endian first 8 bytes of every key (zero-padded): the search runs
                          # over this small array and touches key bytes only on prefix ties
+    cdef uint32_t* _ends  # the key ends, then the value ends, checked and copied at decoding
+                          # (in _pfx's allocation): every later read of key or value bytes
+                          # stays inside the payload, whatever its buffer holds by then
     cdef readonly Py_ssize_t charge
     cdef readonly tuple where
 
     def __init__(self, payload, object_name="?", offset=0):
         if not PyBytes_CheckExact(payload):
             payload = bytes(payload)
-        self._init(payload, PyBytes_GET_SIZE(payload), object_name, offset)
+        self._init(payload, <const unsigned char*>PyBytes_AS_STRING(payload),
+                   PyBytes_GET_SIZE(payload), object_name, offset)
 
-    cdef int _init(self, bytes payload, Py_ssize_t size, object object_name,
-                   object offset) except -1:
-        """Decode the block whose payload is the first ``size`` bytes of ``payload`` (all of
-        it, or a framed block's body: :func:`decode_block` keeps the bytes it read)."""
-        cdef const unsigned char* b = <const unsigned char*>PyBytes_AS_STRING(payload)
+    cdef int _init(self, object owner, const unsigned char* b, Py_ssize_t size,
+                   object object_name, object offset) except -1:
+        """Decode the block whose payload is the ``size`` bytes at ``b``, inside ``owner``
+        (bytes or a memoryview, kept: all of it, or a framed block's body when
+        :func:`decode_block` keeps the bytes it read)."""
         cdef uint64_t n, need, prev, e, klen = 0, vlen = 0
         cdef Py_ssize_t i
         cdef int flags
@@ -412,7 +419,7 @@ cdef class Block:
             BLOCK_EXPIRY_ENTRY_SIZE if flags & BLOCK_FLAG_EXPIRY else BLOCK_ENTRY_SIZE)
         if need > <uint64_t>size:
             self._bad("block regions do not add up")
-        self._payload = payload
+        self._owner = owner
         self._size = size
         self._b = b
         self._n = <Py_ssize_t>n
@@ -421,16 +428,27 @@ cdef class Block:
         self._kinds = self._vend + 4 * n
         self._exps = self._kinds + n if flags & BLOCK_FLAG_EXPIRY else NULL
         self._keys = b + need
+        # The offsets are copied first and checked on the copies: a buffer that changes after
+        # this (a memory-mapped file someone rewrote in place) can then change what a read
+        # returns, never where it reads.
+        free(self._pfx)
+        self._pfx = <uint64_t*>malloc(max(self._n, 1) * (sizeof(uint64_t) + 2 * sizeof(uint32_t)))
+        if self._pfx == NULL:
+            raise MemoryError()
+        self._ends = <uint32_t*>(self._pfx + max(self._n, 1))
+        for i in range(self._n):
+            self._ends[i] = _le32(self._kend + 4 * i)
+            self._ends[self._n + i] = _le32(self._vend + 4 * i)
         prev = 0
         for i in range(self._n):
-            e = _le32(self._kend + 4 * i)
+            e = self._ends[i]
             if e < prev:
                 self._bad("key offsets decrease")
             prev = e
         klen = prev
         prev = 0
         for i in range(self._n):
-            e = _le32(self._vend + 4 * i)
+            e = self._ends[self._n + i]
             if e < prev:
                 self._bad("value offsets decrease")
             prev = e
@@ -438,15 +456,11 @@ cdef class Block:
         if need + klen > <uint64_t>size or (n and need + klen + vlen != <uint64_t>size):
             self._bad("block regions do not add up")
         self._vals = self._keys + klen
-        free(self._pfx)
-        self._pfx = <uint64_t*>malloc(max(self._n, 1) * sizeof(uint64_t))
-        if self._pfx == NULL:
-            raise MemoryError()
         # Keys must be strictly increasing (lookups bisect them); the prefixes decide unless
         # they tie.
         cdef uint64_t start = 0, pstart = 0
         for i in range(self._n):
-            e = _le32(self._kend + 4 * i)
+            e = self._ends[i]
             self._pfx[i] = _prefix(self._keys + start, e - start)
             if i and (self._pfx[i] < self._pfx[i - 1] or (
                     self._pfx[i] == self._pfx[i - 1] and _cmp(
@@ -456,9 +470,10 @@ cdef class Block:
             pstart = start
             start = e
         # What this block holds, measured (RSS over 7,000 cached 8 KiB blocks): the payload, an
-        # 8-byte prefix per entry, ~500 bytes of object, malloc and cache-entry overhead. The
-        # pure twin holds a bytes object per key and its index dict, and charges for those.
-        self.charge = size + 8 * self._n + 512
+        # 8-byte prefix and two 4-byte offsets per entry, ~500 bytes of object, malloc and
+        # cache-entry overhead. The pure twin holds a bytes object per key and its index dict,
+        # and charges for those.
+        self.charge = size + 16 * self._n + 512
         return 0
 
     def __dealloc__(self):
@@ -471,15 +486,14 @@ cdef class Block:
         return self._n
 
     cdef Py_ssize_t _kstart(self, Py_ssize_t i) noexcept nogil:
-        return _le32(self._kend + 4 * (i - 1)) if i else 0
+        return self._ends[i - 1] if i else 0
 
     cdef Py_ssize_t _vstart(self, Py_ssize_t i) noexcept nogil:
-        return _le32(self._vend + 4 * (i - 1)) if i else 0
+        return self._ends[self._n + i - 1] if i else 0
 
     cdef bytes _key(self, Py_ssize_t i):
         cdef Py_ssize_t s = self._kstart(i)
-        return PyBytes_FromStringAndSize(<const char*>self._keys + s,
-                                         _le32(self._kend + 4 * i) - s)
+        return PyBytes_FromStringAndSize(<const char*>self._keys + s, self._ends[i] - s)
 
     cdef Py_ssize_t _lower_bound(self, const unsigned char* k, Py_ssize_t nk,
                                  Py_ssize_t lo) noexcept nogil:
@@ -495,7 +509,7 @@ cdef class Block:
                 hi = mid
             else:  # same 8-byte prefix: compare the whole keys
                 s = self._kstart(mid)
-                if _cmp(self._keys + s, _le32(self._kend + 4 * mid) - s, k, nk) < 0:
+                if _cmp(self._keys + s, self._ends[mid] - s, k, nk) < 0:
                     lo = mid + 1
                 else:
                     hi = mid
@@ -504,7 +518,7 @@ cdef class Block:
     cdef bint _key_eq(self, Py_ssize_t i, const unsigned char* k,
                              Py_ssize_t nk) noexcept nogil:
         cdef Py_ssize_t s = self._kstart(i)
-        return (_le32(self._kend + 4 * i) - s == <uint32_t>nk
+        return (self._ends[i] - s == <uint32_t>nk
                 and memcmp(self._keys + s, k, nk) == 0)
 
     cdef object _record(self, Py_ssize_t i):
@@ -513,7 +527,7 @@ cdef class Block:
             return None
         cdef Py_ssize_t s = self._vstart(i)
         cdef bytes value = PyBytes_FromStringAndSize(<const char*>self._vals + s,
-                                                     _le32(self._vend + 4 * i) - s)
+                                                     self._ends[self._n + i] - s)
         if kind == KIND_PUT:
             return value
         if kind == KIND_PUT_EXPIRING and self._exps != NULL:
@@ -562,12 +576,13 @@ cdef class Block:
 
     @property
     def values(self):
-        return self._payload[self._vals - self._b:self._size]
+        return PyBytes_FromStringAndSize(<const char*>self._vals,
+                                         self._size - (self._vals - self._b))
 
     @property
     def value_ends(self):
         from array import array
-        return array("I", [_le32(self._vend + 4 * i) for i in range(self._n)])
+        return array("I", [self._ends[self._n + i] for i in range(self._n)])
 
     @property
     def expiries(self):
@@ -590,11 +605,28 @@ cdef object _lz4_decompress = _lz4_block.decompress
 def decode_block(framed, object_name, offset):
     """Compiled twin of :func:`silt.sst.block.decode_block`: the framed block's checksum checked
     (zlib's CRC-32 over the bytes in place), decompressed, decoded; an uncompressed block is
-    decoded over the bytes read, without a copy."""
-    if not PyBytes_CheckExact(framed):
-        framed = bytes(framed)
-    cdef Py_ssize_t size = PyBytes_GET_SIZE(framed)
-    cdef char* p = PyBytes_AS_STRING(framed)
+    decoded over the bytes read, without a copy: ``framed`` as bytes, or as a contiguous
+    memoryview of bytes (a direct reader's slice of a memory map), which the block keeps."""
+    cdef Py_buffer* buf
+    cdef Py_ssize_t size
+    cdef char* p
+    if PyBytes_CheckExact(framed):
+        size = PyBytes_GET_SIZE(framed)
+        p = PyBytes_AS_STRING(framed)
+    else:
+        if PyMemoryView_Check(framed):
+            buf = PyMemoryView_GET_BUFFER(framed)
+            if buf.itemsize != 1 or not PyBuffer_IsContiguous(buf, b'C'):
+                framed = bytes(framed)
+        else:
+            framed = bytes(framed)
+        if PyBytes_CheckExact(framed):
+            size = PyBytes_GET_SIZE(framed)
+            p = PyBytes_AS_STRING(framed)
+        else:
+            buf = PyMemoryView_GET_BUFFER(framed)
+            size = buf.len
+            p = <char*>buf.buf
     if size < TRAILER_SIZE:
         raise CorruptionError(object_name, offset, f"block of {size} bytes is truncated")
     cdef Py_ssize_t body_len = size - TRAILER_SIZE
@@ -605,7 +637,7 @@ def decode_block(framed, object_name, offset):
     cdef Block blk
     if compression == COMPRESSION_NONE:
         blk = Block.__new__(Block)
-        blk._init(framed, body_len, object_name, offset)
+        blk._init(framed, <const unsigned char*>p, body_len, object_name, offset)
         return blk
     if compression == COMPRESSION_LZ4:
         if body_len < 4 or (<uint64_t>_le32(<const unsigned char*>p)

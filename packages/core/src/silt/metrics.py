@@ -100,7 +100,7 @@ class MeteredStore(ObjectStore):
             for _ in range(self.inner.take_extra_reads()):
                 self.metrics.count("RANGE_GET", 0)
 
-    def direct_reader(self, key: str) -> Callable[[int, int], bytes] | None:
+    def direct_reader(self, key: str) -> Callable[[int, int], bytes | memoryview] | None:
         """The inner store's direct reader of ``key``, each read counted as a ``RANGE_GET``
         (failed ones too), or ``None`` when the inner store has none."""
         read = self.inner.direct_reader(key)
@@ -108,8 +108,8 @@ class MeteredStore(ObjectStore):
             return None
         metrics = self.metrics
 
-        def counted(start: int, length: int) -> bytes:
-            data = b""
+        def counted(start: int, length: int) -> bytes | memoryview:
+            data: bytes | memoryview = b""
             try:
                 data = read(start, length)
                 return data

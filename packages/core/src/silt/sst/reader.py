@@ -256,7 +256,8 @@ class SstReader:
             first = start
         else:
             first = max(0, size - TAIL_GUESS)
-        data = self._get_range(first, size - first)
+        # bytes: a direct reader may return a view of a map, which the tail must not keep
+        data = bytes(self._get_range(first, size - first))
         if len(data) != size - first:
             raise CorruptionError(self.name, first, f"object is shorter than its {size} bytes")
         if start is None:
@@ -268,13 +269,13 @@ class SstReader:
         if start < first:
             # The object really has ``size`` bytes (its end was just read), so this read stays
             # inside it.
-            head = self._get_range(start, first - start)
+            head = bytes(self._get_range(start, first - start))
             if len(head) != first - start:
                 raise CorruptionError(self.name, start, f"object is shorter than its {size} bytes")
             data = head + data
         return SstTail(data, start, size, self.name)
 
-    def _get_range(self, start: int, length: int) -> bytes:
+    def _get_range(self, start: int, length: int) -> bytes | memoryview:
         """``length`` bytes of the object from ``start``: through the store's direct reader
         when it has one, else (and to retry a transient failure of it) ``get_range`` with
         retries; a missing object is reported as a gone SST."""
@@ -288,7 +289,7 @@ class SstReader:
                 return self.direct_failed(exc, start, length)
         return self._retried_range(start, length)
 
-    def direct_read(self) -> Callable[[int, int], bytes] | None:
+    def direct_read(self) -> Callable[[int, int], bytes | memoryview] | None:
         """The store's direct reader of this SST (:meth:`ObjectStore.direct_reader`), asked
         once, or ``None``. The compiled miss path of a get calls it itself, and passes a
         failure to :meth:`direct_failed`."""

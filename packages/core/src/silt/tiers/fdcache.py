@@ -83,9 +83,12 @@ RECHECK_SECONDS = 0.1
 class Fd:
     """One cached descriptor: ``fd``, how many reads use it, whether it is out of the cache
     (``dropped``: closed by the last :meth:`FdCache.release`), and when its file was last seen
-    to have a name (``checked``, ``time.monotonic()``, in the cache's ``epoch`` then)."""
+    to have a name (``checked``, ``time.monotonic()``, in the cache's ``epoch`` then).
+    ``view`` is the file's read-only map (:func:`silt.tiers.mapping.map_file`) once a direct
+    read made it, ``False`` when it cannot be mapped; it outlives the descriptor as long as
+    something refers to it."""
 
-    __slots__ = ("fd", "users", "dropped", "checked", "epoch")
+    __slots__ = ("fd", "users", "dropped", "checked", "epoch", "view")
 
     def __init__(self, fd: int, checked: float = float("-inf"), epoch: int = -1) -> None:
         self.fd = fd
@@ -93,6 +96,7 @@ class Fd:
         self.dropped = False
         self.checked = checked
         self.epoch = epoch
+        self.view: memoryview | bool | None = None
 
 
 class FdCache:

@@ -70,6 +70,7 @@ from ..tierkit import (
     validate_key,
 )
 from .fdcache import FDS, MAX_OPEN
+from .mapping import map_file
 
 #: Name of the directory under the root that holds writes in flight. Never a valid first key
 #: segment, never listed.
@@ -475,14 +476,16 @@ class FileStore(ObjectStore):
             if entry is not None:
                 FDS.release(entry)
 
-    def direct_reader(self, key: str) -> Callable[[int, int], bytes] | None:
+    def direct_reader(self, key: str) -> Callable[[int, int], bytes | memoryview] | None:
         """A ranged reader of ``key`` for the SST reader's block reads (see
-        :meth:`ObjectStore.direct_reader`): a ``pread`` on the process's cached descriptor with
-        a lenient check that the file still has a name (:mod:`silt.tiers.fdcache`: a delete
-        made through any store of this process is seen at once, one by another process within
-        ``RECHECK_SECONDS``). Without a cached descriptor it reads like :meth:`get_range`,
-        which opens and caches one. ``None`` where descriptors are not cached (Windows), and
-        for a subclass that overrides ``get_range`` (its reads must all go through it).
+        :meth:`ObjectStore.direct_reader`): a slice of the file's read-only memory map
+        (:mod:`silt.tiers.mapping`: no copy; ``pread`` where the file cannot be mapped) through
+        the process's cached descriptor, with a lenient check that the file still has a name
+        (:mod:`silt.tiers.fdcache`: a delete made through any store of this process is seen at
+        once, one by another process within ``RECHECK_SECONDS``). Without a cached descriptor
+        it reads like :meth:`get_range`, which opens and caches one. ``None`` where descriptors
+        are not cached (Windows), and for a subclass that overrides ``get_range`` (its reads
+        must all go through it).
         """
         if MAX_OPEN <= 0 or type(self).get_range is not FileStore.get_range:
             return None
@@ -491,12 +494,19 @@ class FileStore(ObjectStore):
         get_range = self.get_range
         pread = os.pread  # exists wherever descriptors are cached
 
-        def read(start: int, length: int) -> bytes:
+        def read(start: int, length: int) -> bytes | memoryview:
             fds = FDS
             entry = fds.borrow(ident, False)
             if entry is None:
                 return get_range(key, start, length)
             try:
+                view = entry.view
+                if view is None:
+                    # Two threads may both map: one map is kept, the other is unmapped when
+                    # its last slice goes.
+                    view = entry.view = map_file(entry.fd) or False
+                if view:
+                    return view[start:start + length]
                 data = pread(entry.fd, length, start)
                 if len(data) < length and data:
                     data += _read_fully(entry.fd, start + len(data), length - len(data))
