@@ -441,15 +441,15 @@ class ShardTask:
                 known = newer_base(db, db.listed_at_open or [])
             elif db.warm and db.proved_latest():
                 known = []  # nothing newer, proved by two GETs of missing objects
+            elif db.warm:
+                # Another worker process committed the shard since this handle's version: move
+                # it to the latest version <= b - 1 and learn the versions after that in one
+                # step (GETs issued at once where their order does not matter, keeping its
+                # readers and cached blocks; a LIST only when GETs cannot prove the answer, or
+                # something newer exists: a replay, or state ahead of the checkpoint).
+                _, known = db.advance_newer(b - 1)
             else:
-                if db.warm:
-                    # Another worker process may have committed the shard since this handle's
-                    # version: move it to the latest version <= b - 1 (GETs, keeping its
-                    # readers and cached blocks; a LIST only when GETs cannot prove it).
-                    db.advance(b - 1)
-                # Two GETs of missing objects on a warm handle, a LIST when something newer
-                # exists (a replay, or state ahead of the checkpoint) or it never committed.
-                known = db.newer_versions()
+                known = db.newer_versions()  # it never committed: a LIST
             if db.version is not None:
                 known.insert(0, db.version)
             if known:
