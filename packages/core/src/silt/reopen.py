@@ -1,18 +1,22 @@
 """Finding the latest version not greater than a number from an open DB's version, with GETs
 instead of a LIST when that can be proved right (:meth:`silt.DB.advance`,
-:meth:`silt.DB.advance_newer`).
+:meth:`silt.DB.advance_newer`, :meth:`silt.DB.catch_up`).
 
 A listing of ``manifest/`` answers "the latest live version ``<= at_most``" for any root
 (:func:`latest_at_most`: one LIST of manifests, one GET per fate record, one of the manifest).
 A handle that already holds version ``v`` and knows the GC markers (:mod:`silt.markers`, read by
 its last commit) can often answer with GETs (:func:`probe_at_most`, :func:`probe_latest`), in
-at most three rounds of requests issued at once (plus two in rare cases, below):
+rounds whose requests go out at once (``gather``: on the DB's read pool for a remote store):
+three when ``manifest/<at_most>`` is live, one more when it is missing, two more in a rare
+case (below):
 
 1. the manifests of ``at_most``, ``at_most - 1``, ... down to ``v + 1``, at most :data:`PROBES`
    numbers: ``manifest/<at_most>`` alone first (a shard is usually behind by one batch another
    process committed, and this keeps that case at one GET), then, when it is missing, all the
    other numbers at once. A number inside a range a reservation skipped, or one never
-   committed, has no manifest;
+   committed, has no manifest. A manifest the caller read already (``seen``:
+   :meth:`silt.DB.catch_up` reads ``v``'s successor first, to learn whether anything is newer
+   at all) is not read again;
 2. the fate record (:mod:`silt.versions`) of every manifest found in that round, judged exactly
    as a listing judges it: a withdrawn version (or a manifest a settled record of another token
    withdraws) is skipped, a reservation (``skip_to``) is a version with its base's state; the
@@ -31,6 +35,8 @@ at most three rounds of requests issued at once (plus two in rare cases, below):
    exist no GC pass has begun its last listing of manifests since the markers were read, so a
    missing manifest, name or fate record in the rounds before was never created, not
    collected; and nothing was deleted during them.
+
+A round's requests may complete in any order; the next round starts when all have returned.
 
 Why the order of the requests is safe. Every object read here is create-only, and while the
 epoch GET, issued after every other request has returned, finds no new epoch, nothing under
@@ -122,11 +128,25 @@ def probe_at_most(store: ObjectStore, base: Manifest, markers: GcMarkers | None,
 
 
 def probe_latest(store: ObjectStore, base: Manifest, markers: GcMarkers | None,
-                 at_most: int, gather: Gather = serially) -> tuple[Manifest, bool] | None:
+                 at_most: int, gather: Gather = serially,
+                 seen: Manifest | None = None) -> tuple[Manifest, bool] | None:
     """As :func:`probe_at_most`, and whether no version after the one found exists (proved
     by the missing ``next_version`` name, in the same rounds, under the same epoch GET);
-    ``False`` means "maybe": list to know. ``None`` when the version cannot be proved."""
-    return _probe(store, base, markers, at_most, gather, after=True)
+    ``False`` means "maybe": list to know. ``None`` when the version cannot be proved.
+
+    ``seen``: the manifest named ``base.next_version``, read by the caller after ``markers``
+    were read (:func:`successor`), which round 1 then takes instead of reading it again: its
+    fate record and next name are still read after it was seen, the epoch last."""
+    return _probe(store, base, markers, at_most, gather, after=True, seen=seen)
+
+
+def successor(store: ObjectStore, base: Manifest) -> Manifest | None:
+    """The manifest named ``base.next_version`` (one GET), not judged yet; ``None`` when it
+    does not exist. The first request of :meth:`silt.DB.catch_up`: missing, and the GC epoch
+    unchanged after it, nothing after ``base`` exists (as
+    :meth:`silt.commit.Committer.nothing_after`, which reads one byte of it); present, it is
+    round 1's read of its number."""
+    return _manifest_or_none(store, base.next_version)
 
 
 def _manifest_or_none(store: ObjectStore, version: int) -> Manifest | None:
@@ -149,8 +169,20 @@ def _exists(store: ObjectStore, version: int) -> bool:
     return True
 
 
+def _read(store: ObjectStore, numbers: list[int], seen: tuple[int, Manifest] | None,
+          gather: Gather) -> list[tuple[int, Manifest]]:
+    """The numbers of ``numbers`` (descending) whose manifest exists, in that order, with it,
+    read at once; ``seen`` (a number and its manifest, read before) is not read again."""
+    todo = [n for n in numbers if seen is None or n != seen[0]]
+    got = dict(zip(todo, gather([partial(_manifest_or_none, store, n) for n in todo])))
+    if seen is not None and seen[0] in numbers:
+        got[seen[0]] = seen[1]
+    return [(n, m) for n, m in ((n, got[n]) for n in numbers) if m is not None]
+
+
 def _probe(store: ObjectStore, base: Manifest, markers: GcMarkers | None, at_most: int,
-           gather: Gather, *, after: bool) -> tuple[Manifest, bool] | None:
+           gather: Gather, *, after: bool,
+           seen: Manifest | None = None) -> tuple[Manifest, bool] | None:
     v = base.version
     if (markers is None or at_most < v or v < markers.horizon
             or not all(markers.passes.values())):
@@ -164,21 +196,20 @@ def _probe(store: ObjectStore, base: Manifest, markers: GcMarkers | None, at_mos
     while pending and landed is None:
         batch, pending = pending[:size], pending[size:]
         size = len(pending)
-        found = [m for m in gather([partial(_manifest_or_none, store, n) for n in batch])
-                 if m is not None]
+        found = _read(store, batch, None if seen is None else (base.next_version, seen), gather)
         if not found:
             continue
         # after every manifest of the batch was seen: their fate records, the next name
         check_next = after and not above
-        calls = [partial(read_fate, store, m.version) for m in found]
+        calls = [partial(read_fate, store, n) for n, _ in found]
         if check_next:
-            calls.append(partial(_exists, store, found[0].next_version))
+            calls.append(partial(_exists, store, found[0][1].next_version))
         out = gather(calls)
-        for m, fate in zip(found, out):
+        for (_, m), fate in zip(found, out):
             if fate is None or not fate.withdraws(m):
                 landed = m
                 break
-        latest = check_next and landed is found[0] and not out[-1]
+        latest = check_next and landed is found[0][1] and not out[-1]
         above = True
     if landed is None:
         if lowest > v + 1:
