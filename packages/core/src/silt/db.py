@@ -983,11 +983,12 @@ class DB:
         record of each number probed from ``at_most`` down (one GET when absent), or of the
         handle's own version when nothing newer exists, and one GET of the next GC epoch's name,
         which proves that GC changed nothing meanwhile; otherwise, or when any of that does not
-        hold, one LIST as :func:`silt.open` (:mod:`silt.reopen` says when). GETs that do not
-        depend on one another are issued at once (on the read pool), so the GETs take three
-        round trips at most in the usual cases: ``manifest/<at_most>``; its fate record; the
-        epoch. Requests count under the purpose ``open``; the metrics ``advances`` and
-        ``advances_listed`` count the calls and those that listed.
+        hold, one LIST as :func:`silt.open` (:mod:`silt.reopen` says when). On a remote store,
+        GETs that do not depend on one another go out at once (on the read pool): three round
+        trips when ``manifest/<at_most>`` is live (it; its fate record; the epoch), at most
+        one more when it is missing (the other numbers at once). Requests count under the
+        purpose ``open``; the metrics ``advances`` and ``advances_listed`` count the calls and
+        those that listed.
 
         The handle must hold no uncommitted writes, references or unresolved commit
         (:class:`~silt.errors.InvalidArgumentError`: commit them, or close and reopen). Its
