@@ -19,7 +19,7 @@ from typing import Any
 import silt
 
 #: How long each timed read takes (seconds).
-DELAY = 0.08
+DELAY = 0.12
 
 
 class TimedReads:

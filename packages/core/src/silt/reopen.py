@@ -7,8 +7,8 @@ A listing of ``manifest/`` answers "the latest live version ``<= at_most``" for 
 A handle that already holds version ``v`` and knows the GC markers (:mod:`silt.markers`, read by
 its last commit) can often answer with GETs (:func:`probe_at_most`, :func:`probe_latest`), in
 rounds whose requests go out at once (``gather``: on the DB's read pool for a remote store):
-three when ``manifest/<at_most>`` is live, one more when it is missing, two more in a rare
-case (below):
+three when ``manifest/<at_most>`` is live, one more when it is missing, more only when a
+manifest found was withdrawn (below):
 
 1. the manifests of ``at_most``, ``at_most - 1``, ... down to ``v + 1``, at most :data:`PROBES`
    numbers: ``manifest/<at_most>`` alone first (a shard is usually behind by one batch another
@@ -17,16 +17,16 @@ case (below):
    committed, has no manifest. A manifest the caller read already (``seen``:
    :meth:`silt.DB.catch_up` reads ``v``'s successor first, to learn whether anything is newer
    at all) is not read again;
-2. the fate record (:mod:`silt.versions`) of every manifest found in that round, judged exactly
-   as a listing judges it: a withdrawn version (or a manifest a settled record of another token
-   withdraws) is skipped, a reservation (``skip_to``) is a version with its base's state; the
-   greatest one not withdrawn is the answer. With :func:`probe_latest`, in the same round, the
-   name of the greatest manifest found's ``next_version`` (a 1-byte ranged GET): missing, it
-   proves that nothing was committed after the answer (see
-   :meth:`silt.commit.Committer.nothing_after`: every commit on top of a version creates that
-   name first, a commit that skips numbers by reserving it). When the greatest found is
-   withdrawn, the other numbers not probed yet are probed (rounds 1 and 2 again, rare), and
-   nothing is proved about versions after the answer (a withdrawn manifest is after it: list);
+2. the fate record (:mod:`silt.versions`) of the greatest manifest found, judged exactly as a
+   listing judges it: a withdrawn version (or a manifest a settled record of another token
+   withdraws) is skipped, a reservation (``skip_to``) is a version with its base's state; not
+   withdrawn, it is the answer. With :func:`probe_latest`, in the same round, the name of its
+   ``next_version`` (a 1-byte ranged GET): missing, it proves that nothing was committed after
+   the answer (see :meth:`silt.commit.Committer.nothing_after`: every commit on top of a
+   version creates that name first, a commit that skips numbers by reserving it). When it is
+   withdrawn (rare), the next manifest found is judged the same way (a round more each), then
+   the numbers not probed yet, and nothing is proved about versions after the answer (a
+   withdrawn manifest is after it: list);
 3. when no live manifest is found and every number down to ``v + 1`` was probed, the answer is
    ``v`` itself, once its fate record shows it was not withdrawn since (its GET, and with
    :func:`probe_latest` the GET of ``v``'s ``next_version`` name when that is above
@@ -196,21 +196,19 @@ def _probe(store: ObjectStore, base: Manifest, markers: GcMarkers | None, at_mos
     while pending and landed is None:
         batch, pending = pending[:size], pending[size:]
         size = len(pending)
-        found = _read(store, batch, None if seen is None else (base.next_version, seen), gather)
-        if not found:
-            continue
-        # after every manifest of the batch was seen: their fate records, the next name
-        check_next = after and not above
-        calls = [partial(read_fate, store, n) for n, _ in found]
-        if check_next:
-            calls.append(partial(_exists, store, found[0][1].next_version))
-        out = gather(calls)
-        for (_, m), fate in zip(found, out):
-            if fate is None or not fate.withdraws(m):
+        for n, m in _read(store, batch, None if seen is None else (base.next_version, seen),
+                          gather):
+            # after the manifest was seen: its fate record, and its next name at once
+            check_next = after and not above
+            calls = [partial(read_fate, store, n)]
+            if check_next:
+                calls.append(partial(_exists, store, m.next_version))
+            out = gather(calls)
+            above = True
+            if out[0] is None or not out[0].withdraws(m):
                 landed = m
+                latest = check_next and not out[-1]
                 break
-        latest = check_next and landed is found[0][1] and not out[-1]
-        above = True
     if landed is None:
         if lowest > v + 1:
             return None  # numbers left unprobed
