@@ -1032,9 +1032,11 @@ class DB:
         When nothing is newer than the handle's version (``<= at_most``), the handle stays
         and the answer is ``(version, [])`` as :meth:`proved_latest` proves it: the name the
         next version would take is missing, then the next GC epoch is. As there, the
-        version's own fate record is not read (a version is withdrawn by its own writer while
-        it finishes its commit; a handle that committed it, or moved to it and went on, has
-        seen that). Otherwise the answer is :meth:`advance_newer`'s, proved the same way.
+        version's own fate record is not read: a handle that committed the version resolved
+        that commit itself (its writer's withdrawal would have raised there); a withdrawal of a
+        version it moved to, by that version's writer since, is not seen here, exactly as
+        :meth:`proved_latest` does not see it (:meth:`advance_newer` reads the record).
+        Otherwise the answer is :meth:`advance_newer`'s, proved the same way.
 
         Cost, on a handle that committed before: nothing newer, 2 GETs of missing objects, one
         after the other (as :meth:`proved_latest`); another process committed the version
