@@ -11,8 +11,9 @@ from __future__ import annotations
 import time
 
 import pytest
+import roundtrips
 import silt
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from silt import paths
 from silt.errors import (
@@ -64,6 +65,17 @@ def _withdraw(url: str, version: int) -> None:
         store.close()
 
 
+def _nothing_above(url: str, version: int) -> bool:
+    """Whether no manifest (live or withdrawn) above ``version`` exists (a listing, from
+    outside the handle)."""
+    store = open_store(url)
+    try:
+        return not any((paths.parse_manifest_key(i.key) or 0) > version
+                       for i in store.list(paths.MANIFEST_PREFIX))
+    finally:
+        store.close()
+
+
 def _same_as_fresh(db: silt.DB, url: str, at_most: int) -> None:
     with silt.open(url, at_most=at_most) as fresh:
         assert db.version == fresh.version
@@ -98,6 +110,123 @@ def test_a_handle_passed_by_another_process_advances_with_three_gets(url: str) -
         # the next commit goes on from there
         assert _commit(a, b"e") == 5
         _same_as_fresh(a, url, 5)
+
+
+def _opened(db: silt.DB) -> int:
+    return sum(k["count"] for k in db.stats()["requests"].get("open", {}).values())
+
+
+def _reads(delta: dict[str, int]) -> int:
+    return delta.get("GET", 0) + delta.get("RANGE_GET", 0)
+
+
+def test_advance_newer_proves_nothing_is_newer_in_three_round_trips(url: str) -> None:
+    """A handle one version behind (a shard whose last batch ran in another worker process):
+    advance, then newer_versions, took 5 GETs one after the other; advance_newer takes 4, in
+    3 round trips: manifest/3; its fate record and manifest/4 at once; the GC epoch."""
+    with silt.open(url) as a:
+        _commit(a, b"a")
+        _commit(a, b"b")  # 2: the handle knows the GC markers
+        _elsewhere(url, b"c")  # 3
+        before, opened = _requests(a), _opened(a)
+        with roundtrips.timed(a) as reads:
+            assert a.advance_newer(3) == (3, [])
+        delta = _delta(a, before)
+        assert "LIST" not in delta and _reads(delta) == 4, delta
+        assert reads.round_trips() == 3, reads.spans
+        assert _opened(a) - opened == 4  # all under "open", those made on the read pool too
+        assert a.stats()["advances"] == 1 and "advances_listed" not in a.stats()
+        _same_as_fresh(a, url, 3)
+        # what it replaces: 5 sequential GETs
+        _elsewhere(url, b"d")  # 4
+        before = _requests(a)
+        with roundtrips.timed(a) as reads:
+            assert a.advance(4) == 4
+            assert a.newer_versions() == []
+        assert _reads(_delta(a, before)) == 5 and reads.round_trips() == 5
+        assert _commit(a, b"e") == 5
+
+
+def test_catch_up_reads_the_successor_once(url: str) -> None:
+    """DB.catch_up, a shard task's question: nothing newer, 2 GETs (as proved_latest); another
+    process committed the next version: its manifest read by the first GET is the advance's
+    first read, so 4 GETs in 3 round trips (proved_latest then advance_newer: 5 in 4)."""
+    with silt.open(url) as a:
+        _commit(a, b"a")
+        _commit(a, b"b")  # 2
+        before = _requests(a)
+        with roundtrips.timed(a) as reads:
+            assert a.catch_up(3) == (2, [])  # nobody moved on
+        assert _reads(_delta(a, before)) == 2 and reads.round_trips() == 2
+        assert "advances" not in a.stats()
+        _elsewhere(url, b"c")  # 3
+        before = _requests(a)
+        with roundtrips.timed(a) as reads:
+            assert a.catch_up(3) == (3, [])
+        delta = _delta(a, before)
+        assert "LIST" not in delta and _reads(delta) == 4, delta
+        assert reads.round_trips() == 3, reads.spans
+        assert a.stats()["advances"] == 1 and "advances_listed" not in a.stats()
+        _same_as_fresh(a, url, 3)
+        # what it replaces
+        _elsewhere(url, b"d")  # 4
+        before = _requests(a)
+        with roundtrips.timed(a) as reads:
+            assert not a.proved_latest()
+            assert a.advance_newer(4) == (4, [])
+        assert _reads(_delta(a, before)) == 5 and reads.round_trips() == 4
+        # a replay: the version after at_most exists, a LIST says which
+        _elsewhere(url, b"e")  # 5
+        _elsewhere(url, b"f")  # 6
+        before = _requests(a)
+        assert a.catch_up(5) == (5, [6])
+        assert _delta(a, before).get("LIST") == 1
+        _same_as_fresh(a, url, 5)
+        # a handle above at_most: advance_newer (a LIST: it goes backwards)
+        assert a.catch_up(4) == (4, [5, 6])
+
+
+def test_advance_newer_lists_what_is_newer_only_when_a_name_after_exists(url: str) -> None:
+    with silt.open(url) as a:
+        _commit(a, b"a")
+        _commit(a, b"b")  # 2
+        _elsewhere(url, b"c")  # 3
+        _elsewhere(url, b"d")  # 4
+        before = _requests(a)
+        assert a.advance_newer(3) == (3, [4])  # a replay of 4
+        delta = _delta(a, before)
+        assert delta.get("LIST") == 1 and "advances_listed" not in a.stats()
+        _same_as_fresh(a, url, 3)
+        # the handle's own version, nothing above it up to at_most: its fate record, no probe
+        # of its successor's name twice (round 1 saw it missing)
+        _elsewhere(url, b"e")  # 5
+        assert a.advance(5) == 5
+        before = _requests(a)
+        with roundtrips.timed(a) as reads:
+            assert a.advance_newer(7) == (5, [])
+        delta = _delta(a, before)
+        # manifest/7; manifest/6 at once with the next, none found: 5's fate record; epoch
+        assert "LIST" not in delta and _reads(delta) == 4, delta
+        assert reads.round_trips() == 4
+        # a withdrawn version above the answer: proved where, then a LIST for what is newer
+        _elsewhere(url, b"f")  # 6
+        _withdraw(url, 6)
+        before = _requests(a)
+        assert a.advance_newer(6) == (5, [])
+        assert _delta(a, before).get("LIST") == 1
+        _same_as_fresh(a, url, 6)
+
+
+def test_advance_newer_without_markers_lists_once(url: str) -> None:
+    _elsewhere(url, b"a")
+    _elsewhere(url, b"b")
+    with silt.open(url, at_most=1) as a:  # never committed: knows no GC markers
+        _elsewhere(url, b"c")  # 3
+        before = _requests(a)
+        assert a.advance_newer(2) == (2, [3])
+        assert _delta(a, before).get("LIST") == 1 and a.stats()["advances_listed"] == 1
+        assert a.advance_newer(-1) == (None, [1, 2, 3])
+        assert a.advance_newer(5) == (3, [])
 
 
 def test_sst_readers_of_both_versions_are_kept(url: str) -> None:
@@ -230,14 +359,23 @@ _STEP = st.one_of(
     st.tuples(st.just("withdraw"), st.integers(0, 2)),  # withdraw the latest - n
     st.tuples(st.just("gc"), st.integers(1, 3)),  # a GC pass retaining n versions
     st.tuples(st.just("advance"), st.integers(-2, 5)),  # advance to the latest + n
+    st.tuples(st.just("newer"), st.integers(-3, 3)),  # advance_newer to the latest + n
+    st.tuples(st.just("task"), st.integers(-3, 3)),  # catch_up, as a Spark shard task
 )
 #: What a commit in these histories may meet: GC runs with a clock past every grace period, so a
 #: commit it overlaps is withdrawn or fenced, and a number withdrawn here is never committed.
 _LOST = (CommitConflict, FencedError, WithdrawnError)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(_STEP, min_size=1, max_size=14))
+@example([("commit", 0), ("commit", 0), ("newer", -1)])  # a replay: the name after exists
+@example([("commit", 0), ("withdraw", 0), ("task", 1)])  # a withdrawn version above
+@example([("commit", 0), ("commit", 1), ("withdraw", 0), ("newer", 0)])
+@example([("withdraw", 0), ("mine", 0), ("withdraw", 0), ("newer", 2)])  # the handle's own
+@example([("commit", 0), ("gc", 1), ("task", 0)])
+@example([("commit", 0), ("commit", 0), ("commit", 0), ("gc", 1), ("task", 0)])  # successor gone
+@example([("mine", 0), ("withdraw", 0), ("gc", 1), ("task", 1)])  # own version withdrawn, gone
 def test_advance_lands_where_a_fresh_open_does(steps) -> None:
     name = f"advance-eq-{time.monotonic_ns()}"
     url = f"memory://{name}"
@@ -274,13 +412,30 @@ def test_advance_lands_where_a_fresh_open_does(steps) -> None:
                                         clock=later)
                     finally:
                         store.close()
-                else:
+                elif kind == "advance":
                     at_most = max(-1, latest + arg)
                     try:
                         a.advance(at_most)
                     except silt.NotFoundError:
                         continue  # reading a version GC is deleting: a fresh open fails too
                     _same_as_fresh(a, url, at_most)
+                else:
+                    at_most = max(-1, latest + arg)
+                    # as a stream processor's shard task: when nothing is after the handle's
+                    # version, it may stay (as proved_latest: its own fate record is not read;
+                    # unless GC ran since, then it lists and lands as a fresh open does)
+                    stays = (kind == "task" and a.version is not None and a.version <= at_most
+                             and _nothing_above(url, a.version))
+                    version = a.version
+                    try:
+                        answer = (a.catch_up if kind == "task" else a.advance_newer)(at_most)
+                    except silt.NotFoundError:
+                        continue
+                    if stays and answer == (version, []):
+                        continue
+                    _same_as_fresh(a, url, at_most)
+                    with silt.open(url, at_most=at_most) as fresh:
+                        assert answer == (fresh.version, fresh.newer_versions())
             a.close()
     finally:
         MemoryStore.drop(name)

@@ -297,6 +297,30 @@ def test_two_writers_race_for_one_version(tier: Tier) -> None:
         assert list(db.scan(prefix=b"w%d:" % (1 - w))) == []
 
 
+def test_a_handle_another_writer_passed_catches_up_with_gets_at_once(tier: Tier) -> None:
+    """DB.catch_up on a remote store: the GETs of one round go out at once from the read pool
+    (through the tier's client from several threads), counted under ``open``; the handle lands
+    where a fresh open does and knows nothing is newer, without a LIST."""
+    url = tier.url()
+    with silt.open(url, settings=SMALL) as a:
+        assert not a.store.local
+        for n in (1, 2):
+            a.put(b"k%d" % n, b"a")
+            a.commit()  # the second knows the GC markers
+        with silt.open(url, settings=SMALL) as other:
+            other.put(b"k3", b"other")
+            assert other.commit() == 3
+        before = a.stats()["requests_by_kind"]
+        assert a.catch_up(3) == (3, [])
+        after = a.stats()["requests_by_kind"]
+        delta = {k: after[k] - before[k] for k in after if after[k] != before[k]}
+        assert delta == {"GET": 3, "RANGE_GET": 1}, delta
+        assert a.get(b"k3") == b"other" and a.get(b"k1") == b"a"
+        assert a.catch_up(3) == (3, [])  # nothing newer now: 2 GETs
+        a.put(b"k4", b"a")
+        assert a.commit() == 4
+
+
 # --- 3. corruption ------------------------------------------------------------------------------
 
 

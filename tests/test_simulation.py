@@ -29,8 +29,9 @@ sleep here: time is simulated.
 ``SILT_SIM_SEEDS`` (default 2000, about 50 s on 2 cores) sets the number of seeds;
 ``SILT_SIM_SEED=N`` runs seed N alone and prints its trace; ``SILT_SIM_FIRST`` offsets the seed
 range (for soak runs). A quarter as many seeds run again with an **advance** step more (the
-writer moves to the latest version ``<= n`` with ``DB.advance``, which must land where a listing
-says, on a state the model knows); ``SILT_SIM_ADVANCE=1`` replays a seed that way.
+writer moves to the latest version ``<= n`` with ``DB.advance``, or every other time with
+``DB.advance_newer``, which must land where a listing says, on a state the model knows, and say
+which versions are newer as the listing does); ``SILT_SIM_ADVANCE=1`` replays a seed that way.
 """
 
 from __future__ import annotations
@@ -100,7 +101,8 @@ class World:
         #: Whether the schedule has ``advance`` steps (the seeds' schedules without it stay as
         #: they were: ``test_simulation_seeds``).
         self.advance = advance
-        self.advanced = {"gets": 0, "listed": 0}  # advances proved with GETs, and listed
+        #: advances proved with GETs, and listed; those that also asked what is newer
+        self.advanced = {"gets": 0, "listed": 0, "newer": 0}
         self.rng = rng = random.Random(seed)
         self.trace = trace
         self.name = f"sim-{seed}-{uuid.uuid4().hex[:8]}"
@@ -350,8 +352,14 @@ class World:
         if pending:
             return
         listed = w.db.stats().get("advances_listed", 0)
+        # every other advance also asks what is newer (DB.advance_newer); the choice takes no
+        # random bits, so the seeds' schedules stay as they were
+        newer = w.db.stats().get("advances", 0) % 2 == 1
         try:
-            got = w.db.advance(at_most)
+            if newer:
+                got, after = w.db.advance_newer(at_most)
+            else:
+                got = w.db.advance(at_most)
         except InvalidArgumentError as exc:  # uncommitted range deletes or upload
             self.trace(f"  advance refused: {str(exc)[:60]}")
             return
@@ -364,6 +372,11 @@ class World:
         want = max((v for v in versions if v <= at_most), default=None)
         if got != want:
             raise SimFailure(f"advance({at_most}) landed on {got}, a listing says {want}")
+        if newer:
+            self.advanced["newer"] += 1
+            if after != [v for v in versions if got is None or v > got]:
+                raise SimFailure(f"advance_newer({at_most}) says {after} are newer than {got}, "
+                                 f"a listing says {versions}")
         records = {} if got is None else self.expected_state(got, w.db.manifest)
         if records is None:
             raise SimFailure(f"advance landed on unknown version {got}")
@@ -743,7 +756,7 @@ def test_simulation_seeds_with_advance(monkeypatch: pytest.MonkeyPatch) -> None:
     """The same worlds with a writer that also advances (``DB.advance``) between commits; a
     quarter of the seeds (``SILT_SIM_SEEDS``), from the same first one."""
     seeds = max(1, SEEDS // 4)
-    advanced = {"gets": 0, "listed": 0}
+    advanced = {"gets": 0, "listed": 0, "newer": 0}
     for seed in range(FIRST, FIRST + seeds):
         seeded_ids(monkeypatch, seed)
         world = simulate(seed, advance=True)
@@ -751,7 +764,7 @@ def test_simulation_seeds_with_advance(monkeypatch: pytest.MonkeyPatch) -> None:
             advanced[how] += n
     print(f"\n{seeds} seeds with advance: {advanced}")
     # both ways are reached: proved with GETs, and listed
-    assert advanced["gets"] and advanced["listed"], advanced
+    assert advanced["gets"] and advanced["listed"] and advanced["newer"], advanced
 
 
 def test_simulation_replay(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,22 +1,67 @@
 """Finding the latest version not greater than a number from an open DB's version, with GETs
-instead of a LIST when that can be proved right (:meth:`silt.DB.advance`).
+instead of a LIST when that can be proved right (:meth:`silt.DB.advance`,
+:meth:`silt.DB.advance_newer`, :meth:`silt.DB.catch_up`).
 
 A listing of ``manifest/`` answers "the latest live version ``<= at_most``" for any root
 (:func:`latest_at_most`: one LIST of manifests, one GET per fate record, one of the manifest).
 A handle that already holds version ``v`` and knows the GC markers (:mod:`silt.markers`, read by
-its last commit) can often answer with GETs (:func:`probe_at_most`):
+its last commit) can often answer with GETs (:func:`probe_at_most`, :func:`probe_latest`), in
+rounds whose requests go out at once (``gather``: on the DB's read pool for a remote store):
+three when ``manifest/<at_most>`` is live, one more when it is missing, more only when a
+manifest found was withdrawn (below):
 
-1. probe ``manifest/<at_most>``, ``at_most - 1``, ... down to ``v + 1``, at most
-   :data:`PROBES` numbers; each found manifest is read with its fate record
-   (:func:`silt.versions.read_manifest`), exactly as a listing judges it: a withdrawn version
-   (or a manifest a settled record of another token withdraws) is skipped, a reservation
-   (``skip_to``) is a version with its base's state. A number inside a range a reservation
-   skipped, or one never committed, has no manifest;
-2. when no live manifest is found and every number down to ``v + 1`` was probed, the answer is
-   ``v`` itself, once its fate record shows it was not withdrawn since;
-3. last, one GET of the next GC epoch's name (:func:`silt.markers.unchanged`): while it does not
+1. the manifests of ``at_most``, ``at_most - 1``, ... down to ``v + 1``, at most :data:`PROBES`
+   numbers: ``manifest/<at_most>`` alone first (a shard is usually behind by one batch another
+   process committed, and this keeps that case at one GET), then, when it is missing, all the
+   other numbers at once. A number inside a range a reservation skipped, or one never
+   committed, has no manifest. A manifest the caller read already (``seen``:
+   :meth:`silt.DB.catch_up` reads ``v``'s successor first, to learn whether anything is newer
+   at all) is not read again;
+2. the fate record (:mod:`silt.versions`) of the greatest manifest found, judged exactly as a
+   listing judges it: a withdrawn version (or a manifest a settled record of another token
+   withdraws) is skipped, a reservation (``skip_to``) is a version with its base's state; not
+   withdrawn, it is the answer. With :func:`probe_latest`, in the same round, the name of its
+   ``next_version`` (a 1-byte ranged GET): missing, it proves that nothing was committed after
+   the answer (see :meth:`silt.commit.Committer.nothing_after`: every commit on top of a
+   version creates that name first, a commit that skips numbers by reserving it). When it is
+   withdrawn (rare), the next manifest found is judged the same way (a round more each), then
+   the numbers not probed yet, and nothing is proved about versions after the answer (a
+   withdrawn manifest is after it: list);
+3. when no live manifest is found and every number down to ``v + 1`` was probed, the answer is
+   ``v`` itself, once its fate record shows it was not withdrawn since (its GET, and with
+   :func:`probe_latest` the GET of ``v``'s ``next_version`` name when that is above
+   ``at_most``; below it, round 1 already found it missing);
+4. last, one GET of the next GC epoch's name (:func:`silt.markers.unchanged`): while it does not
    exist no GC pass has begun its last listing of manifests since the markers were read, so a
-   missing manifest in the probed range was never created, not collected.
+   missing manifest, name or fate record in the rounds before was never created, not
+   collected; and nothing was deleted during them.
+
+A round's requests may complete in any order; the next round starts when all have returned.
+
+Why the order of the requests is safe. Every object read here is create-only, and while the
+epoch GET, issued after every other request has returned, finds no new epoch, nothing under
+``manifest/`` was deleted since the markers were read (before any request here): in that
+window a name seen existing exists for the rest of it, and a name seen missing was missing at
+every earlier moment of it. So:
+
+* a fate record is read only after its manifest was seen (round 2 after round 1; ``v``'s own
+  was seen when the handle installed it): a writer withdraws a version by creating its fate
+  record after its manifest exists, so a missing record read after the manifest was seen
+  means the manifest was not withdrawn at the moment it was seen, or later up to that read.
+  Read at once with the manifest, the record could be missed and the manifest then created
+  and withdrawn before the manifest's GET returned;
+* the ``next_version`` name of the answer is read only after the answer's manifest was seen
+  (the same round as its fate record: the two do not depend on each other). At the earlier of
+  the two reads' moments, the answer existed (seen before), was not withdrawn (its record was
+  missing then or later) and had no successor (missing then or later): so the answer
+  ``(version, nothing after it)`` held at that one moment, whatever the moments of the probes
+  of round 1. Read at once with the manifest, the name could be missing because the answer
+  itself did not exist yet;
+* manifests of different numbers are probed at once: each probe says what a listing would say
+  of that name at that moment (a listing's own entries are no more simultaneous). When the
+  answer is proved latest, the point above covers every number above it anyway;
+* the epoch GET comes last: GC deletes a withdrawn manifest, then its fate record, only after
+  bumping the epoch; an epoch read before another GET would not cover a deletion seen by it.
 
 It answers nothing (so the caller lists) when it cannot prove the answer: the GC markers are
 not known, a GC pass was running when they were read, ``v`` is below the GC horizon (GC may be
@@ -28,14 +73,19 @@ SSTs.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 from . import paths
-from .errors import InvalidArgumentError, InvalidTypeError, VersionNotFoundError
+from .errors import InvalidArgumentError, InvalidTypeError, NotFoundError
 from .manifest import Manifest
 from .markers import GcMarkers, unchanged
-from .store import ObjectStore
+from .store import ObjectStore, retrying
 from .versions import list_versions, read_fate, read_manifest
+
+#: Runs independent calls (at once where it can) and returns their results in order.
+Gather = Callable[[Sequence[Callable[[], Any]]], list[Any]]
 
 #: Version numbers below ``at_most`` a warm advance probes with GETs (two each when the
 #: manifest exists, one when it does not) before it lists instead. A stream processor's shard
@@ -62,29 +112,116 @@ def latest_at_most(store: ObjectStore, at_most: int | None) -> tuple[Manifest | 
     return (read_manifest(store, found[-1]) if found else None), listed
 
 
+def serially(calls: Sequence[Callable[[], Any]]) -> list[Any]:
+    """A :data:`Gather` that runs the calls one after the other, in the calling thread."""
+    return [call() for call in calls]
+
+
 def probe_at_most(store: ObjectStore, base: Manifest, markers: GcMarkers | None,
-                  at_most: int) -> Manifest | None:
+                  at_most: int, gather: Gather = serially) -> Manifest | None:
     """The manifest of the latest live version ``<= at_most``, found with GETs from ``base``
     (the handle's version, live when it was installed) and the GC markers ``markers`` known to
     the handle; ``None`` when that cannot be proved (then list: :func:`latest_at_most`). See
-    the module docstring."""
+    the module docstring; ``gather`` runs the requests of one round."""
+    landed = _probe(store, base, markers, at_most, gather, after=False)
+    return None if landed is None else landed[0]
+
+
+def probe_latest(store: ObjectStore, base: Manifest, markers: GcMarkers | None,
+                 at_most: int, gather: Gather = serially,
+                 seen: Manifest | None = None) -> tuple[Manifest, bool] | None:
+    """As :func:`probe_at_most`, and whether no version after the one found exists (proved
+    by the missing ``next_version`` name, in the same rounds, under the same epoch GET);
+    ``False`` means "maybe": list to know. ``None`` when the version cannot be proved.
+
+    ``seen``: the manifest named ``base.next_version``, read by the caller after ``markers``
+    were read (:func:`successor`), which round 1 then takes instead of reading it again: its
+    fate record and next name are still read after it was seen, the epoch last."""
+    return _probe(store, base, markers, at_most, gather, after=True, seen=seen)
+
+
+def successor(store: ObjectStore, base: Manifest) -> Manifest | None:
+    """The manifest named ``base.next_version`` (one GET), not judged yet; ``None`` when it
+    does not exist. The first request of :meth:`silt.DB.catch_up`: missing, and the GC epoch
+    unchanged after it, nothing after ``base`` exists (as
+    :meth:`silt.commit.Committer.nothing_after`, which reads one byte of it); present, it is
+    round 1's read of its number."""
+    return _manifest_or_none(store, base.next_version)
+
+
+def _manifest_or_none(store: ObjectStore, version: int) -> Manifest | None:
+    """The manifest of ``version`` (one GET), not judged yet; ``None`` when it has none."""
+    name = paths.manifest_key(version)
+    try:
+        return Manifest.decode(retrying(lambda: store.get(name)), name)
+    except NotFoundError:
+        return None
+
+
+def _exists(store: ObjectStore, version: int) -> bool:
+    """Whether ``manifest/<version>`` exists (one 1-byte ranged GET, as
+    :meth:`silt.commit.Committer.nothing_after`)."""
+    name = paths.manifest_key(version)
+    try:
+        retrying(lambda: store.get_range(name, 0, 1))
+    except NotFoundError:
+        return False
+    return True
+
+
+def _read(store: ObjectStore, numbers: list[int], seen: tuple[int, Manifest] | None,
+          gather: Gather) -> list[tuple[int, Manifest]]:
+    """The numbers of ``numbers`` (descending) whose manifest exists, in that order, with it,
+    read at once; ``seen`` (a number and its manifest, read before) is not read again."""
+    todo = [n for n in numbers if seen is None or n != seen[0]]
+    got = dict(zip(todo, gather([partial(_manifest_or_none, store, n) for n in todo])))
+    if seen is not None and seen[0] in numbers:
+        got[seen[0]] = seen[1]
+    return [(n, m) for n, m in ((n, got[n]) for n in numbers) if m is not None]
+
+
+def _probe(store: ObjectStore, base: Manifest, markers: GcMarkers | None, at_most: int,
+           gather: Gather, *, after: bool,
+           seen: Manifest | None = None) -> tuple[Manifest, bool] | None:
     v = base.version
     if (markers is None or at_most < v or v < markers.horizon
             or not all(markers.passes.values())):
         return None
     lowest = max(v + 1, at_most - PROBES + 1)
-    found: Manifest | None = None
-    for n in range(at_most, lowest - 1, -1):
-        try:
-            found = read_manifest(store, n)
-        except VersionNotFoundError:
-            continue  # never created, inside a reserved range, or withdrawn
-        break
-    if found is None:
+    pending = list(range(at_most, lowest - 1, -1))
+    landed: Manifest | None = None
+    above = False  # a manifest (withdrawn) exists above the answer: nothing proved after it
+    latest = False
+    size = 1  # at_most alone, then the rest at once
+    while pending and landed is None:
+        batch, pending = pending[:size], pending[size:]
+        size = len(pending)
+        for n, m in _read(store, batch, None if seen is None else (base.next_version, seen),
+                          gather):
+            # after the manifest was seen: its fate record, and its next name at once
+            check_next = after and not above
+            calls = [partial(read_fate, store, n)]
+            if check_next:
+                calls.append(partial(_exists, store, m.next_version))
+            out = gather(calls)
+            above = True
+            if out[0] is None or not out[0].withdraws(m):
+                landed = m
+                latest = check_next and not out[-1]
+                break
+    if landed is None:
         if lowest > v + 1:
             return None  # numbers left unprobed
-        fate = read_fate(store, v)
-        if fate is not None and fate.withdraws(base):
+        # v itself: its manifest was seen when the handle installed it. Its next name, when
+        # not above at_most, was probed (missing) in round 1, after that.
+        nxt = base.next_version
+        check_next = after and not above and nxt > at_most
+        calls = [partial(read_fate, store, v)]
+        if check_next:
+            calls.append(partial(_exists, store, nxt))
+        out = gather(calls)
+        if out[0] is not None and out[0].withdraws(base):
             return None
-        found = base
-    return found if unchanged(store, markers) else None
+        landed = base
+        latest = after and not above and not (check_next and out[-1])
+    return (landed, latest) if unchanged(store, markers) else None

@@ -23,8 +23,8 @@ from __future__ import annotations
 import threading
 import time
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING, Any
 
 from .memtable import Memtable, split_found
@@ -378,15 +378,32 @@ class BlockFetcher:
             remote = self.read_seconds > REMOTE_READ_SECONDS
             k += 1
         if k < len(runs):
-            if self._pool is None:
-                with self._lock:
-                    if self._pool is None:
-                        self._pool = ThreadPoolExecutor(
-                            self._parallelism, thread_name_prefix="silt-read"
-                        )
-            for first, blocks in self._pool.map(lambda run: self._read(reader, run), runs[k:]):
+            for first, blocks in self._started().map(lambda run: self._read(reader, run),
+                                                     runs[k:]):
                 _place(first, blocks, where, out)
         return out
+
+    def _started(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            with self._lock:
+                if self._pool is None:
+                    self._pool = ThreadPoolExecutor(
+                        self._parallelism, thread_name_prefix="silt-read"
+                    )
+        return self._pool
+
+    def gather(self, calls: Sequence[Callable[[], Any]]) -> list[Any]:
+        """Run independent remote reads at once and return their results in order: the first
+        in the calling thread, the others on the read pool (so ``calls`` must not wait for one
+        another). Waits for every call before it returns or raises (the first error raised)."""
+        if len(calls) <= 1:
+            return [call() for call in calls]
+        futures = [self._started().submit(call) for call in calls[1:]]
+        try:
+            first = calls[0]()
+        finally:
+            wait(futures)
+        return [first, *(f.result() for f in futures)]
 
     def _read(self, reader: SstReader, run: tuple[int, int]) -> tuple[int, list[Any]]:
         start = time.perf_counter()

@@ -5,10 +5,11 @@ The task for batch ``b`` of shard ``i``:
 1. picks the latest version ``<= b - 1`` as its base: a cold task opens the shard (one LIST);
    a warm handle (cached by this worker process) at version ``b - 1`` is that base with no
    request, and one at an older version checks that no other process committed since with two
-   GETs of missing objects (:meth:`silt.DB.proved_latest`); when one did, the handle advances
-   to the latest version ``<= b - 1`` with a few GETs (:meth:`silt.DB.advance`: it keeps its
-   readers and cached blocks, and lists only when GETs cannot prove the answer), then checks
-   with two more GETs that nothing is newer than that;
+   GETs of missing objects; when one did, the first of them read its manifest, and the handle
+   advances to the latest version ``<= b - 1`` and proves that nothing is newer in the same
+   step (:meth:`silt.DB.catch_up`: 4 GETs in 3 round trips when another process committed
+   ``b - 1``; it keeps its readers and cached blocks, and lists only when GETs cannot prove
+   the answer);
 2. refuses a shard whose latest manifest was written by another streaming query (unless the
    operator was built with ``take_over=True``, which deletes that shard's objects first), and a
    shard that already has versions newer than ``b`` (the checkpoint is older than the state;
@@ -439,17 +440,17 @@ class ShardTask:
                 db = self._open_at_most(b - 1)
                 # The versions after the base, from the LIST opening made (none more).
                 known = newer_base(db, db.listed_at_open or [])
-            elif db.warm and db.proved_latest():
-                known = []  # nothing newer, proved by two GETs of missing objects
+            elif db.warm:
+                # Nothing newer than the handle: two GETs of missing objects prove it. Another
+                # worker process committed the shard since: the first of them found its
+                # manifest, and the handle moves to the latest version <= b - 1 and learns the
+                # versions after it in the same step (GETs, issued at once where their order
+                # does not matter; it keeps its readers and cached blocks). A LIST only when
+                # GETs cannot prove the answer, or something newer exists (a replay, or state
+                # ahead of the checkpoint). See silt.DB.catch_up.
+                _, known = db.catch_up(b - 1)
             else:
-                if db.warm:
-                    # Another worker process may have committed the shard since this handle's
-                    # version: move it to the latest version <= b - 1 (GETs, keeping its
-                    # readers and cached blocks; a LIST only when GETs cannot prove it).
-                    db.advance(b - 1)
-                # Two GETs of missing objects on a warm handle, a LIST when something newer
-                # exists (a replay, or state ahead of the checkpoint) or it never committed.
-                known = db.newer_versions()
+                known = db.newer_versions()  # it never committed: a LIST
             if db.version is not None:
                 known.insert(0, db.version)
             if known:
