@@ -36,7 +36,8 @@ from cpython.dict cimport PyDict_GetItem, PyDict_Next, PyDict_SetItem
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from cpython.buffer cimport PyBUF_READ
 from cpython.buffer cimport Py_buffer, PyBuffer_IsContiguous
-from cpython.memoryview cimport PyMemoryView_Check, PyMemoryView_FromMemory, PyMemoryView_GET_BUFFER
+from cpython.memoryview cimport (PyMemoryView_Check, PyMemoryView_FromMemory,
+                                 PyMemoryView_GET_BUFFER)
 from cpython.object cimport PyObject
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from libc.stdint cimport uint8_t, uint32_t, uint64_t
@@ -69,6 +70,13 @@ cdef extern from *:
     """
     # A hint to load a cache line; it changes no result.
     void SILT_PREFETCH(const void* p) noexcept nogil
+
+cdef extern from *:
+    """
+    static PyObject* silt_buffer_owner(Py_buffer* b) { return b->obj; }
+    """
+    # The object exporting a buffer (borrowed; NULL for a view of raw memory).
+    PyObject* silt_buffer_owner(Py_buffer* b) noexcept
 
 cdef object _MISSING = MISSING
 
@@ -394,7 +402,8 @@ cdef class Block:
                           # (in _pfx's allocation): every later read of key or value bytes
                           # stays inside the payload, whatever its buffer holds by then
     cdef readonly Py_ssize_t charge
-    cdef readonly tuple where
+    cdef object _object_name, _offset  # where the block was read (no tuple per block: a
+                                       # tuple is tracked by the garbage collector)
 
     def __init__(self, payload, object_name="?", offset=0):
         if not PyBytes_CheckExact(payload):
@@ -410,7 +419,8 @@ cdef class Block:
         cdef uint64_t n, need, prev, e, klen = 0, vlen = 0
         cdef Py_ssize_t i
         cdef int flags
-        self.where = (object_name, offset)
+        self._object_name = object_name
+        self._offset = offset
         if size < BLOCK_HEADER_SIZE:
             self._bad("payload shorter than its header")
         n = _le32(b)
@@ -479,8 +489,13 @@ cdef class Block:
     def __dealloc__(self):
         free(self._pfx)
 
+    @property
+    def where(self):
+        """``(object_name, offset)``: where the block was read."""
+        return (self._object_name, self._offset)
+
     cdef int _bad(self, str why) except -1:
-        raise CorruptionError(self.where[0], self.where[1], f"malformed data block ({why})")
+        raise CorruptionError(self._object_name, self._offset, f"malformed data block ({why})")
 
     def __len__(self):
         return self._n
@@ -532,7 +547,7 @@ cdef class Block:
             return value
         if kind == KIND_PUT_EXPIRING and self._exps != NULL:
             return (value, _le64(self._exps + 8 * i))
-        raise CorruptionError(self.where[0], self.where[1],
+        raise CorruptionError(self._object_name, self._offset,
                               f"unknown entry kind {kind} in entry {i}")
 
     def record_at(self, Py_ssize_t i):
@@ -610,6 +625,8 @@ def decode_block(framed, object_name, offset):
     cdef Py_buffer* buf
     cdef Py_ssize_t size
     cdef char* p
+    cdef object base
+    cdef PyObject* owner
     if PyBytes_CheckExact(framed):
         size = PyBytes_GET_SIZE(framed)
         p = PyBytes_AS_STRING(framed)
@@ -627,6 +644,13 @@ def decode_block(framed, object_name, offset):
             buf = PyMemoryView_GET_BUFFER(framed)
             size = buf.len
             p = <char*>buf.buf
+            owner = silt_buffer_owner(buf)
+            base = <object>owner if owner != NULL else None
+            if PyBytes_CheckExact(base) or getattr(type(base), "stable_buffer", False):
+                # Keep what the view shows instead of the view: its bytes stay where they are
+                # while it lives (bytes; a file's map, silt.tiers.mapping), and a memoryview
+                # per cached block would be one more object for the garbage collector to walk.
+                framed = base
     if size < TRAILER_SIZE:
         raise CorruptionError(object_name, offset, f"block of {size} bytes is truncated")
     cdef Py_ssize_t body_len = size - TRAILER_SIZE
