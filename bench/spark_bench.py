@@ -704,9 +704,13 @@ def main() -> None:
                 # silt's Arrow fast path runs on the aggregation's input (rows per batch as
                 # given); the pandas shapes, silt's included, on fewer rows: they are slow.
                 fast = name == "silt StatefulProcessor (arrow)"
+                # On the aggregation's input, the restart runs on a batch after the fill, as
+                # the aggregation's does (not on the fill batch, which holds every key).
                 results.append(measure(
                     session, name, build, src if fast else psrc, work, keys,
                     args.rows if fast else args.processor_rows, args, st,
+                    restart_file=fill_files if fast else 0,
+                    steady_from=(fill_files or 1) if fast else 1,
                 ))
             wsrc = work / f"win-{keys}"
             make_window_input(wsrc, args.batches, args.rows, keys, seed=keys + 2)
