@@ -21,6 +21,19 @@ from silt.tiers.memory import MemoryStore
 SMALL = silt.Settings(memtable_bytes=64 * 1024, block_bytes=1024, block_cache_bytes=256 * 1024)
 
 
+@pytest.fixture
+def fds(monkeypatch: pytest.MonkeyPatch):
+    """A fresh process cache of 4 ``file://`` descriptors (``silt.tiers.fdcache``), so a test
+    sees only its own."""
+    from silt.tiers import file as file_tier
+    from silt.tiers.fdcache import FdCache
+
+    cache = FdCache(4)
+    monkeypatch.setattr(file_tier, "FDS", cache)
+    yield cache
+    cache.clear()
+
+
 @pytest.fixture(params=["file", "memory"])
 def url(request: pytest.FixtureRequest, tmp_path) -> str:
     """A fresh, empty root on each built-in tier."""

@@ -29,15 +29,6 @@ pytestmark = pytest.mark.skipif(not hasattr(os, "pread"), reason="descriptors ar
 
 
 @pytest.fixture
-def fds(monkeypatch: pytest.MonkeyPatch) -> FdCache:
-    """A fresh process cache of 4 descriptors, so the tests see only their own."""
-    cache = FdCache(4)
-    monkeypatch.setattr(file_tier, "FDS", cache)
-    yield cache
-    cache.clear()
-
-
-@pytest.fixture
 def opens(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The paths ranged reads open, in order."""
     seen: list[str] = []

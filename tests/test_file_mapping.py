@@ -12,21 +12,12 @@ import pytest
 import silt
 from silt.errors import NotFoundError
 from silt.tiers import fdcache, mapping
-from silt.tiers import file as file_tier
 from silt.tiers.fdcache import FdCache
 from silt.tiers.file import FileStore
 
 pytestmark = pytest.mark.skipif(not mapping.ENABLED or mapping._LIBC is None
                                 or not os.path.isdir("/proc/self/fd"),
                                 reason="memory maps of files (Linux /proc to observe them)")
-
-
-@pytest.fixture
-def fds(monkeypatch: pytest.MonkeyPatch) -> FdCache:
-    cache = FdCache(4)
-    monkeypatch.setattr(file_tier, "FDS", cache)
-    yield cache
-    cache.clear()
 
 
 def mapped(path: pathlib.Path) -> int:
