@@ -99,15 +99,22 @@ def test_maps_can_be_turned_off(fds: FdCache, tmp_path: pathlib.Path,
     assert mapped(tmp_path / "sst" / "a") == 0
 
 
-def test_the_environment_switch_is_read_at_import() -> None:
+@pytest.mark.parametrize(("value", "enabled"), [("0", False), ("off", False), ("False", False),
+                                              ("1", True), ("yes", True)])
+def test_the_environment_switch_is_read_at_import(value: str, enabled: bool) -> None:
     import subprocess
     import sys
 
     out = subprocess.run([sys.executable, "-c", "from silt.tiers import mapping; "
                           "print(mapping.ENABLED, mapping._LIBC is None)"],
-                         env={**os.environ, "SILT_FILE_MMAP": "0"}, capture_output=True,
+                         env={**os.environ, "SILT_FILE_MMAP": value}, capture_output=True,
                          text=True, check=True)
-    assert out.stdout.split() == ["False", "True"]
+    assert out.stdout.split() == [str(enabled), str(not enabled)]
+
+
+def test_a_switch_value_it_cannot_read_is_refused_with_the_fix() -> None:
+    with pytest.raises(ValueError, match=r"SILT_FILE_MMAP='maybe'.*SILT_FILE_MMAP=0"):
+        mapping._switch("maybe")
 
 
 def test_a_db_reads_cached_blocks_from_the_map(tmp_path: pathlib.Path) -> None:

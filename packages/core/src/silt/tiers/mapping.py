@@ -36,8 +36,26 @@ import mmap
 import os
 import weakref
 
+_OFF = ("0", "false", "no", "off")
+_ON = ("", "1", "true", "yes", "on")
+
+
+def _switch(value: str) -> bool:
+    """``SILT_FILE_MMAP``'s value read as on or off; anything else is refused (a setting
+    silently read the wrong way would leave maps on where they were meant to be off)."""
+    v = value.strip().lower()
+    if v in _OFF:
+        return False
+    if v in _ON:
+        return True
+    raise ValueError(
+        f"SILT_FILE_MMAP={value!r} is not understood: set SILT_FILE_MMAP=0 to read SST files "
+        "with pread instead of memory maps, or 1 (the default) to map them"
+    )
+
+
 #: Whether objects are mapped at all (``SILT_FILE_MMAP=0`` in the environment turns it off).
-ENABLED = os.environ.get("SILT_FILE_MMAP", "1") != "0" and hasattr(mmap, "PROT_READ")
+ENABLED = _switch(os.environ.get("SILT_FILE_MMAP", "1")) and hasattr(mmap, "PROT_READ")
 
 
 def _libc() -> ctypes.CDLL | None:
