@@ -127,7 +127,17 @@ def s3_url(s3_bucket, moto_server) -> str:
 
 # --- Spark (packages/spark) ---------------------------------------------------------------------
 # One local SparkSession for every Spark test: 2 cores, task retries on (local[2,2]: a failed
-# task is retried once, as on a cluster), tiny shuffles, no UI. pyspark missing is an error.
+# task is retried once, as on a cluster), tiny shuffles, no UI, no console progress bars.
+# pyspark missing is an error. Every test that runs a SparkSession is marked ``spark_session``
+# (pytest.ini), so the noxfile can run them once, against the compiled core, plus a smoke set
+# against pure Python: the twins themselves are compared where they live (tests/test_twins.py
+# and every core test runs under both).
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if "spark" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.spark_session)
 
 
 @pytest.fixture(scope="session")
@@ -145,6 +155,7 @@ def spark():
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.streaming.stopTimeout", "30s")
+        .config("spark.ui.showConsoleProgress", "false")
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")

@@ -27,6 +27,9 @@ from silt_spark.errors import LayoutMismatchError, NotStreamingError
 # The processors below are defined here, and the Python workers cannot import this file.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
+#: The operators' core paths (restart, task retry, rescale) also run against the pure-Python core.
+pytestmark = pytest.mark.pure_python_smoke
+
 SCHEMA = "user string, device string, amount long"
 
 
