@@ -1,11 +1,15 @@
 """silt core demo: keyed state in an LSM on a (local) object store, committed as versions.
 
-Run: python3 -m pip install nox && nox -s demo      (or: python examples/core_demo.py [ROOT_URL])
+Run: python3 -m pip install nox && nox -s core_demo   (or: python examples/core_demo.py [ROOT_URL])
+
+Without ROOT_URL it writes to a temporary folder and removes it at the end; pass ``--keep`` to
+keep it (``nox -s core_demo -- --keep``), or give your own root, which is always kept.
 """
 
 from __future__ import annotations
 
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -16,7 +20,23 @@ import silt
 
 
 def main() -> None:
-    root = sys.argv[1] if len(sys.argv) > 1 else Path(tempfile.mkdtemp(prefix="silt-")).as_uri()
+    args = [a for a in sys.argv[1:] if a != "--keep"]
+    keep = "--keep" in sys.argv[1:]
+    if args:
+        demo(args[0])
+        return
+    folder = Path(tempfile.mkdtemp(prefix="silt-"))
+    try:
+        demo(folder.as_uri())
+    finally:
+        if keep:
+            print(f"\nthe root stays at {folder.as_uri()} (silt ls / inspect / verify it)")
+        else:
+            shutil.rmtree(folder, ignore_errors=True)
+            print(f"\nremoved {folder} (--keep keeps it)")
+
+
+def demo(root: str) -> None:
     print(f"state root: {root}\n")
     settings = silt.Settings(memtable_bytes=4 * 1024 * 1024)
     rng = random.Random(7)

@@ -197,7 +197,8 @@ def main() -> None:
     ap.add_argument("--batches", type=int, default=6)
     ap.add_argument("--rows", type=int, default=50_000, help="rows per micro-batch")
     ap.add_argument("--users", type=int, default=20_000)
-    ap.add_argument("--keep", action="store_true", help="keep the work folder")
+    ap.add_argument("--keep", action="store_true",
+                    help="keep the state and checkpoints, to look at with the silt command")
     args = ap.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="silt-spark-demo-"))
@@ -252,8 +253,16 @@ def main() -> None:
     finally:
         demo.stop()
         spark.stop()
-        if not args.keep:
+        urls = [(work / "state" / name).as_uri() for name in ("failures", "spikes")]
+        if args.keep:
+            print("\nthe state stays; look at it with the silt command, for example:")
+            for url in urls:
+                print(f"  silt ls {url}\n  silt verify {url}")
+            print(f"  (remove {work} when done)")
+        else:
             shutil.rmtree(work, ignore_errors=True)
+            print(f"\nremoved {work}; run with --keep (nox -s demo -- --keep) to keep the "
+                  f"state and look at it with `silt ls {urls[0]}`")
 
 
 if __name__ == "__main__":

@@ -959,3 +959,14 @@ def test_process_errors_and_plugins(tmp_path) -> None:
     assert proc.returncode == 0 and b"tier memory" in proc.stdout
     proc = run_process("get", (tmp_path / "missing").as_uri(), "k")
     assert proc.returncode == 1 and b"does not exist" in proc.stderr
+
+
+def test_version_names_the_distribution_and_the_hot_path() -> None:
+    from importlib.metadata import version
+
+    proc = run_process("--version")
+    assert proc.returncode == 0, proc.stderr
+    compiled = all(silt.speedups().values())
+    kind = "compiled" if compiled else "pure Python"
+    want = f"silt-core {version('silt-core')} ({kind} hot path)"
+    assert proc.stdout.decode().strip() == want

@@ -832,6 +832,20 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _version_line() -> str:
+    """``silt-core 0.1.0 (compiled hot path)`` for ``silt --version``."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from . import speedups
+
+    try:
+        number = version("silt-core")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        number = "unknown (not installed)"
+    compiled = all(speedups().values())
+    return f"silt-core {number} ({'compiled' if compiled else 'pure Python'} hot path)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="silt",
@@ -839,6 +853,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "checkpoint write).",
         epilog="exit status: 0 ok; 1 error or absent key (get); 2 corruption found or usage error",
     )
+    parser.add_argument("--version", action="version", version=_version_line())
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     def command(name: str, func: Callable[[argparse.Namespace], int], help: str,
