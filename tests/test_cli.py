@@ -246,6 +246,32 @@ def test_inspect_missing_version_and_empty_root(root: str, tmp_path, capsys) -> 
     assert code == 0 and "1 DBs" in out and "\nroot " in out
 
 
+def test_get_and_scan_on_a_root_of_dbs_name_the_dbs(root: str, tmp_path, capsys) -> None:
+    """A folder of DBs (an operator root) is not one DB: get and scan say so and how to name
+    one, instead of "no committed versions"."""
+    folder = tmp_path.as_uri()
+    for command in (["get", folder, "k00042"], ["scan", folder]):
+        code, out, err = run(capsys, *command)
+        assert (code, out) == (1, ""), command
+        assert f"'{folder}' is a root of 1 DBs" in err and "root" in err
+        assert f"e.g. '{folder}/root'" in err and "silt ls" in err
+    # The URL it suggests is one that works.
+    code, out, _ = run(capsys, "scan", f"{folder}/root", "--limit", "1")
+    assert code == 0 and out == "\\x00\\xff\tbin\\x09ary\\x0a\n"
+
+
+def test_memory_roots_the_command_cannot_see_are_errors(capsys) -> None:
+    """A memory:// root lives in the process that wrote it: in silt's own process it is
+    always empty, so each reading command fails instead of reporting an empty root."""
+    for command in (["ls"], ["inspect"], ["verify"], ["get", None, "k"], ["scan"]):
+        argv = [command[0], "memory://never-written", *command[2:]]
+        code, out, err = run(capsys, *argv)
+        assert (code, out) == (1, ""), argv
+        assert "lives only in the process that wrote it" in err, argv
+    proc = run_process("ls", "memory://x")
+    assert proc.returncode == 1 and b"lives only in the process" in proc.stderr
+
+
 # --- get -----------------------------------------------------------------------------------------
 
 

@@ -41,6 +41,7 @@ def make_bucket(endpoint: str, bucket: str) -> None:
 
 def core(endpoint: str, bucket: str) -> None:
     import silt
+    from silt.errors import NoTierError
 
     url = f"s3://{bucket}/core?endpoint_url={endpoint}"
     compiled = silt.speedups()
@@ -68,7 +69,7 @@ def core(endpoint: str, bucket: str) -> None:
         check(f"{module} is not installed (only what was asked for)", not found)
     try:
         silt.open(f"gs://{bucket}/x")
-    except silt.NoTierError as exc:
+    except NoTierError as exc:
         check("a tier that is not installed gets an install hint", "silt-tier-gcs" in str(exc),
               exc)
     else:

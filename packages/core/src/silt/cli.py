@@ -186,9 +186,35 @@ def _check_file_root(url: str) -> None:
         )
 
 
+def _check_memory_root(url: str, store: ObjectStore | None = None) -> None:
+    """Refuse a ``memory://`` root that holds nothing in this process: such roots live only in
+    the process that wrote them, so ``silt`` run as its own command can never see one (it
+    would report an empty root and succeed, hiding the mistake)."""
+    if split_url(url)[0] != "memory":
+        return
+    probe = store if store is not None else open_store(url)
+    try:
+        empty = next(iter(probe.list("")), None) is None
+    finally:
+        if store is None:
+            probe.close()
+    if empty:
+        raise InvalidArgumentError(
+            f"{public_url(url)!r} holds nothing in this process: a memory:// root lives only "
+            "in the process that wrote it, and the silt command runs in its own; give a "
+            "file:// or object-store root"
+        )
+
+
 def _open_store(url: str) -> ObjectStore:
     _check_file_root(url)
-    return open_store(url)
+    store = open_store(url)
+    try:
+        _check_memory_root(url, store)
+    except BaseException:
+        store.close()
+        raise
+    return store
 
 
 def _open_db(url: str, version: int | None) -> tuple[ObjectStore, DB]:
@@ -200,9 +226,26 @@ def _open_db(url: str, version: int | None) -> tuple[ObjectStore, DB]:
         raise
     if db.version is None:
         db.close()
-        store.close()
+        try:
+            dbs = child_dbs(store)
+        finally:
+            store.close()
+        if dbs:
+            base, _, query = url.partition("?")
+            example = public_url(f"{base.rstrip('/')}/{dbs[0].rstrip('/')}"
+                                 + (f"?{query}" if query else ""))
+            raise InvalidArgumentError(
+                f"{public_url(url)!r} is a root of {len(dbs)} DBs (such as a silt_spark "
+                f"operator's shards: {_name_list(dbs)}), not one DB; get and scan read one DB: "
+                f"give its URL, e.g. {example!r} (silt ls lists them all)")
         raise VersionNotFoundError(f"{public_url(url)!r} has no committed versions")
     return store, db
+
+
+def _name_list(names: list[str]) -> str:
+    """``a, b, c`` (at most three names, then how many more)."""
+    shown = ", ".join(n.rstrip("/") for n in names[:3])
+    return shown if len(names) <= 3 else f"{shown} and {len(names) - 3} more"
 
 
 def _resolve_version(store: ObjectStore, url: str, version: int | None) -> int:
@@ -567,6 +610,7 @@ def _verify_line(report: VerifyReport) -> str:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     _check_file_root(args.url)
+    _check_memory_root(args.url)
     report = verify(args.url, version=args.version, all_versions=args.all)
     if report.dbs:
         for db, r in report.dbs.items():
