@@ -260,6 +260,21 @@ def test_get_and_scan_on_a_root_of_dbs_name_the_dbs(root: str, tmp_path, capsys)
     assert code == 0 and out == "\\x00\\xff\tbin\\x09ary\\x0a\n"
 
 
+def test_verify_counts_inline_ssts_as_ls_and_inspect_do(file_url: str, capsys) -> None:
+    """A root whose deltas ride in manifests (inline SSTs): verify's SST count is the one
+    inspect shows, with the inline ones named."""
+    with silt.open(file_url) as db:
+        for i in range(3):
+            db.put(f"k{i}".encode(), b"v")
+            db.commit()
+    code, out, _ = run(capsys, "inspect", file_url, "--json")
+    assert code == 0
+    shown = sum(len(level["sst_list"]) for level in json.loads(out)["levels"])
+    code, out, _ = run(capsys, "verify", file_url)
+    assert code == 0 and shown >= 1
+    assert f", {shown} SSTs ({shown} inline), " in out, out
+
+
 def test_memory_roots_the_command_cannot_see_are_errors(capsys) -> None:
     """A memory:// root lives in the process that wrote it: in silt's own process it is
     always empty, so each reading command fails instead of reporting an empty root."""

@@ -602,7 +602,9 @@ def _verify_line(report: VerifyReport) -> str:
         f", {len(vs)} {what} ({_version_list(vs)})"
         for what, vs in (("withdrawn", identity.withdrawn),
                          ("reservations", identity.reservations)) if vs)
-    return (f"verified {scope}: {counts['versions']} manifests, {counts['ssts']} SSTs, "
+    inline = counts["inline_ssts"]
+    ssts = f"{counts['ssts'] + inline} SSTs" + (f" ({inline} inline)" if inline else "")
+    return (f"verified {scope}: {counts['versions']} manifests, {ssts}, "
             f"{counts['blocks']} blocks, {counts['entries']} entries, {report.bytes} bytes, "
             f"{counts['checkpoints']} checkpoints, {counts['records']} compaction records"
             f"{extra}: {verdict}")
