@@ -153,6 +153,20 @@ def test_ls(root: str, capsys) -> None:
     assert int(v2[3]) > int(v1[3]) > 0
 
 
+def test_ls_cuts_long_meta_unless_wide(file_url: str, capsys) -> None:
+    meta = {f"spark.field{i}": "x" * 20 for i in range(10)}
+    with silt.open(file_url) as db:
+        db.put(b"k", b"v")
+        db.commit(meta=meta)
+    code, out, _ = run(capsys, "ls", file_url)
+    row = out.splitlines()[1]
+    assert code == 0 and row.endswith("...")
+    assert len(row.split("  ")[-1].strip()) == 60
+    code, out, _ = run(capsys, "ls", file_url, "--wide")
+    row = out.splitlines()[1]
+    assert code == 0 and all(f"spark.field{i}={'x' * 20}" in row for i in range(10))
+
+
 def test_ls_json_matches_manifests(root: str, capsys) -> None:
     code, out, _ = run(capsys, "ls", root, "--json")
     assert code == 0

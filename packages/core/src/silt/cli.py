@@ -128,6 +128,15 @@ def _meta(meta: dict[str, str]) -> str:
     return " ".join(f"{escape(k.encode())}={escape(v.encode())}" for k, v in sorted(meta.items()))
 
 
+#: ``silt ls`` cuts its META column here (``--wide`` shows it whole).
+META_WIDTH = 60
+
+
+def _short(text: str, wide: bool) -> str:
+    """``text`` cut to :data:`META_WIDTH` characters with ``...`` unless ``wide``."""
+    return text if wide or len(text) <= META_WIDTH else text[:META_WIDTH - 3] + "..."
+
+
 def _classes(requests: dict[str, int]) -> str:
     """``A5/B3``: a version's recorded requests by class (``-`` when none were recorded)."""
     if not requests:
@@ -306,7 +315,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
                 ([r["db"]] if dbs else [])
                 + ([r["version"], "CORRUPT", "-", "-", "-", r["object"]] if "error" in r
                    else [r["version"], _time(r["created_ms"]), r["ssts"], r["bytes"],
-                         _classes(r["requests"]), _meta(r["meta"])])
+                         _classes(r["requests"]), _short(_meta(r["meta"]), args.wide)])
                 for r in rows
             ],
         ))
@@ -918,6 +927,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("ls", cmd_ls, "list committed versions with creation time, SSTs, bytes, "
                               "requests paid (class A/B) and meta")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--wide", action="store_true",
+                   help=f"show META whole (cut at {META_WIDTH} characters otherwise)")
 
     p = command("inspect", cmd_inspect,
                 "show one version's manifest: levels, SSTs, sizes, entries, key ranges, and "
