@@ -200,15 +200,34 @@ def test_unknown_scheme() -> None:
 @pytest.mark.parametrize(
     ("url", "hint"),
     [
-        ("s3://b/p", "no tier installed for 's3://' - pip install silt-tier-s3"),
-        ("gs://b/p", "no tier installed for 'gs://' - pip install silt-tier-gcs"),
-        ("az://c/p", "no tier installed for 'az://' - pip install silt-tier-azure"),
+        ("s3://b/p", "no tier installed for 's3://' - pip install silt-tier-s3 (before it is on "
+         "PyPI: pip install ./packages/tier-s3 from a silt checkout, or dist/silt_tier_s3-*.whl "
+         "after nox -s build)"),
+        ("gs://b/p", "no tier installed for 'gs://' - pip install silt-tier-gcs (before it is on "
+         "PyPI: pip install ./packages/tier-gcs from a silt checkout, or dist/silt_tier_gcs-*.whl "
+         "after nox -s build)"),
+        ("az://c/p", "no tier installed for 'az://' - pip install silt-tier-azure (before it is "
+         "on PyPI: pip install ./packages/tier-azure from a silt checkout, or "
+         "dist/silt_tier_azure-*.whl after nox -s build)"),
     ],
 )
 def test_known_but_missing_tiers_give_an_install_hint(url: str, hint: str) -> None:
     with raises(NoTierError) as info:
         silt.open(url)
     assert str(info.value) == hint
+
+
+def test_install_hints_name_folders_that_hold_the_distribution() -> None:
+    """Each first-party hint's checkout path is the folder whose pyproject builds that name."""
+    from pathlib import Path
+
+    from silt.plugins import KNOWN_CACHES, KNOWN_TIERS, install_hint
+
+    repo = Path(__file__).resolve().parents[1]
+    for dist in {*KNOWN_TIERS.values(), *KNOWN_CACHES.values()}:
+        folder = install_hint(dist).split("pip install ./", 1)[1].split()[0]
+        project = (repo / folder / "pyproject.toml").read_text()
+        assert f'name = "{dist}"' in project, (dist, folder)
 
 
 @pytest.mark.parametrize("url", ["relative/path", "/abs/path", "", "file:/one-slash"])

@@ -732,6 +732,7 @@ def test_plugins(capsys) -> None:
     missing = {n["distribution"]: n for n in doc["not_installed"]}
     assert missing["silt-tier-gcs"]["provides"] == ["tier gs", "tier gcs"]
     assert missing["silt-tier-azure"]["install"] == "pip install silt-tier-azure"
+    assert missing["silt-tier-azure"]["from_checkout"] == "pip install ./packages/tier-azure"
 
 
 # --- bad input -----------------------------------------------------------------------------------
@@ -1008,7 +1009,9 @@ def test_process_errors_and_plugins(tmp_path) -> None:
     proc = run_process("ls", "s3://bucket/x")
     assert proc.returncode == 1
     assert proc.stderr.decode().strip() == (
-        "silt: error: no tier installed for 's3://' - pip install silt-tier-s3"
+        "silt: error: no tier installed for 's3://' - pip install silt-tier-s3 (before it is on "
+        "PyPI: pip install ./packages/tier-s3 from a silt checkout, or dist/silt_tier_s3-*.whl "
+        "after nox -s build)"
     )
     proc = run_process("plugins")
     assert proc.returncode == 0 and b"tier memory" in proc.stdout

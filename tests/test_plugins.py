@@ -250,8 +250,11 @@ def test_registry_rejects_bad_names() -> None:
 def test_install_hint_for_first_party_schemes(scheme: str) -> None:
     with pytest.raises(NoTierError) as info:
         open_store(f"{scheme}://bucket/prefix", build_registry(autoload=False))
+    dist = KNOWN_TIERS[scheme]
     assert str(info.value) == (
-        f"no tier installed for '{scheme}://' - pip install {KNOWN_TIERS[scheme]}"
+        f"no tier installed for '{scheme}://' - pip install {dist} (before it is on PyPI: pip "
+        f"install ./packages/{dist[5:]} from a silt checkout, or dist/{dist.replace('-', '_')}"
+        "-*.whl after nox -s build)"
     )
     assert isinstance(info.value, ValueError)  # a generic handler catches it too
 
@@ -271,7 +274,10 @@ def test_unknown_scheme_lists_installed_tiers() -> None:
 def test_install_hint_for_ssd_cache() -> None:
     with pytest.raises(NoTierError) as info:
         open_store("memory://hint-test?cache=ssd&cache_dir=/tmp/x")
-    assert str(info.value) == "no cache installed named 'ssd' - pip install silt-cache-ssd"
+    assert str(info.value) == (
+        "no cache installed named 'ssd' - pip install silt-cache-ssd (before it is on PyPI: pip "
+        "install ./packages/cache-ssd from a silt checkout, or dist/silt_cache_ssd-*.whl after "
+        "nox -s build)")
     with pytest.raises(NoTierError, match=r"no cache installed named 'nope' \(installed: none\)"):
         open_store("memory://hint-test?cache=nope")
     MemoryStore.drop("hint-test")

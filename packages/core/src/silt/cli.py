@@ -662,7 +662,8 @@ def cmd_plugins(args: argparse.Namespace) -> int:
         if cache not in registry.caches:
             missing.setdefault(dist, []).append(f"cache {cache}")
     not_installed = [
-        {"distribution": dist, "provides": provides, "install": f"pip install {dist}"}
+        {"distribution": dist, "provides": provides, "install": f"pip install {dist}",
+         "from_checkout": f"pip install ./packages/{dist.removeprefix('silt-')}"}
         for dist, provides in sorted(missing.items())
     ]
     if args.json:
@@ -680,6 +681,8 @@ def cmd_plugins(args: argparse.Namespace) -> int:
             [[", ".join(n["provides"]), n["install"]] for n in not_installed],
             indent="  ",
         ))
+        print("  (until they are on PyPI: pip install ./packages/<folder> from a silt checkout, "
+              "or the wheels nox -s build writes into dist/)")
     return EXIT_OK
 
 

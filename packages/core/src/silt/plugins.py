@@ -50,6 +50,17 @@ KNOWN_TIERS: dict[str, str] = {
 }
 KNOWN_CACHES: dict[str, str] = {"ssd": "silt-cache-ssd"}
 
+
+def install_hint(distribution: str) -> str:
+    """How to install first-party ``distribution`` (``"silt-tier-s3"``): the name it will have
+    on PyPI, and what works before it is published (its folder of a silt checkout, or the wheel
+    that ``nox -s build`` writes into ``dist/``)."""
+    folder = distribution.removeprefix("silt-")
+    wheel = distribution.replace("-", "_")
+    return (f"pip install {distribution} (before it is on PyPI: pip install "
+            f"./packages/{folder} from a silt checkout, or dist/{wheel}-*.whl after "
+            "nox -s build)")
+
 TierFactory = Callable[[str, dict[str, str]], ObjectStore]
 CacheFactory = Callable[[ObjectStore, dict[str, str]], ObjectStore]
 #: ``inspector(store, url, version, values) -> dict``: see :meth:`Registry.add_root_inspector`.
@@ -287,7 +298,7 @@ def open_store(
     if factory is None:
         hint = KNOWN_TIERS.get(scheme)
         if hint:
-            raise NoTierError(f"no tier installed for '{scheme}://' - pip install {hint}")
+            raise NoTierError(f"no tier installed for '{scheme}://' - {install_hint(hint)}")
         known = ", ".join(f"'{s}://'" for s in sorted(registry.tiers)) or "none"
         raise NoTierError(
             f"no tier installed for '{scheme}://' (installed: {known}); install a plugin that "
@@ -310,7 +321,8 @@ def open_store(
         if cache_factory is None:
             hint = KNOWN_CACHES.get(cache_name)
             if hint:
-                raise NoTierError(f"no cache installed named {cache_name!r} - pip install {hint}")
+                raise NoTierError(
+                    f"no cache installed named {cache_name!r} - {install_hint(hint)}")
             raise NoTierError(
                 f"no cache installed named {cache_name!r} (installed: "
                 f"{', '.join(sorted(registry.caches)) or 'none'})"
