@@ -260,6 +260,19 @@ def test_figures_reach_sparks_own_progress_and_state_size_is_public(spark, tmp_p
             assert f["shards"] == 3 and f["rows_out"] == users and f["state_writes"] == users
             assert f["shards_committed"] == f["shards_opened"] <= 3
             assert f["requests_class_a"] >= f["shards_committed"] and f["commit_ms"] > 0
+            # Spark's StateOperatorProgress names: puts are updates, nothing is removed.
+            assert f["numRowsUpdated"] == users and f["numRowsRemoved"] == 0
+            assert f["numStateStoreInstances"] == 3 and f["numRowsDroppedByWatermark"] == 0
+            assert f["commitTimeMs"] == round(f["commit_ms"])
+            assert f["allUpdatesTimeMs"] == round(f["process_ms"])
+            assert f["memoryUsedBytes"] > 0
+        # numRowsTotal: an estimate from the SSTs (at least the keys, at most every write).
+        last = silt_spark.progress_metrics(progress[-1])[name]
+        total_keys = len({u for rows in batches for u, _ in rows})
+        writes = sum(len({u for u, _ in rows}) for rows in batches)
+        assert last["shardsWithUnknownState"] == 0
+        assert total_keys <= last["numRowsTotal"] <= writes
+        assert last["stateOnStoreBytes"] > 0
         assert seen == [len({u for u, _ in rows}) for rows in batches]  # no metric rows
         records = silt_spark.metrics(feed.query)
         assert sum(r["rows_out"] for r in records) == sum(seen)
@@ -325,3 +338,46 @@ def test_processor_metrics_reach_a_listener_and_the_log(spark, tmp_path, caplog)
         assert f"rows in {len(rows)} out {len({u for u, _ in rows})}" in line
         assert "requests" in line and "PUT" in line
         assert "class A " in line and "est. $" in line and "(S3 Standard)" in line
+
+
+def test_sparks_state_operator_figures_from_a_task(tmp_path):
+    """The figures published under Spark's StateOperatorProgress names, from one task's
+    counting DB: puts are updates, deletes (alone or in a WriteBatch) removals, late rows the
+    growth of the operator's running count, and the state rows the version's SSTs hold."""
+    from silt_spark import _metrics, _progress
+
+    class Task:  # what state_figures reads of a ShardTask
+        committed = True
+
+        def __init__(self, db):
+            self.db, self.base_meta = db, {"spark.late_rows": "5"}
+            self.meta_updates = {"spark.late_rows": "12"}
+
+        def db_seen(self):
+            return self.db
+
+    url = (tmp_path / "s").as_uri()
+    with silt.open(url) as db:
+        counting = _metrics.CountingDB(db)
+        counting.put_many([b"a", b"b", b"c"], [b"1", b"2", b"3"])
+        counting.put(b"d", b"4")
+        batch = silt.WriteBatch().put(b"e", b"5").delete(b"a").delete_range(b"x", b"z")
+        counting.write(batch)
+        counting.delete(b"b")
+        db.commit()
+        assert (counting.puts, counting.deletes, counting.writes) == (5, 3, 8)
+        figures = _metrics.state_figures(Task(db))
+        assert figures["state_known"] == 1 and figures["late_rows"] == 7
+        # 5 puts, 2 point deletes: the SSTs hold 7 entries, 2 of them tombstones.
+        assert figures["state_rows"] == 3 and figures["state_bytes"] > 0
+        assert figures["memory_bytes"] >= 0
+    record = {"state_puts": 5, "state_deletes": 3, "commit_ms": 2.6, "process_ms": 7.4,
+              **figures}
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    schema = _progress.arrow_schema(StructType([StructField("k", StringType())]))
+    row = _progress.metrics_batch(record, schema).column(_progress.METRICS_COLUMN)[0].as_py()
+    assert (row["numRowsUpdated"], row["numRowsRemoved"], row["numRowsTotal"]) == (5, 3, 3)
+    assert (row["commitTimeMs"], row["allUpdatesTimeMs"]) == (3, 7)
+    assert row["numRowsDroppedByWatermark"] == 7 and row["numStateStoreInstances"] == 1
+    assert row["shardsWithUnknownState"] == 0

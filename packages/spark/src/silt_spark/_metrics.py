@@ -54,6 +54,8 @@ MAX_QUERIES = 32
 
 #: Meta entries a committed version gets (besides spark.open_ms / spark.process_ms).
 META_COUNTS = ("rows_in", "rows_out", "state_reads", "state_writes")
+#: The operators' running count of rows dropped as late (window aggregation, processors).
+META_LATE_ROWS = "spark.late_rows"
 
 
 # -- in the task ------------------------------------------------------------------------------
@@ -67,7 +69,10 @@ class CountingDB:
     def __init__(self, db: Any) -> None:
         self.inner = db
         self.reads = 0
+        #: ``writes`` = ``puts`` + ``deletes`` (a range delete counts as one delete).
         self.writes = 0
+        self.puts = 0
+        self.deletes = 0
         self.scans = 0
         self.scanned = 0
 
@@ -84,22 +89,28 @@ class CountingDB:
 
     def put(self, key: bytes, value: bytes, *, ttl: float | None = None) -> None:
         self.writes += 1
+        self.puts += 1
         if ttl is None:
             self.inner.put(key, value)
         else:
             self.inner.put(key, value, ttl=ttl)
 
     def put_many(self, keys: Sequence[bytes], values: Sequence[bytes]) -> None:
-        self.writes += len(keys)
         self.inner.put_many(keys, values)
+        self.writes += len(keys)
+        self.puts += len(keys)
 
     def delete(self, key: bytes) -> None:
         self.writes += 1
+        self.deletes += 1
         self.inner.delete(key)
 
     def write(self, batch: Any) -> None:
-        self.writes += len(batch)
         self.inner.write(batch)
+        deletes = sum(1 for _, value, _ in batch if value.__class__ is not bytes)
+        self.writes += len(batch)
+        self.deletes += deletes
+        self.puts += len(batch) - deletes
 
     def scan(self, *args: Any, **kwargs: Any) -> Iterator[tuple[bytes, bytes]]:
         self.scans += 1
@@ -212,6 +223,8 @@ class TaskProbe:
             "rows_out": self.rows_out,
             "state_reads": d.reads if d is not None else 0,
             "state_writes": d.writes if d is not None else 0,
+            "state_puts": d.puts if d is not None else 0,
+            "state_deletes": d.deletes if d is not None else 0,
             "state_scans": d.scans if d is not None else 0,
             "state_scanned": d.scanned if d is not None else 0,
             "migrated": t.migrated,
@@ -225,9 +238,44 @@ class TaskProbe:
             "task_start_ms": t.started_ms,
             "requests": by_kind,
             "requests_by_purpose": by_purpose,
+            **state_figures(t),
             # operator-specific figures (a join's buffered and evicted rows per side)
             **getattr(t, "operator_metrics", {}),
         }
+
+
+def state_figures(task: Any) -> dict[str, int]:
+    """What a task knows of its shard's state without a request, after its commit:
+    ``state_rows`` (an estimate: entries minus tombstones of the SSTs its version names, so a
+    key overwritten since the last compaction, or shared with a sibling after a rescale, counts
+    more than once), ``state_bytes`` (those SSTs' bytes on the store), ``memory_bytes`` (silt's
+    memory in this worker process: block cache, memtables and pinned SST tails, shared by every
+    shard it runs) and ``late_rows`` (rows this batch dropped as late, from the operator's
+    ``spark.late_rows`` count). A shard known to this task only by name (idle, its handle not
+    cached here) reports no state figures (``state_known`` 0)."""
+    import silt
+
+    budget = silt.memory_budget().stats()
+    figures = {"memory_bytes": budget["cache_bytes"] + budget["memtable_bytes"]
+               + budget["pinned_bytes"],
+               "state_known": 0, "state_rows": 0, "state_bytes": 0, "late_rows": 0}
+    db = task.db_seen()
+    manifest = None if db is None else db.manifest
+    if db is not None:
+        figures["state_known"] = 1
+    if manifest is not None:
+        ssts = list(manifest.all_ssts())
+        figures["state_rows"] = max(0, sum(s.entries - s.tombstones for s in ssts))
+        figures["state_bytes"] = sum(s.size for s in ssts)
+    late = task.meta_updates.get(META_LATE_ROWS)
+    if late is not None:
+        try:
+            # The operator read the base meta to add to it, so this makes no request.
+            before = int(task.base_meta.get(META_LATE_ROWS, 0))
+            figures["late_rows"] = max(0, int(late) - before)
+        except (ValueError, TypeError):
+            pass
+    return figures
 
 
 # -- on the driver ----------------------------------------------------------------------------

@@ -407,6 +407,14 @@ class ShardTask:
         cached = _CACHE.get(self.url)
         return cached is None or cached.owner != self.cache_owner or cached.db.version is None
 
+    def db_seen(self) -> silt.DB | None:
+        """The shard's plain DB if this task has it without a request (opened, or this
+        process's cached handle of exactly the base), else ``None`` (metrics)."""
+        if self._db is not None:
+            return getattr(self._db, "inner", self._db)
+        quiet = self._current_handle()
+        return None if quiet is None else quiet.db
+
     def base_version_seen(self) -> int | None:
         """The base version if this task knows it without a request (metrics)."""
         if self._db is not None:
