@@ -115,6 +115,39 @@ def test_batch_dataframes_are_refused_when_built_and_foreach_batch_works(spark, 
         assert_frames(totals[b], want[["user", "count"]])
 
 
+def test_a_spark_watermark_in_front_of_any_operator_is_refused_when_built(spark, tmp_path):
+    """silt's operators keep their own watermark: an input that carries Spark's
+    (withWatermark) is refused when the operator is built, naming the column, the delay and
+    the operator's own arguments, before anything is written."""
+    from silt.errors import InvalidArgumentError
+
+    src = tmp_path / "in"
+    src.mkdir()
+    stream = (spark.readStream.schema("user string, amount long, ts timestamp").json(str(src))
+              .withWatermark("ts", "10 seconds"))
+    other = spark.readStream.schema("user string, paid timestamp").json(str(src))
+    state = tmp_path / "state"
+    builds = {
+        "aggregate": lambda: silt_spark.aggregate(stream, "user", ["count"], state.as_uri(), 2),
+        "dedup": lambda: silt_spark.deduplicate(stream, "user", state.as_uri(), 2,
+                                                event_time_column="ts"),
+        "window": lambda: silt_spark.window_aggregate(
+            stream, "user", "ts", "10 seconds", ["count"], state.as_uri(), 2),
+        "processor": lambda: silt_spark.transform_with_state(
+            stream, silt_spark.StatefulProcessor(), "user", "user string", state.as_uri(), 2),
+        "join": lambda: silt_spark.join(other, stream, "user", state_url=state.as_uri(),
+                                        num_shards=2),
+    }
+    for kind, build in builds.items():
+        with pytest.raises(InvalidArgumentError) as info:
+            build()
+        message = str(info.value)
+        assert message.startswith(f"silt_spark's {kind} operator does not read Spark's "
+                                  "watermark"), message
+        assert "withWatermark('ts', ...), 10000 ms" in message and "time_column='ts'" in message
+        assert not state.exists(), f"{kind}: something was written"
+
+
 def test_reset_is_the_deprecated_name_of_take_over(spark, tmp_path):
     src = tmp_path / "in"
     src.mkdir()

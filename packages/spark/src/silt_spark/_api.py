@@ -134,6 +134,7 @@ def _check_streaming(df: Any, kind: str) -> None:
     from .errors import NotStreamingError
 
     if getattr(df, "isStreaming", False):
+        _check_no_spark_watermark(df, kind)
         return
     session = getattr(df, "sparkSession", None)
     if session is not None and session.sparkContext.getLocalProperty(
@@ -144,6 +145,30 @@ def _check_streaming(df: Any, kind: str) -> None:
         f"silt_spark's {kind} operator needs a streaming DataFrame (spark.readStream...) or "
         "a micro-batch DataFrame inside foreachBatch: its state version is the micro-batch "
         "id, which a batch query has not"
+    )
+
+
+#: The column metadata Spark's ``withWatermark`` leaves on its event-time column.
+SPARK_WATERMARK_METADATA = "spark.watermarkDelayMs"
+
+
+def _check_no_spark_watermark(df: Any, kind: str) -> None:
+    """Refuse a DataFrame that carries a Spark watermark (``withWatermark``): silt's operators
+    keep their own query-wide watermark from their own arguments, and running one of them
+    silently beside Spark's would let the two disagree on what is late."""
+    marked = [(f.name, f.metadata[SPARK_WATERMARK_METADATA]) for f in df.schema.fields
+              if SPARK_WATERMARK_METADATA in (f.metadata or {})]
+    if not marked:
+        return
+    column, delay_ms = marked[0]
+    raise InvalidArgumentError(
+        f"silt_spark's {kind} operator does not read Spark's watermark, and its input has one "
+        f"(withWatermark({column!r}, ...), {delay_ms} ms): remove the .withWatermark(...) "
+        "call and give the operator the event time instead: window_aggregate(time_column="
+        f"{column!r}, watermark_delay={delay_ms}), deduplicate and transform_with_state("
+        f"event_time_column={column!r}, watermark_delay={delay_ms}), join(left_time_column=..., "
+        f"left_watermark_delay={delay_ms}, ...); or, if a Spark operator upstream needs it, "
+        "apply silt's operator before that one"
     )
 
 
