@@ -7,6 +7,7 @@ it needs from PyPI into its own virtualenv, so a fresh machine with Python 3.11 
 from __future__ import annotations
 
 import glob
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -197,8 +198,10 @@ def wheels(session: nox.Session) -> None:
     moto = str(Path(session.bin) / "python")
     server = start_server("moto S3", [moto, "-m", "moto.server", "-H", "{host}", "-p", "{port}"],
                           ready_path="/")
+    # As a user's shell with the venv activated: Spark's Python workers run its python3.
     env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-           "AWS_REGION": "us-east-1", "SILT_REQUIRE_EXTENSIONS": "1"}
+           "AWS_REGION": "us-east-1", "SILT_REQUIRE_EXTENSIONS": "1",
+           "VIRTUAL_ENV": str(user), "PATH": f"{user / 'bin'}{os.pathsep}{os.environ['PATH']}"}
     try:
         session.run(pip, "install", "-q", _wheel("silt_core", compiled=True),
                     _wheel("silt_tier_s3"), external=True)

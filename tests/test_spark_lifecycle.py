@@ -148,6 +148,34 @@ def test_a_spark_watermark_in_front_of_any_operator_is_refused_when_built(spark,
         assert not state.exists(), f"{kind}: something was written"
 
 
+def test_builder_mistakes_raise_silts_own_errors(spark, tmp_path):
+    """Mistakes in a builder's arguments raise silt's InvalidArgumentError / InvalidTypeError
+    (still a ValueError / TypeError), whichever builder or helper takes them."""
+    from silt.errors import InvalidArgumentError, InvalidTypeError
+
+    src = tmp_path / "in"
+    src.mkdir()
+    stream = spark.readStream.schema("user string, amount long, note string").json(str(src))
+    url = (tmp_path / "state").as_uri()
+    cases = [
+        (lambda: silt_spark.aggregate(stream, "user", [], url, 2), InvalidArgumentError),
+        (lambda: silt_spark.aggregate(stream, "user", [3], url, 2), InvalidTypeError),
+        (lambda: silt_spark.aggregate(stream, "user", ["sum("], url, 2), InvalidArgumentError),
+        (lambda: silt_spark.aggregate(stream, "user", ["median(amount)"], url, 2),
+         InvalidArgumentError),
+        (lambda: silt_spark.aggregate(stream, "user", ["count", "count"], url, 2),
+         InvalidArgumentError),
+        (lambda: silt_spark.aggregate(stream, "user", ["sum(missing)"], url, 2),
+         InvalidArgumentError),
+        (lambda: silt_spark.aggregate(stream, "user", ["sum(note)"], url, 2), InvalidTypeError),
+        (lambda: silt_spark.drop_state("not a url"), InvalidArgumentError),
+    ]
+    for build, error in cases:
+        with pytest.raises(error):
+            build()
+    assert not (tmp_path / "state").exists()
+
+
 def test_reset_is_the_deprecated_name_of_take_over(spark, tmp_path):
     src = tmp_path / "in"
     src.mkdir()

@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from silt.errors import InvalidArgumentError, InvalidTypeError
 from silt.tierkit import public_url
 
 from . import _api, _codec, _keys, _layout, _shard
@@ -62,26 +63,29 @@ def parse_aggs(aggs: Sequence[str] | Mapping[str, str]) -> list[Agg]:
     """
     items = list(aggs.items()) if isinstance(aggs, Mapping) else [(None, a) for a in aggs]
     if not items:
-        raise ValueError("aggs must name at least one aggregate, e.g. ['count', 'sum(x)']")
+        raise InvalidArgumentError(
+            "aggs must name at least one aggregate, e.g. ['count', 'sum(x)']")
     out = []
     for name, expr in items:
         if not isinstance(expr, str):
-            raise TypeError(f"an aggregate is a str such as 'sum(amount)', got {expr!r}")
+            raise InvalidTypeError(f"an aggregate is a str such as 'sum(amount)', got {expr!r}")
         text = expr.strip()
         if text.lower() == "count":
             func, column = "count", None
         else:
             m = _EXPR.match(text)
             if not m:
-                raise ValueError(f"cannot parse aggregate {expr!r}: use e.g. 'sum(amount)'")
+                raise InvalidArgumentError(
+                    f"cannot parse aggregate {expr!r}: use e.g. 'sum(amount)'")
             func, column = m.group(1).lower(), m.group(2)
             if func == "mean":
                 func = "avg"
             if func not in FUNCTIONS:
-                raise ValueError(f"unsupported aggregate {func!r} in {expr!r}; use {FUNCTIONS}")
+                raise InvalidArgumentError(
+                    f"unsupported aggregate {func!r} in {expr!r}; use {FUNCTIONS}")
             if column in ("*", "1"):
                 if func != "count":
-                    raise ValueError(f"{func}(*) is not an aggregate; use a column")
+                    raise InvalidArgumentError(f"{func}(*) is not an aggregate; use a column")
                 column = None
             column = column.strip("`") if column else None
         if name is None:
@@ -89,7 +93,7 @@ def parse_aggs(aggs: Sequence[str] | Mapping[str, str]) -> list[Agg]:
         out.append(Agg(name, func, column))
     names = [a.name for a in out]
     if len(set(names)) != len(names):
-        raise ValueError(f"aggregate output names must be unique, got {names}")
+        raise InvalidArgumentError(f"aggregate output names must be unique, got {names}")
     return out
 
 
@@ -120,21 +124,22 @@ def plan(
     fields = {f.name: f for f in df_schema.fields}
     for c in key_columns:
         if c not in fields:
-            raise ValueError(f"key column {c!r} is not in the DataFrame ({sorted(fields)})")
+            raise InvalidArgumentError(
+                f"key column {c!r} is not in the DataFrame ({sorted(fields)})")
     value_columns: list[str] = []
     floating: list[bool] = []
     for a in aggs:
         if a.column is None or a.column in value_columns:
             continue
         if a.column not in fields:
-            raise ValueError(f"aggregated column {a.column!r} is not in the DataFrame")
+            raise InvalidArgumentError(f"aggregated column {a.column!r} is not in the DataFrame")
         t = fields[a.column].dataType
         if isinstance(t, (T.ByteType, T.ShortType, T.IntegerType, T.LongType)):
             floating.append(False)
         elif isinstance(t, (T.FloatType, T.DoubleType)):
             floating.append(True)
         else:
-            raise TypeError(
+            raise InvalidTypeError(
                 f"column {a.column!r} has type {t.simpleString()}; silt_spark aggregates "
                 "integral and floating-point columns"
             )

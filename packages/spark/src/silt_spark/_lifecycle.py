@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import threading
 
+from silt.errors import InvalidArgumentError
 from silt.plugins import open_store
 from silt.store import retrying
 from silt.tierkit import public_url
@@ -120,8 +121,8 @@ def drop_state(
     from ._shard import DESCRIPTOR, drop_cached_handles
 
     if not isinstance(url, str) or "://" not in url:
-        raise ValueError("url must be a store URL such as 'file:///data/state/op1', got "
-                         f"{public_url(url)!r}")
+        raise InvalidArgumentError(
+            f"url must be a store URL such as 'file:///data/state/op1', got {public_url(url)!r}")
     from . import _storage
 
     store = open_store(url, storage_options=_storage.resolve(
