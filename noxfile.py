@@ -49,8 +49,9 @@ PLUGIN_PACKAGES = [
 ]
 
 
-#: The hot path has a compiled twin (silt._speedups, DESIGN.md section 6): the suite runs once
-#: per implementation. REQUIRE makes a failed compile an error instead of a silent fallback.
+#: The hot path has a compiled twin (silt._speedups; docs/architecture.md, "The two
+#: implementations"): the suite runs once per implementation. REQUIRE makes a failed compile an
+#: error instead of a silent fallback.
 IMPLEMENTATIONS = {
     "compiled": {"SILT_REQUIRE_EXTENSIONS": "1"},
     "pure Python": {"SILT_NO_EXTENSIONS": "1"},

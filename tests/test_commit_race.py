@@ -1,6 +1,6 @@
 """Writers racing for the same version, ambiguous commits, and failed uploads.
 
-Invariant 2 (DESIGN.md section 9): a version's manifest is created with ``put_if_absent``, so two
+Invariant 2 (docs/architecture.md): a version's manifest is created with ``put_if_absent``, so two
 writers can never both commit it; the loser gets ``CommitConflict`` and its uploaded SSTs are
 unreferenced garbage. Lost responses are resolved with the commit token read back from the store.
 """

@@ -1,6 +1,6 @@
 """Corruption is detected and reported with the object and offset, never returned as data.
 
-Invariant 6 (DESIGN.md section 9). Every byte of a real SST in a ``file://`` root is damaged in
+Invariant 6 (docs/architecture.md). Every byte of a real SST in a ``file://`` root is damaged in
 turn (data blocks, bloom filter, properties, index, footer); every read must either return the
 correct value or raise ``CorruptionError`` naming the SST and the damaged region's offset. The
 same for every byte of a manifest (on ``silt.open``), and for truncated objects.

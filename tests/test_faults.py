@@ -116,7 +116,7 @@ def test_lose_response_applies_the_write(faulty: FaultyStore, inner: MemoryStore
     with pytest.raises(TransientStoreError, match="response lost"):
         faulty.put_if_absent(key, b"token-A")
     assert inner.get(key) == b"token-A"  # the first attempt did create it
-    # The retry sees a conflict although this writer won: the ambiguous commit of DESIGN.md s5.
+    # The retry sees a conflict although this writer won: the ambiguous commit (docs/safety.md).
     assert faulty.put_if_absent(key, b"token-A") is False
     assert faulty.bytes_written == 2 * len(b"token-A")
 

@@ -1,4 +1,4 @@
-"""A version number names one state forever, and nothing committed is lost (DESIGN.md section 9,
+"""A version number names one state forever, and nothing committed is lost (docs/architecture.md,
 invariants 4, 7 and 8), under the attacks that once broke it:
 
 * GC with a grace shorter than the writers' (0, negative, NaN) beside a writer holding flushed,

@@ -1,4 +1,4 @@
-"""Flush: frozen memtables become uploaded SSTs (DESIGN.md section 5).
+"""Flush: frozen memtables become uploaded SSTs (docs/architecture.md, "The commit path").
 
 A :class:`Flusher` owns the upload thread pool. :meth:`Flusher.freeze` moves the active
 memtable of a read view into a new :class:`~silt.view.Part` and starts its upload while writes

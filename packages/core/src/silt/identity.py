@@ -1,7 +1,8 @@
 """The check of a DB's version identity, for ``silt verify``: does every number name one state?
 
-:func:`check_identity` reads the objects of the version-identity protocol (DESIGN.md invariant 8;
-docs/format.md) of one DB and reports what breaks it, each finding naming the object:
+:func:`check_identity` reads the objects of the version-identity protocol
+(docs/architecture.md, invariant 8; docs/format.md) of one DB and reports what breaks it, each
+finding naming the object:
 
 * a fate record (``manifest/<v>.fate``) that does not decode, or whose manifest is gone above
   the GC horizon (GC deletes a withdrawn manifest only below it, then its fate record);

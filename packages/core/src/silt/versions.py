@@ -1,10 +1,10 @@
 """Which versions a DB has: one listing of ``manifest/`` and the fate records found beside them.
 
-A version is committed when ``manifest/<v>`` exists (DESIGN.md invariant 2). A version can later
-be **withdrawn** by its own writer (a stalled commit whose SSTs garbage collection may have
-collected, a zombie below the GC horizon, a rollback detected after the fact): the writer then
-creates ``manifest/<v>.fate`` saying ``withdrawn`` and leaves the manifest in place, so that no
-writer can ever create version ``v`` again (invariant 8: a number names one state forever). A
+A version is committed when ``manifest/<v>`` exists (docs/architecture.md, invariant 2). A
+version can later be **withdrawn** by its own writer (a stalled commit whose SSTs garbage
+collection may have collected, a zombie below the GC horizon, a rollback detected after the
+fact): the writer then creates ``manifest/<v>.fate`` saying ``withdrawn`` and leaves the
+manifest in place, so that no writer can ever create version ``v`` again (invariant 8: a number names one state forever). A
 withdrawn version reads as its parent: it is skipped by every listing here, opening it by number
 is an error, and a writer whose base is its parent moves past it.
 

@@ -1,4 +1,5 @@
-"""Key groups, shards and Spark partitions: how a key finds its shard (DESIGN.md section 10).
+"""Key groups, shards and Spark partitions: how a key finds its shard (docs/spark.md,
+"Rescaling"; docs/architecture.md, "A Spark micro-batch").
 
 * A key's **key group** is ``pmod(xxhash64(key columns), key_groups)``, computed by Spark's own
   ``xxhash64`` (seed 42) on the JVM before the shuffle, so no Python runs per row to route it.
