@@ -4,9 +4,10 @@ A version is committed when ``manifest/<v>`` exists (docs/architecture.md, invar
 version can later be **withdrawn** by its own writer (a stalled commit whose SSTs garbage
 collection may have collected, a zombie below the GC horizon, a rollback detected after the
 fact): the writer then creates ``manifest/<v>.fate`` saying ``withdrawn`` and leaves the
-manifest in place, so that no writer can ever create version ``v`` again (invariant 8: a number names one state forever). A
-withdrawn version reads as its parent: it is skipped by every listing here, opening it by number
-is an error, and a writer whose base is its parent moves past it.
+manifest in place, so that no writer can ever create version ``v`` again (invariant 8: a number
+names one state forever). A withdrawn version reads as its parent: it is skipped by every
+listing here, opening it by number is an error, and a writer whose base is its parent moves
+past it.
 
 The same object name, created by a checkpoint instead, says ``settled``: the version is pinned
 and its writer may no longer withdraw it. Both are created with ``put_if_absent``, so exactly one
