@@ -7,7 +7,6 @@ it needs from PyPI into its own virtualenv, so a fresh machine with Python 3.11 
 from __future__ import annotations
 
 import glob
-import os
 import shutil
 import sys
 from pathlib import Path
@@ -186,8 +185,10 @@ def wheels(session: nox.Session) -> None:
     """What a user gets from the built wheels (``nox -s build`` first, run here): an empty
     venv gets only silt-core + silt-tier-s3 and runs a job against moto's S3 server, then
     silt-spark too and runs a streaming query with its state on S3 (tests/wheel_smoke.py).
-    The venv has nothing but the wheels and what they declare, so an undeclared import fails."""
-    build(session)
+    The venv has nothing but the wheels and what they declare, so an undeclared import fails.
+    ``nox -s wheels -- --no-build`` takes the wheels already in dist/."""
+    if "--no-build" not in session.posargs or not glob.glob("dist/*.whl"):
+        build(session)
     session.install("moto[server]>=5.1")
     sys.path.insert(0, str(Path("tests").resolve()))
     from servers import start_server
@@ -199,10 +200,11 @@ def wheels(session: nox.Session) -> None:
     moto = str(Path(session.bin) / "python")
     server = start_server("moto S3", [moto, "-m", "moto.server", "-H", "{host}", "-p", "{port}"],
                           ready_path="/")
-    # As a user's shell with the venv activated: Spark's Python workers run its python3.
+    # As a user's shell with the venv activated (nox puts its own venv first on PATH, so
+    # Spark's Python workers are told which python3 to run).
     env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
            "AWS_REGION": "us-east-1", "SILT_REQUIRE_EXTENSIONS": "1",
-           "VIRTUAL_ENV": str(user), "PATH": f"{user / 'bin'}{os.pathsep}{os.environ['PATH']}"}
+           "VIRTUAL_ENV": str(user), "PYSPARK_PYTHON": python}
     try:
         session.run(pip, "install", "-q", _wheel("silt_core", compiled=True),
                     _wheel("silt_tier_s3"), external=True)
