@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from .. import paths
@@ -51,8 +52,11 @@ class CompactionDriver:
     """Schedules, gathers and adopts compactions for one writer."""
 
     def __init__(self, store: ObjectStore, settings: Settings, clock: Clock,
-                 metrics: Metrics, siblings: SiblingStores | None = None) -> None:
+                 metrics: Metrics, siblings: SiblingStores | None = None,
+                 announce: Callable[[], None] | None = None) -> None:
         self.store = store
+        #: Announces the writer's GC grace before compaction uploads outputs (silt.graces).
+        self.announce = announce
         self.siblings = siblings
         self.settings = settings
         self.clock = clock
@@ -107,6 +111,8 @@ class CompactionDriver:
 
     def _run(self, manifest: Manifest, task: CompactionTask) -> CompactionRecord:
         with self.metrics.purpose("compaction"):
+            if self.announce is not None:
+                self.announce()
             if self.mode == "background" and can_run_elsewhere(self.store, manifest, task,
                                                                self.clock):
                 # the merge runs in the compaction subprocess: this thread waits without the
