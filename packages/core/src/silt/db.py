@@ -167,7 +167,7 @@ class DB:
         self._install(manifest)
         self._compaction = CompactionDriver(
             self._store, settings, clock, self._metrics, siblings=self._siblings,
-            announce=self._flusher.announce)
+            announce=self._flusher.announce, reach=self._committer.gc_reach)
 
     # -- properties ---------------------------------------------------------------------------
     @property
