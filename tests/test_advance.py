@@ -27,6 +27,7 @@ from silt.gc import collect_garbage
 from silt.metrics import KINDS
 from silt.plugins import open_store
 from silt.reopen import PROBES
+from silt.testing import FaultyStore
 from silt.tiers.memory import MemoryStore
 from silt.versions import WITHDRAWN, Fate
 
@@ -309,6 +310,73 @@ def test_a_gc_pass_in_between_is_seen_through_the_epoch(url: str) -> None:
         _same_as_fresh(a, url, 8)
 
 
+class _Killed(BaseException):
+    """A GC process killed mid-pass (no code catches it)."""
+
+
+#: Where a GC pass is killed: before its horizon marker (its pass marker written, the epoch not
+#: bumped yet), at its first deletion, or before it writes ``.done`` (everything deleted).
+_KILL_POINTS = {
+    "horizon": ("put_if_absent", lambda k: k.startswith(paths.HORIZON_PREFIX)),
+    "deleting": ("delete_many", None),
+    "done": ("put_if_absent", lambda k: k.endswith(paths.PASS_DONE_SUFFIX)),
+}
+
+
+def _crashed_gc(url: str, at: str, retain: int = 2) -> None:
+    """A GC pass killed at ``at``: its pass marker stays without ``.done``, as after a crash,
+    until a pass a week later drops it. (It deletes manifests below its horizon, no SST: none
+    is older than the grace period.)"""
+    grace = silt.Settings().gc_grace_seconds
+    store = FaultyStore(open_store(url))
+    op, predicate = _KILL_POINTS[at]
+
+    def kill(op: str, key: str) -> None:
+        raise _Killed(f"GC killed at {op} {key}")
+
+    store.on_call(op, kill, predicate=predicate, times=1)
+    try:
+        collect_garbage(store, retain_versions=retain, grace_seconds=grace)
+    except _Killed:
+        pass
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("commits", [False, True], ids=["idle", "committing"])
+@pytest.mark.parametrize("at", sorted(_KILL_POINTS))
+def test_a_crashed_gc_pass_costs_one_listing(url: str, at: str, commits: bool) -> None:
+    """A GC pass killed mid-way leaves its pass marker without ``.done``. A shard handle that
+    another process moves past every batch (and that commits in between, or stays idle) pays
+    one listing for it, the advance that finds the GC epoch moved (which reads the markers
+    again), and then answers with GETs again: not a LIST per batch until the marker is dropped
+    a week later."""
+    with silt.open(url) as a:
+        for key in (b"a", b"b", b"c", b"d", b"e"):
+            _commit(a, key)
+        _crashed_gc(url, at)
+        store = open_store(url)
+        try:
+            passes = [i.key for i in store.list(paths.PASS_PREFIX)]
+        finally:
+            store.close()
+        assert passes and not any(k.endswith(paths.PASS_DONE_SUFFIX) for k in passes)
+        lists = []
+        for batch in range(6):
+            latest = _elsewhere(url, b"x%d" % batch)
+            before = _requests(a)
+            if batch % 2:
+                assert a.advance(latest) == latest
+            else:
+                assert a.catch_up(latest) == (latest, [])
+            lists.append(_delta(a, before).get("LIST", 0))
+            _same_as_fresh(a, url, latest)
+            if commits:
+                _commit(a, b"m%d" % batch)
+        # the recovery: the GC markers (2 LISTs) and the versions (1), once
+        assert lists[0] <= 3 and lists[1:] == [0] * 5, lists
+
+
 def test_a_concurrent_writer_still_conflicts(url: str) -> None:
     """After advancing, a commit races other writers from the same base as usual."""
     with silt.open(url) as a:
@@ -358,6 +426,7 @@ _STEP = st.one_of(
     st.tuples(st.just("mine"), st.integers(0, 1)),  # the handle itself commits
     st.tuples(st.just("withdraw"), st.integers(0, 2)),  # withdraw the latest - n
     st.tuples(st.just("gc"), st.integers(1, 3)),  # a GC pass retaining n versions
+    st.tuples(st.just("crash"), st.integers(0, 2)),  # a GC pass killed at a _KILL_POINTS entry
     st.tuples(st.just("advance"), st.integers(-2, 5)),  # advance to the latest + n
     st.tuples(st.just("newer"), st.integers(-3, 3)),  # advance_newer to the latest + n
     st.tuples(st.just("task"), st.integers(-3, 3)),  # catch_up, as a Spark shard task
@@ -376,6 +445,8 @@ _LOST = (CommitConflict, FencedError, WithdrawnError)
 @example([("commit", 0), ("gc", 1), ("task", 0)])
 @example([("commit", 0), ("commit", 0), ("commit", 0), ("gc", 1), ("task", 0)])  # successor gone
 @example([("mine", 0), ("withdraw", 0), ("gc", 1), ("task", 1)])  # own version withdrawn, gone
+@example([("mine", 0), ("commit", 0), ("crash", 1), ("commit", 0), ("task", 0),
+          ("commit", 0), ("newer", 0)])  # a crashed pass: probes again after one listing
 def test_advance_lands_where_a_fresh_open_does(steps) -> None:
     name = f"advance-eq-{time.monotonic_ns()}"
     url = f"memory://{name}"
@@ -412,6 +483,8 @@ def test_advance_lands_where_a_fresh_open_does(steps) -> None:
                                         clock=later)
                     finally:
                         store.close()
+                elif kind == "crash":
+                    _crashed_gc(url, sorted(_KILL_POINTS)[arg], retain=1)
                 elif kind == "advance":
                     at_most = max(-1, latest + arg)
                     try:

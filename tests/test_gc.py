@@ -414,8 +414,10 @@ def test_commit_fails_cleanly_when_gc_collected_a_pending_sst(mem: str) -> None:
     report = collect_garbage(silt.open_store(mem), retain_versions=5, grace_seconds=GRACE,
                              clock=clock)
     assert len(report.deleted_ssts) == 1
-    with pytest.raises(StoreError, match="garbage-collected"):
-        db.commit()
+    for _ in range(2):  # and again: the same answer, no version number used
+        with pytest.raises(StoreError, match=r"writes made since version 2 and not committed "
+                           r"are lost: .* deleted by garbage collection"):
+            db.commit()
     db.close()
     assert silt.versions(mem) == [1, 2]  # nothing broken was committed
     reads_back(mem, 2, models[2], clock)
@@ -442,7 +444,7 @@ def test_commit_stalled_past_the_grace_period_is_withdrawn(mem: str) -> None:
         db.commit()
     assert gc_reports[0].deleted_ssts  # GC did delete the pending SST
     assert silt.versions(mem) == [1, 2]
-    with pytest.raises(StoreError, match="garbage-collected"):
+    with pytest.raises(StoreError, match="not committed are lost"):
         db.commit()
     assert silt.versions(mem) == [1, 2]
     db.close()

@@ -59,6 +59,7 @@ from silt.errors import (
     StoreError,
     TransientStoreError,
     VersionNotFoundError,
+    WithdrawnError,
 )
 from silt.gc import collect_garbage, horizon, read_checkpoints
 from silt.manifest import Manifest
@@ -155,8 +156,8 @@ class World:
     # -- helpers ----------------------------------------------------------------------------------
     def open_writer(self, actor: str, version: int | None = None) -> Writer | None:
         try:
-            db = silt.open(self.url, version=version, settings=self.settings, clock=self.clock,
-                           store=self.stores[actor])
+            db = silt.open(self.url, version=version, settings=self.writer_settings(actor),
+                           clock=self.clock, store=self.stores[actor])
         except SiltError as exc:
             self.trace(f"  {actor} open failed: {exc!r}")
             return None
@@ -170,6 +171,10 @@ class World:
             return None
         self.trace(f"  {actor} opened at version {db.version}")
         return Writer(db, records)
+
+    def writer_settings(self, actor: str) -> silt.Settings:
+        """The settings a new writer DB of ``actor`` opens with."""
+        return self.settings
 
     def ops(self, w: Writer) -> None:
         for _ in range(self.rng.randrange(1, 8)):
@@ -207,14 +212,10 @@ class World:
             self.trace(f"  {actor} fenced: {str(exc)[:60]}")
             self.fenced.add(attempt)
             return False
+        except WithdrawnError as exc:
+            return self.withdrawn(actor, w, exc, lineage)
         except StoreError as exc:
-            self.trace(f"  {actor} commit failed: {exc!r}"[:160])
-            pending = w.db.committer.uncertain
-            if pending is not None and pending[0].token not in self.tokens:
-                self.tokens[pending[0].token] = dict(w.records)  # it may have landed
-            if w.db.committer.lineage != lineage:
-                self.register_reservations(lineage, w.base)
-            return True
+            return self.failed(actor, w, exc, lineage)
         self.tokens[w.db.manifest.token] = dict(w.records)  # type: ignore[union-attr]
         if w.db.manifest.parent != lineage:  # type: ignore[union-attr]
             self.register_reservations(lineage, w.base)
@@ -222,6 +223,20 @@ class World:
         self.committed.add(v)
         self.trace(f"  {actor} committed {v}")
         return True
+
+    def failed(self, actor: str, w: Writer, exc: StoreError, lineage: int | None) -> bool:
+        """A commit raised ``exc``: the writer goes on (True) with its writes pending."""
+        self.trace(f"  {actor} commit failed: {exc!r}"[:160])
+        pending = w.db.committer.uncertain
+        if pending is not None and pending[0].token not in self.tokens:
+            self.tokens[pending[0].token] = dict(w.records)  # it may have landed
+        if w.db.committer.lineage != lineage:
+            self.register_reservations(lineage, w.base)
+        return True
+
+    def withdrawn(self, actor: str, w: Writer, exc: WithdrawnError, lineage: int | None) -> bool:
+        """A commit was withdrawn (tests/test_simulation_graces.py retries it at once)."""
+        return self.failed(actor, w, exc, lineage)
 
     # -- steps ------------------------------------------------------------------------------------
     def step_write(self) -> None:

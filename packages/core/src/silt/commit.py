@@ -317,8 +317,12 @@ class Committer:
         on top of ``base`` creates first (``base.next_version``: a commit that skips numbers
         reserves it, so any newer version implies it), then the next GC epoch (GC deletes a
         manifest only after bumping it, so a successor deleted before the first GET shows).
-        Unsure without known markers, or with a commit or withdrawal in flight."""
-        if self.markers is None or self.uncertain is not None or self.withdrawing is not None:
+        Unsure without known markers, with a commit or withdrawal in flight, or when ``base``
+        is below the known GC horizon (GC may have deleted its successor before the markers
+        were read, without a later epoch; at or above it, GC deletes nothing of a number above
+        ``base`` before bumping the epoch)."""
+        if (self.markers is None or self.uncertain is not None or self.withdrawing is not None
+                or base.version < self.markers.horizon):
             return False
         name = paths.manifest_key(base.next_version)
         try:
@@ -328,9 +332,24 @@ class Committer:
             pass
         return unchanged(self._store, self.markers)
 
+    def gc_reach(self) -> int:
+        """The newest cutoff (ms) of a GC pass this writer knows of (its GC markers as last
+        read, running or done), 0 with none: an unpublished SST older than it may have been
+        collected by that pass, or may still be. The next commit copies such SSTs first
+        (:meth:`silt.flush.Flusher.refresh_aged`), which is what lets a commit withdrawn by
+        :meth:`_check_age` succeed when committed again."""
+        return max(self.markers.passes, default=0) if self.markers is not None else 0
+
     def _refresh_markers(self) -> GcMarkers:
         self.markers = refresh(self._store, self.markers)
         return self.markers
+
+    def relearn_markers(self) -> None:
+        """Before a listing of versions (:func:`silt.reopen.latest_at_most`): read the GC
+        markers again when they changed (one GET when they did not), so that the next advance
+        of this handle proves its answer with GETs again. Nothing when none are known."""
+        if self.markers is not None:
+            self._refresh_markers()
 
     def _check_horizon(self, manifest: Manifest, markers: GcMarkers) -> None:
         """Withdraw ``manifest`` if GC's horizon passed it (this writer is a zombie)."""
@@ -414,8 +433,9 @@ class Committer:
         if self._withdraw(manifest, why):
             raise WithdrawnError(
                 f"version {manifest.version} of {self._url!r} was withdrawn: {why}. Its number "
-                "is never used again. Commit again (young SSTs are re-uploaded) or reopen and "
-                "redo the work"
+                "is never used again. Commit again: the DB keeps its writes pending, and the "
+                "next commit publishes copies, under new names, of every SST a GC pass could "
+                "reach (or fails saying the writes are lost, without using a version number)"
             )
 
     def _check_base(self, manifest: Manifest, base: Manifest, markers: GcMarkers) -> None:

@@ -166,8 +166,8 @@ class DB:
         self._folded: set[str] = set()
         self._install(manifest)
         self._compaction = CompactionDriver(
-            self._store, settings, clock, self._metrics, siblings=self._siblings
-        )
+            self._store, settings, clock, self._metrics, siblings=self._siblings,
+            announce=self._flusher.announce, reach=self._committer.gc_reach)
 
     # -- properties ---------------------------------------------------------------------------
     @property
@@ -507,7 +507,7 @@ class DB:
             self._freeze_delta(base_l0)
             parts = self._view.parts
             self._flusher.wait(parts)
-            self._flusher.refresh_aged(parts)
+            self._flusher.refresh_aged(parts, self._committer.gc_reach(), self.version)
             new_l0 = tuple(p.info for p in reversed(parts))  # type: ignore[misc]
             base_l0 = tuple(s for s in base_l0 if s.id not in self._folded)
             records = self._compaction.gather(
@@ -1074,7 +1074,7 @@ class DB:
             markers = committer.markers
             seen: Manifest | None = None
             moved = False  # the GC epoch moved: GETs cannot prove anything, list
-            if stay and base is not None and markers is not None and base.version <= at_most:
+            if stay and base is not None and markers and markers.horizon <= base.version <= at_most:
                 # proved_latest's two GETs, the first one reading the whole manifest when it
                 # exists, as the advance's round 1 would
                 with self._metrics.purpose("open"):
@@ -1096,7 +1096,7 @@ class DB:
                         probed = None if got is None else (got, False)
                 if probed is None:
                     self._metrics.add("advances_listed")
-                    found, listed = latest_at_most(self._store, at_most)
+                    found, listed = latest_at_most(self._store, at_most, committer)
                     after = [v for v in listed if found is None or v > found.version]
                 else:
                     found, latest = probed

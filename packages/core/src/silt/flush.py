@@ -5,8 +5,10 @@ memtable of a read view into a new :class:`~silt.view.Part` and starts its uploa
 go on (blocking the writer only while more than ``Settings.max_pending_flushes`` uploads wait);
 :meth:`Flusher.wait` waits for every upload of a view's parts (retrying a failed one once);
 :meth:`Flusher.refresh_aged` copies uploaded-but-uncommitted SSTs that are getting old under
-new ids, so a commit only ever publishes SSTs younger than half the GC grace period (the rule
-that makes GC safe beside writers: see :mod:`silt.gc`).
+new ids, so a commit only ever publishes SSTs younger than half the GC grace period and younger
+than every GC pass it knows of (the rule that makes GC safe beside writers: see :mod:`silt.gc`).
+Before its first upload a flusher announces its writer's grace (:mod:`silt.graces`), so GC
+never uses a shorter one.
 
 Uploads are create-only. Nothing uploaded here is part of any version until a commit publishes
 it; an SST nobody publishes is garbage that GC removes after the grace period.
@@ -24,6 +26,7 @@ from . import paths
 from .cache import BlockCache
 from .clock import Clock
 from .errors import NotFoundError, StoreError
+from .graces import Announcer
 from .memtable import Memtable
 from .metrics import MeteredStore
 from .settings import Settings
@@ -45,6 +48,8 @@ class Flusher:
         self._cache = cache
         self._readers = readers
         self._pool: ThreadPoolExecutor | None = None
+        #: Announces this writer's grace before its first upload (also called by compaction).
+        self.announce = Announcer(store, int(settings.gc_grace_seconds * 1000))
 
     def freeze(self, view: ReadView, seq: int = 0) -> ReadView:
         """The view with its memtable frozen into a new part whose upload has started (the same
@@ -88,6 +93,7 @@ class Flusher:
             self._upload_now(part)
 
     def _upload_now(self, part: Part) -> None:
+        self.announce()
         mem = part.memtable
         assert mem is not None
         keys, records = mem.sorted_items()
@@ -120,26 +126,45 @@ class Flusher:
         part.reader = reader
         part.memtable = None
 
-    def refresh_aged(self, parts: tuple[Part, ...]) -> None:
-        """Copy uploaded-but-unpublished SSTs older than half the GC grace period to new ids.
+    def refresh_aged(self, parts: tuple[Part, ...], reach_ms: int = 0,
+                     base: int | None = None) -> None:
+        """Copy uploaded-but-unpublished SSTs that GC may collect to new ids: those older than
+        half the GC grace period, and those older than ``reach_ms``, the newest cutoff of a GC
+        pass the writer knows of (:meth:`silt.commit.Committer.gc_reach`: such a pass deleted
+        them if it listed them, or may still delete them). A copy's id is younger than every
+        pass begun so far.
 
         GC may delete an unreferenced SST once it is older than the grace period; publishing
-        only young SSTs is what makes that safe (see :mod:`silt.gc`).
+        only young SSTs is what makes that safe (see :mod:`silt.gc`). After a commit was
+        withdrawn because a GC pass may have collected its SSTs, this is what makes the next
+        commit publish copies that pass cannot touch, or fail saying plainly that the writes
+        are gone: raises :class:`~silt.errors.StoreError` when an SST to copy is missing (the
+        writes it held, made since version ``base``, exist nowhere else), before anything is
+        committed; every later commit of this DB fails the same way.
         """
         max_age = int(self._settings.gc_grace_seconds * 500)
         now = self._clock.now_ms()
         for part in parts:
             info = part.info
-            if info is None or info.inline or now - paths.id_time_ms(info.id) <= max_age:
+            if info is None or info.inline:
+                continue
+            born = paths.id_time_ms(info.id)
+            if now - born <= max_age and born >= reach_ms:
                 continue
             old_name = paths.sst_key(info.id)
             try:
                 data = retrying(lambda old_name=old_name: self._store.get(old_name))
             except NotFoundError:
+                since = "the start" if base is None else f"version {base}"
                 raise StoreError(
-                    f"an SST uploaded {(now - paths.id_time_ms(info.id)) // 1000}s ago and never "
-                    "committed was garbage-collected; its writes are lost to this DB. Reopen "
-                    "and redo them, and commit more often than Settings.gc_grace_seconds/2"
+                    f"the writes made since {since} and not committed are lost: SST "
+                    f"{old_name!r}, uploaded {(now - born) // 1000}s ago, was deleted by "
+                    "garbage collection before a commit published it (the commit stalled past "
+                    "the GC grace period, or GC ran with a grace shorter than this writer's "
+                    "Settings.gc_grace_seconds). Nothing was committed and no version number "
+                    "was used. Close this DB, reopen the latest version (silt.open) and write "
+                    "them again; commit more often than gc_grace_seconds/2, and give GC at "
+                    "least the writers' grace"
                 ) from None
             new_id = paths.new_id(now)
             new_name = paths.sst_key(new_id)

@@ -30,15 +30,18 @@ referenced by sibling ``<name>``: the re-listing of step 4 covers those siblings
 (all horizon markers are written before any re-listing), and when the sibling lies outside this
 GC's root (GC run on the owner DB alone) no SST of the owner is deleted at all.
 
-Why an uploaded-but-unpublished SST is safe: a writer publishes only SSTs younger than half the
-grace period (older ones are copied under a new id first). An SST that is a candidate is older
-than the grace period at step 2, so its writer either published it before step 2 began (and the
-step-3 listing sees that manifest) or will never publish it.
+Why an uploaded-but-unpublished SST is safe: a writer publishes only SSTs younger than half its
+grace period (older ones are copied under a new id first), and GC refuses, before step 4, a
+grace shorter than that of any writer that may still commit: every writer announces its grace
+before its first upload, and GC lists those announcements after step 2 (:mod:`silt.graces`; the
+newest manifest's recorded grace, or the default, counts too, for writers older than the
+announcements). An SST that is a candidate is older than GC's grace at step 2, hence than its
+writer's, so its writer either published it before step 2 began (and the step-3 listing sees
+that manifest) or will never publish it.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from . import paths
@@ -46,6 +49,7 @@ from .checkpoints import decode_checkpoint
 from .clock import Clock
 from .compaction.record import CompactionRecord
 from .errors import CorruptionError, InvalidArgumentError, InvalidTypeError, NotFoundError
+from .graces import check_grace, required_grace
 from .manifest import Manifest
 from .markers import bump_epoch, read_markers
 from .settings import Settings
@@ -100,19 +104,6 @@ def horizon(store: ObjectStore, prefix: str = "") -> int:
     return read_markers(store, prefix).horizon
 
 
-def check_grace(grace_seconds: object) -> float:
-    """Validate a GC grace period given by a caller: a finite number of seconds >= 0."""
-    if isinstance(grace_seconds, bool) or not isinstance(grace_seconds, (int, float)):
-        raise InvalidTypeError(
-            f"grace_seconds must be a number of seconds, got {type(grace_seconds).__name__}"
-        )
-    if not math.isfinite(grace_seconds) or grace_seconds < 0:
-        raise InvalidArgumentError(
-            f"grace_seconds must be a finite number of seconds >= 0, got {grace_seconds!r}"
-        )
-    return float(grace_seconds)
-
-
 def check_retain(retain_versions: object) -> int:
     """Validate a number of versions to retain: an int >= 1."""
     if isinstance(retain_versions, bool) or not isinstance(retain_versions, int):
@@ -138,9 +129,10 @@ def collect_garbage(
     """Run one GC pass over every DB under ``store``'s root. See the module docstring.
 
     Raises :class:`InvalidArgumentError`, before deleting or writing anything, when
-    ``grace_seconds`` is shorter than the ``gc_grace_seconds`` a DB's newest manifest records for
-    its writer (or than the default, for a DB with no such record): GC could then delete SSTs
-    a writer uploaded and has not committed yet.
+    ``grace_seconds`` is shorter than the ``gc_grace_seconds`` any writer of a DB announced
+    (:mod:`silt.graces`), or than the one the DB's newest manifest records (the default, for a
+    DB with no such record): GC could then delete SSTs a writer uploaded and has not committed
+    yet.
     """
     retain_versions = check_retain(retain_versions)
     grace_ms = int(check_grace(grace_seconds) * 1000)
@@ -232,14 +224,18 @@ def collect_garbage(
         doomed_manifests += [db + paths.manifest_key(v) for v in listing.withdrawn if v < h]
         doomed_fates += [db + paths.fate_key(v) for v in listing.fates
                          if v < h and (v not in pinned or v in listing.withdrawn)]
+    # every writer that may still commit announced its grace before uploading (silt.graces):
+    # listed after the candidates, so the writer of any candidate is among them
+    required = {db: required_grace(store, db, ms) for db, ms in required.items()}
     short = {db: ms for db, ms in required.items() if grace_ms < ms}
     if short:
         db, ms = max(short.items(), key=lambda item: item[1])
         raise InvalidArgumentError(
             f"a GC grace of {grace_ms / 1000:g}s is shorter than the {ms / 1000:g}s "
-            f"(Settings.gc_grace_seconds) that the writers of {db or 'the root'!r} use: GC could "
+            f"(Settings.gc_grace_seconds) that a writer of {db or 'the root'!r} uses: GC could "
             "delete SSTs a writer uploaded and has not committed yet. Use a grace of at least "
-            f"{max(short.values()) / 1000:g}s (nothing was deleted)"
+            f"{ms / 1000:g}s (nothing was deleted); to lower the writers' grace see "
+            "silt.graces.lower_grace"
         )
     # 4. the horizon markers go first, all of them before any re-listing (a sibling that
     # references a DB checks that DB's horizon after committing: see silt.siblings)

@@ -15,6 +15,8 @@ Three kinds of empty, create-only objects under a DB's ``gc/`` folder (names in 
   number with another token, can never be created again: creating it means the root was rolled
   back (its newest manifests deleted), which a writer detects after committing.
 
+* ``gc/grace/<ms>``: a writer's GC grace (:mod:`silt.graces`), read only by GC; ignored here.
+
 * ``epoch/<n>``: whoever writes one of the markers above then creates the next epoch object
   (create-only: the smallest number not taken yet; named downwards, so the first name of a
   listing is the newest). A writer that read the markers when the greatest epoch was ``n`` and

@@ -35,6 +35,7 @@ GC_PREFIX = "gc/"
 HORIZON_PREFIX = "gc/horizon/"
 PASS_PREFIX = "gc/pass/"
 PIN_PREFIX = "gc/pin/"
+GRACE_PREFIX = "gc/grace/"
 EPOCH_PREFIX = "epoch/"
 FATE_SUFFIX = ".fate"
 PASS_DONE_SUFFIX = ".done"
@@ -124,6 +125,16 @@ def parse_pass_key(key: str) -> tuple[int, bool] | None:
     done = key.endswith(PASS_DONE_SUFFIX)
     cutoff = _parse_number(key[:-len(PASS_DONE_SUFFIX)] if done else key, PASS_PREFIX)
     return None if cutoff is None else (cutoff, done)
+
+
+def grace_key(grace_ms: int) -> str:
+    """Object name of the marker saying a writer of this DB uses a GC grace of ``grace_ms``."""
+    return f"{GRACE_PREFIX}{max(0, grace_ms):0{VERSION_DIGITS}d}"
+
+
+def parse_grace_key(key: str) -> int | None:
+    """The grace (ms) a writer grace marker's name denotes, or ``None``."""
+    return _parse_number(key, GRACE_PREFIX)
 
 
 def epoch_key(epoch: int) -> str:

@@ -63,19 +63,36 @@ every earlier moment of it. So:
 * the epoch GET comes last: GC deletes a withdrawn manifest, then its fate record, only after
   bumping the epoch; an epoch read before another GET would not cover a deletion seen by it.
 
+Why a GC pass still running (or one that crashed and never wrote ``.done``) does not stop
+the probes. The epoch argument above covers a pass that *begins* deleting after the markers were
+read. A pass that had begun before may be deleting now, and it bumps the epoch again only when
+it is done (:func:`silt.gc.collect_garbage`): while it runs, an unchanged epoch does not say
+that nothing is being deleted, which is why these probes once refused to answer while any pass
+marker lacked its ``.done`` (and a crashed pass, whose marker is dropped only after
+:data:`silt.gc.ABANDONED_PASS_MS`, so made every advance list for a week). But such a pass
+deletes, under ``manifest/``, only manifests and fate records of numbers below its horizon, and
+it writes its horizon marker (or finds a greater one, which is never deleted) and then bumps the
+epoch before it deletes anything. The markers list ``gc/`` after reading the epoch: a pass whose
+bump the markers' epoch includes had written its horizon marker before that listing, so the
+known horizon is at least the pass's; a pass whose bump they do not include is the epoch case
+above. Every number read here is ``v`` or above it, and ``v`` is at least the known horizon
+(else no answer): no pass whose marker was seen deletes any of them. So a running or dead pass
+costs nothing here; the one listing that follows a GC pass is the advance that finds the epoch
+moved, which also reads the markers again (:meth:`silt.commit.Committer.relearn_markers`), so
+the next advance probes again.
+
 It answers nothing (so the caller lists) when it cannot prove the answer: the GC markers are
-not known, a GC pass was running when they were read, ``v`` is below the GC horizon (GC may be
-collecting around it), ``at_most`` is below ``v``, more than :data:`PROBES` numbers would need a
-probe, ``v`` was withdrawn, or the epoch moved. A commit from the version found then runs the
-same checks after it as any other (:mod:`silt.commit`): the horizon, rollback and the base's
-SSTs.
+not known, ``v`` is below the GC horizon (GC may be collecting around it), ``at_most`` is below
+``v``, more than :data:`PROBES` numbers would need a probe, ``v`` was withdrawn, or the epoch
+moved. A commit from the version found then runs the same checks after it as any other
+(:mod:`silt.commit`): the horizon, rollback and the base's SSTs.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import paths
 from .errors import InvalidArgumentError, InvalidTypeError, NotFoundError
@@ -83,6 +100,9 @@ from .manifest import Manifest
 from .markers import GcMarkers, unchanged
 from .store import ObjectStore, retrying
 from .versions import list_versions, read_fate, read_manifest
+
+if TYPE_CHECKING:
+    from .commit import Committer
 
 #: Runs independent calls (at once where it can) and returns their results in order.
 Gather = Callable[[Sequence[Callable[[], Any]]], list[Any]]
@@ -103,10 +123,14 @@ def check_at_most(at_most: Any) -> None:
         )
 
 
-def latest_at_most(store: ObjectStore, at_most: int | None) -> tuple[Manifest | None, list[int]]:
+def latest_at_most(store: ObjectStore, at_most: int | None,
+                   committer: Committer | None = None) -> tuple[Manifest | None, list[int]]:
     """The manifest of the latest live version ``<= at_most`` (any with ``None``), or ``None``
     when there is none, and every live version the listing found: one LIST, then the
-    manifest's GETs."""
+    manifest's GETs. With the ``committer`` of a handle that knows the GC markers, they are
+    read again first when they changed (:meth:`~silt.commit.Committer.relearn_markers`)."""
+    if committer is not None:
+        committer.relearn_markers()
     listed = list_versions(store).versions
     found = listed if at_most is None else [v for v in listed if v <= at_most]
     return (read_manifest(store, found[-1]) if found else None), listed
@@ -184,9 +208,8 @@ def _probe(store: ObjectStore, base: Manifest, markers: GcMarkers | None, at_mos
            gather: Gather, *, after: bool,
            seen: Manifest | None = None) -> tuple[Manifest, bool] | None:
     v = base.version
-    if (markers is None or at_most < v or v < markers.horizon
-            or not all(markers.passes.values())):
-        return None
+    if markers is None or at_most < v or v < markers.horizon:
+        return None  # a pass still running does not matter (module docstring)
     lowest = max(v + 1, at_most - PROBES + 1)
     pending = list(range(at_most, lowest - 1, -1))
     landed: Manifest | None = None

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from .. import paths
@@ -51,8 +52,14 @@ class CompactionDriver:
     """Schedules, gathers and adopts compactions for one writer."""
 
     def __init__(self, store: ObjectStore, settings: Settings, clock: Clock,
-                 metrics: Metrics, siblings: SiblingStores | None = None) -> None:
+                 metrics: Metrics, siblings: SiblingStores | None = None,
+                 announce: Callable[[], None] | None = None,
+                 reach: Callable[[], int] | None = None) -> None:
         self.store = store
+        #: Announces the writer's GC grace before compaction uploads outputs (silt.graces).
+        self.announce = announce
+        #: The newest cutoff of a GC pass the writer knows of (Committer.gc_reach).
+        self.reach = reach
         self.siblings = siblings
         self.settings = settings
         self.clock = clock
@@ -107,6 +114,8 @@ class CompactionDriver:
 
     def _run(self, manifest: Manifest, task: CompactionTask) -> CompactionRecord:
         with self.metrics.purpose("compaction"):
+            if self.announce is not None:
+                self.announce()
             if self.mode == "background" and can_run_elsewhere(self.store, manifest, task,
                                                                self.clock):
                 # the merge runs in the compaction subprocess: this thread waits without the
@@ -200,12 +209,16 @@ class CompactionDriver:
         adopted, refused = [], []
         max_age = int(self.settings.gc_grace_seconds * 500)  # half the grace period, in ms
         now = self.clock.now_ms()
+        # Outputs older than a GC pass the writer knows of may be collected by it (a commit
+        # adopting them was withdrawn for that): never adopted, so its retry is not withdrawn
+        # again for the same outputs (the inputs still hold their data).
+        reach = self.reach() if self.reach is not None else 0
         for record in records:
             if record.id in self._damaged:
                 refused.append(record)  # its outputs failed their check: never adopted
                 continue
             oldest = min((paths.id_time_ms(s.id) for s in record.outputs), default=now)
-            if now - oldest > max_age:
+            if now - oldest > max_age or oldest < reach:
                 refused.append(record)  # GC may already consider its outputs garbage
                 continue
             if any(s.seq > max_seq for s in record.outputs):
