@@ -21,8 +21,11 @@ How each rule of the object-store contract is met:
   ``RetriesExhaustedError`` and the engine does not retry it again (docs/plugins.md, "Local
   waits").
 * **Thread safety**: every method may be called from any thread. A store keeps a pool of
-  connections, one per concurrent caller (SQLite releases the GIL while it works, so calls
-  overlap); a connection is used by one thread at a time. A store travels to another process
+  connections, one per concurrent caller (SQLite releases the GIL while it works, so reads
+  overlap each other and the writes); a connection is used by one thread at a time. The
+  store's own writes queue on a lock of the store, so ``busy_timeout`` bounds only the wait
+  for *other* processes (SQLite's busy handler polls and is not fair: eight busy threads of
+  one process could starve one of them past any timeout). A store travels to another process
   as its path, prefix and options and opens connections there (SQLite connections must not
   cross a ``fork``: a forked child that inherits a store opens its own).
 
@@ -98,6 +101,7 @@ class SqliteStore(TierStore):
         self._idle: queue.SimpleQueue[sqlite3.Connection] = queue.SimpleQueue()
         self._opened: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
+        self._write_lock = threading.Lock()
         self._pid = os.getpid()
 
     # --- connections ---------------------------------------------------------------------------
@@ -105,9 +109,6 @@ class SqliteStore(TierStore):
     def _connect(self, create: bool) -> sqlite3.Connection | None:
         """An idle connection, or a new one; ``None`` when the file does not exist and
         ``create`` is false (a read of a database nobody wrote yet)."""
-        if self._pid != os.getpid():  # a forked child: never use the parent's connections
-            with self._lock:
-                self._idle, self._opened, self._pid = queue.SimpleQueue(), [], os.getpid()
         try:
             return self._idle.get_nowait()
         except queue.Empty:
@@ -131,15 +132,24 @@ class SqliteStore(TierStore):
         return conn
 
     def _run(self, action: str, key: str | None, work: Any, *, create: bool = False,
-             absent: Any = None) -> Any:
+             write: bool = False, absent: Any = None) -> Any:
         """Run ``work(connection)`` on a pooled connection, its errors mapped (``absent``: the
-        answer when the database file does not exist and ``create`` is false)."""
+        answer when the database file does not exist and ``create`` is false; ``write``: after
+        this store's other writes, under its write lock)."""
+        if self._pid != os.getpid():  # a forked child: never use the parent's connections
+            self._idle, self._opened, self._pid = queue.SimpleQueue(), [], os.getpid()
+            self._lock, self._write_lock = threading.Lock(), threading.Lock()
+
         def call() -> Any:
             conn = self._connect(create)
             if conn is None:
                 return absent() if callable(absent) else absent
             try:
-                result = work(conn)
+                if write:
+                    with self._write_lock:
+                        result = work(conn)
+                else:
+                    result = work(conn)
             except BaseException:
                 if conn.in_transaction:
                     conn.rollback()
@@ -204,12 +214,13 @@ class SqliteStore(TierStore):
     def _put(self, key: str, full: str, data: bytes) -> None:
         self._run("write", key, lambda conn: conn.execute(
             "INSERT INTO silt_objects (key, data) VALUES (?, ?) "
-            "ON CONFLICT (key) DO UPDATE SET data = excluded.data", (full, data)), create=True)
+            "ON CONFLICT (key) DO UPDATE SET data = excluded.data", (full, data)),
+            create=True, write=True)
 
     def _create(self, key: str, full: str, data: bytes) -> bool:
         return self._run("create", key, lambda conn: conn.execute(
             "INSERT INTO silt_objects (key, data) VALUES (?, ?) ON CONFLICT (key) DO NOTHING",
-            (full, data)).rowcount == 1, create=True)
+            (full, data)).rowcount == 1, create=True, write=True)
 
     def _delete(self, names: list[str]) -> None:
         def work(conn: sqlite3.Connection) -> None:
@@ -217,7 +228,7 @@ class SqliteStore(TierStore):
             conn.executemany("DELETE FROM silt_objects WHERE key = ?", [(n,) for n in names])
             conn.execute("COMMIT")
 
-        self._run("delete", None, work)
+        self._run("delete", None, work, write=True)
 
     def _list(self, prefix: str, start_after: str | None) -> Iterator[ObjectInfo]:
         low = self.prefix + prefix
