@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import re
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from silt import tierkit
 from silt.errors import (
     InvalidArgumentError,
@@ -129,6 +132,90 @@ def test_root_urls() -> None:
         assert "hunter22" not in str(info.value)
 
 
+# --- URLs rooted at a path -----------------------------------------------------------------
+
+DB = (".db", ".sqlite", ".sqlite3")
+
+
+def _path_url(url: str) -> tuple[str, str, dict[str, str]]:
+    return tuple(tierkit.parse_path_url(url, ("kit",), suffixes=DB,  # type: ignore[return-value]
+                                        example="kit:///var/state.db/prefix"))
+
+
+@pytest.mark.parametrize(
+    ("url", "path", "prefix", "options"),
+    [
+        ("kit:///var/state.db", "/var/state.db", "", {}),
+        ("kit:///var/state.db/", "/var/state.db", "", {}),
+        ("kit:///var/state.db/jobs/clicks", "/var/state.db", "jobs/clicks/", {}),
+        ("KIT://localhost/var/a%20b.sqlite3/p/?x=1", "/var/a b.sqlite3", "p/", {"x": "1"}),
+        ("kit:///a.db/b.db/c", "/a.db", "b.db/c/", {}),  # the first segment with a suffix
+        ("kit:///var/state.dbx/s.sqlite/k", "/var/state.dbx/s.sqlite", "k/", {}),
+        ("kit:///x%2Fy.db/k", "/x/y.db", "k/", {}),  # decoded, then split
+    ],
+)
+def test_path_urls_split_at_the_first_segment_with_a_suffix(
+        url: str, path: str, prefix: str, options: dict[str, str]) -> None:
+    assert _path_url(url) == (path, prefix, options)
+
+
+@pytest.mark.parametrize(
+    ("url", "text"),
+    [
+        ("kit:///var/state", "names no file ending in .db or .sqlite or .sqlite3"),
+        ("kit:///var/.db", "names no file ending"),  # a suffix alone is no file name
+        ("kit://", "names no path"),
+        ("kit://host/var/state.db", "names the host 'host'"),
+        ("kit://var/state.db", "names the host 'var' (or a relative path)"),
+        ("kit://u:hunter22@host/var/state.db", "holds credentials"),
+        ("kit:///var/../state.db", "segment '..' is refused"),
+        ("kit:///var/state.db/a/%2e%2e/b", "segment '..' is refused"),
+        ("kit:///var//state.db", "segment '' is refused"),
+        ("other:///var/state.db", "opens kit:// URLs"),
+    ],
+)
+def test_bad_path_urls_are_refused_without_credentials(url: str, text: str) -> None:
+    with pytest.raises(InvalidArgumentError, match=re.escape(text)) as info:
+        _path_url(url)
+    assert "hunter22" not in str(info.value)
+
+
+def test_path_url_refuses_what_would_not_read_back() -> None:
+    assert tierkit.path_url("kit", "/var/a b?#%.db", "jobs/", suffixes=DB) == (
+        "kit:///var/a%20b%3F%23%25.db/jobs")
+    assert tierkit.path_url("kit", "/var/state.db", suffixes=DB) == "kit:///var/state.db"
+    for path, text in [("var/state.db", "must be absolute"),
+                       ("/var/state", "does not end in .db"),
+                       ("/data/old.db/new.db", "the directory 'old.db' on the way"),
+                       ("/var/../x.db", "'..'")]:
+        with pytest.raises(InvalidArgumentError, match=re.escape(text)):
+            tierkit.path_url("kit", path, suffixes=DB)
+    with pytest.raises(InvalidArgumentError, match="file name endings"):
+        tierkit.path_url("kit", "/var/state.db", suffixes=("db",))
+
+
+_SEGMENT = st.text(st.characters(codec="utf-8", categories=("L", "N", "P", "S", "Zs")),
+                   min_size=1, max_size=12).filter(lambda s: tierkit.name_problem(s) is None)
+
+
+@given(dirs=st.lists(_SEGMENT, max_size=3), stem=_SEGMENT, suffix=st.sampled_from(DB),
+       prefix=st.lists(_SEGMENT, max_size=3))
+def test_path_url_and_parse_path_url_round_trip(
+        dirs: list[str], stem: str, suffix: str, prefix: list[str]) -> None:
+    """Any path and prefix that path_url accepts read back the same, whatever the characters
+    (spaces, '?', '#', '%', non-ASCII)."""
+    path = "/" + "/".join([*dirs, stem + suffix])
+    try:
+        url = tierkit.path_url("kit", path, "/".join(prefix), suffixes=DB)
+    except InvalidArgumentError:
+        # Refused only when a name on the way already ends in a suffix.
+        assert any(s.endswith(DB) for s in [*dirs, stem + suffix][:-1]) or "/" in stem
+        return
+    assert "?" not in url and "#" not in url
+    expected_prefix = "/".join(prefix) + "/" if prefix else ""
+    assert _path_url(url) == (path, expected_prefix, {})
+
+
 # --- the retry policy -----------------------------------------------------------------------
 
 
@@ -217,3 +304,22 @@ def test_no_tier_reimplements_a_shared_rule(rule: str) -> None:
     assert TIER_SOURCES
     copies = [p.relative_to(ROOT) for p in TIER_SOURCES if rule in p.read_text(encoding="utf-8")]
     assert not copies, f"{rule!r} is written again in {copies}; use silt.tierkit"
+
+
+# --- what a tier author reads ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("attribute", ["url", "local", "coalesce_reads", "shared_across"])
+def test_store_attributes_are_documented_where_authors_look(attribute: str) -> None:
+    """Each attribute a tier sets is explained by ``help(ObjectStore)`` (not only in a ``#:``
+    comment, which pydoc does not show) and in docs/plugins.md's table."""
+    import pydoc
+
+    from silt.store import ObjectStore
+
+    shown = pydoc.render_doc(ObjectStore, renderer=pydoc.plaintext)
+    explained = re.search(rf"``{attribute}`` \(\w+(, default [^)]*)?\)\n[ |]+\w{{3,}}", shown)
+    assert explained, f"help(ObjectStore) does not explain {attribute}"
+    assert hasattr(ObjectStore, attribute)
+    docs = (ROOT / "docs" / "plugins.md").read_text(encoding="utf-8")
+    assert f"| `{attribute}` |" in docs

@@ -139,6 +139,10 @@ class ExampleStore(TierStore):
     options_type = ExampleOptions
     sdk_errors = (KeyError, TimeoutError, ConnectionError)
     parse_url = staticmethod(parse_url)
+    # Where put_if_absent is atomic (ObjectStore.shared_across): this stand-in keeps its
+    # buckets in one process. A real object store deletes the line (the default, "hosts");
+    # a tier on one host's locks (a SQLite file) says "host".
+    shared_across = "process"
 
     def __init__(self, bucket: str, prefix: str = "", *, options: ExampleOptions | None = None,
                  client: ExampleClient | None = None) -> None:

@@ -214,6 +214,7 @@ class SsdCache(ObjectStore):
         self.inner = inner
         self.url = inner.url
         self.coalesce_reads = True
+        self.shared_across = inner.shared_across  # the objects are the inner store's
         self.cache_dir = os.path.abspath(os.fspath(cache_dir))
         self.size_limit = size_limit
         self.reserve = reserve

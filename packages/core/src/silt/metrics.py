@@ -76,6 +76,7 @@ class MeteredStore(ObjectStore):
         self.url = inner.url
         self.coalesce_reads = inner.coalesce_reads
         self.local = inner.local
+        self.shared_across = inner.shared_across
 
     # A request that fails (a GET of a missing object, a refused write) is billed all the same:
     # each is counted whether it returns or raises.

@@ -46,19 +46,42 @@ class ObjectInfo(NamedTuple):
 
 
 class ObjectStore(abc.ABC):
-    """Abstract object store rooted at one URL. See the module docstring for the contract."""
+    """Abstract object store rooted at one URL. See the module docstring for the contract.
 
-    #: The URL this store was opened with (without query options or credentials).
+    A tier sets these attributes (on the class, or on the instance in ``__init__``); a wrapper
+    (metering, a cache, fault injection) copies the values of the store it wraps:
+
+    ``url`` (str)
+        The URL the store was opened with, without query options or credentials, such that
+        opening it again (with the same options) gives the same objects. Messages, ``repr`` and
+        ``silt ls`` show it. :class:`silt.tierkit.TierStore` sets ``scheme://root/prefix``.
+    ``local`` (bool, default ``False``)
+        Whether reads are served by this host (``file://``, ``memory://``, a SQLite file): a
+        block read costs microseconds. Set it ``True`` for a tier on a local disk. A remote store
+        (``False``) gets the blocks of the SSTs this process uploads put into its block cache as
+        they are uploaded (so the next reads of fresh state make no request), its reads of
+        several blocks run concurrently, and compaction's output is read back into the cache
+        (``Settings.refill_after_compaction``); a local store skips all that.
+    ``coalesce_reads`` (bool, default ``True``)
+        Whether a reader may read adjacent byte ranges of an object with one ``get_range``
+        (scans and ``multi_get`` do, to save requests). A store that caches exactly the ranges
+        it is asked for (silt-cache-ssd) sets ``False``, so that reads keep asking for those
+        ranges. Leave it ``True`` otherwise.
+    ``shared_across`` (str, default ``"hosts"``)
+        Who sees this store's objects and races on ``put_if_absent`` with exactly one winner:
+        ``"hosts"``, processes on any host (object stores' conditional requests, ``file://``
+        on a local or NFS file system); ``"host"``, the processes of one host only (a SQLite
+        file, a lock taken with ``fcntl``: such locks do not hold across network file systems);
+        ``"process"``, the threads of one process only (``memory://``). The conformance suite
+        races ``put_if_absent`` between processes unless it is ``"process"``. A store that is
+        not ``"hosts"`` must not be written from two hosts (two Spark executors, a writer and
+        ``silt compact`` on another machine); say so in the tier's documentation.
+    """
+
     url: str = ""
-    #: Whether a reader may read adjacent byte ranges of an object with one ``get_range`` (scans
-    #: and ``multi_get`` do, to save requests). A store that caches exactly the ranges it is
-    #: asked for (silt-cache-ssd) sets ``False``, so that reads keep asking for those ranges.
     coalesce_reads: bool = True
-    #: Whether reads are served by this host (``file://``, ``memory://``): a block read costs
-    #: microseconds. Remote stores (``False``) get the blocks of the SSTs this process uploads
-    #: put into its block cache as they are uploaded (so the next reads of fresh state make no
-    #: request). Wrappers (metering, caches, fault injection) copy their store's value.
     local: bool = False
+    shared_across: str = "hosts"
 
     @abc.abstractmethod
     def get(self, key: str) -> bytes:

@@ -15,10 +15,20 @@
 
 ``StoreConformance`` imports pytest, so it is loaded only when first asked for: importing
 ``FaultyStore`` does not need pytest.
+
+pytest rewrites the assertions of test files only, not of an installed package, so that a
+failing ``assert got == data`` would say only ``AssertionError``. This package registers its
+conformance suite for rewriting (:func:`pytest.register_assert_rewrite`) before the suite is
+imported: when pytest is already running at import (a test file importing ``silt.testing``),
+and again when ``StoreConformance`` is first asked for. The failures then show the values
+(``assert b'0123456789' == b'0123'``) wherever silt is installed, with no pytest plugin to
+enable. (A ``pytest11`` entry point would do it too, but pytest would then rewrite every module
+of silt-core, and load silt into every pytest run of every project that has it installed.)
 """
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING, Any
 
 from .faults import OPS, Call, FaultyStore, flip_middle_bit
@@ -31,8 +41,25 @@ __all__ = ["OPS", "Call", "FaultyStore", "StoreConformance", "exception_texts",
            "flip_middle_bit"]
 
 
+#: The modules of this package whose assertions pytest rewrites (they hold the suite's tests).
+REWRITTEN = (f"{__name__}.conformance",)
+
+
+def _register_rewrite(pytest: Any) -> None:
+    """Have pytest rewrite the suite's assertions (a no-op outside a pytest run)."""
+    if not any(name in sys.modules for name in REWRITTEN):  # too late once imported
+        pytest.register_assert_rewrite(*REWRITTEN)
+
+
+if "pytest" in sys.modules:  # imported from a test file: before the suite's module can be
+    _register_rewrite(sys.modules["pytest"])
+
+
 def __getattr__(name: str) -> Any:
     if name == "StoreConformance":
+        import pytest
+
+        _register_rewrite(pytest)
         from .conformance import StoreConformance
 
         return StoreConformance

@@ -21,6 +21,16 @@ defaults unless a backend cannot run them in reasonable time:
 * ``large_object_size``: bytes in the large-object round trip (default 5 MiB).
 * ``many_keys``: keys in the paging test (default 1,500: more than one S3 LIST page).
 * ``threads``: worker threads in the concurrency tests (default 8).
+* ``race_threads``, ``race_processes``: contenders in the create-only races, as threads and as
+  processes (defaults 16 and 4; a store declared ``shared_across = "process"`` races in
+  threads only).
+* ``race_rounds``: rounds of each race, each on a fresh key (default ``None``: 40 on a local
+  store, ``ObjectStore.local``, 8 on a remote one, where every round is a request per
+  contender).
+
+Failures show the values: ``silt.testing`` registers this module for pytest's assertion
+rewriting, so a wrong ``get_range`` fails with ``assert b'0123456789' == b'0123'`` and a lost
+race lists each round whose contenders all won.
 """
 
 from __future__ import annotations
@@ -34,6 +44,7 @@ import pytest
 
 from ..errors import InvalidArgumentError, NotFoundError, SiltError, StoreError
 from ..store import ObjectInfo, ObjectStore
+from .races import outcome, race_in_processes, race_in_threads
 
 SST_KEY = "sst/01J9Z8Q4V6T3M2K1H0G5F4E3D2.sst"
 
@@ -65,6 +76,9 @@ class StoreConformance:
     large_object_size: int = 5 * 1024 * 1024
     many_keys: int = 1500
     threads: int = 8
+    race_threads: int = 16
+    race_processes: int = 4
+    race_rounds: int | None = None
 
     @pytest.fixture
     def store(self) -> ObjectStore:
@@ -72,6 +86,12 @@ class StoreConformance:
         raise NotImplementedError(
             "subclass StoreConformance and define a 'store' fixture returning a fresh, empty store"
         )
+
+    def rounds(self, store: ObjectStore) -> int:
+        """Rounds of each create-only race (``race_rounds``, or by ``store.local``)."""
+        if self.race_rounds is not None:
+            return self.race_rounds
+        return 40 if store.local else 8
 
     @staticmethod
     def keys_of(store: ObjectStore, prefix: str = "", start_after: str | None = None) -> list[str]:
@@ -177,13 +197,26 @@ class StoreConformance:
         assert store.get("k") == b"recreated"
 
     def test_put_if_absent_race_has_one_winner(self, store: ObjectStore) -> None:
-        key = manifest(7)
-        payloads = [f"writer-{i}-".encode() * (i + 1) for i in range(self.threads)]
-        results = _run_threads(self.threads, lambda i: store.put_if_absent(key, payloads[i]))
-        winners = [i for i, won in enumerate(results) if won is True]
-        assert len(winners) == 1, results
-        assert all(won is False for i, won in enumerate(results) if i != winners[0])
-        assert store.get(key) == payloads[winners[0]]
+        """Contending threads released together by a barrier, a fresh key each round: exactly
+        one ``True`` per round, and the key holds the winner's bytes. (A check-then-write
+        ``put_if_absent`` whose gap spans a request loses nearly every round.)"""
+        keys = [manifest(1000 + r) for r in range(self.rounds(store))]
+        results = race_in_threads(store, keys, self.race_threads)
+        wrong_rounds = outcome(store, keys, results)
+        assert wrong_rounds == [], "\n".join(wrong_rounds)
+
+    def test_put_if_absent_race_between_processes(self, store: ObjectStore) -> None:
+        """The same race between processes (the store pickled to each, or inherited through
+        fork): a lock held inside one process does not make ``put_if_absent`` atomic. A store
+        declared ``shared_across = "process"`` (objects live in one process) is not raced so."""
+        assert store.shared_across in ("hosts", "host", "process"), (
+            f"{type(store).__name__}.shared_across must be 'hosts', 'host' or 'process'")
+        if store.shared_across == "process":
+            return
+        keys = [manifest(2000 + r) for r in range(self.rounds(store))]
+        results = race_in_processes(store, keys, self.race_processes)
+        wrong_rounds = outcome(store, keys, results)
+        assert wrong_rounds == [], "\n".join(wrong_rounds)
 
     def test_put_if_absent_race_on_many_keys(self, store: ObjectStore) -> None:
         keys = [manifest(v) for v in range(1, 11)]
@@ -194,8 +227,9 @@ class StoreConformance:
         results = _run_threads(self.threads, writer)
         for column, key in enumerate(keys):
             winners = [i for i, row in enumerate(results) if row[column]]  # type: ignore[index]
-            assert len(winners) == 1, (key, winners)
-            assert store.get(key) == f"{winners[0]}".encode()
+            stored = store.get(key)
+            assert len(winners) == 1, (key, winners, stored)
+            assert stored == f"{winners[0]}".encode(), (key, winners, stored)
 
     # --- list ----------------------------------------------------------------------------------
 

@@ -125,6 +125,7 @@ class FaultyStore(ObjectStore):
         self.inner = inner
         self.url = inner.url
         self.local = inner.local
+        self.shared_across = inner.shared_across
         self._lock = threading.Lock()
         self._faults: list[_Rule] = []
         self._corruptions: list[_Rule] = []

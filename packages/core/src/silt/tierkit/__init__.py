@@ -13,6 +13,8 @@ and their errors never leak secrets. One module per rule:
 * :mod:`~silt.tierkit.urls`: ``scheme://root/prefix`` URLs (:func:`parse_root_url`,
   :func:`check_root_name`), endpoints without secrets (:func:`check_endpoint`) and URLs as
   messages show them (:func:`public_url`);
+* :mod:`~silt.tierkit.pathurls`: URLs rooted at a file on this host,
+  ``scheme:///var/state.db/prefix`` (:func:`parse_path_url`, :func:`path_url`);
 * :mod:`~silt.tierkit.options`: query options (:class:`TierOptions`, :func:`check_options`,
   ``parse_*``);
 * :mod:`~silt.tierkit.leaks`: :func:`redact`, :func:`safe_cause`, :func:`chain_leaks`;
@@ -46,6 +48,7 @@ from .options import (
     parse_int,
     parse_size,
 )
+from .pathurls import PathRoot, parse_path_url, path_url
 from .retry import BodyBrokenError, retry_on, whole_read
 from .urls import (
     check_endpoint,
@@ -59,6 +62,7 @@ __all__ = [
     "MAX_NAME_BYTES",
     "BodyBrokenError",
     "NetworkOptions",
+    "PathRoot",
     "TierOptions",
     "TierStore",
     "chain_leaks",
@@ -78,8 +82,10 @@ __all__ = [
     "parse_choice",
     "parse_float",
     "parse_int",
+    "parse_path_url",
     "parse_root_url",
     "parse_size",
+    "path_url",
     "public_url",
     "redact",
     "refuse_credentials_in_host",

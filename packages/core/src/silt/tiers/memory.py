@@ -111,6 +111,7 @@ class MemoryStore(ObjectStore):
     """
 
     local = True
+    shared_across = "process"  # objects live in this process only
 
     def __init__(self, name: str | None = None) -> None:
         if name is None:
