@@ -45,6 +45,8 @@ from .sst.builder import MAX_SEQ, SstInfo
 Fragment = tuple[bytes, bytes, int]
 #: At most this many fragments in one manifest (a bound for crafted manifests).
 MAX_FRAGMENTS = 1 << 16
+#: A chunk of fragments: their starts, ends and seqs, in key order.
+_Chunk = tuple[tuple[bytes, ...], tuple[bytes, ...], tuple[int, ...]]
 
 
 def fragment(tombstones: Iterable[Fragment]) -> tuple[Fragment, ...]:
@@ -75,23 +77,56 @@ def fragment(tombstones: Iterable[Fragment]) -> tuple[Fragment, ...]:
 
 
 class RangeTombstones:
-    """A DB's range tombstones as fragments (see the module docstring)."""
+    """A DB's range tombstones as fragments (see the module docstring).
 
-    __slots__ = ("fragments", "_starts", "_ends", "_seqs", "_max")
+    The fragments are kept in chunks of at most :attr:`CHUNK` (each a triple of tuples: starts,
+    ends, seqs), with the first start, last end and greatest seq of every chunk beside them, so
+    that :meth:`add` of a tombstone newer than every fragment (as the DB's counter always is)
+    shares every chunk it does not touch: it takes O(log N) comparisons and copies the references
+    of the one or two chunks it touches and of the chunk table (at most ``CHUNK + 2N/CHUNK``),
+    never re-fragmenting the N fragments. Reads bisect the chunk table, then a chunk.
+    """
+
+    __slots__ = ("_chunks", "_firsts", "_lasts", "_cmax", "_len", "_max", "_flat")
+
+    #: Most fragments in one chunk; a chunk holds at least half as many unless it is the only one.
+    CHUNK = 256
 
     def __init__(self, fragments: Sequence[Fragment] = ()) -> None:
         """``fragments`` must already be canonical (:func:`fragment`, :func:`check_fragments`)."""
-        self.fragments: tuple[Fragment, ...] = tuple(fragments)
-        self._starts = [f[0] for f in self.fragments]
-        self._ends = [f[1] for f in self.fragments]
-        self._seqs = [f[2] for f in self.fragments]
-        self._max = max(self._seqs, default=0)
+        frags = tuple(fragments)
+        chunks = self._split(tuple(f[0] for f in frags), tuple(f[1] for f in frags),
+                             tuple(f[2] for f in frags))
+        self._chunks = tuple(chunks)
+        self._firsts = [ch[0][0] for ch in chunks]
+        self._lasts = [ch[1][-1] for ch in chunks]
+        self._cmax = [max(ch[2]) for ch in chunks]
+        self._len = len(frags)
+        self._max = max(self._cmax, default=0)
+        self._flat: tuple[Fragment, ...] | None = frags
+
+    def _split(self, st: tuple[bytes, ...], en: tuple[bytes, ...],
+               sq: tuple[int, ...]) -> list[_Chunk]:
+        """Fragments in key order cut into chunks of equal size, at most :attr:`CHUNK`."""
+        if len(st) <= self.CHUNK:
+            return [(st, en, sq)] if st else []
+        k = -(-len(st) // self.CHUNK)
+        size = -(-len(st) // k)
+        return [(st[x:x + size], en[x:x + size], sq[x:x + size]) for x in range(0, len(st), size)]
+
+    @property
+    def fragments(self) -> tuple[Fragment, ...]:
+        """Every fragment, in key order (built once per object, on first use)."""
+        flat = self._flat
+        if flat is None:
+            flat = self._flat = tuple(f for st, en, sq in self._chunks for f in zip(st, en, sq))
+        return flat
 
     def __bool__(self) -> bool:
-        return bool(self.fragments)
+        return self._len > 0
 
     def __len__(self) -> int:
-        return len(self.fragments)
+        return self._len
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, RangeTombstones) and self.fragments == other.fragments
@@ -104,8 +139,68 @@ class RangeTombstones:
 
     # -- building -----------------------------------------------------------------------------
     def add(self, start: bytes, end: bytes, seq: int) -> RangeTombstones:
-        """These tombstones plus ``[start, end)`` at ``seq``."""
-        return RangeTombstones(fragment([*self.fragments, (start, end, seq)]))
+        """These tombstones plus ``[start, end)`` at ``seq``.
+
+        O(log N) comparisons when ``seq`` is greater than every fragment's (the DB's case: its
+        counter only grows): the new fragment replaces what it covers, trimming the fragments
+        across its bounds, in the chunks it meets. Otherwise the whole set is re-fragmented.
+        """
+        if not start < end:
+            return self
+        if seq <= self._max:
+            return type(self)(fragment([*self.fragments, (start, end, seq)]))
+        chunks, n = self._chunks, len(self._chunks)
+        if not n:
+            return type(self)(((start, end, seq),))
+        # Chunks before ``a`` end at or before ``start``; chunks from ``b`` start at or after
+        # ``end``; the chunks strictly between the first and the last of [a, b) lie inside
+        # [start, end) and are dropped whole.
+        a = bisect_right(self._lasts, start)
+        b = bisect_left(self._firsts, end)
+        if a == b:  # meets no chunk: goes at the end of chunk a - 1 or at the front of chunk a
+            a = max(a - 1, 0)
+            b = a + 1
+        st_a, en_a, sq_a = chunks[a]
+        st_b, en_b, sq_b = chunks[b - 1]
+        i = bisect_right(en_a, start)  # chunk a's fragments [0, i) end at or before start
+        j = bisect_left(st_b, end)  # chunk b-1's fragments [j, ...) start at or after end
+        # The new fragment, with the left part of the fragment across start and the right part
+        # of the fragment across end.
+        left = i < len(st_a) and st_a[i] < start
+        mst: tuple[bytes, ...] = (st_a[i], start) if left else (start,)
+        men: tuple[bytes, ...] = (start, end) if left else (end,)
+        msq: tuple[int, ...] = (sq_a[i], seq) if left else (seq,)
+        if j and en_b[j - 1] > end:
+            mst, men, msq = (*mst, end), (*men, en_b[j - 1]), (*msq, sq_b[j - 1])
+        st = st_a[:i] + mst + st_b[j:]
+        en = en_a[:i] + men + en_b[j:]
+        sq = sq_a[:i] + msq + sq_b[j:]
+        at = i + left  # where the new fragment is in st
+        count = self._len - sum(len(ch[0]) for ch in chunks[a:b]) + len(st)
+        if len(st) < self.CHUNK // 2 and n - (b - a) > 0:  # too small: join a neighbour chunk
+            if b < n:
+                nst, nen, nsq = chunks[b]
+                st, en, sq = st + nst, en + nen, sq + nsq
+                b += 1
+            else:
+                a -= 1
+                nst, nen, nsq = chunks[a]
+                st, en, sq = nst + st, nen + en, nsq + sq
+                at += len(nst)
+        middle = self._split(st, en, sq)
+        cmax = []
+        for ch in middle:  # the piece with the new fragment has its seq, the greatest
+            cmax.append(seq if 0 <= at < len(ch[0]) else max(ch[2]))
+            at -= len(ch[0])
+        out = object.__new__(type(self))
+        out._chunks = chunks[:a] + tuple(middle) + chunks[b:]
+        out._firsts = self._firsts[:a] + [ch[0][0] for ch in middle] + self._firsts[b:]
+        out._lasts = self._lasts[:a] + [ch[1][-1] for ch in middle] + self._lasts[b:]
+        out._cmax = self._cmax[:a] + cmax + self._cmax[b:]
+        out._len = count
+        out._max = seq
+        out._flat = None
+        return out
 
     def union(self, other: RangeTombstones) -> RangeTombstones:
         if not other:
@@ -131,47 +226,62 @@ class RangeTombstones:
         whose ``seq`` is smaller than theirs. ``ssts`` must be every SST of the version."""
         if not self:
             return self
-        keep = [False] * len(self.fragments)
+        frags = self.fragments
+        starts = [f[0] for f in frags]
+        ends = [f[1] for f in frags]
+        keep = [False] * len(frags)
         left = len(keep)
         for s in ssts:
             if s.seq >= self._max:
                 continue
-            i = bisect_right(self._ends, s.smallest)  # first fragment ending after smallest
-            while i < len(keep) and self._starts[i] <= s.largest:
-                if not keep[i] and s.seq < self._seqs[i]:
+            i = bisect_right(ends, s.smallest)  # first fragment ending after smallest
+            while i < len(keep) and starts[i] <= s.largest:
+                if not keep[i] and s.seq < frags[i][2]:
                     keep[i] = True
                     left -= 1
                 i += 1
             if not left:
                 return self
-        return RangeTombstones([f for f, k in zip(self.fragments, keep) if k])
+        return RangeTombstones([f for f, k in zip(frags, keep) if k])
 
     # -- reading ------------------------------------------------------------------------------
     def seq_at(self, key: bytes) -> int:
         """The greatest sequence number of the tombstones containing ``key`` (0: none)."""
-        i = bisect_right(self._starts, key) - 1
-        if i >= 0 and key < self._ends[i]:
-            return self._seqs[i]
-        return 0
+        c = bisect_right(self._firsts, key) - 1
+        if c < 0:
+            return 0
+        st, en, sq = self._chunks[c]
+        i = bisect_right(st, key) - 1
+        return sq[i] if key < en[i] else 0
+
+    def _newest(self, lo: bytes, hi: bytes, inclusive: bool) -> int:
+        """The greatest seq of the fragments ending after ``lo`` and starting at or before
+        ``hi`` (``inclusive``) or before it; 0 when none does."""
+        c1 = bisect_right(self._lasts, lo)  # first chunk with a fragment ending after lo
+        cut = bisect_right if inclusive else bisect_left
+        c2 = cut(self._firsts, hi) - 1  # last chunk with a fragment starting before hi
+        if c1 > c2:
+            return 0
+        chunks = self._chunks
+        i = bisect_right(chunks[c1][1], lo)
+        j = cut(chunks[c2][0], hi)
+        if c1 == c2:
+            return max(chunks[c1][2][i:j], default=0)
+        return max(max(chunks[c1][2][i:], default=0), max(self._cmax[c1 + 1:c2], default=0),
+                   max(chunks[c2][2][:j], default=0))
 
     def newest_over(self, smallest: bytes, largest: bytes) -> int:
         """The greatest sequence number of the fragments meeting ``[smallest, largest]``
         (inclusive: an SST's key range); 0 when none does."""
-        if not self.fragments:
-            return 0
-        i = bisect_right(self._ends, smallest)
-        j = bisect_right(self._starts, largest)
-        return max(self._seqs[i:j], default=0)
+        return self._newest(smallest, largest, True) if self._len else 0
 
     def newer_within(self, start: bytes, end: bytes, seq: int) -> bool:
         """Whether some fragment newer than ``seq`` meets ``[start, end)`` (a scanned range,
         end excluded): a source of sequence number ``seq`` read only there needs no masking
         when this is false."""
-        if self._max <= seq or not self.fragments or start >= end:
+        if self._max <= seq or start >= end:
             return False
-        i = bisect_right(self._ends, start)
-        j = bisect_left(self._starts, end)
-        return max(self._seqs[i:j], default=0) > seq
+        return self._newest(start, end, False) > seq
 
     def covers_any(self, info: SstInfo) -> bool:
         """Whether some fragment newer than SST ``info`` meets its key range."""
@@ -182,18 +292,26 @@ class RangeTombstones:
         """``items`` (``(key, record)`` in key order, of a source whose ``seq`` is ``seq``) with
         the records the tombstones delete left out (``drop``: compaction) or replaced by a
         point tombstone ``None`` (reads, so that they also hide older sources' records)."""
-        starts, ends, seqs = self._starts, self._ends, self._seqs
-        n = len(starts)
-        i = -1
+        chunks, lasts = self._chunks, self._lasts
+        n = len(chunks)
+        c = -1
+        i = 0
+        starts: tuple[bytes, ...] = ()
+        ends: tuple[bytes, ...] = ()
+        seqs: tuple[int, ...] = ()
         for key, r in items:
-            if i < 0:
-                i = bisect_right(ends, key)
-            while i < n and ends[i] <= key:
-                i += 1
-            if i < n and starts[i] <= key and seqs[i] > seq:
-                if drop:
-                    continue
-                r = None
+            if c < 0 or (c < n and ends[-1] <= key):  # (re)locate the chunk of the key
+                c = bisect_right(lasts, key)
+                if c < n:
+                    starts, ends, seqs = chunks[c]
+                    i = bisect_right(ends, key)
+            if c < n:
+                while ends[i] <= key:
+                    i += 1
+                if starts[i] <= key and seqs[i] > seq:
+                    if drop:
+                        continue
+                    r = None
             yield key, r
 
     def mask_found(self, keys: Iterable[bytes], found: dict[bytes, object], seq: int) -> None:
