@@ -84,6 +84,7 @@ def _cases() -> list[tuple[str, str, Callable[[silt.DB, Any], Any], list[Any]]]:
         ("gc", "retain_versions", lambda db, v: db.gc(retain_versions=v),
          [x for x in NOT_AN_INT if x is not None]),
         ("gc", "grace_seconds", lambda db, v: db.gc(grace_seconds=v), NOT_SECONDS),
+        ("gc", "dry_run", lambda db, v: db.gc(dry_run=v), [None, 0, 1, "no", b"", [True]]),
         ("advance", "at_most", lambda db, v: db.advance(v), NOT_AN_INT),
         ("advance_newer", "at_most", lambda db, v: db.advance_newer(v), NOT_AN_INT),
         ("catch_up", "at_most", lambda db, v: db.catch_up(v), NOT_AN_INT),

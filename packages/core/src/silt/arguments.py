@@ -122,6 +122,13 @@ def check_instances(value: Any, cls: type, what: str) -> list[Any]:
     return list(items)
 
 
+def check_flag(value: Any, what: str) -> bool:
+    """``True`` or ``False`` (not any truthy value: ``dry_run="no"`` would mean yes)."""
+    if not isinstance(value, bool):
+        raise InvalidTypeError(f"{what} must be True or False, got {_got(value)}")
+    return value
+
+
 def check_timeout(timeout: Any, what: str = "timeout") -> float | None:
     """``None`` (wait as long as it takes) or a number of seconds ``>= 0``."""
     if timeout is None:

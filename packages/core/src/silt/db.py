@@ -40,6 +40,7 @@ from typing import Any
 from . import inline, paths
 from .arguments import (
     check_bounds,
+    check_flag,
     check_instances,
     check_key,
     check_many,
@@ -1120,6 +1121,7 @@ class DB:
         then delete SSTs this writer uploaded and has not committed yet.
         """
         self._check_open()
+        check_flag(dry_run, "dry_run")
         if retain_versions is None:
             retain_versions = self._settings.retain_versions
         if grace_seconds is None:
