@@ -29,7 +29,7 @@ from silt.errors import CorruptionError, InvalidArgumentError
 from silt.gc import collect_garbage
 from silt.manifest import Manifest
 from silt.siblings import sibling_url, split_parent
-from silt.tierkit import MAX_NAME_BYTES, check_name, check_path, decode_path
+from silt.tierkit import MAX_NAME_BYTES, check_name, check_path, decode_path, name_problem
 from silt.tiers.file import FileStore
 
 #: Names that must never be accepted, as stored (already decoded) names. The ones marked with a
@@ -75,6 +75,14 @@ CRAFTED = [
     "a\u2044b",  # FRACTION SLASH
     "a\u29f8b",  # BIG SOLIDUS
     "\ud800",  # a lone surrogate
+    # percent-escapes that appear only after NFKC folding (a tier that folds, then decodes)
+    "\uff052e\uff052e",  # FULLWIDTH PERCENT SIGN: NFKC "%2e%2e", decoded ".."
+    "\ufe6a2e\ufe6a2e",  # SMALL PERCENT SIGN
+    "\uff052F",  # NFKC "%2F", decoded "/"
+    "a\uff055Cb",  # NFKC "a%5Cb", decoded "a\\b"
+    "\uff05\uff12\uff45\uff05\uff12\uff45",  # full-width digits and letters too: "%2e%2e"
+    "%\uff12\uff46",  # a plain '%' before full-width "2f"
+    "\ufdfa" * 15,  # 45 UTF-8 bytes, 495 once NFKC spells each out in 18 characters
 ]
 
 #: Names that are fine (a tier stores them as one plain path segment).
@@ -111,6 +119,23 @@ def test_an_accepted_name_is_one_segment_under_every_decoding(name: str) -> None
                  unicodedata.normalize("NFKC", unquote(name))):
         assert "/" not in form and "\\" not in form and form.strip() not in ("", ".", "..")
     assert unquote(name) == name  # nothing left for a decoder to change
+
+
+#: Characters that fold or decode into something else, to mix into generated names.
+_FOLDING = ("%\uff05\ufe6a2eEfF5cC\uff12\uff45\uff46\uff25\uff26\uff43\uff23.\uff0e\ufe52"
+            "\u2024\u2025/\uff0f\\\uff3c\ufe68 \u3000\ufdfa")
+
+
+@given(st.text(st.one_of(st.sampled_from(_FOLDING), st.characters()), max_size=40))
+@settings(max_examples=1000, deadline=None)
+def test_an_accepted_name_is_accepted_folded_and_decoded(name: str) -> None:
+    """Whatever a tier does to an accepted name (NFKC folding, then one percent-decoding, or
+    the other way round), the result is an accepted name too."""
+    if name_problem(name) is not None:
+        return
+    for form in (unquote(unicodedata.normalize("NFKC", name)),
+                 unicodedata.normalize("NFKC", unquote(name))):
+        assert name_problem(form) is None, (name, form)
 
 
 @given(st.text(min_size=1, max_size=30))
@@ -202,7 +227,8 @@ def _craft(mine: str, victim: str, *, db: str | None = None, sst_id: str | None 
 #: itself is tested on all of them above).
 CRAFTED_DB = ["%2e%2e%2fother%2fvictim", "%2E%2E%2Fother%2Fvictim", "..%2fother%2fvictim",
               "%252e%252e%252fother%252fvictim", "../other/victim", "..", ".", "a\x00b",
-              "\uff0e\uff0e\uff0fother\uff0fvictim", "\u2025", "x" * 300, "/abs"]
+              "\uff0e\uff0e\uff0fother\uff0fvictim", "\u2025", "x" * 300, "/abs",
+              "\uff052e\uff052e", "\uff052e\uff052e\uff052fother\uff052fvictim", "a\uff055Cb"]
 
 
 @pytest.mark.parametrize("name", CRAFTED_DB, ids=repr)

@@ -24,7 +24,7 @@ from silt.compaction.task import CompactionTask
 from silt.errors import CorruptionError, InvalidArgumentError, InvalidTypeError, StoreError
 from silt.framing import FRAME_HEAD, encode_framed
 from silt.manifest import MANIFEST_MAGIC, Manifest
-from silt.rangedel import MAX_FRAGMENTS, RangeTombstones, fragment
+from silt.rangedel import MAX_FRAGMENTS, Fragment, RangeTombstones, fragment
 from silt.siblings import SiblingStores
 from silt.testing import FaultyStore
 from silt.tiers.memory import MemoryStore
@@ -509,3 +509,135 @@ def test_fragments_answer_like_the_tombstones_they_come_from(ts, seq) -> None:
         assert clipped.seq_at(key) == (tombs.seq_at(key) if inside else 0)
     again = RangeTombstones.from_json(json.loads(json.dumps(tombs.to_json())), 9)
     assert again == tombs
+
+
+# -- many disjoint ranges: adding one costs O(log N) ------------------------------------------
+class _Small(RangeTombstones):
+    """Chunks of four fragments, so that a few dozen tombstones cross many chunk bounds."""
+
+    __slots__ = ()
+    CHUNK = 4
+
+
+def _k(i: int) -> bytes:
+    return b"%03d" % i
+
+
+_adds = st.lists(st.tuples(st.integers(0, 60), st.integers(0, 14), st.integers(1, 40)),
+                 max_size=60)
+
+
+@settings(max_examples=300, deadline=None)
+@given(adds=_adds, newer=st.booleans(), cls=st.sampled_from([_Small, RangeTombstones]))
+def test_adding_one_at_a_time_answers_like_a_naive_model(adds, newer, cls) -> None:
+    """Tombstones added one by one (each newer than the last, as the DB adds them, or in any
+    order) answer every read like the plain list of tombstones, their fragments are those of
+    the whole list, and every earlier set (an older read view) still answers as it did."""
+    made: list[tuple[RangeTombstones, list[Fragment]]] = []
+    t = cls()
+    ts: list[Fragment] = []
+    for n, (a, width, sq) in enumerate(adds, 1):
+        tomb = (_k(a), _k(a + width), n if newer else sq)
+        t = t.add(*tomb)
+        ts.append(tomb)
+        made.append((t, list(ts)))
+    probe = [_k(i) for i in range(-1, 78)]
+    for tombs, model in made[-3:] + made[::7]:
+        assert tombs.fragments == fragment(model)
+        assert len(tombs) == len(fragment(model)) and bool(tombs) == bool(fragment(model))
+        for key in probe:
+            assert tombs.seq_at(key) == max((q for s, e, q in model if s <= key < e), default=0)
+        for lo, hi in [(0, 0), (3, 9), (10, 40), (0, 77), (55, 76), (20, 21)]:
+            meet = [q for s, e, q in model if s <= _k(hi) and e > _k(lo) and s < e]
+            assert tombs.newest_over(_k(lo), _k(hi)) == max(meet, default=0)
+            within = [q for s, e, q in model if s < _k(hi) and e > _k(lo) and s < e]
+            for seq in (0, 5, 20):
+                assert tombs.newer_within(_k(lo), _k(hi), seq) == any(q > seq for q in within)
+        items = [(k, b"v") for k in probe]
+        for seq in (0, 7, 30):
+            kept = [k for k, _ in tombs.mask(iter(items), seq, True)]
+            assert kept == [k for k in probe if tombs.seq_at(k) <= seq]
+            hidden = [k for k, r in tombs.mask(iter(items), seq, False) if r is None]
+            assert hidden == [k for k in probe if tombs.seq_at(k) > seq]
+
+
+class _Budget:
+    """Comparisons left before :class:`_Counted` keys fail the test (``left``)."""
+
+    left = 0
+
+
+class _Counted(bytes):
+    """A key that counts every ordering comparison made with it against :class:`_Budget`."""
+
+    def _spend(self) -> None:
+        _Budget.left -= 1
+        if _Budget.left < 0:
+            raise AssertionError("more comparisons of keys than the budget allows")
+
+    def __lt__(self, other: bytes) -> bool:
+        self._spend()
+        return bytes.__lt__(self, other)
+
+    def __le__(self, other: bytes) -> bool:
+        self._spend()
+        return bytes.__le__(self, other)
+
+    def __gt__(self, other: bytes) -> bool:
+        self._spend()
+        return bytes.__gt__(self, other)
+
+    def __ge__(self, other: bytes) -> bool:
+        self._spend()
+        return bytes.__ge__(self, other)
+
+    __hash__ = bytes.__hash__
+
+
+def test_adding_a_tombstone_to_many_costs_log_n_comparisons() -> None:
+    """With 16,384 fragments, one more (anywhere, newer than all) costs at most 8 log2 N
+    comparisons of keys (re-fragmenting them all cost N log N)."""
+    n = 1 << 14
+    t = RangeTombstones([(_Counted(b"%06d" % (2 * i)), _Counted(b"%06d" % (2 * i + 1)), i + 1)
+                         for i in range(n)])
+    for at in (b"", b"%06d" % (n + 1), b"%06d" % (2 * n - 1), b"999999"):  # in gaps
+        _Budget.left = 8 * 14
+        t2 = t.add(_Counted(at + b"\x00"), _Counted(at + b"\x01"), n + 1)
+        assert len(t2) == len(t) + 1 and t2.seq_at(at + b"\x00") == n + 1
+        assert t.seq_at(at + b"\x00") == 0  # the set it was added to is unchanged
+    _Budget.left = 8 * 14
+    wide = t.add(_Counted(b"000100"), _Counted(b"030000"), n + 1)  # covers 14,950 fragments
+    assert len(wide) == 50 + 1 + (n - 15000)
+    assert wide.seq_at(b"000101") == n + 1 and wide.seq_at(b"000099") == 0
+
+
+def test_65536_disjoint_range_deletes_then_the_limit(tmp_path) -> None:
+    """DB.delete_range of 65,536 disjoint ranges, in random order, over committed state: each
+    call costs O(log N) key comparisons (the whole run stays within 65,536 x 200 of them: one
+    re-fragmenting of all pending tombstones per call went past that before the 2,000th call),
+    reads see every range deleted, and the next range is refused at the manifest's limit."""
+    import random
+
+    n = MAX_FRAGMENTS
+    keys = [_Counted(b"k%06d" % i) for i in range(2 * n + 2)]
+    with silt.open((tmp_path / "db").as_uri(), settings=UPLOADED) as db:
+        db.put(b"k000000", b"first")
+        db.put(b"k%06d" % (2 * n - 1), b"between")
+        db.commit()
+        order = list(range(n))
+        random.Random(7).shuffle(order)
+        _Budget.left = 200 * n
+        for i in order:
+            db.delete_range(keys[2 * i], keys[2 * i + 1])
+        spent = 200 * n - _Budget.left
+        _Budget.left = 1 << 40
+        assert db.get(b"k000000") is None and db.get(b"k%06d" % (2 * n - 1)) == b"between"
+        with pytest.raises(InvalidArgumentError, match="exceed the limit"):
+            db.delete_range(keys[2 * n], keys[2 * n + 1])
+        db.commit()
+        assert db.manifest is not None and len(db.manifest.range_tombstones) == n
+        db.delete_range(keys[0], keys[2 * n])  # one wider range replaces them all
+        assert list(db.scan()) == []
+        db.commit()
+        assert len(db.manifest.range_tombstones) == 1
+    assert spent < 200 * n

@@ -1,7 +1,7 @@
 """DB: one LSM tree under one root of an object store — the public facade.
 
-``DB`` validates arguments, holds the writer lock, and swaps the read view; the work is done by
-rooms that own their state and never call back into it:
+``DB`` validates arguments (with :mod:`silt.arguments`), holds the writer lock, and swaps the
+read view; the work is done by rooms that own their state and never call back into it:
 
 * :mod:`silt.view` — the immutable :class:`~silt.view.ReadView` (active memtable, frozen parts,
   L0, levels) with ``get``, ``multi_get`` and ``scan`` (DESIGN.md section 6);
@@ -38,6 +38,16 @@ from functools import partial
 from typing import Any
 
 from . import inline, paths
+from .arguments import (
+    check_bounds,
+    check_flag,
+    check_instances,
+    check_key,
+    check_many,
+    check_ranges,
+    check_timeout,
+    check_value,
+)
 from .budget import MemoryBudget, memtable_charge, process_budget
 from .cache import BlockCache
 from .clock import Clock
@@ -79,7 +89,6 @@ from .versions import list_versions
 from .view import BlockFetcher, Level, Part, Readers, ReadView
 from .writebatch import DELETE_RANGE, WriteBatch
 
-_BYTES_LIKE = (bytearray, memoryview)
 _BYTES_ONLY = {bytes}
 
 
@@ -236,33 +245,11 @@ class DB:
         if self._closed:
             raise ClosedError(f"the database {self._pub!r} is closed; open it again with silt.open")
 
-    def _check_key(self, key: Any) -> bytes:
-        if isinstance(key, _BYTES_LIKE):
-            key = bytes(key)
-        elif not isinstance(key, bytes):
-            hint = ": encode it first, e.g. key.encode()" if isinstance(key, str) else ""
-            raise InvalidTypeError(f"keys must be bytes, got {type(key).__name__}{hint}")
-        if len(key) > self._max_key:
-            raise InvalidArgumentError(
-                f"key of {len(key)} bytes exceeds Settings.max_key_bytes={self._max_key}; "
-                "use shorter keys (for example a hash of the long key) or raise the limit"
-            )
-        return key
+    def _check_key(self, key: Any, what: str = "keys") -> bytes:
+        return check_key(key, self._max_key, what)
 
     def _check_value(self, value: Any) -> bytes:
-        if isinstance(value, _BYTES_LIKE):
-            value = bytes(value)
-        elif not isinstance(value, bytes):
-            hint = ": encode it first, e.g. value.encode()" if isinstance(value, str) else ""
-            if value is None:
-                hint = ": use DB.delete(key) to remove a key"
-            raise InvalidTypeError(f"values must be bytes, got {type(value).__name__}{hint}")
-        if len(value) > self._max_value:
-            raise InvalidArgumentError(
-                f"value of {len(value)} bytes exceeds Settings.max_value_bytes="
-                f"{self._max_value}; split it over several keys or raise the limit"
-            )
-        return value
+        return check_value(value, self._max_value)
 
     def _expiry(self, ttl: Any) -> int:
         """The expiry time (ms) of an entry written now with ``ttl`` seconds to live; refuses a
@@ -326,8 +313,7 @@ class DB:
             self._delete_range(start, end)
 
     def _check_range(self, start: Any, end: Any) -> tuple[bytes, bytes]:
-        start = self._check_key(start)
-        end = self._check_key(end)
+        start, end = self._check_key(start, "start"), self._check_key(end, "end")
         if start > end:
             raise InvalidArgumentError(
                 f"delete_range start {start!r:.80} is after end {end!r:.80}: the range is "
@@ -357,7 +343,8 @@ class DB:
         """Apply every operation of ``batch``, in order, after validating all of them."""
         self._check_open()
         if not isinstance(batch, WriteBatch):
-            raise InvalidTypeError(f"DB.write takes a silt.WriteBatch, got {type(batch).__name__}")
+            raise InvalidTypeError(
+                f"DB.write batch must be a silt.WriteBatch, got {type(batch).__name__}")
         if check_ops(batch.ops, self._max_key, self._max_value):
             # Every op is a plain put or delete of valid bytes: apply without a call per op.
             with self._lock:
@@ -395,15 +382,15 @@ class DB:
         flushed in the background between items, as with ``put``.
         """
         self._check_open()
-        if isinstance(keys, (bytes, str)) or isinstance(values, (bytes, str)):
-            raise InvalidTypeError("put_many takes two sequences (keys, values), not single items")
+        keys = check_many(keys, "put_many keys", "keys", by_position=True)
+        values = check_many(values, "put_many values", "values", by_position=True)
         if len(keys) != len(values):
             raise InvalidArgumentError(
                 f"put_many got {len(keys)} keys but {len(values)} values; pass one value per key"
             )
         if check_pairs(keys, values, self._max_key, self._max_value) >= 0:
-            keys = [self._check_key(k) for k in keys]
-            values = [self._check_value(v) for v in values]
+            keys = [check_key(k, self._max_key, "put_many keys") for k in keys]
+            values = [check_value(v, self._max_value, "put_many values") for v in values]
         i, n = 0, len(keys)
         with self._lock:
             while i < n:
@@ -684,13 +671,9 @@ class DB:
             self._check_open()
             if not isinstance(source, DB):
                 raise InvalidTypeError(
-                    f"reference() takes an open silt.DB, got {type(source).__name__}"
-                )
+                    f"reference() source must be an open silt.DB, got {type(source).__name__}")
             source._check_open()
-            if start is not None:
-                start = self._check_key(start)
-            if end is not None:
-                end = self._check_key(end)
+            start, end = check_bounds(start, end, self._max_key)
             if start is not None and end is not None and start >= end:
                 raise InvalidArgumentError(f"empty range: start {start!r} >= end {end!r}")
             view = self._view
@@ -746,15 +729,14 @@ class DB:
         (``Settings.read_parallelism``).
         """
         self._check_open()
-        if isinstance(keys, (bytes, str)):
-            raise InvalidTypeError("multi_get takes a sequence of keys, not a single key")
         limit = self._max_key
-        keys = list(keys)
+        keys = list(check_many(keys, "multi_get keys", "keys"))
         # C loops over the keys; the per-key check (which also converts bytes-like) only when
         # some key is not plain bytes within the limit.
         if keys and (set(map(type, keys)) != _BYTES_ONLY or max(map(len, keys)) > limit):
             keys = [
-                k if k.__class__ is bytes and len(k) <= limit else self._check_key(k) for k in keys
+                k if k.__class__ is bytes and len(k) <= limit else check_key(k, limit, "keys")
+                for k in keys
             ]
         return self._view.multi_get(keys, self._fetch, self._clock.now_ms())
 
@@ -769,26 +751,7 @@ class DB:
         Unlike ``scan`` the result is a list, built at once.
         """
         self._check_open()
-        if isinstance(ranges, (bytes, str)):
-            raise InvalidTypeError("multi_scan takes a sequence of (start, end) pairs")
-        checked: list[tuple[bytes, bytes]] = []
-        for pair in ranges:
-            if not isinstance(pair, tuple) or len(pair) != 2:
-                raise InvalidTypeError(
-                    f"multi_scan takes (start, end) pairs of bytes, got {type(pair).__name__}"
-                )
-            start, end = self._check_key(pair[0]), self._check_key(pair[1])
-            if start >= end:
-                raise InvalidArgumentError(
-                    f"multi_scan range {start!r:.40}..{end!r:.40} is empty (start >= end)"
-                )
-            if checked and start < checked[-1][1]:
-                raise InvalidArgumentError(
-                    "multi_scan ranges must be sorted by start and must not overlap: "
-                    f"{start!r:.40} starts before the previous range's end "
-                    f"{checked[-1][1]!r:.40}"
-                )
-            checked.append((start, end))
+        checked = check_ranges(ranges, self._max_key, "multi_scan ranges")
         if not checked:
             return []
         return self._view.multi_scan(checked, self._fetch, self._clock.now_ms())
@@ -806,12 +769,9 @@ class DB:
         scan are not added to the block cache, so a full scan does not evict hot blocks.
         """
         self._check_open()
-        if start is not None:
-            start = self._check_key(start)
-        if end is not None:
-            end = self._check_key(end)
+        start, end = check_bounds(start, end, self._max_key)
         if prefix is not None:
-            prefix = self._check_key(prefix)
+            prefix = self._check_key(prefix, "prefix")
             if start is None or start < prefix:
                 start = prefix
             upper = _prefix_end(prefix)
@@ -831,6 +791,7 @@ class DB:
         TTLs, state inspection); applications want :meth:`scan`.
         """
         self._check_open()
+        start, end = check_bounds(start, end, self._max_key)
         return self._view.committed_records(start, end)
 
     def changed_keys(
@@ -847,6 +808,8 @@ class DB:
         range deletes, ``since``'s keys in their ranges.
         """
         self._check_open()
+        since = check_instances(since, DB, "changed_keys since")
+        start, end = check_bounds(start, end, self._max_key)
         since_ids: set[str] = set()
         since_seq = 0
         for old in since:
@@ -936,7 +899,7 @@ class DB:
         passed first. Useful before measuring, and in tests.
         """
         self._check_open()
-        return self._compaction.wait(timeout)
+        return self._compaction.wait(check_timeout(timeout))
 
     def wait_for_refill(self) -> None:
         """Block until the cache refills started by adopted compactions so far are done (see
@@ -1158,6 +1121,7 @@ class DB:
         then delete SSTs this writer uploaded and has not committed yet.
         """
         self._check_open()
+        check_flag(dry_run, "dry_run")
         if retain_versions is None:
             retain_versions = self._settings.retain_versions
         if grace_seconds is None:

@@ -27,6 +27,7 @@ from .errors import (
     AlreadyExistsError,
     CorruptionError,
     InvalidArgumentError,
+    InvalidTypeError,
     NotFoundError,
     VersionNotFoundError,
 )
@@ -40,7 +41,9 @@ _CHECKPOINT_NAME = re.compile(r"[A-Za-z0-9._-]{1,128}")
 
 
 def check_checkpoint_name(name: object) -> str:
-    if not isinstance(name, str) or not _CHECKPOINT_NAME.fullmatch(name):
+    if not isinstance(name, str):
+        raise InvalidTypeError(f"a checkpoint name must be a str, got {type(name).__name__}")
+    if not _CHECKPOINT_NAME.fullmatch(name):
         raise InvalidArgumentError(
             f"checkpoint names are 1-128 characters of letters, digits, '.', '_' and '-', got "
             f"{name!r}"

@@ -19,7 +19,7 @@ from itertools import islice
 from typing import Any
 
 import silt
-from silt.errors import CorruptionError, VersionNotFoundError
+from silt.errors import VersionNotFoundError
 from silt.store import ObjectStore
 from silt.tierkit import public_url
 
@@ -39,11 +39,7 @@ def describe(store: ObjectStore, url: str, version: int | None, values: int) -> 
     latest version ``<=`` it; ``None``: the latest), with ``values`` decoded state entries.
     See :func:`silt.plugins.describe_root` for the shape. Raises
     :class:`~silt.errors.CorruptionError` for a descriptor that does not decode."""
-    try:
-        desc = _shard.descriptor_of(store)
-    except (ValueError, KeyError, TypeError):
-        raise CorruptionError(_shard.DESCRIPTOR, None, "the silt_spark descriptor does not "
-                              "decode (it is not the JSON silt_spark writes)") from None
+    desc = _shard.descriptor_of(store)  # CorruptionError for one that does not decode
     if desc is None:  # the marker vanished between the check and the read (drop_state)
         raise VersionNotFoundError(f"{public_url(url)!r} holds no silt_spark descriptor now")
     spec = _read._spec(desc, url)

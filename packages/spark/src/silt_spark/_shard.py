@@ -57,7 +57,8 @@ from silt.plugins import open_store
 from silt.store import retrying
 from silt.tierkit import public_url
 
-from . import _layout, _lifecycle, _metrics, _progress, _watermark
+from . import _descriptor, _layout, _lifecycle, _metrics, _progress, _watermark
+from ._descriptor import DESCRIPTOR, DESCRIPTOR_FORMAT
 from .errors import (
     BatchConflictError,
     ForeignStateError,
@@ -72,9 +73,6 @@ log = logging.getLogger("silt_spark")
 
 #: Open shard handles kept per Python worker process between micro-batches.
 MAX_CACHED_SHARDS = 16
-#: Name of the operator descriptor under the operator root.
-DESCRIPTOR = "silt-spark.json"
-DESCRIPTOR_FORMAT = 2
 
 META_QUERY_ID = "spark.query_id"
 META_BATCH_ID = "spark.batch_id"
@@ -154,15 +152,13 @@ def read_descriptor(
 
 def descriptor_of(store: Any) -> dict[str, Any] | None:
     """The descriptor of the operator root ``store`` is opened at (format 1 upgraded in
-    memory), or ``None``."""
+    memory), or ``None``; :class:`~silt.errors.CorruptionError` for one that is not as
+    silt_spark writes it (:func:`silt_spark._descriptor.parse`)."""
     try:
-        have = json.loads(retrying(lambda: store.get(DESCRIPTOR)))
+        data = retrying(lambda: store.get(DESCRIPTOR))
     except NotFoundError:
         return None
-    if "layouts" not in have:  # format 1: one layout, generation 0
-        have["layouts"] = [{"generation": 0, "num_shards": have["num_shards"]}]
-        have["generation"] = 0
-    return have
+    return _descriptor.parse(data)
 
 
 def ensure_descriptor(

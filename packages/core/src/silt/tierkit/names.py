@@ -57,6 +57,13 @@ def name_problem(name: object) -> str | None:
     if _ESCAPE.search(name):
         return ("it holds a percent-escape, which one more decoding step could turn into a "
                 "separator (names are checked decoded: an escape here was encoded twice)")
+    if folded != name:
+        # A tier (or an SDK under it) may fold before it decodes: '\uff05' folds to '%', so
+        # '\uff052e\uff052e' is '%2e%2e' and then '..'. The folded form must pass the same
+        # rule (NFKC is idempotent: this recursion stops at once).
+        problem = name_problem(folded)
+        if problem is not None:
+            return f"its Unicode compatibility form (NFKC) {folded!r:.80} is refused: {problem}"
     return None
 
 
@@ -67,7 +74,8 @@ def check_name(name: object, *, what: str = "name") -> str:
     blank, ``.`` or ``..`` (also after NFKC folding and trimming spaces) and holds no ``/``, no
     ``\\``, no character that Unicode compatibility folding (NFKC) turns into one of those or
     that looks like one, no control or invisible character, and no percent-escape (the name is
-    already decoded; an escape left in it could be decoded again). Apply it after every decoding
+    already decoded; an escape left in it could be decoded again); its NFKC form must pass the
+    same rule (``'\uff052e\uff052e'`` folds to ``'%2e%2e'``). Apply it after every decoding
     step. Raises :class:`~silt.errors.InvalidArgumentError` (``what`` names the thing in the
     message); callers that read the name from stored metadata report it as a
     :class:`~silt.errors.CorruptionError` instead.

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from collections.abc import Callable, Iterable
 from urllib.parse import unquote, urlsplit
@@ -55,17 +56,21 @@ def check_endpoint(value: object, *, what: str, hint: str = "", allow_path: bool
     return text
 
 
+#: ``[scheme:][//]authority`` and the rest, of a URL or of text that looks like one (an
+#: ``scheme:`` or ``//`` may be missing: ``user:pw@host/x`` still names a password).
+_AUTHORITY = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*:)?(//)?([^/]*)(.*)", re.DOTALL)
+
+
 def public_url(url: object) -> str:
     """``url`` as messages, reprs and logs may show it: without its query (tier options may hold
-    a secret, such as an Azure connection string) and without any ``user:password@``."""
+    a secret, such as an Azure connection string), its fragment, and any ``user:password@``
+    before the first ``/`` (with or without a scheme)."""
     text = str(url)
     base = text.split("?", 1)[0].split("#", 1)[0]
-    scheme, sep, rest = base.partition("://")
-    if sep:
-        host, slash, path = rest.partition("/")
-        if "@" in host:
-            host = "<redacted>@" + host.rsplit("@", 1)[1]
-        base = f"{scheme}{sep}{host}{slash}{path}"
+    match = _AUTHORITY.fullmatch(base)
+    if match is not None and "@" in match[3]:
+        host = "<redacted>@" + match[3].rsplit("@", 1)[1]
+        base = f"{match[1] or ''}{match[2] or ''}{host}{match[4]}"
     return base + ("?..." if "?" in text else "")
 
 
@@ -134,10 +139,10 @@ def refuse_credentials_in_host(url: str, root: str, advice: str) -> None:
     ends up in logs. ``advice`` says where credentials come from instead."""
     host = url.split("?", 1)[0].split("://", 1)[-1].split("/", 1)[0]
     if "@" in root or "@" in host:
-        scheme = url.split("://", 1)[0] if "://" in url else "the"
+        scheme = f"{url.split('://', 1)[0]}://" if "://" in url else "store"
         raise InvalidArgumentError(
-            f"an {scheme}:// URL must not contain '@': credentials never go in a URL (URLs end "
-            f"up in logs). {advice}"
+            f"the {scheme} URL (not shown) must not contain '@': credentials never go in a URL "
+            f"(URLs end up in logs). {advice}"
         )
 
 

@@ -3,7 +3,8 @@
 URL: ``file:///absolute/path`` or ``file://localhost/absolute/path``; percent-escapes are decoded
 (``file:///data/my%20state``) and every decoded segment must be a plain name
 (:func:`silt.tierkit.check_name`: no ``..``, ``.``, empty, control or look-alike segment). The
-tier takes no options.
+tier takes no options, and refuses an ``@`` in the host part (``file://user:password@...``)
+without showing the URL.
 
 Layout: the object ``a/b/c`` is the file ``<root>/a/b/c``; ``<root>/.tmp/`` holds writes in
 flight and is never listed.
@@ -67,6 +68,7 @@ from ..tierkit import (
     check_range,
     decode_path,
     public_url,
+    refuse_credentials_in_host,
     validate_key,
 )
 from .fdcache import FDS, MAX_OPEN
@@ -81,6 +83,9 @@ _TEMP_NAME = re.compile(r"[0-9]+-[0-9]+-[0-9a-f]{16}\.tmp")
 
 #: Options ``FileStore.from_url`` accepts (none yet).
 ACCEPTED_OPTIONS: frozenset[str] = frozenset()
+#: What a file:// URL with a ``user:password@`` is told (the URL itself is not shown).
+_NO_CREDENTIALS = ("A file:// URL names a local path, as in 'file:///data/state': the file "
+                   "system's permissions apply, there are no credentials to give.")
 
 _TRANSIENT_ERRNOS = frozenset(
     code
@@ -269,6 +274,7 @@ class FileStore(ObjectStore):
             raise InvalidArgumentError(
                 f"FileStore opens file:// URLs, got {public_url(url)!r}; use 'file:///absolute/path'"
             )
+        refuse_credentials_in_host(url, "", _NO_CREDENTIALS)
         check_options(url, {**query, **(options or {})}, ACCEPTED_OPTIONS, "file")
         if location.lower().startswith("localhost/"):
             location = location[len("localhost") :]

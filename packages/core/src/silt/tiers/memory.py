@@ -6,7 +6,8 @@ selects a process-global namespace (like a bucket): every store opened on the sa
 same process sees the same objects, so a test can "reopen" a database. A path after the name
 is a key prefix inside the namespace (like a bucket prefix), so ``memory://ns/kg-0-127`` holds
 the objects that ``memory://ns`` lists as ``kg-0-127/...``, exactly as with ``file://``
-directories. The tier takes no options.
+directories. The tier takes no options, and refuses an ``@`` in the name (``memory://user:pw@ns``)
+without showing the URL.
 
 ``MemoryStore()`` without a name is a private, anonymous store nobody else can open.
 
@@ -39,6 +40,7 @@ from ..tierkit import (
     check_range,
     decode_path,
     public_url,
+    refuse_credentials_in_host,
     validate_key,
 )
 
@@ -138,6 +140,8 @@ class MemoryStore(ObjectStore):
             raise InvalidArgumentError(
                 f"MemoryStore opens memory:// URLs, got {public_url(url)!r}; use 'memory://name'"
             )
+        refuse_credentials_in_host(url, "", "A memory:// store is named by its first segment, "
+                                   "as in 'memory://mystate', and takes no credentials.")
         check_options(url, {**query, **(options or {})}, ACCEPTED_OPTIONS, "memory")
         if not location.strip("/"):
             raise InvalidArgumentError(
