@@ -12,8 +12,8 @@ and ``max_pending_flushes`` above the parts it makes (the writer never waits for
 everything that waits for uploads (``flush``, ``commit``, ``close``) must come after
 :meth:`HeldUploads.release_all` (leaving a ``with held:`` block does it).
 
-White-box on purpose: whether an upload has finished is read from the DB's read view
-(``DB._view.parts``), here only.
+White-box on purpose, here only: an upload is told from a compaction's output by the thread
+that makes it, and whether it has finished is read from the DB's read view (``DB._view.parts``).
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ import silt
 from silt import paths
 from silt.testing import FaultyStore
 
+#: The name of the threads that upload frozen memtables (:class:`silt.flush.Flusher`'s pool).
+UPLOAD_THREADS = "silt-upload"
 #: A held upload not released within this many seconds fails the test instead of hanging it.
 PATIENCE = 20.0
 
@@ -42,6 +44,8 @@ class HeldUploads:
                       predicate=lambda k: k.startswith(paths.SST_PREFIX))
 
     def _hold(self, op: str, key: str) -> None:
+        if not threading.current_thread().name.startswith(UPLOAD_THREADS):
+            return  # a compaction's output, or a fold of inline deltas at a commit
         with self._lock:
             if not self.holding or len(self.held) >= self.limit:
                 return
@@ -55,7 +59,10 @@ class HeldUploads:
         deadline = time.monotonic() + PATIENCE
         while in_flight(db) != len(self.held):
             if time.monotonic() > deadline:
-                raise AssertionError(f"{in_flight(db)} uploads in flight, {len(self.held)} held")
+                parts = [(p.future and p.future.done(), p.memtable is None,
+                          p.info and p.info.id) for p in db._view.parts]
+                raise AssertionError(f"{in_flight(db)} uploads in flight, {len(self.held)} held"
+                                     f" {[k for k, _ in self.held]} {parts}")
             time.sleep(0.0005)
 
     def release(self, db: silt.DB, i: int) -> str:
