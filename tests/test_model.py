@@ -389,6 +389,12 @@ class UploadsInFlightModel(SiltModel):
     def hold_uploads(self) -> None:
         self.held.holding = True
 
+    @rule(n=st.integers(min_value=1, max_value=60), seed=st.integers(0, 2**16))
+    def put_many(self, n: int, seed: int) -> None:
+        """A burst of puts whose freezes are held (the machine's most common way to them)."""
+        self.held.holding = True
+        super().put_many(n, seed)
+
     @rule(i=st.integers(0, 1 << 16))
     def finish_an_upload(self, i: int) -> None:
         self.held.settle(self.db)
