@@ -96,9 +96,9 @@ def map_file(fd: int) -> memoryview | None:
     addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
     if addr is None or addr == _MAP_FAILED:
         return None
-    # A type of its own per map, marked ``stable_buffer``: its bytes never move or change while
-    # it lives, so a block decoded from a slice may keep the array instead of the slice
-    # (silt._speedups.decode_block: one object per file rather than one per cached block).
+    # A type of its own per map, marked ``stable_buffer`` (silt._speedups.decode_block would
+    # keep the array instead of a slice). Its bytes can still go (a file shrunk by damage), so
+    # reads copy out of it (read_map) and no block is ever decoded over it.
     mapped = type("MappedFile", (ctypes.c_char * size,), {"stable_buffer": True})
     array = mapped.from_address(addr)
     # Unmapped when the array goes: every view and slice of it refers to the array. Not at
