@@ -3,7 +3,9 @@
 The machine does random puts (a small key alphabet, so overwrites and deletes hit existing keys),
 deletes, TTL puts on an injected ``ManualClock``, write batches, flushes, commits, reopens at the
 latest or at an earlier committed version, and compares every read (get, multi_get, scan with
-ranges and prefixes) with the model. The same machine runs on ``file://`` and ``memory://``.
+ranges and prefixes, multi_scan) with the model. The same machine runs on ``file://`` and
+``memory://``, and on ``memory://`` with uploads in flight (:mod:`heldupload`): frozen memtables
+whose uploads the machine lets finish in any order, between reads or inside a ``multi_scan``.
 
 The model keeps a *record* per key: ``(value, expire_at_ms or None)``; a snapshot of the records
 is taken at each commit, so reopening at version ``v`` resets the model to that snapshot.
@@ -19,6 +21,7 @@ from pathlib import Path
 import hypothesis.strategies as st
 import pytest
 import silt
+from heldupload import HeldUploads
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -26,7 +29,9 @@ from hypothesis.stateful import (
     precondition,
     rule,
 )
+from silt import paths
 from silt.errors import CommitConflict, InvalidArgumentError
+from silt.testing import FaultyStore
 from silt.tiers.memory import MemoryStore
 
 #: Tiny sizes: a handful of puts freezes the memtable, every SST has several blocks, and the
@@ -68,8 +73,14 @@ class SiltModel(RuleBasedStateMachine):
             self.mem_name = f"model-{uuid.uuid4().hex}"
             self.url = f"memory://{self.mem_name}"
         self.clock = silt.ManualClock()
-        self.db = silt.open(self.url, settings=MODEL_SETTINGS, clock=self.clock)
+        self.store: silt.ObjectStore | None = None  # the tier's own, unless a subclass wraps it
+        self.db = silt.open(self.url, settings=self.db_settings, clock=self.clock)
         self.start_model()
+
+    db_settings = MODEL_SETTINGS
+
+    def uploads_done(self) -> None:
+        """Before anything that waits for uploads (a subclass holds some in flight)."""
 
     def start_model(self) -> None:
         """The model of an empty root (subclasses for other tiers call this too)."""
@@ -110,8 +121,10 @@ class SiltModel(RuleBasedStateMachine):
         return max(self.snapshots) if self.snapshots else None
 
     def reopen(self, version: int | None) -> None:
+        self.uploads_done()
         self.db.close()
-        self.db = silt.open(self.url, version=version, settings=MODEL_SETTINGS, clock=self.clock)
+        self.db = silt.open(self.url, version=version, settings=self.db_settings, clock=self.clock,
+                            store=self.store)
         self.base = self.latest if version is None else version
         self.current = dict(self.snapshots[self.base]) if self.base is not None else {}
         self.lineage, self.nxt = self.base, self.next_after(self.base)
@@ -175,6 +188,7 @@ class SiltModel(RuleBasedStateMachine):
 
     @rule()
     def flush(self) -> None:
+        self.uploads_done()
         self.db.flush()
 
     # -- commits and reopens --------------------------------------------------------------------
@@ -222,6 +236,7 @@ class SiltModel(RuleBasedStateMachine):
             return None
 
     def check_commit(self, target: int | None) -> None:
+        self.uploads_done()
         expected = self.expect_commit(target)
         if expected is None:
             with pytest.raises(CommitConflict):
@@ -252,6 +267,7 @@ class SiltModel(RuleBasedStateMachine):
     @rule(data=st.data())
     def commit_not_above_base(self, data: st.DataObject) -> None:
         target = data.draw(st.integers(min_value=0, max_value=self.nxt - 1))
+        self.uploads_done()
         with pytest.raises(InvalidArgumentError,
                            match="greater" if target <= self.base else "or later"):
             self.db.commit(target)
@@ -310,11 +326,21 @@ class SiltModel(RuleBasedStateMachine):
         ]
         assert list(self.db.scan(start, end, prefix=prefix)) == expected
 
+    @rule(bounds=st.lists(st.one_of(keys, st.binary(max_size=3)), min_size=2, max_size=12,
+                          unique=True))
+    def multi_scan(self, bounds: list[bytes]) -> None:
+        """Ranges between sorted distinct bounds, every other gap: sorted and disjoint."""
+        bounds.sort()
+        ranges = list(zip(bounds[::2], bounds[1::2]))
+        expected = [(k, v) for s, e in ranges for k, v in self.live_items() if s <= k < e]
+        assert self.db.multi_scan(ranges) == expected
+
     @invariant()
     def full_scan_matches(self) -> None:
         assert list(self.db.scan()) == self.live_items()
 
     def teardown(self) -> None:
+        self.uploads_done()
         self.db.close()
         if self.tmpdir is not None:
             shutil.rmtree(self.tmpdir, ignore_errors=True)
@@ -338,10 +364,69 @@ class MemoryModel(SiltModel):
     tier = "memory"
 
 
+class UploadsInFlightModel(SiltModel):
+    """``memory://`` with SST uploads held in flight (:mod:`heldupload`) until a rule lets
+    one finish (any of them: uploads finish out of order), from the machine or from inside a
+    ``multi_scan``'s first block read; flushes, commits and reopens let them all go first and
+    hold none until a rule holds them again."""
+
+    tier = "memory"
+    db_settings = MODEL_SETTINGS.replace(upload_parallelism=8, max_pending_flushes=1000,
+                                      block_cache_bytes=0)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.db.close()
+        self.store = FaultyStore(MemoryStore(self.mem_name))
+        self.held = HeldUploads(self.store, limit=6)
+        self.held.holding = True
+        self.db = silt.open(self.url, settings=self.db_settings, clock=self.clock, store=self.store)
+
+    def uploads_done(self) -> None:
+        self.held.release_all(self.db)  # and holds no more until hold_uploads
+
+    @rule()
+    def hold_uploads(self) -> None:
+        self.held.holding = True
+
+    @rule(n=st.integers(min_value=1, max_value=60), seed=st.integers(0, 2**16))
+    def put_many(self, n: int, seed: int) -> None:
+        """A burst of puts whose freezes are held (the machine's most common way to them)."""
+        self.held.holding = True
+        super().put_many(n, seed)
+
+    @rule(i=st.integers(0, 1 << 16))
+    def finish_an_upload(self, i: int) -> None:
+        self.held.settle(self.db)
+        if self.held.held:
+            self.held.release(self.db, i)
+
+    @rule(bounds=st.lists(st.one_of(keys, st.binary(max_size=3)), min_size=2, max_size=12,
+                          unique=True), picks=st.lists(st.integers(0, 1 << 16), max_size=4))
+    def multi_scan_while_uploads_finish(self, bounds: list[bytes], picks: list[int]) -> None:
+        self.held.settle(self.db)
+        armed = [True]
+
+        def finish(op: str, key: str) -> None:
+            if armed[0]:
+                armed[0] = False
+                for i in picks[:len(self.held.held)]:
+                    self.held.release(self.db, i)
+
+        self.store.on_call("get_range", finish, times=1,
+                           predicate=lambda k: k.startswith(paths.SST_PREFIX))
+        try:
+            self.multi_scan(bounds)
+        finally:
+            armed[0] = False
+
+
 TestModelFile = FileModel.TestCase
 TestModelFile.settings = MODEL_RUN
 TestModelMemory = MemoryModel.TestCase
 TestModelMemory.settings = MODEL_RUN
+TestModelUploadsInFlight = UploadsInFlightModel.TestCase
+TestModelUploadsInFlight.settings = MODEL_RUN
 
 
 # --- a large, deterministic round trip ---------------------------------------------------------

@@ -2,8 +2,10 @@
 
 A model: over random puts, deletes, range deletes, values with a time to live, uploads,
 commits (inline and uploaded) and compactions, ``multi_scan(ranges)`` equals ``scan`` of each
-range, concatenated. And a count: ranges that fall in the same blocks read those blocks once,
-where one ``scan`` per range reads them again.
+range, concatenated. The same with uploads in flight (:mod:`heldupload`): frozen memtables whose
+uploads finish in any order, some of them while the ``multi_scan`` reads. And a count: ranges
+that fall in the same blocks read those blocks once, where one ``scan`` per range reads them
+again.
 """
 
 from __future__ import annotations
@@ -12,9 +14,13 @@ import random
 
 import pytest
 import silt
+from heldupload import HeldUploads
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from silt import paths
 from silt.errors import InvalidArgumentError, InvalidTypeError
+from silt.testing import FaultyStore
+from silt.tiers.memory import MemoryStore
 
 T0 = 1_700_000_000_000
 
@@ -102,6 +108,63 @@ def test_the_model_saw_every_shape_of_tree() -> None:
     if not seen_shapes:
         test_multi_scan_equals_a_scan_per_range()
     assert all(seen_shapes.get(k) for k in ("levels", "l0", "inline", "tombstones")), seen_shapes
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_multi_scan_equals_a_scan_per_range_while_uploads_finish(seed: int) -> None:
+    """Each round overwrites the keys in several frozen memtables whose uploads are held, lets
+    some finish in a random order (an older part still uploading, a newer one done), and lets
+    others finish from inside the ``multi_scan`` (at its first block read, after it looked at
+    the parts): every range reads the newest value, as ``scan`` and the model do."""
+    rng = random.Random(seed)
+    store = FaultyStore(MemoryStore(None))
+    held = HeldUploads(store, limit=6)
+    settings_ = small(memtable_bytes=rng.choice([300, 700]), block_cache_bytes=0,
+                      inline_delta_bytes=0, upload_parallelism=8, max_pending_flushes=64)
+    model: dict[bytes, bytes] = {}
+    mid_read = 0
+    with silt.open("memory://held", store=store, settings=settings_) as db, held:
+        for i in range(0, 200, 3):  # a committed base under the parts: an SST to read
+            db.put(key(i), b"base-%d" % i)
+            model[key(i)] = b"base-%d" % i
+        db.commit()
+        for round_ in range(4):
+            held.holding = True
+            for gen in range(rng.randrange(2, 6)):
+                for i in rng.sample(range(200), 40):
+                    v = b"r%d-g%d-%d" % (round_, gen, i)
+                    db.put(key(i), v)
+                    model[key(i)] = v
+            held.settle(db)
+            # Some finish now, in any order; of the rest, some (in the first round, all)
+            # finish once the multi_scan has looked at the parts.
+            n = len(held.held)
+            for _ in range(rng.randrange(n + 1) if round_ else rng.randrange(max(n, 1))):
+                held.release(db, rng.randrange(1 << 16))
+            later = rng.randrange(len(held.held) + 1) if round_ else len(held.held)
+            finished: list[str] = []
+            armed = [later > 0]
+
+            def finish_some(op: str, k: str, n: int = later, armed: list[bool] = armed,
+                            finished: list[str] = finished) -> None:
+                if armed[0]:
+                    armed[0] = False
+                    finished.extend(held.release(db, rng.randrange(1 << 16)) for _ in range(n))
+
+            store.on_call("get_range", finish_some, times=1,
+                          predicate=lambda k: k.startswith(paths.SST_PREFIX))
+            ranges = ranges_of(rng, rng.randrange(1, 25))
+            got = db.multi_scan(ranges)
+            armed[0] = False  # no block read: the uploads go below
+            mid_read += bool(finished)
+            want = [kv for s, e in ranges for kv in db.scan(s, e)]
+            assert want == [(k, v) for s, e in ranges for k, v in sorted(model.items())
+                            if s <= k < e]
+            assert got == want, (round_, finished)
+            held.release_all(db)
+            if rng.random() < 0.5:
+                db.commit()
+    assert mid_read, "no upload finished inside a multi_scan"
 
 
 def test_ranges_in_the_same_blocks_read_them_once(file_url: str) -> None:

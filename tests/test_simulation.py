@@ -75,6 +75,8 @@ ONE = os.environ.get("SILT_SIM_SEED")
 ADVANCE = os.environ.get("SILT_SIM_ADVANCE") == "1"
 T0 = 1_700_000_000_000
 KEYS = [b"k%02d" % i for i in range(24)]
+#: Ranges a reader reads with one ``multi_scan``: single keys, spans and a gap.
+PROBES = [(b"k00", b"k03"), (b"k05", b"k05\x00"), (b"k07", b"k12"), (b"k2", b"k3")]
 
 Records = dict[bytes, tuple[bytes, int | None]]  # key -> (value, expire_at_ms or None)
 
@@ -437,6 +439,7 @@ class World:
                 self.trace(f"  reader checkpoint refused: {exc!r}"[:120])
         try:
             got = dict(db.scan())
+            probes = db.multi_scan(PROBES)  # as the stream-stream join reads
         except NotFoundError as exc:
             if "garbage collection" not in str(exc).lower():
                 raise SimFailure(f"a reader's NotFoundError does not say why: {exc}") from exc
@@ -446,6 +449,8 @@ class World:
         else:
             if want is not None and got != live(want, self.clock.now_ms()):
                 raise SimFailure(f"reader at version {db.version} reads wrong")
+            if probes != [(k, v) for s, e in PROBES for k, v in got.items() if s <= k < e]:
+                raise SimFailure(f"reader at version {db.version}: multi_scan differs from scan")
         if self.rng.random() < 0.5:
             db.close()
             self.reader = None

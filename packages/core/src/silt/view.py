@@ -215,7 +215,13 @@ class ReadView:
         read once per call, the missing ones as runs of adjacent blocks (``fetch``, as
         ``multi_get`` reads them), before any range is merged."""
         tombs = self.tombs
-        # (reader, seq, its blocks by index), newest first: uploading parts, L0, then levels
+        # The parts newest first, each looked at once, as get_below and scan do: a memtable, or
+        # (once uploaded) its SST prefetched. Uploads finish out of order and at any moment, so
+        # a part must be read as it was when looked at, at its own place in the order: looking
+        # again per range would skip a part whose upload finished in between, and putting every
+        # memtable ahead of every SST would let an older part still uploading shadow a newer one.
+        upper: list[Memtable | tuple[SstReader, int, dict[int, Any]]] = []
+        # (reader, seq, its blocks by index), newest first: L0, then the levels
         ssts: list[tuple[SstReader, int, dict[int, Any]]] = []
         runs: list[list[tuple[SstReader, int, dict[int, Any]]]] = []
 
@@ -240,8 +246,8 @@ class ReadView:
             return reader, seq, dict(zip(idx, fetch(reader, idx))) if idx else {}
 
         for part in reversed(self.parts):
-            if part.memtable is None:
-                ssts.append(prefetch(part.reader, part.seq))  # type: ignore[arg-type]
+            mem = part.memtable  # the uploader sets reader before it clears memtable
+            upper.append(mem if mem is not None else prefetch(part.reader, part.seq))  # type: ignore[arg-type]
         for reader in self.l0:
             ssts.append(prefetch(reader, reader.info.seq))  # type: ignore[union-attr]
         for level in self.levels:
@@ -251,19 +257,22 @@ class ReadView:
             sources: list[Iterator[tuple[bytes, object]]] = [self.mem.iter_range(start, end)]
             # Only tombstones meeting this range can delete what it reads (the ranges are
             # narrow: a join's probes): a source without a newer one there is not masked.
-            for part in reversed(self.parts):
-                mem = part.memtable
-                if mem is not None:
-                    it = mem.iter_range(start, end)
-                    masked = tombs and tombs.newer_within(start, end, part.seq)
-                    sources.append(tombs.mask(it, part.seq, False) if masked else it)
-            for reader, seq, blocks in ssts:
-                info = reader.info
-                if info.largest < start or info.smallest >= end:  # type: ignore[union-attr]
-                    continue
-                it = _prefetched(reader, blocks, start, end)
+            for part, src in zip(reversed(self.parts), upper):
+                if isinstance(src, Memtable):
+                    it = src.iter_range(start, end)
+                    seq = part.seq
+                else:
+                    it = _prefetched_within(src, start, end)
+                    if it is None:
+                        continue
+                    seq = src[1]
                 masked = tombs and tombs.newer_within(start, end, seq)
                 sources.append(tombs.mask(it, seq, False) if masked else it)
+            for sst in ssts:
+                it = _prefetched_within(sst, start, end)
+                if it is not None:
+                    masked = tombs and tombs.newer_within(start, end, sst[1])
+                    sources.append(tombs.mask(it, sst[1], False) if masked else it)
             for run in runs:
                 chosen = [x for x in run
                           if not (x[0].info.largest < start or x[0].info.smallest >= end)]  # type: ignore[union-attr]
@@ -481,6 +490,17 @@ def _prefetched(reader: SstReader, blocks: dict[int, Any], start: bytes,
         if last_keys[i] >= end:
             return
         i += 1
+
+
+def _prefetched_within(sst: tuple[SstReader, int, dict[int, Any]], start: bytes,
+                       end: bytes) -> Iterator[tuple[bytes, object]] | None:
+    """:func:`_prefetched` of a prefetched SST ``(reader, seq, blocks)``, or ``None`` when its
+    key range misses ``[start, end)``."""
+    reader, _seq, blocks = sst
+    info = reader.info
+    if info.largest < start or info.smallest >= end:  # type: ignore[union-attr]
+        return None
+    return _prefetched(reader, blocks, start, end)
 
 
 def _chain_masked(run: list[tuple[SstReader, int, dict[int, Any]]], start: bytes, end: bytes,

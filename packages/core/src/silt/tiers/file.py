@@ -72,7 +72,7 @@ from ..tierkit import (
     validate_key,
 )
 from .fdcache import FDS, MAX_OPEN
-from .mapping import map_file
+from .mapping import map_file, read_map
 
 #: Name of the directory under the root that holds writes in flight. Never a valid first key
 #: segment, never listed.
@@ -484,8 +484,8 @@ class FileStore(ObjectStore):
 
     def direct_reader(self, key: str) -> Callable[[int, int], bytes | memoryview] | None:
         """A ranged reader of ``key`` for the SST reader's block reads (see
-        :meth:`ObjectStore.direct_reader`): a slice of the file's read-only memory map
-        (:mod:`silt.tiers.mapping`: no copy; ``pread`` where the file cannot be mapped) through
+        :meth:`ObjectStore.direct_reader`): a copy out of the file's memory map once its size is
+        checked (:func:`~silt.tiers.mapping.read_map`; else ``pread``: damage is corruption) through
         the process's cached descriptor, with a lenient check that the file still has a name
         (:mod:`silt.tiers.fdcache`: a delete made through any store of this process is seen at
         once, one by another process within ``RECHECK_SECONDS``). Without a cached descriptor
@@ -511,8 +511,10 @@ class FileStore(ObjectStore):
                     # Two threads may both map: one map is kept, the other is unmapped when
                     # its last slice goes.
                     view = entry.view = map_file(entry.fd) or False
+                if view and (data := read_map(view, entry.fd, start, length)) is not None:
+                    return data
                 if view:
-                    return view[start:start + length]
+                    entry.view = False  # the file shrank (damage): pread it, never the map
                 data = pread(entry.fd, length, start)
                 if len(data) < length and data:
                     data += _read_fully(entry.fd, start + len(data), length - len(data))
