@@ -47,7 +47,7 @@ from typing import Any
 
 from silt.errors import InvalidArgumentError, InvalidTypeError
 
-from . import _api, _codec, _initial, _keys, _layout, _rewrite, _schema, _shard
+from . import _api, _codec, _handover, _initial, _keys, _layout, _rewrite, _schema, _shard
 from ._layout import KG_COLUMN, PARTITION_COLUMN
 from ._prefetch import BatchState
 from ._shard import ShardTask, check_key_groups
@@ -197,8 +197,10 @@ class StatefulProcessor:
     ) -> Iterator[Any]:
         """Called once per timer of ``key`` that is due, after the batch's input rows.
 
-        State variables and timer calls act on ``key`` here, as in ``handleInputRows``. The
-        timer is already removed; register another one to fire again. Output rows are yielded
+        State variables and timer calls act on ``key`` here, as in ``handleInputRows``. As in
+        PySpark, the timer is removed when the handler returns: ``listTimers()`` lists it
+        during the call, and registering it again there does not keep it; register another
+        timestamp to fire again. Output rows are yielded
         as from ``handleInputRows``. Spark runs every shard in every micro-batch, so a timer
         fires even when its shard gets no rows (see ``heartbeat`` for idle streams).
 
@@ -281,9 +283,19 @@ class _State:
         self._state_name = name
         #: The variable's schema codec (None: declared without a schema, values self-describing).
         self._codec: _schema.VarCodec | None = handle._codecs.get(name)
+        codec = self._codec
+        #: Decoded values as PySpark's state clients return them (None: as decoded).
+        self._view = _handover.state_view(codec.versions[-1] if codec and codec.typed else None)
 
     def _key(self) -> bytes:
-        return self._handle._require_key() + self._name
+        handle = self._handle
+        if self._state_name not in handle._live:
+            raise RuntimeError(
+                f"state {self._state_name!r} was deleted by handle.deleteIfExists after it was "
+                "declared, so it cannot be used (PySpark: 'not initialized'); declare it again "
+                "after the delete to use it"
+            )
+        return handle._require_key() + self._name
 
     def _put(self, key: bytes, value: bytes) -> None:
         handle = self._handle
@@ -302,7 +314,9 @@ class _State:
         if raw is None:
             return None
         codec = self._codec
-        return _codec.decode(raw) if codec is None else codec.decode(raw)
+        value = _codec.decode(raw) if codec is None else codec.decode(raw)
+        view = self._view
+        return value if view is None else view(value)
 
     def _delete(self, key: bytes) -> None:
         task = self._handle._task
@@ -554,6 +568,8 @@ class StatefulProcessorHandle:
         self._kg = 0
         self._enc = b""
         self._names: dict[str, type] = {}
+        #: Names declared in init and not deleted by deleteIfExists since (usable variables).
+        self._live: set[str] = set()
         #: Smallest timer registered since the last reset (keeps the shard's timer bound).
         self._registered_min: int | None = None
         #: The batch's state, read ahead by :meth:`_prefetch` (silt_spark._prefetch).
@@ -602,6 +618,7 @@ class StatefulProcessorHandle:
                 f"state {name!r} is already a {have.__name__}; each name has one kind"
             )
         self._names[name] = kind
+        self._live.add(name)
 
     def _declare(self, name: str, kind: type, key_schema: Any, schema: Any) -> None:
         """Record a declaration (driver), or check that the query recorded one (tasks)."""
@@ -717,8 +734,15 @@ class StatefulProcessorHandle:
         ...         self.count = handle.getValueState("count", "n long")
         """
         _name_bytes(stateName)
+        self._live.discard(stateName)
         if self._declared is not None:
-            self._declared[stateName] = [None, None, None, True]
+            have = self._declared.get(stateName)
+            if have is not None and have[0] is not None:
+                # declared, then deleted (as PySpark's own test processors do): the variable
+                # keeps its schema, and its state starts over in every batch
+                have[3] = True
+            else:
+                self._declared[stateName] = [None, None, None, True]
             return
         task = self._task
         if stateName in self._deleted:
@@ -865,80 +889,6 @@ class ExpiredTimerInfo:
         return self._expiry
 
 
-class _Output:
-    """Collects what ``handleInputRows`` returns: pandas DataFrames (PySpark's shape), Arrow
-    tables or record batches, and single rows as tuples (in ``output_schema`` order, PySpark
-    ``Row`` included) or dicts. Rows skip pandas entirely: the fast path for one row per key."""
-
-    def __init__(self, arrow_schema: Any) -> None:
-        self.schema = arrow_schema
-        self.frames: list[Any] = []
-        self.tables: list[Any] = []
-        self.tuples: list[tuple] = []
-        self.dicts: list[dict] = []
-
-    def add(self, result: Any) -> None:
-        import pandas as pd
-        import pyarrow as pa
-
-        if result is None:
-            return
-        if isinstance(result, (pd.DataFrame, pa.Table, pa.RecordBatch, tuple, dict)):
-            result = (result,)
-        for item in result:
-            if isinstance(item, tuple):  # includes pyspark.sql.Row
-                self.tuples.append(item)
-            elif isinstance(item, dict):
-                self.dicts.append(item)
-            elif isinstance(item, pd.DataFrame):
-                if len(item):
-                    self.frames.append(item)
-            elif isinstance(item, (pa.Table, pa.RecordBatch)):
-                if item.num_rows:
-                    self.tables.append(item)
-            elif item is not None:
-                raise TypeError(
-                    "handleInputRows must yield pandas DataFrames, Arrow tables or record "
-                    f"batches, tuples or dicts, got {type(item).__name__}"
-                )
-
-    def batches(self) -> Iterator[Any]:
-        import pandas as pd
-        import pyarrow as pa
-
-        schema = self.schema
-        names = schema.names
-        parts = []
-        if self.frames:
-            pdf = pd.concat(self.frames, ignore_index=True)
-            missing = [n for n in names if n not in pdf.columns]
-            if missing:
-                raise ValueError(
-                    f"handleInputRows returned DataFrames without the output columns {missing}; "
-                    f"output_schema has {names}"
-                )
-            parts.append(pa.Table.from_pandas(pdf[names], schema=schema, preserve_index=False))
-        if self.tuples:
-            width = {len(t) for t in self.tuples}
-            if width != {len(names)}:
-                raise ValueError(
-                    f"handleInputRows yielded tuples of length {sorted(width)}; output_schema "
-                    f"has {len(names)} columns {names}"
-                )
-            cols = [list(c) for c in zip(*self.tuples)]
-            parts.append(pa.Table.from_arrays(
-                [pa.array(c, type=f.type) for c, f in zip(cols, schema)], schema=schema
-            ))
-        if self.dicts:
-            parts.append(pa.Table.from_pylist(self.dicts, schema=schema))
-        for t in self.tables:
-            if isinstance(t, pa.RecordBatch):
-                t = pa.Table.from_batches([t])
-            parts.append(t.select(names).cast(schema))
-        for t in parts:
-            yield from t.to_batches(max_chunksize=65536)
-
-
 @dataclass(frozen=True)
 class TimeConfig:
     """Time handling of a processor operator (plain data, shipped to the tasks)."""
@@ -1009,7 +959,7 @@ def process_partition(
     processor: Any,
     key_columns: list[str],
     output_schema: Any,
-    rows_format: str = "pandas",
+    rows_format: Any = "pandas",
     time: TimeConfig = TimeConfig(),
     schemas: dict[str, Any] | None = None,
     initial: str | None = None,
@@ -1020,15 +970,17 @@ def process_partition(
     ``initial`` is the staging id of the query's initial state (``_initial.py``): in
     micro-batch 0 the shard's initial rows go to ``handleInitialState`` per key first.
 
-    ``rows_format`` is ``"pandas"`` (PySpark's shape: an iterator of DataFrames per key) or
-    ``"arrow"`` (an iterator of ``pyarrow.Table`` slices: much cheaper per key). Spark runs this
+    ``rows_format`` (a name or a ``_handover.RowsFormat``) is ``"pandas"`` (PySpark's shape:
+    an iterator of DataFrames per key, with Spark's dtypes), ``"row"`` (an iterator of
+    ``pyspark.sql.Row``, as PySpark's ``transformWithState``) or ``"arrow"`` (an iterator of
+    ``pyarrow.Table`` slices: much cheaper per key). Spark runs this
     for every partition, empty ones included, so timers fire even in batches that bring the
     shard no rows. Heartbeat rows (key group ``-1``) only make a batch happen; they are dropped.
     """
-    import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    fmt = _handover.RowsFormat.of(rows_format)
     batches = list(batches)
     table = pa.Table.from_batches(batches) if batches else None
     if table is not None and table.num_rows:
@@ -1058,12 +1010,15 @@ def process_partition(
         task.meta_updates[META_WATERMARK] = str(watermark)  # for inspection, if it commits
     handle = StatefulProcessorHandle(task, time.mode, schemas)
     processor.init(handle)
-    output = _Output(output_schema)
+    output = _handover.Output(output_schema, fmt.pandas)
     add = output.add
+    if fmt.name == "row":
+        def add(result: Any) -> None:
+            output.add(_handover.row_output(result))
     bound = next_timer
     try:
         if init_rows is not None:
-            _initial_state(handle, processor, init_rows, key_columns, rows_format, timer_values)
+            _initial_state(handle, processor, init_rows, key_columns, fmt, timer_values)
         if time.mode == "eventtime":
             # Timers the watermark passed before this batch fire before its rows, as in Spark,
             # where they fire in the no-data batch that follows the watermark's move.
@@ -1086,29 +1041,15 @@ def process_partition(
                         task.changed = True
                     rows = table.num_rows
         if rows:
-            data = table.drop_columns([KG_COLUMN])
-            keys_pdf = table.select(key_columns).to_pandas()
-            codes = keys_pdf.groupby(key_columns, sort=False, dropna=False).ngroup().to_numpy()
-            order = np.argsort(codes, kind="stable")
-            sorted_codes = codes[order]
-            starts = np.flatnonzero(np.r_[True, sorted_codes[1:] != sorted_codes[:-1]])
-            ends = np.r_[starts[1:], len(order)]
-            first_rows = pa.array(order[starts])
-            key_values = [table[c].take(first_rows).to_pylist() for c in key_columns]
-            kgs = table[KG_COLUMN].take(first_rows).to_pylist()
-            sorted_rows = data.take(pa.array(order))
-            if rows_format != "arrow":
-                sorted_rows = sorted_rows.to_pandas()
-            arrow = rows_format == "arrow"
+            groups = _handover.KeyGroups(table, key_columns, KG_COLUMN)
+            groups.prepare(fmt)
             bind = handle._bind
-            keys = list(zip(*key_values))
-            encoded = list(map(_codec.encode, keys))
-            handle._prefetch(zip(kgs, encoded))  # no state read below waits on the store
-            for i, key in enumerate(keys):
-                bind(kgs[i], encoded[i])
-                a, b = int(starts[i]), int(ends[i])
-                sub = sorted_rows.slice(a, b - a) if arrow else sorted_rows.iloc[a:b]
-                add(processor.handleInputRows(key, iter((sub,)), timer_values))
+            encoded = list(map(_codec.encode, groups.keys))
+            handle._prefetch(zip(groups.kgs, encoded))  # no state read below waits on the store
+            for i in range(len(groups)):
+                bind(groups.kgs[i], encoded[i])
+                add(processor.handleInputRows(groups.user_key(i), iter(groups.rows(i)),
+                                              timer_values))
             handle._prefix = None
         if timers_on:
             bound = _fire_timers(task, handle, processor, timer_values, threshold, bound, add)
@@ -1124,38 +1065,24 @@ def process_partition(
 
 def _initial_state(
     handle: StatefulProcessorHandle, processor: Any, table: Any, key_columns: list[str],
-    rows_format: str, timer_values: TimerValues,
+    fmt: _handover.RowsFormat, timer_values: TimerValues,
 ) -> None:
-    """Call ``processor.handleInitialState(key, rows, timerValues)`` once per key of the
-    shard's initial rows (what it returns is ignored, as in PySpark); a processor without the
-    method ignores its initial state, as in PySpark."""
-    import numpy as np
-    import pyarrow as pa
-
+    """Call ``processor.handleInitialState(key, rows, timerValues)`` per key of the shard's
+    initial rows, as PySpark does: once per DataFrame chunk (``"pandas"``), per ``Row``
+    (``"row"``) or once with the key's Arrow table (``"arrow"``). What it returns is ignored,
+    as in PySpark; a processor without the method ignores its initial state, as in PySpark."""
     fn = getattr(processor, "handleInitialState", None)
     if fn is None or not table.num_rows:
         return
-    keys_pdf = table.select(key_columns).to_pandas()
-    codes = keys_pdf.groupby(key_columns, sort=False, dropna=False).ngroup().to_numpy()
-    order = np.argsort(codes, kind="stable")
-    sorted_codes = codes[order]
-    starts = np.flatnonzero(np.r_[True, sorted_codes[1:] != sorted_codes[:-1]])
-    ends = np.r_[starts[1:], len(order)]
-    first_rows = pa.array(order[starts])
-    key_values = [table[c].take(first_rows).to_pylist() for c in key_columns]
-    kgs = table[KG_COLUMN].take(first_rows).to_pylist()
-    data = table.drop_columns([KG_COLUMN]).take(pa.array(order))
-    arrow = rows_format == "arrow"
-    if not arrow:
-        data = data.to_pandas()
-    keys = list(zip(*key_values))
-    encoded = list(map(_codec.encode, keys))
-    handle._prefetch(zip(kgs, encoded))
-    for i, key in enumerate(keys):
-        handle._bind(kgs[i], encoded[i])
-        a, b = int(starts[i]), int(ends[i])
-        sub = data.slice(a, b - a) if arrow else data.iloc[a:b].reset_index(drop=True)
-        fn(key, sub, timer_values)
+    groups = _handover.KeyGroups(table, key_columns, KG_COLUMN)
+    groups.prepare(fmt)
+    encoded = list(map(_codec.encode, groups.keys))
+    handle._prefetch(zip(groups.kgs, encoded))
+    for i in range(len(groups)):
+        handle._bind(groups.kgs[i], encoded[i])
+        key = groups.user_key(i)
+        for part in groups.rows(i):
+            fn(key, part, timer_values)
     handle._prefix = None
 
 
@@ -1182,12 +1109,14 @@ def _fire_timers(
             handle._prefetch((kg, enc) for _, kg, enc in due)
         for expiry, kg, enc in due:
             handle._bind(kg, enc)
+            if fire is not None:
+                # As PySpark: the timer is removed once its handler is done, so listTimers()
+                # in the handler lists it (and registering it again there does not keep it).
+                add(fire(decode(enc), timer_values, ExpiredTimerInfo(expiry)))
             db.delete(handle._prefix + TIMER_MARK + _timer_bytes(expiry))
             db.delete(_due_key(kg, expiry, enc))
             task.changed = True
             handle._state.timer_deleted(handle._prefix, expiry)
-            if fire is not None:
-                add(fire(decode(enc), timer_values, ExpiredTimerInfo(expiry)))
         handle._prefix = None
         again = handle._registered_min
         handle._registered_min = None
@@ -1287,9 +1216,15 @@ def transform_with_state(
         ``secret_access_key``... for ``s3://``; see docs/spark.md): passed with the job to the
         executors, never shown. ``spark.silt.storage.<name>`` in the Spark conf sets them too;
         this argument wins.
-    rows_format : {"pandas", "arrow"}, default "pandas"
-        What ``handleInputRows`` receives: an iterator of pandas DataFrames (PySpark's shape)
-        or of ``pyarrow.Table`` slices (far cheaper per key when keys have few rows).
+    rows_format : {"pandas", "row", "arrow"}, default "pandas"
+        What ``handleInputRows`` receives. ``"pandas"``: an iterator of pandas DataFrames as
+        ``transformWithStateInPandas`` gives them (Spark's dtypes, e.g. timestamps as naive
+        ``datetime64[ns]`` in ``spark.sql.session.timeZone``, at most
+        ``spark.sql.execution.arrow.maxRecordsPerBatch`` rows per frame). ``"row"``: an
+        iterator of ``pyspark.sql.Row`` as ``transformWithState`` gives them; the processor
+        yields Rows (matched to ``output_schema`` by field name) and ``handleInitialState`` is
+        called once per initial Row. ``"arrow"``: ``pyarrow.Table`` slices (far cheaper per
+        key when keys have few rows).
     time_mode : {"none", "processingtime", "eventtime"}, default "none"
         What timers registered with ``handle.registerTimer`` mean (case-insensitive, as
         PySpark's ``timeMode``). Due timers call ``processor.handleExpiredTimer(key,
@@ -1364,10 +1299,12 @@ def transform_with_state(
                 f"processor must have a {method}() method (see StatefulProcessor)"
             )
     struct = _api._struct(output_schema)
-    if rows_format not in ("pandas", "arrow"):
+    if rows_format not in _handover.FORMATS:
         raise InvalidArgumentError(
-            f"rows_format must be 'pandas' or 'arrow', got {rows_format!r}"
+            f"rows_format must be one of {_handover.FORMATS} ('row' for processors written for "
+            f"PySpark's transformWithState, which take and yield Rows), got {rows_format!r}"
         )
+    fmt = _handover.RowsFormat.for_session(rows_format, df.sparkSession)
     time_cfg = _time_config(df, time_mode, event_time_column, watermark_delay)
     init_df = None if initial_state is None else _initial.check(initial_state, df, keys)
     spec = _api._spec(
@@ -1399,7 +1336,7 @@ def transform_with_state(
 
     def process(task: _shard.ShardTask, batches: Any) -> Any:
         return process_partition(
-            task, batches, processor, keys, arrow_schema, rows_format, time_cfg, registry,
+            task, batches, processor, keys, arrow_schema, fmt, time_cfg, registry,
             staging,
         )
 
