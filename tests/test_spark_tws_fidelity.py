@@ -188,3 +188,124 @@ def test_row_processor_with_initial_state_gives_sparks_output(rocksdb, tmp_path)
     assert sum(int(w.split(":")[1]) for w in want["what"]) == sum(len(b) for b in batches)
     pd.testing.assert_frame_equal(_sorted(got), _sorted(want), check_dtype=False,
                                   obj="Row processor, silt 2 -> 3 shards")
+
+
+# --- the class: every column type, nulls in some keys' rows, another session time zone --------
+
+TYPES = ("user string, n32 int, f32 float, flag boolean, d date, ts timestamp, "
+         "ntz timestamp_ntz, dec decimal(10,2), bin binary, ln long, arr array<int>")
+
+
+class Handed(SparkProcessor):
+    """Reports what each key was handed: its key's types, each frame's dtypes, index and
+    values (pandas), or each Row (``transformWithState``)."""
+
+    def init(self, handle):
+        pass
+
+    def handleInputRows(self, key, rows, timerValues):
+        seen = []
+        for part in rows:
+            if isinstance(part, pd.DataFrame):
+                seen.append(f"{dict(part.dtypes.astype(str))} {list(part.index)} "
+                            f"{[repr(v) for v in part.itertuples(index=False)]}")
+            else:
+                seen.append(repr(part))
+        what = f"{[type(k).__name__ for k in key]} {seen}"
+        if isinstance(part, pd.DataFrame):
+            yield pd.DataFrame({"user": [key[0]], "what": [what], "ms": [len(seen)]})
+        else:
+            yield Row(user=key[0], what=what, ms=len(seen))
+
+
+def _typed_rows(seed: int):
+    import datetime as dt
+    import decimal
+    import random
+
+    import pyarrow as pa
+
+    rng = random.Random(seed)
+    rows = []
+    for k in range(14):
+        nulls = rng.random() < 0.5  # some keys have nulls in their rows, some none
+        for _ in range(rng.randint(1, 4)):
+            def v(x, nulls=nulls):
+                return None if nulls and rng.random() < 0.4 else x
+            ts = dt.datetime(2024, 3, 10, 9, 30, tzinfo=dt.UTC) + dt.timedelta(
+                seconds=rng.randrange(10**6), microseconds=rng.randrange(10**6))
+            rows.append({
+                # no nulls in int and boolean columns: Spark picks their dtype (int64 or
+                # float64, bool or object) by its whole Arrow batch, rows of other keys included
+                "user": f"u{k}", "n32": rng.randrange(-99, 99), "f32": v(rng.random()),
+                "flag": rng.random() < 0.5, "d": v(dt.date(2024, 1, 1) + dt.timedelta(
+                    days=rng.randrange(900))), "ts": v(ts), "ntz": v(ts.replace(tzinfo=None)),
+                "dec": v(decimal.Decimal(rng.randrange(-10**6, 10**6)) / 100),
+                "bin": v(bytes(rng.randrange(256) for _ in range(3))),
+                "ln": rng.randrange(-10**12, 10**12),
+                "arr": v([rng.randrange(9) for _ in range(rng.randrange(3))]),
+            })
+    schema = pa.schema([
+        ("user", pa.string()), ("n32", pa.int32()), ("f32", pa.float32()),
+        ("flag", pa.bool_()), ("d", pa.date32()), ("ts", pa.timestamp("us", tz="UTC")),
+        ("ntz", pa.timestamp("us")), ("dec", pa.decimal128(10, 2)), ("bin", pa.binary()),
+        ("ln", pa.int64()), ("arr", pa.list_(pa.int32())),
+    ])
+    return pa.Table.from_pylist(rows, schema=schema)
+
+
+def test_every_type_reaches_user_code_as_spark_hands_it(rocksdb, tmp_path):
+    """Two batches of many column types (nulls in some keys' rows only), in a session time
+    zone other than UTC, with a small maxRecordsPerBatch (a key's rows in several frames):
+    pandas frames and Rows as Spark hands them, through silt at 2 shards."""
+    import pyarrow.parquet as pq
+
+    spark = rocksdb
+    src = tmp_path / "typed"
+    src.mkdir()
+    for i in range(2):
+        pq.write_table(_typed_rows(i), src / f"part-{i}.parquet")
+    settings = {"spark.sql.session.timeZone": "America/Los_Angeles",
+                "spark.sql.execution.arrow.maxRecordsPerBatch": "3"}
+    old = {k: spark.conf.get(k) for k in settings}
+    outputs: dict[str, list] = {}
+    try:
+        for k, v in settings.items():
+            spark.conf.set(k, v)
+
+        def stream():
+            return spark.readStream.schema(TYPES).option("maxFilesPerTrigger", 1).parquet(
+                str(src))
+
+        queries = {
+            "spark-pandas": stream().groupBy("user").transformWithStateInPandas(
+                Handed(), OUT, "Append", "None"),
+            "spark-row": stream().groupBy("user").transformWithState(
+                Handed(), OUT, "Append", "None"),
+            "silt-pandas": silt_spark.transform_with_state(
+                stream(), Handed(), ["user"], OUT, (tmp_path / "p").as_uri(), 2),
+            "silt-row": silt_spark.transform_with_state(
+                stream(), Handed(), ["user"], OUT, (tmp_path / "r").as_uri(), 2,
+                rows_format="row"),
+        }
+        for name, df in queries.items():  # one at a time: Spark's TWS workers start slowly
+            out = outputs.setdefault(name, [])
+            q = df.writeStream.foreachBatch(
+                lambda d, _, out=out: out.extend(map(tuple, d.collect()))
+            ).option("checkpointLocation", str(tmp_path / f"chk-{name}")).start()
+            try:
+                q.processAllAvailable()
+            finally:
+                q.stop()
+    finally:
+        for k, v in old.items():
+            spark.conf.set(k, v)
+    for fmt in ("pandas", "row"):
+        want = sorted(outputs[f"spark-{fmt}"])
+        assert len(want) == 28, fmt  # 14 keys in each of 2 batches
+        assert sorted(outputs[f"silt-{fmt}"]) == want, fmt
+    text = " ".join(w for _, w, _ in outputs["spark-pandas"])
+    # the dtypes this compares: naive ns timestamps, per-key dtypes, frames of <= 3 rows
+    assert all(t in text for t in ("datetime64[ns]", "int64", "NaT", "Timestamp(", "date("))
+    assert "UTC" not in text and "datetime64[us" not in text
+    assert any(ms > 1 for _, _, ms in outputs["spark-pandas"])

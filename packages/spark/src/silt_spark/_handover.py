@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._spark_pandas import PandasConf, chunks, key_of, to_arrow, to_frame
+from ._spark_pandas import PandasConf, chunks, key_of, to_arrow
 
 FORMATS = ("pandas", "arrow", "row")
 
@@ -50,7 +50,7 @@ class KeyGroups:
     """The rows of ``table`` grouped by the values of ``key_columns`` (stable within a key).
 
     ``keys[i]`` is key ``i``'s values as Python objects from Arrow (what the state is keyed
-    by), ``kgs[i]`` its key group; :meth:`rows` gives its rows in a format."""
+    by), ``kgs[i]`` its key group; :meth:`handed` gives it and its rows in a format."""
 
     def __init__(self, table: Any, key_columns: list[str], kg_column: str) -> None:
         import numpy as np
@@ -66,10 +66,9 @@ class KeyGroups:
         first_rows = pa.array(order[starts])
         self.keys = list(zip(*(table[c].take(first_rows).to_pylist() for c in key_columns)))
         self.kgs = table[kg_column].take(first_rows).to_pylist()
-        self.key_columns = key_columns
         self.data = table.drop_columns([kg_column]).take(pa.array(order))
+        self._positions = [self.data.column_names.index(c) for c in key_columns]
         self._fmt: str | None = None
-        self._frame: Any = None
         self._pylists: list[list[Any]] = []
         self._row: Any = None
 
@@ -77,35 +76,26 @@ class KeyGroups:
         return len(self.keys)
 
     def prepare(self, fmt: RowsFormat) -> None:
-        """Convert the rows once for ``fmt`` (before :meth:`rows` and :meth:`user_key`)."""
+        """Get ready to hand rows over in ``fmt`` (before :meth:`handed`)."""
         self._fmt = fmt.name
         self._conf = fmt.pandas
-        if fmt.name == "pandas":
-            self._frame = to_frame(self.data, fmt.pandas)
-        elif fmt.name == "row":
+        if fmt.name == "row":
             from pyspark.sql import Row
 
             self._pylists = [c.to_pylist() for c in self.data.columns]
             self._row = Row(*self.data.column_names)
 
-    def _frame_of(self, i: int) -> Any:
-        return self._frame.iloc[self.starts[i]:self.ends[i]]
-
-    def rows(self, i: int) -> list[Any]:
-        """Key ``i``'s rows in the prepared format: DataFrames, Rows or one Arrow slice."""
+    def handed(self, i: int) -> tuple[tuple, list[Any]]:
+        """Key ``i`` and its rows as the processor receives them in the prepared format:
+        ``(key, DataFrames)``, ``(key, Rows)`` or ``(key, [one Arrow slice])``."""
         a, b = self.starts[i], self.ends[i]
         if self._fmt == "pandas":
-            return chunks(self._frame_of(i), self._conf)
+            frames = chunks(self.data.slice(a, b - a), self._conf)
+            return key_of(frames[0], self._positions), frames
         if self._fmt == "row":
             make = self._row
-            return [make(*vals) for vals in zip(*(c[a:b] for c in self._pylists))]
-        return [self.data.slice(a, b - a)]
-
-    def user_key(self, i: int) -> tuple:
-        """Key ``i`` as the processor receives it in the prepared format."""
-        if self._fmt == "pandas":
-            return key_of(self._frame_of(i), self.key_columns)
-        return self.keys[i]
+            return self.keys[i], [make(*vals) for vals in zip(*(c[a:b] for c in self._pylists))]
+        return self.keys[i], [self.data.slice(a, b - a)]
 
 
 def row_output(result: Any) -> Any:

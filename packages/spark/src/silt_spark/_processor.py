@@ -1048,8 +1048,8 @@ def process_partition(
             handle._prefetch(zip(groups.kgs, encoded))  # no state read below waits on the store
             for i in range(len(groups)):
                 bind(groups.kgs[i], encoded[i])
-                add(processor.handleInputRows(groups.user_key(i), iter(groups.rows(i)),
-                                              timer_values))
+                key, parts = groups.handed(i)
+                add(processor.handleInputRows(key, iter(parts), timer_values))
             handle._prefix = None
         if timers_on:
             bound = _fire_timers(task, handle, processor, timer_values, threshold, bound, add)
@@ -1080,8 +1080,8 @@ def _initial_state(
     handle._prefetch(zip(groups.kgs, encoded))
     for i in range(len(groups)):
         handle._bind(groups.kgs[i], encoded[i])
-        key = groups.user_key(i)
-        for part in groups.rows(i):
+        key, parts = groups.handed(i)
+        for part in parts:
             fn(key, part, timer_values)
     handle._prefix = None
 

@@ -1,14 +1,17 @@
 """pandas frames as PySpark's ``transformWithStateInPandas`` hands them over, and back.
 
-Spark's Python worker converts each Arrow batch with its own converter
-(``pyspark.sql.conversion``) in the session time zone, then regroups the rows by key through
-``DataFrame.itertuples`` and builds each key's frames with ``pd.DataFrame(rows)``, at most
-``spark.sql.execution.arrow.maxRecordsPerBatch`` rows each. That round trip decides the dtypes
-user code sees: a timestamp is ``datetime64[ns]`` without a time zone (the session time zone's
-wall clock), a date is an ``object`` of ``datetime.date``, a narrower int is ``int64``, and a
-column's dtype depends on its key's own values (an int column with a null in that key's rows is
-``float64``, a boolean one ``object``). This module runs the same steps, with Spark's own
-converters, so a processor gets the frames it gets under Spark.
+Spark's JVM sends a partition's rows in Arrow batches of at most
+``spark.sql.execution.arrow.maxRecordsPerBatch`` rows; its Python worker converts each batch with
+its own converter (``pyspark.sql.conversion``) in the session time zone, then regroups the rows
+by key through ``DataFrame.itertuples`` and builds each frame of a key (at most that many rows)
+with ``pd.DataFrame(rows)``. Those steps decide the dtypes user code sees: a timestamp is
+``datetime64[ns]`` without a time zone (the session time zone's wall clock), a date an
+``object`` of ``datetime.date``, a narrower int ``int64``, a float ``float64``. This module runs
+the same steps with Spark's own converters, each frame converted on its own.
+
+Simplified: Spark converts a batch that may hold several keys' rows, so an int or boolean
+column with a null *anywhere in that batch* becomes ``float64``/``object`` for every key in it;
+here a frame's dtype depends on its own rows only (so it never depends on the shard count).
 
 Output frames go back through Spark's ``PandasToArrowConversion`` with the same options (a naive
 timestamp is read in the session time zone; columns are matched by name unless
@@ -60,8 +63,8 @@ class PandasConf:
 
 
 def to_frame(table: Any, conf: PandasConf) -> Any:
-    """``table`` (a ``pyarrow.Table``) as the pandas frame Spark's converter makes of it,
-    before the per-key regrouping (:func:`chunks`)."""
+    """``table`` (a ``pyarrow.Table``, one Arrow batch's rows) as the pandas frame Spark's
+    converter makes of it, before the regrouping (:func:`chunks`)."""
     import pandas as pd
     from pyspark.sql.conversion import ArrowBatchTransformer
 
@@ -72,20 +75,24 @@ def to_frame(table: Any, conf: PandasConf) -> Any:
     return pd.concat(series, axis=1)
 
 
-def chunks(frame: Any, conf: PandasConf) -> list[Any]:
-    """One key's rows of :func:`to_frame`'s frame as Spark hands them to the processor: frames
-    of at most ``max_records`` rows, each rebuilt from its rows (``pd.DataFrame(rows)``)."""
+def chunks(table: Any, conf: PandasConf) -> list[Any]:
+    """One key's rows (a ``pyarrow.Table``) as Spark hands them to the processor: one frame
+    per Arrow batch of at most ``max_records`` rows, each rebuilt from its rows
+    (``pd.DataFrame(rows)``)."""
     import pandas as pd
 
-    rows = list(frame.itertuples(index=False))
-    step = conf.max_records if conf.max_records > 0 else len(rows) or 1
-    return [pd.DataFrame(rows[i:i + step]) for i in range(0, len(rows), step)]
+    n = table.num_rows
+    step = conf.max_records if conf.max_records > 0 else n or 1
+    return [pd.DataFrame(list(to_frame(table.slice(i, step), conf).itertuples(index=False)))
+            for i in range(0, n, step)]
 
 
-def key_of(frame: Any, key_columns: list[str]) -> tuple:
-    """The grouping key Spark passes with a key's frames: the key columns' values of its first
-    row, as ``itertuples`` yields them."""
-    return tuple(next(frame[key_columns].itertuples(index=False)))
+def key_of(frame: Any, positions: list[int]) -> tuple:
+    """The grouping key Spark passes with a key's frames: the values at the key columns'
+    ``positions`` of its first row (a frame of :func:`chunks`), as ``itertuples`` yields
+    them."""
+    row = next(frame.itertuples(index=False))
+    return tuple(row[p] for p in positions)
 
 
 def to_arrow(frame: Any, schema: Any, conf: PandasConf) -> Any:
