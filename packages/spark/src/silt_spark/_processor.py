@@ -146,8 +146,8 @@ class StatefulProcessor:
         ----------
         key : tuple
             The grouping key's values, one per key column.
-        rows : iterator of pandas.DataFrame
-            The key's rows in this micro-batch (all input columns).
+        rows : iterator of pandas.DataFrame (or of pyspark.sql.Row, or pyarrow.Table)
+            The key's rows in this micro-batch (all input columns), in ``rows_format``.
         timerValues : TimerValues
             Processing time and watermark of the batch.
 
