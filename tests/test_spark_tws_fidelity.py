@@ -10,6 +10,7 @@ what they were handed (pandas dtypes, Python types of Rows, keys and state value
 
 from __future__ import annotations
 
+import itertools
 import sys
 
 import pandas as pd
@@ -218,7 +219,7 @@ class Handed(SparkProcessor):
             yield Row(user=key[0], what=what, ms=len(seen))
 
 
-def _typed_rows(seed: int):
+def _typed_rows(seed: int, int_nulls: bool = False):
     import datetime as dt
     import decimal
     import random
@@ -232,17 +233,20 @@ def _typed_rows(seed: int):
         for _ in range(rng.randint(1, 4)):
             def v(x, nulls=nulls):
                 return None if nulls and rng.random() < 0.4 else x
+
+            w = v if int_nulls else (lambda x: x)
             ts = dt.datetime(2024, 3, 10, 9, 30, tzinfo=dt.UTC) + dt.timedelta(
                 seconds=rng.randrange(10**6), microseconds=rng.randrange(10**6))
             rows.append({
-                # no nulls in int and boolean columns: Spark picks their dtype (int64 or
-                # float64, bool or object) by its whole Arrow batch, rows of other keys included
-                "user": f"u{k}", "n32": rng.randrange(-99, 99), "f32": v(rng.random()),
-                "flag": rng.random() < 0.5, "d": v(dt.date(2024, 1, 1) + dt.timedelta(
+                # no nulls in int and boolean columns against Spark: it picks their dtype
+                # (int64 or float64, bool or object) by its whole Arrow batch, other keys' rows
+                # included
+                "user": f"u{k}", "n32": w(rng.randrange(-99, 99)), "f32": v(rng.random()),
+                "flag": w(rng.random() < 0.5), "d": v(dt.date(2024, 1, 1) + dt.timedelta(
                     days=rng.randrange(900))), "ts": v(ts), "ntz": v(ts.replace(tzinfo=None)),
                 "dec": v(decimal.Decimal(rng.randrange(-10**6, 10**6)) / 100),
                 "bin": v(bytes(rng.randrange(256) for _ in range(3))),
-                "ln": rng.randrange(-10**12, 10**12),
+                "ln": w(rng.randrange(-10**12, 10**12)),
                 "arr": v([rng.randrange(9) for _ in range(rng.randrange(3))]),
             })
     schema = pa.schema([
@@ -309,3 +313,26 @@ def test_every_type_reaches_user_code_as_spark_hands_it(rocksdb, tmp_path):
     assert all(t in text for t in ("datetime64[ns]", "int64", "NaT", "Timestamp(", "date("))
     assert "UTC" not in text and "datetime64[us" not in text
     assert any(ms > 1 for _, _, ms in outputs["spark-pandas"])
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_frames_from_one_conversion_equal_sparks_steps_per_key(seed):
+    """silt converts a shard's rows once (``Frames``); each key's frames must equal those of
+    Spark's own steps on the key's rows (``chunks``): dtypes, values, index, key; nulls
+    anywhere, two time zones, keys split into several frames or not."""
+    from silt_spark import _spark_pandas as sp
+
+    table = _typed_rows(seed, int_nulls=True).sort_by("user")
+    users = table["user"].to_pylist()
+    bounds = [i for i in range(len(users) + 1)
+              if i in (0, len(users)) or users[i] != users[i - 1]]
+    for tz in ("UTC", "Asia/Kolkata"):
+        for most in (2, 10_000):
+            conf = sp.PandasConf(timezone=tz, max_records=most)
+            frames = sp.Frames(table, conf)
+            for a, b in itertools.pairwise(bounds):
+                got, want = frames.of(a, b), sp.chunks(table.slice(a, b - a), conf)
+                assert len(got) == len(want) == -(-(b - a) // most)
+                for g, w in zip(got, want):
+                    pd.testing.assert_frame_equal(g, w)
+                    assert sp.key_of(g, [0]) == sp.key_of(w, [0]) == (users[a],)

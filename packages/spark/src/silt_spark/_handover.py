@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._spark_pandas import PandasConf, chunks, key_of, to_arrow
+from ._spark_pandas import Frames, PandasConf, key_of, to_arrow
 
 FORMATS = ("pandas", "arrow", "row")
 
@@ -71,6 +71,7 @@ class KeyGroups:
         self._fmt: str | None = None
         self._pylists: list[list[Any]] = []
         self._row: Any = None
+        self._frames: Any = None
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -78,8 +79,9 @@ class KeyGroups:
     def prepare(self, fmt: RowsFormat) -> None:
         """Get ready to hand rows over in ``fmt`` (before :meth:`handed`)."""
         self._fmt = fmt.name
-        self._conf = fmt.pandas
-        if fmt.name == "row":
+        if fmt.name == "pandas":
+            self._frames = Frames(self.data, fmt.pandas)
+        elif fmt.name == "row":
             from pyspark.sql import Row
 
             self._pylists = [c.to_pylist() for c in self.data.columns]
@@ -90,7 +92,7 @@ class KeyGroups:
         ``(key, DataFrames)``, ``(key, Rows)`` or ``(key, [one Arrow slice])``."""
         a, b = self.starts[i], self.ends[i]
         if self._fmt == "pandas":
-            frames = chunks(self.data.slice(a, b - a), self._conf)
+            frames = self._frames.of(a, b)
             return key_of(frames[0], self._positions), frames
         if self._fmt == "row":
             make = self._row

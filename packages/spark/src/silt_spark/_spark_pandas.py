@@ -76,15 +76,74 @@ def to_frame(table: Any, conf: PandasConf) -> Any:
 
 
 def chunks(table: Any, conf: PandasConf) -> list[Any]:
-    """One key's rows (a ``pyarrow.Table``) as Spark hands them to the processor: one frame
-    per Arrow batch of at most ``max_records`` rows, each rebuilt from its rows
-    (``pd.DataFrame(rows)``)."""
+    """One key's rows (a ``pyarrow.Table``) exactly as Spark's steps make them: one frame per
+    Arrow batch of at most ``max_records`` rows, each converted and rebuilt from its rows
+    (``pd.DataFrame(rows)``). About 3 ms per frame: :class:`Frames` gives the same frames from
+    one conversion of a whole table."""
     import pandas as pd
 
     n = table.num_rows
     step = conf.max_records if conf.max_records > 0 else n or 1
     return [pd.DataFrame(list(to_frame(table.slice(i, step), conf).itertuples(index=False)))
             for i in range(0, n, step)]
+
+
+class Frames:
+    """The frames of each key of a table sorted by key, as :func:`chunks` makes them, from one
+    conversion of the whole table (about 0.1 ms per key instead of 3 ms).
+
+    ``pd.DataFrame(rows)`` of ``itertuples`` rows widens ints to ``int64`` and floats to
+    ``float64``, renames columns that are not identifiers as ``itertuples`` does, indexes from 0,
+    and infers a column's dtype from the frame's own values: an int column whose Arrow
+    conversion held nulls elsewhere is ``int64`` again in a frame without them, a boolean one
+    ``bool``. Those rules are applied per frame here; with
+    ``spark.sql.execution.pythonUDF.pandas.preferIntExtensionDtype`` set, each frame takes
+    :func:`chunks`' exact steps instead.
+    """
+
+    def __init__(self, table: Any, conf: PandasConf) -> None:
+        import pyarrow as pa
+
+        self.table, self.conf = table, conf
+        self.exact = conf.prefer_int_ext_dtype or table.num_columns > 254
+        if self.exact:
+            return
+        frame = to_frame(table, conf)
+        widen = {}
+        #: Columns converted to float64 / object for nulls: int64 / bool in a frame without.
+        self.ints: list[Any] = []
+        self.bools: list[Any] = []
+        for i, f in enumerate(table.schema):
+            dtype = str(frame.dtypes.iloc[i])
+            if pa.types.is_integer(f.type):
+                if dtype == "float64":
+                    self.ints.append(i)
+                elif dtype != "int64":
+                    widen[frame.columns[i]] = "int64"
+            elif pa.types.is_floating(f.type) and dtype != "float64":
+                widen[frame.columns[i]] = "float64"
+            elif pa.types.is_boolean(f.type) and dtype == "object":
+                self.bools.append(i)
+        if widen:
+            frame = frame.astype(widen)
+        if len(frame):
+            frame.columns = list(next(frame.iloc[:1].itertuples(index=False))._fields)
+        self.frame = frame
+
+    def of(self, a: int, b: int) -> list[Any]:
+        """The frames of rows ``a`` to ``b`` (one key's)."""
+        if self.exact:
+            return chunks(self.table.slice(a, b - a), self.conf)
+        step = self.conf.max_records if self.conf.max_records > 0 else b - a or 1
+        out = []
+        for i in range(a, b, step):
+            f = self.frame.iloc[i:min(i + step, b)].reset_index(drop=True)
+            for at, dtype in ((self.ints, "int64"), (self.bools, "bool")):
+                fix = [f.columns[c] for c in at if not f.iloc[:, c].isna().any()]
+                if fix:
+                    f = f.astype(dict.fromkeys(fix, dtype))
+            out.append(f)
+        return out
 
 
 def key_of(frame: Any, positions: list[int]) -> tuple:
