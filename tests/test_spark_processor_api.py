@@ -470,19 +470,19 @@ def test_a_variable_deleted_after_its_declaration_keeps_it_and_is_unusable(task)
     assert (d.kind, d.key, d.value, d.reset) == ("value", None, (("x", "bigint", True),), True)
     registry = _schema.evolve({}, declared)
     for version in (1, 2):  # every batch's init runs the same calls, and the state works
-        h = _processor.StatefulProcessorHandle(task, "none", registry)
+        h = _processor.StatefulProcessorHandle(task, "none", registry,
+                                               timezone="America/Los_Angeles")
         p = _Temp()
         p.init(h)  # used to raise StateSchemaError: "init did not declare it"
         h._prefetch([(3, _codec.encode(("alice",)))])
         _bind(h, 3, ("alice",))
         with pytest.raises(RuntimeError, match=r"'tempState' was deleted by handle\.deleteIf"):
             p.temp.get()
-        # state timestamps read back as PySpark's fromInternal gives them: naive, local time
+        # state timestamps read back as PySpark's worker gets them: naive, the session time
+        # zone's wall clock (UTC-7 in May)
         when = dt.datetime(2024, 5, 6, 7, 8, 9, 123, tzinfo=dt.UTC)
         p.n.update((when,))
-        assert p.n.get() == (dt.datetime.fromtimestamp(when.timestamp()).replace(
-            microsecond=123),)
-        assert p.n.get()[0].tzinfo is None
+        assert p.n.get() == (dt.datetime(2024, 5, 6, 0, 8, 9, 123),)
         task.changed = True
         task.commit(version)
 

@@ -93,7 +93,7 @@ class Sessions(SparkProcessor):
         signs = sorted((k[0], v[0]) for k, v in self.signs.iterator())
         yield pd.DataFrame({
             "user": [key[0]],
-            "what": [f"fired:{self.count.get()[0]}:{timers}:{signs}"],
+            "what": [f"fired:{type(key).__name__}:{self.count.get()[0]}:{timers}:{signs}"],
             "ms": [expiredTimerInfo.getExpiryTimeInMs()],
         })
 
@@ -159,7 +159,7 @@ def test_pandas_processor_in_event_time_gives_sparks_output(rocksdb, tmp_path):
     assert ("user=object,amount=int64,ts=datetime64[ns]" in first
             and ":str:" in first and "datetime.datetime(" in first
             and "tzinfo" not in first), first
-    assert all(f"[{ms}]" in w for w, ms in zip(fired["what"], fired["ms"]))
+    assert all(f"[{ms}]" in w and ":Row:" in w for w, ms in zip(fired["what"], fired["ms"]))
     pd.testing.assert_frame_equal(_sorted(got), _sorted(want), check_dtype=False,
                                   obj="pandas processor, silt 2 -> 3 shards")
 
@@ -199,10 +199,11 @@ TYPES = ("user string, n32 int, f32 float, flag boolean, d date, ts timestamp, "
 
 class Handed(SparkProcessor):
     """Reports what each key was handed: its key's types, each frame's dtypes, index and
-    values (pandas), or each Row (``transformWithState``)."""
+    values (pandas), or each Row (``transformWithState``), and the timestamp it stored in the
+    batch before (as given: a naive ``Timestamp`` or an aware ``datetime``)."""
 
     def init(self, handle):
-        pass
+        self.last = handle.getValueState("last", "ts timestamp")
 
     def handleInputRows(self, key, rows, timerValues):
         seen = []
@@ -212,7 +213,11 @@ class Handed(SparkProcessor):
                             f"{[repr(v) for v in part.itertuples(index=False)]}")
             else:
                 seen.append(repr(part))
-        what = f"{[type(k).__name__ for k in key]} {seen}"
+        before = self.last.get()
+        last = part["ts"].iloc[-1] if isinstance(part, pd.DataFrame) else part.ts
+        if last is not None and not pd.isna(last):
+            self.last.update((last,))
+        what = f"{[type(k).__name__ for k in key]} {seen} {before!r}"
         if isinstance(part, pd.DataFrame):
             yield pd.DataFrame({"user": [key[0]], "what": [what], "ms": [len(seen)]})
         else:
@@ -307,11 +312,16 @@ def test_every_type_reaches_user_code_as_spark_hands_it(rocksdb, tmp_path):
     for fmt in ("pandas", "row"):
         want = sorted(outputs[f"spark-{fmt}"])
         assert len(want) == 28, fmt  # 14 keys in each of 2 batches
-        assert sorted(outputs[f"silt-{fmt}"]) == want, fmt
+        got = sorted(outputs[f"silt-{fmt}"])
+        assert len(got) == len(want), fmt
+        for g, w in zip(got, want):
+            assert g[1][-120:] == w[1][-120:], fmt  # the tail: the stored value read back
+            assert g == w, fmt
     text = " ".join(w for _, w, _ in outputs["spark-pandas"])
     # the dtypes this compares: naive ns timestamps, per-key dtypes, frames of <= 3 rows
     assert all(t in text for t in ("datetime64[ns]", "int64", "NaT", "Timestamp(", "date("))
     assert "UTC" not in text and "datetime64[us" not in text
+    assert "datetime.datetime(2024" in text  # stored timestamps read back
     assert any(ms > 1 for _, _, ms in outputs["spark-pandas"])
 
 

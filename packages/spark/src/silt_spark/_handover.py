@@ -12,8 +12,10 @@ operator's ``rows_format``:
 - ``"arrow"`` (silt's own): an iterator of ``pyarrow.Table`` slices.
 
 State values are tuples of plain Python values in every format, as PySpark's state clients
-return them: a timestamp field reads back as a naive ``datetime`` in the worker's local time
-(Spark's ``TimestampType.fromInternal``), see :func:`state_view`.
+return them: a timestamp field reads back as a naive ``datetime``, the wall clock of the
+session time zone (pandas) or of the process's local time (Row; :func:`state_view`), and a
+naive one given is read in that zone (:func:`state_input`). ``handleExpiredTimer`` gets its key
+as a ``Row`` of the key columns (:func:`timer_key`).
 """
 
 from __future__ import annotations
@@ -39,6 +41,13 @@ class RowsFormat:
     def of(cls, fmt: Any) -> RowsFormat:
         """``fmt`` as a RowsFormat (a name takes Spark's default pandas settings)."""
         return fmt if isinstance(fmt, RowsFormat) else cls(str(fmt))
+
+    @property
+    def state_timezone(self) -> str | None:
+        """The time zone of naive timestamps in state values, as PySpark's worker sees them:
+        the session's in the pandas worker (and here for Arrow), the process's local time in
+        the Row worker (``None``)."""
+        return None if self.name == "row" else self.pandas.timezone
 
     @classmethod
     def for_session(cls, name: str, spark: Any) -> RowsFormat:
@@ -199,23 +208,65 @@ class Output:
             yield from t.to_batches(max_chunksize=65536)
 
 
-def _spark_timestamp(v: Any) -> Any:
-    """A stored timestamp (an aware ``datetime``) as PySpark's ``TimestampType.fromInternal``
-    gives it: naive, in the local time of the process."""
-    if isinstance(v, _dt.datetime) and v.tzinfo is not None:
-        d = v - _EPOCH
-        us = (d.days * 86_400 + d.seconds) * 1_000_000 + d.microseconds
-        return _dt.datetime.fromtimestamp(us // 1_000_000).replace(microsecond=us % 1_000_000)
-    return v
+def _spark_timestamp(v: Any, timezone: str | None) -> Any:
+    """A stored timestamp (an aware ``datetime``) as PySpark's Python worker gets it from its
+    state server: naive, the wall clock of the session time zone (``None``: of the process's
+    local time)."""
+    if not isinstance(v, _dt.datetime) or v.tzinfo is None:
+        return v
+    if timezone is None:
+        return v.astimezone().replace(tzinfo=None)
+    from zoneinfo import ZoneInfo
+
+    return v.astimezone(ZoneInfo(timezone)).replace(tzinfo=None)
 
 
-_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
+def timer_key(key: tuple, names: list[str], timezone: str | None) -> Any:
+    """A grouping key read back from the timer index as PySpark hands it to
+    ``handleExpiredTimer``: a ``Row`` of the key columns, timestamps as
+    :func:`_spark_timestamp` gives them."""
+    from pyspark.sql import Row
+
+    return Row(*names)(*(_spark_timestamp(v, timezone) for v in key))
 
 
-def state_view(fields: Any) -> Any:
+def state_input(fields: Any, timezone: str | None) -> Any:
+    """A function making a value given to a state variable of schema ``fields`` what PySpark
+    would store: a naive timestamp (``datetime`` or ``pandas.Timestamp``) is the wall clock of
+    ``timezone`` (``None``: local time). ``None`` when nothing needs converting."""
+    at = [(i, f[0]) for i, f in enumerate(fields or ()) if f[1] == "timestamp"]
+    if not at:
+        return None
+    from zoneinfo import ZoneInfo
+
+    zone = None if timezone is None else ZoneInfo(timezone)
+
+    def aware(v: Any) -> Any:
+        if hasattr(v, "to_pydatetime"):
+            v = v.to_pydatetime()
+        if isinstance(v, _dt.datetime) and v.tzinfo is None:
+            return v.astimezone() if zone is None else v.replace(tzinfo=zone)
+        return v
+
+    def convert(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: aware(v) if k in names else v for k, v in value.items()}
+        if isinstance(value, (tuple, list)):
+            out = list(value)
+            for i, _ in at:
+                if i < len(out):
+                    out[i] = aware(out[i])
+            return tuple(out)
+        return value
+
+    names = {n for _, n in at}
+    return convert
+
+
+def state_view(fields: Any, timezone: str | None) -> Any:
     """A function giving a decoded state tuple of schema ``fields`` (``(name, type,
-    nullable)`` triples) with PySpark's Python types, or ``None`` when nothing needs
-    converting."""
+    nullable)`` triples) with PySpark's Python types (timestamps naive in ``timezone``, see
+    :attr:`RowsFormat.state_timezone`), or ``None`` when nothing needs converting."""
     at = [i for i, f in enumerate(fields or ()) if f[1] == "timestamp"]
     if not at:
         return None
@@ -226,7 +277,7 @@ def state_view(fields: Any) -> Any:
         out = list(value)
         for i in at:
             if i < len(out):
-                out[i] = _spark_timestamp(out[i])
+                out[i] = _spark_timestamp(out[i], timezone)
         return tuple(out)
 
     return view

@@ -285,7 +285,9 @@ class _State:
         self._codec: _schema.VarCodec | None = handle._codecs.get(name)
         codec = self._codec
         #: Decoded values as PySpark's state clients return them (None: as decoded).
-        self._view = _handover.state_view(codec.versions[-1] if codec and codec.typed else None)
+        fields = codec.versions[-1] if codec and codec.typed else None
+        self._view = _handover.state_view(fields, handle._timezone)
+        self._input = _handover.state_input(fields, handle._timezone)
 
     def _key(self) -> bytes:
         handle = self._handle
@@ -308,7 +310,9 @@ class _State:
 
     def _encode(self, value: Any) -> bytes:
         codec = self._codec
-        return _codec.encode(tuple(value)) if codec is None else codec.encode(value)
+        if codec is None:
+            return _codec.encode(tuple(value))
+        return codec.encode(value if self._input is None else self._input(value))
 
     def _decode(self, raw: bytes | None) -> Any:
         if raw is None:
@@ -546,8 +550,11 @@ class StatefulProcessorHandle:
     def __init__(
         self, task: ShardTask | None, time_mode: str = "none",
         schemas: dict[str, Any] | None = None, *, record: bool = False,
+        timezone: str | None = None,
     ) -> None:
         self._task = task
+        #: The time zone of naive timestamps in state values (None: local time).
+        self._timezone = timezone
         self._time_mode = time_mode
         #: The operator's schema registry (``None``: none given, every variable untyped) and
         #: a codec per typed variable.
@@ -1008,7 +1015,7 @@ def process_partition(
 
     if watermark is not None:
         task.meta_updates[META_WATERMARK] = str(watermark)  # for inspection, if it commits
-    handle = StatefulProcessorHandle(task, time.mode, schemas)
+    handle = StatefulProcessorHandle(task, time.mode, schemas, timezone=fmt.state_timezone)
     processor.init(handle)
     output = _handover.Output(output_schema, fmt.pandas)
     add = output.add
@@ -1022,7 +1029,8 @@ def process_partition(
         if time.mode == "eventtime":
             # Timers the watermark passed before this batch fire before its rows, as in Spark,
             # where they fire in the no-data batch that follows the watermark's move.
-            bound = _fire_timers(task, handle, processor, timer_values, threshold, bound, add)
+            bound = _fire_timers(task, handle, processor, timer_values, threshold, bound, add,
+                                 key_columns)
         if rows:
             check_key_groups(task, table[KG_COLUMN])
             table = table.drop_columns([PARTITION_COLUMN])
@@ -1052,7 +1060,8 @@ def process_partition(
                 add(processor.handleInputRows(key, iter(parts), timer_values))
             handle._prefix = None
         if timers_on:
-            bound = _fire_timers(task, handle, processor, timer_values, threshold, bound, add)
+            bound = _fire_timers(task, handle, processor, timer_values, threshold, bound, add,
+                                 key_columns)
             if bound != next_timer:
                 task.meta_updates[META_NEXT_TIMER] = "" if bound is None else str(bound)
                 task.changed = True
@@ -1089,12 +1098,14 @@ def _initial_state(
 def _fire_timers(
     task: ShardTask, handle: StatefulProcessorHandle, processor: Any,
     timer_values: TimerValues, threshold: int | None, bound: int | None, add: Any,
+    keys: list[str] | None = None,
 ) -> int | None:
     """Fire the shard's timers due at ``threshold``; return the shard's new next-timer bound.
 
     ``bound`` (``spark.next_timer_ms`` in the meta) is a lower bound of the shard's timers
     (deleting a timer leaves it alone), so a batch scans the timer index only when a timer may
-    be due.
+    be due. With the key columns' names ``keys``, the handler gets its key as PySpark's: a
+    ``Row`` (else a tuple).
     """
     registered = handle._registered_min
     handle._registered_min = None
@@ -1112,7 +1123,9 @@ def _fire_timers(
             if fire is not None:
                 # As PySpark: the timer is removed once its handler is done, so listTimers()
                 # in the handler lists it (and registering it again there does not keep it).
-                add(fire(decode(enc), timer_values, ExpiredTimerInfo(expiry)))
+                key = decode(enc) if keys is None else _handover.timer_key(
+                    decode(enc), keys, handle._timezone)
+                add(fire(key, timer_values, ExpiredTimerInfo(expiry)))
             db.delete(handle._prefix + TIMER_MARK + _timer_bytes(expiry))
             db.delete(_due_key(kg, expiry, enc))
             task.changed = True
