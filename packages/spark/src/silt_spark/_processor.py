@@ -47,7 +47,7 @@ from typing import Any
 
 from silt.errors import InvalidArgumentError, InvalidTypeError
 
-from . import _api, _codec, _initial, _keys, _layout, _rewrite, _schema, _shard
+from . import _api, _codec, _handover, _initial, _keys, _layout, _rewrite, _schema, _shard
 from ._layout import KG_COLUMN, PARTITION_COLUMN
 from ._prefetch import BatchState
 from ._shard import ShardTask, check_key_groups
@@ -146,8 +146,8 @@ class StatefulProcessor:
         ----------
         key : tuple
             The grouping key's values, one per key column.
-        rows : iterator of pandas.DataFrame
-            The key's rows in this micro-batch (all input columns).
+        rows : iterator of pandas.DataFrame (or of pyspark.sql.Row, or pyarrow.Table)
+            The key's rows in this micro-batch (all input columns), in ``rows_format``.
         timerValues : TimerValues
             Processing time and watermark of the batch.
 
@@ -197,8 +197,10 @@ class StatefulProcessor:
     ) -> Iterator[Any]:
         """Called once per timer of ``key`` that is due, after the batch's input rows.
 
-        State variables and timer calls act on ``key`` here, as in ``handleInputRows``. The
-        timer is already removed; register another one to fire again. Output rows are yielded
+        State variables and timer calls act on ``key`` here, as in ``handleInputRows``. As in
+        PySpark, the timer is removed when the handler returns: ``listTimers()`` lists it
+        during the call, and registering it again there does not keep it; register another
+        timestamp to fire again. Output rows are yielded
         as from ``handleInputRows``. Spark runs every shard in every micro-batch, so a timer
         fires even when its shard gets no rows (see ``heartbeat`` for idle streams).
 
@@ -281,9 +283,21 @@ class _State:
         self._state_name = name
         #: The variable's schema codec (None: declared without a schema, values self-describing).
         self._codec: _schema.VarCodec | None = handle._codecs.get(name)
+        codec = self._codec
+        #: Decoded values as PySpark's state clients return them (None: as decoded).
+        fields = codec.versions[-1] if codec and codec.typed else None
+        self._view = _handover.state_view(fields, handle._timezone)
+        self._input = _handover.state_input(fields, handle._timezone)
 
     def _key(self) -> bytes:
-        return self._handle._require_key() + self._name
+        handle = self._handle
+        if self._state_name not in handle._live:
+            raise RuntimeError(
+                f"state {self._state_name!r} was deleted by handle.deleteIfExists after it was "
+                "declared, so it cannot be used (PySpark: 'not initialized'); declare it again "
+                "after the delete to use it"
+            )
+        return handle._require_key() + self._name
 
     def _put(self, key: bytes, value: bytes) -> None:
         handle = self._handle
@@ -296,13 +310,17 @@ class _State:
 
     def _encode(self, value: Any) -> bytes:
         codec = self._codec
-        return _codec.encode(tuple(value)) if codec is None else codec.encode(value)
+        if codec is None:
+            return _codec.encode(tuple(value))
+        return codec.encode(value if self._input is None else self._input(value))
 
     def _decode(self, raw: bytes | None) -> Any:
         if raw is None:
             return None
         codec = self._codec
-        return _codec.decode(raw) if codec is None else codec.decode(raw)
+        value = _codec.decode(raw) if codec is None else codec.decode(raw)
+        view = self._view
+        return value if view is None else view(value)
 
     def _delete(self, key: bytes) -> None:
         task = self._handle._task
@@ -532,8 +550,11 @@ class StatefulProcessorHandle:
     def __init__(
         self, task: ShardTask | None, time_mode: str = "none",
         schemas: dict[str, Any] | None = None, *, record: bool = False,
+        timezone: str | None = None,
     ) -> None:
         self._task = task
+        #: The time zone of naive timestamps in state values (None: local time).
+        self._timezone = timezone
         self._time_mode = time_mode
         #: The operator's schema registry (``None``: none given, every variable untyped) and
         #: a codec per typed variable.
@@ -554,6 +575,8 @@ class StatefulProcessorHandle:
         self._kg = 0
         self._enc = b""
         self._names: dict[str, type] = {}
+        #: Names declared in init and not deleted by deleteIfExists since (usable variables).
+        self._live: set[str] = set()
         #: Smallest timer registered since the last reset (keeps the shard's timer bound).
         self._registered_min: int | None = None
         #: The batch's state, read ahead by :meth:`_prefetch` (silt_spark._prefetch).
@@ -602,6 +625,7 @@ class StatefulProcessorHandle:
                 f"state {name!r} is already a {have.__name__}; each name has one kind"
             )
         self._names[name] = kind
+        self._live.add(name)
 
     def _declare(self, name: str, kind: type, key_schema: Any, schema: Any) -> None:
         """Record a declaration (driver), or check that the query recorded one (tasks)."""
@@ -717,8 +741,15 @@ class StatefulProcessorHandle:
         ...         self.count = handle.getValueState("count", "n long")
         """
         _name_bytes(stateName)
+        self._live.discard(stateName)
         if self._declared is not None:
-            self._declared[stateName] = [None, None, None, True]
+            have = self._declared.get(stateName)
+            if have is not None and have[0] is not None:
+                # declared, then deleted (as PySpark's own test processors do): the variable
+                # keeps its schema, and its state starts over in every batch
+                have[3] = True
+            else:
+                self._declared[stateName] = [None, None, None, True]
             return
         task = self._task
         if stateName in self._deleted:
@@ -865,80 +896,6 @@ class ExpiredTimerInfo:
         return self._expiry
 
 
-class _Output:
-    """Collects what ``handleInputRows`` returns: pandas DataFrames (PySpark's shape), Arrow
-    tables or record batches, and single rows as tuples (in ``output_schema`` order, PySpark
-    ``Row`` included) or dicts. Rows skip pandas entirely: the fast path for one row per key."""
-
-    def __init__(self, arrow_schema: Any) -> None:
-        self.schema = arrow_schema
-        self.frames: list[Any] = []
-        self.tables: list[Any] = []
-        self.tuples: list[tuple] = []
-        self.dicts: list[dict] = []
-
-    def add(self, result: Any) -> None:
-        import pandas as pd
-        import pyarrow as pa
-
-        if result is None:
-            return
-        if isinstance(result, (pd.DataFrame, pa.Table, pa.RecordBatch, tuple, dict)):
-            result = (result,)
-        for item in result:
-            if isinstance(item, tuple):  # includes pyspark.sql.Row
-                self.tuples.append(item)
-            elif isinstance(item, dict):
-                self.dicts.append(item)
-            elif isinstance(item, pd.DataFrame):
-                if len(item):
-                    self.frames.append(item)
-            elif isinstance(item, (pa.Table, pa.RecordBatch)):
-                if item.num_rows:
-                    self.tables.append(item)
-            elif item is not None:
-                raise TypeError(
-                    "handleInputRows must yield pandas DataFrames, Arrow tables or record "
-                    f"batches, tuples or dicts, got {type(item).__name__}"
-                )
-
-    def batches(self) -> Iterator[Any]:
-        import pandas as pd
-        import pyarrow as pa
-
-        schema = self.schema
-        names = schema.names
-        parts = []
-        if self.frames:
-            pdf = pd.concat(self.frames, ignore_index=True)
-            missing = [n for n in names if n not in pdf.columns]
-            if missing:
-                raise ValueError(
-                    f"handleInputRows returned DataFrames without the output columns {missing}; "
-                    f"output_schema has {names}"
-                )
-            parts.append(pa.Table.from_pandas(pdf[names], schema=schema, preserve_index=False))
-        if self.tuples:
-            width = {len(t) for t in self.tuples}
-            if width != {len(names)}:
-                raise ValueError(
-                    f"handleInputRows yielded tuples of length {sorted(width)}; output_schema "
-                    f"has {len(names)} columns {names}"
-                )
-            cols = [list(c) for c in zip(*self.tuples)]
-            parts.append(pa.Table.from_arrays(
-                [pa.array(c, type=f.type) for c, f in zip(cols, schema)], schema=schema
-            ))
-        if self.dicts:
-            parts.append(pa.Table.from_pylist(self.dicts, schema=schema))
-        for t in self.tables:
-            if isinstance(t, pa.RecordBatch):
-                t = pa.Table.from_batches([t])
-            parts.append(t.select(names).cast(schema))
-        for t in parts:
-            yield from t.to_batches(max_chunksize=65536)
-
-
 @dataclass(frozen=True)
 class TimeConfig:
     """Time handling of a processor operator (plain data, shipped to the tasks)."""
@@ -1009,7 +966,7 @@ def process_partition(
     processor: Any,
     key_columns: list[str],
     output_schema: Any,
-    rows_format: str = "pandas",
+    rows_format: Any = "pandas",
     time: TimeConfig = TimeConfig(),
     schemas: dict[str, Any] | None = None,
     initial: str | None = None,
@@ -1020,15 +977,17 @@ def process_partition(
     ``initial`` is the staging id of the query's initial state (``_initial.py``): in
     micro-batch 0 the shard's initial rows go to ``handleInitialState`` per key first.
 
-    ``rows_format`` is ``"pandas"`` (PySpark's shape: an iterator of DataFrames per key) or
-    ``"arrow"`` (an iterator of ``pyarrow.Table`` slices: much cheaper per key). Spark runs this
+    ``rows_format`` (a name or a ``_handover.RowsFormat``) is ``"pandas"`` (PySpark's shape:
+    an iterator of DataFrames per key, with Spark's dtypes), ``"row"`` (an iterator of
+    ``pyspark.sql.Row``, as PySpark's ``transformWithState``) or ``"arrow"`` (an iterator of
+    ``pyarrow.Table`` slices: much cheaper per key). Spark runs this
     for every partition, empty ones included, so timers fire even in batches that bring the
     shard no rows. Heartbeat rows (key group ``-1``) only make a batch happen; they are dropped.
     """
-    import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    fmt = _handover.RowsFormat.of(rows_format)
     batches = list(batches)
     table = pa.Table.from_batches(batches) if batches else None
     if table is not None and table.num_rows:
@@ -1056,18 +1015,22 @@ def process_partition(
 
     if watermark is not None:
         task.meta_updates[META_WATERMARK] = str(watermark)  # for inspection, if it commits
-    handle = StatefulProcessorHandle(task, time.mode, schemas)
+    handle = StatefulProcessorHandle(task, time.mode, schemas, timezone=fmt.state_timezone)
     processor.init(handle)
-    output = _Output(output_schema)
+    output = _handover.Output(output_schema, fmt.pandas)
     add = output.add
+    if fmt.name == "row":
+        def add(result: Any) -> None:
+            output.add(_handover.row_output(result))
     bound = next_timer
     try:
         if init_rows is not None:
-            _initial_state(handle, processor, init_rows, key_columns, rows_format, timer_values)
+            _initial_state(handle, processor, init_rows, key_columns, fmt, timer_values)
         if time.mode == "eventtime":
             # Timers the watermark passed before this batch fire before its rows, as in Spark,
             # where they fire in the no-data batch that follows the watermark's move.
-            bound = _fire_timers(task, handle, processor, timer_values, threshold, bound, add)
+            bound = _fire_timers(task, handle, processor, timer_values, threshold, bound, add,
+                                 key_columns)
         if rows:
             check_key_groups(task, table[KG_COLUMN])
             table = table.drop_columns([PARTITION_COLUMN])
@@ -1086,32 +1049,19 @@ def process_partition(
                         task.changed = True
                     rows = table.num_rows
         if rows:
-            data = table.drop_columns([KG_COLUMN])
-            keys_pdf = table.select(key_columns).to_pandas()
-            codes = keys_pdf.groupby(key_columns, sort=False, dropna=False).ngroup().to_numpy()
-            order = np.argsort(codes, kind="stable")
-            sorted_codes = codes[order]
-            starts = np.flatnonzero(np.r_[True, sorted_codes[1:] != sorted_codes[:-1]])
-            ends = np.r_[starts[1:], len(order)]
-            first_rows = pa.array(order[starts])
-            key_values = [table[c].take(first_rows).to_pylist() for c in key_columns]
-            kgs = table[KG_COLUMN].take(first_rows).to_pylist()
-            sorted_rows = data.take(pa.array(order))
-            if rows_format != "arrow":
-                sorted_rows = sorted_rows.to_pandas()
-            arrow = rows_format == "arrow"
+            groups = _handover.KeyGroups(table, key_columns, KG_COLUMN)
+            groups.prepare(fmt)
             bind = handle._bind
-            keys = list(zip(*key_values))
-            encoded = list(map(_codec.encode, keys))
-            handle._prefetch(zip(kgs, encoded))  # no state read below waits on the store
-            for i, key in enumerate(keys):
-                bind(kgs[i], encoded[i])
-                a, b = int(starts[i]), int(ends[i])
-                sub = sorted_rows.slice(a, b - a) if arrow else sorted_rows.iloc[a:b]
-                add(processor.handleInputRows(key, iter((sub,)), timer_values))
+            encoded = list(map(_codec.encode, groups.keys))
+            handle._prefetch(zip(groups.kgs, encoded))  # no state read below waits on the store
+            for i in range(len(groups)):
+                bind(groups.kgs[i], encoded[i])
+                key, parts = groups.handed(i)
+                add(processor.handleInputRows(key, iter(parts), timer_values))
             handle._prefix = None
         if timers_on:
-            bound = _fire_timers(task, handle, processor, timer_values, threshold, bound, add)
+            bound = _fire_timers(task, handle, processor, timer_values, threshold, bound, add,
+                                 key_columns)
             if bound != next_timer:
                 task.meta_updates[META_NEXT_TIMER] = "" if bound is None else str(bound)
                 task.changed = True
@@ -1124,50 +1074,38 @@ def process_partition(
 
 def _initial_state(
     handle: StatefulProcessorHandle, processor: Any, table: Any, key_columns: list[str],
-    rows_format: str, timer_values: TimerValues,
+    fmt: _handover.RowsFormat, timer_values: TimerValues,
 ) -> None:
-    """Call ``processor.handleInitialState(key, rows, timerValues)`` once per key of the
-    shard's initial rows (what it returns is ignored, as in PySpark); a processor without the
-    method ignores its initial state, as in PySpark."""
-    import numpy as np
-    import pyarrow as pa
-
+    """Call ``processor.handleInitialState(key, rows, timerValues)`` per key of the shard's
+    initial rows, as PySpark does: once per DataFrame chunk (``"pandas"``), per ``Row``
+    (``"row"``) or once with the key's Arrow table (``"arrow"``). What it returns is ignored,
+    as in PySpark; a processor without the method ignores its initial state, as in PySpark."""
     fn = getattr(processor, "handleInitialState", None)
     if fn is None or not table.num_rows:
         return
-    keys_pdf = table.select(key_columns).to_pandas()
-    codes = keys_pdf.groupby(key_columns, sort=False, dropna=False).ngroup().to_numpy()
-    order = np.argsort(codes, kind="stable")
-    sorted_codes = codes[order]
-    starts = np.flatnonzero(np.r_[True, sorted_codes[1:] != sorted_codes[:-1]])
-    ends = np.r_[starts[1:], len(order)]
-    first_rows = pa.array(order[starts])
-    key_values = [table[c].take(first_rows).to_pylist() for c in key_columns]
-    kgs = table[KG_COLUMN].take(first_rows).to_pylist()
-    data = table.drop_columns([KG_COLUMN]).take(pa.array(order))
-    arrow = rows_format == "arrow"
-    if not arrow:
-        data = data.to_pandas()
-    keys = list(zip(*key_values))
-    encoded = list(map(_codec.encode, keys))
-    handle._prefetch(zip(kgs, encoded))
-    for i, key in enumerate(keys):
-        handle._bind(kgs[i], encoded[i])
-        a, b = int(starts[i]), int(ends[i])
-        sub = data.slice(a, b - a) if arrow else data.iloc[a:b].reset_index(drop=True)
-        fn(key, sub, timer_values)
+    groups = _handover.KeyGroups(table, key_columns, KG_COLUMN)
+    groups.prepare(fmt)
+    encoded = list(map(_codec.encode, groups.keys))
+    handle._prefetch(zip(groups.kgs, encoded))
+    for i in range(len(groups)):
+        handle._bind(groups.kgs[i], encoded[i])
+        key, parts = groups.handed(i)
+        for part in parts:
+            fn(key, part, timer_values)
     handle._prefix = None
 
 
 def _fire_timers(
     task: ShardTask, handle: StatefulProcessorHandle, processor: Any,
     timer_values: TimerValues, threshold: int | None, bound: int | None, add: Any,
+    keys: list[str] | None = None,
 ) -> int | None:
     """Fire the shard's timers due at ``threshold``; return the shard's new next-timer bound.
 
     ``bound`` (``spark.next_timer_ms`` in the meta) is a lower bound of the shard's timers
     (deleting a timer leaves it alone), so a batch scans the timer index only when a timer may
-    be due.
+    be due. With the key columns' names ``keys``, the handler gets its key as PySpark's: a
+    ``Row`` (else a tuple).
     """
     registered = handle._registered_min
     handle._registered_min = None
@@ -1182,12 +1120,16 @@ def _fire_timers(
             handle._prefetch((kg, enc) for _, kg, enc in due)
         for expiry, kg, enc in due:
             handle._bind(kg, enc)
+            if fire is not None:
+                # As PySpark: the timer is removed once its handler is done, so listTimers()
+                # in the handler lists it (and registering it again there does not keep it).
+                key = decode(enc) if keys is None else _handover.timer_key(
+                    decode(enc), keys, handle._timezone)
+                add(fire(key, timer_values, ExpiredTimerInfo(expiry)))
             db.delete(handle._prefix + TIMER_MARK + _timer_bytes(expiry))
             db.delete(_due_key(kg, expiry, enc))
             task.changed = True
             handle._state.timer_deleted(handle._prefix, expiry)
-            if fire is not None:
-                add(fire(decode(enc), timer_values, ExpiredTimerInfo(expiry)))
         handle._prefix = None
         again = handle._registered_min
         handle._registered_min = None
@@ -1287,9 +1229,15 @@ def transform_with_state(
         ``secret_access_key``... for ``s3://``; see docs/spark.md): passed with the job to the
         executors, never shown. ``spark.silt.storage.<name>`` in the Spark conf sets them too;
         this argument wins.
-    rows_format : {"pandas", "arrow"}, default "pandas"
-        What ``handleInputRows`` receives: an iterator of pandas DataFrames (PySpark's shape)
-        or of ``pyarrow.Table`` slices (far cheaper per key when keys have few rows).
+    rows_format : {"pandas", "row", "arrow"}, default "pandas"
+        What ``handleInputRows`` receives. ``"pandas"``: an iterator of pandas DataFrames as
+        ``transformWithStateInPandas`` gives them (Spark's dtypes, e.g. timestamps as naive
+        ``datetime64[ns]`` in ``spark.sql.session.timeZone``, at most
+        ``spark.sql.execution.arrow.maxRecordsPerBatch`` rows per frame). ``"row"``: an
+        iterator of ``pyspark.sql.Row`` as ``transformWithState`` gives them; the processor
+        yields Rows (matched to ``output_schema`` by field name) and ``handleInitialState`` is
+        called once per initial Row. ``"arrow"``: ``pyarrow.Table`` slices (far cheaper per
+        key when keys have few rows).
     time_mode : {"none", "processingtime", "eventtime"}, default "none"
         What timers registered with ``handle.registerTimer`` mean (case-insensitive, as
         PySpark's ``timeMode``). Due timers call ``processor.handleExpiredTimer(key,
@@ -1364,10 +1312,12 @@ def transform_with_state(
                 f"processor must have a {method}() method (see StatefulProcessor)"
             )
     struct = _api._struct(output_schema)
-    if rows_format not in ("pandas", "arrow"):
+    if rows_format not in _handover.FORMATS:
         raise InvalidArgumentError(
-            f"rows_format must be 'pandas' or 'arrow', got {rows_format!r}"
+            f"rows_format must be one of {_handover.FORMATS} ('row' for processors written for "
+            f"PySpark's transformWithState, which take and yield Rows), got {rows_format!r}"
         )
+    fmt = _handover.RowsFormat.for_session(rows_format, df.sparkSession)
     time_cfg = _time_config(df, time_mode, event_time_column, watermark_delay)
     init_df = None if initial_state is None else _initial.check(initial_state, df, keys)
     spec = _api._spec(
@@ -1399,7 +1349,7 @@ def transform_with_state(
 
     def process(task: _shard.ShardTask, batches: Any) -> Any:
         return process_partition(
-            task, batches, processor, keys, arrow_schema, rows_format, time_cfg, registry,
+            task, batches, processor, keys, arrow_schema, fmt, time_cfg, registry,
             staging,
         )
 
