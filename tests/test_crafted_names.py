@@ -1,4 +1,4 @@
-"""Crafted names never lead a store outside its root (DESIGN.md invariant 9).
+"""Crafted names never lead a store outside its root (invariant 9, docs/architecture.md).
 
 Names that become part of an object's location come from two places: URLs (API input) and stored
 metadata (a manifest entry's sibling ``db`` name and SST ``id``, a compaction record's outputs, a

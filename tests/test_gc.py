@@ -1,4 +1,5 @@
-"""Retention, checkpoints and garbage collection, including the two races of DESIGN.md section 8.
+"""Retention, checkpoints and garbage collection, including the two races GC has with
+writers (docs/safety.md).
 
 Ages are deterministic: every writer runs on a :class:`silt.ManualClock`, SST and record ids
 carry that clock's time (``paths.new_id(now)``), and GC is given the same clock.

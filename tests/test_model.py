@@ -192,7 +192,7 @@ class SiltModel(RuleBasedStateMachine):
         self.db.flush()
 
     # -- commits and reopens --------------------------------------------------------------------
-    # Versions are never forked (DESIGN.md invariant 8): a commit from base b whose number skips
+    # Versions are never forked (invariant 8): a commit from base b whose number skips
     # the next free number first creates a *reservation* there (a version with b's state whose
     # next number is the target), so every writer from b races for the same name. A writer
     # that finds a reservation made from its own lineage moves past it. The model tracks each

@@ -57,7 +57,8 @@ Simplifications, on purpose:
 * Concurrent misses of one range in one process both fetch it (no request coalescing).
 * Deleting a key drops its entries for this process's later reads; a read racing with the delete
   in another process may re-admit the old bytes. silt never re-creates a deleted SST name with other
-  bytes (ULIDs; DESIGN.md invariant 1), so such an entry is merely garbage until evicted.
+  bytes (ULIDs; invariant 1 of docs/architecture.md), so such an entry is merely garbage until
+  evicted.
 * Entry sizes count file bytes, not allocated blocks (small entries use more disk than counted; the
   reserve, measured from the file system, covers the difference).
 * ``memory://`` stores are per process: do not share one cache directory between processes that

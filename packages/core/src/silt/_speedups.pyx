@@ -1,6 +1,6 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
 # cython: initializedcheck=False, embedsignature=True
-"""Compiled twins of silt's hot path (DESIGN.md section 6, STYLE.md "Pure-Python and Cython twins").
+"""Compiled twins of silt's hot path (docs/architecture.md, "The two implementations").
 
 Every public name here has a pure-Python twin with the same behaviour, and the module that owns
 the twin selects this one at import (see :mod:`silt._ext`):

@@ -1,5 +1,5 @@
 """The commit protocol: how one writer turns a manifest into a committed version, safely beside
-other writers, readers, checkpoints and GC (DESIGN.md sections 5, 8 and 9).
+other writers, readers, checkpoints and GC (docs/architecture.md, docs/safety.md).
 
 A :class:`Committer` holds what the protocol remembers between commits of one DB:
 

@@ -4,7 +4,7 @@
 read view; the work is done by rooms that own their state and never call back into it:
 
 * :mod:`silt.view` — the immutable :class:`~silt.view.ReadView` (active memtable, frozen parts,
-  L0, levels) with ``get``, ``multi_get`` and ``scan`` (DESIGN.md section 6);
+  L0, levels) with ``get``, ``multi_get`` and ``scan`` (docs/architecture.md);
 * :mod:`silt.flush` — freezing the memtable and uploading SSTs (section 5);
 * :mod:`silt.commit` — the commit protocol: reservations, create-only manifests, ambiguous
   outcomes, the checks after a commit and withdrawals (sections 5, 8, 9);
@@ -462,7 +462,7 @@ class DB:
         root). An explicit version may skip numbers: the commit then first creates a version
         that reserves the skipped numbers (its state is the base's), so two writers from one
         base always race for the same object name and a version is never built beside a
-        newer one (DESIGN.md invariant 8). ``meta`` entries (str -> str) are merged into the
+        newer one (invariant 8). ``meta`` entries (str -> str) are merged into the
         base version's meta map.
 
         Raises :class:`~silt.errors.CommitConflict` when another writer committed on top of

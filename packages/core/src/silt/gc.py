@@ -3,7 +3,7 @@
 One root may hold several DBs (the shards of a Spark operator live at ``<root>/kg-a-b/``); GC of
 a root considers every DB under it together, because a manifest may reference SSTs of a sibling.
 
-The order is what makes GC safe beside live writers (DESIGN.md section 8):
+The order is what makes GC safe beside live writers (docs/safety.md):
 
 1. ``cutoff = now - grace``.
 2. **Candidates**: one listing of the whole root; SSTs and compaction records whose id time is

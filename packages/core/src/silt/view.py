@@ -1,4 +1,5 @@
-"""The read view: one DB's state as readers see it, swapped whole (DESIGN.md section 6).
+"""The read view: one DB's state as readers see it, swapped whole (docs/architecture.md, "The read
+path").
 
 A :class:`ReadView` holds, newest first: the active memtable, the frozen parts (memtables on
 their way to SSTs, or uploaded SSTs not committed yet), the committed L0 SSTs and the levels.

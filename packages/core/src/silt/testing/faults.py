@@ -26,7 +26,7 @@ Rules:
   batch (the rule matches if any key does), for ``list`` the prefix.
 * An injected failure is raised *before* the inner store is called, so nothing happens. A lost
   response is raised *after* the inner call succeeded, so the effect is real (this is what makes
-  commits ambiguous; see DESIGN.md section 5).
+  commits ambiguous; see docs/safety.md).
 * ``list`` failures and callbacks fire when iteration starts, as a real tier's first page
   would; a lost ``list`` response fires after the last item.
 * Predicates run under the wrapper's lock: keep them quick and never call the store from them.

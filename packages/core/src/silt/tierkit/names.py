@@ -5,9 +5,9 @@ whether a name taken from a URL path or from stored metadata (a sibling DB's fol
 manifest, an SST id, a referrer marker) may become part of an object's location. The rule is
 applied to the *decoded* text, and it refuses what a further decoding step could still turn
 into a separator or a ``..`` (a percent-escape left after decoding, Unicode look-alikes of
-``/``, ``\\`` and ``.``), so no number of decodings lets a name leave the root (DESIGN.md
-invariant 9). :func:`validate_key` checks the object keys the engine passes to a tier, and
-:func:`normalize_prefix` the key prefix a tier's URL names (a bucket's or container's folder).
+``/``, ``\\`` and ``.``), so no number of decodings lets a name leave the root (invariant
+9 of docs/architecture.md). :func:`validate_key` checks the object keys the engine passes to a
+tier, and :func:`normalize_prefix` the key prefix a tier's URL names (a bucket's or container's folder).
 """
 
 from __future__ import annotations
