@@ -7,7 +7,8 @@ applied to the *decoded* text, and it refuses what a further decoding step could
 into a separator or a ``..`` (a percent-escape left after decoding, Unicode look-alikes of
 ``/``, ``\\`` and ``.``), so no number of decodings lets a name leave the root (invariant
 9 of docs/architecture.md). :func:`validate_key` checks the object keys the engine passes to a
-tier, and :func:`normalize_prefix` the key prefix a tier's URL names (a bucket's or container's folder).
+tier, and :func:`normalize_prefix` the key prefix a tier's URL names (a bucket's or container's
+folder).
 """
 
 from __future__ import annotations
