@@ -21,11 +21,11 @@ with the same results. The plan:
 Event time (optional; needed for outer and semi joins, as in Spark): each side has a timestamp
 column and a watermark delay; the query-wide watermark ``wm`` of batch ``b`` is the minimum over
 the sides of (largest event time of the batches before ``b`` minus the side's delay), as
-Spark's default ``multipleWatermarkPolicy=min`` (``_watermark.py``). Rows at or before ``wm``
-are late and dropped. With a time range (left time between right time - ``a`` and right time +
-``b``) a left row can match no future right row once its time is ``<= wm - a - 1`` ms, a right
-row once ``<= wm - b - 1`` (Spark's state watermarks, inclusive bound minus 1 ms): they are
-evicted then, and a row at or below that bound on arrival is not buffered (as in Spark).
+Spark's default ``multipleWatermarkPolicy=min`` (``_watermark.py``). Rows at or before batch
+``b - 1``'s ``wm`` are late and dropped (Spark's watermark for late events). With a time range
+(left time between right time - ``a`` and right time + ``b``) a left row can match no future
+right row once ``<= wm - a - 1`` ms, a right row once ``<= wm - b - 1`` (Spark's state
+watermarks, inclusive bound minus 1 ms): evicted then, not buffered when at or below on arrival.
 
 State layout, laid out for eviction (``_keys.py``, tag ``J``)::
 
@@ -527,8 +527,8 @@ def merge_partition(task: ShardTask, batches: Iterator[Any], jp: JoinPlan) -> It
     added: dict[tuple[int, int, int], int] = {}  # (side, kg, bucket) -> rows buffered
     new_min: list[int | None] = [None, None]
     if rows:
-        lin = sides[LEFT] = _Side(task, t, jp, LEFT, wm)
-        rin = sides[RIGHT] = _Side(task, t, jp, RIGHT, wm)
+        lin = sides[LEFT] = _Side(task, t, jp, LEFT, task.late_watermark)  # batch b - 1's
+        rin = sides[RIGHT] = _Side(task, t, jp, RIGHT, task.late_watermark)
         # 1. the batch's left rows against the right buffer
         rb = loaded[RIGHT] = _load(task, jp, lin)
         lcode, rbcode = _codes([lin.enc_keys, rb.enc_keys])

@@ -302,8 +302,11 @@ class ShardTask:
         #: SSTs of the previous layout's shards referenced (rescale), 0 otherwise.
         self.referenced = 0
         self.started_ms = _now_ms()
-        #: The query-wide watermark of this batch (event-time operators; see _watermark.py).
+        #: The query-wide watermark of this batch (event-time operators; see _watermark.py):
+        #: Spark's watermark for eviction (close, forget, expire, fire timers) ...
         self.watermark: int | None = None
+        #: ... and for late events (rows at or before it are dropped): batch ``b - 1``'s.
+        self.late_watermark: int | None = None
         self._observed: _watermark.Observed | None = None
         self._event_seen: list[int | None] = []
         #: Requests made at the operator root (not the shard's DB), by purpose and kind.
@@ -321,6 +324,7 @@ class ShardTask:
                 storage_options=spec.storage_options,
             )
             self.watermark = self._observed.watermark_ms
+            self.late_watermark = self._observed.late_ms
             self._event_seen = [None] * len(delays)
         budget = spec.memory_budget
         if budget is not None and silt.memory_budget().capacity != budget:
