@@ -367,8 +367,8 @@ def run_backlog(spark, tmp_path, rounds: list[list[list[tuple]]], builds: dict[s
     runs = {name: run_class(spark, tmp_path, name) for name in builds}
     for rows_of_round in rounds:
         for run in runs.values():
-            for rows in rows_of_round:
-                run.write(rows)
+            for rows in rows_of_round:  # (left, right) for a JoinRun
+                run.write(*rows) if isinstance(rows, tuple) else run.write(rows)
             # Spark's file source reads files in modification-time order (ties in listing
             # order): one second apart, every query reads them in the order written.
             for i, path in enumerate(sorted(run.src.glob("part-*"))):
@@ -396,6 +396,11 @@ def assert_same_batches(got: dict[int, pd.DataFrame], want: dict[int, pd.DataFra
     assert sorted(got) == sorted(want), f"{what}: micro-batches {sorted(got)} != {sorted(want)}"
     for b in sorted(want):
         if len(want[b]) or len(got[b]):
+            import os as _os
+            if _os.environ.get("WMDEBUG"):
+                g, w = order(got[b]), order(want[b])
+                m = g.merge(w, how="outer", indicator=True)
+                print("DEBUG batch", b, m[m["_merge"] != "both"].to_string())
             pd.testing.assert_frame_equal(order(got[b]), order(want[b]), check_dtype=False,
                                           obj=f"{what}, micro-batch {b}")
 
@@ -428,3 +433,71 @@ def test_windows_equal_spark_batch_by_batch_over_a_backlog(spark, tmp_path):
     for name in ("s1", "s7"):
         assert_same_batches(out[name], want, norm, name)
     assert_same_batches(out["s3_slide"], out["spark_slide"], norm, "sliding")
+
+
+def rocksdb_state_store(spark):
+    """Spark's transformWithState needs the RocksDB state store provider (a context manager)."""
+    import contextlib
+
+    @contextlib.contextmanager
+    def cm():
+        provider = "spark.sql.streaming.stateStore.providerClass"
+        old = spark.conf.get(provider, None)
+        spark.conf.set(provider, "org.apache.spark.sql.execution.streaming.state."
+                                 "RocksDBStateStoreProvider")
+        try:
+            yield
+        finally:
+            if old is None:
+                spark.conf.unset(provider)
+            else:
+                spark.conf.set(provider, old)
+
+    return cm()
+
+
+def test_dedup_and_timers_equal_spark_batch_by_batch_over_a_backlog(spark, tmp_path):
+    """Back-to-back batches: dropDuplicatesWithinWatermark drops rows late against the previous
+    batch's watermark, meets a batch's rows with the keys as the previous batch left them and
+    forgets keys after them; transformWithState handles a batch's rows, then fires the timers
+    this batch's watermark passed. Each availableNow run ends with Spark's no-data batch."""
+    rounds = [dedup_rows(6, 4), dedup_rows(7, 3)]
+
+    def silt_dedup(name, n):
+        state = (tmp_path / f"{name}-state").as_uri()
+        return lambda run: silt_spark.deduplicate(
+            run.stream(), ["user"], state, n, event_time_column="ts", watermark_delay="5 seconds")
+
+    def silt_timers(name, n):
+        state = (tmp_path / f"{name}-state").as_uri()
+        return lambda run: silt_spark.transform_with_state(
+            run.stream(), Idle(), ["user"], TIMER_OUT, state, n, time_mode="EventTime",
+            event_time_column="ts", watermark_delay="3 seconds")
+
+    # the second round's event times continue after the first's
+    rounds[1] = [[(u, a, t + 40_000) for u, a, t in rows] for rows in rounds[1]]
+    with rocksdb_state_store(spark):
+        out = run_backlog(spark, tmp_path, rounds, {
+            "spark_dedup": lambda run: run.stream().withWatermark("ts", "5 seconds")
+            .dropDuplicatesWithinWatermark(["user"]),
+            "d1": silt_dedup("d1", 1), "d5": silt_dedup("d5", 5),
+            "spark_timers": lambda run: run.stream().withWatermark("ts", "3 seconds")
+            .groupBy("user").transformWithStateInPandas(Idle(), TIMER_OUT, "Append", "EventTime"),
+            "t3": silt_timers("t3", 3),
+        })
+
+    def by_key(df):
+        return df.sort_values(list(df.columns)).reset_index(drop=True)
+
+    want = out["spark_dedup"]
+    n_rows = sum(len(r) for rows in rounds for r in rows)
+    emitted = pd.concat(want.values())
+    assert emitted["user"].duplicated().any() and 20 < len(emitted) < n_rows / 2
+    assert len(want) == 7 + 2  # a no-data batch after each run
+    for name in ("d1", "d5"):
+        assert_same_batches(out[name], want, by_key, name)
+    want = out["spark_timers"]
+    fired = pd.concat(want.values())
+    assert fired["what"].str.startswith("fired").sum() > 15
+    assert len(want[max(want)]) and want[max(want)]["what"].str.startswith("fired").all()
+    assert_same_batches(out["t3"], want, by_key, "timers")

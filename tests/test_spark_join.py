@@ -357,3 +357,32 @@ def test_join_refuses_bad_arguments_before_any_state(spark, tmp_path):
     with pytest.raises(InvalidArgumentError, match="rename one side"):
         silt_spark.join(left, both, [("luser", "ruser")], **ok)
     assert not (tmp_path / "state").exists()  # refused before anything was written
+
+
+def test_full_outer_and_semi_joins_equal_spark_batch_by_batch_over_a_backlog(spark, tmp_path):
+    """Back-to-back batches (a backlog read by availableNow runs, no-data batches only at
+    their ends): rows late against the previous batch's watermark are dropped, rows expired by
+    this batch's are not buffered, unmatched outer rows come out when this batch's watermark
+    expires them, and each run ends with Spark's no-data batch (silt's tick) emitting the
+    rows the last file's watermark expired: the same rows in the same micro-batches."""
+    from test_spark_event_time import assert_same_batches, run_backlog
+
+    batches = join_rows(8, 7)
+    # the second round's event times continue after the first's
+    rounds = [batches[:4], [tuple([(u, v, t + 10_000) for u, v, t in rows] for rows in pair)
+                            for pair in batches[4:]]]
+    builds = {}
+    for how in ("full", "left_semi"):
+        builds[f"spark-{how}"] = lambda run, how=how: spark_join(how)(run, 0)
+        builds[how] = lambda run, how=how: silt_join(tmp_path, how, how, [3])(run, 0)
+    out = run_backlog(spark, tmp_path, rounds, builds, JoinRun)
+    for how in ("full", "left_semi"):
+        want = out[f"spark-{how}"]
+        columns = ["luser", "lv", "lt"] if how == "left_semi" else COLUMNS
+        assert len(want) == len(batches) + 2, how  # a no-data batch after each run
+        rows = pd.concat(want.values())
+        assert len(rows) > 20, how
+        if how == "full":
+            assert rows["ruser"].isna().sum() > 3 and rows["luser"].isna().sum() > 3
+            assert want[max(want)]["luser"].isna().any()  # emitted by the final no-data batch
+        assert_same_batches(out[how], want, lambda df, c=columns: norm(df, c), how)

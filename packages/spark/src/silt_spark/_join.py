@@ -25,7 +25,8 @@ Spark's default ``multipleWatermarkPolicy=min`` (``_watermark.py``). Rows at or 
 ``b - 1``'s ``wm`` are late and dropped (Spark's watermark for late events). With a time range
 (left time between right time - ``a`` and right time + ``b``) a left row can match no future
 right row once ``<= wm - a - 1`` ms, a right row once ``<= wm - b - 1`` (Spark's state
-watermarks, inclusive bound minus 1 ms): evicted then, not buffered when at or below on arrival.
+watermarks, inclusive bound minus 1 ms): evicted then; at or below it on arrival (possible when
+batches run back to back) a row is not buffered, and an outer side's unmatched one is out at once.
 
 State layout, laid out for eviction (``_keys.py``, tag ``J``)::
 
@@ -543,8 +544,10 @@ def merge_partition(task: ShardTask, batches: Iterator[Any], jp: JoinPlan) -> It
         lin.keep = ~lin.matched if semi else np.ones(lin.n, bool)  # semi: emitted once
         # 2. the batch's right rows against the left buffer, this batch's left rows included
         lb = loaded[LEFT] = _load(task, jp, rin)
-        if expiry[LEFT] is not None:
-            lin.keep &= lin.times > expiry[LEFT]  # expired on arrival: Spark does not buffer it
+        if expiry[LEFT] is not None:  # expired on arrival: not buffered; unmatched, out now
+            lin.keep &= lin.times > expiry[LEFT]
+            if outer[LEFT] and len(gone := np.flatnonzero(~lin.keep & ~lin.matched)):
+                out.append(_output(jp, lin.take(gone), None))
         fresh = np.flatnonzero(lin.keep)
         rcode, lbcode, fcode = _codes([rin.enc_keys, lb.enc_keys, lin.enc_keys.take(fresh)])
         pi, bj = _pairs(jp, RIGHT, rin.kgs, rcode, rin.times, lb.kgs, lbcode, lb.times)
@@ -570,8 +573,10 @@ def merge_partition(task: ShardTask, batches: Iterator[Any], jp: JoinPlan) -> It
                 lb.mark(bj)
                 lin.matched[fj] = True
         rin.keep = np.ones(rin.n, bool)
-        if expiry[RIGHT] is not None:
+        if expiry[RIGHT] is not None:  # as the left side's
             rin.keep &= rin.times > expiry[RIGHT]
+            if outer[RIGHT] and len(gone := np.flatnonzero(~rin.keep & ~rin.matched)):
+                out.append(_output(jp, None, rin.take(gone)))
 
     # Writes: marks set on buffered rows, then the batch's rows; eviction's deletes after them
     # (a later operation on a key wins, and range deletes go last), so a mark set on a row
