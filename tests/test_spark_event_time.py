@@ -6,9 +6,11 @@ shards, with keys and shards that go quiet, a task that fails after its shard co
 restart mid-stream and a rescale between shard counts; the final results must be equal.
 
 Spark runs a no-data micro-batch after each batch that moves the watermark (it closes windows
-and fires timers there); a silt query has no Spark state, so silt closes them in its next batch.
-Each run therefore ends with one empty input file (``tick``), and every batch is drained before
-the next file arrives, so Spark's batches see the watermark of all earlier data, as silt's do.
+and fires timers there); silt's tick source gives a silt query the same batch, so the outputs
+must be equal micro-batch by micro-batch, with the same batch ids. The first tests drain every
+batch before the next file arrives; the backlog tests at the end write many files first and read
+them back to back with ``availableNow`` runs (no no-data batch between them, where Spark judges
+late rows against the previous batch's watermark).
 """
 
 from __future__ import annotations
@@ -37,10 +39,7 @@ QUIET = USERS[8:]
 BASE_MS = 100_000  # event times stay well after the epoch (Spark's watermark starts at 0)
 
 
-class Run(WindowRun):
-    def tick(self) -> None:
-        """An input file without rows: one more micro-batch, as Spark's no-data batch."""
-        self.write([])
+Run = WindowRun
 
 
 def event_rows(seed: int, n_batches: int) -> list[list[tuple[str, int, int]]]:
@@ -67,15 +66,14 @@ def event_rows(seed: int, n_batches: int) -> list[list[tuple[str, int, int]]]:
 @dataclass
 class Variant:
     """One query of a comparison: ``build(run, n)`` makes its output for the ``n``-th (re)start;
-    it restarts before the batch indexes in ``restarts``; ``tick``: one empty file at the end
-    (silt's stand-in for Spark's no-data batch); ``fail``: ``(batch, shard)`` whose first
-    attempt fails after the commit."""
+    it restarts before the batch indexes in ``restarts``; ``fail``: ``(batch, shard)`` whose
+    first attempt fails after the commit. ``batches``: its output per micro-batch id."""
 
     build: Callable[[Run, int], Any]
     restarts: tuple[int, ...] = ()
-    tick: bool = True
     fail: tuple[int, int] | None = None
     output: pd.DataFrame | None = None
+    batches: dict[int, pd.DataFrame] | None = None
     query_id: str = ""
     marker_dir: str = ""
 
@@ -96,40 +94,38 @@ def run_all(spark, tmp_path, batches, variants: dict[str, Variant]) -> None:
         out = v.build(runs[name], starts[name])
         if v.fail is not None:
             out = fail_after_commit(out, v.fail[0], v.marker_dir, v.fail[1])
-        runs[name].start(out)
+        runs[name].query = start_query(lambda: (runs[name].start(out), runs[name].query)[1])
         v.query_id = str(runs[name].query.id)
 
     try:
-        for name in variants:
-            start(name)
-        for i, rows in enumerate([*batches, None]):
+        for i, rows in enumerate(batches):
             for name, v in variants.items():
-                if rows is None and not v.tick:
-                    continue
                 if i in v.restarts:
                     runs[name].stop()
                     starts[name] += 1
                     start(name)
-                runs[name].write(rows or [])
-            for name, v in variants.items():
-                if rows is not None or v.tick:
-                    runs[name].drain()
+                runs[name].write(rows)
+                if i == 0:  # the first file waits when a query starts (else silt's tick
+                    start(name)  # source's first offset would make an empty first batch)
+            for name in variants:
+                runs[name].drain()
     finally:
         for run in runs.values():
             run.stop()
     for name, v in variants.items():
+        v.batches = runs[name].outputs
         frames = [df for _, df in sorted(runs[name].outputs.items()) if len(df)]
         v.output = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
         want = [f"failed-{v.fail[0]}-{v.fail[1]}"] if v.fail else []
         assert os.listdir(v.marker_dir) == want, f"{name}: the injected failure"
 
 
-def check_watermark_requests(v: Variant, n_batches: int) -> None:
+def check_watermark_requests(v: Variant, batch_ids: set[int]) -> None:
     """The watermark costs each worker process one LIST per batch (shared by the tasks it
     runs), each task at most one PUT (its marker) and, in shard 0 only, at most one DELETE
-    (pruning), whatever the shard count."""
+    (pruning), whatever the shard count; the query ran the micro-batches ``batch_ids``."""
     records = silt_spark.metrics(v.query_id)
-    assert {r["batch_id"] for r in records} == set(range(n_batches + 1))  # + the tick
+    assert {r["batch_id"] for r in records} == batch_ids
     lists: dict[tuple[int, int], int] = {}
     for r in records:
         wm = r["requests_by_purpose"].get("watermark", {})
@@ -154,7 +150,7 @@ def spark_windows(window: str, slide: str | None, delay: str) -> Variant:
                     F.col("w.end").alias("window_end"), *AGGS)
         )
 
-    return Variant(build, tick=False)
+    return Variant(build)
 
 
 def silt_windows(tmp_path, name, layouts, window, slide, delay, fail=None) -> Variant:
@@ -187,11 +183,14 @@ def test_tumbling_windows_equal_spark_at_1_2_7_16_shards(spark, tmp_path):
         "s7to2": silt_windows(tmp_path, "s7to2", [(7, 0), (2, 2)], fail=(1, 3), **kw),
     }
     run_all(spark, tmp_path, batches, variants)
-    want = variants.pop("spark").output
+    spark_run = variants.pop("spark")
+    want = spark_run.output
     assert set(QUIET) <= set(want["user"]) and len(want) > 20
+    assert len(spark_run.batches) > len(batches)  # no-data batches
     for name, v in variants.items():
         assert_same_windows(v.output, want, name)
-        check_watermark_requests(v, len(batches))
+        assert_same_batches(v.batches, spark_run.batches, norm, name)
+        check_watermark_requests(v, set(spark_run.batches))
 
 
 def test_sliding_windows_equal_spark_across_a_rescale(spark, tmp_path):
@@ -205,6 +204,7 @@ def test_sliding_windows_equal_spark_across_a_rescale(spark, tmp_path):
     want = variants["spark"].output
     assert set(QUIET) <= set(want["user"])
     assert_same_windows(variants["s2to16"].output, want, "2 -> 16 shards")
+    assert_same_batches(variants["s2to16"].batches, variants["spark"].batches, norm, "sliding")
 
 
 # --- event-time timers -----------------------------------------------------------------------
@@ -262,7 +262,7 @@ def test_event_time_timers_equal_spark_transform_with_state(spark, tmp_path):
         "spark": Variant(lambda run, _: (
             run.stream().withWatermark("ts", "3 seconds").groupBy("user")
             .transformWithStateInPandas(Idle(), TIMER_OUT, "Append", "EventTime")
-        ), tick=False),
+        )),
         "t1to7": Variant(silt_timers("t1to7", [(1, 0), (7, 2)]), (2,)),
         "t16to2": Variant(silt_timers("t16to2", [(16, 0), (2, 2)]), (2,), fail=(1, 5)),
     }
@@ -277,12 +277,14 @@ def test_event_time_timers_equal_spark_transform_with_state(spark, tmp_path):
             spark.conf.unset(provider)
         else:
             spark.conf.set(provider, old)
-    want = variants.pop("spark").output
+    spark_run = variants.pop("spark")
+    want = spark_run.output
     fired = want[want["what"].str.startswith("fired")]
     assert set(QUIET) <= set(fired["user"]) and len(fired) > 15
     for name, v in variants.items():
         pd.testing.assert_frame_equal(_sorted(v.output), _sorted(want), check_dtype=False,
                                       obj=name)
+        assert_same_batches(v.batches, spark_run.batches, _sorted, name)
 
 
 # --- deduplication within the watermark ------------------------------------------------------
@@ -320,12 +322,13 @@ def test_event_time_dedup_equals_spark_drop_duplicates_within_watermark(spark, t
 
     variants = {
         "spark": Variant(lambda run, _: run.stream().withWatermark("ts", "5 seconds")
-                         .dropDuplicatesWithinWatermark(["user"]), tick=False),
-        "d1to16": Variant(silt_dedup("d1to16", [(1, 0), (16, 2)]), (2,), tick=False),
-        "d7to2": Variant(silt_dedup("d7to2", [(7, 0), (2, 2)]), (2,), False, fail=(1, 4)),
+                         .dropDuplicatesWithinWatermark(["user"])),
+        "d1to16": Variant(silt_dedup("d1to16", [(1, 0), (16, 2)]), (2,)),
+        "d7to2": Variant(silt_dedup("d7to2", [(7, 0), (2, 2)]), (2,), fail=(1, 4)),
     }
     run_all(spark, tmp_path, batches, variants)
-    want = variants.pop("spark").output
+    spark_run = variants.pop("spark")
+    want = spark_run.output
     n_rows = sum(len(b) for b in batches)
     # Keys are forgotten and emitted again, and duplicates and late rows are dropped.
     assert want["user"].duplicated().any() and 15 < len(want) < n_rows / 2
@@ -335,6 +338,7 @@ def test_event_time_dedup_equals_spark_drop_duplicates_within_watermark(spark, t
 
     for name, v in variants.items():
         pd.testing.assert_frame_equal(key(v.output), key(want), check_dtype=False, obj=name)
+        assert_same_batches(v.batches, spark_run.batches, key, name)
 
 
 # --- back-to-back batches: a backlog read by availableNow runs -------------------------------
@@ -396,11 +400,6 @@ def assert_same_batches(got: dict[int, pd.DataFrame], want: dict[int, pd.DataFra
     assert sorted(got) == sorted(want), f"{what}: micro-batches {sorted(got)} != {sorted(want)}"
     for b in sorted(want):
         if len(want[b]) or len(got[b]):
-            import os as _os
-            if _os.environ.get("WMDEBUG"):
-                g, w = order(got[b]), order(want[b])
-                m = g.merge(w, how="outer", indicator=True)
-                print("DEBUG batch", b, m[m["_merge"] != "both"].to_string())
             pd.testing.assert_frame_equal(order(got[b]), order(want[b]), check_dtype=False,
                                           obj=f"{what}, micro-batch {b}")
 

@@ -59,7 +59,9 @@ def _spec(
         raise InvalidTypeError(
             f"settings must be a silt.Settings, got {type(settings).__name__}"
         )
+    session = getattr(df, "sparkSession", None)
     return _shard.OperatorSpec(
+        ticks=bool(options.get("event_time_delays")) and _tick.enabled(session),
         kind=kind,
         root=state_url,
         num_shards=num_shards,
@@ -187,7 +189,7 @@ def _route(df: Any, keys: list[str], spec: _shard.OperatorSpec, heartbeat: bool 
     and ``heartbeat`` a 1 row/s ``rate`` source."""
     routed = _layout.with_routing_columns(df, keys, spec.num_shards, spec.key_groups)
     session = df.sparkSession
-    if spec.event_time_delays and _tick.enabled(session):
+    if spec.ticks:
         routed = routed.union(_filler(_tick.stream(session, spec), routed.schema))
     if heartbeat:
         rate = session.readStream.format("rate").option("rowsPerSecond", 1).load()

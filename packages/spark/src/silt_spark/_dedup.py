@@ -271,8 +271,10 @@ def deduplicate(
         A timestamp column: deduplicate **in event time**, as ``dropDuplicatesWithinWatermark``.
         Micro-batch ``b`` runs with the query-wide watermark (the largest event time of the
         batches before ``b`` minus ``watermark_delay``, at least 0). Rows whose event time is at
-        or before it are late and dropped; a key is remembered until the watermark reaches its
-        first row's event time plus ``watermark_delay``, then its next row is emitted again.
+        or before batch ``b - 1``'s watermark are late and dropped (Spark's rule); a key is
+        remembered until the watermark reaches its first row's event time plus
+        ``watermark_delay`` (forgotten after the batch's rows), then its next row is emitted
+        again.
     watermark_delay : int, str or timedelta, default 0
         With ``event_time_column``: how late rows may arrive (ms, ``"10 minutes"``, a
         ``timedelta``); also how long past its first event time a key is remembered.
@@ -361,7 +363,8 @@ def deduplicate(
     root, incarnation = spec.root, spec.incarnation
 
     def watermark() -> int:  # late rows are judged against batch b - 1's watermark
-        return _watermark.in_task(root, delays, incarnation, spec.storage_options, late=True)
+        return _watermark.in_task(root, delays, incarnation, spec.storage_options,
+                                  late=spec.ticks)
 
     def number_fn(batches: Any) -> Any:
         return number_and_drop(batches, dp, watermark if delays else None)

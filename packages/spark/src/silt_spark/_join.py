@@ -22,11 +22,10 @@ Event time (optional; needed for outer and semi joins, as in Spark): each side h
 column and a watermark delay; the query-wide watermark ``wm`` of batch ``b`` is the minimum over
 the sides of (largest event time of the batches before ``b`` minus the side's delay), as
 Spark's default ``multipleWatermarkPolicy=min`` (``_watermark.py``). Rows at or before batch
-``b - 1``'s ``wm`` are late and dropped (Spark's watermark for late events). With a time range
-(left time between right time - ``a`` and right time + ``b``) a left row can match no future
-right row once ``<= wm - a - 1`` ms, a right row once ``<= wm - b - 1`` (Spark's state
-watermarks, inclusive bound minus 1 ms): evicted then; at or below it on arrival (possible when
-batches run back to back) a row is not buffered, and an outer side's unmatched one is out at once.
+``b - 1``'s ``wm`` are late and dropped. With a time range (left time in right time - ``a`` ..
++ ``b``) a left row can match no future right row once ``<= wm - a - 1`` ms, a right row once
+``<= wm - b - 1`` (Spark's state watermarks): evicted then; at or below it on arrival (batches
+back to back) a row is not buffered, and an outer side's unmatched one is emitted at once.
 
 State layout, laid out for eviction (``_keys.py``, tag ``J``)::
 
@@ -573,7 +572,7 @@ def merge_partition(task: ShardTask, batches: Iterator[Any], jp: JoinPlan) -> It
                 lb.mark(bj)
                 lin.matched[fj] = True
         rin.keep = np.ones(rin.n, bool)
-        if expiry[RIGHT] is not None:  # as the left side's
+        if expiry[RIGHT] is not None:
             rin.keep &= rin.times > expiry[RIGHT]
             if outer[RIGHT] and len(gone := np.flatnonzero(~rin.keep & ~rin.matched)):
                 out.append(_output(jp, None, rin.take(gone)))
@@ -1021,7 +1020,7 @@ def join(
         (``"outer"``, ``"full_outer"``) or ``"left_semi"``. Outer and semi joins need event
         time and a ``time_range`` (as in Spark): an outer side's row never matched is emitted
         once, with nulls for the other side, in the first micro-batch whose watermark expires
-        it (Spark emits it in its no-data batch; see ``heartbeat``).
+        it (after a batch that moved it, silt's tick source runs Spark's no-data batch).
     state_url : str
         Root URL of this operator's state (one operator per root).
     num_shards : int
@@ -1050,7 +1049,7 @@ def join(
         this argument wins.
     heartbeat : bool, default False
         Union a 1 row/s ``rate`` source so batches keep running while both inputs are idle
-        (unmatched rows then come out without waiting for input).
+        (needed only with ``spark.silt.tick=false``, see docs/spark.md).
 
     Returns
     -------

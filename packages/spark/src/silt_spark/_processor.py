@@ -1065,6 +1065,8 @@ def process_partition(
     try:
         if init_rows is not None:
             _initial_state(handle, processor, init_rows, key_columns, rows_format, timer_values)
+        if time.mode == "eventtime" and not task.spec.ticks:  # the no-data batch's work first
+            bound = _fire_timers(task, handle, processor, timer_values, threshold, bound, add)
         if rows:
             check_key_groups(task, table[KG_COLUMN])
             table = table.drop_columns([PARTITION_COLUMN])

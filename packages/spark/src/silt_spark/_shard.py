@@ -122,6 +122,11 @@ class OperatorSpec:
     check_origin: bool = False
     #: Watermark delay (ms) of each event-time input; empty for operators without event time.
     event_time_delays: tuple[int, ...] = ()
+    #: Whether the query has the operator's tick source (``_tick.py``): it then runs Spark's
+    #: no-data batches, and rows are late against batch ``b - 1``'s watermark as in Spark;
+    #: without it (``spark.silt.tick=false``), a data batch also does the work of the no-data
+    #: batch before it, so its rows are late against its own watermark.
+    ticks: bool = False
     #: ``spark.silt.memoryBudget`` in bytes (each Python worker's silt.set_memory_budget), or
     #: ``None`` to keep the process's budget.
     memory_budget: int | None = None
@@ -324,7 +329,7 @@ class ShardTask:
                 storage_options=spec.storage_options,
             )
             self.watermark = self._observed.watermark_ms
-            self.late_watermark = self._observed.late_ms
+            self.late_watermark = self._observed.late_ms if spec.ticks else self.watermark
             self._event_seen = [None] * len(delays)
         budget = spec.memory_budget
         if budget is not None and silt.memory_budget().capacity != budget:

@@ -187,7 +187,10 @@ def observe(
             retrying(lambda: store.delete_many(stale))
             _count(counts, "DELETE")
         seen[2][0] = True
-    return Observed(tuple(top), watermark_of(top, delays_ms), watermark_of(top_late, delays_ms))
+    wm = watermark_of(top, delays_ms)
+    # Spark's late-events watermark is never above its eviction one; without Spark's "never
+    # lower" step (see the simplification above) an input's first data could make it so.
+    return Observed(tuple(top), wm, min(wm, watermark_of(top_late, delays_ms)))
 
 
 def record(

@@ -376,10 +376,10 @@ def window_aggregate(
     The watermark is query-wide, as in Spark: micro-batch ``b`` runs with the largest event
     time of the batches before it minus ``watermark_delay`` (at least 0), the same in every
     shard, whatever ``num_shards``, across retries, restarts and rescales. A row is late, and
-    dropped, for each of its windows that the watermark has closed (window end ``<=``
-    watermark); the count of rows dropped because all their windows were closed is kept per
-    shard in the manifest meta (``spark.late_rows``). A window closes when the watermark reaches
-    its end; its state is then evicted.
+    dropped, for each of its windows that the previous batch's watermark had closed (window end
+    ``<=`` watermark: Spark's watermark for late events); the count of rows dropped because all
+    their windows were closed is kept per shard in the manifest meta (``spark.late_rows``). A
+    window closes when the watermark reaches its end; its state is then evicted.
 
     Parameters
     ----------
@@ -414,10 +414,10 @@ def window_aggregate(
     output : {"append", "update"}, default "append"
         ``"append"`` (Spark's append mode): each window is emitted **once**, with its final
         aggregates, in the first micro-batch whose watermark is at or past the window's end
-        (Spark emits it in the no-data batch it runs right after the watermark moved; Spark
-        runs none for a silt operator, so the window comes with the next batch: see
-        ``heartbeat``). ``"update"``: every micro-batch emits each window that received rows in
-        it, with its running aggregates (closed windows are evicted without output).
+        (Spark emits it in the no-data batch it runs right after the watermark moved; silt's
+        tick source gives the query that batch, see docs/spark.md). ``"update"``: every
+        micro-batch emits each window that received rows in it, with its running aggregates
+        (closed windows are evicted without output).
     key_groups : int, default 256
         Number of key groups, fixed per root.
     take_over : bool, default False
@@ -434,8 +434,8 @@ def window_aggregate(
         this argument wins.
     heartbeat : bool, default False
         Union a 1 row/s ``rate`` source into the operator so micro-batches keep running while
-        the input is idle: windows the last input closed are then emitted without waiting for
-        more input. Keep the setting across restarts (it is a source of the query).
+        the input is idle (needed only with ``spark.silt.tick=false``: the tick source runs the
+        batch that closes them). Keep the setting across restarts (it is a source of the query).
 
     Returns
     -------
