@@ -55,3 +55,31 @@ def test_both_watermarks_survive_pruning_retries_and_other_processes(tmp_path, s
             maxima = [m if x is None else x if m is None else max(m, x)
                       for m, x in zip(maxima, mine)]
         history.append(maxima)
+
+
+def test_the_tick_reader_lists_after_each_batch_not_while_spark_polls(tmp_path, monkeypatch):
+    """Spark polls an idle query's sources every 10 ms: those calls reuse the last listing
+    (refreshed every ``IDLE_LIST_S``), while a call after a gap (a micro-batch ran) lists, so
+    it sees the markers that batch wrote."""
+    root = (tmp_path / "op").as_uri()
+    clock = [1000.0]
+    monkeypatch.setattr(_tick.time, "monotonic", lambda: clock[0])
+    lists = []
+    real = _tick.due_offset
+    monkeypatch.setattr(_tick, "due_offset", lambda *a: lists.append(clock[0]) or real(*a))
+    _, reader_class = _tick._classes()
+    reader = reader_class(root, (1_000,), None)
+    start = reader.initialOffset()
+    for _ in range(500):  # 5 s of polling
+        clock[0] += 0.01
+        assert reader.latestOffset(start, None) == start
+    assert len(lists) == 3  # the first call, then every IDLE_LIST_S (2 s)
+    # A batch runs (0.5 s without calls) and moves the watermark: the next call lists.
+    _watermark.record(root, "q", 0, "kg-a", [9_000], _watermark.Observed((None,), 0))
+    clock[0] += 0.5
+    end = reader.latestOffset(start, None)
+    assert end == {"w": {"q": 8_000}} and len(lists) == 4
+    assert reader.partitions(start, end) and not reader.partitions(end, end)
+    assert list(reader.read(reader.partitions(start, end)[0])) == [(1,)]
+    clock[0] += 0.01
+    assert reader.latestOffset(end, None) == end and len(lists) == 4

@@ -19,7 +19,12 @@ moves, so it never ticks). ``availableNow``: the source supports it (it never re
 arrives later, it only follows the query's own progress), so such a run ends with every due
 closing emitted, after the same number of batches as Spark's.
 
-Cost: one LIST of the root's ``watermark/`` folder on the driver per batch Spark plans.
+Cost: one LIST of the root's ``watermark/`` folder on the driver each time Spark asks for the
+offset after a micro-batch ran (once per trigger). An idle query polls its sources in a tight
+loop (every ``spark.sql.streaming.pollingDelay``, 10 ms, with the default trigger); calls that
+come that quickly after the previous one follow no micro-batch (one takes far longer than
+:data:`POLL_GAP_S` to plan and run), so they reuse the last listing, which is refreshed at most
+every :data:`IDLE_LIST_S` while the polling lasts.
 
 Turn it off with the Spark conf ``spark.silt.tick=false`` (for example for a query whose
 checkpoint was written before the source existed: Spark refuses a changed set of sources);
@@ -29,6 +34,7 @@ windows then close with the next batch that has data (or ``heartbeat=True``).
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -40,6 +46,10 @@ from . import _watermark
 TICK_CONF = "spark.silt.tick"
 #: The source's one column.
 SCHEMA = "tick long"
+#: A call this soon after the previous one is Spark polling an idle query (no batch between).
+POLL_GAP_S = 0.05
+#: While Spark polls an idle query, the root's markers are listed at most this often (s).
+IDLE_LIST_S = 2.0
 
 
 def enabled(session: Any) -> bool:
@@ -78,12 +88,25 @@ def _classes() -> tuple[type, type]:
         def __init__(self, root: str, delays: tuple[int, ...],
                      storage_options: dict[str, str] | None) -> None:
             self.root, self.delays, self.storage_options = root, delays, storage_options
+            self.called = self.listed = float("-inf")
+            self.last: dict[str, Any] | None = None
+
+        def _now(self) -> dict[str, Any]:
+            """The offset now: listed again unless Spark is polling an idle query (see the
+            module docstring)."""
+            t = time.monotonic()
+            polling = t - self.called < POLL_GAP_S and t - self.listed < IDLE_LIST_S
+            self.called = t
+            if self.last is None or not polling:
+                self.last = due_offset(self.root, self.delays, self.storage_options)
+                self.listed = t
+            return self.last
 
         def initialOffset(self) -> dict[str, Any]:
-            return due_offset(self.root, self.delays, self.storage_options)
+            return self._now()
 
         def latestOffset(self, start: dict[str, Any], limit: Any) -> dict[str, Any]:
-            now = due_offset(self.root, self.delays, self.storage_options)
+            now = self._now()
             return now if moved(start, now) else start
 
         def prepareForTriggerAvailableNow(self) -> None:
