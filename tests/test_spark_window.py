@@ -418,6 +418,17 @@ def test_bad_input_is_refused_with_clear_errors(spark, tmp_path):
             build()
     finally:
         spark.conf.unset("spark.silt.tick")
+    # Inside foreachBatch (a batch DataFrame; the micro-batch id is set) the plan takes no
+    # tick source: a batch DataFrame cannot be unioned with a streaming one.
+    spark.sparkContext.setLocalProperty("streaming.sql.batchId", "0")
+    try:
+        rows = spark.createDataFrame([("u0", 1, pd.Timestamp(0, unit="ms").to_pydatetime())],
+                                     SCHEMA)
+        assert not silt_spark.window_aggregate(
+            rows, ["user"], "ts", "10 seconds", ["count"], (tmp_path / "fb").as_uri(), 2,
+        ).isStreaming
+    finally:
+        spark.sparkContext.setLocalProperty("streaming.sql.batchId", None)
     build(slide_duration="5 seconds")  # a valid plan: pins the window in the descriptor
     with pytest.raises(silt_spark.errors.LayoutMismatchError, match="window"):
         build(slide_duration="2 seconds")

@@ -61,7 +61,9 @@ def _spec(
         )
     session = getattr(df, "sparkSession", None)
     return _shard.OperatorSpec(
-        ticks=bool(options.get("event_time_delays")) and _tick.enabled(session),
+        # (not inside foreachBatch: a batch DataFrame cannot take a streaming source)
+        ticks=bool(options.get("event_time_delays")) and bool(getattr(df, "isStreaming", True))
+        and _tick.enabled(session),
         kind=kind,
         root=state_url,
         num_shards=num_shards,
