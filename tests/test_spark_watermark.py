@@ -83,3 +83,19 @@ def test_the_tick_reader_lists_after_each_batch_not_while_spark_polls(tmp_path, 
     assert list(reader.read(reader.partitions(start, end)[0])) == [(1,)]
     clock[0] += 0.01
     assert reader.latestOffset(end, None) == end and len(lists) == 4
+
+
+def test_the_tick_reader_without_a_start_offset(tmp_path):
+    """pyspark < 4.2 calls ``latestOffset()`` without the previous end: the reader compares
+    with what it returned last, so it offers one tick per move, as with a start offset."""
+    root = (tmp_path / "op").as_uri()
+    _, reader_class = _tick._classes()
+    reader = reader_class(root, (0,), None)
+    first = reader.initialOffset()
+    assert reader.latestOffset() == first == {"w": {}}
+    _watermark.record(root, "q", 0, "kg-a", [5_000], _watermark.Observed((None,), 0))
+    reader.called = float("-inf")  # a batch ran since the last call
+    moved = reader.latestOffset()
+    assert moved == {"w": {"q": 5_000}} and reader.partitions(first, moved)
+    reader.called = float("-inf")
+    assert reader.latestOffset() == moved

@@ -80,7 +80,11 @@ def moved(start: dict[str, Any], now: dict[str, Any]) -> bool:
 
 def _classes() -> tuple[type, type]:
     from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
-    from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+
+    try:
+        from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+    except ImportError:  # pyspark < 4.2: Spark wraps the source for availableNow itself
+        SupportsTriggerAvailableNow = object  # type: ignore[assignment,misc]
 
     class TickReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Offers one row exactly when the query's watermark moved since the last batch."""
@@ -103,11 +107,18 @@ def _classes() -> tuple[type, type]:
             return self.last
 
         def initialOffset(self) -> dict[str, Any]:
-            return self._now()
+            self.returned = self._now()
+            return self.returned
 
-        def latestOffset(self, start: dict[str, Any], limit: Any) -> dict[str, Any]:
+        def latestOffset(self, start: dict[str, Any] | None = None,
+                         limit: Any = None) -> dict[str, Any]:
+            """The offset of the next batch (pyspark < 4.2 passes no ``start``: the offset
+            this reader returned last is the previous batch's end)."""
+            if start is None:
+                start = getattr(self, "returned", None) or self.initialOffset()
             now = self._now()
-            return now if moved(start, now) else start
+            self.returned = now if moved(start, now) else start
+            return self.returned
 
         def prepareForTriggerAvailableNow(self) -> None:
             """Nothing to pin: ticks follow the query's own progress, never later input."""
