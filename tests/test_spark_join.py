@@ -6,7 +6,7 @@ range) and through ``silt_spark.join`` at 1, 2 and 7 shards, with late rows on b
 keys that go quiet, a restart that rescales between shard counts, and a task that fails after
 its shard committed; the final outputs must be equal. As in tests/test_spark_event_time.py,
 Spark runs a no-data batch after each batch that moves the watermark (where it emits unmatched
-rows); a silt query has no Spark state, so each silt run ends with one empty file (a ``tick``).
+rows), and silt's tick source gives a silt query the same batch.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from pyspark import cloudpickle
 from pyspark.sql import functions as F
 from silt.errors import InvalidArgumentError, InvalidTypeError
 from silt_spark import _join, _shard
+from test_spark_event_time import assert_same_batches, run_backlog, start_query
 from test_spark_operator import fail_after_commit, shard_versions
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -146,7 +147,7 @@ def silt_join(tmp_path, name: str, how: str, layouts: list[int]):
 def run_all(spark, tmp_path, batches, variants: dict) -> tuple[dict[str, pd.DataFrame],
                                                                dict[str, str]]:
     """Drive every query over ``batches`` in lockstep (each drained before the next files).
-    ``variants``: name -> (build, restart batch indexes, tick, (batch, shard) to fail).
+    ``variants``: name -> (build, restart batch indexes, (batch, shard) to fail).
     Returns each query's output and its query id."""
     runs = {name: JoinRun(spark, tmp_path, name) for name in variants}
     starts = dict.fromkeys(variants, 0)
@@ -157,34 +158,31 @@ def run_all(spark, tmp_path, batches, variants: dict) -> tuple[dict[str, pd.Data
         markers[name].mkdir()
 
     def start(name):
-        build, _, _, fail = variants[name]
+        build, _, fail = variants[name]
         out = build(runs[name], starts[name])
         if fail is not None:
             out = fail_after_commit(out, fail[0], str(markers[name]), fail[1])
-        runs[name].start(out)
+        runs[name].query = start_query(lambda: (runs[name].start(out), runs[name].query)[1])
         query_ids[name] = str(runs[name].query.id)
 
     try:
-        for name in variants:
-            start(name)
-        for i, pair in enumerate([*batches, None]):
-            for name, (_, restarts, tick, _) in variants.items():
-                if pair is None and not tick:
-                    continue
+        for i, pair in enumerate(batches):
+            for name, (_, restarts, _) in variants.items():
                 if i in restarts:
                     runs[name].stop()
                     starts[name] += 1
                     start(name)
-                runs[name].write(*(pair or ([], [])))
-            for name, (_, _, tick, _) in variants.items():
-                if pair is not None or tick:
-                    runs[name].query.processAllAvailable()
+                runs[name].write(*pair)
+                if i == 0:  # the first files wait when a query starts (as in run_all of
+                    start(name)  # tests/test_spark_event_time.py)
+            for name in variants:
+                runs[name].query.processAllAvailable()
     finally:
         for run in runs.values():
             run.stop()
     out = {}
     ids = {}
-    for name, (_, _, _, fail) in variants.items():
+    for name, (_, _, fail) in variants.items():
         frames = [df for _, df in sorted(runs[name].outputs.items()) if len(df)]
         out[name] = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
         want = [f"failed-{fail[0]}-{fail[1]}"] if fail else []
@@ -237,13 +235,13 @@ def test_every_join_type_equals_spark(spark, tmp_path):
     index (evicting by bucket scans, as it always did)."""
     batches = join_rows(1, 4)
     variants = {}
-    fails = {"inner": (2, 1), "right": (3, 3), "left_semi": (0, 0)}
+    # (batch, partition): each file's batch is followed by a tick batch; batch 6 has 7 shards
+    fails = {"inner": (2, 1), "right": (6, 3), "left_semi": (0, 0)}
     for how in HOWS:
-        variants[f"spark-{how}"] = (spark_join(how), (), False, None)
-        variants[how] = (silt_join(tmp_path, how, how, [1, 2, 7]), (1, 3), True, fails.get(how))
+        variants[f"spark-{how}"] = (spark_join(how), (), None)
+        variants[how] = (silt_join(tmp_path, how, how, [1, 2, 7]), (1, 3), fails.get(how))
     made_before_the_time_index(spark, tmp_path, "legacy", "full")
-    variants["legacy"] = (silt_join(tmp_path, "legacy", "full", [1, 2, 7]), (1, 3), True,
-                          (2, 0))
+    variants["legacy"] = (silt_join(tmp_path, "legacy", "full", [1, 2, 7]), (1, 3), (2, 0))
     out, ids = run_all(spark, tmp_path, batches, variants)
     for how in [*HOWS, "legacy"]:
         want = out[f"spark-{'full' if how == 'legacy' else how}"]
@@ -316,8 +314,8 @@ def test_a_large_bucket_is_probed_key_by_key_with_sparks_answers(spark, tmp_path
 
     variants = {}
     for how in ("inner", "left"):
-        variants[f"spark-{how}"] = (spark_join(how), (), False, None)
-        variants[how] = (silt_build(how), (), True, None)
+        variants[f"spark-{how}"] = (spark_join(how), (), None)
+        variants[how] = (silt_build(how), (), None)
     out, ids = run_all(spark, tmp_path, batches, variants)
     for how in ("inner", "left"):
         records = silt_spark.metrics(ids[how])
@@ -357,3 +355,30 @@ def test_join_refuses_bad_arguments_before_any_state(spark, tmp_path):
     with pytest.raises(InvalidArgumentError, match="rename one side"):
         silt_spark.join(left, both, [("luser", "ruser")], **ok)
     assert not (tmp_path / "state").exists()  # refused before anything was written
+
+
+def test_full_outer_and_semi_joins_equal_spark_batch_by_batch_over_a_backlog(spark, tmp_path):
+    """Back-to-back batches (a backlog read by availableNow runs, no-data batches only at
+    their ends): rows late against the previous batch's watermark are dropped, rows expired by
+    this batch's are not buffered, unmatched outer rows come out when this batch's watermark
+    expires them, and each run ends with Spark's no-data batch (silt's tick) emitting the
+    rows the last file's watermark expired: the same rows in the same micro-batches."""
+    batches = join_rows(8, 7)
+    # the second round's event times continue after the first's
+    rounds = [batches[:4], [tuple([(u, v, t + 10_000) for u, v, t in rows] for rows in pair)
+                            for pair in batches[4:]]]
+    builds = {}
+    for how in ("full", "left_semi"):
+        builds[f"spark-{how}"] = lambda run, how=how: spark_join(how)(run, 0)
+        builds[how] = lambda run, how=how: silt_join(tmp_path, how, how, [3])(run, 0)
+    out = run_backlog(spark, tmp_path, rounds, builds, JoinRun)
+    for how in ("full", "left_semi"):
+        want = out[f"spark-{how}"]
+        columns = ["luser", "lv", "lt"] if how == "left_semi" else COLUMNS
+        assert len(want) == len(batches) + 2, how  # a no-data batch after each run
+        rows = pd.concat(want.values())
+        assert len(rows) > 20, how
+        if how == "full":
+            assert rows["ruser"].isna().sum() > 3 and rows["luser"].isna().sum() > 3
+            assert want[max(want)]["luser"].isna().any()  # emitted by the final no-data batch
+        assert_same_batches(out[how], want, lambda df, c=columns: norm(df, c), how)

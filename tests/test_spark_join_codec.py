@@ -199,6 +199,7 @@ def test_a_batch_is_joined_without_python_per_row(monkeypatch, indexed):
                 meta_updates={},
                 operator_metrics={}, first_kg=0, last_kg=0, shard=0,
                 watermark=_join._watermark.watermark_of(seen, (0, 0)),
+                late_watermark=_join._watermark.watermark_of(seen, (0, 0)),  # (no tick source)
                 observe_event_time=lambda ms, i=0: seen.__setitem__(i, max(seen[i] or ms, ms)))
             for batch in _join.merge_partition(task, iter(t.to_batches()), jp):
                 got += list(zip(*[c.to_pylist() for c in batch.columns]))

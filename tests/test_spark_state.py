@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 import silt
 from pyspark.sql import types as T
-from silt_spark import _aggregate, _layout, _processor
+from silt_spark import _aggregate, _layout, _processor, _shard
 from silt_spark.errors import ForeignStateError, StateAheadError
 
 
@@ -29,6 +29,12 @@ class FakeTask:
         #: The query-wide watermark the test gives the batch, and the event times reported.
         self.watermark = None
         self.seen = []
+        #: Without silt's tick source: a batch's rows are late against its own watermark.
+        self.spec = _shard.OperatorSpec(kind="processor", root=db.url, num_shards=1)
+
+    @property
+    def late_watermark(self):
+        return self.watermark
 
     def observe_event_time(self, max_ms, input_index=0):
         self.seen.append(max_ms)

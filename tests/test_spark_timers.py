@@ -53,7 +53,17 @@ def test_event_time_timers_fire_in_idle_shards_and_survive_restart(spark, run, t
     """One query-wide watermark: a timer fires in the first batch whose watermark (from the
     batches before it) is at or past it, in every shard, also in shards that get no rows and
     across a restart; timers due before a batch fire before its rows, and late rows (at or
-    before the watermark) never reach the processor."""
+    before the watermark) never reach the processor. Without silt's tick source
+    (``spark.silt.tick=false``: no batch between the files; with it, the outputs are Spark's
+    batch by batch, tests/test_spark_event_time.py)."""
+    spark.conf.set("spark.silt.tick", "false")
+    try:
+        _event_time_timers(spark, run, tmp_path)
+    finally:
+        spark.conf.unset("spark.silt.tick")
+
+
+def _event_time_timers(spark, run, tmp_path):
     state = (tmp_path / "state").as_uri()
     users = [f"u{i}" for i in range(9)]
     kg = {r.user: r.kg for r in spark.createDataFrame([(u,) for u in users], "user string")

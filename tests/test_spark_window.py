@@ -7,8 +7,10 @@ runs with the query-wide watermark of the batches before it (the largest event t
 delay, at least 0); a (row, window) pair is late when the window ends at or before it;
 ``append`` emits a window once, in the first batch whose watermark is at or past its end;
 ``update`` emits every window that received rows in the batch. The shard of each user (for the
-late-row counts) comes from Spark's own ``xxhash64``. tests/test_spark_event_time.py compares
-with Spark's own operator.
+late-row counts) comes from Spark's own ``xxhash64``. The model is of a query without silt's
+tick source (``spark.silt.tick=false``: closings come with the next batch);
+tests/test_spark_event_time.py compares the default, with the tick source, with Spark's own
+operator micro-batch by micro-batch.
 """
 
 from __future__ import annotations
@@ -164,9 +166,19 @@ def stream_rows(seed: int, n_batches: int, per_batch: int = 24) -> list[list[tup
     return out
 
 
+@pytest.fixture
+def no_tick(spark):
+    """The query without silt's tick source (``spark.silt.tick=false``): no batch runs after
+    the one that moved the watermark, so batch ``b`` closes what the model closes at ``b`` (the
+    tick source, on by default, is compared with Spark in tests/test_spark_event_time.py)."""
+    spark.conf.set("spark.silt.tick", "false")
+    yield
+    spark.conf.unset("spark.silt.tick")
+
+
 # --- tests ---------------------------------------------------------------------------------------
 def test_tumbling_append_matches_model_with_late_rows_restart_and_failed_task(
-    spark, tmp_path, shard_of_user
+    spark, tmp_path, shard_of_user, no_tick
 ):
     """Tumbling 10 s windows, 3 s delay, append mode: windows are emitted once, when the
     query's watermark passes their end; late rows are dropped and counted; a restart from the
@@ -263,7 +275,7 @@ def test_tumbling_append_matches_model_with_late_rows_restart_and_failed_task(
 
 
 def test_restart_with_more_shards_keeps_open_windows_and_watermarks(
-    spark, tmp_path, shard_of_user
+    spark, tmp_path, shard_of_user, no_tick
 ):
     """Restarting with 3 shards instead of 2 (a rescale): the new shards start from the old
     shards' windows, and the query's watermark carries over (it names no layout)."""
@@ -299,7 +311,7 @@ def test_restart_with_more_shards_keeps_open_windows_and_watermarks(
 
 
 def test_sliding_windows_append_and_update_match_model_and_spark(
-    spark, tmp_path, shard_of_user
+    spark, tmp_path, shard_of_user, no_tick
 ):
     """Sliding 6 s windows every 2 s, in both output modes on one input (two queries); without
     late rows, the append output over the whole stream equals Spark's own batch
@@ -400,12 +412,29 @@ def test_bad_input_is_refused_with_clear_errors(spark, tmp_path):
         build(output="complete")
     with pytest.raises(TypeError, match="integral and floating-point"):
         build(aggs=["sum(user)"])
+    spark.conf.set("spark.silt.tick", "maybe")
+    try:
+        with pytest.raises(ValueError, match=r"spark\.silt\.tick must be 'true' or 'false'"):
+            build()
+    finally:
+        spark.conf.unset("spark.silt.tick")
+    # Inside foreachBatch (a batch DataFrame; the micro-batch id is set) the plan takes no
+    # tick source: a batch DataFrame cannot be unioned with a streaming one.
+    spark.sparkContext.setLocalProperty("streaming.sql.batchId", "0")
+    try:
+        rows = spark.createDataFrame([("u0", 1, pd.Timestamp(0, unit="ms").to_pydatetime())],
+                                     SCHEMA)
+        assert not silt_spark.window_aggregate(
+            rows, ["user"], "ts", "10 seconds", ["count"], (tmp_path / "fb").as_uri(), 2,
+        ).isStreaming
+    finally:
+        spark.sparkContext.setLocalProperty("streaming.sql.batchId", None)
     build(slide_duration="5 seconds")  # a valid plan: pins the window in the descriptor
     with pytest.raises(silt_spark.errors.LayoutMismatchError, match="window"):
         build(slide_duration="2 seconds")
 
 
-def test_heartbeat_closes_the_windows_of_an_idle_stream(spark, tmp_path):
+def test_heartbeat_closes_the_windows_of_an_idle_stream(spark, tmp_path, no_tick):
     """The input's only file moves the watermark past u0's window; with ``heartbeat=True``
     the rate source's batches (which reach no window) close it without more input."""
     import time

@@ -13,7 +13,7 @@ from typing import Any
 from silt.errors import InvalidArgumentError, InvalidTypeError
 from silt.tierkit import public_url
 
-from . import _interval, _layout, _metrics, _progress, _shard, _storage
+from . import _interval, _layout, _metrics, _progress, _shard, _storage, _tick
 
 
 def _spec(
@@ -59,7 +59,11 @@ def _spec(
         raise InvalidTypeError(
             f"settings must be a silt.Settings, got {type(settings).__name__}"
         )
+    session = getattr(df, "sparkSession", None)
     return _shard.OperatorSpec(
+        # (not inside foreachBatch: a batch DataFrame cannot take a streaming source)
+        ticks=bool(options.get("event_time_delays")) and bool(getattr(df, "isStreaming", True))
+        and _tick.enabled(session),
         kind=kind,
         root=state_url,
         num_shards=num_shards,
@@ -207,18 +211,24 @@ def _struct(schema: Any) -> Any:
 
 
 def _route(df: Any, keys: list[str], spec: _shard.OperatorSpec, heartbeat: bool = False) -> Any:
+    """``df`` with its routing columns, shuffled to the operator's shards; an event-time
+    operator's input gets silt's tick source (``_tick.py``, unless ``spark.silt.tick=false``),
+    and ``heartbeat`` a 1 row/s ``rate`` source."""
     routed = _layout.with_routing_columns(df, keys, spec.num_shards, spec.key_groups)
+    session = df.sparkSession
+    if spec.ticks:
+        routed = routed.union(_filler(_tick.stream(session, spec), routed.schema))
     if heartbeat:
-        routed = routed.union(_heartbeat(df, routed.schema))
+        rate = session.readStream.format("rate").option("rowsPerSecond", 1).load()
+        routed = routed.union(_filler(rate, routed.schema))
     return routed.repartition(spec.num_shards, _layout.PARTITION_COLUMN)
 
 
-def _heartbeat(df: Any, schema: Any) -> Any:
-    """A 1 row/s ``rate`` stream shaped like the routed input, with key group ``-1`` (tasks
-    drop such rows): it only makes micro-batches happen, and Spark then runs every shard."""
+def _filler(stream: Any, schema: Any) -> Any:
+    """``stream``'s rows shaped like the routed input, with key group ``-1`` (tasks drop such
+    rows): they only make micro-batches happen, and Spark then runs every shard."""
     from pyspark.sql import functions as F
 
-    rate = df.sparkSession.readStream.format("rate").option("rowsPerSecond", 1).load()
     cols = []
     for f in schema.fields:
         if f.name == _layout.KG_COLUMN:
@@ -227,7 +237,7 @@ def _heartbeat(df: Any, schema: Any) -> Any:
             cols.append(F.lit(_layout.partition_values(1)[0]).cast(f.dataType).alias(f.name))
         else:
             cols.append(F.lit(None).cast(f.dataType).alias(f.name))
-    return rate.select(*cols)
+    return stream.select(*cols)
 
 
 def shard_stage(

@@ -19,13 +19,15 @@ State entry per key::
            [event time: then expires_at (i64be, us): the first row's event time + the delay]
 
 **Event time** (``event_time_column``, as ``dropDuplicatesWithinWatermark``): batch ``b`` runs
-with the query-wide watermark ``W`` of the batches before it (``_watermark.py``). Rows whose
-event time is at or before ``W`` are late and dropped (before the shuffle already); a key is
-remembered while ``expires_at > W``: a row of a remembered key is a duplicate, a row of a
-forgotten one is emitted again and remembered anew. Later duplicates do not extend a key's
-life: the first occurrence decides. An index ``kg:u16be 'E' expires_at:u64be(+2^63)
-enc(grouping key)`` finds the forgotten keys to delete, with a lower bound of its entries in the
-manifest meta (``spark.dedup_next_expiry_us``) so a batch in which nothing expires scans nothing.
+with the query-wide watermark ``W`` of the batches before it, and ``L``, the one batch ``b - 1``
+ran with (``_watermark.py``; ``L == W`` unless batches run back to back). Rows whose event time
+is at or before ``L`` are late and dropped (before the shuffle already); a row of a key still
+remembered is a duplicate, a row of a forgotten one is emitted and remembered anew; then, after
+the batch's rows, as in Spark, the keys with ``expires_at <= W`` are forgotten. Later
+duplicates do not extend a key's life: the first occurrence decides. An index ``kg:u16be 'E'
+expires_at:u64be(+2^63) enc(grouping key)`` finds the forgotten keys to delete, with a lower
+bound of its entries in the manifest meta (``spark.dedup_next_expiry_us``) so a batch in which
+nothing expires scans nothing.
 
 **Processing time** (``ttl``): a key is remembered for the TTL from its first row, with silt's
 own expiry; expired keys read as absent (a new first row is emitted) and compaction drops them.
@@ -140,9 +142,12 @@ def merge_partition(task: ShardTask, batches: Iterator[Any], dp: DedupPlan) -> I
     ops: list[tuple[bytes, bytes | None, float | None]] = []
     meta = task.base_meta
     bound: int | None = None
-    limit = 0
+    limit = late_limit = 0
     if event:
+        # As Spark: the batch's rows meet the keys as batch b - 1 left them (its watermark
+        # for late events), and keys are forgotten after them (its watermark for eviction).
         limit = task.watermark * 1000  # us: keys with expires_at <= limit are forgotten
+        late_limit = (task.late_watermark or 0) * 1000
         raw = meta.get(META_NEXT_EXPIRY)
         bound = int(raw) if raw else None
         if bound is not None and bound <= limit:
@@ -150,9 +155,12 @@ def merge_partition(task: ShardTask, batches: Iterator[Any], dp: DedupPlan) -> I
     out = None
     if batches:
         t = pa.Table.from_batches(batches)
+        if pc.min(t[KG_COLUMN]).as_py() < 0:
+            t = t.filter(pc.greater_equal(t[KG_COLUMN], 0))  # tick rows only make a batch
+    if batches and t.num_rows:
         check_key_groups(task, t[KG_COLUMN])
         if event:
-            t = drop_late(t, dp, task.watermark)  # (already dropped before the shuffle)
+            t = drop_late(t, dp, task.late_watermark or 0)  # (already dropped before the shuffle)
             event_us = _watermark.event_us(t[dp.event_time_column])
             top = pc.max(event_us).as_py() if t.num_rows else None
             if top is not None:
@@ -162,7 +170,8 @@ def merge_partition(task: ShardTask, batches: Iterator[Any], dp: DedupPlan) -> I
         seen = task.db.multi_get(keys)
         if event:
             new = np.fromiter(
-                (v is None or _I64.unpack_from(v, 8)[0] <= limit for v in seen), bool, len(seen)
+                (v is None or _I64.unpack_from(v, 8)[0] <= late_limit for v in seen), bool,
+                len(seen),
             )
         else:
             new = np.fromiter((v is None for v in seen), bool, len(seen))
@@ -177,12 +186,13 @@ def merge_partition(task: ShardTask, batches: Iterator[Any], dp: DedupPlan) -> I
                 pack, kgs = _I64.pack, t[KG_COLUMN].to_numpy()[idx].tolist()
                 for i, e, kg in zip(idx.tolist(), expires, kgs):
                     k = keys[i]
+                    if e <= limit:  # emitted, and forgotten in this batch (after its rows)
+                        continue
                     ops.append((k, head + pack(e), None))
                     index = _keys.timed_key(kg, EXPIRY_TAG, e, _keys.body(k))
                     ops.append((index, b"", None))
-                low = min(expires)
-                if bound is None or low < bound:
-                    bound = low
+                    if bound is None or e < bound:
+                        bound = e
             else:
                 ttl = None if dp.ttl_ms is None else dp.ttl_ms / 1000.0
                 ops.extend((keys[i], head, ttl) for i in idx.tolist())
@@ -261,8 +271,10 @@ def deduplicate(
         A timestamp column: deduplicate **in event time**, as ``dropDuplicatesWithinWatermark``.
         Micro-batch ``b`` runs with the query-wide watermark (the largest event time of the
         batches before ``b`` minus ``watermark_delay``, at least 0). Rows whose event time is at
-        or before it are late and dropped; a key is remembered until the watermark reaches its
-        first row's event time plus ``watermark_delay``, then its next row is emitted again.
+        or before batch ``b - 1``'s watermark are late and dropped (Spark's rule); a key is
+        remembered until the watermark reaches its first row's event time plus
+        ``watermark_delay`` (forgotten after the batch's rows), then its next row is emitted
+        again.
     watermark_delay : int, str or timedelta, default 0
         With ``event_time_column``: how late rows may arrive (ms, ``"10 minutes"``, a
         ``timedelta``); also how long past its first event time a key is remembered.
@@ -350,8 +362,9 @@ def deduplicate(
     )
     root, incarnation = spec.root, spec.incarnation
 
-    def watermark() -> int:
-        return _watermark.in_task(root, delays, incarnation, spec.storage_options)
+    def watermark() -> int:  # late rows are judged against batch b - 1's watermark
+        return _watermark.in_task(root, delays, incarnation, spec.storage_options,
+                                  late=spec.ticks)
 
     def number_fn(batches: Any) -> Any:
         return number_and_drop(batches, dp, watermark if delays else None)

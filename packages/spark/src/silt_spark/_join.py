@@ -21,11 +21,11 @@ with the same results. The plan:
 Event time (optional; needed for outer and semi joins, as in Spark): each side has a timestamp
 column and a watermark delay; the query-wide watermark ``wm`` of batch ``b`` is the minimum over
 the sides of (largest event time of the batches before ``b`` minus the side's delay), as
-Spark's default ``multipleWatermarkPolicy=min`` (``_watermark.py``). Rows at or before ``wm``
-are late and dropped. With a time range (left time between right time - ``a`` and right time +
-``b``) a left row can match no future right row once its time is ``<= wm - a - 1`` ms, a right
-row once ``<= wm - b - 1`` (Spark's state watermarks, inclusive bound minus 1 ms): they are
-evicted then, and a row at or below that bound on arrival is not buffered (as in Spark).
+Spark's default ``multipleWatermarkPolicy=min`` (``_watermark.py``). Rows at or before batch
+``b - 1``'s ``wm`` are late and dropped. With a time range (left time in right time - ``a`` ..
++ ``b``) a left row can match no future right row once ``<= wm - a - 1`` ms, a right row once
+``<= wm - b - 1`` (Spark's state watermarks): evicted then; at or below it on arrival (batches
+back to back) a row is not buffered, and an outer side's unmatched one is emitted at once.
 
 State layout, laid out for eviction (``_keys.py``, tag ``J``)::
 
@@ -527,8 +527,8 @@ def merge_partition(task: ShardTask, batches: Iterator[Any], jp: JoinPlan) -> It
     added: dict[tuple[int, int, int], int] = {}  # (side, kg, bucket) -> rows buffered
     new_min: list[int | None] = [None, None]
     if rows:
-        lin = sides[LEFT] = _Side(task, t, jp, LEFT, wm)
-        rin = sides[RIGHT] = _Side(task, t, jp, RIGHT, wm)
+        lin = sides[LEFT] = _Side(task, t, jp, LEFT, task.late_watermark)  # batch b - 1's
+        rin = sides[RIGHT] = _Side(task, t, jp, RIGHT, task.late_watermark)
         # 1. the batch's left rows against the right buffer
         rb = loaded[RIGHT] = _load(task, jp, lin)
         lcode, rbcode = _codes([lin.enc_keys, rb.enc_keys])
@@ -543,8 +543,10 @@ def merge_partition(task: ShardTask, batches: Iterator[Any], jp: JoinPlan) -> It
         lin.keep = ~lin.matched if semi else np.ones(lin.n, bool)  # semi: emitted once
         # 2. the batch's right rows against the left buffer, this batch's left rows included
         lb = loaded[LEFT] = _load(task, jp, rin)
-        if expiry[LEFT] is not None:
-            lin.keep &= lin.times > expiry[LEFT]  # expired on arrival: Spark does not buffer it
+        if expiry[LEFT] is not None:  # expired on arrival: not buffered; unmatched, out now
+            lin.keep &= lin.times > expiry[LEFT]
+            if outer[LEFT] and len(gone := np.flatnonzero(~lin.keep & ~lin.matched)):
+                out.append(_output(jp, lin.take(gone), None))
         fresh = np.flatnonzero(lin.keep)
         rcode, lbcode, fcode = _codes([rin.enc_keys, lb.enc_keys, lin.enc_keys.take(fresh)])
         pi, bj = _pairs(jp, RIGHT, rin.kgs, rcode, rin.times, lb.kgs, lbcode, lb.times)
@@ -572,6 +574,8 @@ def merge_partition(task: ShardTask, batches: Iterator[Any], jp: JoinPlan) -> It
         rin.keep = np.ones(rin.n, bool)
         if expiry[RIGHT] is not None:
             rin.keep &= rin.times > expiry[RIGHT]
+            if outer[RIGHT] and len(gone := np.flatnonzero(~rin.keep & ~rin.matched)):
+                out.append(_output(jp, None, rin.take(gone)))
 
     # Writes: marks set on buffered rows, then the batch's rows; eviction's deletes after them
     # (a later operation on a key wins, and range deletes go last), so a mark set on a row
@@ -1016,7 +1020,7 @@ def join(
         (``"outer"``, ``"full_outer"``) or ``"left_semi"``. Outer and semi joins need event
         time and a ``time_range`` (as in Spark): an outer side's row never matched is emitted
         once, with nulls for the other side, in the first micro-batch whose watermark expires
-        it (Spark emits it in its no-data batch; see ``heartbeat``).
+        it (after a batch that moved it, silt's tick source runs Spark's no-data batch).
     state_url : str
         Root URL of this operator's state (one operator per root).
     num_shards : int
@@ -1045,7 +1049,7 @@ def join(
         this argument wins.
     heartbeat : bool, default False
         Union a 1 row/s ``rate`` source so batches keep running while both inputs are idle
-        (unmatched rows then come out without waiting for input).
+        (needed only with ``spark.silt.tick=false``, see docs/spark.md).
 
     Returns
     -------

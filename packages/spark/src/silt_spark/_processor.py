@@ -20,11 +20,12 @@ for due timers. The manifest meta keeps a lower bound of the shard's timers
 (``spark.next_timer_ms``), so a batch with nothing due scans nothing.
 
 Event time (``time_mode="eventtime"``) is query-wide, as in Spark (``_watermark.py``): batch ``b``
-runs with the watermark of the batches before it; rows at or before it are late and dropped;
-timers at or before it fire first (Spark fires them in the no-data batch that follows the
-watermark's move), then the batch's rows are handled, then timers those rows set at or before
-it fire. A state TTL is processing time (the LSM's own expiry), restarts on every update, as in
-PySpark, and is refused in event-time mode, as PySpark does.
+runs with the watermark of the batches before it; rows at or before batch ``b - 1``'s are late
+and dropped (Spark's watermark for late events); the batch's rows are handled, then the timers
+at or before the watermark fire, those the rows set included (the batch after one that moved
+the watermark is a tick batch of ``_tick.py`` when no data waits, as Spark's no-data batch).
+A state TTL is processing time (the LSM's own expiry), restarts on every update, as in PySpark,
+and is refused in event-time mode, as PySpark does.
 
 Before user code runs, a batch's state is read ahead (``_prefetch.py``): one sorted
 ``multi_get`` for the value states of all the batch's keys (and of the keys whose timers fire),
@@ -1026,9 +1027,7 @@ def process_partition(
     try:
         if init_rows is not None:
             _initial_state(handle, processor, init_rows, key_columns, fmt, timer_values)
-        if time.mode == "eventtime":
-            # Timers the watermark passed before this batch fire before its rows, as in Spark,
-            # where they fire in the no-data batch that follows the watermark's move.
+        if time.mode == "eventtime" and not task.spec.ticks:  # the no-data batch's work first
             bound = _fire_timers(task, handle, processor, timer_values, threshold, bound, add,
                                  key_columns)
         if rows:
@@ -1037,7 +1036,7 @@ def process_partition(
             if time.mode == "eventtime":
                 column = table[time.event_time_column]
                 task.observe_event_time(_max_event_time_ms(column))
-                late = _late_mask(column, watermark)
+                late = _late_mask(column, task.late_watermark)  # batch b - 1's watermark
                 if late is not None:
                     # As Spark's transformWithState in event time: rows at or before the
                     # watermark never reach the processor.

@@ -120,6 +120,11 @@ class OperatorSpec:
     check_origin: bool = False
     #: Watermark delay (ms) of each event-time input; empty for operators without event time.
     event_time_delays: tuple[int, ...] = ()
+    #: Whether the query has the operator's tick source (``_tick.py``): it then runs Spark's
+    #: no-data batches, and rows are late against batch ``b - 1``'s watermark as in Spark;
+    #: without it (``spark.silt.tick=false``), a data batch also does the work of the no-data
+    #: batch before it, so its rows are late against its own watermark.
+    ticks: bool = False
     #: ``spark.silt.memoryBudget`` in bytes (each Python worker's silt.set_memory_budget), or
     #: ``None`` to keep the process's budget.
     memory_budget: int | None = None
@@ -298,8 +303,11 @@ class ShardTask:
         #: SSTs of the previous layout's shards referenced (rescale), 0 otherwise.
         self.referenced = 0
         self.started_ms = _now_ms()
-        #: The query-wide watermark of this batch (event-time operators; see _watermark.py).
+        #: The query-wide watermark of this batch (event-time operators; see _watermark.py):
+        #: Spark's watermark for eviction (close, forget, expire, fire timers) ...
         self.watermark: int | None = None
+        #: ... and for late events (rows at or before it are dropped): batch ``b - 1``'s.
+        self.late_watermark: int | None = None
         self._observed: _watermark.Observed | None = None
         self._event_seen: list[int | None] = []
         #: Requests made at the operator root (not the shard's DB), by purpose and kind.
@@ -317,6 +325,7 @@ class ShardTask:
                 storage_options=spec.storage_options,
             )
             self.watermark = self._observed.watermark_ms
+            self.late_watermark = self._observed.late_ms if spec.ticks else self.watermark
             self._event_seen = [None] * len(delays)
         budget = spec.memory_budget
         if budget is not None and silt.memory_budget().capacity != budget:

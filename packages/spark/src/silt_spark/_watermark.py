@@ -18,8 +18,16 @@ committed in earlier batches (DESIGN.md section 10)::
   ``< b``: every such batch had finished before Spark started ``b``, so each attempt of ``b``,
   and any re-run after a restart, sees the same markers and the same watermark. Markers of a
   batch are only written above the largest value committed before it, so the newest marked
-  batch of an input holds that input's maximum; shard 0 deletes the older ones (no later batch
-  needs them: Spark never re-runs a batch before ``b - 1`` once ``b`` has started).
+  batch of an input holds that input's maximum.
+* Spark keeps **two** watermarks per batch (``eventTimeWatermarkForEviction`` and
+  ``eventTimeWatermarkForLateEvents``): batch ``b`` closes windows, forgets keys, expires join
+  rows and fires timers with the first, the value of the batches ``< b``
+  (:attr:`Observed.watermark_ms`), but judges its rows late against the watermark batch
+  ``b - 1`` ran with, the value of the batches ``< b - 1`` (:attr:`Observed.late_ms`). The two
+  differ only when batches run back to back (a backlog); after a no-data batch (silt's tick,
+  ``_tick.py``) they are equal. So shard 0 deletes an input's markers only when a newer marked
+  batch ``< b - 1`` supersedes them: a re-run of the last batch still finds both values (Spark
+  never re-runs a batch before ``b - 1`` once ``b`` has started).
 * Markers name no layout, so a rescale keeps the watermark; they are under the query id, so
   another query's markers (after a take-over) are never read.
 
@@ -92,11 +100,14 @@ def parse_marker(name: str) -> tuple[int, int, str, int] | None:
 
 @dataclass(frozen=True)
 class Observed:
-    """What the query committed before a batch: the largest event time per input (``None``
-    where an input has none yet) and the watermark it gives."""
+    """What the query committed before a batch ``b``: the largest event time per input
+    (``None`` where an input has none yet), the watermark it gives (Spark's watermark for
+    eviction) and the watermark of batch ``b - 1`` (Spark's watermark for late events: rows at
+    or before it are dropped)."""
 
     max_event_ms: tuple[int | None, ...]
     watermark_ms: int
+    late_ms: int = INITIAL_MS
 
 
 def event_us(column: Any) -> Any:
@@ -154,25 +165,32 @@ def observe(
         with _LOCK:
             seen = _LISTED[(root, incarnation, query_id)] = (batch, markers, [False])
     n = len(delays_ms)
-    latest: list[int | None] = [None] * n
-    top: list[int | None] = [None] * n
+    latest: list[int | None] = [None] * n  # newest marked batch < batch - 1, per input
+    top: list[int | None] = [None] * n  # largest event time of batches < batch
+    top_late: list[int | None] = [None] * n  # ... of batches < batch - 1
     parsed = []
     for key, m in markers:
         if not 0 <= m[1] < n:
             continue
         parsed.append((key, m))
         b, i, _, ms = m
-        if latest[i] is None or b > latest[i]:
-            latest[i] = b
         if top[i] is None or ms > top[i]:
             top[i] = ms
+        if b < batch - 1:
+            if latest[i] is None or b > latest[i]:
+                latest[i] = b
+            if top_late[i] is None or ms > top_late[i]:
+                top_late[i] = ms
     if prune and not seen[2][0]:
-        stale = [key for key, (b, i, _, _) in parsed if b < latest[i]]
+        stale = [key for key, (b, i, _, _) in parsed if latest[i] is not None and b < latest[i]]
         if stale:
             retrying(lambda: store.delete_many(stale))
             _count(counts, "DELETE")
         seen[2][0] = True
-    return Observed(tuple(top), watermark_of(top, delays_ms))
+    wm = watermark_of(top, delays_ms)
+    # Spark's late-events watermark is never above its eviction one; without Spark's "never
+    # lower" step (see the simplification above) an input's first data could make it so.
+    return Observed(tuple(top), wm, min(wm, watermark_of(top_late, delays_ms)))
 
 
 def record(
@@ -197,10 +215,11 @@ def record(
 
 def in_task(
     root: str, delays_ms: Sequence[int], incarnation: str = "",
-    storage_options: dict[str, str] | None = None,
+    storage_options: dict[str, str] | None = None, late: bool = False,
 ) -> int:
     """The watermark of the running Spark task's micro-batch (for a step before an operator's
-    shuffle, which has no shard task): the same value the operator's shards see."""
+    shuffle, which has no shard task): the same value the operator's shards see; with
+    ``late``, the watermark for late events (:attr:`Observed.late_ms`)."""
     from pyspark import TaskContext
 
     ctx = TaskContext.get()
@@ -208,5 +227,22 @@ def in_task(
     if batch is None:
         return INITIAL_MS
     query_id = ctx.getLocalProperty("sql.streaming.queryId") or ""
-    return observe(root, query_id, int(batch), delays_ms,
-                   incarnation=incarnation, storage_options=storage_options).watermark_ms
+    observed = observe(root, query_id, int(batch), delays_ms,
+                       incarnation=incarnation, storage_options=storage_options)
+    return observed.late_ms if late else observed.watermark_ms
+
+
+def query_watermarks(store: Any, delays_ms: Sequence[int]) -> dict[str, int]:
+    """Each query's watermark from the markers under the root ``store`` is opened at (one
+    LIST): the value its next batch runs with (``_tick.py`` compares them between batches)."""
+    tops: dict[str, list[int | None]] = {}
+    n = len(delays_ms)
+    for info in retrying(lambda: list(store.list(PREFIX))):
+        query, _, name = info.key[len(PREFIX):].partition("/")
+        m = parse_marker(name)
+        if m is None or not 0 <= m[1] < n:
+            continue
+        top = tops.setdefault(query, [None] * n)
+        if top[m[1]] is None or m[3] > top[m[1]]:
+            top[m[1]] = m[3]
+    return {q: watermark_of(top, delays_ms) for q, top in tops.items()}

@@ -28,11 +28,11 @@ no window can close scans nothing.
 
 Watermark: query-wide, as in Spark (``_watermark.py``): batch ``b`` runs with the largest event
 time of the batches before it minus the delay (at least 0). A (row, window) pair is late, and
-dropped, when the window's end is ``<=`` the watermark (Spark's rule); windows whose end is
-``<=`` it are emitted (append) and evicted in batch ``b``, by every shard, whether or not it has
-rows. Spark emits them in the no-data batch it runs after the batch that moved the watermark; a
-silt operator's plan has no Spark state, so Spark runs no such batch for it and the windows come
-out in the next batch (``heartbeat`` or any later input).
+dropped, when the window's end is ``<=`` the watermark batch ``b - 1`` ran with (Spark's
+watermark for late events); windows whose end is ``<=`` batch ``b``'s watermark are emitted
+(append) and evicted in batch ``b``, this batch's rows included, by every shard, whether or not
+it has rows. Spark runs a no-data batch after a batch that moved the watermark; silt's tick
+source (``_tick.py``) gives the query the same batch, so the windows come out in it.
 
 Simplification: rows with a null event time are dropped without being counted.
 
@@ -246,6 +246,9 @@ def merge_partition(task: ShardTask, batches: Iterator[Any], wp: WindowPlan) -> 
         check_key_groups(task, t[KG_COLUMN])
         task.observe_event_time(pc.max(t["__maxt"]).as_py())
     cutoff = wm - wp.window_ms  # windows starting <= cutoff are closed (end <= watermark)
+    # Rows are late against the watermark of batch b - 1 (Spark's watermark for late events);
+    # a window between the two watermarks takes its rows and closes in this batch.
+    late_cutoff = (task.late_watermark or 0) - wp.window_ms
     scan_due = bound is None or (bound != "" and int(bound) <= cutoff)
     if not rows and not scan_due:
         return
@@ -253,13 +256,14 @@ def merge_partition(task: ShardTask, batches: Iterator[Any], wp: WindowPlan) -> 
     batch = silt.WriteBatch()
     ops = batch.ops
     touched_open_min: int | None = None
+    closed_now: set[bytes] = set()
     emit_tables: list[Any] = []
     if rows:
         g = t.drop_columns([PARTITION_COLUMN]).group_by(
             [*p.key_columns, KG_COLUMN, WS_COLUMN], use_threads=False
         ).aggregate([*_aggregate.merge_specs(p), ("__own", "sum")])
         ws = g[WS_COLUMN].to_numpy()
-        late = ws <= cutoff  # Spark drops a (row, window) pair once the window's end <= wm
+        late = ws <= late_cutoff  # Spark drops a (row, window) pair once the window's end <= wm
         if late.any():
             late_rows = int(g["__own_sum"].to_numpy()[late].sum())
             if late_rows:
@@ -269,21 +273,31 @@ def merge_partition(task: ShardTask, batches: Iterator[Any], wp: WindowPlan) -> 
             g = g.filter(pa.array(~late))
             ws = ws[~late]
         if g.num_rows:
-            # Every window left is still open: its end is after the watermark.
+            # Every window left was open before this batch; those ending <= wm close in it:
+            # they are emitted (append) with this batch's rows and never written.
             keys = state_keys(
                 g[KG_COLUMN].to_pylist(), ws.tolist(), [g[c].to_pylist() for c in p.key_columns]
             )
             new = _aggregate.combine(
                 _aggregate.read_records(task.db.multi_get(keys), p, task.url), g, p
             )
+            closing = ws <= cutoff
             buf = new.tobytes()
             width = new.dtype.itemsize
             ops.extend(
-                (keys[i], buf[i * width:(i + 1) * width], None) for i in range(len(keys))
+                (keys[i], buf[i * width:(i + 1) * width], None)
+                for i in np.flatnonzero(~closing).tolist()
             )
-            touched_open_min = int(ws.min())
+            if not closing.all():
+                touched_open_min = int(ws[~closing].min())
+            key_cols = [g[c] for c in p.key_columns]
             if wp.output == "update":
-                emit_tables.append(_output([g[c] for c in p.key_columns], ws, new, wp))
+                emit_tables.append(_output(key_cols, ws, new, wp))
+            elif closing.any():
+                done = pa.array(closing)
+                emit_tables.append(_output([c.filter(done) for c in key_cols], ws[closing],
+                                           new[closing], wp))
+                closed_now = {keys[i] for i in np.flatnonzero(closing).tolist()}
 
     old_open_min = None if bound in (None, "") else int(bound)
     if scan_due:
@@ -294,6 +308,8 @@ def merge_partition(task: ShardTask, batches: Iterator[Any], wp: WindowPlan) -> 
         for kg in closed_groups:
             batch.delete_range(_keys.head(kg, WINDOW_TAG),
                                _keys.timed_key(kg, WINDOW_TAG, cutoff + 1, b""))
+        if closed_now:  # emitted above, with this batch's rows
+            closed_entries = [(k, v) for k, v in closed_entries if k not in closed_now]
         if closed_entries and wp.output == "append":
             decoded = [decode_key(k) for k, _ in closed_entries]
             recs = _aggregate.read_records([v for _, v in closed_entries], p, task.url)
@@ -360,10 +376,10 @@ def window_aggregate(
     The watermark is query-wide, as in Spark: micro-batch ``b`` runs with the largest event
     time of the batches before it minus ``watermark_delay`` (at least 0), the same in every
     shard, whatever ``num_shards``, across retries, restarts and rescales. A row is late, and
-    dropped, for each of its windows that the watermark has closed (window end ``<=``
-    watermark); the count of rows dropped because all their windows were closed is kept per
-    shard in the manifest meta (``spark.late_rows``). A window closes when the watermark reaches
-    its end; its state is then evicted.
+    dropped, for each of its windows that the previous batch's watermark had closed (window end
+    ``<=`` watermark: Spark's watermark for late events); the count of rows dropped because all
+    their windows were closed is kept per shard in the manifest meta (``spark.late_rows``). A
+    window closes when the watermark reaches its end; its state is then evicted.
 
     Parameters
     ----------
@@ -398,10 +414,10 @@ def window_aggregate(
     output : {"append", "update"}, default "append"
         ``"append"`` (Spark's append mode): each window is emitted **once**, with its final
         aggregates, in the first micro-batch whose watermark is at or past the window's end
-        (Spark emits it in the no-data batch it runs right after the watermark moved; Spark
-        runs none for a silt operator, so the window comes with the next batch: see
-        ``heartbeat``). ``"update"``: every micro-batch emits each window that received rows in
-        it, with its running aggregates (closed windows are evicted without output).
+        (Spark emits it in the no-data batch it runs right after the watermark moved; silt's
+        tick source gives the query that batch, see docs/spark.md). ``"update"``: every
+        micro-batch emits each window that received rows in it, with its running aggregates
+        (closed windows are evicted without output).
     key_groups : int, default 256
         Number of key groups, fixed per root.
     take_over : bool, default False
@@ -418,8 +434,8 @@ def window_aggregate(
         this argument wins.
     heartbeat : bool, default False
         Union a 1 row/s ``rate`` source into the operator so micro-batches keep running while
-        the input is idle: windows the last input closed are then emitted without waiting for
-        more input. Keep the setting across restarts (it is a source of the query).
+        the input is idle (needed only with ``spark.silt.tick=false``: the tick source runs the
+        batch that closes them). Keep the setting across restarts (it is a source of the query).
 
     Returns
     -------

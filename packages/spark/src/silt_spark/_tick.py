@@ -1,0 +1,161 @@
+"""silt's tick source: the micro-batch Spark runs after a batch that moved the watermark.
+
+After a micro-batch whose rows moved the watermark, Spark runs one more batch even when no
+source has new data (a *no-data batch*, ``MicroBatchExecution``'s ``shouldRunAnotherBatch``): its
+stateful operators close windows, fire timers, forget deduplicated keys and emit unmatched
+outer-join rows there, including at the end of an ``availableNow`` run. A silt operator is a
+``mapInArrow`` stage, not Spark state, so Spark would run no such batch for it. Each event-time
+operator therefore unions this small streaming source (PySpark's Python data source API) into
+its routed input. Its offset is the watermark the operator's query has reached (derived, as the
+tasks derive it, from the marker objects of ``_watermark.py``); when it has moved since the
+previous batch, the source offers one row, so Spark constructs exactly the batch it would have
+run as a no-data batch (or, when other input waits, the tick row rides along with that data
+batch, where Spark runs no extra batch either). The row carries key group ``-1``: the shard
+tasks drop it, it only makes the batch happen, and Spark then runs every shard.
+
+Offsets: ``{"w": {<query id>: <watermark ms>, ...}}``, one entry per query whose markers the
+root holds (the reader cannot know which query it serves; a stopped query's watermark never
+moves, so it never ticks). ``availableNow``: the source supports it (it never reads data that
+arrives later, it only follows the query's own progress), so such a run ends with every due
+closing emitted, after the same number of batches as Spark's.
+
+Cost: one LIST of the root's ``watermark/`` folder on the driver each time Spark asks for the
+offset after a micro-batch ran (once per trigger). An idle query polls its sources in a tight
+loop (every ``spark.sql.streaming.pollingDelay``, 10 ms, with the default trigger); calls that
+come that quickly after the previous one follow no micro-batch (one takes far longer than
+:data:`POLL_GAP_S` to plan and run), so they reuse the last listing, which is refreshed at most
+every :data:`IDLE_LIST_S` while the polling lasts.
+
+Turn it off with the Spark conf ``spark.silt.tick=false`` (for example for a query whose
+checkpoint was written before the source existed: Spark refuses a changed set of sources);
+windows then close with the next batch that has data (or ``heartbeat=True``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from silt.errors import InvalidArgumentError
+
+from . import _watermark
+
+#: The Spark conf that turns the tick source off (``"false"``); on by default.
+TICK_CONF = "spark.silt.tick"
+#: The source's one column.
+SCHEMA = "tick long"
+#: A call this soon after the previous one is Spark polling an idle query (no batch between).
+POLL_GAP_S = 0.05
+#: While Spark polls an idle query, the root's markers are listed at most this often (s).
+IDLE_LIST_S = 2.0
+
+
+def enabled(session: Any) -> bool:
+    """Whether event-time operators union the tick source (``spark.silt.tick``, checked on the
+    driver: a value other than true/false fails the query before any task runs)."""
+    text = None if session is None else session.conf.get(TICK_CONF, None)
+    if text is None:
+        return True
+    value = str(text).strip().lower()
+    if value not in ("true", "false"):
+        raise InvalidArgumentError(f"{TICK_CONF} must be 'true' or 'false', got {text!r:.80}")
+    return value == "true"
+
+
+def due_offset(
+    root: str, delays_ms: Sequence[int], storage_options: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """The tick offset now: each query's watermark from the root's markers (one LIST)."""
+    store = _watermark._root_store(root, storage_options)
+    return {"w": _watermark.query_watermarks(store, delays_ms)}
+
+
+def moved(start: dict[str, Any], now: dict[str, Any]) -> bool:
+    """Whether a query's watermark in ``now`` passed the one in ``start`` (a tick is due)."""
+    before = start.get("w", {})
+    return any(w > before.get(q, _watermark.INITIAL_MS) for q, w in now.get("w", {}).items())
+
+
+def _classes() -> tuple[type, type]:
+    from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+
+    try:
+        from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+    except ImportError:  # pyspark < 4.2: Spark wraps the source for availableNow itself
+        SupportsTriggerAvailableNow = object  # type: ignore[assignment,misc]
+
+    class TickReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+        """Offers one row exactly when the query's watermark moved since the last batch."""
+
+        def __init__(self, root: str, delays: tuple[int, ...],
+                     storage_options: dict[str, str] | None) -> None:
+            self.root, self.delays, self.storage_options = root, delays, storage_options
+            self.called = self.listed = float("-inf")
+            self.last: dict[str, Any] | None = None
+
+        def _now(self) -> dict[str, Any]:
+            """The offset now: listed again unless Spark is polling an idle query (see the
+            module docstring)."""
+            t = time.monotonic()
+            polling = t - self.called < POLL_GAP_S and t - self.listed < IDLE_LIST_S
+            self.called = t
+            if self.last is None or not polling:
+                self.last = due_offset(self.root, self.delays, self.storage_options)
+                self.listed = t
+            return self.last
+
+        def initialOffset(self) -> dict[str, Any]:
+            self.returned = self._now()
+            return self.returned
+
+        def latestOffset(self, start: dict[str, Any] | None = None,
+                         limit: Any = None) -> dict[str, Any]:
+            """The offset of the next batch (pyspark < 4.2 passes no ``start``: the offset
+            this reader returned last is the previous batch's end)."""
+            if start is None:
+                start = getattr(self, "returned", None) or self.initialOffset()
+            now = self._now()
+            self.returned = now if moved(start, now) else start
+            return self.returned
+
+        def prepareForTriggerAvailableNow(self) -> None:
+            """Nothing to pin: ticks follow the query's own progress, never later input."""
+
+        def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[Any]:
+            return [InputPartition(0)] if start != end else []
+
+        def read(self, partition: Any) -> Iterator[tuple[int]]:
+            yield (1,)
+
+    class TickSource(DataSource):
+        """The tick source of one operator root (subclassed per root by :func:`stream`, whose
+        class attributes carry the root, the delays and the storage options: never options
+        of the query plan, which Spark may print)."""
+
+        root = ""
+        delays: tuple[int, ...] = ()
+        storage_options: dict[str, str] | None = None
+
+        def schema(self) -> str:
+            return SCHEMA
+
+        def streamReader(self, schema: Any) -> TickReader:
+            return TickReader(self.root, self.delays, self.storage_options)
+
+    return TickSource, TickReader
+
+
+def stream(session: Any, spec: Any) -> Any:
+    """A streaming DataFrame (column ``tick``) of the tick source of ``spec``'s operator root."""
+    source, _ = _classes()
+    digest = hashlib.sha256(repr((spec.root, spec.event_time_delays)).encode()).hexdigest()
+    name = f"silt_tick_{digest[:16]}"
+    cls = type(name, (source,), {
+        "root": spec.root, "delays": tuple(spec.event_time_delays),
+        "storage_options": spec.storage_options, "__module__": __name__,
+        "__qualname__": name,
+    })
+    session.dataSource.register(cls)
+    return session.readStream.format(name).load()
