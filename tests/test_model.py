@@ -61,6 +61,8 @@ class SiltModel(RuleBasedStateMachine):
     """The machine; subclasses pick the tier."""
 
     tier = "memory"
+    #: The store the DB is opened on: the tier's own (``None``) unless a subclass wraps it.
+    store: silt.ObjectStore | None = None
 
     def __init__(self) -> None:
         super().__init__()
