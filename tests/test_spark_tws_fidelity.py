@@ -146,7 +146,7 @@ def test_pandas_processor_in_event_time_gives_sparks_output(rocksdb, tmp_path):
         "spark": Variant(lambda run, _: (
             run.stream().withWatermark("ts", "3 seconds").groupBy("user")
             .transformWithStateInPandas(Sessions(), OUT, "Append", "EventTime")
-        ), tick=False),
+        )),
         "silt": Variant(silt_sessions, RESTARTS),
     }
     run_all(rocksdb, tmp_path, batches, variants)
@@ -179,8 +179,8 @@ def test_row_processor_with_initial_state_gives_sparks_output(rocksdb, tmp_path)
         "spark": Variant(lambda run, _: (
             run.stream().groupBy("user").transformWithState(
                 RowCounter(), OUT, "Append", "None", initialState=initial.groupBy("user"))
-        ), tick=False),
-        "silt": Variant(silt_rows, RESTARTS, tick=False),
+        )),
+        "silt": Variant(silt_rows, RESTARTS),
     }
     run_all(rocksdb, tmp_path, batches, variants)
     want, got = variants["spark"].output, variants["silt"].output
