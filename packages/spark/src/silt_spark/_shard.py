@@ -1,4 +1,5 @@
-"""One shard's part of a micro-batch, inside a Spark task (DESIGN.md section 10).
+"""One shard's part of a micro-batch, inside a Spark task (docs/architecture.md, "A Spark
+micro-batch").
 
 The task for batch ``b`` of shard ``i``:
 
@@ -750,7 +751,7 @@ def migrate(
     ``at_most`` of the previous layout's shards (recursively where those have no version yet).
     Returns the combined meta, the number of entries copied and of SSTs referenced.
 
-    The state is taken **by reference** (:meth:`silt.DB.reference`, DESIGN.md section 10): the
+    The state is taken **by reference** (:meth:`silt.DB.reference`; docs/spark.md, "Rescaling"): the
     shard's first manifest lists the old shards' SSTs clipped to its key groups, so nothing is
     downloaded or rewritten (at most two blocks are read where a key-group boundary cuts an SST)
     and a rescale takes the same time whatever the state size. The old shards are never

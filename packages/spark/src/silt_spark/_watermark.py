@@ -6,7 +6,7 @@ for several inputs keeps the minimum (``spark.sql.streaming.multipleWatermarkPol
 default); it starts at 0 and never goes down. Micro-batch ``b`` runs with the value computed from
 batches ``< b``. A silt operator's Spark plan has no Spark state, so the driver computes nothing
 for it: each shard's task derives the same value from small **marker objects** the query
-committed in earlier batches (DESIGN.md section 10)::
+committed in earlier batches (docs/spark.md, "Event time")::
 
     <operator root>/watermark/<query id>/<batch:020d>.<input>.<shard folder>.<max event ms>
 
