@@ -31,18 +31,13 @@ sys.path.insert(0, str(EXAMPLE / "src"))
 import silt_sqlite_example  # noqa: E402 - from the example's source folder, as installed
 from silt_sqlite_example.store import SqliteStore  # noqa: E402
 
-#: SQLite's wait for its lock, in the suite: its busy handler is not fair, and a loaded 2-core
-#: machine starved one of the race tests' 20 contenders past the default 5 s (the race then
-#: reports that contender's RetriesExhaustedError).
-SUITE_WAIT = "busy_timeout=60"
-
 
 class TestSqliteStore(StoreConformance):
     """The whole suite on a fresh database file."""
 
     @pytest.fixture
     def store(self, tmp_path: Path) -> Iterator[SqliteStore]:
-        store = SqliteStore.from_url(f"sqlite://{tmp_path}/state.db?{SUITE_WAIT}")
+        store = SqliteStore.from_url(f"sqlite://{tmp_path}/state.db")
         yield store
         store.close()
 
@@ -56,8 +51,7 @@ class TestSqliteStoreUnderPrefix(StoreConformance):
         for key in ("kg-0-0/before", "kg-0-1", "kg-0-10/x", "kg-0-2/after"):
             outside.put(key, b"neighbour")
         outside.close()
-        store = SqliteStore.from_url(
-            f"sqlite://{tmp_path}/state.db/kg-0-1?page_size=7&{SUITE_WAIT}")
+        store = SqliteStore.from_url(f"sqlite://{tmp_path}/state.db/kg-0-1?page_size=7")
         yield store
         store.close()
 

@@ -40,6 +40,7 @@ import os
 import queue
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -119,14 +120,27 @@ class SqliteStore(TierStore):
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
         conn = sqlite3.connect(self.path, timeout=self.options.busy_timeout,
                                isolation_level=None, check_same_thread=False)
-        try:
-            if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
-                conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=FULL")
-            conn.execute(_SCHEMA)
-        except BaseException:
-            conn.close()
-            raise
+        # Switching a new file to WAL can be refused at once with SQLITE_BUSY, without SQLite's
+        # busy handler, while another process sets it up too: wait for it here, within the same
+        # busy_timeout (this tier's one wait), instead of failing the request.
+        deadline = time.monotonic() + self.options.busy_timeout
+        while True:
+            try:
+                if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                    conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("PRAGMA synchronous=FULL")
+                conn.execute(_SCHEMA)
+                break
+            except sqlite3.OperationalError as exc:
+                code = (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF
+                if (code in _BUSY or "locked" in str(exc)) and time.monotonic() < deadline:
+                    time.sleep(0.005)
+                    continue
+                conn.close()
+                raise
+            except BaseException:
+                conn.close()
+                raise
         with self._lock:
             self._opened.append(conn)
         return conn
