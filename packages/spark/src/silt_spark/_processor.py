@@ -50,6 +50,7 @@ from silt.errors import InvalidArgumentError, InvalidTypeError
 
 from . import _api, _codec, _handover, _initial, _keys, _layout, _rewrite, _schema, _shard
 from ._layout import KG_COLUMN, PARTITION_COLUMN
+from ._metrics import META_LATE_ROWS  # rows of the shard dropped as late so far
 from ._prefetch import BatchState
 from ._shard import ShardTask, check_key_groups
 
@@ -65,8 +66,6 @@ TIME_MODES = ("none", "processingtime", "eventtime")
 META_WATERMARK = "spark.watermark_ms"
 META_MAX_EVENT_TIME = "spark.max_event_time_ms"
 META_NEXT_TIMER = "spark.next_timer_ms"
-#: Rows of this shard dropped as late so far (event time at or before the watermark).
-META_LATE_ROWS = "spark.late_rows"
 #: State variables ``deleteIfExists`` removed from this shard and nothing wrote since (a JSON
 #: list of names), so calling it again in every batch's ``init`` scans nothing.
 META_DELETED_STATES = "spark.deleted_states"

@@ -52,6 +52,7 @@ from silt.errors import InvalidArgumentError
 
 from . import _aggregate, _api, _codec, _keys, _layout, _shard, _watermark
 from ._layout import KG_COLUMN, PARTITION_COLUMN
+from ._metrics import META_LATE_ROWS  # rows of the shard dropped as late so far
 from ._shard import ShardTask, check_key_groups
 
 #: The operator kind, as recorded in the state root's descriptor.
@@ -63,8 +64,6 @@ META_WATERMARK = "spark.watermark_ms"
 META_MAX_EVENT_TIME = "spark.max_event_time_ms"
 #: Lower bound of the shard's open window starts ("" when it has none; absent: unknown).
 META_MIN_START = "spark.window_min_start_ms"
-#: Rows of this shard dropped as late so far (all their windows were closed).
-META_LATE_ROWS = "spark.late_rows"
 #: The partials' window-start column (ms).
 WS_COLUMN = "__ws"
 
