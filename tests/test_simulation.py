@@ -718,7 +718,10 @@ class World:
         MemoryStore.drop(self.name)
 
 
-def simulate(seed: int, steps: int = 40, verbose: bool = False, advance: bool = False) -> World:
+def run_world(make: Callable[[Callable[[str], None]], World], seed: int, steps: int,
+              verbose: bool, what: str, replay: str) -> World:
+    """Run the world ``make(trace)`` builds for ``steps`` steps; a failure is a
+    :class:`SimFailure` with the last steps and the command that replays it (``replay``)."""
     lines: list[str] = []
 
     def trace(line: str) -> None:
@@ -726,19 +729,25 @@ def simulate(seed: int, steps: int = 40, verbose: bool = False, advance: bool = 
         if verbose:
             print(line)
 
-    world = World(seed, trace, advance)
+    world = make(trace)
     try:
         world.run(steps)
     except Exception as exc:
         tail = "\n".join(lines[-40:])
         raise SimFailure(
-            f"simulation seed {seed} failed: {exc!r}\n--- last steps ---\n{tail}\n"
-            f"replay: SILT_SIM_SEED={seed}{' SILT_SIM_ADVANCE=1' if advance else ''} "
-            "pytest tests/test_simulation.py -s"
+            f"simulation seed {seed}{what} failed: {exc!r}\n--- last steps ---\n{tail}\n"
+            f"replay: {replay}"
         ) from exc
     finally:
         world.close()
     return world
+
+
+def simulate(seed: int, steps: int = 40, verbose: bool = False, advance: bool = False) -> World:
+    return run_world(
+        lambda trace: World(seed, trace, advance), seed, steps, verbose, "",
+        f"SILT_SIM_SEED={seed}{' SILT_SIM_ADVANCE=1' if advance else ''} "
+        "pytest tests/test_simulation.py -s")
 
 
 @pytest.fixture(autouse=True)

@@ -30,7 +30,7 @@ import silt
 from silt import paths
 from silt.errors import InvalidArgumentError, SiltError, StoreError, WithdrawnError
 from silt.gc import collect_garbage
-from test_simulation import ONE, SEEDS, SimFailure, World, Writer, seeded_ids
+from test_simulation import ONE, SEEDS, SimFailure, World, Writer, run_world, seeded_ids
 from test_simulation import simulated_time_and_ids as simulated_time_and_ids
 
 #: The graces (seconds) writers and GC passes draw from.
@@ -154,25 +154,9 @@ class MixedWorld(World):
 
 
 def simulate_mixed(seed: int, steps: int = 40, verbose: bool = False) -> MixedWorld:
-    lines: list[str] = []
-
-    def trace(line: str) -> None:
-        lines.append(line)
-        if verbose:
-            print(line)
-
-    world = MixedWorld(seed, trace)
-    try:
-        world.run(steps)
-    except Exception as exc:
-        tail = "\n".join(lines[-40:])
-        raise SimFailure(
-            f"simulation seed {seed} (mixed graces) failed: {exc!r}\n--- last steps ---\n{tail}"
-            f"\nreplay: SILT_SIM_SEED={seed} pytest tests/test_simulation_graces.py -s"
-        ) from exc
-    finally:
-        world.close()
-    return world
+    return run_world(  # type: ignore[return-value]
+        lambda trace: MixedWorld(seed, trace), seed, steps, verbose, " (mixed graces)",
+        f"SILT_SIM_SEED={seed} pytest tests/test_simulation_graces.py -s")
 
 
 @pytest.mark.skipif(ONE is not None, reason="SILT_SIM_SEED replays one seed")
