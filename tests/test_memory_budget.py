@@ -84,8 +84,10 @@ def test_memtables_take_from_the_cache_and_freeze_early_at_their_share(urls) -> 
             # its upload is done, however long that takes: memory really held, so counted, but
             # not what the share limits).
             peak = max(peak, sum(db._mem_reserved[0] for db in dbs))
-            assert budget.cache.capacity == (budget.capacity - budget.memtable_bytes
-                                              - budget.pinned_bytes)
+            # Frozen memtables still uploading keep their reservations, and on a loaded
+            # machine they can hold more than the whole budget: the cache then has none.
+            assert budget.cache.capacity == max(0, budget.capacity - budget.memtable_bytes
+                                                - budget.pinned_bytes)
             assert budget.cache.used <= budget.cache.capacity
         # Over the share by at most one chunk per writing DB plus one entry each.
         assert peak <= budget.memtable_limit + 8 * (chunk + 256)
