@@ -1,11 +1,15 @@
 """The driver of tests/test_spark_cluster.py, run as its own process against a standalone cluster.
 
-    python spark_cluster_job.py <master URL> <work folder>
+    python spark_cluster_job.py <master URL> <work folder> [<state root URL>]
 
 Starts (or restarts, from their checkpoints) two streaming queries over the JSON files in
 ``<work>/in``: a ``silt_spark.aggregate`` and a ``silt_spark.transform_with_state``, 4 shards
 each, state under ``<work>/state-*`` (file://, a folder every executor of this machine sees).
-It processes every file present (one micro-batch per file), stops both queries and exits. Each
+Given a state root URL (an object store's, with the store's options as JSON in the environment
+variable ``SILT_CLUSTER_STORAGE_OPTIONS``), it runs instead the aggregate with its state under
+that root and, beside it, Spark's own ``groupBy().agg()`` (update mode, Spark's state store in
+its checkpoint) over the same input, as the reference.
+It processes every file present (one micro-batch per file), stops the queries and exits. Each
 micro-batch's output is written to ``<work>/out/<query>/<batch id>.json`` (overwritten when a
 batch re-runs), and the silt_spark metrics the driver received to
 ``<work>/out/<query>/metrics-<batch id>.json``.
@@ -59,6 +63,7 @@ def session(master: str) -> SparkSession:
         SparkSession.builder.master(master)
         .appName("silt-cluster-test")
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.driver.memory", "512m")
@@ -78,7 +83,36 @@ def session(master: str) -> SparkSession:
     return builder.getOrCreate()
 
 
-def main(master: str, work: Path) -> None:
+def silt_queries(stream, work: Path) -> dict:
+    """The two silt operators with their state on this machine's disk (file://)."""
+    return {
+        "aggregate": silt_spark.aggregate(
+            stream(), ["user"], AGGS, state_url=(work / "state-agg").as_uri(), num_shards=4,
+        ),
+        "processor": silt_spark.transform_with_state(
+            stream(), Profile(), ["user"], PROFILE_SCHEMA,
+            state_url=(work / "state-proc").as_uri(), num_shards=4,
+        ),
+    }
+
+
+def remote_queries(stream, root: str) -> dict:
+    """silt's aggregate with its state under ``root`` (an object store), and Spark's own."""
+    from pyspark.sql import functions as F
+
+    options = json.loads(os.environ.get("SILT_CLUSTER_STORAGE_OPTIONS", "{}"))
+    return {
+        "aggregate": silt_spark.aggregate(
+            stream(), ["user"], AGGS, state_url=root, num_shards=4, storage_options=options,
+        ),
+        "spark": stream().groupBy("user").agg(
+            F.count("*").alias("count"), F.sum("amount").alias("sum(amount)"),
+            F.min("amount").alias("min(amount)"), F.max("amount").alias("max(amount)"),
+        ),
+    }
+
+
+def main(master: str, work: Path, root: str | None = None) -> None:
     spark = session(master)
     spark.sparkContext.setLogLevel("WARN")
     out = work / "out"
@@ -100,23 +134,19 @@ def main(master: str, work: Path) -> None:
 
         return write
 
-    frames = {
-        "aggregate": silt_spark.aggregate(
-            stream(), ["user"], AGGS, state_url=(work / "state-agg").as_uri(), num_shards=4,
-        ),
-        "processor": silt_spark.transform_with_state(
-            stream(), Profile(), ["user"], PROFILE_SCHEMA,
-            state_url=(work / "state-proc").as_uri(), num_shards=4,
-        ),
-    }
+    frames = silt_queries(stream, work) if root is None else remote_queries(stream, root)
     queries = {
+        # Spark's own aggregate emits, as silt's does, each key updated by a micro-batch.
         name: df.writeStream.queryName(name).foreachBatch(sink(name))
+        .outputMode("update" if name == "spark" else "append")
         .option("checkpointLocation", str(work / f"chk-{name}")).start()
         for name, df in frames.items()
     }
     try:
         for name, q in queries.items():
             q.processAllAvailable()
+            if name == "spark":
+                continue
             for b in {r["batch_id"] for r in silt_spark.metrics(q)}:
                 (out / name / f"metrics-{b}.json").write_text(
                     json.dumps(silt_spark.metrics(q, b))
@@ -128,4 +158,4 @@ def main(master: str, work: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], Path(sys.argv[2]))
+    main(sys.argv[1], Path(sys.argv[2]), *sys.argv[3:4])

@@ -6,8 +6,10 @@ streaming driver runs in a separate process (tests/spark_cluster_job.py), so its
 meets the suite's local session. Two driver runs over the same checkpoints and state roots
 (file:// under the test's folder, which every executor sees) are a stop and a restart; the
 outputs and the final state must equal a pandas model, and both workers must have run
-executors. A cluster that does not start fails the test with its logs; its processes are
-stopped at the end whatever happens.
+executors. A second run keeps the aggregate's state on moto's S3 server, kills one worker (its
+JVM, its executor and their Python workers) in the middle of the run, and requires the same
+output as Spark's own aggregate, batch for batch. A cluster that does not start fails the test
+with its logs; its processes are stopped at the end whatever happens.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -26,6 +29,7 @@ import pytest
 import silt
 import silt_spark
 from servers import Server, ServerStartError, free_port, start_server
+from test_storage_options import tier_plugins  # noqa: F401  (the s3:// tier in this process)
 
 JOB = Path(__file__).with_name("spark_cluster_job.py")
 WORKERS = 2
@@ -165,6 +169,17 @@ def frame(path: Path) -> pd.DataFrame:
     return df.sort_values("user").reset_index(drop=True)
 
 
+def feed(work: Path, i: int, rows: list[dict]) -> None:
+    """Micro-batch ``i``'s input file, moved into place whole. Spark takes files in the order of
+    their modification times, so file ``i`` is dated ``i`` seconds after the first: files fed at
+    once are still taken in order."""
+    tmp = work / "in" / f".tmp-{i}"
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    stamp = 1_700_000_000 + i
+    os.utime(tmp, (stamp, stamp))
+    os.replace(tmp, work / "in" / f"part-{i:05d}.json")
+
+
 def run_driver(cluster: Cluster, work: Path) -> None:
     started = time.monotonic()
     result = subprocess.run(
@@ -184,16 +199,11 @@ def test_operators_on_a_standalone_cluster_with_restart(cluster, spark, tmp_path
     (work / "in").mkdir(parents=True)
     batches = [batch(i) for i in range(5)]
 
-    def feed(i: int) -> None:
-        tmp = work / "in" / f".tmp-{i}"
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in batches[i]))
-        os.replace(tmp, work / "in" / f"part-{i:05d}.json")
-
     for i in range(3):  # the first run: micro-batches 0, 1, 2
-        feed(i)
+        feed(work, i, batches[i])
     run_driver(cluster, work)
     for i in range(3, 5):  # a new driver restarts both queries from their checkpoints: 3, 4
-        feed(i)
+        feed(work, i, batches[i])
     run_driver(cluster, work)
 
     agg, proc = models(batches)
@@ -243,3 +253,92 @@ def test_operators_on_a_standalone_cluster_with_restart(cluster, spark, tmp_path
     # Both workers ran executors (each leaves app-*/<executor id>/ in its work folder).
     for i, folder in enumerate(cluster.work_dirs):
         assert any(folder.glob("app-*/*/stderr")), f"worker{i} ran no executor\n{cluster.logs()}"
+
+
+@pytest.fixture
+def autoload_in_workers(spark):
+    """The local session's Python workers find the s3:// tier through its entry point (a
+    changed environment gives them new workers); restored afterwards."""
+    env = spark.sparkContext.environment
+    saved = dict(env)
+    env["SILT_DISABLE_PLUGIN_AUTOLOAD"] = "0"
+    yield
+    env.clear()
+    env.update(saved)
+
+
+def test_state_on_s3_survives_a_killed_worker(cluster, spark, autoload_in_workers, tmp_path,
+                                              s3_bucket, moto_server):
+    """The aggregate's state on S3 (moto), Spark's own aggregate beside it on the same input; one
+    worker is killed with SIGKILL once the first micro-batches are out. Its tasks run again on the
+    other worker, and each micro-batch's output is Spark's, exactly once: no lost update from a
+    shard that died in the middle of its commit, none counted twice by its second attempt. The
+    state lives only in the bucket: no worker's disk holds any of it.
+
+    Runs last in this module: the cluster keeps one worker afterwards."""
+    work = tmp_path / "job"
+    (work / "in").mkdir(parents=True)
+    runs = 6
+    batches = [batch(100 + i, n=80) for i in range(runs)]
+    for i in range(runs):
+        feed(work, i, batches[i])
+    root = f"s3://{s3_bucket}/agg?endpoint_url={moto_server}"
+    options = {"access_key_id": "testing", "secret_access_key": "testing", "region": "us-east-1"}
+    env = {**cluster_env(), "SILT_CLUSTER_STORAGE_OPTIONS": json.dumps(options),
+           # the executors find the s3:// tier through its entry point
+           "SILT_DISABLE_PLUGIN_AUTOLOAD": "0"}
+    out, err = (open(tmp_path / name, "w+") for name in ("driver.out", "driver.err"))
+    started = time.monotonic()
+    driver = subprocess.Popen([sys.executable, str(JOB), cluster.url, str(work), root],
+                              env=env, stdout=out, stderr=err, text=True)
+    victim = cluster.workers[1]
+    try:
+        # Kill the second worker once micro-batch 1 is out (the next ones start at once).
+        while not (work / "out" / "aggregate" / "1.json").exists():
+            assert driver.poll() is None, "the driver ended before micro-batch 1 was out"
+            assert time.monotonic() - started < 240, "micro-batch 1 took over 240 s"
+            time.sleep(0.1)
+        os.killpg(victim.pid, signal.SIGKILL)
+        batches_left = not (work / "out" / "aggregate" / f"{runs - 1}.json").exists()
+        code = driver.wait(timeout=300)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
+        logs = f"--- stdout ---\n{stdout[-4000:]}\n--- stderr ---\n{stderr[-12000:]}"
+        out.close()
+        err.close()
+    assert code == 0, f"the cluster driver failed (exit {code})\n{logs}\n{cluster.logs()}"
+    assert batches_left, "every micro-batch was out before the worker died: nothing was tested"
+    assert not victim.alive()
+    assert "Lost executor" in stderr, f"the driver never lost the killed worker's executor\n{logs}"
+
+    agg, _ = models(batches)
+    for b in range(runs):
+        silt_out = frame(work / "out" / "aggregate" / f"{b}.json")
+        spark_out = frame(work / "out" / "spark" / f"{b}.json")
+        columns = list(agg[b].columns)
+        pd.testing.assert_frame_equal(silt_out[columns], spark_out[columns], check_dtype=False,
+                                      obj=f"silt against Spark, micro-batch {b}")
+        pd.testing.assert_frame_equal(silt_out[columns], agg[b], check_dtype=False,
+                                      obj=f"silt against the model, micro-batch {b}")
+
+    # The final state, read back from the bucket, holds every user's totals once.
+    everything = pd.DataFrame([r for rows in batches for r in rows])
+    per_user = everything.groupby("user")["amount"]
+    state = silt_spark.read_state(spark, root, storage_options=options).toPandas()
+    assert sorted(state["user"]) == sorted(per_user.groups)
+    for _, row in state.iterrows():
+        value = json.loads(row["value"])
+        assert value["rows"] == per_user.size()[row["user"]]
+        assert value["amount"]["sum"] == per_user.sum()[row["user"]]
+    assert state["shard_version"].max() == runs - 1
+
+    # Nothing of the state on a worker's disk: the workers' folders hold no SST or manifest.
+    for i, folder in enumerate(cluster.work_dirs):
+        stray = [p for p in folder.rglob("*")
+                 if p.is_file() and (p.suffix == ".sst" or "manifest" in p.name)]
+        assert not stray, f"worker{i} holds state files: {stray[:5]}"
