@@ -248,7 +248,20 @@ class SparkResults:
     """spark_bench figures: ``figures[figure][case][keys]``, newest file per case and K."""
 
     figures: dict[str, dict[str, dict[int, Stat]]]
-    sources: list[Source]
+    #: the file each point came from: (figure, case, keys) -> source
+    origin: dict[tuple[str, str, int], Source]
+
+    def sources(self, panels: dict[str, dict[str, dict[int, Stat]]]) -> list[Source]:
+        """The files the points of ``panels`` (figure -> case -> keys) came from, oldest
+        first."""
+        found: list[Source] = []
+        for figure, by_case in panels.items():
+            for case, points in by_case.items():
+                for keys in points:
+                    src = self.origin[(figure, case, keys)]
+                    if not any(src is f for f in found):
+                        found.append(src)
+        return sorted(found, key=lambda s: s.started or 0.0)
 
 
 SPARK_FIGURES = ("rows_per_s", "recovery_s", "requests_per_batch_and_shard")
@@ -257,6 +270,7 @@ SPARK_FIGURES = ("rows_per_s", "recovery_s", "requests_per_batch_and_shard")
 def read_spark(paths: Sequence[Path]) -> SparkResults:
     """Check and read spark_bench result files (raises :class:`ResultsError`)."""
     figures: dict[str, dict[str, dict[int, Stat]]] = {f: {} for f in SPARK_FIGURES}
+    origin: dict[tuple[str, str, int], Source] = {}
     sources = sorted((_source(p) for p in paths), key=lambda s: s.started or 0.0)
     for src in sources:
         path, data = src.path, src.data
@@ -273,7 +287,8 @@ def read_spark(paths: Sequence[Path]) -> SparkResults:
                 if figure in row:
                     stat = _stat(path, f"{where}.{figure}", row[figure])
                     figures[figure].setdefault(case, {})[keys] = stat
-    return SparkResults(figures, sources)
+                    origin[(figure, case, keys)] = src
+    return SparkResults(figures, origin)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -304,6 +319,9 @@ def _axes(ax: Any, title: str, xlabel: str, log_y: bool = False) -> None:
     ax.grid(True, which="major", alpha=0.3)
     if log_y:  # values spanning decades: each line's growth reads as its slope
         ax.set_yscale("log")
+        ax.yaxis.set_major_locator(matplotlib.ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
+        ax.yaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
+        ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     else:
         ax.yaxis.set_major_formatter(matplotlib.ticker.EngFormatter(sep=""))
         ax.set_ylim(bottom=0)
@@ -365,7 +383,7 @@ def draw_spark(spark: SparkResults, out_dir: Path) -> list[Path]:
             "keys in the state (K)", panels,
             {"rows_per_s": "input rows/s (higher is better)",
              "recovery_s": "cold restart to first batch done, s (log scale; lower is better)"},
-            SPARK_CASES, spark.sources, log_y=frozenset({"recovery_s"})))
+            SPARK_CASES, spark.sources(panels), log_y=frozenset({"recovery_s"})))
     requests = spark.figures["requests_per_batch_and_shard"]
     remote = sorted(c for c in requests if c.startswith(S3_CASE_PREFIX))
     if remote:
@@ -374,11 +392,13 @@ def draw_spark(spark: SparkResults, out_dir: Path) -> list[Path]:
                   for i, c in enumerate(remote)}
         if S3_LOCAL_CASE in requests:
             styles[S3_LOCAL_CASE] = ("file:// (ranged reads counted as GETs)", "#7f7f7f")
+        drawn = {c: requests[c] for c in styles}
         written.append(_draw_panels(
             out_dir / "spark_s3_requests.png",
             "Spark, silt aggregate with its state on S3: requests per micro-batch and shard",
-            "keys in the state (K)", {"requests": {c: requests[c] for c in styles}},
-            {"requests": "object-store requests per batch and shard"}, styles, spark.sources))
+            "keys in the state (K)", {"requests": drawn},
+            {"requests": "object-store requests per batch and shard"}, styles,
+            spark.sources({"requests_per_batch_and_shard": drawn})))
     return written
 
 

@@ -29,7 +29,10 @@ restart until that batch is done; the new SparkSession gets new, empty local dir
 native store reloads its state from the checkpoint). For the joins it also reports the state's
 size on disk (silt's root, Spark's checkpoint ``state/`` folder) and, per batch, the eviction
 and commit times (silt: slowest shard; Spark: its state operator's ``allRemovalsTimeMs`` and
-``commitTimeMs``), to see whether they stay flat while the buffers grow. Prints a table and the raw numbers as JSON, with silt's
+``commitTimeMs``), to see whether they stay flat while the buffers grow. Prints a table and the
+raw numbers as JSON and writes them to ``bench/results/spark_bench.json`` (``--json``) with,
+per case and K, the median, min and max over ``--repeat`` runs and the machine's load
+(bench/spark_results.py; ``bench/charts.py`` draws them), with silt's
 object-store requests per micro-batch and shard (from silt_spark.metrics; the event-time
 watermark's share apart), and what each case's state costs in object-store requests per
 micro-batch (all shards) and per 1M input rows at S3 Standard prices: silt's requests as

@@ -235,3 +235,21 @@ def test_spark_summary_is_median_min_max_over_the_runs_that_did_not_fail():
                                                     "n": 3}
     assert native["commit_ms"] == {"median": 150.0, "min": 150.0, "max": 150.0, "n": 1}
     assert "requests_per_batch_and_shard" not in native
+
+
+def test_each_spark_chart_names_only_the_runs_it_was_drawn_from(tmp_path):
+    results = tmp_path / "results"
+    restart = spark_result()
+    restart["summary"] = [r for r in restart["summary"] if "s3" not in r["case"]]
+    s3 = spark_result()
+    s3["summary"] = [r for r in s3["summary"] if "s3" in r["case"]]
+    s3["started_unix"] += 3600
+    write(results, "spark_bench-restart.json", restart)
+    write(results, "spark_bench-s3.json", s3)
+
+    spark = charts.read_spark(sorted(results.glob("spark_bench*.json")))
+
+    recovery = {"recovery_s": spark.figures["recovery_s"]}
+    requests = {"requests_per_batch_and_shard": spark.figures["requests_per_batch_and_shard"]}
+    assert [s.path.name for s in spark.sources(recovery)] == ["spark_bench-restart.json"]
+    assert [s.path.name for s in spark.sources(requests)] == ["spark_bench-s3.json"]
