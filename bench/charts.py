@@ -33,7 +33,7 @@ import json
 import math
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -328,8 +328,12 @@ def _axes(ax: Any, title: str, xlabel: str, log_y: bool = False) -> None:
 
 
 def _save(fig: Any, out: Path, sources: list[Source]) -> Path:
-    handles, labels = fig.axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside lower center", ncol=len(labels), fontsize=8,
+    legend: dict[str, Any] = {}  # every series once, whichever panels it is drawn in
+    for ax in fig.axes:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            legend.setdefault(label, handle)
+    labels = list(legend)
+    fig.legend(list(legend.values()), labels, loc="outside lower center", ncol=len(labels), fontsize=8,
                frameon=False)
     fig.text(0.005, 0.005, "runs: " + "; ".join(s.describe() for s in sources), fontsize=6,
              color="#555555", ha="left", va="bottom")
@@ -415,15 +419,8 @@ def render(results: Path, out: Path) -> list[Path]:
     core = read_core(core_files) if core_files else None
     spark = read_spark(spark_files) if spark_files else None
     out.mkdir(parents=True, exist_ok=True)
-    written = []
-    draws: list[Callable[[], list[Path]]] = []
-    if core is not None:
-        draws.append(lambda: draw_core(core, out))
-    if spark is not None:
-        draws.append(lambda: draw_spark(spark, out))
-    for draw in draws:
-        written += draw()
-    return written
+    return ((draw_core(core, out) if core is not None else [])
+            + (draw_spark(spark, out) if spark is not None else []))
 
 
 def main(argv: list[str] | None = None) -> int:
