@@ -41,6 +41,8 @@ SPARK_INFRA_RERUN = [
 #: smoke set runs (the twins are compared where they live: every core test runs under both).
 PURE_PYTHON_SPARK = "not spark_session or pure_python_smoke"
 BENCH_DEPS = ["plyvel>=1.5", "rocksdict>=0.3"]
+#: bench/charts.py draws the benchmarks' results as PNGs (tests/test_bench_charts.py too).
+CHARTS_DEPS = ["matplotlib>=3.8"]
 #: First-party plugin packages, installed beside the core for the whole suite.
 PLUGIN_PACKAGES = [
     "./packages/cache-ssd",
@@ -86,6 +88,7 @@ def tests(session: nox.Session, tier: str) -> None:
     env = {"SILT_DISABLE_PLUGIN_AUTOLOAD": "1"}
     if tier == "core":
         session.install("./packages/core", *PLUGIN_PACKAGES)
+        session.install(*CHARTS_DEPS)  # for tests/test_bench_charts.py only
         tier_files = [f for _, _, files in TIER_SESSIONS.values() for f in files]
         args = session.posargs or [
             "tests", *(f"--ignore={f}" for f in [*tier_files, ENGINE_ON_TIERS])
@@ -113,10 +116,12 @@ def lint(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def bench(session: nox.Session) -> None:
-    """Benchmarks against peers measured in the same run (not tests): nox -s bench -- --quick."""
-    session.install(*BENCH_DEPS)
+    """Benchmarks against peers measured in the same run (not tests): nox -s bench -- --quick.
+    Results go to bench/results/ as JSON, then bench/charts.py draws them there as PNGs."""
+    session.install(*BENCH_DEPS, *CHARTS_DEPS)
     session.install("./packages/core")
     session.run("python", "bench/core_bench.py", *session.posargs)
+    session.run("python", "bench/charts.py")
 
 
 @nox.session(python=PYTHON)
@@ -124,8 +129,9 @@ def spark_bench(session: nox.Session) -> None:
     """silt-spark against Spark's own state store in the same run (not tests):
     ``nox -s spark_bench -- --quick``; ``-- --s3-latency-ms 20`` adds state on S3 (moto)."""
     session.install("./packages/core", "./packages/spark", "./packages/tier-s3",
-                    "./packages/cache-ssd", "moto[server]>=5.1", "boto3")
+                    "./packages/cache-ssd", "moto[server]>=5.1", "boto3", *CHARTS_DEPS)
     session.run("python", "bench/spark_bench.py", *session.posargs)
+    session.run("python", "bench/charts.py")
 
 
 @nox.session(python=PYTHON)

@@ -36,6 +36,8 @@ try:  # pragma: no cover - depends on how the script is launched
 except ImportError:  # running from a checkout without PYTHONPATH
     sys.path.insert(0, str(REPO / "packages" / "core" / "src"))
 
+from run_record import RESULTS, machine_load, summarize, write_results  # noqa: E402
+
 KEY_BYTES = 16
 VALUE_BYTES = 100
 BATCH = 1000  # write batch size and multi_get batch size
@@ -657,11 +659,6 @@ SCALE_ROWS = [
 ]
 
 
-def summarize(values: list[float]) -> dict[str, float]:
-    return {"median": statistics.median(values), "min": min(values), "max": max(values),
-            "n": len(values)}
-
-
 def fmt_num(x: float, kind: str, scale: float = 1.0) -> str:
     if kind == "time":
         x *= scale
@@ -872,7 +869,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "compression, compaction and compaction_mode)")
     p.add_argument("--workdir", type=str, default=None, help="where to put the stores "
                    "(default: a new temp dir, removed at the end)")
-    p.add_argument("--json", type=str, default=str(HERE / "results" / "core_bench.json"))
+    p.add_argument("--json", type=str, default=str(RESULTS / "core_bench.json"))
     p.add_argument("--child", type=str, default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.keys is None:
@@ -985,6 +982,7 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="silt-bench-") if own_work else args.workdir)
     work.mkdir(parents=True, exist_ok=True)
     started = time.time()
+    load_at_start = machine_load()
     try:
         if "main" in sections:
             run_main(args, stores, rec, work)
@@ -1004,13 +1002,12 @@ def main(argv: list[str] | None = None) -> int:
         "durable_means": {s.name: s.durable_means for s in stores},
         "environment": versions_info(),
         "started_unix": started, "elapsed_s": elapsed,
+        "load": {"start": load_at_start, "end": machine_load()},
         "summary": summary,
         "samples": rec.samples,
         "failed_checks": rec.checks,
     }
-    out = Path(args.json)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1))
+    out = write_results(args.json, result)
     print(f"results written to {out}")
     return 1 if rec.checks else 0
 

@@ -29,7 +29,10 @@ restart until that batch is done; the new SparkSession gets new, empty local dir
 native store reloads its state from the checkpoint). For the joins it also reports the state's
 size on disk (silt's root, Spark's checkpoint ``state/`` folder) and, per batch, the eviction
 and commit times (silt: slowest shard; Spark: its state operator's ``allRemovalsTimeMs`` and
-``commitTimeMs``), to see whether they stay flat while the buffers grow. Prints a table and the raw numbers as JSON, with silt's
+``commitTimeMs``), to see whether they stay flat while the buffers grow. Prints a table and the
+raw numbers as JSON and writes them to ``bench/results/spark_bench.json`` (``--json``) with,
+per case and K, the median, min and max over ``--repeat`` runs and the machine's load
+(bench/spark_results.py; ``bench/charts.py`` draws them), with silt's
 object-store requests per micro-batch and shard (from silt_spark.metrics; the event-time
 watermark's share apart), and what each case's state costs in object-store requests per
 micro-batch (all shards) and per 1M input rows at S3 Standard prices: silt's requests as
@@ -70,6 +73,8 @@ sys.path[:0] = [str(_SRC / "packages" / p / "src")
 os.environ["PYTHONPATH"] = os.pathsep.join([*sys.path[:4], os.environ.get("PYTHONPATH", "")])
 
 import silt_spark  # noqa: E402
+from run_record import RESULTS, machine_load, write_results  # noqa: E402
+from spark_results import record  # noqa: E402
 
 
 def make_input(folder: Path, batches: int, rows: int, keys: int, seed: int,
@@ -578,6 +583,11 @@ def main() -> None:
                     "cache, next to file:// (needs moto[server] and boto3)")
     ap.add_argument("--cases", default="",
                     help="comma-separated substrings: run only the cases whose name has one")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="runs of every case at each K (the results file gives median, min "
+                    "and max)")
+    ap.add_argument("--json", default=str(RESULTS / "spark_bench.json"),
+                    help="where to write the results (bench/charts.py draws them)")
     args = ap.parse_args()
     if args.quick:
         args.rows, args.batches, args.keys, args.processor_rows = 20_000, 3, [10_000], 5_000
@@ -625,23 +635,26 @@ def main() -> None:
 
     silt_settings = (silt.Settings(gc_grace_seconds=args.gc_grace)
                      if args.gc_grace is not None else None)
-    work = Path(tempfile.mkdtemp(prefix="silt-spark-bench-"))
+    work = root = Path(tempfile.mkdtemp(prefix="silt-spark-bench-"))
+    started, load_at_start = time.time(), machine_load()
     remote = RemoteState(args.s3_latency_ms) if args.s3_latency_ms is not None else None
     session = {"make": make, "spark": make()}
     results = []
     try:
-        for keys in args.keys:
+        for rep, keys in [(r, k) for r in range(args.repeat) for k in args.keys]:
+            work = root / f"run-{rep}"  # each repeat's inputs, states and sessions apart
+            work.mkdir(exist_ok=True)
             if remote is not None:
                 src = work / f"remote-{keys}"
                 make_input(src, args.batches, args.rows, keys, seed=keys)
                 where = {
                     "file://": (work / f"state-remote-{keys}").as_uri(),
-                    f"s3 +{args.s3_latency_ms:g} ms": remote.url(f"agg-{keys}"),
+                    f"s3 +{args.s3_latency_ms:g} ms": remote.url(f"agg-{keys}-{rep}"),
                     f"s3 +{args.s3_latency_ms:g} ms, ssd cache": remote.url(
-                        f"agg-ssd-{keys}", cache_dir=work / f"ssd-{keys}"),
+                        f"agg-ssd-{keys}-{rep}", cache_dir=work / f"ssd-{keys}"),
                     # the cache refill after compactions off (silt.refill): what it saves
                     f"s3 +{args.s3_latency_ms:g} ms, no refill": remote.url(
-                        f"agg-norefill-{keys}"),
+                        f"agg-norefill-{keys}-{rep}"),
                 }
                 for label, url in where.items():
                     name = f"silt aggregate ({label})"
@@ -759,7 +772,7 @@ def main() -> None:
         session["spark"].stop()
         if remote is not None:
             remote.stop()
-        shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(root, ignore_errors=True)
     results = [r for r in results if r is not None]
     print()
     print(f"{'case':32s} {'K':>10s} {'rows/batch':>10s} {'rows/s':>10s} {'commit ms':>10s} "
@@ -827,6 +840,10 @@ def main() -> None:
             if c in by and best:
                 print(f"K={keys:,d}: {c} / best Python peer: {by[c]['rows_per_s'] / best:.1f}x")
     print(json.dumps(results, default=float))
+    out = write_results(args.json, record(
+        dict(vars(args)), results,
+        {"start": load_at_start, "end": machine_load()}, started, time.time() - started))
+    print(f"results written to {out}")
 
 
 if __name__ == "__main__":
