@@ -10,9 +10,9 @@ and their errors never leak secrets. One module per rule:
   (:func:`validate_key`) and key prefixes (:func:`normalize_prefix`);
 * :mod:`~silt.tierkit.checks`: the arguments of the store methods (:func:`check_data`,
   :func:`check_range`, :func:`check_list_args`, :func:`check_keys`);
-* :mod:`~silt.tierkit.urls`: ``scheme://root/prefix`` URLs (:func:`parse_root_url`,
-  :func:`check_root_name`), endpoints without secrets (:func:`check_endpoint`) and URLs as
-  messages show them (:func:`public_url`);
+* :mod:`~silt.tierkit.urls`: any store URL's parts (:func:`split_url`),
+  ``scheme://root/prefix`` URLs (:func:`parse_root_url`, :func:`check_root_name`), endpoints
+  without secrets (:func:`check_endpoint`) and URLs as messages show them (:func:`public_url`);
 * :mod:`~silt.tierkit.pathurls`: URLs rooted at a file on this host,
   ``scheme:///var/state.db/prefix`` (:func:`parse_path_url`, :func:`path_url`);
 * :mod:`~silt.tierkit.options`: query options (:class:`TierOptions`, :func:`check_options`,
@@ -56,6 +56,7 @@ from .urls import (
     parse_root_url,
     public_url,
     refuse_credentials_in_host,
+    split_url,
 )
 
 __all__ = [
@@ -91,6 +92,7 @@ __all__ = [
     "refuse_credentials_in_host",
     "retry_on",
     "safe_cause",
+    "split_url",
     "validate_key",
     "whole_read",
 ]
