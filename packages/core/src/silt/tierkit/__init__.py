@@ -18,6 +18,8 @@ and their errors never leak secrets. One module per rule:
 * :mod:`~silt.tierkit.options`: query options (:class:`TierOptions`, :func:`check_options`,
   ``parse_*``);
 * :mod:`~silt.tierkit.leaks`: :func:`redact`, :func:`safe_cause`, :func:`chain_leaks`;
+* :mod:`~silt.tierkit.status`: what an HTTP status means (:func:`classify_status`,
+  :class:`StatusKind`) and the silt error for it (:func:`status_error`);
 * :mod:`~silt.tierkit.retry`: the retry policy (:func:`whole_read`, :func:`retry_on`,
   :class:`BodyBrokenError`);
 * :mod:`~silt.tierkit.base`: :class:`TierStore`, the part of an SDK-backed tier that is the
@@ -50,6 +52,7 @@ from .options import (
 )
 from .pathurls import PathRoot, parse_path_url, path_url
 from .retry import BodyBrokenError, retry_on, whole_read
+from .status import STATUS_KINDS, StatusKind, classify_status, request_where, status_error
 from .urls import (
     check_endpoint,
     check_root_name,
@@ -60,6 +63,8 @@ from .urls import (
 )
 
 __all__ = [
+    "STATUS_KINDS",
+    "StatusKind",
     "MAX_NAME_BYTES",
     "BodyBrokenError",
     "NetworkOptions",
@@ -75,6 +80,7 @@ __all__ = [
     "check_options",
     "check_path",
     "check_range",
+    "classify_status",
     "check_root_name",
     "decode_path",
     "name_problem",
@@ -90,9 +96,11 @@ __all__ = [
     "public_url",
     "redact",
     "refuse_credentials_in_host",
+    "request_where",
     "retry_on",
     "safe_cause",
     "split_url",
+    "status_error",
     "validate_key",
     "whole_read",
 ]
