@@ -25,6 +25,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import os
+import sys
 import threading
 from collections.abc import Mapping
 from typing import Any
@@ -118,8 +119,10 @@ def build_registry(*, autoload: bool | None = None) -> Registry:
     pm.check_pending()
     registry = Registry()
     # The version of the code that runs (not of whatever silt-core metadata is installed), and
-    # no importlib.metadata import (~25 ms) for a registry of the built-ins alone.
-    from . import __version__ as core_version
+    # no importlib.metadata import (~25 ms) for a registry of the built-ins alone. Read from the
+    # package this module belongs to (imported before any of its modules), not imported from
+    # it: the package imports the whole engine, which stands on this module.
+    core_version = sys.modules[__package__].__version__
 
     for impl in pm.hook.silt_register.get_hookimpls():
         dist, ver = _distribution_of(impl.plugin, pm)
