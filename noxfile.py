@@ -7,6 +7,7 @@ it needs from PyPI into its own virtualenv, so a fresh machine with Python 3.11 
 from __future__ import annotations
 
 import glob
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -109,9 +110,12 @@ def tests(session: nox.Session, tier: str) -> None:
 
 @nox.session(python=PYTHON)
 def lint(session: nox.Session) -> None:
-    """ruff over every package, the tests, the benchmarks and this file."""
-    session.install("ruff>=0.6")
+    """ruff over every package, the tests, the benchmarks and this file; then the import
+    contracts in ``.importlinter`` (import-linter reads the sources: nothing is installed)."""
+    session.install("ruff>=0.6", "import-linter>=2.1")
     session.run("ruff", "check", "packages", "tests", "bench", "noxfile.py")
+    sources = sorted(str(Path(p).resolve()) for p in glob.glob("packages/*/src"))
+    session.run("lint-imports", "--no-cache", env={"PYTHONPATH": os.pathsep.join(sources)})
 
 
 @nox.session(python=PYTHON)

@@ -323,3 +323,98 @@ def test_store_attributes_are_documented_where_authors_look(attribute: str) -> N
     assert hasattr(ObjectStore, attribute)
     docs = (ROOT / "docs" / "plugins.md").read_text(encoding="utf-8")
     assert f"| `{attribute}` |" in docs
+
+
+# --- what an HTTP status means (tierkit.status) ------------------------------------------------
+
+#: How the three tiers read statuses before they shared one table: the same set, copied three
+#: times, plus "any 5xx". The shared table must say exactly this about what is transient.
+_OLD_TRANSIENT = frozenset({408, 429, 500, 502, 503, 504})
+
+
+@pytest.mark.parametrize("status", [None, True, False, -1, 0, 99, 100, 199, 600, 999, 10**6])
+def test_a_status_outside_http_is_unknown(status: object) -> None:
+    kind = tierkit.classify_status(status)  # type: ignore[arg-type]
+    assert kind is tierkit.StatusKind.UNKNOWN and not kind.transient
+
+
+@given(st.integers(min_value=200, max_value=599))
+def test_every_http_status_has_one_meaning(status: int) -> None:
+    kind = tierkit.classify_status(status)
+    assert kind.transient == (status in _OLD_TRANSIENT or status >= 500)
+    assert (kind is tierkit.StatusKind.THROTTLED) == (status == 429)
+    assert (kind is tierkit.StatusKind.AUTH) == (status in (401, 403))
+    assert (kind is tierkit.StatusKind.NOT_FOUND) == (status == 404)
+    assert (kind is tierkit.StatusKind.PRECONDITION) == (status in (304, 412))
+    assert (kind is tierkit.StatusKind.CONFLICT) == (status == 409)
+    assert (kind is tierkit.StatusKind.RANGE) == (status == 416)
+    if status not in tierkit.STATUS_KINDS:
+        expected = {2: "OK", 3: "REDIRECT", 4: "CLIENT", 5: "TRANSIENT"}[status // 100]
+        assert kind is tierkit.StatusKind[expected]
+
+
+def test_the_status_table_cannot_be_changed_by_a_caller() -> None:
+    with pytest.raises(TypeError):
+        tierkit.STATUS_KINDS[404] = tierkit.StatusKind.CLIENT  # type: ignore[index]
+    assert tierkit.classify_status(404) is tierkit.StatusKind.NOT_FOUND
+
+
+@pytest.mark.parametrize("kind", list(tierkit.StatusKind))
+@pytest.mark.parametrize("retried", [True, False])
+def test_status_error_gives_each_meaning_its_silt_error(
+    kind: tierkit.StatusKind, retried: bool
+) -> None:
+    from silt.errors import NotFoundError, StoreError
+
+    where = tierkit.request_where("read", "k", "x://b/p")
+    assert where == "read 'k' in x://b/p"
+    assert tierkit.request_where("list", None, "x://b/p") == "list x://b/p"
+    error = tierkit.status_error(
+        kind, service="X", where=where, detail="503: busy", key="k", url="x://b/p",
+        endpoint="http://h", access_hint="check the key", retried=retried,
+    )
+    text = str(error)
+    if kind is tierkit.StatusKind.NOT_FOUND:
+        assert type(error) is NotFoundError and text == "object 'k' does not exist in x://b/p"
+    elif kind is tierkit.StatusKind.AUTH:
+        assert type(error) is StoreError
+        assert text == "read 'k' in x://b/p: access denied (503: busy) at http://h; check the key"
+    elif kind.transient:
+        assert type(error) is (RetriesExhaustedError if retried else TransientStoreError)
+        assert text == "read 'k' in x://b/p: temporary X failure (503: busy) at http://h"
+    else:
+        assert type(error) is StoreError
+        assert text == "read 'k' in x://b/p: X request failed (503: busy) at http://h"
+
+
+@pytest.mark.parametrize(
+    "copy",
+    [
+        "TRANSIENT_STATUS",  # the set of transient statuses: tierkit.STATUS_KINDS
+        "({408, 429",  # the same set written out
+        "status >= 500",  # "any 5xx": tierkit.classify_status
+        "status in (401, 403)",  # access denied: StatusKind.AUTH
+        'f"{action} {key!r} in {url}"',  # tierkit.request_where
+        "temporary S3 failure", "temporary GCS failure", "temporary Azure failure",
+    ],
+)
+def test_no_tier_keeps_its_own_reading_of_statuses(copy: str) -> None:
+    copies = [p.relative_to(ROOT) for p in TIER_SOURCES if copy in p.read_text(encoding="utf-8")]
+    assert not copies, f"{copy!r} is written again in {copies}; use silt.tierkit.status"
+
+
+def test_split_url_lives_with_the_other_url_rules() -> None:
+    """``split_url`` moved from silt.store to silt.tierkit.urls (the kit builds on the store
+    contract, never the other way round); the old import path still works."""
+    from silt import store
+    from silt.store import split_url
+    from silt.tierkit import urls
+
+    assert split_url is urls.split_url is tierkit.split_url
+    assert "tierkit" not in "".join(sorted(_imports(Path(store.__file__))))
+    assert "store" not in "".join(sorted(_imports(Path(urls.__file__))))
+    assert split_url("S3://b/p?x=1&y=") == ("s3", "b/p", {"x": "1", "y": ""})
+    with pytest.raises(InvalidArgumentError, match="is not a store URL"):
+        split_url("no-scheme")
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        store.nope  # noqa: B018

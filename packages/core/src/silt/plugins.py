@@ -8,11 +8,16 @@ installed plugin provides but that a first-party package would is reported with 
 Set ``SILT_DISABLE_PLUGIN_AUTOLOAD=1`` to load only the built-ins (tests use this so that whatever
 happens to be installed cannot change their outcome).
 
+What a plugin registers is a callable or a ``"module:attribute"`` string imported when first
+used (:mod:`silt.registry`): loading the first-party plugins imports no SDK, and opening an
+``s3://`` URL imports boto3 alone, not google-cloud-storage or azure-storage-blob.
+
 Installed plugins are loaded only when a name is asked for that no built-in provides (a tier
 such as ``s3://``, a cache, a compaction policy) or when the whole registry is listed (``silt
-plugins``): importing them imports their SDKs, which took ~0.3-0.4 s of every fresh process that
-opened a ``file://`` root. So an installed plugin that registers a built-in's name again is
-reported when the full registry is built, not by an open that only needs the built-ins.
+plugins``): a third-party plugin may still import heavy modules when it loads (the SDKs once
+took ~0.3-0.4 s of every fresh process that opened a ``file://`` root). So an installed plugin
+that registers a built-in's name again is reported when the full registry is built, not by an
+open that only needs the built-ins.
 """
 
 from __future__ import annotations
@@ -20,16 +25,48 @@ from __future__ import annotations
 import importlib
 import inspect
 import os
+import sys
 import threading
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import Any
 
 import pluggy
 
 from . import hookspecs
-from .errors import InvalidArgumentError, InvalidTypeError, NoTierError, SiltError
-from .store import ObjectStore, split_url
+from .errors import InvalidArgumentError, InvalidTypeError, NoTierError
+from .registry import (
+    CacheFactory,
+    LazyRef,
+    PluginInfo,
+    Registry,
+    RootInspector,
+    TierFactory,
+    resolve,
+)
+from .store import ObjectStore
+from .tierkit.urls import split_url
+
+__all__ = [
+    "DEFAULT_PLUGINS",
+    "KNOWN_CACHES",
+    "KNOWN_TIERS",
+    "CacheFactory",
+    "LazyRef",
+    "PluginInfo",
+    "Registry",
+    "RootInspector",
+    "TierFactory",
+    "build_registry",
+    "builtin_registry",
+    "check_storage_options",
+    "describe_root",
+    "get_registry",
+    "install_hint",
+    "open_store",
+    "registry_for",
+    "reset_registry",
+    "takes_storage_options",
+]
 
 #: Built-in plugins, registered exactly like entry-point plugins (entry name -> module).
 DEFAULT_PLUGINS: tuple[tuple[str, str], ...] = (
@@ -61,75 +98,6 @@ def install_hint(distribution: str) -> str:
             f"./packages/{folder} from a silt checkout, or dist/{wheel}-*.whl after "
             "nox -s build)")
 
-TierFactory = Callable[[str, dict[str, str]], ObjectStore]
-CacheFactory = Callable[[ObjectStore, dict[str, str]], ObjectStore]
-#: ``inspector(store, url, version, values) -> dict``: see :meth:`Registry.add_root_inspector`.
-RootInspector = Callable[[ObjectStore, str, "int | None", int], dict[str, Any]]
-
-
-@dataclass
-class PluginInfo:
-    """What one plugin is and what it registered (shown by ``silt plugins``)."""
-
-    name: str
-    distribution: str | None
-    version: str | None
-    provides: list[str] = field(default_factory=list)
-
-
-class Registry:
-    """Name -> implementation tables filled by plugins. Read-mostly; safe to share.
-
-    Registration happens once, while the registry is built; lookups afterwards take no lock.
-    """
-
-    def __init__(self) -> None:
-        self.tiers: dict[str, TierFactory] = {}
-        self.caches: dict[str, CacheFactory] = {}
-        self.compaction_policies: dict[str, Callable[..., Any]] = {}
-        self.root_inspectors: dict[str, RootInspector] = {}
-        self.plugins: dict[str, PluginInfo] = {}
-        self._owners: dict[tuple[str, str], str] = {}
-        self._current: PluginInfo | None = None
-
-    def _add(self, kind: str, table: dict[str, Any], name: str, obj: Any) -> None:
-        if not isinstance(name, str) or not name:
-            raise InvalidArgumentError(f"a {kind} name must be a non-empty str, got {name!r}")
-        owner = self._current.name if self._current else "<direct>"
-        if name in table:
-            raise SiltError(
-                f"{kind} {name!r} is registered twice: by plugin {self._owners[kind, name]!r} "
-                f"and by plugin {owner!r}; uninstall one of them"
-            )
-        table[name] = obj
-        self._owners[kind, name] = owner
-        if self._current is not None:
-            self._current.provides.append(f"{kind} {name}")
-
-    def add_tier(self, scheme: str, factory: TierFactory) -> None:
-        """Provide the URL scheme ``scheme`` (lower case, without ``://``)."""
-        self._add("tier", self.tiers, scheme.lower() if isinstance(scheme, str) else scheme,
-                  factory)
-
-    def add_cache(self, name: str, factory: CacheFactory) -> None:
-        """Provide the cache tier ``name``; ``factory(store, options)`` wraps ``store``."""
-        self._add("cache", self.caches, name, factory)
-
-    def add_compaction_policy(self, name: str, factory: Callable[..., Any]) -> None:
-        """Provide the compaction policy ``name``."""
-        self._add("compaction_policy", self.compaction_policies, name, factory)
-
-    def add_root_inspector(self, marker: str, inspector: RootInspector) -> None:
-        """Describe the roots an application built on silt writes: a root that holds the
-        object ``marker`` (a key right under the root, as ``silt-spark.json``) is shown by
-        ``silt inspect`` with what ``inspector(store, url, version, values)`` returns (see
-        :func:`describe_root`)."""
-        self._add("root_inspector", self.root_inspectors, marker, inspector)
-
-    def owner(self, kind: str, name: str) -> str | None:
-        """The plugin that registered ``name`` of ``kind`` ("tier", "cache", ...)."""
-        return self._owners.get((kind, name))
-
 
 def _distribution_of(plugin: object, pm: pluggy.PluginManager) -> tuple[str | None, str | None]:
     for p, dist in pm.list_plugin_distinfo():
@@ -151,8 +119,10 @@ def build_registry(*, autoload: bool | None = None) -> Registry:
     pm.check_pending()
     registry = Registry()
     # The version of the code that runs (not of whatever silt-core metadata is installed), and
-    # no importlib.metadata import (~25 ms) for a registry of the built-ins alone.
-    from . import __version__ as core_version
+    # no importlib.metadata import (~25 ms) for a registry of the built-ins alone. Read from the
+    # package this module belongs to (imported before any of its modules), not imported from
+    # it: the package imports the whole engine, which stands on this module.
+    core_version = sys.modules[__package__].__version__
 
     for impl in pm.hook.silt_register.get_hookimpls():
         dist, ver = _distribution_of(impl.plugin, pm)
@@ -266,9 +236,9 @@ def check_storage_options(storage_options: object) -> dict[str, str]:
 
 def takes_storage_options(factory: TierFactory) -> bool:
     """Whether a tier factory accepts the ``storage_options`` keyword (see
-    :func:`silt.hookspecs.silt_register`)."""
+    :func:`silt.hookspecs.silt_register`). A lazily registered factory is imported to tell."""
     try:
-        params = inspect.signature(factory).parameters
+        params = inspect.signature(resolve(factory)).parameters
     except (TypeError, ValueError):
         return False
     return "storage_options" in params or any(
@@ -288,7 +258,9 @@ def open_store(
     in the URL, credentials included (each tier documents the names it accepts; an option given
     both ways takes the ``storage_options`` value). A tier that takes none refuses them with
     ``InvalidArgumentError``. Raises ``NoTierError`` with an install hint when no installed
-    plugin provides the scheme or cache.
+    plugin provides the scheme or cache, or naming the plugin when the tier it registered
+    lazily does not import (its SDK missing, say). Only the chosen tier's (and cache's) module
+    is imported: no other plugin's SDK.
     """
     storage = check_storage_options(storage_options)
     scheme, _location, options = split_url(url)
@@ -313,9 +285,9 @@ def open_store(
                 f"the '{scheme}://' tier takes no storage_options (got "
                 f"{', '.join(sorted(storage))}); pass settings in the URL's query instead"
             )
-        store = factory(base_url, options, storage_options=storage)
+        store = resolve(factory)(base_url, options, storage_options=storage)
     else:
-        store = factory(base_url, options)
+        store = resolve(factory)(base_url, options)
     if cache_name:
         cache_factory = registry.caches.get(cache_name)
         if cache_factory is None:
@@ -327,7 +299,7 @@ def open_store(
                 f"no cache installed named {cache_name!r} (installed: "
                 f"{', '.join(sorted(registry.caches)) or 'none'})"
             )
-        store = cache_factory(store, cache_options)
+        store = resolve(cache_factory)(store, cache_options)
     elif cache_options:
         raise InvalidArgumentError(
             f"cache options {sorted(cache_options)} given without 'cache=<name>' in {base_url!r}"

@@ -24,13 +24,13 @@ The conformance suite in :mod:`silt.testing` checks all of this for any tier.
 from __future__ import annotations
 
 import abc
+import importlib
 import random
 import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NamedTuple, TypeVar
-from urllib.parse import parse_qsl, urlsplit
 
-from .errors import InvalidArgumentError, RetriesExhaustedError, TransientStoreError
+from .errors import RetriesExhaustedError, TransientStoreError
 
 T = TypeVar("T")
 
@@ -175,32 +175,6 @@ class ObjectStore(abc.ABC):
         return f"{type(self).__name__}({self.url!r})"
 
 
-def split_url(url: str) -> tuple[str, str, dict[str, str]]:
-    """Split ``scheme://location?opt=val`` into ``(scheme, location, options)``.
-
-    ``location`` is everything between ``://`` and the query. Raises ``InvalidArgumentError`` for
-    strings that are not URLs, with a hint at the expected shape.
-    """
-    from .tierkit.urls import public_url  # the kit builds on this module: import it late
-
-    if not isinstance(url, str):
-        from .errors import InvalidTypeError
-
-        raise InvalidTypeError(
-            f"a store URL must be a str such as 'file:///data/state', got {type(url).__name__}"
-        )
-    if "://" not in url:
-        raise InvalidArgumentError(
-            f"{public_url(url)!r} is not a store URL: use 'file:///absolute/path', "
-            "'memory://name', or a scheme a tier plugin provides such as 's3://bucket/prefix'"
-        )
-    parts = urlsplit(url)
-    scheme = parts.scheme.lower()
-    location = url.split("://", 1)[1].split("?", 1)[0].split("#", 1)[0]
-    options = dict(parse_qsl(parts.query, keep_blank_values=True))
-    return scheme, location, options
-
-
 def retrying(
     call: Callable[[], T],
     *,
@@ -233,3 +207,12 @@ def retrying(
             delay = min(max_delay, base_delay * (2**attempt))
             sleep(min(rng.uniform(0, delay), max(0.0, deadline - elapsed)))
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def __getattr__(name: str) -> Any:
+    # ``split_url`` lives in :mod:`silt.tierkit.urls` (URLs are the kit's concern, and the kit
+    # builds on this module, never the other way round). The old name stays importable from
+    # here; the import is resolved at run time so that this module imports nothing above it.
+    if name == "split_url":
+        return importlib.import_module("silt.tierkit.urls").split_url
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -20,6 +20,8 @@ anything else                                                ``StoreError``
 
 ``409 BlobAlreadyExists`` (and ``412 ConditionNotMet``) on a create-only write and ``416
 InvalidRange`` on a ranged read are answers, not errors: the store handles them before mapping.
+Statuses mean what :func:`silt.tierkit.classify_status` says; Azure's error codes refine them
+(:func:`status_kind`), and :func:`silt.tierkit.status_error` words the common cases.
 Messages carry Azure's one-line explanation and error code, redacted: never the rest of the
 error body (an authentication failure's details quote the request's signature).
 """
@@ -39,8 +41,15 @@ from azure.core.exceptions import (
     ServiceRequestError,
     ServiceResponseError,
 )
-from silt.errors import NotFoundError, RetriesExhaustedError, StoreError, TransientStoreError
-from silt.tierkit import chain_leaks, redact
+from silt.errors import RetriesExhaustedError, StoreError
+from silt.tierkit import (
+    StatusKind,
+    chain_leaks,
+    classify_status,
+    redact,
+    request_where,
+    status_error,
+)
 
 from .config import CREDENTIALS_HINT
 
@@ -69,7 +78,6 @@ ACCESS_CODES = frozenset(
         "NoAuthenticationInformation",
     }
 )
-TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 
 #: Exceptions that mean the connection or the response failed in transit: a retry may help.
 NETWORK_ERRORS: tuple[type[BaseException], ...] = (
@@ -106,6 +114,20 @@ def error_code(exc: BaseException) -> tuple[str, int | None]:
             headers = getattr(response, "headers", None) or {}
             code = str(headers.get("x-ms-error-code") or "")
     return code, status if isinstance(status, int) else None
+
+
+def status_kind(code: str, status: int | None) -> StatusKind:
+    """What an Azure answer means: its status (:func:`silt.tierkit.classify_status`), unless
+    Azure's error code says more (``ServerBusy`` is transient; a 404 whose code is not
+    ``BlobNotFound`` is no missing blob)."""
+    kind = classify_status(status)
+    if code == "BlobNotFound" or (kind is StatusKind.NOT_FOUND and not code):
+        return StatusKind.NOT_FOUND
+    if code in ACCESS_CODES or kind is StatusKind.AUTH:
+        return StatusKind.AUTH
+    if code in TRANSIENT_CODES or kind.transient:
+        return kind if kind.transient else StatusKind.TRANSIENT
+    return StatusKind.CLIENT if kind is StatusKind.NOT_FOUND else kind
 
 
 def azure_message(exc: BaseException, secrets: tuple[str, ...] = ()) -> str:
@@ -156,7 +178,7 @@ def map_error(
     ``secrets`` are removed from any text taken from ``exc``; ``source`` says where the
     account's credential came from (``"AZURE_STORAGE_CONNECTION_STRING"``), for hints.
     """
-    where = f"{action} {key!r} in {url}" if key is not None else f"{action} {url}"
+    where = request_where(action, key, url)
     at = f" at {endpoint}" if endpoint else ""
 
     def clean(text: str) -> str:
@@ -171,25 +193,18 @@ def map_error(
                 f"{where}: container {container!r} does not exist{at}; create it (az storage "
                 "container create), or fix the container name or the account"
             )
-        if code == "BlobNotFound" or (status == 404 and not code):
-            return NotFoundError(f"object {key!r} does not exist in {url}")
-        if code in ACCESS_CODES or status in (401, 403):
-            origin = f"the credential from {source}" if source else "the credential"
-            return StoreError(
-                f"{where}: access denied ({detail}){at}; check {origin}: is the key or SAS "
-                "current (and the machine's clock right), and may it read, write, list and "
-                f"delete blobs in container {container!r} (Entra ID: role 'Storage Blob Data "
-                "Contributor')?"
-            )
-        if code in TRANSIENT_CODES or (
-            status is not None and (status in TRANSIENT_STATUS or status >= 500)
-        ):
-            # The SDK's policy retried it (max_attempts), except a 429.
-            kind = TransientStoreError if status == 429 else RetriesExhaustedError
-            return kind(f"{where}: temporary Azure failure ({detail}){at}")
-        if status == 409:
+        kind = status_kind(code, status)
+        if kind is StatusKind.CONFLICT:
             return StoreError(f"{where}: conflict ({detail}){at}")
-        return StoreError(f"{where}: Azure request failed ({detail}){at}")
+        origin = f"the credential from {source}" if source else "the credential"
+        return status_error(
+            kind, service="Azure", where=where, detail=detail, key=key, url=url,
+            endpoint=endpoint, access_hint=f"check {origin}: is the key or SAS current (and "
+            "the machine's clock right), and may it read, write, list and delete blobs in "
+            f"container {container!r} (Entra ID: role 'Storage Blob Data Contributor')?",
+            # The SDK's policy retried it (max_attempts), except a 429.
+            retried=classify_status(status) is not StatusKind.THROTTLED,
+        )
     if isinstance(exc, ClientAuthenticationError):
         # No HTTP answer: the credential itself failed (DefaultAzureCredential found nothing,
         # a token request was refused).

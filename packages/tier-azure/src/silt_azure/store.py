@@ -63,7 +63,7 @@ from azure.storage.blob import ContainerClient, ExponentialRetry
 from requests.adapters import HTTPAdapter
 from silt.errors import InvalidArgumentError, SiltError, StoreError, TransientStoreError
 from silt.store import ObjectInfo
-from silt.tierkit import BodyBrokenError, TierStore, redact
+from silt.tierkit import BodyBrokenError, StatusKind, TierStore, classify_status, redact
 from urllib3.util.retry import Retry
 
 from . import __version__
@@ -85,16 +85,16 @@ _DATA_BLOCK_SIZE = 4 * 1024 * 1024
 #: Exceptions the SDK raises that the store maps (silt's own errors pass through untouched).
 _SDK_ERRORS: tuple[type[BaseException], ...] = (AzureError, *NETWORK_ERRORS)
 
-_TRANSIENT_DELETE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
-
-
 def _no_batch_support(status: int | None, code: str) -> bool:
     """Whether a refused Blob Batch request means "no batch here" (an emulator or account kind
     without it, a proxy that blocks multipart POSTs): then each key is deleted on its own, which
     reports real problems (auth, a missing container) through the single deletes."""
-    if status is None or code == "ContainerNotFound" or status in (401, 403, 408, 429):
+    if status == 501:  # Not Implemented
+        return True
+    kind = classify_status(status)
+    if status is None or code == "ContainerNotFound" or kind is StatusKind.AUTH or kind.transient:
         return False
-    return 400 <= status < 500 or status == 501
+    return 400 <= status < 500
 
 
 class _JitteredRetry(ExponentialRetry):
@@ -269,7 +269,8 @@ class AzureStore(TierStore):
             data = stream.readall()
         except HttpResponseError as exc:
             code, status = error_code(exc)
-            if start is not None and (status == 416 or code == "InvalidRange"):
+            if start is not None and (classify_status(status) is StatusKind.RANGE
+                                      or code == "InvalidRange"):
                 return b""  # the range starts at or past the end (or the blob is empty)
             raise self._error(exc, "read", key) from self._cause(exc)
         except _SDK_ERRORS as exc:
@@ -308,7 +309,9 @@ class AzureStore(TierStore):
             return True
         except HttpResponseError as exc:
             code, status = error_code(exc)
-            if code == "BlobAlreadyExists" or (status == 409 and not code) or status == 412:
+            kind = classify_status(status)
+            if code == "BlobAlreadyExists" or (kind is StatusKind.CONFLICT and not code) or (
+                    kind is StatusKind.PRECONDITION):
                 return False  # the blob exists (Azure says 409 where S3 and GCS say 412)
             raise self._error(exc, "create", key) from self._cause(exc)
         except _SDK_ERRORS as exc:
@@ -341,9 +344,9 @@ class AzureStore(TierStore):
             code = str(headers.get("x-ms-error-code") or "")
             if status is not None and 200 <= status < 300:
                 continue
-            if status == 404 and code in ("", "BlobNotFound"):
+            if classify_status(status) is StatusKind.NOT_FOUND and code in ("", "BlobNotFound"):
                 continue  # already gone
-            if code == "ContainerNotFound" or status in (401, 403):
+            if code == "ContainerNotFound" or classify_status(status) is StatusKind.AUTH:
                 raise StoreError(
                     f"delete objects from {self.url}: "
                     + (f"container {self.container!r} does not exist at {self.endpoint}; create "
@@ -365,9 +368,10 @@ class AzureStore(TierStore):
                 self._client.delete_blob(name, delete_snapshots="include")
             except HttpResponseError as exc:
                 code, status = error_code(exc)
-                if code == "BlobNotFound" or (status == 404 and code != "ContainerNotFound"):
+                missing = classify_status(status) is StatusKind.NOT_FOUND
+                if code == "BlobNotFound" or (missing and code != "ContainerNotFound"):
                     return None
-                if code == "ContainerNotFound" or status in (401, 403):
+                if code == "ContainerNotFound" or classify_status(status) is StatusKind.AUTH:
                     raise self._error(exc, "delete", name[len(self.prefix):]) from self._cause(exc)
                 return (name, status, code or str(status))
             except _SDK_ERRORS as exc:
@@ -389,7 +393,7 @@ class AzureStore(TierStore):
             f"delete objects from {self.url}: {len(failed)} key(s) failed ({', '.join(codes)}), "
             f"e.g. {sample}"
         )
-        if all(status in _TRANSIENT_DELETE_STATUS for _, status, _ in failed):
+        if all(classify_status(status).transient for _, status, _ in failed):
             raise TransientStoreError(summary + "; retry the delete")
         raise StoreError(summary)
 

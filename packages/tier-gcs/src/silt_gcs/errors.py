@@ -19,8 +19,9 @@ anything else                                            ``StoreError``
 =======================================================  ==========================================
 
 ``412 Precondition Failed`` on a create-only write and ``416 Requested Range Not Satisfiable``
-on a ranged read are answers, not errors: the store handles them before mapping. Every message
-goes through :func:`clean` (known secret shapes removed).
+on a ranged read are answers, not errors: the store handles them before mapping. Statuses mean
+what :func:`silt.tierkit.classify_status` says, and :func:`silt.tierkit.status_error` words the
+common cases. Every message goes through :func:`clean` (known secret shapes removed).
 """
 
 from __future__ import annotations
@@ -33,12 +34,10 @@ import urllib3.exceptions
 from google.api_core import exceptions as api_exceptions
 from google.auth import exceptions as auth_exceptions
 from google.cloud.storage.exceptions import InvalidResponse
-from silt.errors import NotFoundError, RetriesExhaustedError, StoreError, TransientStoreError
-from silt.tierkit import redact
+from silt.errors import RetriesExhaustedError, StoreError, TransientStoreError
+from silt.tierkit import StatusKind, classify_status, redact, request_where, status_error
 
 from .config import CREDENTIALS_HINT
-
-TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 
 #: Exceptions that mean the connection or the response failed in transit: a retry may help.
 NETWORK_ERRORS: tuple[type[BaseException], ...] = (
@@ -130,7 +129,7 @@ def map_error(
     ``missing`` says what a 404 means for this request: ``"object"`` (reads: the object does
     not exist) or ``"bucket"`` (writes, listings: only the bucket can be missing).
     """
-    where = f"{action} {key!r} in {url}" if key is not None else f"{action} {url}"
+    where = request_where(action, key, url)
     at = f" at {endpoint}" if endpoint else ""
 
     if isinstance(exc, api_exceptions.RetryError):
@@ -143,15 +142,15 @@ def map_error(
     status = status_of(exc)
     if status is not None:
         detail = clean(_detail(exc))
-        if status == 404 and (missing == "bucket" or bucket_missing(exc)):
+        kind = classify_status(status)
+        if kind is StatusKind.NOT_FOUND and (missing == "bucket" or bucket_missing(exc)):
             return StoreError(
                 f"{where}: bucket {bucket!r} does not exist{at}; create it, or fix the bucket "
                 "name or the endpoint (endpoint= option, STORAGE_EMULATOR_HOST)"
             )
-        if status == 404:
-            return NotFoundError(f"object {key!r} does not exist in {url}")
         text = detail.lower()
-        if 400 <= status < 500 and ("requester pays" in text or "user project" in text):
+        requester_pays = "requester pays" in text or "user project" in text
+        if 400 <= status < 500 and kind is not StatusKind.NOT_FOUND and requester_pays:
             return StoreError(
                 f"{where}: bucket {bucket!r} is requester-pays ({detail}); set "
                 "user_project= to the project to bill"
@@ -161,15 +160,12 @@ def map_error(
                 f"{where}: the object is under a retention policy or an object hold ({detail}); "
                 "it cannot be deleted or replaced until that ends"
             )
-        if status in (401, 403):
-            return StoreError(
-                f"{where}: access denied ({detail}){at}; check the credentials: "
-                f"{CREDENTIALS_HINT}; {ROLES_HINT.format(bucket=bucket)}"
-            )
-        if status in TRANSIENT_STATUS or status >= 500:
-            # The SDK's retries covered it (max_attempts, retry_deadline).
-            return RetriesExhaustedError(f"{where}: temporary GCS failure ({detail}){at}")
-        return StoreError(f"{where}: GCS request failed ({detail}){at}")
+        # The SDK's retries covered a transient one (max_attempts, retry_deadline).
+        return status_error(
+            kind, service="GCS", where=where, detail=detail, key=key, url=url,
+            endpoint=endpoint, access_hint=f"check the credentials: {CREDENTIALS_HINT}; "
+            f"{ROLES_HINT.format(bucket=bucket)}",
+        )
     if isinstance(exc, auth_exceptions.InvalidOperation) and "anonymous" in str(exc).lower():
         # A 401 to anonymous requests: the session cannot refresh "anonymous credentials".
         return StoreError(

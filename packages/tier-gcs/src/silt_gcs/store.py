@@ -58,7 +58,7 @@ from google.cloud.storage.exceptions import DataCorruption
 from google.cloud.storage.retry import DEFAULT_RETRY
 from silt.errors import InvalidArgumentError, StoreError, TransientStoreError
 from silt.store import ObjectInfo
-from silt.tierkit import BodyBrokenError, TierStore, safe_cause
+from silt.tierkit import BodyBrokenError, StatusKind, TierStore, classify_status, safe_cause
 
 from . import __version__
 from .config import SCHEME, GcsOptions, check_bucket, parse_url
@@ -253,7 +253,7 @@ class GcsStore(TierStore):
                 "checksum; the whole read is retried"
             ) from safe_cause(exc)
         except SDK_ERRORS as exc:
-            if ranged and status_of(exc) == 416:
+            if ranged and classify_status(status_of(exc)) is StatusKind.RANGE:
                 return b""  # the range starts at or past the end (or the object is empty)
             raise self._error(exc, "read", key) from safe_cause(exc)
         if ranged and len(data) > length:  # type: ignore[operator]
@@ -289,7 +289,7 @@ class GcsStore(TierStore):
             )
             return True
         except SDK_ERRORS as exc:
-            if status_of(exc) == 412:
+            if classify_status(status_of(exc)) is StatusKind.PRECONDITION:
                 return False
             raise self._error(exc, "create", key, missing="bucket") from safe_cause(exc)
 
@@ -324,7 +324,7 @@ class GcsStore(TierStore):
         try:
             blob.delete(timeout=self._timeout, retry=self._retry)
         except SDK_ERRORS as exc:
-            if status_of(exc) == 404 and not bucket_missing(exc):
+            if classify_status(status_of(exc)) is StatusKind.NOT_FOUND and not bucket_missing(exc):
                 return  # already gone (or our own earlier attempt deleted it)
             raise self._error(exc, "delete", key, missing="bucket") from safe_cause(exc)
 

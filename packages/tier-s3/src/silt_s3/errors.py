@@ -10,12 +10,15 @@ what S3 (or the network) said                            silt error
 5xx, ``SlowDown``, throttling, ``RequestTimeout``,       ``RetriesExhaustedError`` (botocore
 connection errors, connect/read timeouts                 retried them: the engine does not)
 409 ``ConditionalRequestConflict``, ``OperationAborted``  ``TransientStoreError``
+301 ``PermanentRedirect``, 307 ``TemporaryRedirect``      ``StoreError`` ("set region=")
 a body that broke mid-read                               ``BodyBrokenError`` (a whole read again)
 anything else                                            ``StoreError``
 =======================================================  ==========================================
 
 ``412 PreconditionFailed`` on a create-only write and ``416 InvalidRange`` on a ranged read are
-answers, not errors: the store handles them before mapping. Every message goes through
+answers, not errors: the store handles them before mapping. Statuses mean what
+:func:`silt.tierkit.classify_status` says; S3's error codes refine them (:func:`status_kind`),
+and :func:`silt.tierkit.status_error` words the common cases. Every message goes through
 :func:`~silt.tierkit.redact`.
 """
 
@@ -39,9 +42,13 @@ from botocore.exceptions import (
     ResponseStreamingError,
     TokenRetrievalError,
 )
-from silt.errors import NotFoundError, RetriesExhaustedError, StoreError, TransientStoreError
-from silt.tierkit import redact
+from silt.errors import RetriesExhaustedError, StoreError
+from silt.tierkit import StatusKind, classify_status, redact, request_where, status_error
 
+#: S3's answers for a bucket in another region than the request's (301 PermanentRedirect,
+#: 307 TemporaryRedirect while a new bucket's DNS name spreads).
+REGION_CODES = frozenset({"PermanentRedirect", "TemporaryRedirect"})
+REGION_STATUS = frozenset({301, 307})
 TRANSIENT_CODES = frozenset(
     {
         "SlowDown",
@@ -77,7 +84,6 @@ ACCESS_CODES = frozenset(
         "RequestTimeTooSkewed",
     }
 )
-TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 
 #: Exceptions that mean the connection or the response failed in transit: a retry may help.
 NETWORK_ERRORS: tuple[type[BaseException], ...] = (
@@ -108,6 +114,24 @@ def error_code(exc: ClientError) -> tuple[str, int | None]:
     return code, status if isinstance(status, int) else None
 
 
+def status_kind(code: str, status: int | None) -> StatusKind:
+    """What an S3 answer means: its status (:func:`silt.tierkit.classify_status`), unless S3's
+    error code says more (``SlowDown`` is transient whatever its status; a 404 about something
+    other than the object, such as ``NoSuchUpload``, is no missing object)."""
+    kind = classify_status(status)
+    if code in ("NoSuchKey", "NotFound") or (kind is StatusKind.NOT_FOUND and code in ("", "404")):
+        return StatusKind.NOT_FOUND
+    if code in ACCESS_CODES or kind is StatusKind.AUTH:
+        return StatusKind.AUTH
+    if code in TRANSIENT_CODES or kind.transient:
+        return kind if kind.transient else StatusKind.TRANSIENT
+    if code in REGION_CODES or status in REGION_STATUS:
+        return StatusKind.REDIRECT  # what botocore's region redirects did not resolve
+    if kind in (StatusKind.NOT_FOUND, StatusKind.REDIRECT):
+        return StatusKind.CLIENT  # a 404 about something else; a redirect S3 does not send
+    return kind
+
+
 def map_error(
     exc: BaseException,
     *,
@@ -119,7 +143,7 @@ def map_error(
     secrets: tuple[str | None, ...] = (),
 ) -> StoreError:
     """Return the silt error for ``exc`` raised while ``action`` (a verb phrase) on ``key``."""
-    where = f"{action} {key!r} in {url}" if key is not None else f"{action} {url}"
+    where = request_where(action, key, url)
     at = f" at {endpoint}" if endpoint else ""
 
     def clean(text: str) -> str:
@@ -134,25 +158,20 @@ def map_error(
                 f"{where}: bucket {bucket!r} does not exist{at}; create it, or fix the bucket "
                 "name or the endpoint (endpoint_url= option, AWS_ENDPOINT_URL_S3)"
             )
-        if code in ("NoSuchKey", "NotFound") or (status == 404 and code in ("", "404")):
-            return NotFoundError(f"object {key!r} does not exist in {url}")
-        if code in ACCESS_CODES or status in (401, 403):
-            skew = " (the machine's clock is off)" if code == "RequestTimeTooSkewed" else ""
-            return StoreError(
-                f"{where}: access denied ({detail}){skew}{at}; {CREDENTIALS_HINT}; and that "
-                f"they may read, write, list and delete objects in bucket {bucket!r}"
-            )
-        if code in TRANSIENT_CODES or (status is not None and (status in TRANSIENT_STATUS
-                                                               or status >= 500)):
-            # botocore's retries covered it (max_attempts); a 409 conflict they do not retry.
-            kind = TransientStoreError if status == 409 else RetriesExhaustedError
-            return kind(f"{where}: temporary S3 failure ({detail}){at}")
-        if code == "PermanentRedirect" or status == 301:
+        kind = status_kind(code, status)
+        if kind is StatusKind.REDIRECT:
             return StoreError(
                 f"{where}: bucket {bucket!r} is in another region ({detail}); set region= to "
                 "the bucket's region"
             )
-        return StoreError(f"{where}: S3 request failed ({detail}){at}")
+        skew = "the machine's clock is off; " if code == "RequestTimeTooSkewed" else ""
+        return status_error(
+            kind, service="S3", where=where, detail=detail, key=key, url=url,
+            endpoint=endpoint, access_hint=f"{skew}{CREDENTIALS_HINT}; and that they may "
+            f"read, write, list and delete objects in bucket {bucket!r}",
+            # botocore's retries covered it (max_attempts); a 409 conflict they do not retry.
+            retried=classify_status(status) is not StatusKind.CONFLICT,
+        )
     if isinstance(exc, (NoCredentialsError, PartialCredentialsError)):
         return StoreError(f"{where}: no usable AWS credentials found; {CREDENTIALS_HINT}")
     if isinstance(exc, ProfileNotFound):

@@ -52,7 +52,14 @@ import botocore.config
 from botocore.exceptions import BotoCoreError, ClientError
 from silt.errors import StoreError, TransientStoreError
 from silt.store import ObjectInfo
-from silt.tierkit import BodyBrokenError, TierStore, retry_on, safe_cause
+from silt.tierkit import (
+    BodyBrokenError,
+    StatusKind,
+    TierStore,
+    classify_status,
+    retry_on,
+    safe_cause,
+)
 
 from .config import MAX_PARTS, SCHEME, S3Options, check_bucket, parse_url
 from .errors import NETWORK_ERRORS, error_code, map_error
@@ -171,7 +178,8 @@ class S3Store(TierStore):
             response = self._client.get_object(**kwargs)
         except ClientError as exc:
             code, status = error_code(exc)
-            if "Range" in kwargs and (code == "InvalidRange" or status == 416):
+            if "Range" in kwargs and (code == "InvalidRange"
+                                      or classify_status(status) is StatusKind.RANGE):
                 return b""  # the range starts at or past the end (or the object is empty)
             raise self._error(exc, "read", key) from safe_cause(exc)
         except _SDK_ERRORS as exc:
@@ -231,9 +239,10 @@ class S3Store(TierStore):
     def _create_outcome(self, exc: ClientError, action: str, key: str) -> bool:
         """``False`` for 412 (the key exists); raise the mapped error otherwise."""
         code, status = error_code(exc)
-        if code == "PreconditionFailed" or status == 412:
+        kind = classify_status(status)
+        if code == "PreconditionFailed" or kind is StatusKind.PRECONDITION:
             return False
-        if code == "ConditionalRequestConflict" or status == 409:
+        if code == "ConditionalRequestConflict" or kind is StatusKind.CONFLICT:
             raise _Conflict(
                 f"{action} {key!r} in {self.url}: a concurrent conditional write conflicted "
                 f"({code or status}); retrying"
@@ -296,7 +305,8 @@ class S3Store(TierStore):
             self._client.head_object(Bucket=self.bucket, Key=full)
         except ClientError as exc:
             code, status = error_code(exc)
-            if status == 404 or code in ("NoSuchKey", "NotFound", "404"):
+            missing = classify_status(status) is StatusKind.NOT_FOUND
+            if missing or code in ("NoSuchKey", "NotFound", "404"):
                 raise TransientStoreError(
                     f"complete multipart upload of {key!r} in {self.url}: the upload vanished "
                     "(aborted by a lifecycle rule?); retry the write"

@@ -10,14 +10,16 @@ and their errors never leak secrets. One module per rule:
   (:func:`validate_key`) and key prefixes (:func:`normalize_prefix`);
 * :mod:`~silt.tierkit.checks`: the arguments of the store methods (:func:`check_data`,
   :func:`check_range`, :func:`check_list_args`, :func:`check_keys`);
-* :mod:`~silt.tierkit.urls`: ``scheme://root/prefix`` URLs (:func:`parse_root_url`,
-  :func:`check_root_name`), endpoints without secrets (:func:`check_endpoint`) and URLs as
-  messages show them (:func:`public_url`);
+* :mod:`~silt.tierkit.urls`: any store URL's parts (:func:`split_url`),
+  ``scheme://root/prefix`` URLs (:func:`parse_root_url`, :func:`check_root_name`), endpoints
+  without secrets (:func:`check_endpoint`) and URLs as messages show them (:func:`public_url`);
 * :mod:`~silt.tierkit.pathurls`: URLs rooted at a file on this host,
   ``scheme:///var/state.db/prefix`` (:func:`parse_path_url`, :func:`path_url`);
 * :mod:`~silt.tierkit.options`: query options (:class:`TierOptions`, :func:`check_options`,
   ``parse_*``);
 * :mod:`~silt.tierkit.leaks`: :func:`redact`, :func:`safe_cause`, :func:`chain_leaks`;
+* :mod:`~silt.tierkit.status`: what an HTTP status means (:func:`classify_status`,
+  :class:`StatusKind`) and the silt error for it (:func:`status_error`);
 * :mod:`~silt.tierkit.retry`: the retry policy (:func:`whole_read`, :func:`retry_on`,
   :class:`BodyBrokenError`);
 * :mod:`~silt.tierkit.base`: :class:`TierStore`, the part of an SDK-backed tier that is the
@@ -50,15 +52,19 @@ from .options import (
 )
 from .pathurls import PathRoot, parse_path_url, path_url
 from .retry import BodyBrokenError, retry_on, whole_read
+from .status import STATUS_KINDS, StatusKind, classify_status, request_where, status_error
 from .urls import (
     check_endpoint,
     check_root_name,
     parse_root_url,
     public_url,
     refuse_credentials_in_host,
+    split_url,
 )
 
 __all__ = [
+    "STATUS_KINDS",
+    "StatusKind",
     "MAX_NAME_BYTES",
     "BodyBrokenError",
     "NetworkOptions",
@@ -74,6 +80,7 @@ __all__ = [
     "check_options",
     "check_path",
     "check_range",
+    "classify_status",
     "check_root_name",
     "decode_path",
     "name_problem",
@@ -89,8 +96,11 @@ __all__ = [
     "public_url",
     "redact",
     "refuse_credentials_in_host",
+    "request_where",
     "retry_on",
     "safe_cause",
+    "split_url",
+    "status_error",
     "validate_key",
     "whole_read",
 ]

@@ -35,9 +35,8 @@ from typing import NamedTuple
 from urllib.parse import quote
 
 from ..errors import InvalidArgumentError, InvalidTypeError
-from ..store import split_url
 from .names import check_path, decode_path, normalize_prefix
-from .urls import public_url
+from .urls import public_url, split_url
 
 
 class PathRoot(NamedTuple):

@@ -6,11 +6,32 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections.abc import Callable, Iterable
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit
 
-from ..errors import InvalidArgumentError
-from ..store import split_url
+from ..errors import InvalidArgumentError, InvalidTypeError
 from .names import _BAD_CATEGORIES, decode_path, normalize_prefix
+
+
+def split_url(url: str) -> tuple[str, str, dict[str, str]]:
+    """Split ``scheme://location?opt=val`` into ``(scheme, location, options)``.
+
+    ``location`` is everything between ``://`` and the query. Raises ``InvalidArgumentError`` for
+    strings that are not URLs, with a hint at the expected shape.
+    """
+    if not isinstance(url, str):
+        raise InvalidTypeError(
+            f"a store URL must be a str such as 'file:///data/state', got {type(url).__name__}"
+        )
+    if "://" not in url:
+        raise InvalidArgumentError(
+            f"{public_url(url)!r} is not a store URL: use 'file:///absolute/path', "
+            "'memory://name', or a scheme a tier plugin provides such as 's3://bucket/prefix'"
+        )
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    location = url.split("://", 1)[1].split("?", 1)[0].split("#", 1)[0]
+    options = dict(parse_qsl(parts.query, keep_blank_values=True))
+    return scheme, location, options
 
 
 def check_endpoint(value: object, *, what: str, hint: str = "", allow_path: bool = True) -> str:
@@ -152,4 +173,5 @@ __all__ = [
     "parse_root_url",
     "public_url",
     "refuse_credentials_in_host",
+    "split_url",
 ]

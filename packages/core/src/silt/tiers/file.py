@@ -59,7 +59,7 @@ from ..errors import (
     TransientStoreError,
 )
 from ..hookspecs import hookimpl
-from ..store import ObjectInfo, ObjectStore, split_url
+from ..store import ObjectInfo, ObjectStore
 from ..tierkit import (
     check_data,
     check_keys,
@@ -69,6 +69,7 @@ from ..tierkit import (
     decode_path,
     public_url,
     refuse_credentials_in_host,
+    split_url,
     validate_key,
 )
 from .fdcache import FDS, MAX_OPEN

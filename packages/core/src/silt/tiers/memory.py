@@ -29,7 +29,7 @@ from typing import Any
 
 from ..errors import InvalidArgumentError, InvalidTypeError, NotFoundError
 from ..hookspecs import hookimpl
-from ..store import ObjectInfo, ObjectStore, split_url
+from ..store import ObjectInfo, ObjectStore
 from ..tierkit import (
     check_data,
     check_keys,
@@ -41,6 +41,7 @@ from ..tierkit import (
     decode_path,
     public_url,
     refuse_credentials_in_host,
+    split_url,
     validate_key,
 )
 
