@@ -103,7 +103,8 @@ def tests(session: nox.Session, tier: str) -> None:
         session.log(f"silt hot path: {label}; tests(tier={tier!r})")
         select = ["-m", PURE_PYTHON_SPARK] if "SILT_NO_EXTENSIONS" in implementation else []
         session.run(
-            "pytest", "-p", "no:cacheprovider", "-q", "-ra", *SPARK_INFRA_RERUN, *select, *args,
+            "pytest", "-p", "no:cacheprovider", "-q", "-ra", "--durations=15",
+            *SPARK_INFRA_RERUN, *select, *args,
             env={**env, **implementation},
         )
 
