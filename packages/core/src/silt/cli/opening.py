@@ -9,7 +9,6 @@ root of several.
 from __future__ import annotations
 
 import os
-from urllib.parse import unquote
 
 from .. import open as open_db
 from ..db import DB
@@ -19,22 +18,24 @@ from ..plugins import open_store
 from ..roots import child_dbs
 from ..store import ObjectStore, split_url
 from ..tierkit import public_url
+from ..tiers.file import FileStore
 from ..versions import read_manifest
 from ..versions import versions as committed_versions
 from .show import name_list
 
 
 def check_file_root(url: str) -> None:
-    """Refuse a ``file://`` root that does not exist (opening it would create it)."""
-    scheme, location, _options = split_url(url)
-    if scheme != "file":
+    """Refuse a ``file://`` root that does not exist (opening it would create it). The file
+    tier reads the URL (and refuses one that names no absolute path); it creates nothing
+    until a write."""
+    if split_url(url)[0] != "file":
         return
-    if location.lower().startswith("localhost/"):
-        location = location[len("localhost"):]
-    if not location.startswith("/"):
-        return  # not an absolute path: the file tier explains what is wrong
-    path = unquote(location)
-    if not os.path.isdir(path):
+    store = open_store(url.split("?", 1)[0])  # the tier alone: a cache= option changes nothing
+    try:
+        path = store.root if isinstance(store, FileStore) else None
+    finally:
+        store.close()
+    if path is not None and not os.path.isdir(path):
         raise InvalidArgumentError(
             f"{public_url(url)!r} does not exist: there is no directory {path!r}; check the path "
             "(silt's commands only read and never create a root)"
