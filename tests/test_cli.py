@@ -1097,23 +1097,25 @@ def test_scan_prints_any_binary_keys_and_values_as_one_line_each(items: dict[byt
         MemoryStore.drop(name)
 
 
-def run_on_terminal(*argv: str, stream: str) -> tuple[int, bytes, bytes]:
+def run_on_terminal(*argv: str, stream: str,
+                    env: dict[str, str] | None = None) -> tuple[int, bytes, bytes]:
     """``python -m silt ARGV`` with its ``stream`` ("stdout" or "stderr") on a pseudo-terminal
-    of 100x30 and the other one piped: (status, what the terminal showed, the pipe's bytes)."""
+    of 100x30 and the other one piped, with ``env`` added to the environment: (status, what the
+    terminal showed, the pipe's bytes)."""
     import fcntl
     import pty
     import termios
 
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("TQDM_")}
+    environ["PYTHONPATH"] = os.pathsep.join(
         [str(CORE_SRC), *filter(None, [os.environ.get("PYTHONPATH")])]
     )
-    env["SILT_DISABLE_PLUGIN_AUTOLOAD"] = "1"
-    env.pop("TQDM_DISABLE", None)
+    environ["SILT_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    environ.update(env or {})
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))
     pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, stream: slave}
-    proc = subprocess.Popen([sys.executable, "-m", "silt", *argv], env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "silt", *argv], env=environ,
                             stdin=subprocess.DEVNULL, **pipes)
     os.close(slave)
     shown = bytearray()
@@ -1228,6 +1230,9 @@ def test_progress_is_drawn_on_a_terminal_and_never_into_a_pipe(tmp_path,
         for unit in units:
             assert unit in shown, (name, unit, shown)
         assert b"silt " not in out and b"\r" not in out, (name, out)
+    # tqdm's own switch turns them off on a terminal too.
+    code, shown, _ = run_on_terminal("verify", url, env={"TQDM_DISABLE": "1"}, stream="stderr")
+    assert (code, shown) == (0, b"")
     # A fresh root, so gc and compact have the same work to do, now piped.
     url = fill_root_of_dbs(tmp_path / "piped", small, dbs=3, versions=2)
     for argv in (["verify", url, "--all"], ["gc", url, "--retain", "1"],

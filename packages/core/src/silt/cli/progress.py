@@ -2,7 +2,8 @@
 
 Bars are drawn on stderr only while stderr is a terminal: piped or redirected output (scripts,
 CI logs, tests) never holds one, and stdout never does. They are cleared when the work ends, so
-what stays on the screen is the command's report. Without tqdm installed, nothing is drawn.
+what stays on the screen is the command's report. ``TQDM_DISABLE=1`` in the environment turns
+them off on a terminal too (tqdm's own switch); without tqdm installed, nothing is drawn.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ def bars(what: str, stream: TextIO | None = None) -> Iterator[Progress | None]:
         if bar is None:
             bar = drawn[unit] = tqdm(total=total, desc=f"silt {what}", unit=f" {unit}",
                                      file=out, position=len(drawn), leave=False,
-                                     dynamic_ncols=True, disable=False)
+                                     dynamic_ncols=True)
         elif done < bar.n or total != bar.total:  # the unit starts again (the next DB's SSTs)
             bar.reset(total=total)
         bar.update(done - bar.n)
