@@ -6,6 +6,8 @@ Every test works on a real ``file://`` root filled through :func:`silt.open` (pl
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import pathlib
@@ -17,9 +19,11 @@ import uuid
 import zlib
 from dataclasses import replace
 
+import hypothesis.strategies as st
 import pytest
 import silt
 import sstparts
+from hypothesis import given, settings
 from silt import paths
 from silt.checkpoints import encode_checkpoint
 from silt.cli import escape, main, show_key
@@ -1028,3 +1032,228 @@ def test_version_names_the_distribution_and_the_hot_path() -> None:
     kind = "compiled" if compiled else "pure Python"
     want = f"silt-core {version('silt-core')} ({kind} hot path)"
     assert proc.stdout.decode().strip() == want
+
+
+# --- binary data, terminals and progress ---------------------------------------------------------
+
+
+def unescape(text: str) -> bytes:
+    """The inverse of :func:`silt.cli.escape` (a test's own decoder: a silent ambiguity in the
+    escaping shows up as a round trip that differs)."""
+    out = bytearray()
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if ch != "\\":
+            out += ch.encode()
+            i += 1
+            continue
+        kind = text[i + 1]
+        width = {"\\": 0, "x": 2, "u": 4, "U": 8}[kind]
+        digits = text[i + 2:i + 2 + width]
+        if kind == "\\":
+            out += b"\\"
+        elif kind == "x":
+            out.append(int(digits, 16))
+        else:
+            out += chr(int(digits, 16)).encode()
+        i += 2 + width
+    return bytes(out)
+
+
+@given(st.binary(max_size=64))
+@settings(max_examples=500, deadline=None)
+def test_escape_round_trips_any_bytes(data: bytes) -> None:
+    text = escape(data)
+    assert "\t" not in text and "\n" not in text and "\r" not in text
+    assert text.isprintable()
+    assert unescape(text) == data
+
+
+@given(st.dictionaries(st.binary(min_size=1, max_size=24), st.binary(max_size=48),
+                       min_size=1, max_size=12))
+@settings(max_examples=60, deadline=None)
+def test_scan_prints_any_binary_keys_and_values_as_one_line_each(items: dict[bytes, bytes]) -> None:
+    """Whatever bytes a DB holds, ``silt scan`` prints one ``key<TAB>value`` line per entry
+    that decodes back to exactly those bytes (and ``--hex`` too)."""
+    name = f"cli-bin-{uuid.uuid4().hex}"
+    url = f"memory://{name}"
+    try:
+        with silt.open(url) as db:
+            for k, v in items.items():
+                db.put(k, v)
+            db.commit()
+        for hex_mode in (False, True):
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out):
+                assert main(["scan", url, *(["--hex"] if hex_mode else [])]) == 0
+            lines = out.getvalue().split("\n")
+            assert lines.pop() == ""  # every line ends with a newline
+            decode = bytes.fromhex if hex_mode else unescape
+            got = [tuple(decode(part) for part in line.split("\t")) for line in lines]
+            assert all(len(pair) == 2 for pair in got), lines
+            assert got == sorted(items.items())
+    finally:
+        MemoryStore.drop(name)
+
+
+def run_on_terminal(*argv: str, stream: str,
+                    env: dict[str, str] | None = None) -> tuple[int, bytes, bytes]:
+    """``python -m silt ARGV`` with its ``stream`` ("stdout" or "stderr") on a pseudo-terminal
+    of 100x30 and the other one piped, with ``env`` added to the environment: (status, what the
+    terminal showed, the pipe's bytes)."""
+    import fcntl
+    import pty
+    import termios
+
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("TQDM_")}
+    environ["PYTHONPATH"] = os.pathsep.join(
+        [str(CORE_SRC), *filter(None, [os.environ.get("PYTHONPATH")])]
+    )
+    environ["SILT_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    environ.update(env or {})
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))
+    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, stream: slave}
+    proc = subprocess.Popen([sys.executable, "-m", "silt", *argv], env=environ,
+                            stdin=subprocess.DEVNULL, **pipes)
+    os.close(slave)
+    shown = bytearray()
+    try:
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # EIO: the child closed its end of the terminal
+                break
+            if not chunk:
+                break
+            shown += chunk
+    finally:
+        os.close(master)
+    out, err = proc.communicate(timeout=120)
+    return proc.returncode, bytes(shown), (err if stream == "stdout" else out)
+
+
+def test_get_on_a_terminal_prints_one_escaped_line(root: str) -> None:
+    """Raw bytes go to a pipe or file (test_process_ls_and_get); a person at a terminal sees
+    the value escaped as scan escapes it, on one line, instead of control bytes."""
+    code, shown, err = run_on_terminal("get", root, "00ff", "--key-hex", stream="stdout")
+    assert (code, err) == (0, b""), err
+    assert shown == b"bin\\x09ary\\x0a\r\n"  # the terminal turns "\n" into "\r\n"
+    code, shown, _ = run_on_terminal("get", root, "zürich", stream="stdout")
+    assert (code, shown) == (0, "€\r\n".encode())
+    code, shown, _ = run_on_terminal("get", root, "00ff", "--key-hex", "--hex", stream="stdout")
+    assert (code, shown) == (0, b"bin\tary\n".hex().encode() + b"\r\n")
+
+
+def fill_root_of_dbs(folder: pathlib.Path, small: silt.Settings, dbs: int, versions: int) -> str:
+    """``dbs`` DBs under ``folder`` (as an operator's shards), each with ``versions`` versions
+    of several SSTs, written at T0 (so GC may delete what they leave behind)."""
+    for d in range(dbs):
+        clock = silt.ManualClock(T0)
+        writer = small.replace(compaction="none", inline_delta_bytes=0)
+        with silt.open((folder / f"kg-{d}").as_uri(), settings=writer, clock=clock) as db:
+            for v in range(versions):
+                for i in range(800):
+                    db.put(key(i), value(i * (v + 1)))
+                db.commit()
+                clock.advance(1000)
+    return folder.as_uri()
+
+
+def test_progress_callbacks_count_every_db_and_sst(tmp_path, small: silt.Settings) -> None:
+    """The core's progress hooks (silt.progress): verify reports each DB of a root and each
+    SST of each DB up to the number it checked; GC each DB and every object it deleted;
+    compaction each output SST."""
+    from silt.compaction.external import compact_once
+    from silt.compaction.task import make_policy
+
+    url = fill_root_of_dbs(tmp_path / "ops", small, dbs=3, versions=3)
+    calls: list[tuple[str, int, int | None]] = []
+    report = silt.verify(url, all_versions=True,
+                         progress=lambda *call: calls.append(call))
+    assert report.ok and len(report.dbs) == 3
+    assert [c for c in calls if c[0] == "DBs"] == [("DBs", i, 3) for i in range(4)]
+    runs: list[list[tuple[str, int, int | None]]] = []
+    for call in calls:
+        if call[0] == "SSTs":
+            if call[1] == 0:
+                runs.append([])
+            runs[-1].append(call)
+    assert len(runs) == 3
+    for run_, db in zip(runs, report.dbs.values(), strict=True):
+        total = db.counts["ssts"] + db.counts["inline_ssts"]
+        assert total >= 3  # one SST per version at least
+        assert run_ == [("SSTs", i, total) for i in range(total + 1)]
+
+    calls.clear()
+    store = silt.plugins.open_store(url)
+    try:
+        gc = collect_garbage(store, retain_versions=1, grace_seconds=small.gc_grace_seconds,
+                             progress=lambda *call: calls.append(call))
+    finally:
+        store.close()
+    deleted = (len(gc.deleted_manifests) + len(gc.deleted_ssts) + len(gc.deleted_records))
+    assert deleted >= 6  # two old manifests per DB at least
+    assert [c for c in calls if c[0] == "DBs"] == [("DBs", i, 3) for i in range(4)]
+    objects = [c for c in calls if c[0] == "objects"]
+    assert objects and objects[-1][1:] >= (deleted, deleted)
+    assert [c[1] for c in objects] == sorted(c[1] for c in objects)
+
+    calls.clear()
+    one = silt.plugins.open_store(f"{url}/kg-0")
+    compacting = small.replace(l0_compaction_trigger=2)
+    try:
+        done = compact_once(one, f"{url}/kg-0", compacting, make_policy("leveled", compacting),
+                            silt.ManualClock(T0 + 10_000),
+                            progress=lambda *call: calls.append(call))
+    finally:
+        one.close()
+    assert done.status == "compacted" and done.record is not None
+    assert calls == [("SSTs", i, None) for i in range(1, len(done.record.outputs) + 1)]
+
+
+def test_progress_is_drawn_on_a_terminal_and_never_into_a_pipe(tmp_path,
+                                                                small: silt.Settings) -> None:
+    """verify, gc and compact draw tqdm bars on stderr while it is a terminal; piped (as in
+    scripts, CI logs and these tests' other runs) stderr holds no bar, and stdout never does."""
+    url = fill_root_of_dbs(tmp_path / "ops", small, dbs=3, versions=2)
+    commands = {
+        "verify": (["verify", url, "--all"], [b" DBs", b" SSTs"]),
+        "gc": (["gc", url, "--retain", "1"], [b" DBs", b" objects"]),
+        "compact": (["compact", f"{url}/kg-1", "--set", "l0_compaction_trigger=2"], [b" SSTs"]),
+    }
+    for name, (argv, units) in commands.items():
+        code, shown, out = run_on_terminal(*argv, stream="stderr")
+        assert code == 0, (name, shown)
+        assert f"silt {name}:".encode() in shown, (name, shown)
+        for unit in units:
+            assert unit in shown, (name, unit, shown)
+        assert b"silt " not in out and b"\r" not in out, (name, out)
+    # tqdm's own switch turns them off on a terminal too.
+    code, shown, _ = run_on_terminal("verify", url, env={"TQDM_DISABLE": "1"}, stream="stderr")
+    assert (code, shown) == (0, b"")
+    # A fresh root, so gc and compact have the same work to do, now piped.
+    url = fill_root_of_dbs(tmp_path / "piped", small, dbs=3, versions=2)
+    for argv in (["verify", url, "--all"], ["gc", url, "--retain", "1"],
+                 ["compact", f"{url}/kg-1", "--set", "l0_compaction_trigger=2"]):
+        proc = run_process(*argv)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stderr == b"", (argv, proc.stderr)
+        assert b"\r" not in proc.stdout and b"%|" not in proc.stdout
+
+
+def test_set_reads_booleans_by_their_words() -> None:
+    """``silt compact --set refill_after_compaction=false`` means False (``bool("false")`` is
+    True, which made every boolean setting impossible to turn off)."""
+    import argparse
+
+    from silt.cli.args import settings_from
+
+    for text, want in (("false", False), ("False", False), ("0", False), ("no", False),
+                       ("true", True), ("1", True), ("YES", True)):
+        args = argparse.Namespace(set=[f"refill_after_compaction={text}"], policy=None)
+        assert settings_from(args).refill_after_compaction is want, text
+    args = argparse.Namespace(set=["refill_after_compaction=maybe"], policy=None)
+    with pytest.raises(silt.errors.InvalidArgumentError, match="not a valid bool"):
+        settings_from(args)

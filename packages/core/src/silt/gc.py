@@ -52,6 +52,7 @@ from .errors import CorruptionError, InvalidArgumentError, InvalidTypeError, Not
 from .graces import check_grace, required_grace
 from .manifest import Manifest
 from .markers import bump_epoch, read_markers
+from .progress import Progress
 from .settings import Settings
 from .store import ObjectStore, retrying
 from .tierkit import name_problem
@@ -125,6 +126,7 @@ def collect_garbage(
     grace_seconds: float,
     clock: Clock | None = None,
     dry_run: bool = False,
+    progress: Progress | None = None,
 ) -> GcReport:
     """Run one GC pass over every DB under ``store``'s root. See the module docstring.
 
@@ -133,6 +135,9 @@ def collect_garbage(
     (:mod:`silt.graces`), or than the one the DB's newest manifest records (the default, for a
     DB with no such record): GC could then delete SSTs a writer uploaded and has not committed
     yet.
+
+    ``progress`` (:mod:`silt.progress`) hears of each DB whose versions were read (``"DBs"``)
+    and of the objects deleted (``"objects"``, in batches; not with ``dry_run``).
     """
     retain_versions = check_retain(retain_versions)
     grace_ms = int(check_grace(grace_seconds) * 1000)
@@ -181,7 +186,9 @@ def collect_garbage(
 
     required: dict[str, int] = {}  # db -> the grace its writers asked for (ms)
     doomed_fates: list[str] = []
-    for db in report.dbs:
+    for done, db in enumerate(report.dbs):
+        if progress is not None:
+            progress("DBs", done, len(report.dbs))
         listing = list_versions(store, db)
         versions = listed[db] = listing.versions
         required[db] = DEFAULT_GRACE_MS
@@ -224,6 +231,8 @@ def collect_garbage(
         doomed_manifests += [db + paths.manifest_key(v) for v in listing.withdrawn if v < h]
         doomed_fates += [db + paths.fate_key(v) for v in listing.fates
                          if v < h and (v not in pinned or v in listing.withdrawn)]
+    if progress is not None:
+        progress("DBs", len(report.dbs), len(report.dbs))
     # every writer that may still commit announced its grace before uploading (silt.graces):
     # listed after the candidates, so the writer of any candidate is among them
     required = {db: required_grace(store, db, ms) for db, ms in required.items()}
@@ -308,10 +317,15 @@ def collect_garbage(
     report.deleted_records = sorted(records)
     report.deleted_bytes = sum(ssts[k] for k in garbage)
     if not dry_run:
+        total = len(doomed_manifests) + len(doomed_fates) + len(garbage) + len(records)
+        deleted = 0
         for batch in (doomed_manifests, doomed_fates, garbage, records):
             for i in range(0, len(batch), 1000):
                 chunk = batch[i:i + 1000]
                 retrying(lambda chunk=chunk: store.delete_many(chunk))
+                deleted += len(chunk)
+                if progress is not None:
+                    progress("objects", deleted, total)
         for db in report.dbs:
             _finish_pass(store, db, cutoff, clock.now_ms())
         # Temporaries of writes interrupted long ago (file:// ``.tmp/``), by the tier's clock.

@@ -14,6 +14,7 @@ own, DBs under it) is verified DB by DB: the report's ``dbs`` holds one report p
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +26,7 @@ from .identity import IdentityReport, check_identity
 from .inline import InlineBytes
 from .manifest import Manifest
 from .plugins import open_store
+from .progress import Progress
 from .roots import child_dbs, db_url
 from .siblings import SiblingStores
 from .sst.builder import SstInfo
@@ -128,7 +130,7 @@ class VerifyReport:
 
 
 def verify(url_or_store: str | ObjectStore, *, version: int | None = None,
-           all_versions: bool = False) -> VerifyReport:
+           all_versions: bool = False, progress: Progress | None = None) -> VerifyReport:
     """Verify the DB at ``url_or_store`` (a URL, or an open store, which is not closed): the
     latest version, exactly ``version``, or with ``all_versions`` every live version.
 
@@ -138,35 +140,43 @@ def verify(url_or_store: str | ObjectStore, *, version: int | None = None,
     several DBs under it (an operator's shards, :func:`silt.roots.child_dbs`) is verified DB by
     DB into ``report.dbs``: ``version`` then applies to each; without it a DB with no committed
     version is skipped.
+
+    ``progress`` (:mod:`silt.progress`) hears of each DB of a root (``"DBs"``) and of each SST
+    of the DB being verified (``"SSTs"``, uploaded and inline) as it is checked.
     """
     if isinstance(url_or_store, ObjectStore):
-        return _verify_root(url_or_store, url_or_store.url, version, all_versions)
+        return _verify_root(url_or_store, url_or_store.url, version, all_versions, progress)
     store = open_store(url_or_store)
     try:
-        return _verify_root(store, url_or_store, version, all_versions)
+        return _verify_root(store, url_or_store, version, all_versions, progress)
     finally:
         store.close()
 
 
 def _verify_root(store: ObjectStore, url: str, version: int | None,
-                 all_versions: bool) -> VerifyReport:
+                 all_versions: bool, progress: Progress | None) -> VerifyReport:
     dbs = child_dbs(store)
     if not dbs:
-        return _verify_db(store, url, version, all_versions)
+        return _verify_db(store, url, version, all_versions, progress)
     report = VerifyReport(url, all_versions=all_versions)
-    for db in dbs:
+    for done, db in enumerate(dbs):
+        if progress is not None:
+            progress("DBs", done, len(dbs))
         if version is None and not list_versions(store, db).versions:
             continue  # nothing committed (yet): nothing to check, as silt inspect skips it
         child = open_store(db_url(url, db))
         try:
-            report.dbs[db.rstrip("/")] = _verify_db(child, db_url(url, db), version, all_versions)
+            report.dbs[db.rstrip("/")] = _verify_db(child, db_url(url, db), version, all_versions,
+                                                    progress)
         finally:
             child.close()
+    if progress is not None:
+        progress("DBs", len(dbs), len(dbs))
     return report
 
 
 def _verify_db(store: ObjectStore, url: str, version: int | None,
-               all_versions: bool) -> VerifyReport:
+               all_versions: bool, progress: Progress | None = None) -> VerifyReport:
     report = VerifyReport(url, all_versions=all_versions)
     counts = report.counts
     # Every version's identity first (it lists versions without trusting fate records).
@@ -206,8 +216,18 @@ def _verify_db(store: ObjectStore, url: str, version: int | None,
                 inline.setdefault(info, (name, m.inline[info.id]))
             else:
                 ssts.setdefault(info, v)
-    _verify_ssts(store, url, ssts, report)
-    _verify_inline(inline, report)
+    step = None
+    if progress is not None:
+        total, done = len(ssts) + len(inline), 0
+        progress("SSTs", 0, total)
+
+        def step() -> None:
+            nonlocal done
+            done += 1
+            progress("SSTs", done, total)
+
+    _verify_ssts(store, url, ssts, report, step)
+    _verify_inline(inline, report, step)
     for f in identity.findings:
         report.problem(f.kind, f.object, f.message, f.offset)
     _verify_metadata(store, url, {i.id for i in ssts}, report)
@@ -215,15 +235,20 @@ def _verify_db(store: ObjectStore, url: str, version: int | None,
 
 
 def _verify_ssts(store: ObjectStore, url: str, ssts: dict[SstInfo, int],
-                 report: VerifyReport) -> None:
-    """Check every SST entry in ``ssts`` (entry -> the first version naming it) whole."""
+                 report: VerifyReport, step: Callable[[], None] | None = None) -> None:
+    """Check every SST entry in ``ssts`` (entry -> the first version naming it) whole, calling
+    ``step`` after each."""
     counts = report.counts
     problem = report.problem
     siblings = SiblingStores(url, store)
     listings: dict[str, dict[str, int]] = {}
     counted: set[tuple[str, str]] = set()
+    started = False
     try:
         for info, version in ssts.items():
+            if step is not None and started:
+                step()  # the previous entry is done, however its check ended
+            started = True
             sst_id = info.id
             # A reference to a sibling DB's SST (silt.siblings) is checked where it lives.
             where = siblings.store_for(info)
@@ -260,17 +285,22 @@ def _verify_ssts(store: ObjectStore, url: str, ssts: dict[SstInfo, int],
                 counts["blocks"] += blocks
                 counts["entries"] += entries
                 counts["sst_bytes"] += info.size
+        if step is not None and started:
+            step()
     finally:
         siblings.close()
 
 
-def _verify_inline(inline: dict[SstInfo, tuple[str, bytes]], report: VerifyReport) -> None:
+def _verify_inline(inline: dict[SstInfo, tuple[str, bytes]], report: VerifyReport,
+                   step: Callable[[], None] | None = None) -> None:
     """Check every inline SST (bytes a manifest carries) whole, as an uploaded one: every
-    block's checksum and order, the tail, the properties against the entry. Damage is
-    reported against the manifest carrying the bytes."""
+    block's checksum and order, the tail, the properties against the entry; call ``step``
+    for each. Damage is reported against the manifest carrying the bytes."""
     counts = report.counts
     seen: set[str] = set()
     for info, (manifest_name, data) in inline.items():
+        if step is not None:
+            step()  # counted as it starts: the check is in memory, and may end in continue
         key = paths.sst_key(info.id)
         try:
             entries, blocks = check_sst(InlineBytes(key, data), key, info, blocks=True,

@@ -23,6 +23,7 @@ from ..clock import Clock
 from ..errors import StoreError
 from ..manifest import Manifest
 from ..merge import merge_newest_first
+from ..progress import Progress
 from ..rangedel import RangeTombstones
 from ..settings import Settings
 from ..siblings import SiblingStores
@@ -85,11 +86,14 @@ def run_compaction(
     clock: Clock,
     *,
     siblings: SiblingStores | None = None,
+    progress: Progress | None = None,
 ) -> CompactionRecord:
     """Do ``task`` (picked from ``manifest``) and publish its record; return the record.
 
     ``siblings`` opens the stores of sibling DBs whose SSTs ``manifest`` references (needed
     only when it references any; see :mod:`silt.siblings`). Outputs always go to ``store``.
+    ``progress`` (:mod:`silt.progress`) hears of each output SST uploaded (``"SSTs"``, total
+    not known in advance).
     """
     by_id = {s.id: s for s in manifest.all_ssts()}
     missing = [i for i in task.inputs if i not in by_id]
@@ -134,9 +138,13 @@ def run_compaction(
                 outputs.append(upload_sst(store, keys, records, settings, clock.now_ms(),
                                           manifest.seq)[0])
                 keys, records, size = [], [], 0
+                if progress is not None:
+                    progress("SSTs", len(outputs), None)
         if keys:
             outputs.append(upload_sst(store, keys, records, settings, clock.now_ms(),
                                       manifest.seq)[0])
+            if progress is not None:
+                progress("SSTs", len(outputs), None)
     now = clock.now_ms()
     record = CompactionRecord(
         id=paths.new_id(now),

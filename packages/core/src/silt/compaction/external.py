@@ -14,6 +14,7 @@ from typing import Any
 
 from ..clock import Clock
 from ..inline import without_inline
+from ..progress import Progress
 from ..settings import Settings
 from ..siblings import SiblingStores
 from ..store import ObjectStore
@@ -36,10 +37,11 @@ class CompactionPass:
 
 
 def compact_once(store: ObjectStore, url: str, settings: Settings, policy: Any,
-                 clock: Clock) -> CompactionPass:
+                 clock: Clock, progress: Progress | None = None) -> CompactionPass:
     """Run one pass over the latest version of the DB in ``store`` (at ``url``, for sibling
     references). Never writes a manifest. Raises what reading the manifest or running the task
-    raises (:class:`~silt.errors.CorruptionError`, :class:`~silt.errors.StoreError`)."""
+    raises (:class:`~silt.errors.CorruptionError`, :class:`~silt.errors.StoreError`).
+    ``progress`` is passed to :func:`~silt.compaction.compactor.run_compaction`."""
     found = committed_versions(store)
     if not found:
         return CompactionPass("empty", None)
@@ -55,7 +57,8 @@ def compact_once(store: ObjectStore, url: str, settings: Settings, policy: Any,
             return CompactionPass("waiting", m.version, waiting_for=name)
     siblings = SiblingStores(url, store)
     try:
-        record = run_compaction(store, m, task, settings, clock, siblings=siblings)
+        record = run_compaction(store, m, task, settings, clock, siblings=siblings,
+                                progress=progress)
     finally:
         siblings.close()
     return CompactionPass("compacted", m.version, record=record)
