@@ -16,8 +16,9 @@ from ..errors import InvalidArgumentError, VersionNotFoundError
 from ..manifest import Manifest
 from ..plugins import open_store
 from ..roots import child_dbs
-from ..store import ObjectStore, split_url
+from ..store import ObjectStore
 from ..tierkit import public_url
+from ..tierkit.urls import split_url
 from ..tiers.file import FileStore
 from ..versions import read_manifest
 from ..versions import versions as committed_versions
