@@ -5,7 +5,9 @@ Re-exported as ``silt.open`` and ``silt.versions``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
+from typing import Any
 
 from . import errors
 from .budget import MemoryBudget
@@ -16,7 +18,7 @@ from .manifest import Manifest
 from .markers import read_markers
 from .metrics import MeteredStore, Metrics
 from .plugins import open_store
-from .reopen import check_at_most, latest_at_most
+from .reopen import at_once, check_at_most, latest_at_most, serially
 from .settings import Settings
 from .store import ObjectStore
 from .tierkit import public_url
@@ -39,6 +41,17 @@ def _check_retained(store: ObjectStore, url: str, manifest: Manifest) -> None:
         "versions below it are kept only while a checkpoint pins them); pin a version you "
         "will read later with DB.checkpoint(name)"
     )
+
+
+def _at_once_counted(metrics: Metrics, calls: Sequence[Callable[[], Any]]) -> list[Any]:
+    """:func:`silt.reopen.at_once`, each call's requests counted under the purpose ``open``
+    (a thread of its own has no purpose set)."""
+
+    def counted(call: Callable[[], Any]) -> Any:
+        with metrics.purpose("open"):
+            return call()
+
+    return at_once([partial(counted, call) for call in calls])
 
 
 def versions(url: str, *, storage_options: Mapping[str, str] | None = None) -> list[int]:
@@ -124,7 +137,9 @@ def open(
         listed: list[int] | None = None
         with metrics.purpose("open"):
             if version is None:
-                manifest, listed = latest_at_most(counted, at_most)
+                manifest, listed = latest_at_most(
+                    counted, at_most, gather=serially if store.local else partial(
+                        _at_once_counted, metrics))
             else:
                 try:
                     manifest = read_manifest(counted, version)
