@@ -103,6 +103,23 @@ def test_cold_open_lists_then_reads_the_manifest_and_its_fate_record_at_once(roo
         db.close()
 
 
+def test_open_at_a_version_reads_its_fate_record_and_the_gc_markers_at_once(root: Root) -> None:
+    """``version=``: the manifest; then, once seen, its fate record and the listing of gc/ (the
+    horizon and pins say whether it is retained; the GC epoch is not needed). Before: 4 round
+    trips (the manifest, its fate record, the epoch, gc/), one after the other."""
+    _two_versions(root)
+    store = root.slow()
+    with store.operation() as op:
+        db = silt.open(root.url, store=store, settings=SETTINGS, version=1)
+    _check(op, 2, {"get": 2, "list": 1})
+    assert op.waves() == [[("get", "manifest/00000000000000000001")],
+                          [("get", "manifest/00000000000000000001.fate"), ("list", "gc/")]]
+    assert db.version == 1 and db.get(b"k00300") is None
+    db.close()
+    with pytest.raises(silt.errors.VersionNotFoundError, match="does not exist"):
+        silt.open(root.url, store=store, version=7)
+
+
 def test_open_of_an_empty_root_is_one_list(root: Root) -> None:
     store = root.slow()
     with store.operation() as op:
@@ -258,6 +275,33 @@ def test_moved_handle_catches_up_in_three_round_trips(root: Root) -> None:
         assert db.catch_up(3) == (3, [])
     _check(op, 3, {"get": 3, "get_range": 1})
     assert db.get(b"o") == b"1"
+    db.close()
+
+
+def test_an_advance_that_must_list_reads_the_gc_markers_beside_the_listing(root: Root) -> None:
+    """A GC pass ran since the handle's last commit: catch_up's GETs cannot prove the answer
+    (the epoch moved), so it lists; the markers are read again at once with that LIST (the
+    next advance needs them read before its own requests only). Before: 9 round trips (the
+    epoch GET, LIST epoch/, LIST gc/ one after the other before the LIST of manifest/)."""
+    db, store = _warm_at(root, 2)
+    with silt.open(root.url, settings=SETTINGS) as other:
+        other.gc()
+        other.put(b"o", b"1")
+        assert other.commit() == 3
+    with store.operation() as op:
+        assert db.catch_up(3) == (3, [])
+    # manifest/3; its fate record and manifest/4; the epoch (moved). Then the markers' epoch
+    # GET (moved), LIST epoch/ and LIST gc/, beside the LIST of manifest/ and then manifest/3
+    # with its fate record
+    _check(op, 6, {"get": 6, "get_range": 1, "list": 3})
+    assert db.get(b"o") == b"1"
+    other_commit = silt.open(root.url, settings=SETTINGS)
+    other_commit.put(b"o", b"2")
+    assert other_commit.commit() == 4
+    other_commit.close()
+    with store.operation() as op:  # the markers are known again: GETs prove it
+        assert db.catch_up(4) == (4, [])
+    assert "list" not in op.requests, op
     db.close()
 
 

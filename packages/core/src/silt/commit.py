@@ -374,11 +374,11 @@ class Committer:
         return self.markers
 
     def relearn_markers(self) -> None:
-        """Before a listing of versions (:func:`silt.reopen.latest_at_most`): read the GC
-        markers again when they changed (one GET when they did not), so that the next advance
-        of this handle proves its answer with GETs again. Nothing when none are known."""
-        if self.markers is not None:
-            self._refresh_markers()
+        """With a listing of versions (:func:`silt.reopen.latest_at_most`): read the GC markers
+        again if they changed (one GET if not; else both LISTs: a GC pass bumps the epoch twice),
+        so the next advance proves its answer with GETs again. Nothing when none are known."""
+        if self.markers is not None and not unchanged(self._store, self.markers):
+            self.markers = read_markers(self._store)
 
     def _check_horizon(self, manifest: Manifest, markers: GcMarkers) -> None:
         """Withdraw ``manifest`` if GC's horizon passed it (this writer is a zombie)."""

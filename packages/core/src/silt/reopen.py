@@ -137,12 +137,17 @@ def latest_at_most(store: ObjectStore, at_most: int | None,
     manifest and its fate record, at once through ``gather`` (the listing showed the manifest
     before the record is read: :func:`silt.versions.read_manifest`), so two round trips on
     a remote store. With the ``committer`` of a handle that knows the GC markers, they are
-    read again first when they changed (:meth:`~silt.commit.Committer.relearn_markers`)."""
-    if committer is not None:
-        committer.relearn_markers()
-    listed = list_versions(store).versions
-    found = listed if at_most is None else [v for v in listed if v <= at_most]
-    return (read_manifest(store, found[-1], listed=gather) if found else None), listed
+    read again when they changed (:meth:`~silt.commit.Committer.relearn_markers`), at once
+    with the LIST: the next advance's probes need them read before *their* requests (the
+    epoch GET that ends each probe vouches for what changed since), not before this listing."""
+    def latest() -> tuple[Manifest | None, list[int]]:
+        listed = list_versions(store).versions
+        found = listed if at_most is None else [v for v in listed if v <= at_most]
+        return (read_manifest(store, found[-1], listed=gather) if found else None), listed
+
+    if committer is None:
+        return latest()
+    return gather([latest, committer.relearn_markers])[0]  # type: ignore[no-any-return]
 
 
 def at_once(calls: Sequence[Callable[[], Any]]) -> list[Any]:

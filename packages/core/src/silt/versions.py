@@ -173,22 +173,31 @@ def read_manifest(store: ObjectStore, version: int, db: str = "", *,
     GETs go out at once through ``listed`` (a gather: runs independent calls, returns their
     results in order): one round trip instead of two.
     """
-    name = db + paths.manifest_key(version)
-
-    def get() -> bytes | None:
-        try:
-            return retrying(lambda: store.get(name))
-        except NotFoundError:
-            return None
-
     if listed is None:
-        data = get()
+        data = manifest_bytes(store, version, db)
         fate = None if data is None else read_fate(store, version, db)
     else:
-        data, fate = listed([get, lambda: read_fate(store, version, db)])
+        data, fate = listed([lambda: manifest_bytes(store, version, db),
+                             lambda: read_fate(store, version, db)])
+    return judged(version, data, fate, db)
+
+
+def manifest_bytes(store: ObjectStore, version: int, db: str = "") -> bytes | None:
+    """The stored manifest of ``version`` (one GET), ``None`` when there is none."""
+    name = db + paths.manifest_key(version)
+    try:
+        return retrying(lambda: store.get(name))
+    except NotFoundError:
+        return None
+
+
+def judged(version: int, data: bytes | None, fate: Fate | None, db: str = "") -> Manifest:
+    """The manifest of ``version`` from its stored bytes ``data`` (``None``: missing) and its
+    fate record ``fate``, read after the manifest was seen, as :func:`read_manifest` judges
+    them: :class:`VersionNotFoundError` when missing or withdrawn."""
     if data is None:
         raise VersionNotFoundError(f"version {version} does not exist")
-    manifest = Manifest.decode(data, name)
+    manifest = Manifest.decode(data, db + paths.manifest_key(version))
     if fate is not None and fate.withdraws(manifest):
         why = fate.reason if fate.withdrawn else (
             "its number was committed before by another commit that a checkpoint pinned: the "
