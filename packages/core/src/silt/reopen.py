@@ -147,7 +147,7 @@ def latest_at_most(store: ObjectStore, at_most: int | None,
 
     if committer is None:
         return latest()
-    return gather([latest, committer.relearn_markers])[0]  # type: ignore[no-any-return]
+    return gather([latest, committer.relearn_markers])[0]
 
 
 def at_once(calls: Sequence[Callable[[], Any]]) -> list[Any]:
