@@ -6,7 +6,7 @@ once on its pools) and asserts the round trips (the longest chain of requests ea
 after the one before had completed, counted structurally, never by the clock) and the
 requests of one operation. The root is ``memory://`` and, as in tests/test_engine_on_tiers.py,
 each tier's emulator (``SILT_TEST_TIERS`` narrows the tiers). docs/tuning.md lists the same
-figures ("What an operation costs on an object store").
+figures ("Round trips: what each operation costs on an object store").
 
 Background work would add requests of its own to an operation: compaction is off, and the
 handle under test commits once before a commit is measured when the subject is a warm commit.
