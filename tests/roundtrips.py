@@ -1,71 +1,51 @@
-"""Count the sequential round trips of a DB's reads: wrap its store so that it behaves as a
-remote one (not ``local``, so the DB issues independent GETs at once) whose every GET takes a
-fixed delay, and record when each started and ended.
+"""Count the sequential round trips of what an open DB does inside a block, as if its store
+were remote: :class:`silt.testing.LatencyStore` (every request kind delayed by :data:`DELAY`,
+the store no longer ``local``) put between the DB's metered store and the store it wraps.
 
-A read that started after another had ended (by the clock) waited for it, or could have; reads
-issued at once overlap. The number of round trips is the longest chain of reads each of which
-started after the one before had ended. The delay is long next to a thread's start-up, so
-reads issued together are never mistaken for a chain (a loaded machine only shortens chains).
+For a DB opened without a latency store (a Spark shard's cached handle, a test's plain
+``silt.open``); tests that open the DB themselves wrap the store at open instead
+(tests/test_round_trips.py).
 """
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
 
 import silt
+from silt.testing import LatencyStore, Operation
 
-#: How long each timed read takes (seconds).
+#: How long each request takes (seconds): long against a thread's start-up on a loaded
+#: machine, so requests issued at once are never mistaken for a chain.
 DELAY = 0.12
 
 
-class TimedReads:
-    """Delegates to ``inner``; ``get`` and ``get_range`` take :data:`DELAY` and are timed."""
+class Timed:
+    """The requests of one block: :meth:`round_trips`, and ``spans`` (the requests of each
+    round trip, for assertion messages)."""
 
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
-        self.spans: list[tuple[float, float]] = []
-        self._lock = threading.Lock()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-    def _timed(self, read: Any, *args: Any) -> Any:
-        start = time.monotonic()
-        try:
-            time.sleep(DELAY)
-            return read(*args)
-        finally:
-            with self._lock:
-                self.spans.append((start, time.monotonic()))
-
-    def get(self, key: str) -> bytes:
-        return self._timed(self.inner.get, key)
-
-    def get_range(self, key: str, start: int, length: int) -> bytes:
-        return self._timed(self.inner.get_range, key, start, length)
+    def __init__(self, op: Operation) -> None:
+        self.op = op
 
     def round_trips(self) -> int:
-        """The longest chain of reads, each started after the one before ended."""
-        depth: list[int] = []
-        spans = sorted(self.spans)
-        for start, _ in spans:
-            depth.append(1 + max((d for (_, end), d in zip(spans, depth) if end <= start),
-                                 default=0))
-        return max(depth, default=0)
+        """The longest chain of requests, each started after the one before had completed."""
+        return self.op.round_trips
+
+    @property
+    def spans(self) -> list[list[tuple[str, str]]]:
+        return self.op.waves()
 
 
 @contextmanager
-def timed(db: silt.DB) -> Iterator[TimedReads]:
-    """Time the reads ``db`` makes inside the block (its metered store's inner store), as if
-    its store were remote."""
+def timed(db: silt.DB) -> Iterator[Timed]:
+    """Time the requests ``db`` makes inside the block (its metered store's inner store is
+    wrapped for the block), as if its store were remote."""
     metered = db.store
-    wrapper = TimedReads(metered.inner)
-    metered.inner, metered.local = wrapper, False
+    inner = metered.inner
+    slow = LatencyStore(inner, DELAY)
+    metered.inner, metered.local = slow, False
     try:
-        yield wrapper
+        with slow.operation() as op:
+            yield Timed(op)
     finally:
-        metered.inner, metered.local = wrapper.inner, wrapper.inner.local
+        metered.inner, metered.local = inner, inner.local

@@ -28,6 +28,12 @@ Creating version ``v`` from base ``b`` (:meth:`Committer.publish`):
    version. Withdrawing writes the fate record (:mod:`silt.versions`) and keeps the manifest,
    so the number is never used again; a checkpoint that settled the version first wins.
 
+Round trips: the PUT, then one round of checks (2; 3 with an SST upload first; a warm writer
+checks with one GET of the next GC epoch). A first commit lists the markers: only the LIST of
+``gc/`` must follow the PUT; the epoch, read before that LIST begins, is all it needs
+(:func:`silt.markers.read_markers`), so it is listed at once with the PUT
+(:meth:`Committer._create_first`). Independent requests go out at once (the DB's ``gather``).
+
 The committer never touches the DB: the DB passes what it needs (base manifest, references) and
 installs what :meth:`publish` returns. Not thread-safe: the DB's writer lock serializes it.
 """
@@ -35,6 +41,8 @@ installs what :meth:`publish` returns. Not thread-safe: the DB's writer lock ser
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from . import paths
@@ -52,13 +60,14 @@ from .errors import (
 )
 from .gc import horizon, read_checkpoints
 from .manifest import Manifest
-from .markers import GcMarkers, refresh, unchanged
+from .markers import GcMarkers, newest_epoch, read_markers, refresh, unchanged
 from .metrics import MeteredStore
 from .rangedel import EMPTY, RangeTombstones
+from .reopen import Gather, serially
 from .siblings import Reference, SiblingStores
 from .sst.builder import SstInfo
 from .store import retrying
-from .versions import WITHDRAWN, Fate, list_versions, read_fate
+from .versions import WITHDRAWN, Fate, VersionListing, list_versions, read_fate
 
 #: Errors after which the version is settled either way (no read-back on the next commit).
 _DECIDED = (CommitConflict, FencedError, CorruptionError, WithdrawnError)
@@ -68,8 +77,11 @@ class Committer:
     """The commit protocol of one DB (see the module docstring)."""
 
     def __init__(self, store: MeteredStore, url: str, clock: Clock, grace_ms: int,
-                 siblings: SiblingStores) -> None:
+                 siblings: SiblingStores, gather: Gather = serially) -> None:
         self._store = store
+        self._gather = gather  # runs the independent requests of one round at once
+        #: The newest GC epoch, listed with a first commit's PUT (:meth:`_create_first`).
+        self._epoch_seen: int | None = None
         self._url = url
         self._clock = clock
         self._grace_ms = grace_ms
@@ -157,6 +169,7 @@ class Committer:
         tombstones ``tombs`` (:mod:`silt.rangedel`) and the bytes of its inline entries
         ``inline`` (:mod:`silt.inline`). ``pending`` is kept with an uncertain
         commit and handed back by :meth:`prepare` when it turns out to have landed."""
+        self._epoch_seen = None
         while True:
             if version > self.next and self.lineage is not None:
                 self._reserve(version, base, self.next)
@@ -168,7 +181,7 @@ class Committer:
                 range_tombstones=tombs, inline=inline or {},
             )
             try:
-                created = self._create(manifest)
+                created = self._create_first(manifest)
             except StoreError:
                 # The manifest may exist: resolved by reading back on the next commit.
                 self.uncertain = (manifest, pending)
@@ -208,6 +221,15 @@ class Committer:
         data = manifest.encode()
         return retrying(lambda: self._store.put_if_absent(name, data)) or self._is_ours(manifest)
 
+    def _create_first(self, manifest: Manifest) -> bool:
+        """:meth:`_create`; with no GC markers known yet, the newest GC epoch is listed at once
+        with the PUT (module docstring, "Round trips")."""
+        if self.markers is not None:
+            return self._create(manifest)
+        created, self._epoch_seen = self._gather(
+            [partial(self._create, manifest), partial(newest_epoch, self._store)])
+        return bool(created)
+
     def _is_ours(self, manifest: Manifest) -> bool:
         """Read back the manifest of ``manifest.version`` and compare the commit token."""
         name = paths.manifest_key(manifest.version)
@@ -217,16 +239,16 @@ class Committer:
             return False
         return existing.token == manifest.token
 
-    def _check_empty_root(self, manifest: Manifest) -> None:
-        """A first commit on an empty root creates its version directly (there is no base
-        whose next name writers could race for). So after creating it, it lists the versions:
+    def _check_empty_root(self, manifest: Manifest, listing: VersionListing | None) -> None:
+        """A first commit on an empty root creates its version directly (no base whose next
+        name writers could race for). So after creating it, it lists the versions (``listing``):
         if any other live version exists, another writer committed on this root meanwhile (or
         before: this writer's view of an empty root was stale), and this one withdraws its own.
         Two such writers may both withdraw; never both stand. One LIST, on a DB's first
         commit only."""
-        if manifest.parent is not None:
+        if manifest.parent is not None or listing is None:
             return
-        others = [v for v in list_versions(self._store).versions if v != manifest.version]
+        others = [v for v in listing.versions if v != manifest.version]
         if not others:
             return
         why = (f"version {manifest.version} of {self._url!r} was committed from an empty root, "
@@ -300,9 +322,13 @@ class Committer:
     def _post_commit(self, manifest: Manifest, base: Manifest | None, refs: list[Reference],
                      *, resolving: bool = False) -> None:
         """Step 3: the GC markers (one GET when nothing changed since the last commit,
-        :func:`silt.markers.refresh`), more requests only on the rare paths."""
-        self._check_empty_root(manifest)
-        markers = self._refresh_markers()
+        :func:`silt.markers.refresh`; on a first commit one LIST), on an empty root the versions
+        too, at once; more requests only on the rare paths."""
+        calls: list[Callable[[], Any]] = [self._refresh_markers]
+        if manifest.parent is None:
+            calls.append(partial(list_versions, self._store))
+        markers, *listing = self._gather(calls)
+        self._check_empty_root(manifest, listing[0] if listing else None)
         self._check_horizon(manifest, markers)
         self._check_rollback(manifest, markers)
         self._check_age(manifest, base, markers, resolving=resolving)
@@ -341,15 +367,18 @@ class Committer:
         return max(self.markers.passes, default=0) if self.markers is not None else 0
 
     def _refresh_markers(self) -> GcMarkers:
-        self.markers = refresh(self._store, self.markers)
+        """The GC markers after the PUT (one LIST of ``gc/`` after :meth:`_create_first`)."""
+        epoch, self._epoch_seen = self._epoch_seen, None
+        self.markers = (read_markers(self._store, epoch=epoch) if self.markers is None
+                        and epoch is not None else refresh(self._store, self.markers))
         return self.markers
 
     def relearn_markers(self) -> None:
-        """Before a listing of versions (:func:`silt.reopen.latest_at_most`): read the GC
-        markers again when they changed (one GET when they did not), so that the next advance
-        of this handle proves its answer with GETs again. Nothing when none are known."""
-        if self.markers is not None:
-            self._refresh_markers()
+        """With a listing of versions (:func:`silt.reopen.latest_at_most`): read the GC markers
+        again if they changed (one GET if not; else both LISTs: a GC pass bumps the epoch twice),
+        so the next advance proves its answer with GETs again. Nothing when none are known."""
+        if self.markers is not None and not unchanged(self._store, self.markers):
+            self.markers = read_markers(self._store)
 
     def _check_horizon(self, manifest: Manifest, markers: GcMarkers) -> None:
         """Withdraw ``manifest`` if GC's horizon passed it (this writer is a zombie)."""

@@ -166,8 +166,8 @@ class DB:
             url, self._store, wrap=lambda raw: MeteredStore(raw, self._metrics)
         )
         self._flusher = Flusher(self._store, settings, clock, self._cache, self._readers)
-        self._committer = Committer(self._store, self._pub, clock,
-                                    int(settings.gc_grace_seconds * 1000), self._siblings)
+        self._committer = Committer(self._store, self._pub, clock, int(
+            settings.gc_grace_seconds * 1000), self._siblings, self._gather)
         #: References made by :meth:`reference` and not committed yet, and their state.
         self._refs: list[Reference] = []
         self._ref_base: Base = ((), ())
@@ -1059,7 +1059,7 @@ class DB:
                         probed = None if got is None else (got, False)
                 if probed is None:
                     self._metrics.add("advances_listed")
-                    found, listed = latest_at_most(self._store, at_most, committer)
+                    found, listed = latest_at_most(self._store, at_most, committer, self._gather)
                     after = [v for v in listed if found is None or v > found.version]
                 else:
                     found, latest = probed

@@ -64,15 +64,26 @@ class GcMarkers:
         return running, done
 
 
-def read_markers(store: ObjectStore, db: str = "") -> GcMarkers:
-    """All GC markers of the DB at prefix ``db`` (two LISTs: the newest epoch, then ``gc/``)."""
+def newest_epoch(store: ObjectStore, db: str = "") -> int:
+    """The greatest epoch object of the DB at prefix ``db``, 0 with none (one LIST)."""
+    first = retrying(lambda: next(iter(store.list(db + paths.EPOCH_PREFIX)), None))
+    return 0 if first is None else (paths.parse_epoch_key(first.key[len(db):]) or 0)
+
+
+def read_markers(store: ObjectStore, db: str = "", *, epoch: int | None = None) -> GcMarkers:
+    """All GC markers of the DB at prefix ``db`` (two LISTs: the newest epoch, then ``gc/``).
+
+    ``epoch``: an epoch known to exist *before this call* (read before, or at once with an
+    earlier request): the first LIST is skipped and the markers record that epoch. Every
+    marker whose bump that epoch includes was written before it, so before the listing of
+    ``gc/`` here, which sees it (the same reason the epoch is listed first otherwise)."""
     horizon = 0
     passes: dict[int, bool] = {}
     pins: list[tuple[int, str]] = []
     horizons: list[int] = []
     # The epoch first: markers written before it are in the listing that follows.
-    first = retrying(lambda: next(iter(store.list(db + paths.EPOCH_PREFIX)), None))
-    epoch = 0 if first is None else (paths.parse_epoch_key(first.key[len(db):]) or 0)
+    if epoch is None:
+        epoch = newest_epoch(store, db)
     for info in retrying(lambda: list(store.list(db + paths.GC_PREFIX))):
         rest = info.key[len(db):]
         v = paths.parse_horizon_key(rest)
@@ -106,10 +117,14 @@ def unchanged(store: ObjectStore, known: GcMarkers, db: str = "") -> bool:
 def refresh(store: ObjectStore, known: GcMarkers | None, db: str = "") -> GcMarkers:
     """The markers now: ``known`` itself when its epoch has no successor yet (one GET,
     :func:`unchanged`; on a root where no marker was ever written, the GET of epoch 1), else
-    a new listing (two LISTs). With nothing known, a listing."""
-    if known is not None and unchanged(store, known, db):
+    a listing of ``gc/`` (one LIST: the successor the GET found is the epoch the new markers
+    record, as it existed before the listing; a later refresh finds any newer one). With
+    nothing known, a listing of both (two LISTs)."""
+    if known is None:
+        return read_markers(store, db)
+    if unchanged(store, known, db):
         return known
-    return read_markers(store, db)
+    return read_markers(store, db, epoch=known.epoch + 1)
 
 
 def bump_epoch(store: ObjectStore, db: str = "", *, known: int = 0) -> int:

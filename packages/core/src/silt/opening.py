@@ -5,7 +5,9 @@ Re-exported as ``silt.open`` and ``silt.versions``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
+from typing import Any
 
 from . import errors
 from .budget import MemoryBudget
@@ -13,22 +15,35 @@ from .clock import Clock
 from .db import DB
 from .gc import read_checkpoints
 from .manifest import Manifest
-from .markers import read_markers
+from .markers import GcMarkers, read_markers
 from .metrics import MeteredStore, Metrics
 from .plugins import open_store
-from .reopen import check_at_most, latest_at_most
+from .reopen import Gather, at_once, check_at_most, latest_at_most, serially
 from .settings import Settings
 from .store import ObjectStore
 from .tierkit import public_url
-from .versions import read_manifest
+from .versions import judged, manifest_bytes, read_fate
 from .versions import versions as _list_versions
 
 
-def _check_retained(store: ObjectStore, url: str, manifest: Manifest) -> None:
+def _read_retained(store: ObjectStore, version: int, gather: Gather) -> Manifest:
+    """The manifest of ``version``, refused when withdrawn or not retained
+    (:func:`_check_retained`): its GET; then, once it was seen, its fate record and the
+    listing of ``gc/`` at once (2 round trips; the GC epoch is not needed: only the horizon
+    and the pins are)."""
+    data = manifest_bytes(store, version)
+    fate, markers = (None, None) if data is None else gather(
+        [partial(read_fate, store, version), partial(read_markers, store, epoch=0)])
+    manifest = judged(version, data, fate)
+    assert markers is not None
+    _check_retained(store, manifest, markers)
+    return manifest
+
+
+def _check_retained(store: ObjectStore, manifest: Manifest, markers: GcMarkers) -> None:
     """Refuse a version below the GC horizon that no checkpoint pins: GC has collected it or
     may be collecting it (a manifest there may also be a zombie writer's, about to be
-    withdrawn). One LIST of ``gc/``."""
-    markers = read_markers(store)
+    withdrawn). ``markers``: listed after the manifest was seen."""
     v = manifest.version
     if v >= markers.horizon or (v, manifest.token) in markers.pins:
         return
@@ -39,6 +54,17 @@ def _check_retained(store: ObjectStore, url: str, manifest: Manifest) -> None:
         "versions below it are kept only while a checkpoint pins them); pin a version you "
         "will read later with DB.checkpoint(name)"
     )
+
+
+def _at_once_counted(metrics: Metrics, calls: Sequence[Callable[[], Any]]) -> list[Any]:
+    """:func:`silt.reopen.at_once`, each call's requests counted under the purpose ``open``
+    (a thread of its own has no purpose set)."""
+
+    def counted(call: Callable[[], Any]) -> Any:
+        with metrics.purpose("open"):
+            return call()
+
+    return at_once([partial(counted, call) for call in calls])
 
 
 def versions(url: str, *, storage_options: Mapping[str, str] | None = None) -> list[int]:
@@ -119,16 +145,16 @@ def open(
     # in its first commit.
     metrics = Metrics()
     counted = MeteredStore(store, metrics)
+    gather = serially if store.local else partial(_at_once_counted, metrics)
     try:
         manifest: Manifest | None = None
         listed: list[int] | None = None
         with metrics.purpose("open"):
             if version is None:
-                manifest, listed = latest_at_most(counted, at_most)
+                manifest, listed = latest_at_most(counted, at_most, gather=gather)
             else:
                 try:
-                    manifest = read_manifest(counted, version)
-                    _check_retained(counted, url, manifest)
+                    manifest = _read_retained(counted, version, gather)
                 except errors.VersionNotFoundError as exc:
                     found = _list_versions(counted)
                     known = (

@@ -90,6 +90,7 @@ moved. A commit from the version found then runs the same checks after it as any
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -123,22 +124,60 @@ def check_at_most(at_most: Any) -> None:
         )
 
 
-def latest_at_most(store: ObjectStore, at_most: int | None,
-                   committer: Committer | None = None) -> tuple[Manifest | None, list[int]]:
-    """The manifest of the latest live version ``<= at_most`` (any with ``None``), or ``None``
-    when there is none, and every live version the listing found: one LIST, then the
-    manifest's GETs. With the ``committer`` of a handle that knows the GC markers, they are
-    read again first when they changed (:meth:`~silt.commit.Committer.relearn_markers`)."""
-    if committer is not None:
-        committer.relearn_markers()
-    listed = list_versions(store).versions
-    found = listed if at_most is None else [v for v in listed if v <= at_most]
-    return (read_manifest(store, found[-1]) if found else None), listed
-
-
 def serially(calls: Sequence[Callable[[], Any]]) -> list[Any]:
     """A :data:`Gather` that runs the calls one after the other, in the calling thread."""
     return [call() for call in calls]
+
+
+def latest_at_most(store: ObjectStore, at_most: int | None,
+                   committer: Committer | None = None,
+                   gather: Gather = serially) -> tuple[Manifest | None, list[int]]:
+    """The manifest of the latest live version ``<= at_most`` (any with ``None``), or ``None``
+    when there is none, and every live version the listing found: one LIST, then the
+    manifest and its fate record, at once through ``gather`` (the listing showed the manifest
+    before the record is read: :func:`silt.versions.read_manifest`), so two round trips on
+    a remote store. With the ``committer`` of a handle that knows the GC markers, they are
+    read again when they changed (:meth:`~silt.commit.Committer.relearn_markers`), at once
+    with the LIST: the next advance's probes need them read before *their* requests (the
+    epoch GET that ends each probe vouches for what changed since), not before this listing."""
+    def latest() -> tuple[Manifest | None, list[int]]:
+        listed = list_versions(store).versions
+        found = listed if at_most is None else [v for v in listed if v <= at_most]
+        return (read_manifest(store, found[-1], listed=gather) if found else None), listed
+
+    if committer is None:
+        return latest()
+    return gather([latest, committer.relearn_markers])[0]
+
+
+def at_once(calls: Sequence[Callable[[], Any]]) -> list[Any]:
+    """A :data:`Gather` for a remote store with no pool at hand (:func:`silt.open`, before
+    the DB and its read pool exist): the first call in this thread, each other on a thread of
+    its own; waits for all, then returns their results in order or raises the first error."""
+    if len(calls) <= 1:
+        return [call() for call in calls]
+    results: list[Any] = [None] * len(calls)
+    errors: list[BaseException | None] = [None] * len(calls)
+
+    def run(i: int) -> None:
+        try:
+            results[i] = calls[i]()
+        except BaseException as exc:  # handed to the caller below
+            errors[i] = exc
+
+    threads = [threading.Thread(target=run, args=(i,), name="silt-open", daemon=True)
+               for i in range(1, len(calls))]
+    for t in threads:
+        t.start()
+    try:
+        run(0)
+    finally:
+        for t in threads:
+            t.join()
+    for exc in errors:
+        if exc is not None:
+            raise exc
+    return results
 
 
 def probe_at_most(store: ObjectStore, base: Manifest, markers: GcMarkers | None,

@@ -10,6 +10,9 @@
 
 * :class:`FaultyStore` (``silt.testing.faults``): wraps a store and injects failures, lost
   responses, corruption and stalls on a schedule the test sets, and counts requests.
+* :class:`LatencyStore` (``silt.testing.latency``): wraps any store, makes it remote (not
+  ``local``) with a fixed latency per request, and counts the requests and sequential round
+  trips of each operation (``with store.operation() as op: ...; op.round_trips``).
 * :func:`exception_texts` (``silt.testing.secrets``): everything a traceback could show of an
   exception, to assert that no secret reaches an error.
 
@@ -32,13 +35,14 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from .faults import OPS, Call, FaultyStore, flip_middle_bit
+from .latency import LatencyStore, Operation
 from .secrets import exception_texts
 
 if TYPE_CHECKING:
     from .conformance import StoreConformance
 
-__all__ = ["OPS", "Call", "FaultyStore", "StoreConformance", "exception_texts",
-           "flip_middle_bit"]
+__all__ = ["OPS", "Call", "FaultyStore", "LatencyStore", "Operation", "StoreConformance",
+           "exception_texts", "flip_middle_bit"]
 
 
 #: The modules of this package whose assertions pytest rewrites (they hold the suite's tests).

@@ -1,0 +1,333 @@
+"""What each operation costs on an object store, in sequential round trips and requests.
+
+Every test opens its DB on a :class:`silt.testing.LatencyStore` (every request waits
+:data:`DELAY`; the store is remote, not ``local``, so the DB issues independent requests at
+once on its pools) and asserts the round trips (the longest chain of requests each started
+after the one before had completed, counted structurally, never by the clock) and the
+requests of one operation. The root is ``memory://`` and, as in tests/test_engine_on_tiers.py,
+each tier's emulator (``SILT_TEST_TIERS`` narrows the tiers). docs/tuning.md lists the same
+figures ("Round trips: what each operation costs on an object store").
+
+Background work would add requests of its own to an operation: compaction is off, and the
+handle under test commits once before a commit is measured when the subject is a warm commit.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+import silt
+from silt import plugins
+from silt.errors import CommitConflict
+from silt.plugins import open_store
+from silt.testing import LatencyStore, Operation
+from test_engine_on_tiers import TIERS, Tier, register_plugin
+
+#: Seconds each request waits: long against a thread's start-up on a loaded machine.
+DELAY = 0.12
+
+#: Small blocks, compaction off, a private cache (a cold handle starts with nothing cached).
+SETTINGS = silt.Settings(memtable_bytes=256 * 1024, block_bytes=512,
+                         block_cache_bytes=1 << 20, compaction="none")
+
+#: Every delta uploaded as an SST.
+UPLOADED = SETTINGS.replace(inline_delta_bytes=0)
+
+
+@dataclass
+class Root:
+    """A fresh root and what opens its store."""
+
+    url: str
+
+    def slow(self) -> LatencyStore:
+        """A new store on the root, behind the latency."""
+        return LatencyStore(open_store(self.url), DELAY)
+
+    def open(self, **kwargs: object) -> tuple[silt.DB, LatencyStore]:
+        store = self.slow()
+        kwargs.setdefault("settings", SETTINGS)
+        return silt.open(self.url, store=store, **kwargs), store  # type: ignore[arg-type]
+
+
+@pytest.fixture(params=["memory", *TIERS])
+def root(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[Root]:
+    """``memory://`` or a fresh bucket on a tier's emulator (started only when needed)."""
+    if request.param == "memory":
+        yield Root(f"memory://rt-{uuid.uuid4().hex}")
+        return
+    servers = {"s3": ("s3_bucket", "moto_server", "moto_admin"),
+               "gs": ("gcs_bucket", "gcs_server", "gcs_admin"),
+               "az": ("az_container", "azurite_server", "azurite_admin")}[request.param]
+    tier = Tier(request.param, *(request.getfixturevalue(name) for name in servers))
+    register_plugin(monkeypatch, tier.scheme)
+    yield Root(tier.url())
+    plugins.reset_registry()
+
+
+def _keys(lo: int, hi: int) -> list[bytes]:
+    return [b"k%05d" % i for i in range(lo, hi)]
+
+
+def _two_versions(root: Root) -> None:
+    """Versions 1 and 2, one uploaded SST each (keys 0-299, 300-599), by another writer."""
+    with silt.open(root.url, settings=UPLOADED) as w:
+        for lo in (0, 300):
+            for k in _keys(lo, lo + 300):
+                w.put(k, b"v" * 50)
+            w.commit()
+
+
+def _check(op: Operation, round_trips: int, requests: dict[str, int]) -> None:
+    assert (op.round_trips, dict(op.requests)) == (round_trips, requests), op
+
+
+# --- opening ------------------------------------------------------------------------------------
+
+
+def test_cold_open_lists_then_reads_the_manifest_and_its_fate_record_at_once(root: Root) -> None:
+    """LIST of manifest/; then the manifest and its fate record at once (the listing showed
+    the manifest before the record is read). Before: 3 round trips, one GET after the other."""
+    _two_versions(root)
+    store = root.slow()
+    for at_most in (None, 1):
+        with store.operation() as op:
+            db = silt.open(root.url, store=store, settings=SETTINGS, at_most=at_most)
+        _check(op, 2, {"list": 1, "get": 2})
+        assert op.waves()[0] == [("list", "manifest/")]
+        assert db.version == (2 if at_most is None else 1)
+        assert db.get(b"k00001") == b"v" * 50
+        db.close()
+
+
+def test_open_at_a_version_reads_its_fate_record_and_the_gc_markers_at_once(root: Root) -> None:
+    """``version=``: the manifest; then, once seen, its fate record and the listing of gc/ (the
+    horizon and pins say whether it is retained; the GC epoch is not needed). Before: 4 round
+    trips (the manifest, its fate record, the epoch, gc/), one after the other."""
+    _two_versions(root)
+    store = root.slow()
+    with store.operation() as op:
+        db = silt.open(root.url, store=store, settings=SETTINGS, version=1)
+    _check(op, 2, {"get": 2, "list": 1})
+    assert op.waves() == [[("get", "manifest/00000000000000000001")],
+                          [("get", "manifest/00000000000000000001.fate"), ("list", "gc/")]]
+    assert db.version == 1 and db.get(b"k00300") is None
+    db.close()
+    with pytest.raises(silt.errors.VersionNotFoundError, match="does not exist"):
+        silt.open(root.url, store=store, version=7)
+
+
+def test_open_of_an_empty_root_is_one_list(root: Root) -> None:
+    store = root.slow()
+    with store.operation() as op:
+        db = silt.open(root.url, store=store, settings=SETTINGS)
+    _check(op, 1, {"list": 1})
+    assert db.version is None
+    db.close()
+
+
+# --- commits ------------------------------------------------------------------------------------
+
+
+def test_first_commit_of_a_handle_lists_the_gc_epoch_with_its_put(root: Root) -> None:
+    """A handle that knows no GC markers yet: the manifest PUT and the LIST of the newest GC
+    epoch at once, then the LIST of gc/. Before: 3 round trips (PUT; LIST epoch; LIST gc/)."""
+    _two_versions(root)
+    db, store = root.open()
+    db.put(b"x", b"1")
+    with store.operation() as op:
+        assert db.commit() == 3
+    _check(op, 2, {"put_if_absent": 1, "list": 2})
+    assert op.waves() == [[("list", "epoch/"), ("put_if_absent", "manifest/00000000000000000003")],
+                          [("list", "gc/")]]
+    db.close()
+
+
+def test_first_commit_on_an_empty_root_lists_versions_and_markers_at_once(root: Root) -> None:
+    """On an empty root the checks after the PUT also list the versions (another writer may
+    have committed meanwhile): at once with the LIST of gc/. Before: 4 round trips."""
+    db, store = root.open()
+    db.put(b"x", b"1")
+    with store.operation() as op:
+        assert db.commit() == 1
+    _check(op, 2, {"put_if_absent": 1, "list": 3})
+    assert op.waves()[1] == [("list", "gc/"), ("list", "manifest/")]
+    db.close()
+
+
+def test_warm_inline_commit_is_two_round_trips(root: Root) -> None:
+    """The manifest PUT, then the GET of the next GC epoch (missing: the markers are as the
+    handle knows them)."""
+    _two_versions(root)
+    db, store = root.open()
+    for n in range(3):
+        db.put(b"x", b"%d" % n)
+        with store.operation() as op:
+            db.commit()
+        if n:
+            _check(op, 2, {"put_if_absent": 1, "get": 1})
+    db.close()
+    with silt.open(root.url, settings=SETTINGS) as fresh:
+        assert fresh.get(b"x") == b"2" and fresh.version == 5
+
+
+def test_commit_after_gc_wrote_markers_lists_gc_once(root: Root) -> None:
+    """The next GC epoch exists (a GC pass ran): the listing of gc/ follows at once, and the
+    markers record that epoch (it existed before the listing). A GC pass bumps the epoch twice
+    (as it begins, and when done), so the next commit finds the second bump and lists once
+    more; then commits are back to 2 round trips. Before: two LISTs one after the other
+    (epoch, then gc/), 4 round trips, then 2."""
+    _two_versions(root)
+    db, store = root.open()
+    db.put(b"x", b"1")
+    db.commit()  # warm now
+    with silt.open(root.url, settings=SETTINGS) as other:
+        other.gc()  # writes a pass marker: bumps the epoch as it begins and when done
+    for n, cost in enumerate([(3, {"put_if_absent": 1, "get": 1, "list": 1})] * 2
+                             + [(2, {"put_if_absent": 1, "get": 1})]):
+        db.put(b"x", b"%d" % n)
+        with store.operation() as op:
+            db.commit()
+        _check(op, *cost)
+    db.close()
+
+
+def test_commit_that_uploads_an_sst_is_three_round_trips(root: Root) -> None:
+    """The SST's create-only upload; the manifest PUT; the GET of the next GC epoch."""
+    _two_versions(root)
+    db, store = root.open(settings=UPLOADED)
+    db.put(b"x", b"1")
+    with store.operation() as op:
+        db.commit()
+    # A handle's first upload announces its writer's GC grace first (gc/grace/<ms>, before
+    # any upload), and its first commit lists the markers: 4 round trips, once per handle.
+    _check(op, 4, {"put_if_absent": 3, "list": 2})
+    assert op.waves()[0][0][1].startswith("gc/grace/")
+    for n in range(2):
+        for k in _keys(0, 50):
+            db.put(k, b"w%d" % n)
+        with store.operation() as op:
+            db.commit()
+        _check(op, 3, {"put_if_absent": 2, "get": 1})
+    assert db.get(b"k00007") == b"w1"
+    db.close()
+
+
+# --- catching up --------------------------------------------------------------------------------
+
+
+def _warm_at(root: Root, version: int) -> tuple[silt.DB, LatencyStore]:
+    """A handle that committed ``version`` (so it knows the GC markers)."""
+    db, store = root.open()
+    while (db.version or 0) < version:
+        db.put(b"h", b"%d" % (db.version or 0))
+        db.commit()
+    return db, store
+
+
+def test_warm_handle_at_the_latest_version_proves_it_with_two_gets(root: Root) -> None:
+    """catch_up(b - 1) on the handle that committed b - 1: the name of version b (missing),
+    then the next GC epoch (missing). The GETs depend on each other's order (the epoch GET must
+    follow every other read it vouches for): 2 round trips."""
+    db, store = _warm_at(root, 2)
+    with store.operation() as op:
+        assert db.catch_up(2) == (2, [])
+    _check(op, 2, {"get": 2})
+    db.close()
+
+
+def test_a_warm_handle_at_b_minus_1_runs_batch_b_with_no_request_before_its_commit(
+        root: Root) -> None:
+    """The handle committed b - 1: its state is batch b's base, so the batch asks nothing
+    (its reads are cached), and its commit is 2 round trips. Had another attempt of batch b
+    committed first, the commit's create-only PUT says so (a replay): nothing was lost by not
+    asking before."""
+    db, store = _warm_at(root, 2)
+    with store.operation() as op:
+        assert db.version == 2 and db.get(b"h") == b"1"
+        db.put(b"h", b"2")
+    _check(op, 0, {})
+    with store.operation() as op:
+        assert db.commit(3) == 3
+    _check(op, 2, {"put_if_absent": 1, "get": 1})
+    with silt.open(root.url, settings=SETTINGS, at_most=3) as attempt:
+        attempt.put(b"h", b"other")
+        assert attempt.commit(4) == 4
+    db.put(b"h", b"3")
+    with pytest.raises(CommitConflict):
+        db.commit(4)
+    db.close()
+    with silt.open(root.url) as fresh:
+        assert (fresh.version, fresh.get(b"h")) == (4, b"other")
+
+
+def test_moved_handle_catches_up_in_three_round_trips(root: Root) -> None:
+    """Another process committed b - 1: its manifest; its fate record and the name after it at
+    once; the GC epoch."""
+    db, store = _warm_at(root, 2)
+    with silt.open(root.url, settings=SETTINGS) as other:
+        other.put(b"o", b"1")
+        assert other.commit() == 3
+    with store.operation() as op:
+        assert db.catch_up(3) == (3, [])
+    _check(op, 3, {"get": 3, "get_range": 1})
+    assert db.get(b"o") == b"1"
+    db.close()
+
+
+def test_an_advance_that_must_list_reads_the_gc_markers_beside_the_listing(root: Root) -> None:
+    """A GC pass ran since the handle's last commit: catch_up's GETs cannot prove the answer
+    (the epoch moved), so it lists; the markers are read again at once with that LIST (the
+    next advance needs them read before its own requests only). Before: 9 round trips (the
+    epoch GET, LIST epoch/, LIST gc/ one after the other before the LIST of manifest/)."""
+    db, store = _warm_at(root, 2)
+    with silt.open(root.url, settings=SETTINGS) as other:
+        other.gc()
+        other.put(b"o", b"1")
+        assert other.commit() == 3
+    with store.operation() as op:
+        assert db.catch_up(3) == (3, [])
+    # manifest/3; its fate record and manifest/4; the epoch (moved). Then the markers' epoch
+    # GET (moved), LIST epoch/ and LIST gc/, beside the LIST of manifest/ and then manifest/3
+    # with its fate record
+    _check(op, 6, {"get": 6, "get_range": 1, "list": 3})
+    assert db.get(b"o") == b"1"
+    other_commit = silt.open(root.url, settings=SETTINGS)
+    other_commit.put(b"o", b"2")
+    assert other_commit.commit() == 4
+    other_commit.close()
+    with store.operation() as op:  # the markers are known again: GETs prove it
+        assert db.catch_up(4) == (4, [])
+    assert "list" not in op.requests, op
+    db.close()
+
+
+# --- reads --------------------------------------------------------------------------------------
+
+
+def test_reads_on_a_cold_and_a_warm_handle(root: Root) -> None:
+    """A cold handle reads an SST's tail (index, filter) before its blocks; a warm one has
+    them cached. Per SST a cold multi_get/multi_scan reads the tail, then its first run of
+    blocks alone (whose time tells the DB the store is remote), then the other runs at once."""
+    _two_versions(root)
+    keys = _keys(0, 600)[::37]
+    ranges = [(b"k%05d" % i, b"k%05d" % (i + 3)) for i in range(0, 600, 41)]
+    cases = [
+        ("get", lambda db: db.get(b"k00010"), (2, {"get_range": 2})),
+        ("multi_get", lambda db: db.multi_get(keys), (5, {"get_range": 11})),
+        ("multi_scan", lambda db: db.multi_scan(ranges), (5, {"get_range": 10})),
+    ]
+    for name, read, (cold_rt, cold_requests) in cases:
+        db, store = root.open()
+        with store.operation() as op:
+            expected = read(db)
+        _check(op, cold_rt, cold_requests)
+        with store.operation() as op:
+            assert read(db) == expected, name
+        _check(op, 0, {})
+        db.close()
+    with silt.open(root.url) as plain:
+        assert expected == plain.multi_scan(ranges)

@@ -1,0 +1,89 @@
+"""The commit's concurrent rounds keep the GC protocol: a GC marker written at *any* point of a
+writer's first two commits on a remote store (each request of them in turn, the PUT and the
+LIST of the GC epoch going out at once in the first) is seen by one of them.
+
+The marker is written, with the epoch bump GC makes after it, just before the k-th request of
+the two commits reaches the store (:class:`silt.testing.FaultyStore`'s ``on_call``), for every
+k up to the last request of the second commit: a horizon above both versions must fence one of
+them (:class:`~silt.errors.FencedError`), a running GC pass whose cutoff is past their SSTs must
+withdraw one of them (:class:`~silt.errors.WithdrawnError`). The first commit lists the epoch
+at once with its PUT and ``gc/`` after it; the second GETs the next epoch; so a marker written
+after the first commit's listing of ``gc/`` is found by the second commit's GET.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+import uuid
+
+import pytest
+import silt
+from silt import paths
+from silt.errors import FencedError, WithdrawnError
+from silt.markers import bump_epoch
+from silt.plugins import open_store
+from silt.testing import FaultyStore, LatencyStore
+
+#: Every delta is an uploaded SST, so a GC pass's cutoff can reach it.
+SETTINGS = silt.Settings(inline_delta_bytes=0, compaction="none")
+
+#: Requests of the two commits: the grace marker and the SST, PUT + LIST epoch, LIST gc/;
+#: then the SST, the PUT, the epoch GET (and one LIST when it moved).
+REQUESTS = 8
+
+
+def _horizon(raw: silt.ObjectStore) -> None:
+    raw.put_if_absent(paths.horizon_key(100), b"{}")
+
+
+def _running_pass(raw: silt.ObjectStore) -> None:
+    raw.put_if_absent(paths.pass_key(int(time.time() * 1000) + 3_600_000), b"")
+
+
+def _two_commits(k: int, marker, error: type[Exception]) -> int:
+    """A cold handle's two commits, the marker written before the k-th request of them;
+    returns which commit ``error`` stopped (checked against a fresh open)."""
+    url = f"memory://rt-safety-{uuid.uuid4().hex}"
+    with silt.open(url, settings=SETTINGS) as first:
+        first.put(b"a", b"0")
+        assert first.commit() == 1
+    raw = open_store(url)
+    faulty = FaultyStore(raw)
+    db = silt.open(url, store=LatencyStore(faulty, 0.02), settings=SETTINGS)
+    seen = itertools.count()
+    fired = threading.Event()
+    lock = threading.Lock()
+
+    def hook(_op: str, _key: str) -> None:
+        with lock:
+            if next(seen) == k and not fired.is_set():
+                marker(raw)
+                bump_epoch(raw)
+                fired.set()
+
+    faulty.on_call("*", hook)
+    stopped = None
+    for n in (1, 2):
+        db.put(b"a", b"%d" % n)
+        try:
+            db.commit()
+        except error:
+            stopped = n
+            break
+    db.close()
+    assert fired.is_set(), k
+    assert stopped in (1, 2), (k, faulty.log)
+    with silt.open(url) as fresh:  # the stopped commit never stands
+        assert fresh.version == stopped, (k, fresh.version)
+    return stopped
+
+
+@pytest.mark.parametrize(("marker", "error"), [(_horizon, FencedError),
+                                              (_running_pass, WithdrawnError)])
+def test_a_gc_marker_written_at_any_point_of_two_commits_stops_one_of_them(
+        marker, error) -> None:
+    outcomes = [_two_commits(k, marker, error) for k in range(REQUESTS)]
+    # both commits were reached: the marker landed before and after the first one's checks
+    assert set(outcomes) == {1, 2}, outcomes
