@@ -73,6 +73,8 @@ TIER_SESSIONS = {
     "azure": ("./packages/tier-azure[identity]", "az", ["tests/test_tier_azure.py"]),
 }
 ENGINE_ON_TIERS = "tests/test_engine_on_tiers.py"
+#: Runs on memory:// in the core session and on the tier's emulator in each tier session.
+ROUND_TRIPS = "tests/test_round_trips.py"
 
 
 @nox.session(python=PYTHON)
@@ -89,6 +91,7 @@ def tests(session: nox.Session, tier: str) -> None:
     env = {"SILT_DISABLE_PLUGIN_AUTOLOAD": "1"}
     if tier == "core":
         session.install("./packages/core", *PLUGIN_PACKAGES)
+        env["SILT_TEST_TIERS"] = ""  # no emulator here: each tier session runs its own
         session.install(*CHARTS_DEPS)  # for tests/test_bench_charts.py only
         tier_files = [f for _, _, files in TIER_SESSIONS.values() for f in files]
         args = session.posargs or [
@@ -97,7 +100,7 @@ def tests(session: nox.Session, tier: str) -> None:
     else:
         package, scheme, files = TIER_SESSIONS[tier]
         session.install("./packages/core", package)
-        args = [*files, ENGINE_ON_TIERS, *session.posargs]
+        args = [*files, ENGINE_ON_TIERS, ROUND_TRIPS, *session.posargs]
         env["SILT_TEST_TIERS"] = scheme
     for label, implementation in IMPLEMENTATIONS.items():
         session.log(f"silt hot path: {label}; tests(tier={tier!r})")

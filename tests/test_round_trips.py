@@ -81,8 +81,22 @@ def _two_versions(root: Root) -> None:
             w.commit()
 
 
+#: What a failure says when the only difference is MORE round trips than expected. A loaded
+#: machine can start a pool thread after another request of the same wave has completed (a
+#: scheduling delay longer than DELAY was seen at load 10), which counts as one more round trip;
+#: it can never shorten a chain or change the requests. Only that failure is run again (at most
+#: twice, as a benchmark takes the best of several runs); a real extra round trip fails every run,
+#: and fewer round trips or other requests fail at once.
+LONGER = "more round trips than expected"
+
+pytestmark = pytest.mark.flaky(reruns=2, only_rerun=[LONGER])
+
+
 def _check(op: Operation, round_trips: int, requests: dict[str, int]) -> None:
-    assert (op.round_trips, dict(op.requests)) == (round_trips, requests), op
+    assert dict(op.requests) == requests, op
+    if op.round_trips > round_trips:
+        raise AssertionError(f"{LONGER}: {op.round_trips}, expected {round_trips}: {op}")
+    assert op.round_trips == round_trips, op
 
 
 # --- opening ------------------------------------------------------------------------------------
