@@ -528,6 +528,38 @@ def test_write_through_admits_fresh_ssts(tmp_path: Path, ssd_registry) -> None:
     assert warm["ok"] and warm["sst_reads"] == 0 and warm["stats"]["misses"] == 0
 
 
+def test_write_through_is_on_by_default_in_front_of_a_remote_tier_only(tmp_path: Path) -> None:
+    """A remote tier's SSTs are cached as this process uploads them unless the option says
+    no; a local tier's are not unless it says yes."""
+
+    class Remote(MemoryStore):
+        local = False
+
+    def cache(inner: MemoryStore, **options: str) -> SsdCache:
+        store = SsdCache.from_options(inner, {"cache_dir": str(tmp_path / "c"),
+                                              "cache_reserve": "0", **options})
+        assert isinstance(store, SsdCache)
+        return store
+
+    local = MemoryStore(None)
+    assert local.local
+    assert cache(Remote(None)).write_through
+    assert not cache(local).write_through
+    assert not cache(Remote(None), cache_write_through="false").write_through
+    assert cache(local, cache_write_through="true").write_through
+    assert SsdCache(Remote(None), tmp_path / "d", size_limit=1 << 20).write_through
+    assert not SsdCache(Remote(None), tmp_path / "d", size_limit=1 << 20,
+                        write_through=False).write_through
+    # What it does: an SST uploaded through the default cache on a remote tier is cached.
+    inner = Remote(None)
+    with silt.open("memory://wt-default", store=cache(inner), settings=SMALL) as db:
+        for i in range(2000):
+            db.put(b"key%06d" % i, b"value-%d" % i)
+        db.commit()
+        stats = cache_of(db).stats()
+    assert stats["write_through"] > 0
+
+
 def test_sst_read_ranges_are_what_the_engine_reads(tmp_path: Path) -> None:
     from silt.sst.builder import build_sst
 

@@ -165,7 +165,10 @@ class SsdCache(ObjectStore):
     reserve:
         free disk space to leave (a :class:`~silt_ssd.options.Reserve`, or bytes as an int).
     write_through:
-        also admit the tail and block ranges of SSTs written through this store.
+        also admit the tail and block ranges of SSTs written through this store. ``None`` (the
+        default) turns it on in front of a remote store (``inner.local`` false: a restart on this
+        machine then starts warm instead of fetching every block again) and off in front of a
+        local one, whose blocks the page cache already holds.
     cacheable:
         which keys are cached; default :func:`is_sst_key`. Only keys whose objects never change
         may be cached.
@@ -194,7 +197,7 @@ class SsdCache(ObjectStore):
         *,
         size_limit: int,
         reserve: Reserve | int = 0,
-        write_through: bool = False,
+        write_through: bool | None = None,
         cacheable: Callable[[str], bool] = is_sst_key,
         disk_usage: DiskUsage = shutil.disk_usage,
         touch_interval: float = TOUCH_INTERVAL,
@@ -219,7 +222,7 @@ class SsdCache(ObjectStore):
         self.cache_dir = os.path.abspath(os.fspath(cache_dir))
         self.size_limit = size_limit
         self.reserve = reserve
-        self.write_through = bool(write_through)
+        self.write_through = (not inner.local) if write_through is None else bool(write_through)
         self._cacheable = cacheable
         self._disk_usage = disk_usage
         self._touch_ns = int(touch_interval * 1e9)

@@ -14,7 +14,10 @@ option                 meaning
                        file system (``5GB``, ``10%``). Default ``5%``.
 ``cache_write_through``  ``true``/``false``: also cache the block and tail ranges of every SST this
                        process uploads, so a later reader on this machine starts warm.
-                       Default ``false``.
+                       Default: ``true`` in front of a remote tier (S3, GCS, Azure, any store
+                       not ``local``), where a restart would otherwise fetch every block
+                       again; ``false`` in front of a local one (``file://``), whose blocks
+                       the page cache already holds.
 =====================  ========================================================================
 
 Sizes are an integer or decimal number with an optional unit, case-insensitive: ``B``; SI units
@@ -120,7 +123,8 @@ class CacheOptions:
     cache_dir: str
     size_limit: int
     reserve: Reserve = Reserve()
-    write_through: bool = False
+    #: ``None``: decided by the tier (on in front of a remote store, off in front of a local one).
+    write_through: bool | None = None
 
     @classmethod
     def from_options(cls, options: dict[str, str]) -> CacheOptions:
@@ -146,8 +150,8 @@ class CacheOptions:
             cache_dir=os.path.abspath(os.path.expanduser(cache_dir)),
             size_limit=size,
             reserve=Reserve.parse(options.get("cache_reserve", DEFAULT_RESERVE)),
-            write_through=parse_bool(
-                options.get("cache_write_through", "false"), option="cache_write_through"
+            write_through=None if "cache_write_through" not in options else parse_bool(
+                options["cache_write_through"], option="cache_write_through"
             ),
         )
 
