@@ -10,6 +10,7 @@ compiled (here)                   pure-Python twin
 ================================  =============================================
 crc32, bloom_hash                 zlib.crc32, silt.sst.bloom.bloom_hash
 build_bloom, BloomFilter          silt.sst.bloom
+build_blocked_bloom               silt.sst.bloom
 encode_block, Block               silt.sst.block
 decode_block                      silt.sst.block
 split_blocks                      silt.sst.builder.split_blocks
@@ -96,6 +97,12 @@ cdef uint32_t BLOOM_HASH_C1 = _fmt.BLOOM_HASH_C1
 cdef uint32_t BLOOM_HASH_C2 = _fmt.BLOOM_HASH_C2
 cdef uint32_t BLOOM_ROT_R = _fmt.BLOOM_DELTA_ROTATION
 cdef uint32_t BLOOM_ROT_L = 32 - _fmt.BLOOM_DELTA_ROTATION
+cdef Py_ssize_t BLOOM_LINE_BYTES = _fmt.BLOOM_LINE_BYTES
+cdef uint64_t BLOOM_LINE_BITS = _fmt.BLOOM_LINE_BITS
+cdef uint32_t BLOOM_LINE_ROT_L = _fmt.BLOOM_LINE_ROTATION
+cdef uint32_t BLOOM_LINE_ROT_R = 32 - _fmt.BLOOM_LINE_ROTATION
+cdef uint32_t BLOOM_LINE_SHIFT = 32 - (_fmt.BLOOM_LINE_BITS.bit_length() - 1)
+cdef uint32_t BLOOM_LINE_MUL = _fmt.BLOOM_LINE_MUL
 
 # --- CRC-32 (zlib's polynomial, reflected), slicing by 8 -------------------------------------
 cdef uint32_t _crc_tab[8][256]
@@ -224,32 +231,118 @@ def build_bloom(keys, long bits_per_key):
     return out
 
 
+def build_blocked_bloom(keys, long bits_per_key):
+    """Serialize a blocked filter (SST format 2) for ``keys``: a probe-count byte followed by
+    whole 64-byte lines."""
+    cdef list ks = keys if PyList_CheckExact(keys) else list(keys)
+    cdef int k = _probes_for(bits_per_key)
+    cdef Py_ssize_t n = len(ks)
+    cdef long long want = (<long long>n * bits_per_key + <long long>BLOOM_LINE_BITS - 1) // (
+        <long long>BLOOM_LINE_BITS)
+    cdef uint64_t nlines = <uint64_t>want if want > 1 else 1
+    cdef Py_ssize_t nbytes = <Py_ssize_t>nlines * BLOOM_LINE_BYTES
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, nbytes + BLOOM_HEADER_SIZE)
+    cdef unsigned char* buf = <unsigned char*>PyBytes_AS_STRING(out)
+    memset(buf, 0, nbytes + BLOOM_HEADER_SIZE)
+    buf[0] = <unsigned char>k  # the header: the probe count u8
+    cdef unsigned char* line
+    cdef Py_ssize_t i
+    cdef int j
+    cdef uint32_t h, g, pos
+    # Local copies: to the C compiler, the bit writes below may alias the module's globals.
+    cdef uint32_t rot_l = BLOOM_LINE_ROT_L, rot_r = BLOOM_LINE_ROT_R
+    cdef uint32_t shift = BLOOM_LINE_SHIFT, mul = BLOOM_LINE_MUL
+    cdef object key
+    for i in range(n):
+        key = <object>PyList_GET_ITEM(ks, i)
+        if not PyBytes_CheckExact(key):
+            raise TypeError(f"bloom keys must be bytes, got {type(key).__name__}")
+        h = _hash(<bytes>key)
+        line = buf + BLOOM_HEADER_SIZE + ((<uint64_t>h * nlines) >> 32) * BLOOM_LINE_BYTES
+        g = (h << rot_l) | (h >> rot_r)
+        for j in range(k):
+            pos = g >> shift
+            line[pos >> 3] |= <unsigned char>(1 << (pos & 7))
+            g *= mul
+    return out
+
+
 @cython.final
 cdef class BloomFilter:
-    """A decoded filter. ``may_contain`` is exact for keys added and rarely true for others."""
+    """A decoded filter. ``may_contain`` is exact for keys added and rarely true for others.
 
-    cdef readonly bytes _bits
+    ``blocked``: the layout of SST format 2 and later (one 64-byte line per key), else format
+    1's flat bit array. A blocked filter's lines are copied to memory aligned to 64 bytes, so a
+    probe touches exactly one CPU cache line.
+    """
+
     cdef readonly int _k
     cdef readonly uint64_t _nbits
+    cdef readonly uint64_t _nlines  # 0: a flat filter
+    cdef bytes _bits  # a flat filter's bit array (what _p points into)
+    cdef void* _mem  # a blocked filter's allocation (_p is its first 64-byte boundary)
     cdef const unsigned char* _p
+    cdef Py_ssize_t _nbytes
 
-    def __init__(self, data):
+    def __init__(self, data, blocked=False):
         if not PyBytes_CheckExact(data):
             data = bytes(data)
         if PyBytes_GET_SIZE(data) < BLOOM_HEADER_SIZE:
             raise ValueError("bloom filter block is empty")
         self._k = <unsigned char>PyBytes_AS_STRING(data)[0]
-        self._bits = data[BLOOM_HEADER_SIZE:]
-        self._nbits = <uint64_t>PyBytes_GET_SIZE(self._bits) * 8
-        self._p = <const unsigned char*>PyBytes_AS_STRING(self._bits)
+        self._nbytes = PyBytes_GET_SIZE(data) - BLOOM_HEADER_SIZE
+        self._nbits = <uint64_t>self._nbytes * 8
+        if self._mem != NULL:  # __init__ called again
+            free(self._mem)
+            self._mem = NULL
+        self._bits = None
+        self._nlines = 0
+        if not blocked:
+            self._bits = data[BLOOM_HEADER_SIZE:]
+            self._p = <const unsigned char*>PyBytes_AS_STRING(self._bits)
+            return
+        if self._nbytes == 0 or self._nbytes % BLOOM_LINE_BYTES:
+            raise ValueError(
+                f"blocked bloom filter of {self._nbytes} bytes is not whole "
+                f"{BLOOM_LINE_BYTES}-byte lines"
+            )
+        self._mem = malloc(self._nbytes + BLOOM_LINE_BYTES - 1)
+        if self._mem == NULL:
+            raise MemoryError()
+        self._p = <const unsigned char*>(
+            (<size_t>self._mem + BLOOM_LINE_BYTES - 1) & ~(<size_t>BLOOM_LINE_BYTES - 1))
+        memcpy(<void*>self._p, PyBytes_AS_STRING(data) + BLOOM_HEADER_SIZE, self._nbytes)
+        self._nlines = self._nbytes // BLOOM_LINE_BYTES
+
+    def __dealloc__(self):
+        free(self._mem)
+
+    @property
+    def blocked(self):
+        """Whether the filter is blocked (SST format 2 and later)."""
+        return self._nlines > 0
+
+    cdef inline const unsigned char* _line(self, uint32_t h) noexcept:
+        return self._p + ((<uint64_t>h * self._nlines) >> 32) * BLOOM_LINE_BYTES
 
     cdef bint _test(self, uint32_t h) noexcept:
         cdef uint64_t nbits = self._nbits
+        cdef uint64_t pos
+        cdef uint32_t g, p
+        cdef int j
+        cdef const unsigned char* line
+        if self._nlines:
+            line = self._line(h)
+            g = (h << BLOOM_LINE_ROT_L) | (h >> BLOOM_LINE_ROT_R)
+            for j in range(self._k):
+                p = g >> BLOOM_LINE_SHIFT
+                if not (line[p >> 3] & (1 << (p & 7))):
+                    return False
+                g *= BLOOM_LINE_MUL
+            return True
         if nbits == 0:
             return True
         cdef uint32_t delta = (h >> BLOOM_ROT_R) | (h << BLOOM_ROT_L)
-        cdef uint64_t pos
-        cdef int j
         for j in range(self._k):
             pos = h % nbits
             if not (self._p[pos >> 3] & (1 << (pos & 7))):
@@ -258,11 +351,14 @@ cdef class BloomFilter:
         return True
 
     cdef inline void _prefetch(self, uint32_t h) noexcept:
-        """Start loading the bytes of ``h``'s first two probes, so that a ``_test`` of ``h``
-        soon after finds them in the CPU cache (an absent key's test ends at the first probe
-        for about half of the keys, by the second for three quarters)."""
+        """Start loading the bytes ``_test(h)`` reads first, so that a ``_test`` of ``h`` soon
+        after finds them in the CPU cache: a blocked filter's one line; a flat filter's first
+        two probes (an absent key's test ends at the first probe for about half of the keys,
+        by the second for three quarters)."""
         cdef uint64_t nbits = self._nbits
-        if nbits:
+        if self._nlines:
+            SILT_PREFETCH(self._line(h))
+        elif nbits:
             SILT_PREFETCH(self._p + ((h % nbits) >> 3))
             h += (h >> BLOOM_ROT_R) | (h << BLOOM_ROT_L)
             SILT_PREFETCH(self._p + ((h % nbits) >> 3))
@@ -276,7 +372,7 @@ cdef class BloomFilter:
 
     @property
     def nbytes(self):
-        return PyBytes_GET_SIZE(self._bits) + BLOOM_HEADER_SIZE
+        return self._nbytes + BLOOM_HEADER_SIZE
 
 
 # --- data blocks -----------------------------------------------------------------------------
