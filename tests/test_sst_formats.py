@@ -3,9 +3,9 @@ read, byte for byte as the previous silt wrote it.
 
 Format 1 SSTs come from two places: ``tests/data/sst-format-1.sst``, written by the silt before
 format 2 (600 keys with puts, tombstones and expiring puts, 512-byte blocks, 10 bloom bits per
-key), and :func:`as_format_1`, which rewrites a format 2 SST the way the previous writer wrote it
-(its flat filter, format 1 in the properties and the footer): checked against the previous
-writer's own pinned digests, then used for random SSTs.
+key), and :func:`format1.as_format_1`, which rewrites a format 2 SST the way the previous
+writer wrote it (its flat filter, format 1 in the properties and the footer): checked against
+the previous writer's own pinned digests, then used for random SSTs.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import silt
 import sstparts
+from format1 import as_format_1
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from silt import paths
@@ -35,19 +36,6 @@ FIXTURE = Path(__file__).parent / "data" / "sst-format-1.sst"
 HYP = settings(max_examples=60, deadline=None,
                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 NOW = 1_700_000_000_000
-
-
-def as_format_1(raw: bytes, keys: list[bytes], bits_per_key: int) -> bytes:
-    """The format 1 SST the previous writer made of the entries of the format 2 SST ``raw``
-    (``keys`` are all its keys): the flat filter, and format 1 in properties and footer."""
-    parts = sstparts.split(raw)
-    props = json.loads(parts.props)
-    props["format_version"] = 1
-    return sstparts.join(replace(
-        parts, fmt=1,
-        bloom=bloom_mod.build_bloom_py(keys, bits_per_key) if bits_per_key else b"",
-        props=json.dumps(props, sort_keys=True).encode(),
-    ))
 
 
 def fixture_entries() -> tuple[list[bytes], list[object]]:

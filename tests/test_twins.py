@@ -9,6 +9,7 @@ SILT_REQUIRE_EXTENSIONS=1 is set: then a missing build fails them.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib
 import os
@@ -20,6 +21,7 @@ from bisect import bisect_left
 
 import pytest
 import silt
+from format1 import as_format_1
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from silt import memtable as mt
@@ -29,6 +31,7 @@ from silt.record import MISSING
 from silt.sst import block as blk_mod
 from silt.sst import bloom as bloom_mod
 from silt.sst import builder as builder_mod
+from silt.sst import probe as probe_mod
 from silt.sst import reader as reader_mod
 
 try:
@@ -119,7 +122,8 @@ def test_block_charge_is_what_each_twin_holds() -> None:
 def test_speedups_reports_every_accelerated_module() -> None:
     report = silt.speedups()
     assert set(report) == {"silt.sst.bloom", "silt.sst.block", "silt.sst.builder",
-                           "silt.sst.reader", "silt.merge", "silt.memtable", "silt.cache"}
+                           "silt.sst.reader", "silt.sst.probe", "silt.merge", "silt.memtable",
+                           "silt.cache"}
     forced_pure = os.environ.get("SILT_NO_EXTENSIONS", "") not in ("", "0")
     assert all(v is (not forced_pure) for v in report.values())
     assert (blk_mod.Block is C.Block) is (not forced_pure)
@@ -789,3 +793,52 @@ def test_write_batch_fast_and_slow_paths_agree(url: str, small: silt.Settings) -
         for i, k in enumerate(keys[:300]):
             assert db.get(k) == (None if i % 7 == 0 else k * 2)
             assert db.get(k + b"s") == k
+
+
+# --- many keys against one SST (multi_get) --------------------------------------------------------
+@FAST
+@given(st.lists(st.binary(max_size=12) | st.sampled_from([b"", b"a" * 9, b"a" * 8, b"a" * 10]),
+                max_size=300))
+def test_sorted_unique_identical(keys: list[bytes]) -> None:
+    want = sorted(set(keys))
+    assert probe_mod.sorted_unique_py(keys) == want == C.sorted_unique(keys)
+
+
+@FAST
+@given(entries(min_size=1), st.lists(st.binary(max_size=24), max_size=80),
+       st.sampled_from([64, 256, 4096]), st.sampled_from([0, 1, 10]), st.booleans())
+def test_probe_sst_identical(kr, probes: list[bytes], block_bytes: int, bits: int,
+                             flat: bool) -> None:
+    """Both twins resolve the same keys to the same records, leave the others sorted, and ask
+    ``fetch`` for the same blocks; over format 2 (blocked) and format 1 (flat) filters."""
+    from silt import paths
+    from silt.cache import BlockCache
+    from silt.tiers.memory import MemoryStore
+
+    keys, records = kr
+    s = silt.Settings(block_bytes=block_bytes, bloom_bits_per_key=bits)
+    raw, info = builder_mod.build_sst(paths.new_id(), keys, records, s)
+    if flat:
+        raw = as_format_1(raw, keys, bits)  # the same data blocks: the same tail offset
+        info = dataclasses.replace(info, size=len(raw))
+    store = MemoryStore()
+    store.put_if_absent("x", raw)
+    query = probe_mod.sorted_unique_py(keys[::2] + probes)
+    want_found = {k: r for k, r in zip(keys, records) if k in set(query)}
+    outcomes = []
+    for probe in (probe_mod.probe_sst_py, C.probe_sst):
+        reader = reader_mod.SstReader(store, "x", info, BlockCache(1 << 20))
+        asked: list[list[int]] = []
+
+        def fetch(r, ids, reader=reader, asked=asked):
+            assert r is reader
+            asked.append(list(ids))
+            return [r.block(i) for i in ids]
+
+        found: dict = {}
+        rest = probe(reader, query, found, fetch)
+        assert found == want_found
+        assert rest == [k for k in query if k not in want_found]
+        assert len(asked) <= 1 and all(asked[0] == sorted(set(asked[0])) for _ in asked)
+        outcomes.append((found, rest, asked))
+    assert outcomes[0] == outcomes[1]
