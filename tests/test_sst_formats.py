@@ -201,3 +201,14 @@ def test_blocked_filter_sizes() -> None:
         data = bloom_mod.build_blocked_bloom([b"%d" % i for i in range(n)], 10)
         assert len(data) == 1 + 64 * bloom_mod.blocked_lines(n, 10)
         assert data[0] == bloom_mod.probes_for(10) == 6
+
+
+@pytest.mark.parametrize("fmt", [0, SST_FORMAT_VERSION + 1, 2**32 - 1])
+def test_an_unknown_format_version_is_refused_before_its_filter_is_read(fmt: int) -> None:
+    keys = [b"k%03d" % i for i in range(50)]
+    raw, _ = build_sst(paths.new_id(), keys, keys, silt.Settings(bloom_bits_per_key=10))
+    parts = sstparts.split(raw)
+    bad = sstparts.join(replace(parts, fmt=fmt))
+    with pytest.raises(CorruptionError, match=rf"format version {fmt} is not readable.*\[1, 2\]"):
+        SstReader(MemoryStore(), "x", None, None, size=len(bad), tail=bad[len(parts.data):],
+                  tail_start=len(parts.data))
