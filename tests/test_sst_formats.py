@@ -172,8 +172,9 @@ def test_a_blocked_filter_of_partial_lines_is_corruption(length: int) -> None:
 
 def test_blocked_filter_false_positive_rate_at_the_default_bits_per_key() -> None:
     """At 10 bits per key (the default) the blocked filter's false-positive rate is near its
-    theoretical ~0.95% (and no worse than the flat filter's, ~1.5% with its 32-bit double
-    hashing), with no false negative; both filters are the same size to within a line."""
+    theoretical ~0.95% (the flat filter's is 0.9-1.5% depending on its size, with its 32-bit
+    double hashing), with no false negative; both filters are the same size to within a
+    line."""
     rng = random.Random(11)
     member_set = {rng.randbytes(16) for _ in range(50_000)}
     members = sorted(member_set)
@@ -185,9 +186,7 @@ def test_blocked_filter_false_positive_rate_at_the_default_bits_per_key() -> Non
         flat = bloom_mod.BloomFilter(bloom_mod.build_bloom(keys, 10))
         assert all(map(blocked.may_contain, keys))
         fp_blocked = sum(map(blocked.may_contain, absent)) / len(absent)
-        fp_flat = sum(map(flat.may_contain, absent)) / len(absent)
         assert 0.006 < fp_blocked < 0.0125, fp_blocked
-        assert fp_blocked <= fp_flat, (fp_blocked, fp_flat)
         assert 0 <= blocked.nbytes - flat.nbytes < BLOOM_LINE_BYTES
 
 
