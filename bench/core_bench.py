@@ -70,6 +70,15 @@ def gen_values(n: int, seed: str) -> list[bytes]:
     return _random_items(n, VALUE_BYTES, seed)
 
 
+def outside_keys(keys: Sequence[bytes], n: int) -> list[bytes]:
+    """About ``n`` random keys outside ``[min(keys), max(keys)]``, half below and half above
+    (for a get that every SST's key range rules out)."""
+    lo, hi = min(keys), max(keys)
+    out = [(b"\x00" * 4 if i % 2 else b"\xff" * 4) + k[4:]
+           for i, k in enumerate(gen_keys(n, "outside"))]
+    return [k for k in out if k < lo or k > hi]
+
+
 def batches(seq: Sequence[Any], size: int) -> Iterable[Sequence[Any]]:
     for i in range(0, len(seq), size):
         yield seq[i:i + size]
@@ -459,6 +468,7 @@ def run_main(args: argparse.Namespace, stores: list[Store], rec: Recorder, work:
         "values": values,
         "sample": random.Random("sample").sample(keys, n_gets),
         "missing": gen_keys(n_gets, "missing"),
+        "outside": outside_keys(keys, n_gets),
     }
     cold_file = work / "cold_keys.bin"
     write_keys_file(cold_file, random.Random("cold").sample(keys, min(args.cold_gets, n)))
@@ -518,6 +528,19 @@ def main_one(args: argparse.Namespace, store: Store, rec: Recorder, work: Path,
     t, found = timed(loop_get, get, missing)
     rec.add(S, "missing_gets", name, n_gets / t)
     rec.check(found == 0, f"{name}: missing gets found {found}")
+
+    # 4b. absent keys outside every SST's range (a range check only), and in the same run the
+    # floor of a call: an empty compiled call (id) and a dict hit, over as many keys
+    outside = data["outside"]
+    t, found = timed(loop_get, get, outside)
+    rec.add(S, "outside_gets", name, len(outside) / t)
+    rec.check(found == 0, f"{name}: gets outside every range found {found}")
+    t, _ = timed(loop_get, id, outside)
+    rec.add(S, "floor_call", name, len(outside) / t)
+    hits = dict.fromkeys(sample, b"")
+    t, _ = timed(loop_get, hits.get, sample)
+    rec.add(S, "floor_dict_hit", name, n_gets / t)
+    del hits
 
     # 5. multi_get in batches of 1000
     mget = store.multi_get_fn(db)
@@ -630,7 +653,8 @@ def scale_one(args: argparse.Namespace, store: Store, rec: Recorder, work: Path,
 # Reporting
 # ---------------------------------------------------------------------------------------------
 MAIN_ROWS = [
-    # metric, label, kind ('rate' higher is better, 'time' lower is better)
+    # metric, label, kind ('rate' higher is better, 'time' lower is better, 'floor' a rate
+    # measured in each store's run that no store is compared on)
     ("puts", "puts/s (one call per key)", "rate"),
     ("batched_puts", "batched puts/s (batches of 1000)", "rate"),
     ("put_many", "put_many keys/s (2 sequences of 1000)", "rate"),
@@ -641,6 +665,9 @@ MAIN_ROWS = [
     ("cold_gets", "cold gets/s (fresh process)", "rate"),
     ("cold_first_gets", f"  first {COLD_FIRST // 1000}k cold gets/s", "rate"),
     ("missing_gets", "missing-key gets/s", "rate"),
+    ("outside_gets", "gets/s of keys outside every SST's range", "rate"),
+    ("floor_call", "  floor: an empty compiled call (id)/s", "floor"),
+    ("floor_dict_hit", "  floor: a dict hit/s", "floor"),
     ("multi_get", "multi_get keys/s (batches of 1000)", "rate"),
     ("scan", "full scan rows/s", "rate"),
     ("open_fresh_s", "open, fresh process (s)", "time"),
@@ -686,7 +713,7 @@ def fmt_cell(values: list[float] | None, kind: str, scale: float = 1.0) -> str:
 
 def silt_vs_best(metric_samples: dict[str, list[float]], kind: str) -> tuple[str, float | None]:
     """Ratio of silt to the best peer, as 'how many times better' (>1: silt wins)."""
-    if "silt" not in metric_samples:
+    if "silt" not in metric_samples or kind == "floor":
         return "n/a", None
     silt_m = statistics.median(metric_samples["silt"])
     peers = {k: statistics.median(v) for k, v in metric_samples.items() if k != "silt" and v}
@@ -733,7 +760,7 @@ def report(args: argparse.Namespace, stores: list[Store], rec: Recorder) -> dict
                 "silt_vs_peer": {
                     n: (statistics.median(ms["silt"]) / statistics.median(v) if kind == "rate"
                         else statistics.median(v) / statistics.median(ms["silt"]))
-                    for n, v in ms.items() if n != "silt" and "silt" in ms
+                    for n, v in ms.items() if n != "silt" and "silt" in ms and kind != "floor"
                 },
             }
         print_table(

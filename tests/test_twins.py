@@ -9,6 +9,7 @@ SILT_REQUIRE_EXTENSIONS=1 is set: then a missing build fails them.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib
 import os
@@ -20,6 +21,7 @@ from bisect import bisect_left
 
 import pytest
 import silt
+from format1 import as_format_1
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from silt import memtable as mt
@@ -29,6 +31,7 @@ from silt.record import MISSING
 from silt.sst import block as blk_mod
 from silt.sst import bloom as bloom_mod
 from silt.sst import builder as builder_mod
+from silt.sst import probe as probe_mod
 from silt.sst import reader as reader_mod
 
 try:
@@ -119,7 +122,8 @@ def test_block_charge_is_what_each_twin_holds() -> None:
 def test_speedups_reports_every_accelerated_module() -> None:
     report = silt.speedups()
     assert set(report) == {"silt.sst.bloom", "silt.sst.block", "silt.sst.builder",
-                           "silt.sst.reader", "silt.merge", "silt.memtable", "silt.cache"}
+                           "silt.sst.reader", "silt.sst.probe", "silt.merge", "silt.memtable",
+                           "silt.cache"}
     forced_pure = os.environ.get("SILT_NO_EXTENSIONS", "") not in ("", "0")
     assert all(v is (not forced_pure) for v in report.values())
     assert (blk_mod.Block is C.Block) is (not forced_pure)
@@ -213,6 +217,52 @@ def test_bloom_identical(keys: list[bytes], bits: int, probes: list[bytes]) -> N
     for key in probes:
         h = bloom_mod.bloom_hash_py(key)
         assert py.may_contain(key) == c.may_contain(key) == c.may_contain_hash(h)
+
+
+@FAST
+@given(st.lists(st.binary(max_size=20), max_size=300, unique=True), st.integers(0, 64),
+       st.lists(st.integers(0, 2**32 - 1), max_size=50))
+def test_blocked_bloom_identical(keys: list[bytes], bits: int, hashes: list[int]) -> None:
+    data = bloom_mod.build_blocked_bloom_py(keys, bits)
+    assert C.build_blocked_bloom(keys, bits) == data
+    assert len(data) == 1 + 64 * bloom_mod.blocked_lines(len(keys), bits)
+    py, c = bloom_mod.BloomFilter_py(data, True), C.BloomFilter(data, True)
+    assert py.blocked and c.blocked and py.nbytes == c.nbytes == len(data)
+    for key in keys:
+        assert py.may_contain(key) and c.may_contain(key)
+    for h in hashes:
+        assert py.may_contain_hash(h) == c.may_contain_hash(h)
+
+
+@FAST
+@given(st.binary(max_size=20), st.integers(1, 40), st.integers(1, 64))
+def test_blocked_bloom_sets_bits_of_one_line(key: bytes, copies: int, bits: int) -> None:
+    """Every probe of a key lands in the one 64-byte line its hash picks (a lookup reads one
+    cache line), whichever twin writes."""
+    for build in (bloom_mod.build_blocked_bloom_py, C.build_blocked_bloom):
+        data = build([key] * copies, bits)
+        lines = bloom_mod.blocked_lines(copies, bits)
+        line = (bloom_mod.bloom_hash_py(key) * lines) >> 32
+        touched = {i // 64 for i, byte in enumerate(data[1:]) if byte}
+        assert touched == {line}
+        assert 1 <= sum(bin(b).count("1") for b in data[1:]) <= bloom_mod.probes_for(bits)
+
+
+@FAST
+@given(st.binary(min_size=1, max_size=200), st.lists(st.integers(0, 2**32 - 1), max_size=8))
+def test_blocked_bloom_twins_agree_on_any_bytes(data: bytes, hashes: list[int]) -> None:
+    """Bytes a crafted SST may hold: both twins refuse a bit array of partial lines, or answer
+    alike."""
+    outcomes = []
+    for cls in (bloom_mod.BloomFilter_py, C.BloomFilter):
+        try:
+            f = cls(data, True)
+        except ValueError as exc:
+            outcomes.append(str(exc))
+            continue
+        outcomes.append([f.may_contain_hash(h) for h in hashes])
+    assert outcomes[0] == outcomes[1]
+    assert isinstance(outcomes[0], str) == ((len(data) - 1) % 64 != 0 or len(data) == 1)
 
 
 # --- blocks ---------------------------------------------------------------------------------------
@@ -331,12 +381,13 @@ def test_decode_block_of_garbage_with_a_valid_checksum_agrees(body: bytes, code:
 
 # --- SSTs -----------------------------------------------------------------------------------------
 def _build(impl: str, keys, records, s: silt.Settings) -> tuple[bytes, object]:
-    names = ("encode_block", "build_bloom", "split_blocks")
+    names = ("encode_block", "build_blocked_bloom", "split_blocks")
     saved = {n: getattr(builder_mod, n) for n in names}
     if impl == "py":
-        new = (blk_mod.encode_block_py, bloom_mod.build_bloom_py, builder_mod.split_blocks_py)
+        new = (blk_mod.encode_block_py, bloom_mod.build_blocked_bloom_py,
+               builder_mod.split_blocks_py)
     else:
-        new = (C.encode_block, C.build_bloom, C.split_blocks)
+        new = (C.encode_block, C.build_blocked_bloom, C.split_blocks)
     try:
         for n, f in zip(names, new):
             setattr(builder_mod, n, f)
@@ -371,7 +422,8 @@ def test_sst_format_is_pinned() -> None:
         c = rng.random()
         recs.append(rng.randbytes(rng.randrange(0, 200)) if c < 0.7 else None if c < 0.85
                     else (rng.randbytes(rng.randrange(0, 50)), rng.randrange(0, 2**63)))
-    want = {0: "431b804f3bb3068a", 10: "a6e4ebe8160c9baa", 3: "c0b455c831eefc9f"}
+    # SST format 2 (blocked bloom filters); tests/test_sst_formats.py pins format 1's bytes
+    want = {0: "ba95448f67477537", 10: "15247a12d17bd4da", 3: "6c0e8b35799a6b76"}
     for bits, digest in want.items():
         s = silt.Settings(block_bytes=4096, compression="none", bloom_bits_per_key=bits)
         for impl in ("py", "c"):
@@ -741,3 +793,52 @@ def test_write_batch_fast_and_slow_paths_agree(url: str, small: silt.Settings) -
         for i, k in enumerate(keys[:300]):
             assert db.get(k) == (None if i % 7 == 0 else k * 2)
             assert db.get(k + b"s") == k
+
+
+# --- many keys against one SST (multi_get) --------------------------------------------------------
+@FAST
+@given(st.lists(st.binary(max_size=12) | st.sampled_from([b"", b"a" * 9, b"a" * 8, b"a" * 10]),
+                max_size=300))
+def test_sorted_unique_identical(keys: list[bytes]) -> None:
+    want = sorted(set(keys))
+    assert probe_mod.sorted_unique_py(keys) == want == C.sorted_unique(keys)
+
+
+@FAST
+@given(entries(min_size=1), st.lists(st.binary(max_size=24), max_size=80),
+       st.sampled_from([64, 256, 4096]), st.sampled_from([0, 1, 10]), st.booleans())
+def test_probe_sst_identical(kr, probes: list[bytes], block_bytes: int, bits: int,
+                             flat: bool) -> None:
+    """Both twins resolve the same keys to the same records, leave the others sorted, and ask
+    ``fetch`` for the same blocks; over format 2 (blocked) and format 1 (flat) filters."""
+    from silt import paths
+    from silt.cache import BlockCache
+    from silt.tiers.memory import MemoryStore
+
+    keys, records = kr
+    s = silt.Settings(block_bytes=block_bytes, bloom_bits_per_key=bits)
+    raw, info = builder_mod.build_sst(paths.new_id(), keys, records, s)
+    if flat:
+        raw = as_format_1(raw, keys, bits)  # the same data blocks: the same tail offset
+        info = dataclasses.replace(info, size=len(raw))
+    store = MemoryStore()
+    store.put_if_absent("x", raw)
+    query = probe_mod.sorted_unique_py(keys[::2] + probes)
+    want_found = {k: r for k, r in zip(keys, records) if k in set(query)}
+    outcomes = []
+    for probe in (probe_mod.probe_sst_py, C.probe_sst):
+        reader = reader_mod.SstReader(store, "x", info, BlockCache(1 << 20))
+        asked: list[list[int]] = []
+
+        def fetch(r, ids, reader=reader, asked=asked):
+            assert r is reader
+            asked.append(list(ids))
+            return [r.block(i) for i in ids]
+
+        found: dict = {}
+        rest = probe(reader, query, found, fetch)
+        assert found == want_found
+        assert rest == [k for k in query if k not in want_found]
+        assert len(asked) <= 1 and all(asked[0] == sorted(set(asked[0])) for _ in asked)
+        outcomes.append((found, rest, asked))
+    assert outcomes[0] == outcomes[1]

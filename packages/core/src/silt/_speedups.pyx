@@ -10,11 +10,13 @@ compiled (here)                   pure-Python twin
 ================================  =============================================
 crc32, bloom_hash                 zlib.crc32, silt.sst.bloom.bloom_hash
 build_bloom, BloomFilter          silt.sst.bloom
+build_blocked_bloom               silt.sst.bloom
 encode_block, Block               silt.sst.block
 decode_block                      silt.sst.block
 split_blocks                      silt.sst.builder.split_blocks
 find_block, get_from, RangeIter   silt.sst.reader
 plan_probe, lookup_many/_groups   silt.sst.reader
+sorted_unique, probe_sst          silt.sst.probe
 merge_newest_first, live          silt.merge
 visible_many                      silt.merge
 sorted_items, split_found         silt.memtable
@@ -96,6 +98,12 @@ cdef uint32_t BLOOM_HASH_C1 = _fmt.BLOOM_HASH_C1
 cdef uint32_t BLOOM_HASH_C2 = _fmt.BLOOM_HASH_C2
 cdef uint32_t BLOOM_ROT_R = _fmt.BLOOM_DELTA_ROTATION
 cdef uint32_t BLOOM_ROT_L = 32 - _fmt.BLOOM_DELTA_ROTATION
+cdef Py_ssize_t BLOOM_LINE_BYTES = _fmt.BLOOM_LINE_BYTES
+cdef uint64_t BLOOM_LINE_BITS = _fmt.BLOOM_LINE_BITS
+cdef uint32_t BLOOM_LINE_ROT_L = _fmt.BLOOM_LINE_ROTATION
+cdef uint32_t BLOOM_LINE_ROT_R = 32 - _fmt.BLOOM_LINE_ROTATION
+cdef uint32_t BLOOM_LINE_SHIFT = 32 - (_fmt.BLOOM_LINE_BITS.bit_length() - 1)
+cdef uint32_t BLOOM_LINE_MUL = _fmt.BLOOM_LINE_MUL
 
 # --- CRC-32 (zlib's polynomial, reflected), slicing by 8 -------------------------------------
 cdef uint32_t _crc_tab[8][256]
@@ -224,32 +232,118 @@ def build_bloom(keys, long bits_per_key):
     return out
 
 
+def build_blocked_bloom(keys, long bits_per_key):
+    """Serialize a blocked filter (SST format 2) for ``keys``: a probe-count byte followed by
+    whole 64-byte lines."""
+    cdef list ks = keys if PyList_CheckExact(keys) else list(keys)
+    cdef int k = _probes_for(bits_per_key)
+    cdef Py_ssize_t n = len(ks)
+    cdef long long want = (<long long>n * bits_per_key + <long long>BLOOM_LINE_BITS - 1) // (
+        <long long>BLOOM_LINE_BITS)
+    cdef uint64_t nlines = <uint64_t>want if want > 1 else 1
+    cdef Py_ssize_t nbytes = <Py_ssize_t>nlines * BLOOM_LINE_BYTES
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, nbytes + BLOOM_HEADER_SIZE)
+    cdef unsigned char* buf = <unsigned char*>PyBytes_AS_STRING(out)
+    memset(buf, 0, nbytes + BLOOM_HEADER_SIZE)
+    buf[0] = <unsigned char>k  # the header: the probe count u8
+    cdef unsigned char* line
+    cdef Py_ssize_t i
+    cdef int j
+    cdef uint32_t h, g, pos
+    # Local copies: to the C compiler, the bit writes below may alias the module's globals.
+    cdef uint32_t rot_l = BLOOM_LINE_ROT_L, rot_r = BLOOM_LINE_ROT_R
+    cdef uint32_t shift = BLOOM_LINE_SHIFT, mul = BLOOM_LINE_MUL
+    cdef object key
+    for i in range(n):
+        key = <object>PyList_GET_ITEM(ks, i)
+        if not PyBytes_CheckExact(key):
+            raise TypeError(f"bloom keys must be bytes, got {type(key).__name__}")
+        h = _hash(<bytes>key)
+        line = buf + BLOOM_HEADER_SIZE + ((<uint64_t>h * nlines) >> 32) * BLOOM_LINE_BYTES
+        g = (h << rot_l) | (h >> rot_r)
+        for j in range(k):
+            pos = g >> shift
+            line[pos >> 3] |= <unsigned char>(1 << (pos & 7))
+            g *= mul
+    return out
+
+
 @cython.final
 cdef class BloomFilter:
-    """A decoded filter. ``may_contain`` is exact for keys added and rarely true for others."""
+    """A decoded filter. ``may_contain`` is exact for keys added and rarely true for others.
 
-    cdef readonly bytes _bits
+    ``blocked``: the layout of SST format 2 and later (one 64-byte line per key), else format
+    1's flat bit array. A blocked filter's lines are copied to memory aligned to 64 bytes, so a
+    probe touches exactly one CPU cache line.
+    """
+
     cdef readonly int _k
     cdef readonly uint64_t _nbits
+    cdef readonly uint64_t _nlines  # 0: a flat filter
+    cdef bytes _bits  # a flat filter's bit array (what _p points into)
+    cdef void* _mem  # a blocked filter's allocation (_p is its first 64-byte boundary)
     cdef const unsigned char* _p
+    cdef Py_ssize_t _nbytes
 
-    def __init__(self, data):
+    def __init__(self, data, blocked=False):
         if not PyBytes_CheckExact(data):
             data = bytes(data)
         if PyBytes_GET_SIZE(data) < BLOOM_HEADER_SIZE:
             raise ValueError("bloom filter block is empty")
         self._k = <unsigned char>PyBytes_AS_STRING(data)[0]
-        self._bits = data[BLOOM_HEADER_SIZE:]
-        self._nbits = <uint64_t>PyBytes_GET_SIZE(self._bits) * 8
-        self._p = <const unsigned char*>PyBytes_AS_STRING(self._bits)
+        self._nbytes = PyBytes_GET_SIZE(data) - BLOOM_HEADER_SIZE
+        self._nbits = <uint64_t>self._nbytes * 8
+        if self._mem != NULL:  # __init__ called again
+            free(self._mem)
+            self._mem = NULL
+        self._bits = None
+        self._nlines = 0
+        if not blocked:
+            self._bits = data[BLOOM_HEADER_SIZE:]
+            self._p = <const unsigned char*>PyBytes_AS_STRING(self._bits)
+            return
+        if self._nbytes == 0 or self._nbytes % BLOOM_LINE_BYTES:
+            raise ValueError(
+                f"blocked bloom filter of {self._nbytes} bytes is not whole "
+                f"{BLOOM_LINE_BYTES}-byte lines"
+            )
+        self._mem = malloc(self._nbytes + BLOOM_LINE_BYTES - 1)
+        if self._mem == NULL:
+            raise MemoryError()
+        self._p = <const unsigned char*>(
+            (<size_t>self._mem + BLOOM_LINE_BYTES - 1) & ~(<size_t>BLOOM_LINE_BYTES - 1))
+        memcpy(<void*>self._p, PyBytes_AS_STRING(data) + BLOOM_HEADER_SIZE, self._nbytes)
+        self._nlines = self._nbytes // BLOOM_LINE_BYTES
+
+    def __dealloc__(self):
+        free(self._mem)
+
+    @property
+    def blocked(self):
+        """Whether the filter is blocked (SST format 2 and later)."""
+        return self._nlines > 0
+
+    cdef inline const unsigned char* _line(self, uint32_t h) noexcept:
+        return self._p + ((<uint64_t>h * self._nlines) >> 32) * BLOOM_LINE_BYTES
 
     cdef bint _test(self, uint32_t h) noexcept:
         cdef uint64_t nbits = self._nbits
+        cdef uint64_t pos
+        cdef uint32_t g, p
+        cdef int j
+        cdef const unsigned char* line
+        if self._nlines:
+            line = self._line(h)
+            g = (h << BLOOM_LINE_ROT_L) | (h >> BLOOM_LINE_ROT_R)
+            for j in range(self._k):
+                p = g >> BLOOM_LINE_SHIFT
+                if not (line[p >> 3] & (1 << (p & 7))):
+                    return False
+                g *= BLOOM_LINE_MUL
+            return True
         if nbits == 0:
             return True
         cdef uint32_t delta = (h >> BLOOM_ROT_R) | (h << BLOOM_ROT_L)
-        cdef uint64_t pos
-        cdef int j
         for j in range(self._k):
             pos = h % nbits
             if not (self._p[pos >> 3] & (1 << (pos & 7))):
@@ -258,11 +352,14 @@ cdef class BloomFilter:
         return True
 
     cdef inline void _prefetch(self, uint32_t h) noexcept:
-        """Start loading the bytes of ``h``'s first two probes, so that a ``_test`` of ``h``
-        soon after finds them in the CPU cache (an absent key's test ends at the first probe
-        for about half of the keys, by the second for three quarters)."""
+        """Start loading the bytes ``_test(h)`` reads first, so that a ``_test`` of ``h`` soon
+        after finds them in the CPU cache: a blocked filter's one line; a flat filter's first
+        two probes (an absent key's test ends at the first probe for about half of the keys,
+        by the second for three quarters)."""
         cdef uint64_t nbits = self._nbits
-        if nbits:
+        if self._nlines:
+            SILT_PREFETCH(self._line(h))
+        elif nbits:
             SILT_PREFETCH(self._p + ((h % nbits) >> 3))
             h += (h >> BLOOM_ROT_R) | (h << BLOOM_ROT_L)
             SILT_PREFETCH(self._p + ((h % nbits) >> 3))
@@ -276,7 +373,7 @@ cdef class BloomFilter:
 
     @property
     def nbytes(self):
-        return PyBytes_GET_SIZE(self._bits) + BLOOM_HEADER_SIZE
+        return self._nbytes + BLOOM_HEADER_SIZE
 
 
 # --- data blocks -----------------------------------------------------------------------------
@@ -1447,20 +1544,61 @@ cdef void _merge_sort(_Item* a, _Item* tmp, Py_ssize_t n) noexcept:
     memcpy(a, tmp, n * sizeof(_Item))
 
 
-def sorted_items(dict data):
-    """``(keys, records)`` of ``data`` in key order: an LSD radix sort on the keys' first 8 bytes
-    (runs that share them are merge-sorted by whole key), read straight from the dict, so there
-    is no per-key comparison call and no second, random-order pass of lookups."""
-    cdef Py_ssize_t n = len(data), pos = 0, i = 0, j, run
-    cdef PyObject* k
-    cdef PyObject* v
-    cdef _Item* a
-    cdef _Item* b
-    cdef _Item* t
+cdef _Item* _radix_sort(_Item* a, _Item* b, Py_ssize_t n) noexcept:
+    """Sort ``a[:n]`` (``pfx`` set) by whole key, using ``b[:n]`` as scratch: an LSD radix sort
+    on the first 8 bytes (bytes that never differ are skipped), then a merge sort of each run
+    that shares them. Returns the one of ``a`` and ``b`` that holds the result."""
     cdef size_t counts[8][256]
     cdef size_t total, c
     cdef int pas, byte
     cdef bint trivial
+    cdef Py_ssize_t j, run
+    cdef _Item* t
+    memset(counts, 0, sizeof(counts))
+    for j in range(n):
+        for pas in range(8):
+            counts[pas][(a[j].pfx >> (8 * pas)) & 0xFF] += 1
+    for pas in range(8):  # least significant byte first
+        trivial = False
+        for byte in range(256):
+            if counts[pas][byte] == <size_t>n:
+                trivial = True
+                break
+        if trivial:
+            continue
+        total = 0
+        for byte in range(256):
+            c = counts[pas][byte]
+            counts[pas][byte] = total
+            total += c
+        for j in range(n):
+            byte = (a[j].pfx >> (8 * pas)) & 0xFF
+            b[counts[pas][byte]] = a[j]
+            counts[pas][byte] += 1
+        t = a
+        a = b
+        b = t
+    j = 0
+    while j < n:  # whole-key order inside runs of equal prefixes
+        run = j + 1
+        while run < n and a[run].pfx == a[j].pfx:
+            run += 1
+        if run - j > 1:
+            _merge_sort(a + j, b, run - j)
+        j = run
+    return a
+
+
+def sorted_items(dict data):
+    """``(keys, records)`` of ``data`` in key order: an LSD radix sort on the keys' first 8 bytes
+    (runs that share them are merge-sorted by whole key), read straight from the dict, so there
+    is no per-key comparison call and no second, random-order pass of lookups."""
+    cdef Py_ssize_t n = len(data), pos = 0, i = 0, j
+    cdef PyObject* k
+    cdef PyObject* v
+    cdef _Item* a
+    cdef _Item* b
+    cdef _Item* s
     for key in data:
         if not PyBytes_CheckExact(key):
             keys = sorted(data)
@@ -1472,48 +1610,18 @@ def sorted_items(dict data):
         free(b)
         raise MemoryError()
     try:
-        memset(counts, 0, sizeof(counts))
         while PyDict_Next(data, &pos, &k, &v):
             a[i].key = k
             a[i].value = v
             a[i].pfx = _prefix(<const unsigned char*>PyBytes_AS_STRING(<object>k),
                                PyBytes_GET_SIZE(<object>k))
-            for pas in range(8):
-                counts[pas][(a[i].pfx >> (8 * pas)) & 0xFF] += 1
             i += 1
-        for pas in range(8):  # least significant byte first; skip bytes that never differ
-            trivial = False
-            for byte in range(256):
-                if counts[pas][byte] == <size_t>n:
-                    trivial = True
-                    break
-            if trivial:
-                continue
-            total = 0
-            for byte in range(256):
-                c = counts[pas][byte]
-                counts[pas][byte] = total
-                total += c
-            for j in range(n):
-                byte = (a[j].pfx >> (8 * pas)) & 0xFF
-                b[counts[pas][byte]] = a[j]
-                counts[pas][byte] += 1
-            t = a
-            a = b
-            b = t
-        j = 0
-        while j < n:  # whole-key order inside runs of equal prefixes
-            run = j + 1
-            while run < n and a[run].pfx == a[j].pfx:
-                run += 1
-            if run - j > 1:
-                _merge_sort(a + j, b, run - j)
-            j = run
+        s = _radix_sort(a, b, n)
         keys = [None] * n
         records = [None] * n
         for j in range(n):
-            keys[j] = <object>a[j].key
-            records[j] = <object>a[j].value
+            keys[j] = <object>s[j].key
+            records[j] = <object>s[j].value
         return keys, records
     finally:
         free(a)
@@ -1533,3 +1641,169 @@ def apply_ops(dict data, list ops):
         else:
             added += PyBytes_GET_SIZE(k) + PyBytes_GET_SIZE(v) + 16
     return added
+
+
+# --- many keys against one SST (multi_get) ----------------------------------------------------
+def sorted_unique(list keys):
+    """``sorted(set(keys))``: the distinct keys in byte order (a new list). A radix sort on the
+    keys' first 8 bytes (whole keys compared only where those are equal, as in
+    :func:`sorted_items`), then one pass that drops repeats: no Python comparison and no set."""
+    cdef Py_ssize_t n = PyList_GET_SIZE(keys), i
+    cdef object key
+    cdef _Item* a
+    cdef _Item* tmp
+    cdef _Item* srt
+    cdef list out
+    for i in range(n):
+        if not PyBytes_CheckExact(<object>PyList_GET_ITEM(keys, i)):
+            return sorted(set(keys))
+    a = <_Item*>malloc(max(n, 1) * sizeof(_Item))
+    tmp = <_Item*>malloc(max(n, 1) * sizeof(_Item))
+    if a == NULL or tmp == NULL:
+        free(a)
+        free(tmp)
+        raise MemoryError()
+    try:
+        for i in range(n):
+            key = <object>PyList_GET_ITEM(keys, i)
+            a[i].key = <PyObject*>key
+            a[i].value = NULL
+            a[i].pfx = _prefix(<const unsigned char*>PyBytes_AS_STRING(key),
+                               PyBytes_GET_SIZE(key))
+        srt = _radix_sort(a, tmp, n)
+        out = []
+        for i in range(n):
+            if i and _item_cmp(&srt[i], &srt[i - 1]) == 0:
+                continue
+            out.append(<object>srt[i].key)
+        return out
+    finally:
+        free(a)
+        free(tmp)
+
+
+cdef inline Py_ssize_t _bisect_right_bytes(list a, const unsigned char* k, Py_ssize_t nk,
+                                           Py_ssize_t lo, Py_ssize_t hi):
+    """bisect_right over a list of bytes, with memcmp."""
+    cdef Py_ssize_t mid
+    cdef object x
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        x = <object>PyList_GET_ITEM(a, mid)
+        if _cmp(k, nk, <const unsigned char*>PyBytes_AS_STRING(x), PyBytes_GET_SIZE(x)) < 0:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def probe_sst(reader, list keys, dict found, fetch):
+    """Look sorted, distinct ``keys`` up in the SST of ``reader``: the records it holds go to
+    ``found``; returns the other keys, still sorted (``keys`` itself when none is in the SST's
+    key range). ``fetch(reader, block_ids)`` is called once with the ascending ids of the blocks
+    that may hold some key, and not at all when there are none.
+
+    One pass merges the keys in range against the bloom filter and the index (remembering each
+    key's block in a C array), one more looks each key up in its fetched block and writes the
+    unresolved keys out in order: no per-key Python, no per-block list, no sort."""
+    cdef object info = reader.info
+    cdef object smallest = info.smallest, largest = info.largest
+    cdef Py_ssize_t n = PyList_GET_SIZE(keys), lo, hi, j, b, nb, cur, g, pos
+    cdef Py_ssize_t* where
+    cdef object t, bloom, key, last, blk, r
+    cdef list last_keys, block_ids, blocks, out
+    cdef const unsigned char* k
+    cdef Py_ssize_t nk
+    cdef bint compiled_bloom
+    if not (PyBytes_CheckExact(smallest) and PyBytes_CheckExact(largest)):
+        raise TypeError("SST key bounds must be bytes")
+    for j in range(n):
+        if not PyBytes_CheckExact(<object>PyList_GET_ITEM(keys, j)):
+            raise TypeError("keys must be bytes")
+    lo = _bisect_bytes(keys, <const unsigned char*>PyBytes_AS_STRING(smallest),
+                       PyBytes_GET_SIZE(smallest), 0, n)
+    hi = _bisect_right_bytes(keys, <const unsigned char*>PyBytes_AS_STRING(largest),
+                             PyBytes_GET_SIZE(largest), lo, n)
+    if lo >= hi:
+        return keys
+    t = reader.loaded_tail
+    if t is None:
+        t = reader.tail
+    bloom = t.bloom
+    compiled_bloom = type(bloom) is BloomFilter
+    last_keys = t.last_keys
+    nb = PyList_GET_SIZE(last_keys)
+    where = <Py_ssize_t*>malloc((hi - lo) * sizeof(Py_ssize_t))
+    if where == NULL:
+        raise MemoryError()
+    try:
+        # 1. each key's block (-1: ruled out by the filter or past the last block)
+        block_ids = []
+        b = 0
+        cur = -1
+        for j in range(lo, hi):
+            key = <object>PyList_GET_ITEM(keys, j)
+            k = <const unsigned char*>PyBytes_AS_STRING(key)
+            nk = PyBytes_GET_SIZE(key)
+            where[j - lo] = -1
+            if bloom is not None:
+                if compiled_bloom:
+                    if not (<BloomFilter>bloom)._test(_hash(<bytes>key)):
+                        continue
+                elif not bloom.may_contain_hash(_hash(<bytes>key)):
+                    continue
+            while b < nb:  # keys are sorted: the block never moves back
+                last = <object>PyList_GET_ITEM(last_keys, b)
+                if _cmp(<const unsigned char*>PyBytes_AS_STRING(last), PyBytes_GET_SIZE(last),
+                        k, nk) >= 0:
+                    break
+                b += 1
+                if b < nb:  # gallop when many blocks lie between two keys
+                    last = <object>PyList_GET_ITEM(last_keys, b)
+                    if _cmp(<const unsigned char*>PyBytes_AS_STRING(last),
+                            PyBytes_GET_SIZE(last), k, nk) < 0:
+                        b = _bisect_bytes(last_keys, k, nk, b, nb)
+            if b >= nb:
+                continue
+            where[j - lo] = b
+            if b != cur:
+                cur = b
+                block_ids.append(b)
+        # 2. the blocks, then each key in its block; the rest out in order
+        blocks = list(fetch(reader, block_ids)) if block_ids else []
+        if PyList_GET_SIZE(blocks) != PyList_GET_SIZE(block_ids):
+            raise ValueError("fetch returned a different number of blocks than asked for")
+        out = keys[:lo]
+        cur = -1
+        g = -1
+        pos = 0
+        blk = None
+        for j in range(lo, hi):
+            key = <object>PyList_GET_ITEM(keys, j)
+            b = where[j - lo]
+            if b < 0:
+                out.append(key)
+                continue
+            if b != cur:
+                cur = b
+                g += 1
+                blk = <object>PyList_GET_ITEM(blocks, g)
+                pos = 0
+            if type(blk) is Block:
+                k = <const unsigned char*>PyBytes_AS_STRING(key)
+                nk = PyBytes_GET_SIZE(key)
+                pos = (<Block>blk)._lower_bound(k, nk, pos)
+                if pos < (<Block>blk)._n and (<Block>blk)._key_eq(pos, k, nk):
+                    PyDict_SetItem(found, key, (<Block>blk)._record(pos))
+                else:
+                    out.append(key)
+            else:
+                r = blk.get(key)
+                if r is _MISSING:
+                    out.append(key)
+                else:
+                    PyDict_SetItem(found, key, r)
+        out.extend(keys[hi:])
+        return out
+    finally:
+        free(where)

@@ -16,7 +16,7 @@ from .._ext import accelerate
 from ..settings import Settings
 from ..tierkit import check_name
 from .block import _u32_bytes, encode_block, frame
-from .bloom import build_bloom
+from .bloom import build_blocked_bloom
 from .format import (
     BLOCK_ENTRY_SIZE,
     BLOCK_EXPIRY_SIZE,
@@ -220,7 +220,7 @@ def build_sst(
         start = end
 
     filter_off = offset
-    bloom = frame(build_bloom(keys, settings.bloom_bits_per_key), COMPRESSION_NONE) if (
+    bloom = frame(build_blocked_bloom(keys, settings.bloom_bits_per_key), COMPRESSION_NONE) if (
         settings.bloom_bits_per_key
     ) else b""
     chunks.append(bloom)

@@ -10,9 +10,13 @@ from __future__ import annotations
 import struct
 
 #: Format version written into every SST footer. Only grows.
-SST_FORMAT_VERSION = 1
+#: 1: the bloom filter is one flat bit array (LevelDB's layout).
+#: 2: the bloom filter is blocked: every key's probes fall into one 64-byte line.
+SST_FORMAT_VERSION = 2
 #: Versions this code can read.
-READABLE_SST_FORMATS = frozenset({1})
+READABLE_SST_FORMATS = frozenset({1, 2})
+#: The first format version whose bloom filter is blocked (``BLOOM_LINE_BYTES`` lines).
+BLOCKED_BLOOM_FORMAT = 2
 
 #: Last 8 bytes of every SST: ASCII "SILTSST1" read as a little-endian u64.
 SST_MAGIC = int.from_bytes(b"SILTSST1", "little")
@@ -60,6 +64,15 @@ BLOOM_MIN_BITS = 64
 BLOOM_HASH_C1 = 0x85EBCA6B
 BLOOM_HASH_C2 = 0xC2B2AE35
 BLOOM_DELTA_ROTATION = 17
+#: Blocked filters (format 2): the bit array is ``lines`` lines of ``BLOOM_LINE_BYTES`` bytes
+#: (a CPU cache line), ``lines = max(1, ceil(keys * bits_per_key / 512))``. A key of hash ``h``
+#: sets and tests bits of line ``(h * lines) >> 32`` only; its probes are the top 9 bits of
+#: ``g``, starting at ``g = rotl32(h, BLOOM_LINE_ROTATION)`` and multiplying ``g`` by
+#: ``BLOOM_LINE_MUL`` (mod 2^32) after each probe (RocksDB's FastLocalBloom probe sequence).
+BLOOM_LINE_BYTES = 64
+BLOOM_LINE_BITS = 8 * BLOOM_LINE_BYTES
+BLOOM_LINE_ROTATION = 16
+BLOOM_LINE_MUL = 0x9E3779B9
 
 #: Index block header: block count u32.
 INDEX_HEADER = struct.Struct("<I")

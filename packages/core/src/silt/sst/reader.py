@@ -32,6 +32,7 @@ from .block import Block, _read_array, decode_block, unframe
 from .bloom import MAX_PROBES, BloomFilter, bloom_hash
 from .builder import SstInfo
 from .format import (
+    BLOCKED_BLOOM_FORMAT,
     FOOTER,
     FOOTER_SIZE,
     INDEX_HEADER,
@@ -102,7 +103,10 @@ class SstTail:
                 raise CorruptionError(
                     name, filter_off, "bloom filter block has no valid probe count"
                 )
-            self.bloom = BloomFilter(bloom)
+            try:
+                self.bloom = BloomFilter(bloom, fmt >= BLOCKED_BLOOM_FORMAT)
+            except ValueError as exc:
+                raise CorruptionError(name, filter_off, str(exc)) from None
         try:
             props = boundedjson.loads(
                 region(props_off, props_len), max_bytes=props_len, max_depth=_PROPS_DEPTH
