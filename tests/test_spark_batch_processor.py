@@ -322,7 +322,9 @@ def test_either_processor_reads_what_the_other_wrote(tmp_path_factory, data, typ
         task.db.multi_get = lambda ks: gets.append(len(ks)) or real_multi_get(ks)
         _, var = _batch_handle(task, keys, kgs, columns)
         assert gets == [len(rows)]
-        got = var.get(keys).to_pylist()
+        read = var.get(keys)
+        assert read.schema == pa.schema([f.with_nullable(True) for f in VALUE_ARROW])
+        got = read.to_pylist()
         want = [dict(zip(VALUE_ARROW.names, values[i])) if i % 2 == 0
                 else dict.fromkeys(VALUE_ARROW.names) for i in range(len(rows))]
         assert got == want
