@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from ._read import read_state
     from ._size import StateSize, state_size
     from ._window import window_aggregate
+    from .operators.batch import BatchProcessor, transform_batches
 
 #: Public name -> the module defining it, imported on first use (PEP 562), so that importing
 #: ``silt_spark`` (as silt does for its ``silt`` entry point, ``silt_spark.plugin``, in every
@@ -67,6 +68,8 @@ _EXPORTS = {
     "StateSize": "_size",
     "state_size": "_size",
     "window_aggregate": "_window",
+    "BatchProcessor": "operators.batch",
+    "transform_batches": "operators.batch",
 }
 
 
@@ -86,6 +89,7 @@ def __dir__() -> list[str]:
 __version__ = "0.1.0"
 
 __all__ = [
+    "BatchProcessor",
     "ExpiredTimerInfo",
     "ListState",
     "MapState",
@@ -105,6 +109,7 @@ __all__ = [
     "read_changes",
     "read_state",
     "state_size",
+    "transform_batches",
     "transform_with_state",
     "window_aggregate",
 ]

@@ -1,0 +1,182 @@
+"""The driver side of ``transform_batches``: options and declarations checked, the state
+schema registry evolved and recorded in the operator root's descriptor, the query planned.
+
+The operator is recorded as the per-key processor's kind (``"processor"``): the two share one
+state layout and one schema registry, so ``read_state``, ``read_changes`` and ``state_size``
+read either, and a query may switch between them on the same ``state_url``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+from silt.errors import InvalidArgumentError, InvalidTypeError
+
+from ... import _api, _layout, _processor, _rewrite, _schema, _shard
+from ._state import SUPPORTED_KINDS, BatchHandle
+
+
+def transform_batches(
+    df: Any,
+    processor: Any,
+    key_columns: Sequence[str] | str,
+    output_schema: Any,
+    state_url: str,
+    num_shards: int,
+    *,
+    key_groups: int = _layout.DEFAULT_KEY_GROUPS,
+    take_over: bool = False,
+    settings: Any = None,
+    storage_options: dict[str, str] | None = None,
+) -> Any:
+    """Apply a :class:`~silt_spark.BatchProcessor` to a streaming DataFrame: its
+    ``process(batch, state, timers)`` runs once per shard and micro-batch over all the shard's
+    rows, reading and writing the state of many keys at once (no Python call per key).
+
+    Rows are routed to ``num_shards`` shards by a stable hash of the key columns, as for every
+    silt operator; each shard keeps its keys' state in its own LSM under ``state_url`` and
+    commits version ``b`` when micro-batch ``b`` finishes there, so a retried task, a restart
+    from the checkpoint or a rescale to another ``num_shards`` resumes from exactly the state of
+    the last finished batch (exactly-once, as :func:`~silt_spark.transform_with_state`).
+
+    The state layout is the per-key processor's: a query may switch between
+    ``transform_with_state`` and ``transform_batches`` on the same ``state_url`` (restarting
+    from its checkpoint) when both declare their variables with the same names, kinds and
+    schemas (schemas evolve across restarts by the same rules).
+
+    Parameters
+    ----------
+    df : pyspark.sql.DataFrame
+        A streaming DataFrame (or a micro-batch DataFrame inside ``foreachBatch``).
+    processor : BatchProcessor
+        Any object with ``init(handle)`` and ``process(batch, state, timers)`` (``close()``
+        optional), pickled to the executors; each task gets a fresh copy. ``init`` declares
+        value state variables with ``handle.getValueState(name, schema)`` (a schema is
+        required); ``process`` gets the shard's rows as a ``pyarrow.Table`` (every input
+        column), ``state`` (``state.value(name).get(keys) -> Table``, ``.put(keys, table)``,
+        ``.delete(keys)``, ``.exists(keys)``, for key rows of the batch) and ``timers`` (a
+        :class:`~silt_spark.TimerValues`), and returns a ``pyarrow.Table``, ``RecordBatch``,
+        pandas DataFrame or ``None``.
+    key_columns : str or list of str
+        The grouping key columns.
+    output_schema : pyspark.sql.types.StructType or str
+        Schema of what ``process`` returns (columns matched by name, cast to these types).
+    state_url, num_shards, key_groups, take_over, settings, storage_options
+        As for :func:`~silt_spark.transform_with_state`.
+
+    Returns
+    -------
+    pyspark.sql.DataFrame
+        A streaming DataFrame with ``output_schema``.
+
+    Raises
+    ------
+    silt.errors.InvalidArgumentError
+        A variable without a schema, a list or map variable, a TTL (not served yet), or
+        any other bad option; raised here, before anything is written.
+    silt_spark.errors.StateSchemaError
+        A variable's schema cannot evolve from the one its state was written with.
+    silt_spark.errors.LayoutMismatchError
+        ``state_url`` holds another operator's state, or other key groups or key columns.
+
+    Examples
+    --------
+    >>> import pyarrow as pa
+    >>> import pyarrow.compute as pc
+    >>> class Totals(silt_spark.BatchProcessor):
+    ...     def init(self, handle):
+    ...         handle.getValueState("totals", "n long, amount long")
+    ...     def process(self, batch, state, timers):
+    ...         keys = batch.group_by("user").aggregate([([], "count_all"), ("amount", "sum")])
+    ...         totals = state.value("totals")
+    ...         old = totals.get(keys)
+    ...         new = pa.table({
+    ...             "n": pc.add(pc.fill_null(old["n"], 0), keys["count_all"]),
+    ...             "amount": pc.add(pc.fill_null(old["amount"], 0), keys["amount_sum"])})
+    ...         totals.put(keys, new)
+    ...         return pa.table({"user": keys["user"], "n": new["n"], "amount": new["amount"]})
+    >>> out = silt_spark.transform_batches(
+    ...     events, Totals(), ["user"], "user string, n long, amount long",
+    ...     state_url="file:///data/state/totals", num_shards=4)
+    """
+    keys = _api._key_list(key_columns, df)
+    for method in ("init", "process"):
+        if not callable(getattr(processor, method, None)):
+            raise InvalidTypeError(
+                f"processor must have a {method}() method (see silt_spark.BatchProcessor), "
+                f"got {type(processor).__name__}"
+            )
+    struct = _api._struct(output_schema)
+    declared = declared_states(processor)
+    spec = _api._spec(
+        _processor.KIND, state_url, num_shards, key_groups, take_over, settings, df=df,
+        storage_options=storage_options,
+    )
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    arrow_schema = to_arrow_schema(struct, timezone="UTC")
+    # As transform_with_state: schemas checked and evolved here, before any state is written.
+    field = _processor.DESCRIPTOR_SCHEMAS
+    have = _shard.read_descriptor(spec.root, spec.storage_options)
+    registry = _schema.evolve((have or {}).get(field) or {}, declared)
+    spec = _shard.ensure_descriptor(
+        spec, {"key_columns": _api._key_types(df, keys), field: registry}, _api.PINNED,
+    )
+    if have is not None and field in have and have[field] != registry:
+        _shard.update_descriptor(spec.root, {field: registry}, spec.storage_options)
+    spec = dataclasses.replace(spec, settings=_rewrite.settings_for(spec.settings, registry))
+    arrow_schemas = {name: _arrow_schema(registry[name]["versions"][-1]) for name in declared}
+
+    def process(task: _shard.ShardTask, batches: Any) -> Any:
+        from ._task import process_partition
+
+        return process_partition(task, batches, processor, keys, arrow_schema, registry,
+                                 arrow_schemas)
+
+    return _api.shard_stage(_api._route(df, keys, spec), df, spec, process, struct)
+
+
+def declared_states(processor: Any) -> dict[str, _schema.Declared]:
+    """The state variables ``processor.init`` declares, checked and with their schemas parsed
+    (driver side: DDL strings need the Spark session). ``init`` runs on a copy of the
+    processor with a handle that only records the declarations."""
+    from pyspark import cloudpickle
+
+    copy = cloudpickle.loads(cloudpickle.dumps(processor))
+    handle = BatchHandle(None, type(processor).__name__)
+    copy.init(handle)
+    who = type(processor).__name__
+    out = {}
+    for name, (kind, _key, value, ttl) in handle.declared.items():
+        if kind not in SUPPORTED_KINDS:
+            raise InvalidArgumentError(
+                f"{who} declares {kind} state {name!r}: transform_batches serves value state "
+                "only so far; use transform_with_state for list and map state"
+            )
+        if ttl is not None:
+            raise InvalidArgumentError(
+                f"{who} declares state {name!r} with ttlDurationMs={ttl!r}: transform_batches "
+                "does not serve state TTL yet; drop the TTL or use transform_with_state"
+            )
+        if value is None:
+            raise InvalidArgumentError(
+                f"{who} declares value state {name!r} without a schema: transform_batches "
+                f"needs one (get returns Arrow columns of it), e.g. "
+                f"handle.getValueState({name!r}, 'n long')"
+            )
+        out[name] = _schema.Declared(kind, None, _schema.from_spark(value, f"state {name!r}"),
+                                     False)
+    return out
+
+
+def _arrow_schema(fields: list[list[Any]]) -> Any:
+    """The Arrow schema of a registry schema (fields ``[name, Spark type, nullable]``)."""
+    from pyspark.sql import types as T
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    struct = T.StructType([
+        T.StructField(n, T.DataType.fromDDL(t), bool(nullable)) for n, t, nullable in fields
+    ])
+    return to_arrow_schema(struct, timezone="UTC")

@@ -1,0 +1,109 @@
+"""One shard's micro-batch of ``transform_batches``, inside its Spark task.
+
+The task (under ``silt_spark._shard.run_shard``, which opens the shard at the batch's base,
+commits version ``b`` when the task succeeded and anything changed, and discards every write of
+a failed task) gathers the shard's rows into one ``pyarrow.Table``, finds the batch's grouping
+keys and their key groups, runs ``processor.init(handle)``, reads the state of every key ahead
+(one ``multi_get``), calls ``processor.process(batch, state, timers)`` once and checks what it
+returned against the output schema. A shard with no rows in a batch does not open its state.
+
+Any error (a state call refused, output of the wrong shape, an exception in ``process``) fails
+the task before anything is committed; it names the processor, the micro-batch and the shard.
+"""
+
+from __future__ import annotations
+
+import time as _time
+from collections.abc import Iterator
+from typing import Any
+
+from silt.errors import InvalidArgumentError, InvalidTypeError
+
+from ... import _rowcodec
+from ..._layout import KG_COLUMN, PARTITION_COLUMN
+from ..._processor import TimerValues
+from ..._shard import ShardTask, check_key_groups
+from ._state import BatchHandle, BatchKeys, BatchStates
+
+
+def process_partition(
+    task: ShardTask,
+    batches: Iterator[Any],
+    processor: Any,
+    key_columns: list[str],
+    output_schema: Any,
+    registry: dict[str, Any],
+    arrow_schemas: dict[str, Any],
+) -> Iterator[Any]:
+    """Run ``processor`` over the shard's rows of the micro-batch; yield output Arrow batches
+    of ``output_schema``. Heartbeat rows (key group ``-1``) are dropped."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    batches = list(batches)
+    if not batches:
+        return
+    table = pa.Table.from_batches(batches)
+    if table.num_rows and pc.min(table[KG_COLUMN]).as_py() < 0:
+        table = table.filter(pc.greater_equal(table[KG_COLUMN], 0))
+    if not table.num_rows:
+        return  # no rows: the shard is not even opened
+    check_key_groups(task, table[KG_COLUMN])
+    table = table.drop_columns([PARTITION_COLUMN])
+    name = type(processor).__name__
+    where = f"batch processor {name} (micro-batch {task.batch_id}, shard {task.shard})"
+
+    distinct = table.group_by(key_columns, use_threads=False).aggregate([(KG_COLUMN, "min")])
+    encoded = _rowcodec.encode_tuples([distinct[c] for c in key_columns],
+                                      distinct.num_rows).to_list()
+    keys = BatchKeys(key_columns, encoded, distinct[f"{KG_COLUMN}_min"].to_pylist(), name)
+    handle = BatchHandle(task, name, registry, arrow_schemas)
+    batch = table.drop_columns([KG_COLUMN])
+    timers = TimerValues(int(_time.time() * 1000), -1)
+    try:
+        processor.init(handle)
+        handle._bind(keys)  # no state read in process waits on the store
+        result = processor.process(batch, BatchStates(handle), timers)
+        out = _output(result, output_schema, where)
+    except Exception as exc:
+        exc.add_note(f"in {where}; nothing of this micro-batch was committed")
+        raise
+    finally:
+        close = getattr(processor, "close", None)
+        if close is not None:
+            close()
+    yield from out.to_batches(max_chunksize=65536)
+
+
+def _output(result: Any, schema: Any, where: str) -> Any:
+    """What ``process`` returned as a table of the output ``schema`` (columns by name, cast to
+    their types), or an error saying what does not fit."""
+    import pyarrow as pa
+
+    if result is None:
+        return schema.empty_table()
+    if isinstance(result, pa.RecordBatch):
+        result = pa.Table.from_batches([result])
+    elif not isinstance(result, pa.Table):
+        if hasattr(result, "columns") and hasattr(result, "iloc"):  # pandas
+            result = pa.Table.from_pandas(result, preserve_index=False)
+        else:
+            raise InvalidTypeError(
+                f"{where}: process must return a pyarrow Table or RecordBatch, a pandas "
+                f"DataFrame or None, got {type(result).__name__}"
+            )
+    names = schema.names
+    missing = [n for n in names if n not in result.column_names]
+    extra = [n for n in result.column_names if n not in names]
+    if missing or extra:
+        raise InvalidArgumentError(
+            f"{where}: process returned the columns {result.column_names}; output_schema has "
+            f"{names}" + (f" (missing {missing})" if missing else "")
+            + (f" (not in it: {extra})" if extra else "")
+        )
+    try:
+        return result.select(names).cast(schema)
+    except (ValueError, TypeError, NotImplementedError) as exc:  # pyarrow's included
+        raise InvalidArgumentError(
+            f"{where}: what process returned does not fit output_schema {schema}: {exc}"
+        ) from None
