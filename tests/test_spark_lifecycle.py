@@ -150,13 +150,18 @@ def test_a_spark_watermark_in_front_of_any_operator_is_refused_when_built(spark,
 
 def test_builder_mistakes_raise_silts_own_errors(spark, tmp_path):
     """Mistakes in a builder's arguments raise silt's InvalidArgumentError / InvalidTypeError
-    (still a ValueError / TypeError), whichever builder or helper takes them."""
-    from silt.errors import InvalidArgumentError, InvalidTypeError
+    (still a ValueError / TypeError), whichever builder or helper takes them: the builders,
+    drop_state, read_state, a processor's state handle and the metrics listener."""
+    import silt
+    from silt.errors import InvalidArgumentError, InvalidTypeError, SiltError
+    from silt_spark import _processor
+    from test_spark_state import FakeTask
 
     src = tmp_path / "in"
     src.mkdir()
     stream = spark.readStream.schema("user string, amount long, note string").json(str(src))
     url = (tmp_path / "state").as_uri()
+    root = (tmp_path / "root").as_uri()
     cases = [
         (lambda: silt_spark.aggregate(stream, "user", [], url, 2), InvalidArgumentError),
         (lambda: silt_spark.aggregate(stream, "user", [3], url, 2), InvalidTypeError),
@@ -169,10 +174,32 @@ def test_builder_mistakes_raise_silts_own_errors(spark, tmp_path):
          InvalidArgumentError),
         (lambda: silt_spark.aggregate(stream, "user", ["sum(note)"], url, 2), InvalidTypeError),
         (lambda: silt_spark.drop_state("not a url"), InvalidArgumentError),
+        # read_state: a root that is not one, a version that is not a micro-batch id
+        (lambda: silt_spark.read_state(spark, url), NotAnOperatorRootError),
+        (lambda: silt_spark.read_state(spark, root, version=-1), InvalidArgumentError),
+        (lambda: silt_spark.read_state(spark, root, version="3"), InvalidTypeError),
+        (lambda: silt_spark.read_state(spark, root, version=True), InvalidTypeError),
+        (lambda: silt_spark.read_state(spark, root, state_name=3), InvalidTypeError),
+        # a processor's state names and kinds (the handle's own checks)
+        (lambda: handle.getValueState("", "x long"), InvalidArgumentError),
+        (lambda: handle.getValueState(3, "x long"), InvalidTypeError),
+        (lambda: handle.getValueState("n" * 256, "x long"), InvalidArgumentError),
+        (lambda: handle.getMapState("v", "k string", "x long"), InvalidArgumentError),
+        (lambda: silt_spark.MetricsListener(prices="s3"), InvalidTypeError),
     ]
-    for build, error in cases:
-        with pytest.raises(error):
-            build()
+    silt_spark.aggregate(stream, "user", ["count"], root, 2)  # a root, for read_state
+    handle = _processor.StatefulProcessorHandle(FakeTask(silt.open(
+        (tmp_path / "handle").as_uri(), clock=silt.ManualClock())))
+    handle.getValueState("v", "x long")
+    try:
+        for build, error in cases:
+            with pytest.raises(error) as info:
+                build()
+            # one family for every argument mistake: silt's own errors, still builtin ones
+            assert isinstance(info.value, SiltError), (info.value, type(info.value))
+            assert isinstance(info.value, (ValueError, TypeError)), type(info.value)
+    finally:
+        handle._task.db.close()
     assert not (tmp_path / "state").exists()
 
 

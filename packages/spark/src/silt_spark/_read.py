@@ -15,7 +15,7 @@ from silt.tierkit import public_url
 
 from . import _aggregate, _dedup, _join, _layout, _processor, _shard, _storage, _window
 from ._codec import to_json
-from .errors import LayoutMismatchError, VersionNotFoundError
+from .errors import LayoutMismatchError, NotAnOperatorRootError, VersionNotFoundError
 
 #: Columns after the key columns.
 STATE_COLUMNS = (
@@ -178,8 +178,9 @@ def read_state(
     storage = _storage.resolve(storage_options, spark)
     desc = _shard.read_descriptor(state_url, storage)
     if desc is None:
-        raise ValueError(f"{public_url(state_url)!r} is not a silt_spark state root "
-                         f"(no {_shard.DESCRIPTOR})")
+        raise NotAnOperatorRootError(
+            f"{public_url(state_url)!r} is not the state root of a silt_spark operator (no "
+            f"{_shard.DESCRIPTOR}): check state_url")
     spec = _spec(desc, state_url, storage)
     # Arguments are checked before any Spark call.
     at = _layout_version(version)
@@ -433,6 +434,9 @@ def _layout_version(version: int | None) -> int:
 
     if version is None:
         return paths.MAX_VERSION
-    if isinstance(version, bool) or not isinstance(version, int) or version < 0:
-        raise ValueError(f"version must be a micro-batch id (an int >= 0), got {version!r}")
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise InvalidTypeError(
+            f"version must be a micro-batch id (an int >= 0), got {type(version).__name__}")
+    if version < 0:
+        raise InvalidArgumentError(f"version must be a micro-batch id (an int >= 0), got {version}")
     return version
