@@ -36,6 +36,8 @@ DROPPED = PREFIX + "dropped"
 #: Descriptor field of roots whose tasks check origins (see the module docstring).
 DESCRIPTOR_FIELD = "lifecycle"
 DESCRIPTOR_VERSION = 1
+#: Shards :func:`preflight` reads at once.
+PREFLIGHT_THREADS = 16
 
 _CHECKED: set[tuple[str, str, str]] = set()
 _LOCK = threading.Lock()
@@ -112,7 +114,8 @@ def preflight(spec: Any, query_id: str, batch: int) -> SparkStateError | None:
     :class:`StateLostError` as :func:`check_origin` would raise it; :class:`ForeignStateError`
     when a shard's latest version (of any layout of the root) was committed by another query,
     as the shard's task would find. ``take_over`` roots are never refused. Costs one LIST of
-    ``lifecycle/`` plus, per shard with versions, one LIST and the latest manifest's GETs.
+    ``lifecycle/`` plus one LIST per shard of every layout and, per shard with versions, the
+    latest manifest's GETs (:data:`PREFLIGHT_THREADS` shards at once).
     """
     import silt
 
@@ -130,19 +133,27 @@ def preflight(spec: Any, query_id: str, batch: int) -> SparkStateError | None:
     if (first is None or first > batch) and batch > 0 and spec.check_origin \
             and DROPPED not in names:
         return StateLostError(lost_message(spec.root, query_id, batch))
-    for generation, num_shards in reversed(spec.layouts or ((0, spec.num_shards),)):
-        for shard in range(num_shards):
-            url = _layout.shard_url(spec.root, shard, num_shards, spec.key_groups, generation)
-            have = silt.versions(url, storage_options=spec.storage_options)
-            if not have:
-                continue
-            shard_store = open_store(url, storage_options=spec.storage_options)
-            try:
-                owner = silt.read_manifest(shard_store, have[-1]).meta.get(META_QUERY_ID)
-            finally:
-                shard_store.close()
-            if owner is not None and owner != query_id:
-                return ForeignStateError(foreign_message(url, owner, query_id))
+    urls = [_layout.shard_url(spec.root, shard, num_shards, spec.key_groups, generation)
+            for generation, num_shards in reversed(spec.layouts or ((0, spec.num_shards),))
+            for shard in range(num_shards)]
+
+    def owner(url: str) -> str | None:
+        have = silt.versions(url, storage_options=spec.storage_options)
+        if not have:
+            return None
+        shard_store = open_store(url, storage_options=spec.storage_options)
+        try:
+            return silt.read_manifest(shard_store, have[-1]).meta.get(META_QUERY_ID)
+        finally:
+            shard_store.close()
+
+    from concurrent.futures import ThreadPoolExecutor
+
+    # (the shards' requests at once: a query start waits for them)
+    with ThreadPoolExecutor(max_workers=min(PREFLIGHT_THREADS, len(urls))) as pool:
+        for url, who in zip(urls, pool.map(owner, urls)):
+            if who is not None and who != query_id:
+                return ForeignStateError(foreign_message(url, who, query_id))
     return None
 
 
