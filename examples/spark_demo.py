@@ -244,10 +244,7 @@ def main() -> None:
                                               "failed_amount", "largest"]).to_string(index=False))
         state = silt_spark.read_state(spark, (work / "state" / "failures").as_uri())
         print("most failures in a window still open, read back with silt_spark.read_state:")
-        top = (state.selectExpr(
-                   "user", "timestamp_millis(cast(map_key as long)) as window_start",
-                   "cast(get_json_object(value, '$.rows') as long) as failures",
-                   "cast(get_json_object(value, '$.amount.sum') as double) as failed_amount")
+        top = (state.select("user", "window_start", "failures", "failed_amount")
                .orderBy(["failures", "user"], ascending=[False, True]).limit(5).toPandas())
         print(top.to_string(index=False))
     finally:

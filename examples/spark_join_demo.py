@@ -180,9 +180,9 @@ def main() -> None:
         query.stop()
         print(f"\n{counts['matched']:,} order-payment pairs, {counts['unpaid']:,} orders never "
               f"paid within {PAY_WITHIN} (emitted once each, when the watermark passed them)")
-        left = silt_spark.read_state(spark, state)
-        print("buffers read back with silt_spark.read_state:")
-        left.groupBy("state").count().orderBy("state").show()
+        print("buffers read back with silt_spark.read_state (unpaid orders still waiting):")
+        orders = silt_spark.read_state(spark, state, state_name="left")
+        orders.where("NOT matched").orderBy("event_time").show(5)
     finally:
         if query is not None:
             query.stop()

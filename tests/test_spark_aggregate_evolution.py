@@ -68,7 +68,8 @@ def test_a_restart_may_append_aggregate_columns(spark: Any, tmp_path: Path) -> N
     assert desc is not None and desc["state_columns"] == [["amount", "i64"], ["price", "f64"]]
 
     # read_state decodes records of both widths: a user not in the last batch has no price yet.
-    parts = {r.user: json.loads(r.value) for r in silt_spark.read_state(spark, state).collect()}
+    parts = {r.user: json.loads(r.value)
+             for r in silt_spark.read_state(spark, state, raw=True).collect()}
     quiet = sorted({r[0] for rows in history for r in rows} - {r[0] for r in after})
     assert quiet, "the model needs a user absent from the last batch"
     assert parts[quiet[0]]["price"] == {"n": 0}

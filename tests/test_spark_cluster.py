@@ -232,7 +232,7 @@ def test_operators_on_a_standalone_cluster_with_restart(cluster, spark, tmp_path
     # The final state, read back with the suite's own local session, equals the model.
     everything = pd.DataFrame([r for rows in batches for r in rows])
     per_user = everything.groupby("user")["amount"]
-    state = silt_spark.read_state(spark, (work / "state-agg").as_uri()).toPandas()
+    state = silt_spark.read_state(spark, (work / "state-agg").as_uri(), raw=True).toPandas()
     assert sorted(state["user"]) == sorted(per_user.groups)
     assert set(state["shard_version"]) <= set(range(5)) and state["shard_version"].max() == 4
     for _, row in state.iterrows():

@@ -107,7 +107,8 @@ def test_dedup_matches_model_across_restart_and_failed_task(spark, tmp_path):
         with silt.open(f"{state}/{name}") as db:
             assert db.meta[_shard.META_QUERY_ID] == query_id
             assert all(k[2:3] == _dedup.DEDUP_TAG for k, _ in db.scan())
-    entries = {(r.id, r.src): int(r.value) for r in silt_spark.read_state(spark, state).collect()}
+    entries = {(r.id, r.src): r.first_batch_id
+               for r in silt_spark.read_state(spark, state).collect()}
     assert entries == {(r[0], r[1]): b for b, w in enumerate(want) for r in w.itertuples(False)}
 
 

@@ -361,13 +361,14 @@ def start_query(start: Callable[[], Any]) -> Any:
 
 
 def run_backlog(spark, tmp_path, rounds: list[list[list[tuple]]], builds: dict[str, Callable],
-                run_class: type = Run) -> dict[str, dict[int, pd.DataFrame]]:
+                run_class: type = Run, trigger: dict[str, Any] | None = None,
+                ) -> dict[str, dict[int, pd.DataFrame]]:
     """Each query of ``builds`` (name -> ``build(run)``) over a backlog, in rounds: the files
     of a round are all written first, then one ``availableNow`` run reads them back to back
     (one file per micro-batch, so no no-data batch comes between them) and ends; the next round
     restarts the query from its checkpoint. Returns each query's output per micro-batch id
     (every batch included: ``foreachBatch`` also sees Spark's no-data batches and silt's
-    ticks)."""
+    ticks). ``trigger``: another trigger that ends, e.g. ``{"once": True}``."""
     runs = {name: run_class(spark, tmp_path, name) for name in builds}
     for rows_of_round in rounds:
         for run in runs.values():
@@ -386,7 +387,7 @@ def run_backlog(spark, tmp_path, rounds: list[list[list[tuple]]], builds: dict[s
             run.query = start_query(lambda name=name, run=run, sink=sink: (
                 builds[name](run).writeStream.foreachBatch(sink)
                 .option("checkpointLocation", str(run.checkpoint))
-                .trigger(availableNow=True).start()))
+                .trigger(**(trigger or {"availableNow": True})).start()))
         for run in runs.values():
             run.query.awaitTermination(300)
             assert not run.query.isActive
@@ -432,6 +433,28 @@ def test_windows_equal_spark_batch_by_batch_over_a_backlog(spark, tmp_path):
     for name in ("s1", "s7"):
         assert_same_batches(out[name], want, norm, name)
     assert_same_batches(out["s3_slide"], out["spark_slide"], norm, "sliding")
+
+
+def test_windows_equal_spark_with_trigger_once(spark, tmp_path):
+    """Trigger.Once runs, each reading a round of files in one micro-batch, one of them with no
+    new file: the batches Spark runs (a Once run with no new data still runs the batch that
+    the previous run's watermark made due) and their rows, silt at 1 and 4 shards."""
+    batches = event_rows(11, 6)
+    state = {n: (tmp_path / f"once{n}-state").as_uri() for n in (1, 4)}
+
+    def silt_q(n):
+        return lambda run: silt_spark.window_aggregate(
+            run.stream(), ["user"], "ts", "10 seconds", AGGS, state[n], n,
+            watermark_delay="3 seconds")
+
+    out = run_backlog(spark, tmp_path, [batches[:2], batches[2:5], [], batches[5:], []], {
+        "spark": lambda run: spark_windows("10 seconds", None, "3 seconds").build(run, 0),
+        "once1": silt_q(1), "once4": silt_q(4),
+    }, trigger={"once": True})
+    want = out["spark"]
+    assert sum(len(df) for df in want.values()) > 20
+    for name in ("once1", "once4"):
+        assert_same_batches(out[name], want, norm, name)
 
 
 def rocksdb_state_store(spark):

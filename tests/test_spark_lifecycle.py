@@ -150,13 +150,18 @@ def test_a_spark_watermark_in_front_of_any_operator_is_refused_when_built(spark,
 
 def test_builder_mistakes_raise_silts_own_errors(spark, tmp_path):
     """Mistakes in a builder's arguments raise silt's InvalidArgumentError / InvalidTypeError
-    (still a ValueError / TypeError), whichever builder or helper takes them."""
-    from silt.errors import InvalidArgumentError, InvalidTypeError
+    (still a ValueError / TypeError), whichever builder or helper takes them: the builders,
+    drop_state, read_state, a processor's state handle and the metrics listener."""
+    import silt
+    from silt.errors import InvalidArgumentError, InvalidTypeError, SiltError
+    from silt_spark import _processor
+    from test_spark_state import FakeTask
 
     src = tmp_path / "in"
     src.mkdir()
     stream = spark.readStream.schema("user string, amount long, note string").json(str(src))
     url = (tmp_path / "state").as_uri()
+    root = (tmp_path / "root").as_uri()
     cases = [
         (lambda: silt_spark.aggregate(stream, "user", [], url, 2), InvalidArgumentError),
         (lambda: silt_spark.aggregate(stream, "user", [3], url, 2), InvalidTypeError),
@@ -169,10 +174,32 @@ def test_builder_mistakes_raise_silts_own_errors(spark, tmp_path):
          InvalidArgumentError),
         (lambda: silt_spark.aggregate(stream, "user", ["sum(note)"], url, 2), InvalidTypeError),
         (lambda: silt_spark.drop_state("not a url"), InvalidArgumentError),
+        # read_state: a root that is not one, a version that is not a micro-batch id
+        (lambda: silt_spark.read_state(spark, url), NotAnOperatorRootError),
+        (lambda: silt_spark.read_state(spark, root, version=-1), InvalidArgumentError),
+        (lambda: silt_spark.read_state(spark, root, version="3"), InvalidTypeError),
+        (lambda: silt_spark.read_state(spark, root, version=True), InvalidTypeError),
+        (lambda: silt_spark.read_state(spark, root, state_name=3), InvalidTypeError),
+        # a processor's state names and kinds (the handle's own checks)
+        (lambda: handle.getValueState("", "x long"), InvalidArgumentError),
+        (lambda: handle.getValueState(3, "x long"), InvalidTypeError),
+        (lambda: handle.getValueState("n" * 256, "x long"), InvalidArgumentError),
+        (lambda: handle.getMapState("v", "k string", "x long"), InvalidArgumentError),
+        (lambda: silt_spark.MetricsListener(prices="s3"), InvalidTypeError),
     ]
-    for build, error in cases:
-        with pytest.raises(error):
-            build()
+    silt_spark.aggregate(stream, "user", ["count"], root, 2)  # a root, for read_state
+    handle = _processor.StatefulProcessorHandle(FakeTask(silt.open(
+        (tmp_path / "handle").as_uri(), clock=silt.ManualClock())))
+    handle.getValueState("v", "x long")
+    try:
+        for build, error in cases:
+            with pytest.raises(error) as info:
+                build()
+            # one family for every argument mistake: silt's own errors, still builtin ones
+            assert isinstance(info.value, SiltError), (info.value, type(info.value))
+            assert isinstance(info.value, (ValueError, TypeError)), type(info.value)
+    finally:
+        handle._task.db.close()
     assert not (tmp_path / "state").exists()
 
 
@@ -185,3 +212,82 @@ def test_reset_is_the_deprecated_name_of_take_over(spark, tmp_path):
         silt_spark.aggregate(stream, "user", ["count"], (tmp_path / "s").as_uri(), 2, reset=True)
     assert any(issubclass(w.category, DeprecationWarning) and "take_over" in str(w.message)
                for w in caught)
+
+
+def _objects(root) -> set[str]:
+    return {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()}
+
+
+def test_a_second_query_and_a_lost_root_are_refused_when_the_query_starts(
+        spark, tmp_path, caplog):
+    """Both mistakes are found on the driver when the query starts (silt_spark._guard), before
+    its first micro-batch: the root is left exactly as it was (no version, no origin record of
+    the refused query), silt's message is the first thing logged for the query, and the query
+    dies with silt's error (its class and message), raised by the tasks before any request.
+    The query that owns the root restarts unrefused."""
+    state_dir = tmp_path / "state"
+    state = state_dir.as_uri()
+    first, second = Run(spark, tmp_path, "first"), Run(spark, tmp_path, "second")
+
+    def build(run):
+        return silt_spark.aggregate(run.stream(), ["user"], ["count"], state, num_shards=2)
+
+    def refused(run, error_class: str, message: str) -> str:
+        caplog.clear()
+        with caplog.at_level("ERROR", logger="silt_spark"):
+            run.start(build(run))
+            with pytest.raises(StreamingQueryException) as err:
+                run.drain()
+            run.stop()
+        logged = [r.getMessage() for r in caplog.records if r.name == "silt_spark"]
+        assert logged and logged[0].startswith(f"silt_spark: {error_class}: {message}"), logged
+        text = str(err.value)
+        assert f"silt_spark.errors.{error_class}: {message}" in text, text[:2000]
+        # raised by the guard's check, the task's first act (no shard opened, no origin read)
+        worker = text[text.rindex("Traceback (most recent call last)"):]
+        assert "in check_task" in worker and "in check_origin" not in worker, worker
+        assert "in _open" not in worker, worker
+        return text
+
+    try:
+        first.write(batch(80))
+        first.start(build(first))
+        first.drain()
+        first.stop()
+        before = _objects(state_dir)
+        assert any("manifest" in o for o in before)
+
+        # A second query (its own checkpoint) on the same state_url.
+        second.write(batch(81))
+        text = refused(second, "ForeignStateError", "the state at ")
+        assert "two queries cannot share a state_url" in text
+        assert _objects(state_dir) == before  # nothing written, not even an origin record
+
+        # The query that owns the root restarts from its checkpoint: not refused.
+        first.write(batch(82))
+        first.start(build(first))
+        first.drain()
+        first.stop()
+        assert set(first.outputs) == {0, 1}
+
+        # The first query's root deleted, its checkpoint kept: refused at micro-batch 1.
+        shutil.rmtree(state_dir)
+        first.write(batch(83))
+        text = refused(first, "StateLostError", f"the state root {state!r} has no state")
+        assert "checkpoint is at micro-batch 2" in text
+        # the builder's descriptor only: no version, no origin of the query
+        assert _objects(state_dir) == {"silt-spark.json"}, _objects(state_dir)
+
+    finally:
+        first.stop()
+        second.stop()
+
+
+def test_the_guard_starts_where_spark_will():
+    """The micro-batch a query runs first, from its checkpoint's commit and offset logs: a
+    planned batch that was not committed runs again."""
+    from silt_spark import _guard
+
+    assert _guard.start_batch(None, None) == 0
+    assert _guard.start_batch(None, 0) == 0 and _guard.start_batch(0, 0) == 1
+    assert _guard.start_batch(4, 5) == 5 and _guard.start_batch(5, 5) == 6

@@ -1,5 +1,7 @@
 """Processors written as for PySpark's own ``transformWithStateInPandas`` / ``transformWithState``
-(in the style of Spark's TWS test processors) give Spark's answers under silt.
+(in the style of Spark's TWS test processors: value, list and map state, state TTLs, an
+initial state, event-time timers with ``listTimers``, ``deleteIfExists``, the Row API) give
+Spark's answers under silt.
 
 Each comparison runs the same processor through Spark's operator and through silt on the same
 input files, silt restarted and rescaled from 2 to 3 shards mid-stream (``run_all`` of
@@ -189,6 +191,117 @@ def test_row_processor_with_initial_state_gives_sparks_output(rocksdb, tmp_path)
     assert sum(int(w.split(":")[1]) for w in want["what"]) == sum(len(b) for b in batches)
     pd.testing.assert_frame_equal(_sorted(got), _sorted(want), check_dtype=False,
                                   obj="Row processor, silt 2 -> 3 shards")
+
+
+class Expiring(SparkProcessor):
+    """Processing time with state TTLs (Spark's TTL test processors' pattern): a count, a list
+    and a map whose TTL (an hour) outlives the run, and a value whose TTL (1 ms) has passed by
+    the next micro-batch; reports what each variable holds when a key's rows come."""
+
+    def init(self, handle):
+        hour = 3_600_000
+        self.count = handle.getValueState("count", "n long", ttlDurationMs=hour)
+        self.amounts = handle.getListState("amounts", "amount long", ttlDurationMs=hour)
+        self.signs = handle.getMapState("signs", "sign string", "n long", ttlDurationMs=hour)
+        self.brief = handle.getValueState("brief", "n long", ttlDurationMs=1)
+
+    def handleInputRows(self, key, rows, timerValues):
+        # read before this batch writes: a 1 ms TTL set in an earlier batch has passed
+        brief = self.brief.get() if self.brief.exists() else None
+        n = self.count.get()[0] if self.count.exists() else 0
+        for df in rows:
+            n += len(df)
+            self.amounts.appendList([(int(a),) for a in df["amount"]])
+            for a in df["amount"]:
+                sign = ("neg" if a < 0 else "pos",)
+                have = self.signs.getValue(sign)
+                self.signs.updateValue(sign, ((have[0] if have else 0) + 1,))
+        self.count.update((n,))
+        self.brief.update((n,))
+        amounts = [a[0] for a in self.amounts.get()]
+        signs = sorted((k[0], v[0]) for k, v in self.signs.iterator())
+        yield pd.DataFrame({
+            "user": [key[0]],
+            "what": [f"in:{n}:brief={brief}:{len(amounts)}:{sum(amounts)}:{signs}"],
+            "ms": [n],
+        })
+
+
+def test_ttl_processor_gives_sparks_output(rocksdb, tmp_path):
+    """State TTLs in processing time, through Spark's transformWithStateInPandas and silt (2
+    shards, restarted and rescaled to 3): the same output. Processing time is the clock's, so
+    what is compared is chosen to be decided by the run, not by its speed: TTLs of an hour
+    expire in neither (the variables live across the restart and the rescale), and one of 1 ms
+    has passed in both by the next micro-batch (Spark's next batch starts later than 1 ms
+    after the previous; silt's task reads more than 1 ms after the previous batch's wrote):
+    every key finds it gone.
+
+    Spark allows TTLs in its "ProcessingTime" mode only, where it runs a no-data micro-batch
+    after every batch, for ever (``processAllAvailable`` never settles): its query runs on a
+    1 s trigger, and each file is waited for until its batch's output is in (a condition,
+    with a generous timeout)."""
+    import time
+
+    from test_spark_event_time import Run, start_query
+
+    batches = event_rows(9, 4)
+    spark_run, silt_run = Run(rocksdb, tmp_path, "spark"), Run(rocksdb, tmp_path, "silt")
+
+    def start_spark():
+        out = (spark_run.stream().groupBy("user")
+               .transformWithStateInPandas(Expiring(), OUT, "Append", "ProcessingTime"))
+        outputs = spark_run.outputs
+
+        def sink(df, batch_id):
+            outputs[batch_id] = df.toPandas()
+
+        spark_run.query = start_query(lambda: (
+            out.writeStream.foreachBatch(sink)
+            .option("checkpointLocation", str(spark_run.checkpoint))
+            .trigger(processingTime="1 second").start()))
+
+    def start_silt(n):
+        out = silt_spark.transform_with_state(
+            silt_run.stream(), Expiring(), ["user"], OUT, (tmp_path / "ttl").as_uri(),
+            LAYOUTS[n][0], time_mode="ProcessingTime")
+        silt_run.query = start_query(lambda: (silt_run.start(out), silt_run.query)[1])
+
+    def spark_read(files):
+        """Wait until Spark's query has emitted the output of ``files`` files (each file's
+        batch has rows for its keys; its no-data batches emit nothing)."""
+        deadline = time.monotonic() + 600
+        while sum(len(df) > 0 for df in list(spark_run.outputs.values())) < files:
+            error = spark_run.query.exception() if not spark_run.query.isActive else None
+            assert error is None and time.monotonic() < deadline, error or "timed out"
+            time.sleep(0.2)
+
+    try:
+        for i, rows in enumerate(batches):
+            if i in RESTARTS:
+                silt_run.stop()
+                start_silt(RESTARTS.index(i) + 1)
+            spark_run.write(rows)
+            silt_run.write(rows)
+            if i == 0:
+                start_spark()
+                start_silt(0)
+            silt_run.drain()
+            spark_read(i + 1)
+    finally:
+        spark_run.stop()
+        silt_run.stop()
+
+    def output(run):
+        return pd.concat([df for _, df in sorted(run.outputs.items()) if len(df)],
+                         ignore_index=True)
+
+    want, got = output(spark_run), output(silt_run)
+    # every key's rows counted across the restart, none of the 1 ms values left
+    assert want.groupby("user")["ms"].max().sum() == sum(len(b) for b in batches)
+    assert want["what"].str.contains(":brief=None:").all()
+    assert (want["ms"] > want.groupby("user")["ms"].transform("min")).any()  # keys come back
+    pd.testing.assert_frame_equal(_sorted(got), _sorted(want), check_dtype=False,
+                                  obj="TTL processor, silt 2 -> 3 shards")
 
 
 # --- the class: every column type, nulls in some keys' rows, another session time zone --------

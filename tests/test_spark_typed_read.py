@@ -136,12 +136,18 @@ def test_a_joins_buffers_read_typed_per_side(spark: Any, tmp_path: Path) -> None
     finally:
         run.stop()
     state = (tmp_path / "typed-state").as_uri()
-    left = silt_spark.read_state(spark, state, state_name="left")
-    assert [(f.name, f.dataType.simpleString()) for f in left.schema.fields] == [
-        ("luser", "string"), ("row_luser", "string"), ("lv", "bigint"), ("lt", "timestamp"),
-        ("event_time", "timestamp"), ("matched", "boolean"), ("shard_version", "bigint"),
-    ]
-    for side, cols in (("left", ("row_luser", "lv", "lt")), ("right", ("ruser", "rv", "rt"))):
+    # Each side's buffer as that side names its columns: its own key column, its other
+    # columns, then what the read adds (no prefixed copy of the key, no left name on the right).
+    for side, names in (("left", ("luser", "lv", "lt")), ("right", ("ruser", "rv", "rt"))):
+        typed = silt_spark.read_state(spark, state, state_name=side)
+        assert [(f.name, f.dataType.simpleString()) for f in typed.schema.fields] == [
+            (names[0], "string"), (names[1], "bigint"), (names[2], "timestamp"),
+            ("event_time", "timestamp"), ("matched", "boolean"), ("shard_version", "bigint"),
+        ]
+    # (two states of two schemas: without state_name, the JSON form of both)
+    assert silt_spark.read_state(spark, state).columns == silt_spark.read_state(
+        spark, state, raw=True).columns
+    for side, cols in (("left", ("luser", "lv", "lt")), ("right", ("ruser", "rv", "rt"))):
         typed = silt_spark.read_state(spark, state, state_name=side).collect()
         as_json = [r for r in silt_spark.read_state(spark, state).collect() if r.state == side]
         assert typed and len(typed) == len(as_json)
@@ -160,12 +166,13 @@ def test_a_joins_buffers_read_typed_per_side(spark: Any, tmp_path: Path) -> None
         assert typed_feed and len(typed_feed) == len(json_feed)
 
         def fields(value: Any, cols: tuple[str, ...] = cols) -> Any:
+            """(the row's second column, matched); its first, the key, is the row's key."""
             if value is None:
                 return None
             if isinstance(value, str):
                 v = json.loads(value)
-                return (*v["row"][:2], v["matched"])
-            return (value[cols[0]], value[cols[1]], value.matched)
+                return (v["row"][1], v["matched"])
+            return (value[cols[1]], value.matched)
 
         assert sorted(((r[0], r.change_type, fields(r.old_value), fields(r.new_value))
                        for r in typed_feed), key=repr) == sorted(
@@ -174,19 +181,32 @@ def test_a_joins_buffers_read_typed_per_side(spark: Any, tmp_path: Path) -> None
 
 
 def test_a_join_rows_columns_never_repeat_a_name_of_the_typed_read() -> None:
-    """A side's column named as a key column or as a column the typed read adds after the row
-    (``event_time``, ``matched``, ``shard_version``; Spark compares names without case) is
-    prefixed ``row_`` until it is free, so every column of the read has its own name."""
-    desc = {"key_columns": [["id", "string"]], _join.SIDE_TYPES: {"left": [
-        ["id", "string"], ["event_time", "timestamp"], ["Matched", "int"],
-        ["row_id", "bigint"], ["SHARD_VERSION", "bigint"]]}}
+    """A side's key columns lead under the side's own names (the row's copy of them is not
+    shown again); its other columns keep their names, except one named as a column the typed
+    read adds after the row (``event_time``, ``matched``, ``shard_version``; Spark compares
+    names without case), prefixed ``row_`` until it is free: every column has its own name."""
+    side = [["id", "string"], ["event_time", "timestamp"], ["Matched", "int"],
+            ["row_event_time", "bigint"], ["SHARD_VERSION", "bigint"], ["v", "double"]]
+    other = [["v", "double"], ["rid", "string"]]
+    desc = {"key_columns": [["id", "string"]], _join.JOIN_KEYS: {"left": ["id"],
+                                                                 "right": ["rid"]},
+            _join.SIDE_TYPES: {"left": side, "right": other}}
+    assert _join.side_keys(desc, "left") == [["id", "string"]]
+    assert _join.side_keys(desc, "right") == [["rid", "string"]]
     columns = _join.typed_columns(desc, "left")
-    assert columns == [("row_id", "string"), ("row_event_time", "timestamp"),
-                       ("row_Matched", "int"), ("row_row_id", "bigint"),
-                       ("row_SHARD_VERSION", "bigint"), ("event_time", "timestamp"),
-                       ("matched", "boolean")]
-    names = [n.lower() for n in ["id", *(n for n, _ in columns), "shard_version"]]
-    assert len(set(names)) == len(names)
+    assert columns == [("row_event_time", "timestamp"), ("row_Matched", "int"),
+                       ("row_row_event_time", "bigint"), ("row_SHARD_VERSION", "bigint"),
+                       ("v", "double"), ("event_time", "timestamp"), ("matched", "boolean")]
+    assert _join.typed_columns(desc, "right") == [
+        ("v", "double"), ("event_time", "timestamp"), ("matched", "boolean")]
+    for name in ("left", "right"):
+        keys = [n for n, _ in _join.side_keys(desc, name)]
+        names = [n.lower() for n in [*keys, *(n for n, _ in _join.typed_columns(desc, name)),
+                                     "shard_version"]]
+        assert len(set(names)) == len(names)
+    # A root from before the key names were recorded: both sides' keys under the left names.
+    del desc[_join.JOIN_KEYS]
+    assert _join.side_keys(desc, "right") == [["id", "string"]]
 
 
 class Reminder(silt_spark.StatefulProcessor):

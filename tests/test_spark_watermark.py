@@ -46,6 +46,9 @@ def test_both_watermarks_survive_pruning_retries_and_other_processes(tmp_path, s
         now = _tick.due_offset(root, delays)
         moved = b > 0 and wm > _watermark.watermark_of(top(b - 1), delays)
         assert _tick.moved(ticks, now) == moved, b
+        # A run that starts now (its baseline) ticks for no move made before it.
+        assert not _tick.moved(ticks, now, now), b
+        assert _tick.moved(ticks, now, ticks) == moved, b
         ticks = now
         # Batch b's tasks: each shard writes markers for the inputs whose maximum it raised.
         maxima: list[int | None] = [None] * n

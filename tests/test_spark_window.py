@@ -219,7 +219,7 @@ def test_tumbling_append_matches_model_with_late_rows_restart_and_failed_task(
     # Windows still open are in the state (read_state shows them); closed ones were evicted.
     got = {
         (r.user, int(r.map_key)): json.loads(r.value)
-        for r in silt_spark.read_state(spark, state).collect()
+        for r in silt_spark.read_state(spark, state, raw=True).collect()
     }
     assert len(left) > 0
     assert {k: (v["rows"], v["amount"]["sum"]) for k, v in got.items()} == {
@@ -244,6 +244,10 @@ def test_tumbling_append_matches_model_with_late_rows_restart_and_failed_task(
 
     bounds = ("unix_millis(window_start) AS ws", "unix_millis(window_end) AS we")
     assert windows(typed.selectExpr("*", *bounds).collect()) == expected(left)
+    # Without state_name the window root's one state reads typed too (raw=True: the JSON).
+    default = silt_spark.read_state(spark, state)
+    assert default.schema == typed.schema
+    assert windows(default.selectExpr("*", *bounds).collect()) == expected(left)
     # At an earlier version (state version == micro-batch id): the windows open after batch 3.
     _, _, left3 = model(batches[:4], shard_of_user, 10_000, 10_000, 3000, "append")
     at3 = silt_spark.read_state(spark, state, version=3, state_name="window")
@@ -306,7 +310,8 @@ def test_restart_with_more_shards_keeps_open_windows_and_watermarks(
     assert_batches(run.outputs, want)
     desc = _shard.read_descriptor(state)
     assert [x["num_shards"] for x in desc["layouts"]] == [2, 3]
-    got = {(r.user, int(r.map_key)) for r in silt_spark.read_state(spark, state).collect()}
+    got = {(r.user, int(r.map_key))
+           for r in silt_spark.read_state(spark, state, raw=True).collect()}
     assert got == set(left)
 
 

@@ -13,7 +13,7 @@ from typing import Any
 from silt.errors import InvalidArgumentError, InvalidTypeError
 from silt.tierkit import public_url
 
-from . import _interval, _layout, _metrics, _progress, _shard, _storage, _tick
+from . import _guard, _interval, _layout, _metrics, _progress, _shard, _storage, _tick
 
 
 def _spec(
@@ -246,9 +246,12 @@ def shard_stage(
 ) -> Any:
     """The shuffled stage: ``mapInArrow`` runs ``process`` on one shard's rows in each task
     (``_shard.run_shard``), its metrics reported to ``df``'s session and observed in the
-    query's progress (:mod:`silt_spark._progress`); returns the operator's output ``struct``."""
+    query's progress (:mod:`silt_spark._progress`); returns the operator's output ``struct``.
+    A streaming operator's root is checked when its query starts (:mod:`silt_spark._guard`)."""
     report = _metrics.accumulator(df)
     schema = _progress.arrow_schema(struct)
+    if getattr(df, "isStreaming", False):
+        _guard.register(df.sparkSession, spec)  # checks the root when the query starts
 
     def shard_fn(batches: Any) -> Any:
         return _shard.run_shard(spec, batches, process, report, schema)

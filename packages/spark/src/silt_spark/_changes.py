@@ -158,7 +158,8 @@ def read_changes(
     _read.check_version(spec, end_version)
     key_columns = desc.get("key_columns") or [["key", "string"]]
     if builtin is not None:
-        return _read_builtin_changes(spark, spec, a, b, desc, key_columns, state_name, builtin)
+        return _read_builtin_changes(spark, spec, a, b, desc,
+                                     _read.builtin_keys(desc, state_name), state_name, builtin)
     json_key = "key_columns" not in desc
     ddl = ", ".join(f"`{n}` {t}" for n, t in key_columns)
     ddl += ", " + ", ".join(f"`{n}` {t}" for n, t in CHANGE_COLUMNS)

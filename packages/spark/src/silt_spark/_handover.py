@@ -25,6 +25,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from silt.errors import InvalidArgumentError, InvalidTypeError
+
 from ._spark_pandas import Frames, PandasConf, key_of, to_arrow
 
 FORMATS = ("pandas", "arrow", "row")
@@ -156,7 +158,7 @@ class Output:
                 if item.num_rows:
                     self.tables.append(item)
             elif item is not None:
-                raise TypeError(
+                raise InvalidTypeError(
                     "handleInputRows must yield pandas DataFrames, Arrow tables or record "
                     f"batches, tuples or dicts, got {type(item).__name__}"
                 )
@@ -165,7 +167,7 @@ class Output:
         names = self.schema.names
         missing = [n for n in names if n not in pdf.columns]
         if missing:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"handleInputRows returned DataFrames without the output columns {missing}; "
                 f"output_schema has {names}"
             )
@@ -190,7 +192,7 @@ class Output:
         if self.tuples:
             width = {len(t) for t in self.tuples}
             if width != {len(names)}:
-                raise ValueError(
+                raise InvalidArgumentError(
                     f"handleInputRows yielded tuples of length {sorted(width)}; output_schema "
                     f"has {len(names)} columns {names}"
                 )

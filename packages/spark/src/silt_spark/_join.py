@@ -1182,7 +1182,8 @@ def join(
         SIDE_TYPES: side_types,
         **({TIME_INDEX: 1} if fresh else {}),
     }, (*_api.PINNED, "join"))
-    _shard.refresh_descriptor(spec, {SIDE_TYPES: side_types})
+    _shard.refresh_descriptor(spec, {SIDE_TYPES: side_types,
+                                     JOIN_KEYS: {"left": list(lk), "right": list(rk)}})
     time_indexed = (_shard.read_descriptor(spec.root, spec.storage_options) or {}).get(
         TIME_INDEX) == 1
 
@@ -1242,32 +1243,56 @@ def _signed_ms(value: Any, name: str) -> int:
 SIDE_TYPES = "join_side_types"
 
 
-def typed_columns(desc: dict[str, Any], state_name: str) -> list[tuple[str, str]]:
-    """``read_state(state_name="left" | "right")``'s columns after the join key columns and
-    before ``shard_version``: the buffered row's columns as that side's input has them (a name
-    already taken, as Spark compares names, without case, by a join key column, an earlier
-    column or a column after them, is prefixed ``row_``), ``event_time`` (the row's, as a
-    timestamp; null without a time range) and ``matched`` (whether a row of the other side
-    matched it yet: an outer join emits the unmatched ones with nulls once the watermark
-    passes them)."""
+#: Descriptor field: the join key's column names on each side (``{"left": [...], "right":
+#: [...]}``), refreshed when a query starts; roots from before it name both sides' keys as the
+#: left side does.
+JOIN_KEYS = "join_keys"
+
+
+def side_keys(desc: dict[str, Any], state_name: str) -> list[list[str]]:
+    """The join key columns ``[name, type]`` as side ``state_name`` names them."""
+    keys = desc.get("key_columns") or []
+    names = (desc.get(JOIN_KEYS) or {}).get(state_name) or [n for n, _ in keys]
+    return [[str(n), str(t)] for n, (_, t) in zip(names, keys)]
+
+
+def _row_columns(desc: dict[str, Any], state_name: str) -> list[tuple[int, str, str]]:
+    """``(index in the buffered row, read name, type)`` of each column of side
+    ``state_name``'s rows that the typed read shows after the key columns: every column but
+    the side's key columns (their values are the key's), under the side's own name; a name
+    the read adds after them (``event_time``, ``matched``, ``shard_version``; compared
+    without case, as Spark does) is prefixed ``row_`` until it is free."""
     sides = desc.get(SIDE_TYPES)
     if sides is None:
         raise InvalidArgumentError(
             "this join's state root was written before silt_spark recorded its input types: "
-            "restart the query once with this version, or read_state without state_name "
-            "for the JSON form"
+            "restart the query once with this version, or read_state(raw=True) for the JSON "
+            "form"
         )
-    after = [("event_time", "timestamp"), ("matched", "boolean")]
-    taken = {str(n).lower() for n, _ in [*(desc.get("key_columns") or []), *after,
-                                          ("shard_version", "")]}
+    keys = side_keys(desc, state_name)
+    key_names = {n for n, _ in keys}
+    taken = {n.lower() for n, _ in keys} | {"event_time", "matched", "shard_version"}
     out = []
-    for n, t in sides[state_name]:
+    for i, (n, t) in enumerate(sides[state_name]):
         name = str(n)
+        if name in key_names:
+            continue
         while name.lower() in taken:
             name = f"row_{name}"
         taken.add(name.lower())
-        out.append((name, str(t)))
-    return [*out, *after]
+        out.append((i, name, str(t)))
+    return out
+
+
+def typed_columns(desc: dict[str, Any], state_name: str) -> list[tuple[str, str]]:
+    """``read_state(state_name="left" | "right")``'s columns after the join key columns (as
+    :func:`side_keys` names them) and before ``shard_version``: the buffered row's other
+    columns as that side's input names them (:func:`_row_columns`), ``event_time`` (the
+    row's, as a timestamp; null without a time range) and ``matched`` (whether a row of the
+    other side matched it yet: an outer join emits the unmatched ones with nulls once the
+    watermark passes them)."""
+    return [*((n, t) for _, n, t in _row_columns(desc, state_name)),
+            ("event_time", "timestamp"), ("matched", "boolean")]
 
 
 def typed_rows(items: Any, desc: dict[str, Any], url: str, schema: Any,
@@ -1290,13 +1315,21 @@ def typed_rows(items: Any, desc: dict[str, Any], url: str, schema: Any,
     if not values:
         return None
     nk = len(desc.get("key_columns") or [])
-    nrow = len(desc[SIDE_TYPES][state_name])
+    shown = _row_columns(desc, state_name)
+    nrow = len(shown)
     fields = list(schema)
-    row_schema = pa.schema([pa.field(f"c{i}", f.type) for i, f in enumerate(fields[nk:nk + nrow])])
+    # The buffered row's Arrow types, by position: a key column's is its key field's, any
+    # other column's its field after the keys.
+    types: dict[int, Any] = {i: f.type for (i, _, _), f in zip(shown, fields[nk:nk + nrow])}
+    key_at = {n: j for j, (n, _) in enumerate(side_keys(desc, state_name))}
+    for i, (n, _) in enumerate(desc[SIDE_TYPES][state_name]):
+        if i not in types:
+            types[i] = fields[key_at[str(n)]].type
+    row_schema = pa.schema([pa.field(f"c{i}", types[i]) for i in range(len(types))])
     cols = _rowcodec.decode_tuples(_rowcodec.Rows.from_list(values), row_schema, skip=1)
     arrays = [pa.array([k[j] for k in gkeys], type=fields[j].type) for j in range(nk)]
-    arrays += [c if c.type == f.type else c.cast(f.type)
-               for c, f in zip(cols, fields[nk:nk + nrow])]
+    arrays += [cols[i] if cols[i].type == f.type else cols[i].cast(f.type)
+               for (i, _, _), f in zip(shown, fields[nk:nk + nrow])]
     arrays += [pa.array(times, pa.int64()).cast(fields[nk + nrow].type),
                pa.array(matched, pa.bool_()), pa.array(versions, pa.int64())]
     return pa.Table.from_arrays(arrays, schema=schema)

@@ -21,19 +21,23 @@ per root, query and worker process, not per batch.
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 from silt.errors import InvalidArgumentError
 from silt.plugins import open_store
 from silt.store import retrying
 from silt.tierkit import public_url
 
-from .errors import NotAnOperatorRootError, StateLostError
+from . import _layout
+from .errors import ForeignStateError, NotAnOperatorRootError, SparkStateError, StateLostError
 
 PREFIX = "lifecycle/"
 DROPPED = PREFIX + "dropped"
 #: Descriptor field of roots whose tasks check origins (see the module docstring).
 DESCRIPTOR_FIELD = "lifecycle"
 DESCRIPTOR_VERSION = 1
+#: Shards :func:`preflight` reads at once.
+PREFLIGHT_THREADS = 16
 
 _CHECKED: set[tuple[str, str, str]] = set()
 _LOCK = threading.Lock()
@@ -69,17 +73,7 @@ def check_origin(
         first = min((int(n[len(mine):]) for n in names if n.startswith(mine)), default=None)
         if first is None or first > batch:
             if batch > 0 and checked_root and not take_over and DROPPED not in names:
-                raise StateLostError(
-                    f"the state root {public_url(root)!r} has no state of streaming query "
-                    f"{query_id}, but "
-                    f"the query's checkpoint is at micro-batch {batch}: the state was deleted or "
-                    "moved (or state_url changed) while the checkpoint was kept, and going on "
-                    "would silently start from empty state. Restore the state root (e.g. from a "
-                    "backup or its old location) and restart; or, to start this operator over "
-                    "with empty state on purpose, run `python -m silt_spark drop-state "
-                    f"{root}` (silt_spark.drop_state) and restart; or start the query with a "
-                    "new checkpoint"
-                )
+                raise StateLostError(lost_message(root, query_id, batch))
             key = origin_key(query_id, batch)
             retrying(lambda: store.put_if_absent(key, b""))
             if counts is not None:
@@ -88,6 +82,79 @@ def check_origin(
         store.close()
     with _LOCK:
         _CHECKED.add((root, incarnation, query_id))
+
+
+def lost_message(root: str, query_id: str, batch: int) -> str:
+    """What :class:`StateLostError` says: what happened, how to restore, how to start over."""
+    return (
+        f"the state root {public_url(root)!r} has no state of streaming query {query_id}, but "
+        f"the query's checkpoint is at micro-batch {batch}: the state was deleted or moved (or "
+        "state_url changed) while the checkpoint was kept, and going on would silently start "
+        "from empty state. Restore the state root (e.g. from a backup or its old location) and "
+        "restart; or, to start this operator over with empty state on purpose, run `python -m "
+        f"silt_spark drop-state {public_url(root)}` (silt_spark.drop_state) and restart; or start "
+        "the query with a new checkpoint"
+    )
+
+
+def foreign_message(url: str, owner: str, query_id: str) -> str:
+    """What :class:`ForeignStateError` says about the shard (or root) at ``url``."""
+    return (
+        f"the state at {public_url(url)!r} belongs to streaming query {owner}, not to this "
+        f"query ({query_id}): two queries cannot share a state_url. Use a new state_url, "
+        "restart the original query from its checkpoint, or pass take_over=True to discard "
+        "that state"
+    )
+
+
+def preflight(spec: Any, query_id: str, batch: int) -> SparkStateError | None:
+    """The mistake a query starting at micro-batch ``batch`` would make on ``spec``'s root, or
+    ``None``; reads only (on the driver, when the query starts: see _guard.py).
+
+    :class:`StateLostError` as :func:`check_origin` would raise it; :class:`ForeignStateError`
+    when a shard's latest version (of any layout of the root) was committed by another query,
+    as the shard's task would find. ``take_over`` roots are never refused. Costs one LIST of
+    ``lifecycle/`` plus one LIST per shard of every layout and, per shard with versions, the
+    latest manifest's GETs (:data:`PREFLIGHT_THREADS` shards at once).
+    """
+    import silt
+
+    from ._shard import META_QUERY_ID
+
+    if spec.take_over:
+        return None
+    store = open_store(spec.root, storage_options=spec.storage_options)
+    try:
+        names = {info.key for info in retrying(lambda: list(store.list(PREFIX)))}
+    finally:
+        store.close()
+    mine = origin_key(query_id, 0)[:-20]
+    first = min((int(n[len(mine):]) for n in names if n.startswith(mine)), default=None)
+    if (first is None or first > batch) and batch > 0 and spec.check_origin \
+            and DROPPED not in names:
+        return StateLostError(lost_message(spec.root, query_id, batch))
+    urls = [_layout.shard_url(spec.root, shard, num_shards, spec.key_groups, generation)
+            for generation, num_shards in reversed(spec.layouts or ((0, spec.num_shards),))
+            for shard in range(num_shards)]
+
+    def owner(url: str) -> str | None:
+        have = silt.versions(url, storage_options=spec.storage_options)
+        if not have:
+            return None
+        shard_store = open_store(url, storage_options=spec.storage_options)
+        try:
+            return silt.read_manifest(shard_store, have[-1]).meta.get(META_QUERY_ID)
+        finally:
+            shard_store.close()
+
+    from concurrent.futures import ThreadPoolExecutor
+
+    # (the shards' requests at once: a query start waits for them)
+    with ThreadPoolExecutor(max_workers=min(PREFLIGHT_THREADS, len(urls))) as pool:
+        for url, who in zip(urls, pool.map(owner, urls)):
+            if who is not None and who != query_id:
+                return ForeignStateError(foreign_message(url, who, query_id))
+    return None
 
 
 def forget_checked() -> None:

@@ -45,6 +45,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from silt.cost import S3_STANDARD, Prices, summary
+from silt.errors import InvalidTypeError
 
 log = logging.getLogger("silt_spark")
 
@@ -495,7 +496,8 @@ class MetricsListener(_listener_base()):  # type: ignore[misc]
     def __init__(self, keep: int = 1000, prices: Prices = S3_STANDARD) -> None:
         super().__init__()
         if not isinstance(prices, Prices):
-            raise TypeError(f"prices must be a silt.cost.Prices, got {type(prices).__name__}")
+            raise InvalidTypeError(
+                f"prices must be a silt.cost.Prices, got {type(prices).__name__}")
         self.prices = prices
         from collections import deque
 

@@ -226,10 +226,11 @@ class StatefulProcessor:
 
 def _name_bytes(name: str) -> bytes:
     if not isinstance(name, str) or not name:
-        raise ValueError(f"a state name must be a non-empty str, got {name!r}")
+        raise (InvalidArgumentError if isinstance(name, str) else InvalidTypeError)(
+            f"a state name must be a non-empty str, got {name!r:.80}")
     b = name.encode("utf-8")
     if len(b) > 255:
-        raise ValueError(f"a state name must be at most 255 bytes, got {len(b)}")
+        raise InvalidArgumentError(f"a state name must be at most 255 bytes, got {len(b)}")
     return bytes([len(b)]) + b
 
 
@@ -621,7 +622,7 @@ class StatefulProcessorHandle:
             )
         have = self._names.get(name)
         if have is not None and have is not kind:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"state {name!r} is already a {have.__name__}; each name has one kind"
             )
         self._names[name] = kind
@@ -925,7 +926,7 @@ def _max_event_time_ms(column: Any) -> int | None:
     if pa.types.is_integer(t):
         top = pc.max(column).as_py()
         return None if top is None else int(top)
-    raise TypeError(
+    raise InvalidTypeError(
         f"the event-time column must be a timestamp or integral ms column, got {t}"
     )
 

@@ -15,7 +15,7 @@ from silt.tierkit import public_url
 
 from . import _aggregate, _dedup, _join, _layout, _processor, _shard, _storage, _window
 from ._codec import to_json
-from .errors import LayoutMismatchError, VersionNotFoundError
+from .errors import LayoutMismatchError, NotAnOperatorRootError, VersionNotFoundError
 
 #: Columns after the key columns.
 STATE_COLUMNS = (
@@ -113,9 +113,13 @@ def rows_batch(rows: list[tuple], columns: Any, nkeys: int, json_key: bool,
 
 def read_state(
     spark: Any, state_url: str, version: int | None = None, state_name: str | None = None,
-    *, storage_options: dict[str, str] | None = None,
+    *, raw: bool = False, storage_options: dict[str, str] | None = None,
 ) -> Any:
     """The state of a silt_spark operator as a DataFrame, for inspection and time travel.
+
+    Typed by default wherever the state's schema is known: an aggregate's, a window
+    aggregate's and a deduplication's state (each operator has one) read as its typed
+    ``state_name`` would; a join's side or a processor's variable by its ``state_name``.
 
     Parameters
     ----------
@@ -131,7 +135,12 @@ def read_state(
     state_name : str, optional
         Only this state, typed (see Returns): a built-in operator's state by its name, or a
         :func:`silt_spark.transform_with_state` variable declared with a schema (a variable
-        without one keeps the JSON columns).
+        without one keeps the JSON columns). Without it, an aggregate's, window aggregate's or
+        deduplication's root reads its one state typed; a join's or a processor's root, whose
+        states have different schemas, reads all of them in the JSON form.
+    raw : bool, default False
+        The JSON form (below) whatever the root, every state or only ``state_name``'s: the
+        same columns for every operator, for tools that read any root.
     storage_options : dict of str, optional
         Object-store options for the state root, credentials included, as for the operator
         builders (``spark.silt.storage.<name>`` in the session's conf sets them too).
@@ -139,24 +148,28 @@ def read_state(
     Returns
     -------
     pyspark.sql.DataFrame
-        The key columns (typed as in the query; a JSON ``key`` column for roots created before
-        key types were recorded), then ``state`` (the state variable's name, ``"__timer__"``
-        for a timer, ``"aggregate"`` for :func:`silt_spark.aggregate`, ``"window"`` for an open
-        window of :func:`silt_spark.window_aggregate`, ``"seen"`` for a key remembered by
-        :func:`silt_spark.deduplicate`, ``"left"`` or ``"right"`` for a row buffered by
-        :func:`silt_spark.join`), ``map_key`` (JSON: a map state's key; a window's start
-        in ms), ``value`` (JSON: a value state's tuple as a list, a list state's list, a timer's
-        ms, an aggregate's or window's running parts, the micro-batch that first saw a
-        deduplicated key), ``expires_at_ms`` (TTL, else null) and ``shard_version`` (the
-        version the row was read from).
+        The JSON form (``raw=True``, a join's or processor's root without ``state_name``, a
+        processor variable declared without a schema, and roots created before key types were
+        recorded): the key columns (typed as in the query; a JSON ``key`` column for roots
+        created before key types were recorded), then ``state`` (the state variable's name,
+        ``"__timer__"`` for a timer, ``"aggregate"`` for :func:`silt_spark.aggregate`,
+        ``"window"`` for an open window of :func:`silt_spark.window_aggregate`, ``"seen"`` for a
+        key remembered by :func:`silt_spark.deduplicate`, ``"left"`` or ``"right"`` for a row
+        buffered by :func:`silt_spark.join`), ``map_key`` (JSON: a map state's key; a window's
+        start in ms), ``value`` (JSON: a value state's tuple as a list, a list state's list, a
+        timer's ms, an aggregate's or window's running parts, the micro-batch that first saw a
+        deduplicated key), ``expires_at_ms`` (TTL, else null) and ``shard_version`` (the version
+        the row was read from).
 
         With ``state_name`` naming a built-in operator's state (``"aggregate"``,
-        ``"window"``, ``"seen"``, ``"left"``/``"right"``, a processor's ``"__timer__"``):
-        typed columns, the key columns, then the state as the operator shows it (an
-        aggregate's output columns; a window's ``window_start``, ``window_end`` and
-        aggregates; a deduplicated key's ``first_batch_id`` and ``expires_at``; a buffered
-        join row's columns, ``event_time`` and ``matched``; a timer's ``timer``), then
-        ``shard_version`` (docs/spark.md, "Reading state"). A root created before key types
+        ``"window"``, ``"seen"``, ``"left"``/``"right"``, a processor's ``"__timer__"``), or
+        an aggregate's, window's or deduplication's root without it: typed columns, the key
+        columns, then the state as the operator shows it (an aggregate's output columns; a
+        window's ``window_start``, ``window_end`` (timestamps) and aggregates; a deduplicated
+        key's ``first_batch_id`` and ``expires_at``; a timer's ``timer``), then
+        ``shard_version`` (docs/spark.md, "Reading state"). A join's side reads as that side
+        names its columns: its key columns, its other columns, then ``event_time``,
+        ``matched`` and ``shard_version``. A root created before key types
         were recorded is not read typed (:class:`silt.errors.InvalidArgumentError`).
 
         With ``state_name`` naming a processor variable declared with a schema: the key
@@ -178,18 +191,27 @@ def read_state(
     storage = _storage.resolve(storage_options, spark)
     desc = _shard.read_descriptor(state_url, storage)
     if desc is None:
-        raise ValueError(f"{public_url(state_url)!r} is not a silt_spark state root "
-                         f"(no {_shard.DESCRIPTOR})")
+        raise NotAnOperatorRootError(
+            f"{public_url(state_url)!r} is not the state root of a silt_spark operator (no "
+            f"{_shard.DESCRIPTOR}): check state_url")
     spec = _spec(desc, state_url, storage)
     # Arguments are checked before any Spark call.
     at = _layout_version(version)
     if state_name is not None and not isinstance(state_name, str):
         raise InvalidTypeError(f"state_name must be a str, got {type(state_name).__name__}")
+    if not isinstance(raw, bool):
+        raise InvalidTypeError(f"raw must be True or False, got {type(raw).__name__}")
+    if state_name is None and not raw:
+        state_name = default_state(desc)
     typed = typed_entry(desc, state_url, state_name)
-    builtin = builtin_columns(desc, state_url, state_name)
+    builtin = None if raw else builtin_columns(desc, state_url, state_name)
     if version is not None:
         check_version(spec, version)
     key_columns = desc.get("key_columns") or [["key", "string"]]
+    if raw:
+        typed = None
+    elif builtin is not None:
+        key_columns = builtin_keys(desc, state_name)
     if typed is not None:
         return _read_typed(spark, spec, at, key_columns, state_name, typed)
     if builtin is not None:
@@ -224,6 +246,24 @@ BUILTIN_STATES = {
     _aggregate.KIND: ("aggregate",), _window.KIND: ("window",), _dedup.KIND: ("seen",),
     _join.KIND: ("left", "right"), _processor.KIND: (TIMER_STATE,),
 }
+
+
+def default_state(desc: dict[str, Any]) -> str | None:
+    """The state ``read_state`` reads typed when not told which: the one state of an
+    aggregate's, window aggregate's or deduplication's root whose key types are recorded;
+    ``None`` (the JSON form of every state) for others."""
+    names = BUILTIN_STATES.get(desc["operator"], ())
+    if desc["operator"] == _processor.KIND or len(names) != 1 or "key_columns" not in desc:
+        return None
+    return names[0]
+
+
+def builtin_keys(desc: dict[str, Any], state_name: str) -> list[list[str]]:
+    """The key columns (name, type) of built-in state ``state_name``'s typed rows: the
+    query's, or for a join's side the join key as that side names it."""
+    if desc["operator"] == _join.KIND:
+        return _join.side_keys(desc, state_name)
+    return desc["key_columns"]
 
 
 def builtin_columns(
@@ -433,6 +473,9 @@ def _layout_version(version: int | None) -> int:
 
     if version is None:
         return paths.MAX_VERSION
-    if isinstance(version, bool) or not isinstance(version, int) or version < 0:
-        raise ValueError(f"version must be a micro-batch id (an int >= 0), got {version!r}")
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise InvalidTypeError(
+            f"version must be a micro-batch id (an int >= 0), got {type(version).__name__}")
+    if version < 0:
+        raise InvalidArgumentError(f"version must be a micro-batch id (an int >= 0), got {version}")
     return version

@@ -58,7 +58,7 @@ from silt.plugins import open_store
 from silt.store import retrying
 from silt.tierkit import public_url
 
-from . import _descriptor, _layout, _lifecycle, _metrics, _progress, _watermark
+from . import _descriptor, _guard, _layout, _lifecycle, _metrics, _progress, _watermark
 from ._descriptor import DESCRIPTOR, DESCRIPTOR_FORMAT
 from .errors import (
     BatchConflictError,
@@ -477,11 +477,7 @@ class ShardTask:
                 if owner is not None and owner != self.query_id:
                     if not self.spec.take_over:
                         raise ForeignStateError(
-                            f"the state at {self.url!r} belongs to streaming query {owner}, not "
-                            f"to this query ({self.query_id}); use a new state_url, restart the "
-                            "original query from its checkpoint, or pass take_over=True to discard "
-                            "that state"
-                        )
+                            _lifecycle.foreign_message(self.url, owner, self.query_id))
                     log.warning("take_over: discarding %s (state of query %s)",
                                 public_url(self.url), owner)
                     db.close()
@@ -837,6 +833,7 @@ def run_shard(
             "state version is the micro-batch id"
         )
     query_id = ctx.getLocalProperty("sql.streaming.queryId") or ""
+    _guard.check_task(ctx.getLocalProperty(_guard.REFUSED), spec)  # refused when it started
     shard = ctx.partitionId()
     if shard >= spec.num_shards:
         raise ShardPlacementError(

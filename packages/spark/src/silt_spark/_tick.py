@@ -13,6 +13,12 @@ run as a no-data batch (or, when other input waits, the tick row rides along wit
 batch, where Spark runs no extra batch either). The row carries key group ``-1``: the shard
 tasks drop it, it only makes the batch happen, and Spark then runs every shard.
 
+Only a move made by a batch of the query's current run ticks, as Spark runs a no-data batch
+only after a batch of the same run (whether another batch is due is not in its checkpoint): a
+``Trigger.Once`` run, which runs one batch and never its no-data batch, or a query stopped
+right after a data batch, closes those windows with the next run's first data batch, as
+Spark does.
+
 Offsets: ``{"w": {<query id>: <watermark ms>, ...}}``, one entry per query whose markers the
 root holds (the reader cannot know which query it serves; a stopped query's watermark never
 moves, so it never ticks). ``availableNow``: the source supports it (it never reads data that
@@ -72,10 +78,15 @@ def due_offset(
     return {"w": _watermark.query_watermarks(store, delays_ms)}
 
 
-def moved(start: dict[str, Any], now: dict[str, Any]) -> bool:
-    """Whether a query's watermark in ``now`` passed the one in ``start`` (a tick is due)."""
+def moved(start: dict[str, Any], now: dict[str, Any],
+          baseline: dict[str, Any] | None = None) -> bool:
+    """Whether a query's watermark in ``now`` passed the one in ``start`` (a tick is due), and
+    the one in ``baseline`` (the run's first offset: see :func:`_classes`)."""
     before = start.get("w", {})
-    return any(w > before.get(q, _watermark.INITIAL_MS) for q, w in now.get("w", {}).items())
+    base = (baseline or {}).get("w", {})
+    low = _watermark.INITIAL_MS
+    return any(w > max(before.get(q, low), base.get(q, low))
+               for q, w in now.get("w", {}).items())
 
 
 def _classes() -> tuple[type, type]:
@@ -94,6 +105,13 @@ def _classes() -> tuple[type, type]:
             self.root, self.delays, self.storage_options = root, delays, storage_options
             self.called = self.listed = float("-inf")
             self.last: dict[str, Any] | None = None
+            #: The offset when this run of the query started (Spark makes one reader per
+            #: run). Spark runs a no-data batch only after a batch of the same run moved the
+            #: watermark (``lastExecutionRequiresAnotherBatch`` is not in the checkpoint): a
+            #: move made by the previous run's last batch, whose no-data batch never ran (a
+            #: ``Trigger.Once`` run, a query stopped right after a data batch), gets none
+            #: after a restart, and its closings come with the next data batch.
+            self.baseline: dict[str, Any] | None = None
 
         def _now(self) -> dict[str, Any]:
             """The offset now: listed again unless Spark is polling an idle query (see the
@@ -104,6 +122,8 @@ def _classes() -> tuple[type, type]:
             if self.last is None or not polling:
                 self.last = due_offset(self.root, self.delays, self.storage_options)
                 self.listed = t
+            if self.baseline is None:
+                self.baseline = self.last
             return self.last
 
         def initialOffset(self) -> dict[str, Any]:
@@ -117,7 +137,7 @@ def _classes() -> tuple[type, type]:
             if start is None:
                 start = getattr(self, "returned", None) or self.initialOffset()
             now = self._now()
-            self.returned = now if moved(start, now) else start
+            self.returned = now if moved(start, now, self.baseline) else start
             return self.returned
 
         def prepareForTriggerAvailableNow(self) -> None:
