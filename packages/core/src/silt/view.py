@@ -34,7 +34,8 @@ from .rangedel import EMPTY, RangeTombstones
 from .record import MISSING
 from .sst.bloom import bloom_hash
 from .sst.builder import SstInfo
-from .sst.reader import SstReader, get_levels, lookup_groups, plan_probe
+from .sst.probe import probe_sst, sorted_unique
+from .sst.reader import SstReader, get_levels
 
 if TYPE_CHECKING:
     from .budget import MemoryBudget
@@ -150,7 +151,7 @@ class ReadView:
         SST probed for the keys still unresolved, each needed block read once (``fetch``)."""
         found: dict[bytes, object] = {}
         tombs = self.tombs
-        remaining = split_found(sorted(set(keys)), self.mem.data, found)
+        remaining = split_found(sorted_unique(keys), self.mem.data, found)
         # Parts newest first, each as a memtable or (once uploaded) as an SST: uploads finish
         # out of order (parallel uploads, a failed upload retried at commit), so an older part
         # may still be a memtable while a newer one is already an SST.
@@ -162,14 +163,14 @@ class ReadView:
             if pm is not None:
                 remaining = split_found(remaining, pm.data, found)
             else:
-                remaining = _probe(part.reader, remaining, found, fetch)  # type: ignore[arg-type]
+                remaining = probe_sst(part.reader, remaining, found, fetch)  # type: ignore[arg-type]
             if tombs:
                 tombs.mask_found(before, found, part.seq)
         for reader in self.l0:
             if not remaining:
                 break
             before = remaining
-            remaining = _probe(reader, remaining, found, fetch)
+            remaining = probe_sst(reader, remaining, found, fetch)
             if tombs and tombs.covers_any(reader.info):  # type: ignore[arg-type]
                 tombs.mask_found(before, found, reader.info.seq)  # type: ignore[union-attr]
         for level in self.levels:
@@ -183,7 +184,7 @@ class ReadView:
                 hi = bisect_right(remaining, info.largest, lo)  # type: ignore[union-attr]
                 still.extend(remaining[pos:lo])
                 if lo < hi:
-                    still.extend(_probe(reader, remaining[lo:hi], found, fetch))
+                    still.extend(probe_sst(reader, remaining[lo:hi], found, fetch))
                     if tombs and tombs.covers_any(info):  # type: ignore[arg-type]
                         tombs.mask_found(remaining[lo:hi], found, info.seq)  # type: ignore[union-attr]
                 pos = hi
@@ -437,23 +438,6 @@ def _place(first: int, blocks: list[Any], where: dict[int, int], out: list[Any])
         j = where.get(i)
         if j is not None:
             out[j] = blk
-
-
-def _probe(reader: SstReader, keys: list[bytes], found: dict[bytes, object],
-           fetch: BlockFetcher) -> list[bytes]:
-    """Look ``keys`` (sorted) up in one SST; fill ``found``; return the unresolved keys."""
-    info = reader.info
-    lo = bisect_left(keys, info.smallest)  # type: ignore[union-attr]
-    hi = bisect_right(keys, info.largest)  # type: ignore[union-attr]
-    if lo >= hi:
-        return keys
-    tail = reader.tail
-    # One pass of the sorted keys against the bloom filter and the index (compiled: a merge).
-    unresolved, block_ids, groups = plan_probe(keys, lo, hi, tail.bloom, tail.last_keys)
-    lookup_groups(fetch(reader, block_ids), groups, found, unresolved)
-    unresolved.extend(keys[hi:])
-    unresolved.sort()
-    return unresolved
 
 
 def overlaps(info: SstInfo, start: bytes | None, end: bytes | None) -> bool:
