@@ -329,7 +329,7 @@ def test_state_on_s3_survives_a_killed_worker(cluster, spark, autoload_in_worker
     # The final state, read back from the bucket, holds every user's totals once.
     everything = pd.DataFrame([r for rows in batches for r in rows])
     per_user = everything.groupby("user")["amount"]
-    state = silt_spark.read_state(spark, root, storage_options=options).toPandas()
+    state = silt_spark.read_state(spark, root, raw=True, storage_options=options).toPandas()
     assert sorted(state["user"]) == sorted(per_user.groups)
     for _, row in state.iterrows():
         value = json.loads(row["value"])
