@@ -48,7 +48,7 @@ from .arguments import (
     check_timeout,
     check_value,
 )
-from .budget import MemoryBudget, memtable_charge, process_budget
+from .budget import MemoryBudget, MemtableAllowance, memtable_charge, process_budget
 from .cache import BlockCache
 from .clock import Clock
 from .commit import Committer, check_version
@@ -90,19 +90,6 @@ from .view import BlockFetcher, Level, Part, Readers, ReadView
 from .writebatch import DELETE_RANGE, WriteBatch
 
 _BYTES_ONLY = {bytes}
-
-
-def _give_back(budget: MemoryBudget, reserved: list[int]) -> None:
-    """Release what a DB's active memtable held reserved (close)."""
-    budget.release(reserved[0])
-    reserved[0] = 0
-
-
-def _give_back_soon(budget: MemoryBudget, reserved: list[int]) -> None:
-    """The same from the finalizer of a DB collected unclosed: it may run inside any
-    allocation, with the budget's or the cache's lock held, so it takes no lock."""
-    budget.release_soon(reserved[0])
-    reserved[0] = 0
 
 
 class DB:
@@ -148,12 +135,10 @@ class DB:
         self._max_value = settings.max_value_bytes
         #: The range-delete counter (silt.rangedel): the newest range tombstone's number.
         self._seq = 0
-        #: Size at which the active memtable must grow its reservation or freeze (with a budget,
-        #: 0 until its first write), and the bytes it holds reserved from the budget.
-        self._memtable_limit = settings.memtable_bytes if self._budget is None else 0
-        self._mem_reserved = [0]  # a list: the finalizer of a DB dropped unclosed gives it back
-        if self._budget is not None:
-            weakref.finalize(self, _give_back_soon, self._budget, self._mem_reserved)
+        #: When the active memtable must grow its reservation or freeze (silt.budget).
+        self._allowance = MemtableAllowance(self._budget, settings.memtable_bytes)
+        if self._budget is not None:  # a DB dropped unclosed gives its reservation back
+            weakref.finalize(self, self._allowance.give_back_soon)
         #: What reads consult; replaced whole (never edited) but for its active memtable.
         self._view = ReadView(Memtable())
         self._manifest: Manifest | None = None
@@ -287,7 +272,7 @@ class DB:
             mem.approx_bytes += len(key) + len(value) + 16
         else:
             mem.put(key, (value, self._expiry(ttl)))
-        if mem.approx_bytes >= self._memtable_limit:
+        if mem.approx_bytes >= self._allowance.limit:
             self._freeze_full(mem)
 
     def delete(self, key: bytes) -> None:
@@ -296,7 +281,7 @@ class DB:
         key = self._check_key(key)
         mem = self._view.mem
         mem.put(key, None)
-        if mem.approx_bytes >= self._memtable_limit:
+        if mem.approx_bytes >= self._allowance.limit:
             self._freeze_full(mem)
 
     def delete_range(self, start: bytes, end: bytes) -> None:
@@ -350,7 +335,7 @@ class DB:
             with self._lock:
                 mem = self._view.mem
                 mem.apply(batch.ops)
-                if mem.approx_bytes >= self._memtable_limit:
+                if mem.approx_bytes >= self._allowance.limit:
                     self._grow_or_freeze()
             return
         ops: list[tuple[Any, ...]] = []
@@ -371,7 +356,7 @@ class DB:
                 else:
                     self._view.mem.put(*op)
             mem = self._view.mem
-            if mem.approx_bytes >= self._memtable_limit:
+            if mem.approx_bytes >= self._allowance.limit:
                 self._grow_or_freeze()
 
     def put_many(self, keys: Sequence[bytes], values: Sequence[bytes]) -> None:
@@ -395,8 +380,8 @@ class DB:
         with self._lock:
             while i < n:
                 mem = self._view.mem
-                i = mem.put_pairs(keys, values, i, self._memtable_limit)
-                if mem.approx_bytes >= self._memtable_limit:
+                i = mem.put_pairs(keys, values, i, self._allowance.limit)
+                if mem.approx_bytes >= self._allowance.limit:
                     self._grow_or_freeze()
 
     # -- flush --------------------------------------------------------------------------------
@@ -406,27 +391,10 @@ class DB:
                 self._grow_or_freeze()
 
     def _grow_or_freeze(self) -> None:
-        """The active memtable reached ``_memtable_limit`` (caller holds ``_lock``). With a
-        budget and below ``Settings.memtable_bytes``, reserve chunks until its memory (see
-        :func:`~silt.budget.memtable_charge`) fits, the first always granted, and set the next
-        limit where the rest of the reservation would be used; freeze when the budget refuses."""
-        budget = self._budget
-        if budget is not None:
-            mem = self._view.mem
-            approx = mem.approx_bytes
-            cap = self._settings.memtable_bytes
-            if approx < cap:
-                need = memtable_charge(approx, len(mem))
-                while need >= self._mem_reserved[0]:
-                    if not budget.reserve(budget.chunk, force=self._mem_reserved[0] == 0):
-                        break
-                    self._mem_reserved[0] += budget.chunk
-                if need < self._mem_reserved[0]:
-                    # The rest, in memtable bytes, at the memtable's bytes-to-memory ratio so far.
-                    rest = (self._mem_reserved[0] - need) * approx // max(need, 1)
-                    self._memtable_limit = min(cap, approx + max(rest, 1))
-                    return
-        self._freeze()
+        """The active memtable reached its allowance's limit (caller holds ``_lock``): grow the
+        reservation, or freeze it when the budget refuses (:meth:`MemtableAllowance.grow`)."""
+        if not self._allowance.grow(self._view.mem):
+            self._freeze()
 
     def _freeze(self) -> None:
         """Hand the active memtable to the uploader (caller holds ``_lock``). With a budget, the
@@ -434,15 +402,8 @@ class DB:
         view = self._view
         size = memtable_charge(view.mem.approx_bytes, len(view.mem))
         self._view = self._flusher.freeze(view, self._seq)
-        budget = self._budget
-        if budget is not None and self._view is not view:
-            held, self._mem_reserved[0], self._memtable_limit = self._mem_reserved[0], 0, 0
-            if size > held:
-                budget.reserve(size - held, force=True)
-                held = size
-            future = self._view.parts[-1].future
-            assert future is not None
-            future.add_done_callback(lambda _f: budget.release(held))
+        if self._view is not view:
+            self._allowance.frozen(size, self._view.parts[-1].future)
 
     def flush(self) -> None:
         """Freeze the memtable and wait until every frozen memtable is an uploaded SST.
@@ -554,7 +515,7 @@ class DB:
                 part.future = done
                 part.memtable = None
                 self._view = view.but(mem=Memtable(), parts=(*view.parts, part))
-                self._give_back_memtable()
+                self._allowance.give_back_memtable()
                 self._metrics.add("inline_deltas")
                 return
         if not base_inline and not pending:
@@ -578,17 +539,8 @@ class DB:
         self._folded |= {s.id for s in base_inline}
         self._view = view.but(mem=Memtable() if mem is not None else view.mem, parts=parts)
         if mem is not None:
-            self._give_back_memtable()
+            self._allowance.give_back_memtable()
         self._metrics.add("inline_folds")
-
-    def _give_back_memtable(self) -> None:
-        """The active memtable was replaced by an empty one outside :meth:`_freeze`: release
-        its budget reservation."""
-        budget = self._budget
-        if budget is not None:
-            held, self._mem_reserved[0], self._memtable_limit = self._mem_reserved[0], 0, 0
-            if held:
-                budget.release(held)
 
     def _landed(self, manifest: Manifest, adopted: list, refused: list) -> None:
         """Bookkeeping once ``manifest`` is committed: install it, settle compactions (and
@@ -851,8 +803,7 @@ class DB:
             if self._budget is None:
                 self._cache.clear()
             else:  # the shared cache keeps this DB's blocks until evicted (a reopen finds them)
-                _give_back(self._budget, self._mem_reserved)
-                self._memtable_limit = 0
+                self._allowance.give_back()
                 self._readers.unpin_all()
             self._view = ReadView(Memtable())
             self._siblings.close()
