@@ -33,11 +33,10 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Iterator, Sequence
-from concurrent.futures import Future
 from functools import partial
 from typing import Any
 
-from . import inline, paths
+from . import paths
 from .arguments import (
     check_bounds,
     check_flag,
@@ -61,6 +60,7 @@ from .errors import (
 )
 from .flush import Flusher
 from .gc import GcReport, check_grace, collect_garbage
+from .inline import DeltaFreezer
 from .manifest import Manifest, check_meta
 from .markers import unchanged
 from .memtable import Memtable, check_ops, check_pairs
@@ -86,7 +86,7 @@ from .sst.reader import SstReader, get_levels
 from .store import ObjectStore
 from .tierkit import public_url
 from .versions import list_versions
-from .view import BlockFetcher, Level, Part, Readers, ReadView
+from .view import BlockFetcher, Level, Readers, ReadView
 from .writebatch import DELETE_RANGE, WriteBatch
 
 _BYTES_ONLY = {bytes}
@@ -156,8 +156,10 @@ class DB:
         #: References made by :meth:`reference` and not committed yet, and their state.
         self._refs: list[Reference] = []
         self._ref_base: Base = ((), ())
-        #: Base inline entries folded into a part not committed yet (silt.inline).
-        self._folded: set[str] = set()
+        #: Freezes each commit's delta, inline or folded (silt.inline).
+        self._deltas = DeltaFreezer(settings, clock, self._metrics, self._siblings.add_inline,
+                                    self._reader, self._flusher.upload,
+                                    self._allowance.give_back_memtable)
         self._install(manifest)
         self._compaction = CompactionDriver(
             self._store, settings, clock, self._metrics, siblings=self._siblings,
@@ -397,13 +399,17 @@ class DB:
             self._freeze()
 
     def _freeze(self) -> None:
-        """Hand the active memtable to the uploader (caller holds ``_lock``). With a budget, the
-        frozen memtable keeps its reservation (at least its size) until its upload is done."""
-        view = self._view
+        """Hand the active memtable to the uploader (caller holds ``_lock``)."""
+        self._view = self._frozen(self._view)
+
+    def _frozen(self, view: ReadView) -> ReadView:
+        """``view`` with its memtable handed to the uploader; with a budget, the frozen
+        memtable keeps its reservation (at least its size) until its upload is done."""
         size = memtable_charge(view.mem.approx_bytes, len(view.mem))
-        self._view = self._flusher.freeze(view, self._seq)
-        if self._view is not view:
-            self._allowance.frozen(size, self._view.parts[-1].future)
+        frozen = self._flusher.freeze(view, self._seq)
+        if frozen is not view:
+            self._allowance.frozen(size, frozen.parts[-1].future)
+        return frozen
 
     def flush(self) -> None:
         """Freeze the memtable and wait until every frozen memtable is an uploaded SST.
@@ -452,12 +458,12 @@ class DB:
                     merged_meta[k] = v
             old = self._manifest
             base_l0, base_levels = (old.l0, old.levels) if old is not None else self._ref_base
-            self._freeze_delta(base_l0)
+            self._view = self._deltas.freeze_delta(self._view, base_l0, self._seq, self._frozen)
             parts = self._view.parts
             self._flusher.wait(parts)
             self._flusher.refresh_aged(parts, self._committer.gc_reach(), self.version)
             new_l0 = tuple(p.info for p in reversed(parts))  # type: ignore[misc]
-            base_l0 = tuple(s for s in base_l0 if s.id not in self._folded)
+            base_l0 = tuple(s for s in base_l0 if s.id not in self._deltas.folded)
             records = self._compaction.gather(
                 old, sum(1 for s in (*new_l0, *base_l0) if not s.inline))
             l0, levels, adopted, refused = self._compaction.apply(
@@ -482,66 +488,6 @@ class DB:
             self._paid = paid
             return manifest.version
 
-    def _freeze_delta(self, base_l0: tuple[SstInfo, ...]) -> None:
-        """Freeze the delta of a commit (caller holds ``_lock``): keep a small one inline, or
-        fold the inline deltas (the base's and pending ones) with it into one uploaded SST, or
-        freeze it as usual (see :mod:`silt.inline` for the rules)."""
-        settings = self._settings
-        view = self._view
-        base_inline = [s for s in base_l0 if s.inline and s.id not in self._folded]
-        pending = [p for p in view.parts if p.info is not None and p.info.inline]
-        if len(pending) < len(view.parts):  # part of the delta is uploaded already
-            self._freeze()
-            if base_inline or pending:
-                self._fold(None, pending, base_inline)
-            return
-        enabled = min(settings.inline_delta_bytes, settings.inline_max_bytes)
-        mem = view.mem
-        if not mem.data:
-            return
-        if enabled and mem.approx_bytes <= 4 * enabled:
-            now = self._clock.now_ms()
-            data, info = inline.build(mem, self._seq, settings, now)
-            total = len(data) + sum(s.size for s in base_inline) + sum(
-                p.info.size for p in pending)  # type: ignore[union-attr]
-            if (len(data) <= settings.inline_delta_bytes and total <= settings.inline_max_bytes
-                    and len(base_inline) + len(pending) < settings.inline_max_entries):
-                self._siblings.add_inline({info.id: data})
-                part = Part(mem, self._seq)
-                part.info = info
-                part.reader = self._reader(info)
-                done: Future[None] = Future()
-                done.set_result(None)
-                part.future = done
-                part.memtable = None
-                self._view = view.but(mem=Memtable(), parts=(*view.parts, part))
-                self._allowance.give_back_memtable()
-                self._metrics.add("inline_deltas")
-                return
-        if not base_inline and not pending:
-            self._freeze()
-            return
-        self._fold(mem, pending, base_inline)
-
-    def _fold(self, mem: Memtable | None, pending: list[Part],
-              base_inline: list[SstInfo]) -> None:
-        """Upload one SST merging the active memtable ``mem`` (``None``: not part of it), the
-        pending inline parts and the base's inline entries (all the newest sources below
-        ``mem``), which it replaces; it becomes the oldest pending part."""
-        view = self._view
-        readers = [p.reader for p in reversed(pending)] + [self._reader(s) for s in base_inline]
-        merged = inline.fold(mem, readers, view.tombs)  # type: ignore[arg-type]
-        parts = tuple(p for p in view.parts if p not in pending)
-        if merged.data:
-            part = Part(merged, self._seq)
-            self._flusher.upload(part)
-            parts = (part, *parts)
-        self._folded |= {s.id for s in base_inline}
-        self._view = view.but(mem=Memtable() if mem is not None else view.mem, parts=parts)
-        if mem is not None:
-            self._allowance.give_back_memtable()
-        self._metrics.add("inline_folds")
-
     def _landed(self, manifest: Manifest, adopted: list, refused: list) -> None:
         """Bookkeeping once ``manifest`` is committed: install it, settle compactions (and
         refill the cache with the adopted ones' outputs, see :mod:`silt.refill`)."""
@@ -557,7 +503,7 @@ class DB:
         self._committer.landed(manifest)
         self._refs = []
         self._ref_base = ((), ())
-        self._folded = set()
+        self._deltas.landed()
         self._metrics.add("commits")
         self._compaction.resolved(adopted, refused)
         self._compaction.schedule(manifest)
