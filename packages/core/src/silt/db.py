@@ -33,7 +33,6 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Iterator, Sequence
-from functools import partial
 from typing import Any
 
 from . import paths
@@ -62,21 +61,13 @@ from .flush import Flusher
 from .gc import GcReport, check_grace, collect_garbage
 from .inline import DeltaFreezer
 from .manifest import Manifest, check_meta
-from .markers import unchanged
 from .memtable import Memtable, check_ops, check_pairs
 from .metrics import MeteredStore, Metrics
 from .pin import check_checkpoint_name, pin
 from .rangedel import MAX_FRAGMENTS, RangeTombstones
 from .record import MISSING, visible
 from .refill import Refiller
-from .reopen import (
-    check_at_most,
-    latest_at_most,
-    probe_at_most,
-    probe_latest,
-    serially,
-    successor,
-)
+from .reopen import check_at_most, check_settled, follow, gather_on
 from .settings import Settings
 from .siblings import Base, Reference, SiblingStores, mark_referrers, take_reference
 from .siblings import split_parent as _split_parent
@@ -822,10 +813,8 @@ class DB:
                 if base is None or v > base.version]
 
     def proved_latest(self) -> bool:
-        """Whether two GETs prove that no version newer than this DB's base exists (the first
-        step of :meth:`newer_versions`, which lists when this is ``False``). ``False`` means
-        "maybe not": a writer may have moved on (:meth:`advance` finds where with GETs), or this
-        DB knows no GC markers yet (it never committed), or has no base."""
+        """Whether two GETs prove that no version newer than this DB's base exists (``False``:
+        maybe not; a DB that never committed knows no GC markers and cannot prove it)."""
         self._check_open()
         base = self._manifest
         return base is not None and self._committer.nothing_after(base)
@@ -833,84 +822,29 @@ class DB:
     def advance(self, at_most: int) -> int | None:
         """Move this handle to the latest committed version ``<= at_most``, the one
         ``silt.open(url, at_most=at_most)`` would open now, and return it (``None``: there is
-        none). What both versions share is kept: the open readers of SSTs both list (their
-        indexes, filters and cached blocks); the new version's SSTs open as reads reach them.
-
-        For a long-lived handle that another process may have moved past, such as a stream
-        processor's cached shard whose batch ``b`` starts from ``advance(b - 1)``. Cost: on a
-        handle that committed before (so it knows the GC markers) and whose answer lies at most
-        :data:`silt.reopen.PROBES` numbers above its version, GETs only: the manifest and fate
-        record of each number probed from ``at_most`` down (one GET when absent), or of the
-        handle's own version when nothing newer exists, and one GET of the next GC epoch's name,
-        which proves that GC changed nothing meanwhile; otherwise, or when any of that does not
-        hold, one LIST as :func:`silt.open` (:mod:`silt.reopen` says when). On a remote store,
-        GETs that do not depend on one another go out at once (on the read pool): three round
-        trips when ``manifest/<at_most>`` is live (it; its fate record; the epoch), at most
-        one more when it is missing (the other numbers at once). Requests count under the
-        purpose ``open``; the metrics ``advances`` and ``advances_listed`` count the calls and
-        those that listed.
-
-        The handle must hold no uncommitted writes, references or unresolved commit
-        (:class:`~silt.errors.InvalidArgumentError`: commit them, or close and reopen). Its
-        commit lineage moves with it: the next commit creates the version after the new base.
-        A caller that then needs :meth:`newer_versions` calls :meth:`advance_newer` instead.
-        """
+        none), keeping the open readers of the SSTs both versions share; with GETs instead of
+        a LIST where :mod:`silt.reopen` can prove the answer (costs there). The handle must hold
+        no uncommitted writes, references or unresolved commit
+        (:class:`~silt.errors.InvalidArgumentError`); its commit lineage moves with it."""
         return self._advance(at_most, newer=False)[0]
 
     def advance_newer(self, at_most: int) -> tuple[int | None, list[int]]:
-        """:meth:`advance`, then :meth:`newer_versions`, in one step: returns the version the
-        handle moved to and the committed versions after it, ascending (what
-        ``silt.open(url, at_most=at_most)`` and its ``newer_versions()`` would answer now).
+        """:meth:`advance`, then :meth:`newer_versions`, in one step (fewer round trips: see
+        :mod:`silt.reopen`): the version the handle moved to and the committed versions after
+        it, ascending. The preconditions are :meth:`advance`'s.
 
-        Cost: on the GETs path of :meth:`advance`, one ranged GET more, in the same round as
-        the fate record of the version found (so no more round trips): of the name the version
-        after it would take, whose absence, under the same epoch GET, proves that nothing
-        is newer. A stream processor's shard that another worker process moved past by one
-        batch so pays 4 requests in 3 round trips (``manifest/<at_most>``; its fate record and
-        ``manifest/<at_most + 1>``; the epoch) where ``advance`` then ``newer_versions`` paid 5
-        in 5. One LIST, which answers both, when :meth:`advance` lists; one LIST for the
-        versions after it when that name exists (something newer, or withdrawn, does). The
-        preconditions are :meth:`advance`'s.
-
-        Examples
-        --------
         >>> version, newer = db.advance_newer(batch - 1)  # doctest: +SKIP
-        >>> replay = batch in newer  # doctest: +SKIP
         """
         version, newer = self._advance(at_most, newer=True)
         assert newer is not None
         return version, newer
 
     def catch_up(self, at_most: int) -> tuple[int | None, list[int]]:
-        """What a long-lived handle asks before it goes on from the latest version ``<=
-        at_most`` (a stream processor's cached shard, before batch ``at_most + 1``): whether
-        it is still the newest version (:meth:`proved_latest`), and when it is not,
-        :meth:`advance_newer`: the version the handle is at then and the committed versions
-        after it, ascending. The request that shows another writer moved on is the first read
-        of the advance, not one more before it.
+        """:meth:`advance_newer`, unless :meth:`proved_latest` proves the handle's version
+        (``<= at_most``) is still the newest: then the handle stays and the answer is
+        ``(version, [])``. Costs in :mod:`silt.reopen`; the preconditions are :meth:`advance`'s.
 
-        When nothing is newer than the handle's version (``<= at_most``), the handle stays
-        and the answer is ``(version, [])`` as :meth:`proved_latest` proves it: the name the
-        next version would take is missing, then the next GC epoch is. As there, the
-        version's own fate record is not read: a handle that committed the version resolved
-        that commit itself (its writer's withdrawal would have raised there); a withdrawal of a
-        version it moved to, by that version's writer since, is not seen here, exactly as
-        :meth:`proved_latest` does not see it (:meth:`advance_newer` reads the record).
-        Otherwise the answer is :meth:`advance_newer`'s, proved the same way.
-
-        Cost, on a handle that committed before: nothing newer, 2 GETs of missing objects, one
-        after the other (as :meth:`proved_latest`); another process committed the version
-        after it, which is ``at_most``: 4 GETs in 3 round trips (``manifest/<at_most>``; its
-        fate record and ``manifest/<at_most + 1>`` at once; the GC epoch), where
-        :meth:`proved_latest` then :meth:`advance_newer` pay 5 in 4. A LIST whenever
-        :meth:`advance_newer` lists. A handle that never committed lists (it knows no GC
-        markers). The preconditions are :meth:`advance`'s; the metric ``advances`` counts
-        the calls that did not stay.
-
-        Examples
-        --------
         >>> version, newer = db.catch_up(batch - 1)  # doctest: +SKIP
-        >>> replay = batch in newer  # doctest: +SKIP
         """
         version, newer = self._advance(at_most, newer=True, stay=True)
         assert newer is not None
@@ -921,73 +855,20 @@ class DB:
         check_at_most(at_most)
         with self._lock:
             self._check_open()
-            view, committer = self._view, self._committer
             base = self._manifest
-            if (len(view.mem) or view.parts or self._refs or committer.uncertain is not None
-                    or committer.withdrawing is not None
-                    or self._seq > (base.seq if base is not None else 0)):
-                raise InvalidArgumentError(
-                    f"{self._pub!r} has uncommitted writes (or a commit whose outcome is not "
-                    "known yet): advance() would drop them. Commit first, or close the DB and "
-                    "open it again"
-                )
-            markers = committer.markers
-            seen: Manifest | None = None
-            moved = False  # the GC epoch moved: GETs cannot prove anything, list
-            if stay and base is not None and markers and markers.horizon <= base.version <= at_most:
-                # proved_latest's two GETs, the first one reading the whole manifest when it
-                # exists, as the advance's round 1 would
-                with self._metrics.purpose("open"):
-                    seen = successor(self._store, base)
-                    if seen is None:
-                        if unchanged(self._store, markers):
-                            return self.version, []  # nothing after it
-                        moved = True
-            self._metrics.add("advances")
-            after: list[int] | None = None  # the versions after the one found, when known
-            with self._metrics.purpose("open"):
-                probed: tuple[Manifest, bool] | None = None
-                if base is not None and at_most >= 0 and not moved:
-                    if newer:
-                        probed = probe_latest(self._store, base, markers, at_most, self._gather,
-                                              seen)
-                    else:
-                        got = probe_at_most(self._store, base, markers, at_most, self._gather)
-                        probed = None if got is None else (got, False)
-                if probed is None:
-                    self._metrics.add("advances_listed")
-                    found, listed = latest_at_most(self._store, at_most, committer, self._gather)
-                    after = [v for v in listed if found is None or v > found.version]
-                else:
-                    found, latest = probed
-                    if latest:
-                        after = []
-                    elif newer:  # a name after it exists: list what is newer
-                        after = [v for v in list_versions(self._store).versions
-                                 if v > found.version]
+            check_settled(self._pub, self._view, self._refs, self._committer, self._seq, base)
+            found, after = follow(self._store, self._metrics, self._committer, base, at_most,
+                                  self._gather, newer=newer, stay=stay)
             if found is not base:
                 self._seq = found.seq if found is not None else 0
-                self._view = ReadView(view.mem)  # the base's SSTs and range deletes go
+                self._view = ReadView(self._view.mem)  # the base's SSTs and range deletes go
                 self._install(found)
                 if found is None:
                     self._readers.retain(set())
             return self.version, after if newer else None
 
     def _gather(self, calls: Sequence[Any]) -> list[Any]:
-        """Run independent requests at once on the read pool, counted under the caller's
-        purpose (see :meth:`BlockFetcher.gather <silt.view.BlockFetcher.gather>`); one after
-        the other in this thread on a local store (``ObjectStore.local``: a request costs
-        microseconds, less than handing it to a thread; and a single-threaded caller, such as
-        the deterministic simulation, stays single-threaded)."""
-        if self._store.local:
-            return serially(calls)
-        purpose = self._metrics.current_purpose()
-
-        def counted(call: Any) -> Any:
-            with self._metrics.purpose(purpose):
-                return call()
-
-        return self._fetch.gather([partial(counted, call) for call in calls])
+        return gather_on(self._store, self._metrics, self._fetch, calls)
 
     # -- retention ----------------------------------------------------------------------------
     def checkpoint(self, name: str) -> int:
