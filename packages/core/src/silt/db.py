@@ -438,10 +438,8 @@ class DB:
                 self._landed(landed[0], *landed[1])
             version, auto = self._committer.target(version, self.version)
             merged_meta = self.meta
-            if meta is not None and check_meta(meta):
-                for k, v in meta.items():
-                    if not isinstance(k, str) or not isinstance(v, str):
-                        raise InvalidTypeError("commit meta must map str to str")
+            if meta is not None:
+                for k, v in check_meta(meta).items():
                     if k.startswith(RESERVED_META_PREFIX):
                         raise InvalidArgumentError(
                             f"commit meta key {k!r}: keys starting with "
