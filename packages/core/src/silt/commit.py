@@ -1,6 +1,13 @@
 """The commit protocol: how one writer turns a manifest into a committed version, safely beside
 other writers, readers, checkpoints and GC (docs/architecture.md, docs/safety.md).
 
+A commit of a DB (:meth:`silt.DB.commit`), top to bottom: :meth:`Committer.prepare` settles an
+earlier commit whose outcome was unknown; :meth:`CommitSteps.plan` picks the version and merges
+the meta (refusing bad input before anything changes); :meth:`CommitSteps.freeze` freezes the
+delta (:mod:`silt.inline`: inline, folded or uploaded); :meth:`CommitSteps.publish` waits for
+the uploads, lets finished compactions join, counts the requests paid, and publishes with
+:meth:`Committer.publish`; the DB installs the manifest it returns.
+
 A :class:`Committer` holds what the protocol remembers between commits of one DB:
 
 * the **lineage**: the version its next manifest names as parent (the base, or a reservation or
@@ -41,11 +48,14 @@ installs what :meth:`publish` returns. Not thread-safe: the DB's writer lock ser
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from . import paths
 from .clock import Clock
+from .cost import META_REQUESTS, RESERVED_META_PREFIX, encode_requests, user_meta
 from .errors import (
     CommitConflict,
     CorruptionError,
@@ -56,17 +66,24 @@ from .errors import (
     StoreError,
     WithdrawnError,
 )
-from .manifest import Manifest
+from .manifest import Manifest, check_meta
 from .markers import GcMarkers, newest_epoch
 from .metrics import MeteredStore
 from .postcheck import PostChecks
 from .postcheck import all_exist as all_exist  # silt.pin's import
 from .rangedel import EMPTY, RangeTombstones
 from .reopen import Gather, serially
-from .siblings import Reference, SiblingStores
+from .siblings import Base, Reference, SiblingStores, mark_referrers, split_parent
 from .sst.builder import SstInfo
 from .store import retrying
 from .versions import read_fate
+
+if TYPE_CHECKING:
+    from .compaction.driver import CompactionDriver
+    from .flush import Flusher
+    from .inline import DeltaFreezer
+    from .metrics import Metrics
+    from .view import ReadView
 
 #: Errors after which the version is settled either way (no read-back on the next commit).
 _DECIDED = (CommitConflict, FencedError, CorruptionError, WithdrawnError)
@@ -306,3 +323,103 @@ def check_version(version: Any) -> None:
             f"a version must be between 0 and {paths.MAX_VERSION}, got {version}"
         )
 
+
+@dataclass
+class Plan:
+    """What :meth:`CommitSteps.plan` decided before anything changes: the version to create
+    (and whether it was chosen here), the merged meta, and the base's SSTs."""
+
+    version: int
+    auto: bool
+    meta: dict[str, str]
+    base: Manifest | None
+    base_l0: tuple[SstInfo, ...]
+    base_levels: tuple[tuple[SstInfo, ...], ...]
+
+
+class Published(NamedTuple):
+    """A committed manifest, the compactions it adopted and refused, and the request totals
+    its ``silt.requests`` meta counted up to."""
+
+    manifest: Manifest
+    adopted: list
+    refused: list
+    paid: dict[str, int]
+
+
+class CommitSteps:
+    """The steps of one DB's commits (module docstring), over the rooms they go through; it
+    remembers what the previous commit counted as paid. The DB's writer lock serializes it."""
+
+    def __init__(self, committer: Committer, flusher: Flusher, deltas: DeltaFreezer,
+                 compaction: CompactionDriver, siblings: SiblingStores, metrics: Metrics,
+                 url: str) -> None:
+        self._committer = committer
+        self._flusher = flusher
+        self._deltas = deltas
+        self._compaction = compaction
+        self._siblings = siblings
+        self._metrics = metrics
+        self._url = url
+        #: Requests by kind counted into the previous commit's ``silt.requests`` (silt.cost).
+        self._paid: dict[str, int] = {}
+
+    def plan(self, version: int | None, meta: dict[str, str] | None, base: Manifest | None,
+             ref_base: Base) -> Plan:
+        """The version to create from ``base`` and the meta merged into the base's; the base's
+        SSTs are those of the references (``ref_base``) on an empty root."""
+        version, auto = self._committer.target(version, base.version if base else None)
+        merged_meta = user_meta(base.meta) if base is not None else {}
+        if meta is not None:
+            for k, v in check_meta(meta).items():
+                if k.startswith(RESERVED_META_PREFIX):
+                    raise InvalidArgumentError(
+                        f"commit meta key {k!r}: keys starting with "
+                        f"{RESERVED_META_PREFIX!r} are silt's own; name yours otherwise")
+                merged_meta[k] = v
+        base_l0, base_levels = (base.l0, base.levels) if base is not None else ref_base
+        return Plan(version, auto, merged_meta, base, base_l0, base_levels)
+
+    def freeze(self, plan: Plan, view: ReadView, seq: int,
+               frozen: Callable[[ReadView], ReadView]) -> ReadView:
+        """``view`` with the delta frozen (:meth:`silt.inline.DeltaFreezer.freeze_delta`)."""
+        return self._deltas.freeze_delta(view, plan.base_l0, seq, frozen)
+
+    def publish(self, plan: Plan, view: ReadView, refs: list[Reference],
+                seq: int) -> Published:
+        """Wait for the uploads of ``view``'s parts (copying those GC may reach), let finished
+        compactions join the new L0 and levels, count the requests paid since the previous
+        commit (this manifest's PUT included) into the meta, and publish."""
+        old = plan.base
+        parts = view.parts
+        self._flusher.wait(parts)
+        self._flusher.refresh_aged(parts, self._committer.gc_reach(),
+                                   old.version if old is not None else None)
+        new_l0 = tuple(p.info for p in reversed(parts))  # type: ignore[misc]
+        base_l0 = tuple(s for s in plan.base_l0 if s.id not in self._deltas.folded)
+        records = self._compaction.gather(
+            old, sum(1 for s in (*new_l0, *base_l0) if not s.inline))
+        l0, levels, adopted, refused = self._compaction.apply(
+            new_l0 + base_l0, plan.base_levels, records, seq)
+        # What this handle paid since its previous commit, this manifest's PUT included.
+        paid = self._metrics.totals()
+        paid["PUT"] += 1
+        merged_meta = plan.meta
+        merged_meta[META_REQUESTS] = encode_requests(
+            {k: n - self._paid.get(k, 0) for k, n in paid.items()})
+        tombs = view.tombs.prune([*l0, *(s for run in levels for s in run)])
+        with self._metrics.purpose("commit"):
+            if old is None and refs:
+                # Before the manifest exists: the owners' GC must know it may be referenced.
+                mark_referrers(self._siblings, [*l0, *(s for run in levels for s in run)],
+                               split_parent(self._url)[1])
+            manifest = self._committer.publish(
+                plan.version, plan.auto, old, l0, levels, merged_meta, refs,
+                pending=(adopted, refused), seq=seq, tombs=tombs,
+                inline=self._siblings.inline_bytes([s.id for s in l0 if s.inline]),
+            )
+        return Published(manifest, adopted, refused, paid)
+
+    def landed(self, published: Published) -> None:
+        """The DB installed ``published``: the next commit counts from its totals."""
+        self._paid = published.paid

@@ -49,9 +49,9 @@ from .arguments import (
 from .budget import MemoryBudget, MemtableAllowance, memtable_charge, process_budget
 from .cache import BlockCache
 from .clock import Clock
-from .commit import Committer, check_version
+from .commit import CommitSteps, Committer, check_version
 from .compaction.driver import CompactionDriver
-from .cost import META_REQUESTS, RESERVED_META_PREFIX, encode_requests, user_meta
+from .cost import user_meta
 from .errors import (
     ClosedError,
     InvalidArgumentError,
@@ -60,7 +60,7 @@ from .errors import (
 from .flush import Flusher
 from .gc import GcReport, check_grace, collect_garbage
 from .inline import DeltaFreezer
-from .manifest import Manifest, check_meta
+from .manifest import Manifest
 from .memtable import Memtable, check_ops, check_pairs
 from .metrics import MeteredStore, Metrics
 from .pin import check_checkpoint_name, pin
@@ -69,8 +69,7 @@ from .record import MISSING, visible
 from .refill import Refiller
 from .reopen import check_at_most, check_settled, follow, gather_on
 from .settings import Settings
-from .siblings import Base, Reference, SiblingStores, mark_referrers, take_reference
-from .siblings import split_parent as _split_parent
+from .siblings import Base, Reference, SiblingStores, take_reference
 from .sst.builder import SstInfo
 from .sst.format import MAX_EXPIRY_MS
 from .sst.reader import SstReader, get_levels
@@ -103,8 +102,6 @@ class DB:
         self._listed = listed
         #: Request counters; ``metrics`` carries on the counts of opening this DB.
         self._metrics = Metrics() if metrics is None else metrics
-        #: Requests by kind counted into the previous commit's ``silt.requests`` (silt.cost).
-        self._paid: dict[str, int] = {}
         self._store = MeteredStore(store, self._metrics)
         self._url = url
         #: The URL as messages and repr show it: no query (tier options may hold a secret).
@@ -155,6 +152,9 @@ class DB:
         self._compaction = CompactionDriver(
             self._store, settings, clock, self._metrics, siblings=self._siblings,
             announce=self._flusher.announce, reach=self._committer.gc_reach)
+        #: The steps of a commit (silt.commit).
+        self._steps = CommitSteps(self._committer, self._flusher, self._deltas, self._compaction,
+                                  self._siblings, self._metrics, url)
 
     # -- properties ---------------------------------------------------------------------------
     @property
@@ -436,46 +436,12 @@ class DB:
             landed = self._committer.prepare(self._manifest, self._refs)
             if landed is not None:
                 self._landed(landed[0], *landed[1])
-            version, auto = self._committer.target(version, self.version)
-            merged_meta = self.meta
-            if meta is not None:
-                for k, v in check_meta(meta).items():
-                    if k.startswith(RESERVED_META_PREFIX):
-                        raise InvalidArgumentError(
-                            f"commit meta key {k!r}: keys starting with "
-                            f"{RESERVED_META_PREFIX!r} are silt's own; name yours otherwise")
-                    merged_meta[k] = v
-            old = self._manifest
-            base_l0, base_levels = (old.l0, old.levels) if old is not None else self._ref_base
-            self._view = self._deltas.freeze_delta(self._view, base_l0, self._seq, self._frozen)
-            parts = self._view.parts
-            self._flusher.wait(parts)
-            self._flusher.refresh_aged(parts, self._committer.gc_reach(), self.version)
-            new_l0 = tuple(p.info for p in reversed(parts))  # type: ignore[misc]
-            base_l0 = tuple(s for s in base_l0 if s.id not in self._deltas.folded)
-            records = self._compaction.gather(
-                old, sum(1 for s in (*new_l0, *base_l0) if not s.inline))
-            l0, levels, adopted, refused = self._compaction.apply(
-                new_l0 + base_l0, base_levels, records, self._seq)
-            # What this handle paid since its previous commit, this manifest's PUT included.
-            paid = self._metrics.totals()
-            paid["PUT"] += 1
-            merged_meta[META_REQUESTS] = encode_requests(
-                {k: n - self._paid.get(k, 0) for k, n in paid.items()})
-            tombs = self._view.tombs.prune([*l0, *(s for run in levels for s in run)])
-            with self._metrics.purpose("commit"):
-                if old is None and self._refs:
-                    # Before the manifest exists: the owners' GC must know it may be referenced.
-                    mark_referrers(self._siblings, [*l0, *(s for run in levels for s in run)],
-                                   _split_parent(self._url)[1])
-                manifest = self._committer.publish(
-                    version, auto, old, l0, levels, merged_meta, self._refs,
-                    pending=(adopted, refused), seq=self._seq, tombs=tombs,
-                    inline=self._siblings.inline_bytes([s.id for s in l0 if s.inline]),
-                )
-            self._landed(manifest, adopted, refused)
-            self._paid = paid
-            return manifest.version
+            plan = self._steps.plan(version, meta, self._manifest, self._ref_base)
+            self._view = self._steps.freeze(plan, self._view, self._seq, self._frozen)
+            published = self._steps.publish(plan, self._view, self._refs, self._seq)
+            self._landed(*published[:3])
+            self._steps.landed(published)
+            return published.manifest.version
 
     def _landed(self, manifest: Manifest, adopted: list, refused: list) -> None:
         """Bookkeeping once ``manifest`` is committed: install it, settle compactions (and
