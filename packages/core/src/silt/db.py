@@ -5,22 +5,22 @@ read view; the work is done by rooms that own their state and never call back in
 
 * :mod:`silt.view` — the immutable :class:`~silt.view.ReadView` (active memtable, frozen parts,
   L0, levels) with ``get``, ``multi_get`` and ``scan`` (docs/architecture.md);
-* :mod:`silt.flush` — freezing the memtable and uploading SSTs (section 5);
-* :mod:`silt.commit` — the commit protocol: reservations, create-only manifests, ambiguous
-  outcomes, the checks after a commit and withdrawals (sections 5, 8, 9);
+* :mod:`silt.budget` — the memtable's allowance (:class:`~silt.budget.MemtableAllowance`);
+  :mod:`silt.flush` — freezing the memtable and uploading SSTs;
+* :mod:`silt.commit` — a commit's steps (:class:`~silt.commit.CommitSteps`) and the commit
+  protocol (:class:`~silt.commit.Committer`, its checks after the PUT in :mod:`silt.postcheck`);
+  :mod:`silt.inline` — freezing a commit's delta inline or folded;
 * :mod:`silt.pin` — named checkpoints; :mod:`silt.gc` — garbage collection;
-* :mod:`silt.reopen` — finding the latest version ``<= n`` from an open version with GETs
-  (:meth:`DB.advance`);
+* :mod:`silt.reopen` — following newer versions with GETs (:meth:`DB.advance`);
 * :mod:`silt.siblings` — references to sibling DBs' SSTs; :mod:`silt.compaction` — compaction.
 
 Following a key: :meth:`DB.get` (the view's memtable) ->
 :meth:`ReadView.get_below <silt.view.ReadView.get_below>` (parts, then
 :func:`silt.sst.reader.get_levels`: L0, then one SST per level) -> the SST's bloom filter, index
-and block (:mod:`silt.sst.reader`). Following a commit: :meth:`DB.commit` freezes
-the memtable (:meth:`Flusher.freeze <silt.flush.Flusher.freeze>`), waits for uploads, lets
-compaction results join the new L0/levels, and hands them to
-:meth:`Committer.publish <silt.commit.Committer.publish>`; then installs the returned manifest
-as the new base and read view.
+and block (:mod:`silt.sst.reader`). Following a commit: :meth:`DB.commit` ->
+:meth:`Committer.prepare <silt.commit.Committer.prepare>` -> :class:`~silt.commit.CommitSteps`
+(plan, freeze, publish) -> :meth:`Committer.publish <silt.commit.Committer.publish>`; then the
+DB installs the returned manifest as the new base and read view.
 
 Threading contract: one thread writes (put, delete, write, commit, flush) at a time; reads (get,
 multi_get, scan) may run concurrently with it from other threads. Uploads and parallel block
