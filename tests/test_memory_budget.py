@@ -83,7 +83,7 @@ def test_memtables_take_from_the_cache_and_freeze_early_at_their_share(urls) -> 
             # What the active memtables hold reserved (a frozen one keeps its reservation until
             # its upload is done, however long that takes: memory really held, so counted, but
             # not what the share limits).
-            peak = max(peak, sum(db._mem_reserved[0] for db in dbs))
+            peak = max(peak, sum(db._allowance.reserved for db in dbs))
             # Frozen memtables still uploading keep their reservations, and on a loaded
             # machine they can hold more than the whole budget: the cache then has none.
             assert budget.cache.capacity == max(0, budget.capacity - budget.memtable_bytes

@@ -35,10 +35,15 @@ from __future__ import annotations
 
 import threading
 from collections import deque
+from concurrent.futures import Future
+from typing import TYPE_CHECKING
 
 from .cache import BlockCache
 from .errors import InvalidArgumentError, InvalidTypeError
 from .settings import MAX_INT, KiB, MiB
+
+if TYPE_CHECKING:
+    from .memtable import Memtable
 
 #: The process budget until :func:`set_memory_budget` changes it: a cache of at least 256 MiB
 #: and up to 256 MiB of memtables, what one DB used before budgets existed.
@@ -216,6 +221,79 @@ class MemoryBudget:
         return (f"<silt.MemoryBudget {self.capacity} bytes, memtables {self.memtable_bytes}/"
                 f"{self.memtable_limit}, pinned {self.pinned_bytes}, "
                 f"cache {self.cache.used}/{self.cache.capacity}>")
+
+
+class MemtableAllowance:
+    """What one DB's active memtable may hold: :attr:`limit`, the size (``approx_bytes``) at
+    which the DB asks :meth:`grow` (or freezes), and :attr:`reserved`, the bytes it holds
+    reserved from :attr:`budget`. Without a budget the limit is ``memtable_bytes`` for good;
+    with one it is 0 until the first write. Owned by the DB's writer (its lock held), but for
+    :meth:`give_back_soon`."""
+
+    def __init__(self, budget: MemoryBudget | None, memtable_bytes: int) -> None:
+        self.budget = budget
+        #: ``Settings.memtable_bytes``: the size at which a memtable freezes whatever the budget.
+        self.cap = memtable_bytes
+        self.limit = memtable_bytes if budget is None else 0
+        self.reserved = 0
+
+    def grow(self, mem: Memtable) -> bool:
+        """The active memtable ``mem`` reached :attr:`limit`. With a budget and below
+        :attr:`cap`, reserve chunks until its memory (see :func:`memtable_charge`) fits, the
+        first always granted, and set the next limit where the rest of the reservation would
+        be used; ``False`` (freeze it) when the budget refuses."""
+        budget = self.budget
+        if budget is not None:
+            approx = mem.approx_bytes
+            cap = self.cap
+            if approx < cap:
+                need = memtable_charge(approx, len(mem))
+                while need >= self.reserved:
+                    if not budget.reserve(budget.chunk, force=self.reserved == 0):
+                        break
+                    self.reserved += budget.chunk
+                if need < self.reserved:
+                    # The rest, in memtable bytes, at the memtable's bytes-to-memory ratio so far.
+                    rest = (self.reserved - need) * approx // max(need, 1)
+                    self.limit = min(cap, approx + max(rest, 1))
+                    return True
+        return False
+
+    def frozen(self, size: int, upload: Future[None] | None) -> None:
+        """The active memtable, of memory ``size``, was frozen and is being uploaded
+        (``upload``): with a budget it keeps its reservation (at least ``size``) until the
+        upload is done, and the next memtable starts from nothing."""
+        budget = self.budget
+        if budget is not None:
+            held, self.reserved, self.limit = self.reserved, 0, 0
+            if size > held:
+                budget.reserve(size - held, force=True)
+                held = size
+            assert upload is not None
+            upload.add_done_callback(lambda _f: budget.release(held))
+
+    def give_back_memtable(self) -> None:
+        """The active memtable was replaced by an empty one without an upload: release its
+        reservation."""
+        budget = self.budget
+        if budget is not None:
+            held, self.reserved, self.limit = self.reserved, 0, 0
+            if held:
+                budget.release(held)
+
+    def give_back(self) -> None:
+        """Release what the active memtable held reserved (the DB closes)."""
+        assert self.budget is not None
+        self.budget.release(self.reserved)
+        self.reserved = 0
+        self.limit = 0
+
+    def give_back_soon(self) -> None:
+        """The same from the finalizer of a DB collected unclosed: it may run inside any
+        allocation, with the budget's or the cache's lock held, so it takes no lock."""
+        assert self.budget is not None
+        self.budget.release_soon(self.reserved)
+        self.reserved = 0
 
 
 _process_lock = threading.Lock()

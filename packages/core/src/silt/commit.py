@@ -1,6 +1,13 @@
 """The commit protocol: how one writer turns a manifest into a committed version, safely beside
 other writers, readers, checkpoints and GC (docs/architecture.md, docs/safety.md).
 
+A commit of a DB (:meth:`silt.DB.commit`), top to bottom: :meth:`Committer.prepare` settles an
+earlier commit whose outcome was unknown; :meth:`CommitSteps.plan` picks the version and merges
+the meta (refusing bad input before anything changes); :meth:`CommitSteps.freeze` freezes the
+delta (:mod:`silt.inline`: inline, folded or uploaded); :meth:`CommitSteps.publish` waits for
+the uploads, lets finished compactions join, counts the requests paid, and publishes with
+:meth:`Committer.publish`; the DB installs the manifest it returns.
+
 A :class:`Committer` holds what the protocol remembers between commits of one DB:
 
 * the **lineage**: the version its next manifest names as parent (the base, or a reservation or
@@ -42,11 +49,13 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from . import paths
 from .clock import Clock
+from .cost import META_REQUESTS, RESERVED_META_PREFIX, encode_requests, user_meta
 from .errors import (
     CommitConflict,
     CorruptionError,
@@ -54,26 +63,33 @@ from .errors import (
     InvalidArgumentError,
     InvalidTypeError,
     NotFoundError,
-    SiltError,
     StoreError,
     WithdrawnError,
 )
-from .gc import horizon, read_checkpoints
-from .manifest import Manifest
-from .markers import GcMarkers, newest_epoch, read_markers, refresh, unchanged
+from .manifest import Manifest, check_meta
+from .markers import GcMarkers, newest_epoch
 from .metrics import MeteredStore
+from .postcheck import PostChecks
+from .postcheck import all_exist as all_exist  # silt.pin's import
 from .rangedel import EMPTY, RangeTombstones
 from .reopen import Gather, serially
-from .siblings import Reference, SiblingStores
+from .siblings import Base, Reference, SiblingStores, mark_referrers, split_parent
 from .sst.builder import SstInfo
 from .store import retrying
-from .versions import WITHDRAWN, Fate, VersionListing, list_versions, read_fate
+from .versions import read_fate
+
+if TYPE_CHECKING:
+    from .compaction.driver import CompactionDriver
+    from .flush import Flusher
+    from .inline import DeltaFreezer
+    from .metrics import Metrics
+    from .view import ReadView
 
 #: Errors after which the version is settled either way (no read-back on the next commit).
 _DECIDED = (CommitConflict, FencedError, CorruptionError, WithdrawnError)
 
 
-class Committer:
+class Committer(PostChecks):
     """The commit protocol of one DB (see the module docstring)."""
 
     def __init__(self, store: MeteredStore, url: str, clock: Clock, grace_ms: int,
@@ -239,27 +255,6 @@ class Committer:
             return False
         return existing.token == manifest.token
 
-    def _check_empty_root(self, manifest: Manifest, listing: VersionListing | None) -> None:
-        """A first commit on an empty root creates its version directly (no base whose next
-        name writers could race for). So after creating it, it lists the versions (``listing``):
-        if any other live version exists, another writer committed on this root meanwhile (or
-        before: this writer's view of an empty root was stale), and this one withdraws its own.
-        Two such writers may both withdraw; never both stand. One LIST, on a DB's first
-        commit only."""
-        if manifest.parent is not None or listing is None:
-            return
-        others = [v for v in listing.versions if v != manifest.version]
-        if not others:
-            return
-        why = (f"version {manifest.version} of {self._url!r} was committed from an empty root, "
-               f"but the root has version {others[-1]} (committed meanwhile, or this writer's "
-               "view of the root was stale)")
-        if self._withdraw(manifest, why):
-            raise CommitConflict(
-                f"{why}; reopen the latest version (silt.open) and redo the work from there",
-                version=manifest.version,
-            )
-
     def _reserve(self, target: int, base: Manifest | None, n: int) -> None:
         """Create the version at ``n`` (the first free number) that reserves the numbers up to
         ``target``, with the base's state (same SSTs and meta). A name held by a stand-in for
@@ -318,266 +313,6 @@ class Committer:
         self.lineage, self.next = version, existing.next_version
         return "reserved"
 
-    # -- checks after the manifest exists ---------------------------------------------------------
-    def _post_commit(self, manifest: Manifest, base: Manifest | None, refs: list[Reference],
-                     *, resolving: bool = False) -> None:
-        """Step 3: the GC markers (one GET when nothing changed since the last commit,
-        :func:`silt.markers.refresh`; on a first commit one LIST), on an empty root the versions
-        too, at once; more requests only on the rare paths."""
-        calls: list[Callable[[], Any]] = [self._refresh_markers]
-        if manifest.parent is None:
-            calls.append(partial(list_versions, self._store))
-        markers, *listing = self._gather(calls)
-        self._check_empty_root(manifest, listing[0] if listing else None)
-        self._check_horizon(manifest, markers)
-        self._check_rollback(manifest, markers)
-        self._check_age(manifest, base, markers, resolving=resolving)
-        if base is not None:
-            self._check_base(manifest, base, markers)
-        if refs and base is None:
-            self._check_sources(manifest, refs)
-
-    def nothing_after(self, base: Manifest) -> bool:
-        """Whether no version after ``base`` exists, proved with two GETs of objects that do not
-        exist while that holds; ``False`` when unsure (then list). First the name every commit
-        on top of ``base`` creates first (``base.next_version``: a commit that skips numbers
-        reserves it, so any newer version implies it), then the next GC epoch (GC deletes a
-        manifest only after bumping it, so a successor deleted before the first GET shows).
-        Unsure without known markers, with a commit or withdrawal in flight, or when ``base``
-        is below the known GC horizon (GC may have deleted its successor before the markers
-        were read, without a later epoch; at or above it, GC deletes nothing of a number above
-        ``base`` before bumping the epoch)."""
-        if (self.markers is None or self.uncertain is not None or self.withdrawing is not None
-                or base.version < self.markers.horizon):
-            return False
-        name = paths.manifest_key(base.next_version)
-        try:
-            retrying(lambda: self._store.get_range(name, 0, 1))
-            return False
-        except NotFoundError:
-            pass
-        return unchanged(self._store, self.markers)
-
-    def gc_reach(self) -> int:
-        """The newest cutoff (ms) of a GC pass this writer knows of (its GC markers as last
-        read, running or done), 0 with none: an unpublished SST older than it may have been
-        collected by that pass, or may still be. The next commit copies such SSTs first
-        (:meth:`silt.flush.Flusher.refresh_aged`), which is what lets a commit withdrawn by
-        :meth:`_check_age` succeed when committed again."""
-        return max(self.markers.passes, default=0) if self.markers is not None else 0
-
-    def _refresh_markers(self) -> GcMarkers:
-        """The GC markers after the PUT (one LIST of ``gc/`` after :meth:`_create_first`)."""
-        epoch, self._epoch_seen = self._epoch_seen, None
-        self.markers = (read_markers(self._store, epoch=epoch) if self.markers is None
-                        and epoch is not None else refresh(self._store, self.markers))
-        return self.markers
-
-    def relearn_markers(self) -> None:
-        """With a listing of versions (:func:`silt.reopen.latest_at_most`): read the GC markers
-        again if they changed (one GET if not; else both LISTs: a GC pass bumps the epoch twice),
-        so the next advance proves its answer with GETs again. Nothing when none are known."""
-        if self.markers is not None and not unchanged(self._store, self.markers):
-            self.markers = read_markers(self._store)
-
-    def _check_horizon(self, manifest: Manifest, markers: GcMarkers) -> None:
-        """Withdraw ``manifest`` if GC's horizon passed it (this writer is a zombie)."""
-        h = markers.horizon
-        parent = manifest.parent
-        if manifest.version >= h and (parent is None or parent >= h):
-            return
-        if manifest.version == h:
-            # The marker names this very version: the GC pass that wrote it listed this
-            # manifest and kept everything it references (e.g. a commit whose response was lost
-            # and that GC saw before this writer resolved it). Withdrawing it would lose data.
-            return
-        if parent is not None and parent < h <= manifest.version:
-            if parent in read_checkpoints(self._store).values():
-                return  # the base is pinned: its SSTs are kept
-        self._fence(manifest, (
-            f"version {manifest.version} (from base {parent}) of {self._url!r} is below the "
-            f"garbage-collection horizon {h}: newer versions exist and GC has removed older "
-            "ones, so this writer is stale. The commit was withdrawn; reopen the latest version "
-            "(silt.open) and redo the work from there"
-        ))
-
-    def _check_rollback(self, manifest: Manifest, markers: GcMarkers) -> None:
-        """Withdraw ``manifest`` if a checkpoint once pinned a version at or above it that is
-        not this commit: its number was seen before, so the root was rolled back."""
-        v = manifest.version
-        seen = [p for p in markers.pins if p[0] > v or (p[0] == v and p[1] != manifest.token)]
-        if not seen:
-            return
-        pinned, _ = max(seen)
-        detail = (
-            f"a checkpoint pinned version {pinned} of {self._url!r}, but the newest version "
-            f"found was {manifest.parent}: the root was rolled back (newer manifests deleted or "
-            f"restored from an older copy). Version {v} would reuse a number already seen, so "
-            "the commit was withdrawn. Restore the missing manifests, or run `silt verify` to "
-            "see what is missing"
-        )
-        self._fence(manifest, detail, error=CorruptionError(
-            paths.manifest_key(pinned), None, detail))
-
-    def _check_age(self, manifest: Manifest, base: Manifest | None, markers: GcMarkers, *,
-                   resolving: bool = False) -> None:
-        """Withdraw ``manifest`` if garbage collection may collect an SST it newly publishes.
-
-        A GC pass deletes only unreferenced objects older than its cutoff, and writes its
-        ``gc/pass`` marker before its last listing of manifests. So when no marker of a pass
-        with a cutoff past this commit's oldest new SST is visible now (after the manifest
-        exists), every pass that could collect those SSTs sees the manifest and keeps them:
-        the usual case, decided without a request more. Otherwise: if the passes are done and
-        every new SST is still there, nothing was collected; if a pass is still running, it may
-        yet delete them, and the version is withdrawn (unless a checkpoint settled it first,
-        or GC already kept it as its horizon).
-        """
-        old = {s.id for s in base.all_ssts()} if base is not None else set()
-        # References to siblings' SSTs are protected by the sources' horizons instead; inline
-        # SSTs are no objects (the manifest carries them).
-        ids = [s.id for s in manifest.objects() if s.id not in old and not s.db]
-        if not ids:
-            return
-        oldest = min(paths.id_time_ms(i) for i in ids)
-        running, done = markers.passes_after(oldest)
-        if not running and not done:
-            return
-        try:
-            present = all_exist(self._store, ids)
-        except StoreError:
-            present = False  # cannot tell: in danger, withdraw rather than risk it
-        if present and markers.horizon == manifest.version:
-            return  # a GC pass listed this manifest, intact, as the horizon and keeps it
-        if present and (not running or resolving):
-            # Every pass that could collect them has finished and they are all there; or a
-            # commit whose outcome was unknown, resolved late, whose SSTs GC has not deleted:
-            # passes that ran since the PUT listed the manifest.
-            return
-        age = self._clock.now_ms() - oldest
-        why = (
-            f"the commit stalled until an SST it publishes was {age // 1000}s old and a garbage"
-            f"-collection pass (cutoff {max(running + done)}) "
-            + ("deleted one of them" if not present else "that may delete them is running")
-        )
-        if self._withdraw(manifest, why):
-            raise WithdrawnError(
-                f"version {manifest.version} of {self._url!r} was withdrawn: {why}. Its number "
-                "is never used again. Commit again: the DB keeps its writes pending, and the "
-                "next commit publishes copies, under new names, of every SST a GC pass could "
-                "reach (or fails saying the writes are lost, without using a version number)"
-            )
-
-    def _check_base(self, manifest: Manifest, base: Manifest, markers: GcMarkers) -> None:
-        """On the first commit on a base this writer did not commit (it opened the version, or
-        another process made it): make sure GC did not collect an SST the base published.
-
-        That happens when the base's writer stalled past the grace period while a GC pass ran,
-        created its manifest anyway, and died (or lost its store) before its own checks
-        (:meth:`_check_age`): the version stands with an SST missing, and building on it would
-        carry the loss into every later version. The check costs nothing unless a GC pass with
-        a cutoff past the base's oldest SST is visible; then the base's parent is read (its new
-        SSTs are the base's minus the parent's) and, when such a pass could have collected
-        them, their existence is checked. One is gone: the base and ``manifest`` are both
-        withdrawn (their numbers are never used again, so a stream processor whose versions
-        are batch ids cannot silently carry on from the version before) and this writer is
-        fenced (:class:`WithdrawnError`). A pass still running could yet delete them after
-        this check: docs/safety.md.
-        """
-        if base.version in (self.confirmed, self.base_checked):
-            return
-        own = [s for s in base.objects() if not s.db]
-        oldest = min((paths.id_time_ms(s.id) for s in own), default=None)
-        if oldest is None or markers.passes_after(oldest) == ([], []):
-            self.base_checked = base.version
-            return
-        before: set[str] = set()
-        if base.parent is not None:
-            name = paths.manifest_key(base.parent)
-            try:
-                parent = Manifest.decode(retrying(lambda: self._store.get(name)), name)
-                before = {s.id for s in parent.all_ssts()}
-            except NotFoundError:
-                pass  # collected by GC: check every SST of the base
-        ids = [s.id for s in own if s.id not in before]
-        if (not ids or markers.passes_after(min(paths.id_time_ms(i) for i in ids)) == ([], [])
-                or all_exist(self._store, ids)):
-            self.base_checked = base.version
-            return
-        why = (
-            f"its base, version {base.version} of {self._url!r}, lost an SST to garbage "
-            "collection (the base's writer stalled past the grace period while a GC pass ran, "
-            "and did not withdraw it)"
-        )
-        self.withdrawing = (base, why)
-        self._finish_withdrawal()
-        if not self._withdrawn:
-            raise CorruptionError(
-                paths.manifest_key(base.version), None,
-                f"version {base.version} of {self._url!r} lost an SST to garbage collection, "
-                "but a checkpoint settled it: restore the missing SST or roll back to an "
-                "earlier checkpoint")
-        self._fence(manifest, why, error=WithdrawnError(
-            f"version {manifest.version} of {self._url!r} was withdrawn: {why}. Both numbers "
-            "are never used again. Reopen the latest version (silt.open) and redo the work "
-            "of both from there"
-        ))
-
-    def _check_sources(self, manifest: Manifest, refs: list[Reference]) -> None:
-        """Withdraw ``manifest`` if GC of a referenced source passed the referenced version."""
-        for r in refs:
-            h = horizon(self._siblings.named(r.source))
-            if r.version >= h:
-                continue
-            self._fence(manifest, (
-                f"version {manifest.version} of {self._url!r} references version {r.version} of "
-                f"sibling {r.source!r}, which garbage collection has passed (horizon {h}): its "
-                "SSTs may be gone. The commit was withdrawn; reopen the source at its latest "
-                "version and reference it again from a new DB"
-            ))
-
-    # -- withdrawing --------------------------------------------------------------------------
-    def _fence(self, manifest: Manifest, why: str, error: SiltError | None = None) -> None:
-        """Withdraw ``manifest`` and fence this writer: it never commits again. Raises ``error``
-        (default :class:`FencedError`) unless a checkpoint settled the version first."""
-        self.fenced = why
-        if not self._withdraw(manifest, why):
-            self.fenced = None  # pinned and settled by a checkpoint: it stands
-            return
-        raise error if error is not None else FencedError(why)
-
-    def _withdraw(self, manifest: Manifest, why: str) -> bool:
-        """Withdraw this writer's ``manifest``: create its fate record (``withdrawn``), which
-        keeps its number from ever being committed again; the manifest stays until GC.
-
-        Returns False when a checkpoint had settled the version first (it then stands). When
-        the record cannot be created, the next commit retries it and raises meanwhile.
-        """
-        self.withdrawing = (manifest, why)
-        self._finish_withdrawal()
-        return self._withdrawn
-
-    def _finish_withdrawal(self) -> None:
-        """Create the fate record of a withdrawal decided earlier (retried by every commit)."""
-        if self.withdrawing is None:
-            return
-        manifest, why = self.withdrawing
-        v = manifest.version
-        fate = Fate(v, WITHDRAWN, why, manifest.token)
-        name = paths.fate_key(v)
-        try:
-            created = retrying(lambda: self._store.put_if_absent(name, fate.encode()))
-            existing = None if created else read_fate(self._store, v)
-        except StoreError as exc:
-            raise FencedError(
-                f"{why}. Recording the withdrawal of version {v} ({name!r}) failed ({exc}); "
-                "the next commit of this DB retries it"
-            ) from exc
-        self.withdrawing = None
-        # A record settling another manifest of this number (a rollback's reuse) withdraws it.
-        self._withdrawn = existing is None or existing.withdraws(manifest)
-        if self._withdrawn and manifest.parent == self.lineage:
-            self.lineage, self.next = v, manifest.next_version  # skip the withdrawn number
-
 
 def check_version(version: Any) -> None:
     """Refuse what is not a version number (an int in ``0..paths.MAX_VERSION``)."""
@@ -589,12 +324,102 @@ def check_version(version: Any) -> None:
         )
 
 
-def all_exist(store: MeteredStore, sst_ids: list[str]) -> bool:
-    """Whether every SST in ``sst_ids`` is still in the store (one ranged GET each)."""
-    for sst_id in sst_ids:
-        name = paths.sst_key(sst_id)
-        try:
-            retrying(lambda name=name: store.get_range(name, 0, 1))
-        except NotFoundError:
-            return False
-    return True
+@dataclass
+class Plan:
+    """What :meth:`CommitSteps.plan` decided before anything changes: the version to create
+    (and whether it was chosen here), the merged meta, and the base's SSTs."""
+
+    version: int
+    auto: bool
+    meta: dict[str, str]
+    base: Manifest | None
+    base_l0: tuple[SstInfo, ...]
+    base_levels: tuple[tuple[SstInfo, ...], ...]
+
+
+class Published(NamedTuple):
+    """A committed manifest, the compactions it adopted and refused, and the request totals
+    its ``silt.requests`` meta counted up to."""
+
+    manifest: Manifest
+    adopted: list
+    refused: list
+    paid: dict[str, int]
+
+
+class CommitSteps:
+    """The steps of one DB's commits (module docstring), over the rooms they go through; it
+    remembers what the previous commit counted as paid. The DB's writer lock serializes it."""
+
+    def __init__(self, committer: Committer, flusher: Flusher, deltas: DeltaFreezer,
+                 compaction: CompactionDriver, siblings: SiblingStores, metrics: Metrics,
+                 url: str) -> None:
+        self._committer = committer
+        self._flusher = flusher
+        self._deltas = deltas
+        self._compaction = compaction
+        self._siblings = siblings
+        self._metrics = metrics
+        self._url = url
+        #: Requests by kind counted into the previous commit's ``silt.requests`` (silt.cost).
+        self._paid: dict[str, int] = {}
+
+    def plan(self, version: int | None, meta: dict[str, str] | None, base: Manifest | None,
+             ref_base: Base) -> Plan:
+        """The version to create from ``base`` and the meta merged into the base's; the base's
+        SSTs are those of the references (``ref_base``) on an empty root."""
+        version, auto = self._committer.target(version, base.version if base else None)
+        merged_meta = user_meta(base.meta) if base is not None else {}
+        if meta is not None:
+            for k, v in check_meta(meta).items():
+                if k.startswith(RESERVED_META_PREFIX):
+                    raise InvalidArgumentError(
+                        f"commit meta key {k!r}: keys starting with "
+                        f"{RESERVED_META_PREFIX!r} are silt's own; name yours otherwise")
+                merged_meta[k] = v
+        base_l0, base_levels = (base.l0, base.levels) if base is not None else ref_base
+        return Plan(version, auto, merged_meta, base, base_l0, base_levels)
+
+    def freeze(self, plan: Plan, view: ReadView, seq: int,
+               frozen: Callable[[ReadView], ReadView]) -> ReadView:
+        """``view`` with the delta frozen (:meth:`silt.inline.DeltaFreezer.freeze_delta`)."""
+        return self._deltas.freeze_delta(view, plan.base_l0, seq, frozen)
+
+    def publish(self, plan: Plan, view: ReadView, refs: list[Reference],
+                seq: int) -> Published:
+        """Wait for the uploads of ``view``'s parts (copying those GC may reach), let finished
+        compactions join the new L0 and levels, count the requests paid since the previous
+        commit (this manifest's PUT included) into the meta, and publish."""
+        old = plan.base
+        parts = view.parts
+        self._flusher.wait(parts)
+        self._flusher.refresh_aged(parts, self._committer.gc_reach(),
+                                   old.version if old is not None else None)
+        new_l0 = tuple(p.info for p in reversed(parts))  # type: ignore[misc]
+        base_l0 = tuple(s for s in plan.base_l0 if s.id not in self._deltas.folded)
+        records = self._compaction.gather(
+            old, sum(1 for s in (*new_l0, *base_l0) if not s.inline))
+        l0, levels, adopted, refused = self._compaction.apply(
+            new_l0 + base_l0, plan.base_levels, records, seq)
+        # What this handle paid since its previous commit, this manifest's PUT included.
+        paid = self._metrics.totals()
+        paid["PUT"] += 1
+        merged_meta = plan.meta
+        merged_meta[META_REQUESTS] = encode_requests(
+            {k: n - self._paid.get(k, 0) for k, n in paid.items()})
+        tombs = view.tombs.prune([*l0, *(s for run in levels for s in run)])
+        with self._metrics.purpose("commit"):
+            if old is None and refs:
+                # Before the manifest exists: the owners' GC must know it may be referenced.
+                mark_referrers(self._siblings, [*l0, *(s for run in levels for s in run)],
+                               split_parent(self._url)[1])
+            manifest = self._committer.publish(
+                plan.version, plan.auto, old, l0, levels, merged_meta, refs,
+                pending=(adopted, refused), seq=seq, tombs=tombs,
+                inline=self._siblings.inline_bytes([s.id for s in l0 if s.inline]),
+            )
+        return Published(manifest, adopted, refused, paid)
+
+    def landed(self, published: Published) -> None:
+        """The DB installed ``published``: the next commit counts from its totals."""
+        self._paid = published.paid

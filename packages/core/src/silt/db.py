@@ -5,22 +5,22 @@ read view; the work is done by rooms that own their state and never call back in
 
 * :mod:`silt.view` — the immutable :class:`~silt.view.ReadView` (active memtable, frozen parts,
   L0, levels) with ``get``, ``multi_get`` and ``scan`` (docs/architecture.md);
-* :mod:`silt.flush` — freezing the memtable and uploading SSTs (section 5);
-* :mod:`silt.commit` — the commit protocol: reservations, create-only manifests, ambiguous
-  outcomes, the checks after a commit and withdrawals (sections 5, 8, 9);
+* :mod:`silt.budget` — the memtable's allowance (:class:`~silt.budget.MemtableAllowance`);
+  :mod:`silt.flush` — freezing the memtable and uploading SSTs;
+* :mod:`silt.commit` — a commit's steps (:class:`~silt.commit.CommitSteps`) and the commit
+  protocol (:class:`~silt.commit.Committer`, its checks after the PUT in :mod:`silt.postcheck`);
+  :mod:`silt.inline` — freezing a commit's delta inline or folded;
 * :mod:`silt.pin` — named checkpoints; :mod:`silt.gc` — garbage collection;
-* :mod:`silt.reopen` — finding the latest version ``<= n`` from an open version with GETs
-  (:meth:`DB.advance`);
+* :mod:`silt.reopen` — following newer versions with GETs (:meth:`DB.advance`);
 * :mod:`silt.siblings` — references to sibling DBs' SSTs; :mod:`silt.compaction` — compaction.
 
 Following a key: :meth:`DB.get` (the view's memtable) ->
 :meth:`ReadView.get_below <silt.view.ReadView.get_below>` (parts, then
 :func:`silt.sst.reader.get_levels`: L0, then one SST per level) -> the SST's bloom filter, index
-and block (:mod:`silt.sst.reader`). Following a commit: :meth:`DB.commit` freezes
-the memtable (:meth:`Flusher.freeze <silt.flush.Flusher.freeze>`), waits for uploads, lets
-compaction results join the new L0/levels, and hands them to
-:meth:`Committer.publish <silt.commit.Committer.publish>`; then installs the returned manifest
-as the new base and read view.
+and block (:mod:`silt.sst.reader`). Following a commit: :meth:`DB.commit` ->
+:meth:`Committer.prepare <silt.commit.Committer.prepare>` -> :class:`~silt.commit.CommitSteps`
+(plan, freeze, publish) -> :meth:`Committer.publish <silt.commit.Committer.publish>`; then the
+DB installs the returned manifest as the new base and read view.
 
 Threading contract: one thread writes (put, delete, write, commit, flush) at a time; reads (get,
 multi_get, scan) may run concurrently with it from other threads. Uploads and parallel block
@@ -33,11 +33,9 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Iterator, Sequence
-from concurrent.futures import Future
-from functools import partial
 from typing import Any
 
-from . import inline, paths
+from . import paths
 from .arguments import (
     check_bounds,
     check_flag,
@@ -48,12 +46,12 @@ from .arguments import (
     check_timeout,
     check_value,
 )
-from .budget import MemoryBudget, memtable_charge, process_budget
+from .budget import MemoryBudget, MemtableAllowance, memtable_charge, process_budget
 from .cache import BlockCache
 from .clock import Clock
-from .commit import Committer, check_version
+from .commit import CommitSteps, Committer, check_version
 from .compaction.driver import CompactionDriver
-from .cost import META_REQUESTS, RESERVED_META_PREFIX, encode_requests, user_meta
+from .cost import user_meta
 from .errors import (
     ClosedError,
     InvalidArgumentError,
@@ -61,48 +59,27 @@ from .errors import (
 )
 from .flush import Flusher
 from .gc import GcReport, check_grace, collect_garbage
-from .manifest import Manifest, check_meta
-from .markers import unchanged
+from .inline import DeltaFreezer
+from .manifest import Manifest
 from .memtable import Memtable, check_ops, check_pairs
 from .metrics import MeteredStore, Metrics
 from .pin import check_checkpoint_name, pin
 from .rangedel import MAX_FRAGMENTS, RangeTombstones
 from .record import MISSING, visible
 from .refill import Refiller
-from .reopen import (
-    check_at_most,
-    latest_at_most,
-    probe_at_most,
-    probe_latest,
-    serially,
-    successor,
-)
+from .reopen import check_at_most, check_settled, follow, gather_on
 from .settings import Settings
-from .siblings import Base, Reference, SiblingStores, mark_referrers, take_reference
-from .siblings import split_parent as _split_parent
+from .siblings import Base, Reference, SiblingStores, take_reference
 from .sst.builder import SstInfo
 from .sst.format import MAX_EXPIRY_MS
 from .sst.reader import SstReader, get_levels
 from .store import ObjectStore
 from .tierkit import public_url
 from .versions import list_versions
-from .view import BlockFetcher, Level, Part, Readers, ReadView
+from .view import BlockFetcher, Level, Readers, ReadView
 from .writebatch import DELETE_RANGE, WriteBatch
 
 _BYTES_ONLY = {bytes}
-
-
-def _give_back(budget: MemoryBudget, reserved: list[int]) -> None:
-    """Release what a DB's active memtable held reserved (close)."""
-    budget.release(reserved[0])
-    reserved[0] = 0
-
-
-def _give_back_soon(budget: MemoryBudget, reserved: list[int]) -> None:
-    """The same from the finalizer of a DB collected unclosed: it may run inside any
-    allocation, with the budget's or the cache's lock held, so it takes no lock."""
-    budget.release_soon(reserved[0])
-    reserved[0] = 0
 
 
 class DB:
@@ -125,8 +102,6 @@ class DB:
         self._listed = listed
         #: Request counters; ``metrics`` carries on the counts of opening this DB.
         self._metrics = Metrics() if metrics is None else metrics
-        #: Requests by kind counted into the previous commit's ``silt.requests`` (silt.cost).
-        self._paid: dict[str, int] = {}
         self._store = MeteredStore(store, self._metrics)
         self._url = url
         #: The URL as messages and repr show it: no query (tier options may hold a secret).
@@ -148,12 +123,10 @@ class DB:
         self._max_value = settings.max_value_bytes
         #: The range-delete counter (silt.rangedel): the newest range tombstone's number.
         self._seq = 0
-        #: Size at which the active memtable must grow its reservation or freeze (with a budget,
-        #: 0 until its first write), and the bytes it holds reserved from the budget.
-        self._memtable_limit = settings.memtable_bytes if self._budget is None else 0
-        self._mem_reserved = [0]  # a list: the finalizer of a DB dropped unclosed gives it back
-        if self._budget is not None:
-            weakref.finalize(self, _give_back_soon, self._budget, self._mem_reserved)
+        #: When the active memtable must grow its reservation or freeze (silt.budget).
+        self._allowance = MemtableAllowance(self._budget, settings.memtable_bytes)
+        if self._budget is not None:  # a DB dropped unclosed gives its reservation back
+            weakref.finalize(self, self._allowance.give_back_soon)
         #: What reads consult; replaced whole (never edited) but for its active memtable.
         self._view = ReadView(Memtable())
         self._manifest: Manifest | None = None
@@ -171,12 +144,17 @@ class DB:
         #: References made by :meth:`reference` and not committed yet, and their state.
         self._refs: list[Reference] = []
         self._ref_base: Base = ((), ())
-        #: Base inline entries folded into a part not committed yet (silt.inline).
-        self._folded: set[str] = set()
+        #: Freezes each commit's delta, inline or folded (silt.inline).
+        self._deltas = DeltaFreezer(settings, clock, self._metrics, self._siblings.add_inline,
+                                    self._reader, self._flusher.upload,
+                                    self._allowance.give_back_memtable)
         self._install(manifest)
         self._compaction = CompactionDriver(
             self._store, settings, clock, self._metrics, siblings=self._siblings,
             announce=self._flusher.announce, reach=self._committer.gc_reach)
+        #: The steps of a commit (silt.commit).
+        self._steps = CommitSteps(self._committer, self._flusher, self._deltas, self._compaction,
+                                  self._siblings, self._metrics, url)
 
     # -- properties ---------------------------------------------------------------------------
     @property
@@ -287,7 +265,7 @@ class DB:
             mem.approx_bytes += len(key) + len(value) + 16
         else:
             mem.put(key, (value, self._expiry(ttl)))
-        if mem.approx_bytes >= self._memtable_limit:
+        if mem.approx_bytes >= self._allowance.limit:
             self._freeze_full(mem)
 
     def delete(self, key: bytes) -> None:
@@ -296,7 +274,7 @@ class DB:
         key = self._check_key(key)
         mem = self._view.mem
         mem.put(key, None)
-        if mem.approx_bytes >= self._memtable_limit:
+        if mem.approx_bytes >= self._allowance.limit:
             self._freeze_full(mem)
 
     def delete_range(self, start: bytes, end: bytes) -> None:
@@ -350,7 +328,7 @@ class DB:
             with self._lock:
                 mem = self._view.mem
                 mem.apply(batch.ops)
-                if mem.approx_bytes >= self._memtable_limit:
+                if mem.approx_bytes >= self._allowance.limit:
                     self._grow_or_freeze()
             return
         ops: list[tuple[Any, ...]] = []
@@ -371,7 +349,7 @@ class DB:
                 else:
                     self._view.mem.put(*op)
             mem = self._view.mem
-            if mem.approx_bytes >= self._memtable_limit:
+            if mem.approx_bytes >= self._allowance.limit:
                 self._grow_or_freeze()
 
     def put_many(self, keys: Sequence[bytes], values: Sequence[bytes]) -> None:
@@ -395,8 +373,8 @@ class DB:
         with self._lock:
             while i < n:
                 mem = self._view.mem
-                i = mem.put_pairs(keys, values, i, self._memtable_limit)
-                if mem.approx_bytes >= self._memtable_limit:
+                i = mem.put_pairs(keys, values, i, self._allowance.limit)
+                if mem.approx_bytes >= self._allowance.limit:
                     self._grow_or_freeze()
 
     # -- flush --------------------------------------------------------------------------------
@@ -406,43 +384,23 @@ class DB:
                 self._grow_or_freeze()
 
     def _grow_or_freeze(self) -> None:
-        """The active memtable reached ``_memtable_limit`` (caller holds ``_lock``). With a
-        budget and below ``Settings.memtable_bytes``, reserve chunks until its memory (see
-        :func:`~silt.budget.memtable_charge`) fits, the first always granted, and set the next
-        limit where the rest of the reservation would be used; freeze when the budget refuses."""
-        budget = self._budget
-        if budget is not None:
-            mem = self._view.mem
-            approx = mem.approx_bytes
-            cap = self._settings.memtable_bytes
-            if approx < cap:
-                need = memtable_charge(approx, len(mem))
-                while need >= self._mem_reserved[0]:
-                    if not budget.reserve(budget.chunk, force=self._mem_reserved[0] == 0):
-                        break
-                    self._mem_reserved[0] += budget.chunk
-                if need < self._mem_reserved[0]:
-                    # The rest, in memtable bytes, at the memtable's bytes-to-memory ratio so far.
-                    rest = (self._mem_reserved[0] - need) * approx // max(need, 1)
-                    self._memtable_limit = min(cap, approx + max(rest, 1))
-                    return
-        self._freeze()
+        """The active memtable reached its allowance's limit (caller holds ``_lock``): grow the
+        reservation, or freeze it when the budget refuses (:meth:`MemtableAllowance.grow`)."""
+        if not self._allowance.grow(self._view.mem):
+            self._freeze()
 
     def _freeze(self) -> None:
-        """Hand the active memtable to the uploader (caller holds ``_lock``). With a budget, the
-        frozen memtable keeps its reservation (at least its size) until its upload is done."""
-        view = self._view
+        """Hand the active memtable to the uploader (caller holds ``_lock``)."""
+        self._view = self._frozen(self._view)
+
+    def _frozen(self, view: ReadView) -> ReadView:
+        """``view`` with its memtable handed to the uploader; with a budget, the frozen
+        memtable keeps its reservation (at least its size) until its upload is done."""
         size = memtable_charge(view.mem.approx_bytes, len(view.mem))
-        self._view = self._flusher.freeze(view, self._seq)
-        budget = self._budget
-        if budget is not None and self._view is not view:
-            held, self._mem_reserved[0], self._memtable_limit = self._mem_reserved[0], 0, 0
-            if size > held:
-                budget.reserve(size - held, force=True)
-                held = size
-            future = self._view.parts[-1].future
-            assert future is not None
-            future.add_done_callback(lambda _f: budget.release(held))
+        frozen = self._flusher.freeze(view, self._seq)
+        if frozen is not view:
+            self._allowance.frozen(size, frozen.parts[-1].future)
+        return frozen
 
     def flush(self) -> None:
         """Freeze the memtable and wait until every frozen memtable is an uploaded SST.
@@ -478,117 +436,12 @@ class DB:
             landed = self._committer.prepare(self._manifest, self._refs)
             if landed is not None:
                 self._landed(landed[0], *landed[1])
-            version, auto = self._committer.target(version, self.version)
-            merged_meta = self.meta
-            if meta is not None and check_meta(meta):
-                for k, v in meta.items():
-                    if not isinstance(k, str) or not isinstance(v, str):
-                        raise InvalidTypeError("commit meta must map str to str")
-                    if k.startswith(RESERVED_META_PREFIX):
-                        raise InvalidArgumentError(
-                            f"commit meta key {k!r}: keys starting with "
-                            f"{RESERVED_META_PREFIX!r} are silt's own; name yours otherwise")
-                    merged_meta[k] = v
-            old = self._manifest
-            base_l0, base_levels = (old.l0, old.levels) if old is not None else self._ref_base
-            self._freeze_delta(base_l0)
-            parts = self._view.parts
-            self._flusher.wait(parts)
-            self._flusher.refresh_aged(parts, self._committer.gc_reach(), self.version)
-            new_l0 = tuple(p.info for p in reversed(parts))  # type: ignore[misc]
-            base_l0 = tuple(s for s in base_l0 if s.id not in self._folded)
-            records = self._compaction.gather(
-                old, sum(1 for s in (*new_l0, *base_l0) if not s.inline))
-            l0, levels, adopted, refused = self._compaction.apply(
-                new_l0 + base_l0, base_levels, records, self._seq)
-            # What this handle paid since its previous commit, this manifest's PUT included.
-            paid = self._metrics.totals()
-            paid["PUT"] += 1
-            merged_meta[META_REQUESTS] = encode_requests(
-                {k: n - self._paid.get(k, 0) for k, n in paid.items()})
-            tombs = self._view.tombs.prune([*l0, *(s for run in levels for s in run)])
-            with self._metrics.purpose("commit"):
-                if old is None and self._refs:
-                    # Before the manifest exists: the owners' GC must know it may be referenced.
-                    mark_referrers(self._siblings, [*l0, *(s for run in levels for s in run)],
-                                   _split_parent(self._url)[1])
-                manifest = self._committer.publish(
-                    version, auto, old, l0, levels, merged_meta, self._refs,
-                    pending=(adopted, refused), seq=self._seq, tombs=tombs,
-                    inline=self._siblings.inline_bytes([s.id for s in l0 if s.inline]),
-                )
-            self._landed(manifest, adopted, refused)
-            self._paid = paid
-            return manifest.version
-
-    def _freeze_delta(self, base_l0: tuple[SstInfo, ...]) -> None:
-        """Freeze the delta of a commit (caller holds ``_lock``): keep a small one inline, or
-        fold the inline deltas (the base's and pending ones) with it into one uploaded SST, or
-        freeze it as usual (see :mod:`silt.inline` for the rules)."""
-        settings = self._settings
-        view = self._view
-        base_inline = [s for s in base_l0 if s.inline and s.id not in self._folded]
-        pending = [p for p in view.parts if p.info is not None and p.info.inline]
-        if len(pending) < len(view.parts):  # part of the delta is uploaded already
-            self._freeze()
-            if base_inline or pending:
-                self._fold(None, pending, base_inline)
-            return
-        enabled = min(settings.inline_delta_bytes, settings.inline_max_bytes)
-        mem = view.mem
-        if not mem.data:
-            return
-        if enabled and mem.approx_bytes <= 4 * enabled:
-            now = self._clock.now_ms()
-            data, info = inline.build(mem, self._seq, settings, now)
-            total = len(data) + sum(s.size for s in base_inline) + sum(
-                p.info.size for p in pending)  # type: ignore[union-attr]
-            if (len(data) <= settings.inline_delta_bytes and total <= settings.inline_max_bytes
-                    and len(base_inline) + len(pending) < settings.inline_max_entries):
-                self._siblings.add_inline({info.id: data})
-                part = Part(mem, self._seq)
-                part.info = info
-                part.reader = self._reader(info)
-                done: Future[None] = Future()
-                done.set_result(None)
-                part.future = done
-                part.memtable = None
-                self._view = view.but(mem=Memtable(), parts=(*view.parts, part))
-                self._give_back_memtable()
-                self._metrics.add("inline_deltas")
-                return
-        if not base_inline and not pending:
-            self._freeze()
-            return
-        self._fold(mem, pending, base_inline)
-
-    def _fold(self, mem: Memtable | None, pending: list[Part],
-              base_inline: list[SstInfo]) -> None:
-        """Upload one SST merging the active memtable ``mem`` (``None``: not part of it), the
-        pending inline parts and the base's inline entries (all the newest sources below
-        ``mem``), which it replaces; it becomes the oldest pending part."""
-        view = self._view
-        readers = [p.reader for p in reversed(pending)] + [self._reader(s) for s in base_inline]
-        merged = inline.fold(mem, readers, view.tombs)  # type: ignore[arg-type]
-        parts = tuple(p for p in view.parts if p not in pending)
-        if merged.data:
-            part = Part(merged, self._seq)
-            self._flusher.upload(part)
-            parts = (part, *parts)
-        self._folded |= {s.id for s in base_inline}
-        self._view = view.but(mem=Memtable() if mem is not None else view.mem, parts=parts)
-        if mem is not None:
-            self._give_back_memtable()
-        self._metrics.add("inline_folds")
-
-    def _give_back_memtable(self) -> None:
-        """The active memtable was replaced by an empty one outside :meth:`_freeze`: release
-        its budget reservation."""
-        budget = self._budget
-        if budget is not None:
-            held, self._mem_reserved[0], self._memtable_limit = self._mem_reserved[0], 0, 0
-            if held:
-                budget.release(held)
+            plan = self._steps.plan(version, meta, self._manifest, self._ref_base)
+            self._view = self._steps.freeze(plan, self._view, self._seq, self._frozen)
+            published = self._steps.publish(plan, self._view, self._refs, self._seq)
+            self._landed(*published[:3])
+            self._steps.landed(published)
+            return published.manifest.version
 
     def _landed(self, manifest: Manifest, adopted: list, refused: list) -> None:
         """Bookkeeping once ``manifest`` is committed: install it, settle compactions (and
@@ -605,7 +458,7 @@ class DB:
         self._committer.landed(manifest)
         self._refs = []
         self._ref_base = ((), ())
-        self._folded = set()
+        self._deltas.landed()
         self._metrics.add("commits")
         self._compaction.resolved(adopted, refused)
         self._compaction.schedule(manifest)
@@ -851,8 +704,7 @@ class DB:
             if self._budget is None:
                 self._cache.clear()
             else:  # the shared cache keeps this DB's blocks until evicted (a reopen finds them)
-                _give_back(self._budget, self._mem_reserved)
-                self._memtable_limit = 0
+                self._allowance.give_back()
                 self._readers.unpin_all()
             self._view = ReadView(Memtable())
             self._siblings.close()
@@ -925,10 +777,8 @@ class DB:
                 if base is None or v > base.version]
 
     def proved_latest(self) -> bool:
-        """Whether two GETs prove that no version newer than this DB's base exists (the first
-        step of :meth:`newer_versions`, which lists when this is ``False``). ``False`` means
-        "maybe not": a writer may have moved on (:meth:`advance` finds where with GETs), or this
-        DB knows no GC markers yet (it never committed), or has no base."""
+        """Whether two GETs prove that no version newer than this DB's base exists (``False``:
+        maybe not; a DB that never committed knows no GC markers and cannot prove it)."""
         self._check_open()
         base = self._manifest
         return base is not None and self._committer.nothing_after(base)
@@ -936,84 +786,29 @@ class DB:
     def advance(self, at_most: int) -> int | None:
         """Move this handle to the latest committed version ``<= at_most``, the one
         ``silt.open(url, at_most=at_most)`` would open now, and return it (``None``: there is
-        none). What both versions share is kept: the open readers of SSTs both list (their
-        indexes, filters and cached blocks); the new version's SSTs open as reads reach them.
-
-        For a long-lived handle that another process may have moved past, such as a stream
-        processor's cached shard whose batch ``b`` starts from ``advance(b - 1)``. Cost: on a
-        handle that committed before (so it knows the GC markers) and whose answer lies at most
-        :data:`silt.reopen.PROBES` numbers above its version, GETs only: the manifest and fate
-        record of each number probed from ``at_most`` down (one GET when absent), or of the
-        handle's own version when nothing newer exists, and one GET of the next GC epoch's name,
-        which proves that GC changed nothing meanwhile; otherwise, or when any of that does not
-        hold, one LIST as :func:`silt.open` (:mod:`silt.reopen` says when). On a remote store,
-        GETs that do not depend on one another go out at once (on the read pool): three round
-        trips when ``manifest/<at_most>`` is live (it; its fate record; the epoch), at most
-        one more when it is missing (the other numbers at once). Requests count under the
-        purpose ``open``; the metrics ``advances`` and ``advances_listed`` count the calls and
-        those that listed.
-
-        The handle must hold no uncommitted writes, references or unresolved commit
-        (:class:`~silt.errors.InvalidArgumentError`: commit them, or close and reopen). Its
-        commit lineage moves with it: the next commit creates the version after the new base.
-        A caller that then needs :meth:`newer_versions` calls :meth:`advance_newer` instead.
-        """
+        none), keeping the open readers of the SSTs both versions share; with GETs instead of
+        a LIST where :mod:`silt.reopen` can prove the answer (costs there). The handle must hold
+        no uncommitted writes, references or unresolved commit
+        (:class:`~silt.errors.InvalidArgumentError`); its commit lineage moves with it."""
         return self._advance(at_most, newer=False)[0]
 
     def advance_newer(self, at_most: int) -> tuple[int | None, list[int]]:
-        """:meth:`advance`, then :meth:`newer_versions`, in one step: returns the version the
-        handle moved to and the committed versions after it, ascending (what
-        ``silt.open(url, at_most=at_most)`` and its ``newer_versions()`` would answer now).
+        """:meth:`advance`, then :meth:`newer_versions`, in one step (fewer round trips: see
+        :mod:`silt.reopen`): the version the handle moved to and the committed versions after
+        it, ascending. The preconditions are :meth:`advance`'s.
 
-        Cost: on the GETs path of :meth:`advance`, one ranged GET more, in the same round as
-        the fate record of the version found (so no more round trips): of the name the version
-        after it would take, whose absence, under the same epoch GET, proves that nothing
-        is newer. A stream processor's shard that another worker process moved past by one
-        batch so pays 4 requests in 3 round trips (``manifest/<at_most>``; its fate record and
-        ``manifest/<at_most + 1>``; the epoch) where ``advance`` then ``newer_versions`` paid 5
-        in 5. One LIST, which answers both, when :meth:`advance` lists; one LIST for the
-        versions after it when that name exists (something newer, or withdrawn, does). The
-        preconditions are :meth:`advance`'s.
-
-        Examples
-        --------
         >>> version, newer = db.advance_newer(batch - 1)  # doctest: +SKIP
-        >>> replay = batch in newer  # doctest: +SKIP
         """
         version, newer = self._advance(at_most, newer=True)
         assert newer is not None
         return version, newer
 
     def catch_up(self, at_most: int) -> tuple[int | None, list[int]]:
-        """What a long-lived handle asks before it goes on from the latest version ``<=
-        at_most`` (a stream processor's cached shard, before batch ``at_most + 1``): whether
-        it is still the newest version (:meth:`proved_latest`), and when it is not,
-        :meth:`advance_newer`: the version the handle is at then and the committed versions
-        after it, ascending. The request that shows another writer moved on is the first read
-        of the advance, not one more before it.
+        """:meth:`advance_newer`, unless :meth:`proved_latest` proves the handle's version
+        (``<= at_most``) is still the newest: then the handle stays and the answer is
+        ``(version, [])``. Costs in :mod:`silt.reopen`; the preconditions are :meth:`advance`'s.
 
-        When nothing is newer than the handle's version (``<= at_most``), the handle stays
-        and the answer is ``(version, [])`` as :meth:`proved_latest` proves it: the name the
-        next version would take is missing, then the next GC epoch is. As there, the
-        version's own fate record is not read: a handle that committed the version resolved
-        that commit itself (its writer's withdrawal would have raised there); a withdrawal of a
-        version it moved to, by that version's writer since, is not seen here, exactly as
-        :meth:`proved_latest` does not see it (:meth:`advance_newer` reads the record).
-        Otherwise the answer is :meth:`advance_newer`'s, proved the same way.
-
-        Cost, on a handle that committed before: nothing newer, 2 GETs of missing objects, one
-        after the other (as :meth:`proved_latest`); another process committed the version
-        after it, which is ``at_most``: 4 GETs in 3 round trips (``manifest/<at_most>``; its
-        fate record and ``manifest/<at_most + 1>`` at once; the GC epoch), where
-        :meth:`proved_latest` then :meth:`advance_newer` pay 5 in 4. A LIST whenever
-        :meth:`advance_newer` lists. A handle that never committed lists (it knows no GC
-        markers). The preconditions are :meth:`advance`'s; the metric ``advances`` counts
-        the calls that did not stay.
-
-        Examples
-        --------
         >>> version, newer = db.catch_up(batch - 1)  # doctest: +SKIP
-        >>> replay = batch in newer  # doctest: +SKIP
         """
         version, newer = self._advance(at_most, newer=True, stay=True)
         assert newer is not None
@@ -1024,73 +819,20 @@ class DB:
         check_at_most(at_most)
         with self._lock:
             self._check_open()
-            view, committer = self._view, self._committer
             base = self._manifest
-            if (len(view.mem) or view.parts or self._refs or committer.uncertain is not None
-                    or committer.withdrawing is not None
-                    or self._seq > (base.seq if base is not None else 0)):
-                raise InvalidArgumentError(
-                    f"{self._pub!r} has uncommitted writes (or a commit whose outcome is not "
-                    "known yet): advance() would drop them. Commit first, or close the DB and "
-                    "open it again"
-                )
-            markers = committer.markers
-            seen: Manifest | None = None
-            moved = False  # the GC epoch moved: GETs cannot prove anything, list
-            if stay and base is not None and markers and markers.horizon <= base.version <= at_most:
-                # proved_latest's two GETs, the first one reading the whole manifest when it
-                # exists, as the advance's round 1 would
-                with self._metrics.purpose("open"):
-                    seen = successor(self._store, base)
-                    if seen is None:
-                        if unchanged(self._store, markers):
-                            return self.version, []  # nothing after it
-                        moved = True
-            self._metrics.add("advances")
-            after: list[int] | None = None  # the versions after the one found, when known
-            with self._metrics.purpose("open"):
-                probed: tuple[Manifest, bool] | None = None
-                if base is not None and at_most >= 0 and not moved:
-                    if newer:
-                        probed = probe_latest(self._store, base, markers, at_most, self._gather,
-                                              seen)
-                    else:
-                        got = probe_at_most(self._store, base, markers, at_most, self._gather)
-                        probed = None if got is None else (got, False)
-                if probed is None:
-                    self._metrics.add("advances_listed")
-                    found, listed = latest_at_most(self._store, at_most, committer, self._gather)
-                    after = [v for v in listed if found is None or v > found.version]
-                else:
-                    found, latest = probed
-                    if latest:
-                        after = []
-                    elif newer:  # a name after it exists: list what is newer
-                        after = [v for v in list_versions(self._store).versions
-                                 if v > found.version]
+            check_settled(self._pub, self._view, self._refs, self._committer, self._seq, base)
+            found, after = follow(self._store, self._metrics, self._committer, base, at_most,
+                                  self._gather, newer=newer, stay=stay)
             if found is not base:
                 self._seq = found.seq if found is not None else 0
-                self._view = ReadView(view.mem)  # the base's SSTs and range deletes go
+                self._view = ReadView(self._view.mem)  # the base's SSTs and range deletes go
                 self._install(found)
                 if found is None:
                     self._readers.retain(set())
             return self.version, after if newer else None
 
     def _gather(self, calls: Sequence[Any]) -> list[Any]:
-        """Run independent requests at once on the read pool, counted under the caller's
-        purpose (see :meth:`BlockFetcher.gather <silt.view.BlockFetcher.gather>`); one after
-        the other in this thread on a local store (``ObjectStore.local``: a request costs
-        microseconds, less than handing it to a thread; and a single-threaded caller, such as
-        the deterministic simulation, stays single-threaded)."""
-        if self._store.local:
-            return serially(calls)
-        purpose = self._metrics.current_purpose()
-
-        def counted(call: Any) -> Any:
-            with self._metrics.purpose(purpose):
-                return call()
-
-        return self._fetch.gather([partial(counted, call) for call in calls])
+        return gather_on(self._store, self._metrics, self._fetch, calls)
 
     # -- retention ----------------------------------------------------------------------------
     def checkpoint(self, name: str) -> int:

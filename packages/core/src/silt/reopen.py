@@ -86,6 +86,40 @@ not known, ``v`` is below the GC horizon (GC may be collecting around it), ``at_
 ``v``, more than :data:`PROBES` numbers would need a probe, ``v`` was withdrawn, or the epoch
 moved. A commit from the version found then runs the same checks after it as any other
 (:mod:`silt.commit`): the horizon, rollback and the base's SSTs.
+
+What the DB's methods pay (:func:`follow` does their work; the DB installs what it finds):
+
+* :meth:`~silt.DB.advance`: on a handle that committed before (so it knows the GC markers) and
+  whose answer lies at most :data:`PROBES` numbers above its version, GETs only: the manifest
+  and fate record of each number probed from ``at_most`` down (one GET when absent), or of the
+  handle's own version when nothing newer exists, and one GET of the next GC epoch's name,
+  which proves that GC changed nothing meanwhile; otherwise, or when any of that does not
+  hold, one LIST as :func:`silt.open`. On a remote store, GETs that do not depend on one
+  another go out at once (on the read pool): three round trips when ``manifest/<at_most>`` is
+  live (it; its fate record; the epoch), at most one more when it is missing (the other
+  numbers at once). Requests count under the purpose ``open``; the metrics ``advances`` and
+  ``advances_listed`` count the calls and those that listed.
+* :meth:`~silt.DB.advance_newer`: on the GETs path of ``advance``, one ranged GET more, in the
+  same round as the fate record of the version found (so no more round trips): of the name the
+  version after it would take, whose absence, under the same epoch GET, proves that nothing
+  is newer. A stream processor's shard that another worker process moved past by one batch so
+  pays 4 requests in 3 round trips (``manifest/<at_most>``; its fate record and
+  ``manifest/<at_most + 1>``; the epoch) where ``advance`` then ``newer_versions`` paid 5 in 5.
+  One LIST, which answers both, when ``advance`` lists; one LIST for the versions after it
+  when that name exists (something newer, or withdrawn, does).
+* :meth:`~silt.DB.catch_up`: when nothing is newer than the handle's version (``<= at_most``),
+  the handle stays and the answer is ``(version, [])`` as :meth:`~silt.DB.proved_latest`
+  proves it: the name the next version would take is missing, then the next GC epoch is (2
+  GETs of missing objects, one after the other). As there, the version's own fate record is
+  not read: a handle that committed the version resolved that commit itself (its writer's
+  withdrawal would have raised there); a withdrawal of a version it moved to, by that
+  version's writer since, is not seen here, exactly as ``proved_latest`` does not see it
+  (``advance_newer`` reads the record). Otherwise the answer is ``advance_newer``'s, proved
+  the same way, and the request that shows another writer moved on is the first read of the
+  advance, not one more before it: another process committed the version after it, which is
+  ``at_most``: 4 GETs in 3 round trips, where ``proved_latest`` then ``advance_newer`` pay 5
+  in 4. A handle that never committed lists (it knows no GC markers); the metric
+  ``advances`` counts the calls that did not stay.
 """
 
 from __future__ import annotations
@@ -104,6 +138,9 @@ from .versions import list_versions, read_fate, read_manifest
 
 if TYPE_CHECKING:
     from .commit import Committer
+    from .metrics import Metrics
+    from .siblings import Reference
+    from .view import BlockFetcher, ReadView
 
 #: Runs independent calls (at once where it can) and returns their results in order.
 Gather = Callable[[Sequence[Callable[[], Any]]], list[Any]]
@@ -127,6 +164,81 @@ def check_at_most(at_most: Any) -> None:
 def serially(calls: Sequence[Callable[[], Any]]) -> list[Any]:
     """A :data:`Gather` that runs the calls one after the other, in the calling thread."""
     return [call() for call in calls]
+
+
+def gather_on(store: ObjectStore, metrics: Metrics, fetch: BlockFetcher,
+              calls: Sequence[Any]) -> list[Any]:
+    """The :data:`Gather` of an open DB: run independent requests at once on its read pool
+    ``fetch``, counted under the caller's purpose (see :meth:`BlockFetcher.gather
+    <silt.view.BlockFetcher.gather>`); one after the other in this thread on a local store
+    (``ObjectStore.local``: a request costs microseconds, less than handing it to a thread;
+    and a single-threaded caller, such as the deterministic simulation, stays
+    single-threaded)."""
+    if store.local:
+        return serially(calls)
+    purpose = metrics.current_purpose()
+
+    def counted(call: Any) -> Any:
+        with metrics.purpose(purpose):
+            return call()
+
+    return fetch.gather([partial(counted, call) for call in calls])
+
+
+def check_settled(url: str, view: ReadView, refs: list[Reference], committer: Committer,
+                  seq: int, base: Manifest | None) -> None:
+    """Refuse to move a handle that holds uncommitted writes (``view``'s memtable or parts, a
+    range delete numbered after ``base``), references or an unresolved commit."""
+    if (len(view.mem) or view.parts or refs or committer.uncertain is not None
+            or committer.withdrawing is not None
+            or seq > (base.seq if base is not None else 0)):
+        raise InvalidArgumentError(
+            f"{url!r} has uncommitted writes (or a commit whose outcome is not "
+            "known yet): advance() would drop them. Commit first, or close the DB and "
+            "open it again"
+        )
+
+
+def follow(store: ObjectStore, metrics: Metrics, committer: Committer, base: Manifest | None,
+           at_most: int, gather: Gather, *, newer: bool,
+           stay: bool = False) -> tuple[Manifest | None, list[int] | None]:
+    """The manifest of the latest committed version ``<= at_most`` seen from a handle at
+    ``base`` (``None``: there is none), and the committed versions after it, ascending, when
+    known (always with ``newer``). With ``stay``, first whether ``base`` is still the newest
+    (``base, []``). The costs are in the module docstring."""
+    markers = committer.markers
+    seen: Manifest | None = None
+    moved = False  # the GC epoch moved: GETs cannot prove anything, list
+    if stay and base is not None and markers and markers.horizon <= base.version <= at_most:
+        # proved_latest's two GETs, the first one reading the whole manifest when it
+        # exists, as the advance's round 1 would
+        with metrics.purpose("open"):
+            seen = successor(store, base)
+            if seen is None:
+                if unchanged(store, markers):
+                    return base, []  # nothing after it
+                moved = True
+    metrics.add("advances")
+    after: list[int] | None = None  # the versions after the one found, when known
+    with metrics.purpose("open"):
+        probed: tuple[Manifest, bool] | None = None
+        if base is not None and at_most >= 0 and not moved:
+            if newer:
+                probed = probe_latest(store, base, markers, at_most, gather, seen)
+            else:
+                got = probe_at_most(store, base, markers, at_most, gather)
+                probed = None if got is None else (got, False)
+        if probed is None:
+            metrics.add("advances_listed")
+            found, listed = latest_at_most(store, at_most, committer, gather)
+            after = [v for v in listed if found is None or v > found.version]
+        else:
+            found, latest = probed
+            if latest:
+                after = []
+            elif newer:  # a name after it exists: list what is newer
+                after = [v for v in list_versions(store).versions if v > found.version]
+    return found, after
 
 
 def latest_at_most(store: ObjectStore, at_most: int | None,
