@@ -969,6 +969,26 @@ cdef inline Py_ssize_t _bisect_bytes(list a, const unsigned char* k, Py_ssize_t 
     return lo
 
 
+cdef inline Py_ssize_t _next_block(list last_keys, const unsigned char* k, Py_ssize_t nk,
+                                   Py_ssize_t b, Py_ssize_t nb):
+    """The first block from ``b`` on whose last key is >= the key (``nb`` when none): for keys
+    in sorted order the block never moves back, so each step starts where the last ended; it
+    gallops (bisects) when many blocks lie between two keys."""
+    cdef object last
+    while b < nb:
+        last = <object>PyList_GET_ITEM(last_keys, b)
+        if _cmp(<const unsigned char*>PyBytes_AS_STRING(last), PyBytes_GET_SIZE(last),
+                k, nk) >= 0:
+            break
+        b += 1
+        if b < nb:
+            last = <object>PyList_GET_ITEM(last_keys, b)
+            if _cmp(<const unsigned char*>PyBytes_AS_STRING(last),
+                    PyBytes_GET_SIZE(last), k, nk) < 0:
+                b = _bisect_bytes(last_keys, k, nk, b, nb)
+    return b
+
+
 cdef Py_ssize_t _find_block(BloomFilter bloom, list last_keys, bytes key,
                             long long h) except -2:
     if bloom is not None:
@@ -1133,18 +1153,7 @@ def plan_probe(list keys, Py_ssize_t lo, Py_ssize_t hi, BloomFilter bloom, list 
         if bloom is not None and not bloom._test(_hash(<bytes>key)):
             unresolved.append(key)
             continue
-        # advance through the index: keys are sorted, so the block never moves back
-        while b < nb:
-            last = <object>PyList_GET_ITEM(last_keys, b)
-            if _cmp(<const unsigned char*>PyBytes_AS_STRING(last), PyBytes_GET_SIZE(last),
-                    k, nk) >= 0:
-                break
-            b += 1
-            if b < nb:  # gallop when many blocks lie between two keys
-                last = <object>PyList_GET_ITEM(last_keys, b)
-                if _cmp(<const unsigned char*>PyBytes_AS_STRING(last),
-                        PyBytes_GET_SIZE(last), k, nk) < 0:
-                    b = _bisect_bytes(last_keys, k, nk, b, nb)
+        b = _next_block(last_keys, k, nk, b, nb)  # keys are sorted: never moves back
         if b >= nb:
             unresolved.append(key)
             continue
@@ -1752,17 +1761,7 @@ def probe_sst(reader, list keys, dict found, fetch):
                         continue
                 elif not bloom.may_contain_hash(_hash(<bytes>key)):
                     continue
-            while b < nb:  # keys are sorted: the block never moves back
-                last = <object>PyList_GET_ITEM(last_keys, b)
-                if _cmp(<const unsigned char*>PyBytes_AS_STRING(last), PyBytes_GET_SIZE(last),
-                        k, nk) >= 0:
-                    break
-                b += 1
-                if b < nb:  # gallop when many blocks lie between two keys
-                    last = <object>PyList_GET_ITEM(last_keys, b)
-                    if _cmp(<const unsigned char*>PyBytes_AS_STRING(last),
-                            PyBytes_GET_SIZE(last), k, nk) < 0:
-                        b = _bisect_bytes(last_keys, k, nk, b, nb)
+            b = _next_block(last_keys, k, nk, b, nb)  # keys are sorted: never moves back
             if b >= nb:
                 continue
             where[j - lo] = b
