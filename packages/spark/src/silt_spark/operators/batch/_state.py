@@ -27,9 +27,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from silt.errors import InvalidArgumentError, InvalidTypeError
+from silt.errors import InvalidArgumentError
 
 from ... import _processor, _rowcodec, _schema
+from ._tables import as_table
 
 #: The kinds of state variables ``transform_batches`` serves so far.
 SUPPORTED_KINDS = ("value",)
@@ -108,19 +109,10 @@ class BatchKeys:
         return out
 
     def _key_table(self, keys: Any, what: str) -> Any:
-        import pyarrow as pa
 
-        if isinstance(keys, pa.RecordBatch):
-            keys = pa.Table.from_batches([keys])
-        elif not isinstance(keys, pa.Table):
-            if hasattr(keys, "columns") and hasattr(keys, "iloc"):  # pandas
-                keys = pa.Table.from_pandas(keys, preserve_index=False)
-            else:
-                raise InvalidTypeError(
-                    f"{what}: keys must be a pyarrow Table or RecordBatch (or a pandas "
-                    f"DataFrame) with the key columns {self.key_columns}, got "
-                    f"{type(keys).__name__}"
-                )
+        keys = as_table(keys, f"{what}: keys must be a pyarrow Table or RecordBatch (or a "
+                              f"pandas DataFrame) with the key columns {self.key_columns}, "
+                              "got {got}")
         missing = [c for c in self.key_columns if c not in keys.column_names]
         if missing:
             raise InvalidArgumentError(
@@ -235,20 +227,11 @@ class BatchValueState:
         handle._wrote(self.name, entries, [None] * len(entries))
 
     def _values(self, values: Any) -> Any:
-        import pyarrow as pa
 
         what = f"{self._what}.put"
-        if isinstance(values, pa.RecordBatch):
-            values = pa.Table.from_batches([values])
-        elif not isinstance(values, pa.Table):
-            if hasattr(values, "columns") and hasattr(values, "iloc"):  # pandas
-                values = pa.Table.from_pandas(values, preserve_index=False)
-            else:
-                raise InvalidTypeError(
-                    f"{what}: values must be a pyarrow Table or RecordBatch (or a pandas "
-                    f"DataFrame) with the columns {self.schema.names}, got "
-                    f"{type(values).__name__}"
-                )
+        values = as_table(values, f"{what}: values must be a pyarrow Table or RecordBatch (or "
+                                  f"a pandas DataFrame) with the columns {self.schema.names}, "
+                                  "got {got}")
         names = self.schema.names
         missing = [n for n in names if n not in values.column_names]
         extra = [n for n in values.column_names if n not in names]

@@ -17,13 +17,14 @@ import time as _time
 from collections.abc import Iterator
 from typing import Any
 
-from silt.errors import InvalidArgumentError, InvalidTypeError
+from silt.errors import InvalidArgumentError
 
 from ... import _rowcodec
 from ..._layout import KG_COLUMN, PARTITION_COLUMN
 from ..._processor import TimerValues
 from ..._shard import ShardTask, check_key_groups
 from ._state import BatchHandle, BatchKeys, BatchStates
+from ._tables import as_table
 
 
 def process_partition(
@@ -78,20 +79,11 @@ def process_partition(
 def _output(result: Any, schema: Any, where: str) -> Any:
     """What ``process`` returned as a table of the output ``schema`` (columns by name, cast to
     their types), or an error saying what does not fit."""
-    import pyarrow as pa
 
     if result is None:
         return schema.empty_table()
-    if isinstance(result, pa.RecordBatch):
-        result = pa.Table.from_batches([result])
-    elif not isinstance(result, pa.Table):
-        if hasattr(result, "columns") and hasattr(result, "iloc"):  # pandas
-            result = pa.Table.from_pandas(result, preserve_index=False)
-        else:
-            raise InvalidTypeError(
-                f"{where}: process must return a pyarrow Table or RecordBatch, a pandas "
-                f"DataFrame or None, got {type(result).__name__}"
-            )
+    result = as_table(result, f"{where}: process must return a pyarrow Table or RecordBatch, "
+                              "a pandas DataFrame or None, got {got}")
     names = schema.names
     missing = [n for n in names if n not in result.column_names]
     extra = [n for n in result.column_names if n not in names]
