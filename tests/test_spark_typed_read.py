@@ -17,7 +17,7 @@ import pytest
 import silt_spark
 from pyspark import cloudpickle
 from silt.errors import InvalidArgumentError
-from silt_spark import _join, _shard
+from silt_spark import _join, _join_state, _shard
 from test_spark_join import JoinRun, join_rows, silt_join
 from test_spark_operator import AGGS, Run, batch
 
@@ -191,22 +191,22 @@ def test_a_join_rows_columns_never_repeat_a_name_of_the_typed_read() -> None:
     desc = {"key_columns": [["id", "string"]], _join.JOIN_KEYS: {"left": ["id"],
                                                                  "right": ["rid"]},
             _join.SIDE_TYPES: {"left": side, "right": other}}
-    assert _join.side_keys(desc, "left") == [["id", "string"]]
-    assert _join.side_keys(desc, "right") == [["rid", "string"]]
-    columns = _join.typed_columns(desc, "left")
+    assert _join_state.side_keys(desc, "left") == [["id", "string"]]
+    assert _join_state.side_keys(desc, "right") == [["rid", "string"]]
+    columns = _join_state.typed_columns(desc, "left")
     assert columns == [("row_event_time", "timestamp"), ("row_Matched", "int"),
                        ("row_row_event_time", "bigint"), ("row_SHARD_VERSION", "bigint"),
                        ("v", "double"), ("event_time", "timestamp"), ("matched", "boolean")]
-    assert _join.typed_columns(desc, "right") == [
+    assert _join_state.typed_columns(desc, "right") == [
         ("v", "double"), ("event_time", "timestamp"), ("matched", "boolean")]
     for name in ("left", "right"):
-        keys = [n for n, _ in _join.side_keys(desc, name)]
-        names = [n.lower() for n in [*keys, *(n for n, _ in _join.typed_columns(desc, name)),
+        keys = [n for n, _ in _join_state.side_keys(desc, name)]
+        names = [n.lower() for n in [*keys, *(n for n, _ in _join_state.typed_columns(desc, name)),
                                      "shard_version"]]
         assert len(set(names)) == len(names)
     # A root from before the key names were recorded: both sides' keys under the left names.
     del desc[_join.JOIN_KEYS]
-    assert _join.side_keys(desc, "right") == [["id", "string"]]
+    assert _join_state.side_keys(desc, "right") == [["id", "string"]]
 
 
 class Reminder(silt_spark.StatefulProcessor):

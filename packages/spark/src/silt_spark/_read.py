@@ -13,7 +13,17 @@ from typing import Any
 from silt.errors import InvalidArgumentError, InvalidTypeError
 from silt.tierkit import public_url
 
-from . import _aggregate, _dedup, _join, _layout, _processor, _shard, _storage, _window
+from . import (
+    _aggregate,
+    _dedup,
+    _join,
+    _join_state,
+    _layout,
+    _processor,
+    _shard,
+    _storage,
+    _window,
+)
 from ._codec import to_json
 from .errors import LayoutMismatchError, NotAnOperatorRootError, VersionNotFoundError
 
@@ -262,7 +272,7 @@ def builtin_keys(desc: dict[str, Any], state_name: str) -> list[list[str]]:
     """The key columns (name, type) of built-in state ``state_name``'s typed rows: the
     query's, or for a join's side the join key as that side names it."""
     if desc["operator"] == _join.KIND:
-        return _join.side_keys(desc, state_name)
+        return _join_state.side_keys(desc, state_name)
     return desc["key_columns"]
 
 
@@ -289,7 +299,7 @@ def builtin_columns(
             "the JSON form (one JSON key column)"
         )
     if kind == _join.KIND:
-        return _join.typed_columns(desc, state_name)
+        return _join_state.typed_columns(desc, state_name)
     if kind == _processor.KIND:
         return [("timer", "timestamp")]
     return OPERATORS[kind].typed_columns(desc)
@@ -335,7 +345,7 @@ def builtin_table(items: Any, desc: dict[str, Any], root: str, schema: Any,
     ``version`` as its ``shard_version``; ``None`` when there is none."""
     kind = desc["operator"]
     if kind == _join.KIND:
-        return _join.typed_rows(items, desc, root, schema, state_name)
+        return _join_state.typed_rows(items, desc, root, schema, state_name)
     if kind == _processor.KIND:
         return _timer_rows(items, desc, schema)
     return OPERATORS[kind].typed_rows(items, desc, root, schema)
