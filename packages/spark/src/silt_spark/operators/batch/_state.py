@@ -30,7 +30,7 @@ from typing import Any
 from silt.errors import InvalidArgumentError
 
 from ... import _processor, _rowcodec, _schema
-from ._tables import as_table
+from ._tables import as_table, conform
 
 #: The kinds of state variables ``transform_batches`` serves so far.
 SUPPORTED_KINDS = ("value",)
@@ -232,21 +232,8 @@ class BatchValueState:
         values = as_table(values, f"{what}: values must be a pyarrow Table or RecordBatch (or "
                                   f"a pandas DataFrame) with the columns {self.schema.names}, "
                                   "got {got}")
-        names = self.schema.names
-        missing = [n for n in names if n not in values.column_names]
-        extra = [n for n in values.column_names if n not in names]
-        if missing or extra:
-            raise InvalidArgumentError(
-                f"{what}: values have the columns {values.column_names}; the variable's "
-                f"schema has {names}" + (f" (missing {missing})" if missing else "")
-                + (f" (not in it: {extra})" if extra else "")
-            )
-        try:
-            return values.select(names).cast(self.schema)
-        except (ValueError, TypeError, NotImplementedError) as exc:  # pyarrow's included
-            raise InvalidArgumentError(
-                f"{what}: values do not fit the variable's schema {self.schema}: {exc}"
-            ) from None
+        return conform(values, self.schema, f"{what}: values have", "the variable's schema",
+                       f"{what}: values do not fit the variable's schema {self.schema}")
 
 
 class BatchStates:

@@ -17,14 +17,12 @@ import time as _time
 from collections.abc import Iterator
 from typing import Any
 
-from silt.errors import InvalidArgumentError
-
 from ... import _rowcodec
 from ..._layout import KG_COLUMN, PARTITION_COLUMN
 from ..._processor import TimerValues
 from ..._shard import ShardTask, check_key_groups
 from ._state import BatchHandle, BatchKeys, BatchStates
-from ._tables import as_table
+from ._tables import as_table, conform
 
 
 def process_partition(
@@ -79,23 +77,9 @@ def process_partition(
 def _output(result: Any, schema: Any, where: str) -> Any:
     """What ``process`` returned as a table of the output ``schema`` (columns by name, cast to
     their types), or an error saying what does not fit."""
-
     if result is None:
         return schema.empty_table()
     result = as_table(result, f"{where}: process must return a pyarrow Table or RecordBatch, "
                               "a pandas DataFrame or None, got {got}")
-    names = schema.names
-    missing = [n for n in names if n not in result.column_names]
-    extra = [n for n in result.column_names if n not in names]
-    if missing or extra:
-        raise InvalidArgumentError(
-            f"{where}: process returned the columns {result.column_names}; output_schema has "
-            f"{names}" + (f" (missing {missing})" if missing else "")
-            + (f" (not in it: {extra})" if extra else "")
-        )
-    try:
-        return result.select(names).cast(schema)
-    except (ValueError, TypeError, NotImplementedError) as exc:  # pyarrow's included
-        raise InvalidArgumentError(
-            f"{where}: what process returned does not fit output_schema {schema}: {exc}"
-        ) from None
+    return conform(result, schema, f"{where}: process returned", "output_schema",
+                   f"{where}: what process returned does not fit output_schema {schema}")
