@@ -282,7 +282,8 @@ class ShardTask:
     """
 
     def __init__(
-        self, spec: OperatorSpec, shard: int, batch_id: int, query_id: str, attempt: int
+        self, spec: OperatorSpec, shard: int, batch_id: int, query_id: str, attempt: int,
+        run_id: str = "",
     ) -> None:
         self.spec = spec
         self.shard = shard
@@ -323,7 +324,7 @@ class ShardTask:
             self._observed = _watermark.observe(
                 spec.root, query_id, batch_id, delays, prune=shard == 0,
                 counts=self.root_requests["watermark"], incarnation=spec.incarnation,
-                storage_options=spec.storage_options,
+                storage_options=spec.storage_options, run_id=run_id,
             )
             self.watermark = self._observed.watermark_ms
             self.late_watermark = self._observed.late_ms if spec.ticks else self.watermark
@@ -533,7 +534,9 @@ class ShardTask:
         """Record the batch's event times (before the commit, so a committed version always
         has its markers), then commit version ``batch_id`` if anything changed (and it is not a
         replay)."""
-        if self._observed is not None and any(m is not None for m in self._event_seen):
+        observed = self._observed
+        if observed is not None and (observed.new_run
+                                     or any(m is not None for m in self._event_seen)):
             _watermark.record(
                 self.spec.root, self.query_id, self.batch_id, self.url_name,
                 self._event_seen, self._observed, self.root_requests["watermark"],
@@ -844,7 +847,8 @@ def run_shard(
             ".repartition(n) to the operator's output before the union, or make it the first "
             "input, and keep spark.sql.adaptive.enabled off"
         )
-    task = ShardTask(spec, shard, int(batch_id), query_id, ctx.attemptNumber())
+    task = ShardTask(spec, shard, int(batch_id), query_id, ctx.attemptNumber(),
+                     run_id=_watermark.run_of_task(ctx))
     probe = task.probe = _metrics.TaskProbe(task)
     stage = _progress.Stage(progress_schema) if progress_schema is not None else None
     ok = False
