@@ -387,9 +387,10 @@ def test_full_outer_and_semi_joins_equal_spark_batch_by_batch_over_a_backlog(spa
 def test_a_side_without_data_and_a_restart_keep_sparks_watermark(spark, tmp_path):
     """Spark's two rules for several inputs, against Spark's left outer join: the watermark
     stays at 0 while one side has had no data (the right side's first row, at 101 s, is not
-    late and matches the left row at 100 s), and a restart forgets each side's maximum (the left side's
-    200 s before the restart does not count after it: the right row at 170 s is not late and
-    matches the left row at 168 s). silt restarts and rescales 1 -> 2 shards there."""
+    late and matches the left row at 100 s), and a restart forgets each side's maximum (the
+    left side's 200 s before the restart does not count after it: the right row at 170 s is
+    not late and matches the left row at 168 s). silt restarts and rescales 1 -> 2 shards
+    there."""
     batches = [
         ([("u1", 1, 100_000), ("u1", 2, 120_000)], []),
         ([("u3", 3, 125_000)], [("u1", 4, 101_000), ("u3", 5, 124_000)]),
