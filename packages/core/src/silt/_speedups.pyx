@@ -1207,7 +1207,7 @@ cdef class RangeIter:
     cdef Py_ssize_t _i, _stop
     cdef object _it  # a non-compiled block's iterator
     cdef Py_ssize_t _first
-    cdef object _blocks  # silt.sst.reader.Readahead: one ranged GET for a run of missed blocks
+    cdef object _blocks  # silt.sst.readahead.Readahead: one ranged GET for a run of missed blocks
 
     def __init__(self, reader, start, end, bint fill_cache=False):
         _check_bound(start)
@@ -1258,8 +1258,8 @@ cdef class RangeIter:
             if self._bi >= self._nb:
                 raise StopIteration
             global _Readahead
-            if _Readahead is None:  # silt.sst.reader imports this module: bind it late
-                from silt.sst.reader import Readahead as _Readahead
+            if _Readahead is None:  # silt.sst imports this module: bind it late
+                from silt.sst.readahead import Readahead as _Readahead
             self._blocks = _Readahead(self._reader, self._end, self._fill)
             self._open(self._bi)
         while True:
