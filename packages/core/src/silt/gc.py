@@ -119,6 +119,27 @@ def check_retain(retain_versions: object) -> int:
     return retain_versions
 
 
+def handle_options(settings: Settings, retain_versions: int | None,
+                   grace_seconds: float | None) -> tuple[int, float]:
+    """The ``retain_versions`` and ``grace_seconds`` of a GC run from an open DB whose settings
+    are ``settings``: its defaults for ``None``. A grace shorter than the DB's own
+    ``gc_grace_seconds`` is refused: GC could then delete SSTs this writer uploaded and has
+    not committed yet."""
+    if retain_versions is None:
+        retain_versions = settings.retain_versions
+    if grace_seconds is None:
+        return retain_versions, settings.gc_grace_seconds
+    check_grace(grace_seconds)
+    if grace_seconds < settings.gc_grace_seconds:
+        raise InvalidArgumentError(
+            f"grace_seconds={grace_seconds!r} is shorter than this DB's "
+            f"Settings.gc_grace_seconds={settings.gc_grace_seconds}: GC could "
+            "delete SSTs this writer uploaded and has not committed yet. Use a grace "
+            "at least that long, or open the DB with a shorter gc_grace_seconds"
+        )
+    return retain_versions, grace_seconds
+
+
 def collect_garbage(
     store: ObjectStore,
     *,

@@ -12,6 +12,7 @@ from typing import Any
 from . import errors
 from .budget import MemoryBudget
 from .clock import Clock
+from .commit import check_version
 from .db import DB
 from .gc import read_checkpoints
 from .manifest import Manifest
@@ -129,7 +130,7 @@ def open(
 
         rewrite.load(settings.value_rewriter, settings.value_rewriter_config)
     if version is not None:
-        DB._check_version(version)
+        check_version(version)
     if at_most is not None:
         if version is not None:
             raise errors.InvalidArgumentError("pass either version= or at_most=, not both")

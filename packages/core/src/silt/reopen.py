@@ -139,8 +139,8 @@ from .versions import list_versions, read_fate, read_manifest
 if TYPE_CHECKING:
     from .commit import Committer
     from .metrics import Metrics
-    from .siblings import Reference
-    from .view import BlockFetcher, ReadView
+    from .state import TreeState
+    from .view import BlockFetcher
 
 #: Runs independent calls (at once where it can) and returns their results in order.
 Gather = Callable[[Sequence[Callable[[], Any]]], list[Any]]
@@ -185,18 +185,28 @@ def gather_on(store: ObjectStore, metrics: Metrics, fetch: BlockFetcher,
     return fetch.gather([partial(counted, call) for call in calls])
 
 
-def check_settled(url: str, view: ReadView, refs: list[Reference], committer: Committer,
-                  seq: int, base: Manifest | None) -> None:
-    """Refuse to move a handle that holds uncommitted writes (``view``'s memtable or parts, a
-    range delete numbered after ``base``), references or an unresolved commit."""
-    if (len(view.mem) or view.parts or refs or committer.uncertain is not None
+def advance(state: TreeState, url: str, store: ObjectStore, metrics: Metrics,
+            committer: Committer, at_most: int, gather: Gather, *, newer: bool,
+            stay: bool = False) -> list[int] | None:
+    """Move ``state`` (a DB's, :class:`silt.state.TreeState`) to the latest committed version
+    ``<= at_most`` that :func:`follow` finds, keeping the open readers of the SSTs both versions
+    share; return the committed versions after it when known (always with ``newer``). Refuses
+    (naming ``url``) a state that holds uncommitted writes (memtable, parts, a range delete
+    numbered after its base), references or an unresolved commit."""
+    base, view = state.manifest, state.view
+    if (len(view.mem) or view.parts or state.refs or committer.uncertain is not None
             or committer.withdrawing is not None
-            or seq > (base.seq if base is not None else 0)):
+            or state.seq > (base.seq if base is not None else 0)):
         raise InvalidArgumentError(
             f"{url!r} has uncommitted writes (or a commit whose outcome is not "
             "known yet): advance() would drop them. Commit first, or close the DB and "
             "open it again"
         )
+    found, after = follow(store, metrics, committer, base, at_most, gather, newer=newer,
+                          stay=stay)
+    if found is not base:
+        state.move_to(found)
+    return after
 
 
 def follow(store: ObjectStore, metrics: Metrics, committer: Committer, base: Manifest | None,
