@@ -11,10 +11,11 @@ paths' plain cases (all bytes, within the limits) stay where those paths are
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping, Set
+from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from typing import Any
 
 from .errors import InvalidArgumentError, InvalidTypeError
+from .memtable import check_pairs
 from .sst.format import MAX_EXPIRY_MS
 from .writebatch import DELETE_RANGE
 
@@ -231,3 +232,19 @@ def check_batch(ops: Iterable[tuple[Any, Any, Any]], max_key: int, max_value: in
             value = check_value(value, max_value)
             checked.append((key, value if ttl is None else (value, expiry(ttl, now()))))
     return checked
+
+
+def check_put_many(keys: Any, values: Any, max_key: int,
+                   max_value: int) -> tuple[Sequence[bytes], Sequence[bytes]]:
+    """``put_many``'s keys and values: as many of each, every one bytes within its limit (the
+    per-item checks run only when the compiled check of the plain case fails)."""
+    keys = check_many(keys, "put_many keys", "keys", by_position=True)
+    values = check_many(values, "put_many values", "values", by_position=True)
+    if len(keys) != len(values):
+        raise InvalidArgumentError(
+            f"put_many got {len(keys)} keys but {len(values)} values; pass one value per key"
+        )
+    if check_pairs(keys, values, max_key, max_value) >= 0:
+        keys = [check_key(k, max_key, "put_many keys") for k in keys]
+        values = [check_value(v, max_value, "put_many values") for v in values]
+    return keys, values

@@ -1,21 +1,10 @@
 """DB: one LSM tree under one root of an object store — the public facade.
 
-``DB`` validates arguments (with :mod:`silt.arguments`), holds the writer lock, and swaps the
-read view; the work is done by rooms that own their state and never call back into it:
-
-* :mod:`silt.state` — the handle's mutable state (:class:`~silt.state.TreeState`: base
-  manifest, read view, range-delete counter, references), changed only through its methods;
-* :mod:`silt.view` — the immutable :class:`~silt.view.ReadView` (active memtable, frozen parts,
-  L0, levels) with ``get``, ``multi_get`` and ``scan`` (docs/architecture.md);
-* :mod:`silt.budget` — the memtable's allowance (:class:`~silt.budget.MemtableAllowance`);
-  :mod:`silt.flush` — freezing the memtable and uploading SSTs;
-* :mod:`silt.commit` — a commit's steps (:class:`~silt.commit.CommitSteps`) and the commit
-  protocol (:class:`~silt.commit.Committer`, its checks after the PUT in :mod:`silt.postcheck`);
-  :mod:`silt.inline` — freezing a commit's delta inline or folded;
-* :mod:`silt.pin` — named checkpoints; :mod:`silt.gc` — garbage collection;
-* :mod:`silt.reopen` — following newer versions with GETs (:meth:`DB.advance`);
-  :mod:`silt.changes` — the keys two versions may differ in (:meth:`DB.changed_keys`);
-* :mod:`silt.siblings` — references to sibling DBs' SSTs; :mod:`silt.compaction` — compaction.
+``DB`` validates arguments (with :mod:`silt.arguments`), holds the writer lock, and delegates:
+the handle's mutable state is a :class:`~silt.state.TreeState` (base manifest, read view,
+range-delete counter, references); the work is done by rooms wired once by
+:func:`silt.rooms.furnish` (flush, commit, compaction, caches), which own their state and never
+call back into the DB.
 
 Following a key: :meth:`DB.get` (the view's memtable) ->
 :meth:`ReadView.get_below <silt.view.ReadView.get_below>` (parts, then
@@ -38,48 +27,29 @@ import weakref
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from .arguments import (
-    check_batch,
-    check_bounds,
-    check_flag,
-    check_instances,
-    check_key,
-    check_keys,
-    check_many,
-    check_range,
-    check_ranges,
-    check_scan,
-    check_timeout,
-    check_value,
-    expiry,
-)
-from .budget import MemoryBudget, MemtableAllowance, process_budget
+from . import arguments as args
+from .budget import MemoryBudget
 from .cache import BlockCache
 from .changes import changed_keys
 from .clock import Clock
-from .commit import CommitSteps, Committer
-from .compaction.driver import CompactionDriver
+from .commit import Committer
 from .cost import user_meta
 from .errors import ClosedError, InvalidArgumentError, InvalidTypeError
-from .flush import Flusher
 from .gc import GcReport, collect_garbage, handle_options
-from .inline import DeltaFreezer
 from .manifest import Manifest
-from .memtable import check_ops, check_pairs
+from .memtable import check_ops
 from .metrics import MeteredStore, Metrics
 from .pin import check_checkpoint_name, pin
 from .record import MISSING, visible
-from .refill import Refiller
 from .reopen import advance, check_at_most, gather_on
+from .rooms import furnish
 from .settings import Settings
-from .siblings import SiblingStores
 from .sst.builder import SstInfo
 from .sst.reader import SstReader, get_levels
-from .state import TreeState
 from .store import ObjectStore
 from .tierkit import public_url
 from .versions import list_versions
-from .view import BlockFetcher, Readers, ReadView
+from .view import ReadView
 from .writebatch import WriteBatch
 
 
@@ -110,49 +80,18 @@ class DB:
         self._settings = settings
         self._clock = clock
         self._owns_store = owns_store
-        #: The memory budget this DB's memtables are charged to and whose cache it shares, or
-        #: ``None`` with a private cache (``Settings.block_cache_bytes``): see silt.budget.
-        self._budget: MemoryBudget | None = None
-        if settings.block_cache_bytes is not None:
-            self._cache = BlockCache(settings.block_cache_bytes)
-        else:
-            self._budget = budget if budget is not None else process_budget()
-            self._cache = self._budget.cache
         self._lock = threading.RLock()
         self._closed = False
         self._max_key = settings.max_key_bytes
         self._max_value = settings.max_value_bytes
-        #: When the active memtable must grow its reservation or freeze (silt.budget).
-        self._allowance = MemtableAllowance(self._budget, settings.memtable_bytes)
-        if self._budget is not None:  # a DB dropped unclosed gives its reservation back
+        self._rooms = rooms = furnish(self._store, url, self._pub, settings, clock, manifest,
+                                      self._metrics, budget, self._lock)
+        #: The rooms the hot paths and white-box tests reach by name.
+        self._state, self._cache, self._fetch = rooms.state, rooms.cache, rooms.fetch
+        self._allowance, self._readers = rooms.allowance, rooms.readers
+        self._committer, self._compaction = rooms.committer, rooms.compaction
+        if rooms.budget is not None:  # a DB dropped unclosed gives its reservation back
             weakref.finalize(self, self._allowance.give_back_soon)
-        self._readers = Readers(self._budget)
-        self._fetch = BlockFetcher(settings.read_parallelism)
-        #: Refills the block cache after adopted compactions on remote stores (silt.refill).
-        self._refiller = Refiller(self._cache, settings.read_parallelism, self._metrics)
-        #: Stores of sibling DBs whose SSTs the manifests reference (silt.siblings).
-        self._siblings = SiblingStores(
-            url, self._store, wrap=lambda raw: MeteredStore(raw, self._metrics)
-        )
-        self._flusher = Flusher(self._store, settings, clock, self._cache, self._readers)
-        self._committer = Committer(self._store, self._pub, clock, int(
-            settings.gc_grace_seconds * 1000), self._siblings, self._gather)
-        #: The base manifest, read view, range-delete counter and references (silt.state).
-        self._state = TreeState(self._lock, self._cache, self._readers, self._siblings,
-                                self._flusher, self._allowance, self._committer)
-        #: Freezes each commit's delta, inline or folded (silt.inline).
-        self._deltas = DeltaFreezer(settings, clock, self._metrics, self._siblings.add_inline,
-                                    self._reader, self._flusher.upload,
-                                    self._allowance.give_back_memtable)
-        self._state.install(manifest)
-        self._compaction = CompactionDriver(
-            self._store, settings, clock, self._metrics, siblings=self._siblings,
-            announce=self._flusher.announce, reach=self._committer.gc_reach)
-        #: The steps of a commit (silt.commit).
-        refill = settings.refill_after_compaction and not self._store.local
-        self._steps = CommitSteps(self._committer, self._flusher, self._deltas, self._compaction,
-                                  self._siblings, self._metrics, url,
-                                  self._refiller if refill else None)
 
     # -- properties ---------------------------------------------------------------------------
     @property
@@ -228,12 +167,6 @@ class DB:
         if self._closed:
             raise ClosedError(f"the database {self._pub!r} is closed; open it again with silt.open")
 
-    def _check_key(self, key: Any, what: str = "keys") -> bytes:
-        return check_key(key, self._max_key, what)
-
-    def _check_value(self, value: Any) -> bytes:
-        return check_value(value, self._max_value)
-
     # -- writes -------------------------------------------------------------------------------
     def put(self, key: bytes, value: bytes, *, ttl: float | None = None) -> None:
         """Set ``key`` to ``value``; with ``ttl`` (seconds) the entry expires after that time.
@@ -243,23 +176,23 @@ class DB:
         if self._closed:
             self._check_open()
         if key.__class__ is not bytes or len(key) > self._max_key:
-            key = self._check_key(key)
+            key = args.check_key(key, self._max_key)
         if value.__class__ is not bytes or len(value) > self._max_value:
-            value = self._check_value(value)
+            value = args.check_value(value, self._max_value)
         mem = self._state.view.mem
         if ttl is None:
             # Memtable.put_value without the call (the memtable's contract allows it).
             mem.data[key] = value
             mem.approx_bytes += len(key) + len(value) + 16
         else:
-            mem.put(key, (value, expiry(ttl, self._clock.now_ms())))
+            mem.put(key, (value, args.expiry(ttl, self._clock.now_ms())))
         if mem.approx_bytes >= self._allowance.limit:
             self._state.freeze_full(mem)
 
     def delete(self, key: bytes) -> None:
         """Remove ``key`` (a tombstone that shadows older values until compacted away)."""
         self._check_open()
-        key = self._check_key(key)
+        key = args.check_key(key, self._max_key)
         mem = self._state.view.mem
         mem.put(key, None)
         if mem.approx_bytes >= self._allowance.limit:
@@ -274,7 +207,7 @@ class DB:
         ``start > end`` raises :class:`~silt.errors.InvalidArgumentError`.
         """
         self._check_open()
-        start, end = check_range(start, end, self._max_key)
+        start, end = args.check_range(start, end, self._max_key)
         with self._lock:
             self._state.delete_range(start, end)
 
@@ -284,24 +217,13 @@ class DB:
         if not isinstance(batch, WriteBatch):
             raise InvalidTypeError(
                 f"DB.write batch must be a silt.WriteBatch, got {type(batch).__name__}")
-        state = self._state
         if check_ops(batch.ops, self._max_key, self._max_value):
-            # Every op is a plain put or delete of valid bytes: apply without a call per op.
             with self._lock:
-                mem = state.view.mem
-                mem.apply(batch.ops)
-                if mem.approx_bytes >= self._allowance.limit:
-                    state.grow_or_freeze()
+                self._state.apply(batch.ops, plain=True)
             return
-        ops = check_batch(batch.ops, self._max_key, self._max_value, self._clock.now_ms)
+        ops = args.check_batch(batch.ops, self._max_key, self._max_value, self._clock.now_ms)
         with self._lock:
-            for op in ops:
-                if len(op) == 3:
-                    state.delete_range(op[0], op[1])
-                else:
-                    state.view.mem.put(*op)
-            if state.view.mem.approx_bytes >= self._allowance.limit:
-                state.grow_or_freeze()
+            self._state.apply(ops, plain=False)
 
     def put_many(self, keys: Sequence[bytes], values: Sequence[bytes]) -> None:
         """Set ``keys[i]`` to ``values[i]`` for every ``i``, like ``put`` in a loop but without a
@@ -311,23 +233,9 @@ class DB:
         flushed in the background between items, as with ``put``.
         """
         self._check_open()
-        keys = check_many(keys, "put_many keys", "keys", by_position=True)
-        values = check_many(values, "put_many values", "values", by_position=True)
-        if len(keys) != len(values):
-            raise InvalidArgumentError(
-                f"put_many got {len(keys)} keys but {len(values)} values; pass one value per key"
-            )
-        if check_pairs(keys, values, self._max_key, self._max_value) >= 0:
-            keys = [check_key(k, self._max_key, "put_many keys") for k in keys]
-            values = [check_value(v, self._max_value, "put_many values") for v in values]
-        i, n = 0, len(keys)
-        state = self._state
+        keys, values = args.check_put_many(keys, values, self._max_key, self._max_value)
         with self._lock:
-            while i < n:
-                mem = state.view.mem
-                i = mem.put_pairs(keys, values, i, self._allowance.limit)
-                if mem.approx_bytes >= self._allowance.limit:
-                    state.grow_or_freeze()
+            self._state.put_pairs(keys, values)
 
     # -- flush --------------------------------------------------------------------------------
     def flush(self) -> None:
@@ -338,7 +246,7 @@ class DB:
         with self._lock:
             self._check_open()
             self._state.freeze()
-            self._flusher.wait(self._state.view.parts)
+            self._rooms.flusher.wait(self._state.view.parts)
 
     # -- commit -------------------------------------------------------------------------------
     def commit(self, version: int | None = None, *, meta: dict[str, str] | None = None) -> int:
@@ -361,7 +269,7 @@ class DB:
         """
         with self._lock:
             self._check_open()
-            return self._steps.commit(self._state, version, meta)
+            return self._rooms.steps.commit(self._state, version, meta)
 
     def _reader(self, info: SstInfo) -> SstReader:
         return self._state.reader(info)
@@ -395,7 +303,7 @@ class DB:
                 raise InvalidTypeError(
                     f"reference() source must be an open silt.DB, got {type(source).__name__}")
             source._check_open()
-            start, end = check_bounds(start, end, self._max_key)
+            start, end = args.check_bounds(start, end, self._max_key)
             if start is not None and end is not None and start >= end:
                 raise InvalidArgumentError(f"empty range: start {start!r} >= end {end!r}")
             return self._state.reference(self._url, self._pub, source.url, source.manifest,
@@ -405,7 +313,7 @@ class DB:
     def get(self, key: bytes) -> bytes | None:
         """The value of ``key``, or ``None`` if it is absent, deleted or expired."""
         if key.__class__ is not bytes or len(key) > self._max_key:
-            key = self._check_key(key)
+            key = args.check_key(key, self._max_key)
         if self._closed:
             self._check_open()
         # The view's memtable first, here: point reads are the hot path (a frame more: ~8%).
@@ -430,7 +338,7 @@ class DB:
         (``Settings.read_parallelism``).
         """
         self._check_open()
-        keys = check_keys(keys, self._max_key, "multi_get keys")
+        keys = args.check_keys(keys, self._max_key, "multi_get keys")
         return self._state.view.multi_get(keys, self._fetch, self._clock.now_ms())
 
     def multi_scan(self, ranges: Sequence[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
@@ -444,7 +352,7 @@ class DB:
         Unlike ``scan`` the result is a list, built at once.
         """
         self._check_open()
-        checked = check_ranges(ranges, self._max_key, "multi_scan ranges")
+        checked = args.check_ranges(ranges, self._max_key, "multi_scan ranges")
         if not checked:
             return []
         return self._state.view.multi_scan(checked, self._fetch, self._clock.now_ms())
@@ -462,7 +370,7 @@ class DB:
         scan are not added to the block cache, so a full scan does not evict hot blocks.
         """
         self._check_open()
-        bounds = check_scan(start, end, prefix, self._max_key)
+        bounds = args.check_scan(start, end, prefix, self._max_key)
         if bounds is None:
             return iter(())
         return self._state.view.scan(*bounds, self._clock.now_ms())
@@ -477,7 +385,7 @@ class DB:
         TTLs, state inspection); applications want :meth:`scan`.
         """
         self._check_open()
-        start, end = check_bounds(start, end, self._max_key)
+        start, end = args.check_bounds(start, end, self._max_key)
         return self._state.view.committed_records(start, end)
 
     def changed_keys(
@@ -494,8 +402,8 @@ class DB:
         range deletes, ``since``'s keys in their ranges.
         """
         self._check_open()
-        since = check_instances(since, DB, "changed_keys since")
-        start, end = check_bounds(start, end, self._max_key)
+        since = args.check_instances(since, DB, "changed_keys since")
+        start, end = args.check_bounds(start, end, self._max_key)
         for old in since:
             old._check_open()
         state = self._state
@@ -512,19 +420,7 @@ class DB:
             if self._closed:
                 return
             self._closed = True
-            self._refiller.close()
-            self._flusher.close()
-            self._fetch.close()
-            self._compaction.close()
-            if self._budget is None:
-                self._cache.clear()
-            else:  # the shared cache keeps this DB's blocks until evicted (a reopen finds them)
-                self._allowance.give_back()
-                self._readers.unpin_all()
-            self._state.clear()
-            self._siblings.close()
-            if self._owns_store:
-                self._store.close()
+            self._rooms.close(self._owns_store)
 
     def stats(self) -> dict[str, Any]:
         """Counters for inspection: memtable, SSTs per level, amplification, cache, requests.
@@ -535,20 +431,7 @@ class DB:
         requests and bytes by purpose (write, flush, commit, compaction, gc, read, open,
         refill) and kind, ``requests_by_kind`` the requests of each kind (failed ones included).
         """
-        m = self._metrics.snapshot()
-        flushed = m.get("flush_bytes", 0)
-        written = flushed + m.get("compaction_output_bytes", 0)
-        return {
-            "version": self.version,
-            **self._state.shape(),
-            "write_amplification": (written / flushed) if flushed else 0.0,
-            "compaction_running": self._compaction.running,
-            "cache_bytes": self._cache.used,
-            "cache_hits": self._cache.hits,
-            "cache_misses": self._cache.misses,
-            "store": self._store.stats(),
-            **m,
-        }
+        return self._rooms.stats()
 
     def wait_for_compaction(self, timeout: float | None = None) -> bool:
         """Block until the background compaction in flight (if any) has finished.
@@ -557,14 +440,14 @@ class DB:
         passed first. Useful before measuring, and in tests.
         """
         self._check_open()
-        return self._compaction.wait(check_timeout(timeout))
+        return self._compaction.wait(args.check_timeout(timeout))
 
     def wait_for_refill(self) -> None:
         """Block until the cache refills started by adopted compactions so far are done (see
         :mod:`silt.refill`; only remote stores refill). Useful before measuring, and in tests.
         """
         self._check_open()
-        self._refiller.wait()
+        self._rooms.refiller.wait()
 
     def newer_versions(self) -> list[int]:
         """Committed versions greater than this DB's base version, ascending.
@@ -661,7 +544,7 @@ class DB:
         then delete SSTs this writer uploaded and has not committed yet.
         """
         self._check_open()
-        check_flag(dry_run, "dry_run")
+        args.check_flag(dry_run, "dry_run")
         retain_versions, grace_seconds = handle_options(self._settings, retain_versions,
                                                         grace_seconds)
         with self._metrics.purpose("gc"):

@@ -18,6 +18,7 @@ Thread safety: the DB's writer lock (``lock``) serializes every method; reading 
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from . import paths
@@ -147,6 +148,31 @@ class TreeState:
         if frozen is not view:
             self._allowance.frozen(size, frozen.parts[-1].future)
         return frozen
+
+    def apply(self, ops: list[tuple[Any, ...]], *, plain: bool) -> None:
+        """Apply a write batch's checked ``ops`` in order (:func:`silt.arguments.check_batch`
+        forms; ``plain``: every op a put or delete of valid bytes, as a WriteBatch holds them,
+        applied without a call per op), then grow or freeze a full memtable."""
+        if plain:
+            self.view.mem.apply(ops)
+        else:
+            for op in ops:
+                if len(op) == 3:
+                    self.delete_range(op[0], op[1])
+                else:
+                    self.view.mem.put(*op)
+        if self.view.mem.approx_bytes >= self._allowance.limit:
+            self.grow_or_freeze()
+
+    def put_pairs(self, keys: Sequence[bytes], values: Sequence[bytes]) -> None:
+        """Set ``keys[i]`` to ``values[i]`` (checked) in order, freezing each memtable that
+        fills up between items."""
+        i, n = 0, len(keys)
+        while i < n:
+            mem = self.view.mem
+            i = mem.put_pairs(keys, values, i, self._allowance.limit)
+            if mem.approx_bytes >= self._allowance.limit:
+                self.grow_or_freeze()
 
     def delete_range(self, start: bytes, end: bytes) -> None:
         """Delete the checked range ``[start, end)``: point tombstones in the memtable, and a
