@@ -65,6 +65,14 @@ def check_bounds(start: Any, end: Any, max_key: int) -> tuple[bytes | None, byte
             None if end is None else check_key(end, max_key, "end"))
 
 
+def check_span(start: Any, end: Any, max_key: int) -> tuple[bytes | None, bytes | None]:
+    """:func:`check_bounds` of a range that must not be empty (``start < end``)."""
+    start, end = check_bounds(start, end, max_key)
+    if start is not None and end is not None and start >= end:
+        raise InvalidArgumentError(f"empty range: start {start!r} >= end {end!r}")
+    return start, end
+
+
 def check_many(value: Any, what: str, of: str, *,
                by_position: bool = False) -> list[Any] | tuple[Any, ...]:
     """An argument of many items (``of`` says what they are, plural): any iterable but a single
@@ -109,6 +117,13 @@ def check_ranges(ranges: Any, max_key: int, what: str = "ranges") -> list[tuple[
             )
         checked.append((start, end))
     return checked
+
+
+def check_instance(value: Any, cls: type, what: str, kind: str) -> Any:
+    """``value`` if it is a ``cls`` (``kind`` says what one is, as "a silt.WriteBatch")."""
+    if not isinstance(value, cls):
+        raise InvalidTypeError(f"{what} must be {kind}, got {_got(value)}")
+    return value
 
 
 def check_instances(value: Any, cls: type, what: str) -> list[Any]:

@@ -11,25 +11,25 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .manifest import Manifest
-from .view import ReadView
+from .state import TreeState
 
 
-def changed_keys(now: ReadView, now_base: Manifest | None,
-                 since: Sequence[tuple[ReadView, Manifest | None]], start: bytes | None,
+def changed_keys(now_state: TreeState, since: Sequence[TreeState], start: bytes | None,
                  end: bytes | None) -> list[bytes]:
-    """Keys in ``[start, end)`` whose committed value may differ between the older versions
-    ``since`` (``(view, base)`` of each) and the version ``now_base`` whose view is ``now``,
-    sorted (see the module docstring)."""
+    """Keys in ``[start, end)`` whose committed value may differ between the base versions of
+    the older states ``since`` and that of ``now_state``, sorted (see the module docstring)."""
     since_ids: set[str] = set()
     since_seq = 0
-    for _, base in since:
+    for old_state in since:
+        base = old_state.manifest
         if base is not None:
             since_ids.update(s.id for s in base.all_ssts())
             since_seq = max(since_seq, base.seq)
+    now, now_base = now_state.view, now_state.manifest
     now_ids = {s.id for s in now_base.all_ssts()} if now_base is not None else set()
+    olds = [old_state.view for old_state in since]
     keys = now.changed_keys(since_ids, start, end)
-    for old, _ in since:
+    for old in olds:
         # SSTs compacted away since: a key deleted since may have left no trace in this
         # version (compaction drops a tombstone with the value it hides)
         keys |= old.changed_keys(now_ids, start, end)
@@ -40,6 +40,6 @@ def changed_keys(now: ReadView, now_base: Manifest | None,
         hi = hi if end is None or hi < end else end
         if lo >= hi:
             continue
-        for old, _ in since:
+        for old in olds:
             keys.update(k for k, rec in old.committed_records(lo, hi) if rec is not None)
     return sorted(keys)

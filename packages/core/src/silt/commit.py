@@ -72,7 +72,6 @@ from .manifest import Manifest, check_meta
 from .markers import GcMarkers, newest_epoch
 from .metrics import MeteredStore
 from .postcheck import PostChecks
-from .postcheck import all_exist as all_exist  # silt.pin's import
 from .rangedel import EMPTY, RangeTombstones
 from .reopen import Gather, serially
 from .siblings import Base, Reference, SiblingStores, mark_referrers, split_parent

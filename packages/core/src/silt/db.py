@@ -34,21 +34,19 @@ from .changes import changed_keys
 from .clock import Clock
 from .commit import Committer
 from .cost import user_meta
-from .errors import ClosedError, InvalidArgumentError, InvalidTypeError
-from .gc import GcReport, collect_garbage, handle_options
+from .errors import ClosedError
+from .gc import GcReport, collect_for
 from .manifest import Manifest
 from .memtable import check_ops
 from .metrics import MeteredStore, Metrics
-from .pin import check_checkpoint_name, pin
+from .pin import checkpoint
 from .record import MISSING, visible
-from .reopen import advance, check_at_most, gather_on
 from .rooms import furnish
 from .settings import Settings
 from .sst.builder import SstInfo
 from .sst.reader import SstReader, get_levels
 from .store import ObjectStore
 from .tierkit import public_url
-from .versions import list_versions
 from .view import ReadView
 from .writebatch import WriteBatch
 
@@ -56,19 +54,10 @@ from .writebatch import WriteBatch
 class DB:
     """An open silt database. Create it with :func:`silt.open`, not directly."""
 
-    def __init__(
-        self,
-        store: ObjectStore,
-        *,
-        url: str,
-        settings: Settings,
-        clock: Clock,
-        manifest: Manifest | None,
-        owns_store: bool = True,
-        metrics: Metrics | None = None,
-        budget: MemoryBudget | None = None,
-        listed: list[int] | None = None,
-    ) -> None:
+    def __init__(self, store: ObjectStore, *, url: str, settings: Settings, clock: Clock,
+                 manifest: Manifest | None, owns_store: bool = True,
+                 metrics: Metrics | None = None, budget: MemoryBudget | None = None,
+                 listed: list[int] | None = None) -> None:
         #: The live versions opening listed (see :attr:`listed_at_open`).
         self._listed = listed
         #: Request counters; ``metrics`` carries on the counts of opening this DB.
@@ -162,7 +151,6 @@ class DB:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # -- validation ---------------------------------------------------------------------------
     def _check_open(self) -> None:
         if self._closed:
             raise ClosedError(f"the database {self._pub!r} is closed; open it again with silt.open")
@@ -214,9 +202,7 @@ class DB:
     def write(self, batch: WriteBatch) -> None:
         """Apply every operation of ``batch``, in order, after validating all of them."""
         self._check_open()
-        if not isinstance(batch, WriteBatch):
-            raise InvalidTypeError(
-                f"DB.write batch must be a silt.WriteBatch, got {type(batch).__name__}")
+        args.check_instance(batch, WriteBatch, "DB.write batch", "a silt.WriteBatch")
         if check_ops(batch.ops, self._max_key, self._max_value):
             with self._lock:
                 self._state.apply(batch.ops, plain=True)
@@ -237,18 +223,15 @@ class DB:
         with self._lock:
             self._state.put_pairs(keys, values)
 
-    # -- flush --------------------------------------------------------------------------------
     def flush(self) -> None:
-        """Freeze the memtable and wait until every frozen memtable is an uploaded SST.
-
-        Uploaded SSTs are not part of any version until :meth:`commit`.
-        """
+        """Freeze the memtable and wait until every frozen memtable is an uploaded SST (which is
+        part of no version until :meth:`commit`)."""
         with self._lock:
             self._check_open()
             self._state.freeze()
             self._rooms.flusher.wait(self._state.view.parts)
 
-    # -- commit -------------------------------------------------------------------------------
+    # -- commit and references ----------------------------------------------------------------
     def commit(self, version: int | None = None, *, meta: dict[str, str] | None = None) -> int:
         """Make every write so far durable as a new version and return its number.
 
@@ -274,38 +257,29 @@ class DB:
     def _reader(self, info: SstInfo) -> SstReader:
         return self._state.reader(info)
 
-    # -- references to siblings --------------------------------------------------------------
-    def reference(
-        self, source: DB, start: bytes | None = None, end: bytes | None = None
-    ) -> int:
+    def reference(self, source: DB, start: bytes | None = None, end: bytes | None = None) -> int:
         """Take keys ``[start, end)`` of sibling ``source``'s committed version as this DB's
         state **by reference**: the next commit's manifest lists ``source``'s SSTs clipped to the
         range, so nothing is read or written but at most two blocks per SST at each boundary
-        the range cuts (see :mod:`silt.siblings`). Returns the number of SST entries referenced.
+        the range cuts. Returns the number of SST entries referenced. This is how a rescaled
+        Spark operator's new shard starts from its old shards' state.
 
-        This is how a rescaled Spark operator's new shard starts from its old shards' state. The
-        DB must be new: no committed version and no writes yet (writes made after the call are
-        newer than the referenced state, as usual). Call it once per source, with disjoint
-        ranges; ``source`` must be open at a committed version (its uncommitted writes are not
-        part of the reference) in the same parent folder as this DB, with the same tier options.
-        Reads see the referenced state at once; it becomes durable with :meth:`commit`, which
-        then fails with :class:`~silt.errors.FencedError` if garbage collection of ``source``
-        passed the referenced version meanwhile. Compaction later rewrites the referenced SSTs
-        into this DB's own; run GC on the common parent folder, so that it sees every
-        reference (GC of the source alone keeps all of the source's SSTs from then on).
+        The DB must be new: no committed version and no writes yet (later writes are newer than
+        the referenced state, as usual). Call it once per source, with disjoint ranges;
+        ``source`` must be open at a committed version (its uncommitted writes are not part of
+        the reference) in the same parent folder as this DB, with the same tier options. Reads
+        see the referenced state at once; :meth:`commit` makes it durable, or fails with
+        :class:`~silt.errors.FencedError` if GC of ``source`` passed the referenced version
+        meanwhile. Run GC on the common parent folder (:mod:`silt.siblings`: GC of the source
+        alone keeps all its SSTs from then on; compaction rewrites them into this DB's own).
 
         Raises :class:`~silt.errors.ReferenceConflict` when the ranges overlap or a sibling SST
         cannot be listed once with one clip range (copy such a range instead).
         """
         with self._lock:
             self._check_open()
-            if not isinstance(source, DB):
-                raise InvalidTypeError(
-                    f"reference() source must be an open silt.DB, got {type(source).__name__}")
-            source._check_open()
-            start, end = args.check_bounds(start, end, self._max_key)
-            if start is not None and end is not None and start >= end:
-                raise InvalidArgumentError(f"empty range: start {start!r} >= end {end!r}")
+            args.check_instance(source, DB, "reference() source", "an open silt.DB")._check_open()
+            start, end = args.check_span(start, end, self._max_key)
             return self._state.reference(self._url, self._pub, source.url, source.manifest,
                                          start, end, self._metrics)
 
@@ -357,13 +331,8 @@ class DB:
             return []
         return self._state.view.multi_scan(checked, self._fetch, self._clock.now_ms())
 
-    def scan(
-        self,
-        start: bytes | None = None,
-        end: bytes | None = None,
-        *,
-        prefix: bytes | None = None,
-    ) -> Iterator[tuple[bytes, bytes]]:
+    def scan(self, start: bytes | None = None, end: bytes | None = None, *,
+             prefix: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
         """Yield ``(key, value)`` for live keys in ``[start, end)`` (and with ``prefix``), in order.
 
         The scan sees the state as of the call: later writes are not included. Blocks read by a
@@ -388,27 +357,21 @@ class DB:
         start, end = args.check_bounds(start, end, self._max_key)
         return self._state.view.committed_records(start, end)
 
-    def changed_keys(
-        self, since: Sequence[DB], start: bytes | None = None, end: bytes | None = None
-    ) -> list[bytes]:
+    def changed_keys(self, since: Sequence[DB], start: bytes | None = None,
+                     end: bytes | None = None) -> list[bytes]:
         """Keys in ``[start, end)`` whose committed value may differ between ``since`` (DBs of
         the same state opened at an older version: one, or the sources a rescaled shard was
-        made from) and this DB's base version, found from the manifests' deltas, not by
-        comparing snapshots: the keys of every SST one side lists and the other does not (new
-        writes and compaction outputs here; there, SSTs compacted away, whose deleted keys may
-        have left no trace), and the keys ``since`` holds under range deletes made after it.
-        Sorted. A superset of the changed keys (a compaction rewrites unchanged keys into new
-        SSTs): compare the values of both sides to be sure. Reads only those SSTs and, for new
-        range deletes, ``since``'s keys in their ranges.
+        made from) and this DB's base version, sorted, found from the manifests' deltas
+        (:mod:`silt.changes`: only the SSTs one side lists and the other does not are read, and
+        ``since``'s keys under range deletes made after it). A superset of the changed keys (a
+        compaction rewrites unchanged keys into new SSTs): compare both sides' values to be sure.
         """
         self._check_open()
         since = args.check_instances(since, DB, "changed_keys since")
         start, end = args.check_bounds(start, end, self._max_key)
         for old in since:
             old._check_open()
-        state = self._state
-        return changed_keys(state.view, state.manifest,
-                            [(old._state.view, old._state.manifest) for old in since], start, end)
+        return changed_keys(self._state, [old._state for old in since], start, end)
 
     # -- lifecycle ----------------------------------------------------------------------------
     def close(self) -> None:
@@ -459,18 +422,13 @@ class DB:
         :meth:`silt.commit.Committer.nothing_after`), and the LIST only when one exists.
         """
         self._check_open()
-        if self.proved_latest():
-            return []
-        base = self._state.manifest
-        return [v for v in list_versions(self._store).versions
-                if base is None or v > base.version]
+        return self._rooms.following.newer_versions()
 
     def proved_latest(self) -> bool:
         """Whether two GETs prove that no version newer than this DB's base exists (``False``:
         maybe not; a DB that never committed knows no GC markers and cannot prove it)."""
         self._check_open()
-        base = self._state.manifest
-        return base is not None and self._committer.nothing_after(base)
+        return self._rooms.following.proved_latest()
 
     def advance(self, at_most: int) -> int | None:
         """Move this handle to the latest committed version ``<= at_most``, the one
@@ -505,15 +463,10 @@ class DB:
 
     def _advance(self, at_most: int, *, newer: bool,
                  stay: bool = False) -> tuple[int | None, list[int] | None]:
-        check_at_most(at_most)
         with self._lock:
             self._check_open()
-            after = advance(self._state, self._pub, self._store, self._metrics, self._committer,
-                            at_most, self._gather, newer=newer, stay=stay)
+            after = self._rooms.following.advance(at_most, newer=newer, stay=stay)
             return self.version, after if newer else None
-
-    def _gather(self, calls: Sequence[Any]) -> list[Any]:
-        return gather_on(self._store, self._metrics, self._fetch, calls)
 
     # -- retention ----------------------------------------------------------------------------
     def checkpoint(self, name: str) -> int:
@@ -528,12 +481,8 @@ class DB:
         """
         with self._lock:
             self._check_open()
-            check_checkpoint_name(name)
-            manifest = self._state.manifest
-            if manifest is None:
-                raise InvalidArgumentError("nothing is committed yet: commit before checkpointing")
-            return pin(self._store, self._pub, manifest, name, self._clock,
-                       committed_here=manifest.version == self._committer.confirmed)
+            return checkpoint(self._store, self._pub, self._state.manifest, name, self._clock,
+                              self._committer.confirmed)
 
     def gc(self, *, retain_versions: int | None = None, grace_seconds: float | None = None,
            dry_run: bool = False) -> GcReport:
@@ -544,15 +493,6 @@ class DB:
         then delete SSTs this writer uploaded and has not committed yet.
         """
         self._check_open()
-        args.check_flag(dry_run, "dry_run")
-        retain_versions, grace_seconds = handle_options(self._settings, retain_versions,
-                                                        grace_seconds)
-        with self._metrics.purpose("gc"):
-            return collect_garbage(
-                self._store,
-                retain_versions=retain_versions,
-                grace_seconds=grace_seconds,
-                clock=self._clock,
-                dry_run=dry_run,
-            )
+        return collect_for(self._store, self._settings, self._clock, self._metrics,
+                           retain_versions, grace_seconds, dry_run)
 

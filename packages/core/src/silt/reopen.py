@@ -185,28 +185,58 @@ def gather_on(store: ObjectStore, metrics: Metrics, fetch: BlockFetcher,
     return fetch.gather([partial(counted, call) for call in calls])
 
 
-def advance(state: TreeState, url: str, store: ObjectStore, metrics: Metrics,
-            committer: Committer, at_most: int, gather: Gather, *, newer: bool,
-            stay: bool = False) -> list[int] | None:
-    """Move ``state`` (a DB's, :class:`silt.state.TreeState`) to the latest committed version
-    ``<= at_most`` that :func:`follow` finds, keeping the open readers of the SSTs both versions
-    share; return the committed versions after it when known (always with ``newer``). Refuses
-    (naming ``url``) a state that holds uncommitted writes (memtable, parts, a range delete
-    numbered after its base), references or an unresolved commit."""
-    base, view = state.manifest, state.view
-    if (len(view.mem) or view.parts or state.refs or committer.uncertain is not None
-            or committer.withdrawing is not None
-            or state.seq > (base.seq if base is not None else 0)):
-        raise InvalidArgumentError(
-            f"{url!r} has uncommitted writes (or a commit whose outcome is not "
-            "known yet): advance() would drop them. Commit first, or close the DB and "
-            "open it again"
-        )
-    found, after = follow(store, metrics, committer, base, at_most, gather, newer=newer,
-                          stay=stay)
-    if found is not base:
-        state.move_to(found)
-    return after
+class Following:
+    """The version following of one DB (:meth:`silt.DB.advance`, :meth:`silt.DB.advance_newer`,
+    :meth:`silt.DB.catch_up`, :meth:`silt.DB.newer_versions`, :meth:`silt.DB.proved_latest`)
+    over its state ``state`` (:class:`silt.state.TreeState`), its commit protocol's GC markers
+    and lineage ``committer`` and its ``gather``; ``url`` names the DB in messages. The DB's
+    writer lock serializes :meth:`advance`; the others only read."""
+
+    def __init__(self, state: TreeState, url: str, store: ObjectStore, metrics: Metrics,
+                 committer: Committer, gather: Gather) -> None:
+        self._state = state
+        self._url = url
+        self._store = store
+        self._metrics = metrics
+        self._committer = committer
+        self._gather = gather
+
+    def proved_latest(self) -> bool:
+        """Whether two GETs prove that nothing is newer than the base version."""
+        base = self._state.manifest
+        return base is not None and self._committer.nothing_after(base)
+
+    def newer_versions(self) -> list[int]:
+        """The committed versions after the base, ascending: none when
+        :meth:`proved_latest`, else one LIST."""
+        if self.proved_latest():
+            return []
+        base = self._state.manifest
+        return [v for v in list_versions(self._store).versions
+                if base is None or v > base.version]
+
+    def advance(self, at_most: int, *, newer: bool, stay: bool = False) -> list[int] | None:
+        """Move the state to the latest committed version ``<= at_most`` that :func:`follow`
+        finds, keeping the open readers of the SSTs both versions share; return the committed
+        versions after it when known (always with ``newer``). Refuses a state that holds
+        uncommitted writes (memtable, parts, a range delete numbered after its base),
+        references or an unresolved commit."""
+        check_at_most(at_most)
+        state, committer = self._state, self._committer
+        base, view = state.manifest, state.view
+        if (len(view.mem) or view.parts or state.refs or committer.uncertain is not None
+                or committer.withdrawing is not None
+                or state.seq > (base.seq if base is not None else 0)):
+            raise InvalidArgumentError(
+                f"{self._url!r} has uncommitted writes (or a commit whose outcome is not "
+                "known yet): advance() would drop them. Commit first, or close the DB and "
+                "open it again"
+            )
+        found, after = follow(self._store, self._metrics, committer, base, at_most,
+                              self._gather, newer=newer, stay=stay)
+        if found is not base:
+            state.move_to(found)
+        return after
 
 
 def follow(store: ObjectStore, metrics: Metrics, committer: Committer, base: Manifest | None,

@@ -15,6 +15,7 @@ store. Each room owns its state and never calls back into the DB:
 * :mod:`silt.commit` — a commit's steps (:class:`~silt.commit.CommitSteps`) and the commit
   protocol (:class:`~silt.commit.Committer`, its checks after the PUT in :mod:`silt.postcheck`);
   :mod:`silt.inline` — freezing a commit's delta inline or folded;
+* :mod:`silt.reopen` — following newer versions (:class:`~silt.reopen.Following`);
 * :mod:`silt.siblings` — references to sibling DBs' SSTs; :mod:`silt.compaction` — compaction.
 
 Not thread-safe to build or close; the DB's writer lock (``lock``) serializes what uses them.
@@ -37,7 +38,7 @@ from .inline import DeltaFreezer
 from .manifest import Manifest
 from .metrics import MeteredStore, Metrics
 from .refill import Refiller
-from .reopen import gather_on
+from .reopen import Following, gather_on
 from .settings import Settings
 from .siblings import SiblingStores
 from .state import TreeState
@@ -65,6 +66,7 @@ class Rooms:
     deltas: DeltaFreezer
     compaction: CompactionDriver
     steps: CommitSteps
+    following: Following
 
     def stats(self) -> dict[str, Any]:
         """``DB.stats``: the state's shape, amplification, compaction, cache and requests."""
@@ -120,8 +122,9 @@ def furnish(store: MeteredStore, url: str, pub: str, settings: Settings, clock: 
     refiller = Refiller(cache, settings.read_parallelism, metrics)
     siblings = SiblingStores(url, store, wrap=lambda raw: MeteredStore(raw, metrics))
     flusher = Flusher(store, settings, clock, cache, readers)
+    gather = partial(gather_on, store, metrics, fetch)
     committer = Committer(store, pub, clock, int(settings.gc_grace_seconds * 1000), siblings,
-                          partial(gather_on, store, metrics, fetch))
+                          gather)
     state = TreeState(lock, cache, readers, siblings, flusher, allowance, committer)
     deltas = DeltaFreezer(settings, clock, metrics, siblings.add_inline, state.reader,
                           flusher.upload, allowance.give_back_memtable)
@@ -131,5 +134,6 @@ def furnish(store: MeteredStore, url: str, pub: str, settings: Settings, clock: 
     refill = settings.refill_after_compaction and not store.local
     steps = CommitSteps(committer, flusher, deltas, compaction, siblings, metrics, url,
                         refiller if refill else None)
+    following = Following(state, pub, store, metrics, committer, gather)
     return Rooms(store, metrics, budget, cache, allowance, readers, fetch, refiller, siblings,
-                 flusher, committer, state, deltas, compaction, steps)
+                 flusher, committer, state, deltas, compaction, steps, following)
