@@ -68,12 +68,12 @@ from .errors import (
     StoreError,
     WithdrawnError,
 )
+from .gather import Gather, serially
 from .manifest import Manifest, check_meta
 from .markers import GcMarkers, newest_epoch
 from .metrics import MeteredStore
 from .postcheck import PostChecks
 from .rangedel import EMPTY, RangeTombstones
-from .reopen import Gather, serially
 from .siblings import Base, Reference, SiblingStores, mark_referrers, split_parent
 from .sst.builder import SstInfo
 from .store import retrying

@@ -281,7 +281,8 @@ class DB:
             args.check_instance(source, DB, "reference() source", "an open silt.DB")._check_open()
             start, end = args.check_span(start, end, self._max_key)
             return self._state.reference(self._url, self._pub, source.url, source.manifest,
-                                         start, end, self._metrics)
+                                         start, end, self._metrics,
+                                         self._committer.uncertain is not None)
 
     # -- reads --------------------------------------------------------------------------------
     def get(self, key: bytes) -> bytes | None:

@@ -14,12 +14,13 @@ from .budget import MemoryBudget
 from .clock import Clock
 from .commit import check_version
 from .db import DB
+from .gather import Gather, at_once, serially
 from .gc import read_checkpoints
 from .manifest import Manifest
 from .markers import GcMarkers, read_markers
 from .metrics import MeteredStore, Metrics
 from .plugins import open_store
-from .reopen import Gather, at_once, check_at_most, latest_at_most, serially
+from .reopen import check_at_most, latest_at_most
 from .settings import Settings
 from .store import ObjectStore
 from .tierkit import public_url
@@ -58,7 +59,7 @@ def _check_retained(store: ObjectStore, manifest: Manifest, markers: GcMarkers) 
 
 
 def _at_once_counted(metrics: Metrics, calls: Sequence[Callable[[], Any]]) -> list[Any]:
-    """:func:`silt.reopen.at_once`, each call's requests counted under the purpose ``open``
+    """:func:`silt.gather.at_once`, each call's requests counted under the purpose ``open``
     (a thread of its own has no purpose set)."""
 
     def counted(call: Callable[[], Any]) -> Any:

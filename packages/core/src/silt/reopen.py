@@ -124,13 +124,12 @@ What the DB's methods pay (:func:`follow` does their work; the DB installs what 
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from . import paths
 from .errors import InvalidArgumentError, InvalidTypeError, NotFoundError
+from .gather import Gather, serially
 from .manifest import Manifest
 from .markers import GcMarkers, unchanged
 from .store import ObjectStore, retrying
@@ -140,10 +139,6 @@ if TYPE_CHECKING:
     from .commit import Committer
     from .metrics import Metrics
     from .state import TreeState
-    from .view import BlockFetcher
-
-#: Runs independent calls (at once where it can) and returns their results in order.
-Gather = Callable[[Sequence[Callable[[], Any]]], list[Any]]
 
 #: Version numbers below ``at_most`` a warm advance probes with GETs (two each when the
 #: manifest exists, one when it does not) before it lists instead. A stream processor's shard
@@ -159,30 +154,6 @@ def check_at_most(at_most: Any) -> None:
         raise InvalidArgumentError(
             f"at_most must be between -1 (open empty) and {paths.MAX_VERSION}, got {at_most}"
         )
-
-
-def serially(calls: Sequence[Callable[[], Any]]) -> list[Any]:
-    """A :data:`Gather` that runs the calls one after the other, in the calling thread."""
-    return [call() for call in calls]
-
-
-def gather_on(store: ObjectStore, metrics: Metrics, fetch: BlockFetcher,
-              calls: Sequence[Any]) -> list[Any]:
-    """The :data:`Gather` of an open DB: run independent requests at once on its read pool
-    ``fetch``, counted under the caller's purpose (see :meth:`BlockFetcher.gather
-    <silt.view.BlockFetcher.gather>`); one after the other in this thread on a local store
-    (``ObjectStore.local``: a request costs microseconds, less than handing it to a thread;
-    and a single-threaded caller, such as the deterministic simulation, stays
-    single-threaded)."""
-    if store.local:
-        return serially(calls)
-    purpose = metrics.current_purpose()
-
-    def counted(call: Any) -> Any:
-        with metrics.purpose(purpose):
-            return call()
-
-    return fetch.gather([partial(counted, call) for call in calls])
 
 
 class Following:
@@ -300,36 +271,6 @@ def latest_at_most(store: ObjectStore, at_most: int | None,
     if committer is None:
         return latest()
     return gather([latest, committer.relearn_markers])[0]
-
-
-def at_once(calls: Sequence[Callable[[], Any]]) -> list[Any]:
-    """A :data:`Gather` for a remote store with no pool at hand (:func:`silt.open`, before
-    the DB and its read pool exist): the first call in this thread, each other on a thread of
-    its own; waits for all, then returns their results in order or raises the first error."""
-    if len(calls) <= 1:
-        return [call() for call in calls]
-    results: list[Any] = [None] * len(calls)
-    errors: list[BaseException | None] = [None] * len(calls)
-
-    def run(i: int) -> None:
-        try:
-            results[i] = calls[i]()
-        except BaseException as exc:  # handed to the caller below
-            errors[i] = exc
-
-    threads = [threading.Thread(target=run, args=(i,), name="silt-open", daemon=True)
-               for i in range(1, len(calls))]
-    for t in threads:
-        t.start()
-    try:
-        run(0)
-    finally:
-        for t in threads:
-            t.join()
-    for exc in errors:
-        if exc is not None:
-            raise exc
-    return results
 
 
 def probe_at_most(store: ObjectStore, base: Manifest, markers: GcMarkers | None,

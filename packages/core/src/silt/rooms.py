@@ -34,11 +34,12 @@ from .clock import Clock
 from .commit import CommitSteps, Committer
 from .compaction.driver import CompactionDriver
 from .flush import Flusher
+from .gather import gather_on
 from .inline import DeltaFreezer
 from .manifest import Manifest
 from .metrics import MeteredStore, Metrics
 from .refill import Refiller
-from .reopen import Following, gather_on
+from .reopen import Following
 from .settings import Settings
 from .siblings import SiblingStores
 from .state import TreeState
@@ -125,7 +126,7 @@ def furnish(store: MeteredStore, url: str, pub: str, settings: Settings, clock: 
     gather = partial(gather_on, store, metrics, fetch)
     committer = Committer(store, pub, clock, int(settings.gc_grace_seconds * 1000), siblings,
                           gather)
-    state = TreeState(lock, cache, readers, siblings, flusher, allowance, committer)
+    state = TreeState(lock, cache, readers, siblings, flusher, allowance, committer.based_on)
     deltas = DeltaFreezer(settings, clock, metrics, siblings.add_inline, state.reader,
                           flusher.upload, allowance.give_back_memtable)
     state.install(manifest)

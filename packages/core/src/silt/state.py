@@ -18,7 +18,7 @@ Thread safety: the DB's writer lock (``lock``) serializes every method; reading 
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from . import paths
@@ -35,7 +35,6 @@ from .sst.reader import SstReader
 from .view import Level, Readers, ReadView
 
 if TYPE_CHECKING:
-    from .commit import Committer
     from .flush import Flusher
 
 
@@ -46,14 +45,15 @@ class TreeState:
 
     def __init__(self, lock: threading.RLock, cache: BlockCache, readers: Readers,
                  siblings: SiblingStores, flusher: Flusher, allowance: MemtableAllowance,
-                 committer: Committer) -> None:
+                 based_on: Callable[[Manifest | None], None]) -> None:
         self.lock = lock
         self._cache = cache
         self.readers = readers
         self._siblings = siblings
         self._flusher = flusher
         self._allowance = allowance
-        self._committer = committer
+        #: Told each new base (the commit protocol's lineage follows it).
+        self._based_on = based_on
         #: The committed version the DB is based on (``None``: a root with no versions).
         self.manifest: Manifest | None = None
         #: What reads consult; replaced whole (never edited) but for its active memtable.
@@ -73,7 +73,7 @@ class TreeState:
         """Make ``manifest`` the base version: a new read view in which the parts it committed
         moved into L0 (parts still pending stay parts)."""
         self.manifest = manifest
-        self._committer.based_on(manifest)
+        self._based_on(manifest)
         if manifest is None:
             return
         self.seq = max(self.seq, manifest.seq)
@@ -195,12 +195,14 @@ class TreeState:
 
     # -- references to siblings --------------------------------------------------------------
     def reference(self, url: str, pub: str, source_url: str, source: Manifest | None,
-                  start: bytes | None, end: bytes | None, metrics: Metrics) -> int:
+                  start: bytes | None, end: bytes | None, metrics: Metrics,
+                  unresolved: bool) -> int:
         """Take keys ``[start, end)`` of the sibling version ``source`` by reference
         (:func:`silt.siblings.take_reference`) into a new DB's state; returns the number of SST
-        entries referenced. Refuses a DB with state of its own (``pub`` names it)."""
+        entries referenced. Refuses a DB with state of its own (``pub`` names it), or with a
+        commit whose outcome is not known yet (``unresolved``)."""
         view = self.view
-        if self.manifest is not None or view.parts or len(view.mem) or self._committer.uncertain:
+        if self.manifest is not None or view.parts or len(view.mem) or unresolved:
             raise InvalidArgumentError(
                 f"{pub!r} already has state (a committed version or writes): "
                 "reference() starts a new DB; open a new root next to the source instead"

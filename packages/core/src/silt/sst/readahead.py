@@ -10,12 +10,20 @@ one iterator (not thread-safe); both twins of :func:`silt.sst.reader.RangeIter` 
 from __future__ import annotations
 
 from bisect import bisect_left
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from .block import Block
+from .tail import SstTail
 
-if TYPE_CHECKING:
-    from .reader import SstReader
+
+class BlockSource(Protocol):
+    """What a :class:`Readahead` reads from: an :class:`~silt.sst.reader.SstReader`."""
+
+    @property
+    def tail(self) -> SstTail: ...
+    def cached_block(self, i: int) -> Block | None: ...
+    def run_end(self, first: int, max_bytes: int, limit: int | None = None) -> int: ...
+    def read_run(self, first: int, stop: int, fill_cache: bool = True) -> list[Block]: ...
 
 #: A range read's first read of blocks that are not cached covers up to this many bytes ...
 READAHEAD_FIRST = 64 * 1024
@@ -32,7 +40,7 @@ class Readahead:
 
     __slots__ = ("reader", "fill_cache", "limit", "run", "first", "ahead")
 
-    def __init__(self, reader: SstReader, end: bytes | None, fill_cache: bool) -> None:
+    def __init__(self, reader: BlockSource, end: bytes | None, fill_cache: bool) -> None:
         self.reader = reader
         self.fill_cache = fill_cache
         last_keys = reader.tail.last_keys
