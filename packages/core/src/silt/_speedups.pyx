@@ -8,7 +8,7 @@ the twin selects this one at import (see :mod:`silt._ext`):
 ================================  =============================================
 compiled (here)                   pure-Python twin
 ================================  =============================================
-crc32, bloom_hash                 zlib.crc32, silt.sst.bloom.bloom_hash
+crc32, bloom_hash                 silt.checksum.crc32, silt.sst.bloom.bloom_hash
 build_bloom, BloomFilter          silt.sst.bloom
 build_blocked_bloom               silt.sst.bloom
 encode_block, Block               silt.sst.block
@@ -46,7 +46,6 @@ from libc.stdint cimport uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcmp, memcpy, memset
 
-import zlib as _zlib
 from collections import OrderedDict as _OrderedDict
 
 import lz4.block as _lz4_block
@@ -184,7 +183,7 @@ cdef inline uint32_t _hash(bytes key) noexcept:
 
 
 def crc32(bytes data):
-    """zlib.crc32 of ``data`` (the twin is zlib itself)."""
+    """CRC-32 of ``data``, zlib's polynomial (the twin is :func:`silt.checksum.crc32`)."""
     return _crc32(<const unsigned char*>PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data))
 
 
