@@ -53,6 +53,7 @@ from threading import Lock as _Lock
 
 from silt.checksum import crc32 as _fast_crc32
 from silt.errors import CorruptionError
+from silt.record import ENTRY_OVERHEAD as _ENTRY_OVERHEAD
 from silt.record import MISSING
 from silt.sst import format as _fmt
 
@@ -80,6 +81,9 @@ cdef extern from *:
     PyObject* silt_buffer_owner(Py_buffer* b) noexcept
 
 cdef object _MISSING = MISSING
+
+# What a memtable counts per entry beyond its key and value (silt.record.ENTRY_OVERHEAD).
+cdef Py_ssize_t ENTRY_OVERHEAD = _ENTRY_OVERHEAD
 
 # On-disk constants: defined once, in silt.sst.format, and read into C variables at import.
 cdef uint8_t KIND_PUT = _fmt.KIND_PUT
@@ -1455,7 +1459,7 @@ def insert_pairs(dict data, keys, values, Py_ssize_t start, Py_ssize_t approx,
         k = keys[i]
         v = values[i]
         PyDict_SetItem(data, k, v)
-        approx += PyBytes_GET_SIZE(k) + PyBytes_GET_SIZE(v) + 16
+        approx += PyBytes_GET_SIZE(k) + PyBytes_GET_SIZE(v) + ENTRY_OVERHEAD
         i += 1
         if approx >= limit:
             break
@@ -1645,9 +1649,9 @@ def apply_ops(dict data, list ops):
         v = <object>PyTuple_GET_ITEM(op, 1)
         PyDict_SetItem(data, k, v)
         if v is None:
-            added += PyBytes_GET_SIZE(k) + 16
+            added += PyBytes_GET_SIZE(k) + ENTRY_OVERHEAD
         else:
-            added += PyBytes_GET_SIZE(k) + PyBytes_GET_SIZE(v) + 16
+            added += PyBytes_GET_SIZE(k) + PyBytes_GET_SIZE(v) + ENTRY_OVERHEAD
     return added
 
 

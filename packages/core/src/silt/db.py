@@ -40,7 +40,7 @@ from .manifest import Manifest
 from .memtable import check_ops
 from .metrics import MeteredStore, Metrics
 from .pin import checkpoint
-from .record import MISSING, visible
+from .record import ENTRY_OVERHEAD, MISSING, visible
 from .rooms import furnish
 from .settings import Settings
 from .sst.builder import SstInfo
@@ -171,7 +171,7 @@ class DB:
         if ttl is None:
             # Memtable.put_value without the call (the memtable's contract allows it).
             mem.data[key] = value
-            mem.approx_bytes += len(key) + len(value) + 16
+            mem.approx_bytes += len(key) + len(value) + ENTRY_OVERHEAD
         else:
             mem.put(key, (value, args.expiry(ttl, self._clock.now_ms())))
         if mem.approx_bytes >= self._allowance.limit:
