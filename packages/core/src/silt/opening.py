@@ -24,8 +24,7 @@ from .reopen import check_at_most, latest_at_most
 from .settings import Settings
 from .store import ObjectStore
 from .tierkit import public_url
-from .versions import judged, manifest_bytes, read_fate
-from .versions import versions as _list_versions
+from .versions import judged, live_versions, manifest_bytes, read_fate
 
 
 def _read_retained(store: ObjectStore, version: int, gather: Gather) -> Manifest:
@@ -74,7 +73,7 @@ def versions(url: str, *, storage_options: Mapping[str, str] | None = None) -> l
     are not listed). ``storage_options`` as for :func:`open`."""
     store = open_store(url, storage_options=storage_options)
     try:
-        return _list_versions(store)
+        return live_versions(store)
     finally:
         store.close()
 
@@ -158,7 +157,7 @@ def open(
                 try:
                     manifest = _read_retained(counted, version, gather)
                 except errors.VersionNotFoundError as exc:
-                    found = _list_versions(counted)
+                    found = live_versions(counted)
                     known = (
                         f"committed versions are {found[0]}..{found[-1]} ({len(found)} in all)"
                         if found else "the root has no committed versions"

@@ -146,8 +146,9 @@ def list_versions(store: ObjectStore, db: str = "") -> VersionListing:
     )
 
 
-def versions(store: ObjectStore, db: str = "") -> list[int]:
-    """The committed, not withdrawn versions of the DB at prefix ``db``, ascending."""
+def live_versions(store: ObjectStore, db: str = "") -> list[int]:
+    """The committed, not withdrawn versions of the DB at prefix ``db``, ascending (what the
+    public :func:`silt.versions` answers for a URL)."""
     return list_versions(store, db).versions
 
 
