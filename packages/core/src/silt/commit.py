@@ -379,7 +379,7 @@ class CommitSteps:
         if landed is not None:  # an earlier commit whose outcome was unknown had landed
             self._landed(state, landed[0], *landed[1])
         plan = self.plan(version, meta, state.manifest, state.ref_base)
-        state.view = self._deltas.freeze_delta(state.view, plan.base_l0, state.seq, state.frozen)
+        state.freeze_delta(self._deltas, plan.base_l0)
         published = self.publish(plan, state.view, state.refs, state.seq)
         self._landed(state, published.manifest, published.adopted, published.refused)
         self._paid = published.paid  # the next commit counts from these totals

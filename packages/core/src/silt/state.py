@@ -5,11 +5,12 @@ follows versions: the **base** manifest, the **read view** (:class:`~silt.view.R
 memtable, frozen parts, L0, levels, range tombstones), the **range-delete counter** and the
 **references** to siblings' SSTs not committed yet. Every change goes through a method here:
 :meth:`~TreeState.install` (a committed manifest becomes the base), :meth:`~TreeState.move_to`
-(another committed version, for :mod:`silt.reopen`), :meth:`~TreeState.freeze` (the memtable
-to the uploader), :meth:`~TreeState.delete_range`, :meth:`~TreeState.reference` and
-:meth:`~TreeState.references_landed`. As mini-lsm's ``LsmStorageState``, the view is replaced
-whole, never edited but for its active memtable, so a read that takes ``state.view`` once sees
-one state throughout.
+(another committed version, for :mod:`silt.reopen`), :meth:`~TreeState.apply` and
+:meth:`~TreeState.put_pairs` (writes), :meth:`~TreeState.freeze` (the memtable to the
+uploader), :meth:`~TreeState.freeze_delta` (a commit's), :meth:`~TreeState.delete_range`,
+:meth:`~TreeState.reference` and :meth:`~TreeState.references_landed`. As mini-lsm's
+``LsmStorageState``, the view is replaced whole, never edited but for its active memtable, so a
+read that takes ``state.view`` once sees one state throughout.
 
 Thread safety: the DB's writer lock (``lock``) serializes every method; reading ``view`` and
 ``manifest`` needs no lock.
@@ -36,6 +37,7 @@ from .view import Level, Readers, ReadView
 
 if TYPE_CHECKING:
     from .flush import Flusher
+    from .inline import DeltaFreezer
 
 
 class TreeState:
@@ -173,6 +175,11 @@ class TreeState:
             i = mem.put_pairs(keys, values, i, self._allowance.limit)
             if mem.approx_bytes >= self._allowance.limit:
                 self.grow_or_freeze()
+
+    def freeze_delta(self, deltas: DeltaFreezer, base_l0: tuple[SstInfo, ...]) -> None:
+        """Freeze what a commit makes durable, inline, folded or uploaded
+        (:meth:`silt.inline.DeltaFreezer.freeze_delta` over the base's L0 ``base_l0``)."""
+        self.view = deltas.freeze_delta(self.view, base_l0, self.seq, self.frozen)
 
     def delete_range(self, start: bytes, end: bytes) -> None:
         """Delete the checked range ``[start, end)``: point tombstones in the memtable, and a
