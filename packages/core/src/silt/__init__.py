@@ -24,13 +24,13 @@ from .db import DB
 from .errors import CommitConflict, SiltError
 from .hookspecs import hookimpl
 from .manifest import Manifest
-from .opening import open, versions
+from .opening import open, versions  # the function: the module is reached by from-imports
 from .plugins import open_store
 from .settings import Settings
 from .store import ObjectInfo, ObjectStore
 from .verify import VerifyReport, verify
+from .versions import live_versions as _list_versions  # noqa: F401  (tests list a store's)
 from .versions import read_manifest
-from .versions import versions as _list_versions  # noqa: F401  (for tests and tools)
 from .writebatch import WriteBatch
 
 __version__ = "0.1.0"

@@ -8,7 +8,7 @@ the twin selects this one at import (see :mod:`silt._ext`):
 ================================  =============================================
 compiled (here)                   pure-Python twin
 ================================  =============================================
-crc32, bloom_hash                 zlib.crc32, silt.sst.bloom.bloom_hash
+crc32, bloom_hash                 silt.checksum.crc32, silt.sst.bloom.bloom_hash
 build_bloom, BloomFilter          silt.sst.bloom
 build_blocked_bloom               silt.sst.bloom
 encode_block, Block               silt.sst.block
@@ -46,7 +46,6 @@ from libc.stdint cimport uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcmp, memcpy, memset
 
-import zlib as _zlib
 from collections import OrderedDict as _OrderedDict
 
 import lz4.block as _lz4_block
@@ -54,6 +53,7 @@ from threading import Lock as _Lock
 
 from silt.checksum import crc32 as _fast_crc32
 from silt.errors import CorruptionError
+from silt.record import ENTRY_OVERHEAD as _ENTRY_OVERHEAD
 from silt.record import MISSING
 from silt.sst import format as _fmt
 
@@ -81,6 +81,9 @@ cdef extern from *:
     PyObject* silt_buffer_owner(Py_buffer* b) noexcept
 
 cdef object _MISSING = MISSING
+
+# What a memtable counts per entry beyond its key and value (silt.record.ENTRY_OVERHEAD).
+cdef Py_ssize_t ENTRY_OVERHEAD = _ENTRY_OVERHEAD
 
 # On-disk constants: defined once, in silt.sst.format, and read into C variables at import.
 cdef uint8_t KIND_PUT = _fmt.KIND_PUT
@@ -184,7 +187,7 @@ cdef inline uint32_t _hash(bytes key) noexcept:
 
 
 def crc32(bytes data):
-    """zlib.crc32 of ``data`` (the twin is zlib itself)."""
+    """CRC-32 of ``data``, zlib's polynomial (the twin is :func:`silt.checksum.crc32`)."""
     return _crc32(<const unsigned char*>PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data))
 
 
@@ -1207,7 +1210,7 @@ cdef class RangeIter:
     cdef Py_ssize_t _i, _stop
     cdef object _it  # a non-compiled block's iterator
     cdef Py_ssize_t _first
-    cdef object _blocks  # silt.sst.reader.Readahead: one ranged GET for a run of missed blocks
+    cdef object _blocks  # silt.sst.readahead.Readahead: one ranged GET for a run of missed blocks
 
     def __init__(self, reader, start, end, bint fill_cache=False):
         _check_bound(start)
@@ -1258,8 +1261,8 @@ cdef class RangeIter:
             if self._bi >= self._nb:
                 raise StopIteration
             global _Readahead
-            if _Readahead is None:  # silt.sst.reader imports this module: bind it late
-                from silt.sst.reader import Readahead as _Readahead
+            if _Readahead is None:  # silt.sst imports this module: bind it late
+                from silt.sst.readahead import Readahead as _Readahead
             self._blocks = _Readahead(self._reader, self._end, self._fill)
             self._open(self._bi)
         while True:
@@ -1456,7 +1459,7 @@ def insert_pairs(dict data, keys, values, Py_ssize_t start, Py_ssize_t approx,
         k = keys[i]
         v = values[i]
         PyDict_SetItem(data, k, v)
-        approx += PyBytes_GET_SIZE(k) + PyBytes_GET_SIZE(v) + 16
+        approx += PyBytes_GET_SIZE(k) + PyBytes_GET_SIZE(v) + ENTRY_OVERHEAD
         i += 1
         if approx >= limit:
             break
@@ -1646,9 +1649,9 @@ def apply_ops(dict data, list ops):
         v = <object>PyTuple_GET_ITEM(op, 1)
         PyDict_SetItem(data, k, v)
         if v is None:
-            added += PyBytes_GET_SIZE(k) + 16
+            added += PyBytes_GET_SIZE(k) + ENTRY_OVERHEAD
         else:
-            added += PyBytes_GET_SIZE(k) + PyBytes_GET_SIZE(v) + 16
+            added += PyBytes_GET_SIZE(k) + PyBytes_GET_SIZE(v) + ENTRY_OVERHEAD
     return added
 
 

@@ -55,8 +55,9 @@ DEFAULT_MEMTABLE_SHARE = 0.5
 MIN_CHUNK_BYTES = 64 * KiB
 MAX_CHUNK_BYTES = 8 * MiB
 #: Bytes a memtable entry takes in the interpreter beyond what ``Memtable.approx_bytes`` counts
-#: for it (key + value + 16): two bytes objects' headers and the dict's slot, measured with
-#: tracemalloc on CPython 3.11 (about 102 bytes whatever the value's size).
+#: for it (key + value + ``silt.record.ENTRY_OVERHEAD``): two bytes objects' headers and the
+#: dict's slot, measured with tracemalloc on CPython 3.11 (about 102 bytes whatever the value's
+#: size).
 MEMTABLE_ENTRY_OVERHEAD = 96
 
 

@@ -1,12 +1,13 @@
 """The commit protocol: how one writer turns a manifest into a committed version, safely beside
 other writers, readers, checkpoints and GC (docs/architecture.md, docs/safety.md).
 
-A commit of a DB (:meth:`silt.DB.commit`), top to bottom: :meth:`Committer.prepare` settles an
-earlier commit whose outcome was unknown; :meth:`CommitSteps.plan` picks the version and merges
-the meta (refusing bad input before anything changes); :meth:`CommitSteps.freeze` freezes the
-delta (:mod:`silt.inline`: inline, folded or uploaded); :meth:`CommitSteps.publish` waits for
-the uploads, lets finished compactions join, counts the requests paid, and publishes with
-:meth:`Committer.publish`; the DB installs the manifest it returns.
+A commit of a DB (:meth:`silt.DB.commit`) reads top to bottom in :meth:`CommitSteps.commit`:
+:meth:`Committer.prepare` settles an earlier commit whose outcome was unknown;
+:meth:`CommitSteps.plan` picks the version and merges the meta (refusing bad input before
+anything changes); :meth:`silt.inline.DeltaFreezer.freeze_delta` freezes the delta (inline,
+folded or uploaded); :meth:`CommitSteps.publish` waits for the uploads, lets finished
+compactions join, counts the requests paid, and publishes with :meth:`Committer.publish`; the
+published manifest becomes the base of the DB's state (:meth:`silt.state.TreeState.install`).
 
 A :class:`Committer` holds what the protocol remembers between commits of one DB:
 
@@ -41,14 +42,15 @@ checks with one GET of the next GC epoch). A first commit lists the markers: onl
 (:func:`silt.markers.read_markers`), so it is listed at once with the PUT
 (:meth:`Committer._create_first`). Independent requests go out at once (the DB's ``gather``).
 
-The committer never touches the DB: the DB passes what it needs (base manifest, references) and
-installs what :meth:`publish` returns. Not thread-safe: the DB's writer lock serializes it.
+The :class:`Committer` never touches the DB's state: :class:`CommitSteps` passes it what it
+needs (base manifest, references) and installs what :meth:`Committer.publish` returns; the DB
+calls :meth:`CommitSteps.commit` and nothing else. Not thread-safe: the DB's writer lock
+serializes both.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -66,13 +68,12 @@ from .errors import (
     StoreError,
     WithdrawnError,
 )
+from .gather import Gather, serially
 from .manifest import Manifest, check_meta
 from .markers import GcMarkers, newest_epoch
 from .metrics import MeteredStore
 from .postcheck import PostChecks
-from .postcheck import all_exist as all_exist  # silt.pin's import
 from .rangedel import EMPTY, RangeTombstones
-from .reopen import Gather, serially
 from .siblings import Base, Reference, SiblingStores, mark_referrers, split_parent
 from .sst.builder import SstInfo
 from .store import retrying
@@ -83,6 +84,9 @@ if TYPE_CHECKING:
     from .flush import Flusher
     from .inline import DeltaFreezer
     from .metrics import Metrics
+    from .refill import Refiller
+    from .sst.reader import SstReader
+    from .state import TreeState
     from .view import ReadView
 
 #: Errors after which the version is settled either way (no read-back on the next commit).
@@ -353,8 +357,10 @@ class CommitSteps:
 
     def __init__(self, committer: Committer, flusher: Flusher, deltas: DeltaFreezer,
                  compaction: CompactionDriver, siblings: SiblingStores, metrics: Metrics,
-                 url: str) -> None:
+                 url: str, refiller: Refiller | None) -> None:
         self._committer = committer
+        #: Refills the cache with adopted compactions' outputs (None: never, see silt.refill).
+        self._refiller = refiller
         self._flusher = flusher
         self._deltas = deltas
         self._compaction = compaction
@@ -363,6 +369,42 @@ class CommitSteps:
         self._url = url
         #: Requests by kind counted into the previous commit's ``silt.requests`` (silt.cost).
         self._paid: dict[str, int] = {}
+
+    def commit(self, state: TreeState, version: int | None,
+               meta: dict[str, str] | None) -> int:
+        """One commit of the DB whose state is ``state``, top to bottom (module docstring):
+        settle an earlier uncertain commit, plan, freeze the delta, publish, and install what
+        was published. Returns the version created."""
+        landed = self._committer.prepare(state.manifest, state.refs)
+        if landed is not None:  # an earlier commit whose outcome was unknown had landed
+            self._landed(state, landed[0], *landed[1])
+        plan = self.plan(version, meta, state.manifest, state.ref_base)
+        state.freeze_delta(self._deltas, plan.base_l0)
+        published = self.publish(plan, state.view, state.refs, state.seq)
+        self._landed(state, published.manifest, published.adopted, published.refused)
+        self._paid = published.paid  # the next commit counts from these totals
+        return published.manifest.version
+
+    def _landed(self, state: TreeState, manifest: Manifest, adopted: list,
+                refused: list) -> None:
+        """Once ``manifest`` is committed: install it as ``state``'s base, settle compactions
+        (and refill the cache with the adopted ones' outputs, see :mod:`silt.refill`)."""
+        inputs: list[SstReader] = []
+        if adopted and self._refiller is not None:
+            by_id = state.readers.by_id  # the inputs' readers, before install drops them
+            inputs = [r for rec in adopted for i in rec.task.inputs
+                      if (r := by_id.get(i)) is not None]
+        state.install(manifest)
+        if inputs:
+            assert self._refiller is not None
+            self._refiller.submit(inputs, [state.reader(s) for rec in adopted
+                                           for s in rec.outputs])
+        self._committer.landed(manifest)
+        state.references_landed()
+        self._deltas.landed()
+        self._metrics.add("commits")
+        self._compaction.resolved(adopted, refused)
+        self._compaction.schedule(manifest)
 
     def plan(self, version: int | None, meta: dict[str, str] | None, base: Manifest | None,
              ref_base: Base) -> Plan:
@@ -379,11 +421,6 @@ class CommitSteps:
                 merged_meta[k] = v
         base_l0, base_levels = (base.l0, base.levels) if base is not None else ref_base
         return Plan(version, auto, merged_meta, base, base_l0, base_levels)
-
-    def freeze(self, plan: Plan, view: ReadView, seq: int,
-               frozen: Callable[[ReadView], ReadView]) -> ReadView:
-        """``view`` with the delta frozen (:meth:`silt.inline.DeltaFreezer.freeze_delta`)."""
-        return self._deltas.freeze_delta(view, plan.base_l0, seq, frozen)
 
     def publish(self, plan: Plan, view: ReadView, refs: list[Reference],
                 seq: int) -> Published:
@@ -419,7 +456,3 @@ class CommitSteps:
                 inline=self._siblings.inline_bytes([s.id for s in l0 if s.inline]),
             )
         return Published(manifest, adopted, refused, paid)
-
-    def landed(self, published: Published) -> None:
-        """The DB installed ``published``: the next commit counts from its totals."""
-        self._paid = published.paid

@@ -1,26 +1,18 @@
 """DB: one LSM tree under one root of an object store — the public facade.
 
-``DB`` validates arguments (with :mod:`silt.arguments`), holds the writer lock, and swaps the
-read view; the work is done by rooms that own their state and never call back into it:
-
-* :mod:`silt.view` — the immutable :class:`~silt.view.ReadView` (active memtable, frozen parts,
-  L0, levels) with ``get``, ``multi_get`` and ``scan`` (docs/architecture.md);
-* :mod:`silt.budget` — the memtable's allowance (:class:`~silt.budget.MemtableAllowance`);
-  :mod:`silt.flush` — freezing the memtable and uploading SSTs;
-* :mod:`silt.commit` — a commit's steps (:class:`~silt.commit.CommitSteps`) and the commit
-  protocol (:class:`~silt.commit.Committer`, its checks after the PUT in :mod:`silt.postcheck`);
-  :mod:`silt.inline` — freezing a commit's delta inline or folded;
-* :mod:`silt.pin` — named checkpoints; :mod:`silt.gc` — garbage collection;
-* :mod:`silt.reopen` — following newer versions with GETs (:meth:`DB.advance`);
-* :mod:`silt.siblings` — references to sibling DBs' SSTs; :mod:`silt.compaction` — compaction.
+``DB`` validates arguments (with :mod:`silt.arguments`), holds the writer lock, and delegates:
+the handle's mutable state is a :class:`~silt.state.TreeState` (base manifest, read view,
+range-delete counter, references); the work is done by rooms wired once by
+:func:`silt.rooms.furnish` (flush, commit, compaction, caches), which own their state and never
+call back into the DB.
 
 Following a key: :meth:`DB.get` (the view's memtable) ->
 :meth:`ReadView.get_below <silt.view.ReadView.get_below>` (parts, then
 :func:`silt.sst.reader.get_levels`: L0, then one SST per level) -> the SST's bloom filter, index
 and block (:mod:`silt.sst.reader`). Following a commit: :meth:`DB.commit` ->
-:meth:`Committer.prepare <silt.commit.Committer.prepare>` -> :class:`~silt.commit.CommitSteps`
-(plan, freeze, publish) -> :meth:`Committer.publish <silt.commit.Committer.publish>`; then the
-DB installs the returned manifest as the new base and read view.
+:meth:`CommitSteps.commit <silt.commit.CommitSteps.commit>` (prepare, plan, freeze, publish
+with :meth:`Committer.publish <silt.commit.Committer.publish>`, then install the manifest as
+the state's new base: :meth:`TreeState.install <silt.state.TreeState.install>`).
 
 Threading contract: one thread writes (put, delete, write, commit, flush) at a time; reads (get,
 multi_get, scan) may run concurrently with it from other threads. Uploads and parallel block
@@ -35,69 +27,37 @@ import weakref
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from . import paths
-from .arguments import (
-    check_bounds,
-    check_flag,
-    check_instances,
-    check_key,
-    check_many,
-    check_ranges,
-    check_timeout,
-    check_value,
-)
-from .budget import MemoryBudget, MemtableAllowance, memtable_charge, process_budget
+from . import arguments as args
+from .budget import MemoryBudget
 from .cache import BlockCache
+from .changes import changed_keys
 from .clock import Clock
-from .commit import CommitSteps, Committer, check_version
-from .compaction.driver import CompactionDriver
+from .commit import Committer
 from .cost import user_meta
-from .errors import (
-    ClosedError,
-    InvalidArgumentError,
-    InvalidTypeError,
-)
-from .flush import Flusher
-from .gc import GcReport, check_grace, collect_garbage
-from .inline import DeltaFreezer
+from .errors import ClosedError
+from .gc import GcReport, collect_for
 from .manifest import Manifest
-from .memtable import Memtable, check_ops, check_pairs
+from .memtable import check_ops
 from .metrics import MeteredStore, Metrics
-from .pin import check_checkpoint_name, pin
-from .rangedel import MAX_FRAGMENTS, RangeTombstones
-from .record import MISSING, visible
-from .refill import Refiller
-from .reopen import check_at_most, check_settled, follow, gather_on
+from .pin import checkpoint
+from .record import ENTRY_OVERHEAD, MISSING, visible
+from .rooms import furnish
 from .settings import Settings
-from .siblings import Base, Reference, SiblingStores, take_reference
 from .sst.builder import SstInfo
-from .sst.format import MAX_EXPIRY_MS
 from .sst.reader import SstReader, get_levels
 from .store import ObjectStore
 from .tierkit import public_url
-from .versions import list_versions
-from .view import BlockFetcher, Level, Readers, ReadView
-from .writebatch import DELETE_RANGE, WriteBatch
-
-_BYTES_ONLY = {bytes}
+from .view import ReadView
+from .writebatch import WriteBatch
 
 
 class DB:
     """An open silt database. Create it with :func:`silt.open`, not directly."""
 
-    def __init__(
-        self,
-        store: ObjectStore,
-        *,
-        url: str,
-        settings: Settings,
-        clock: Clock,
-        manifest: Manifest | None,
-        owns_store: bool = True,
-        metrics: Metrics | None = None,
-        budget: MemoryBudget | None = None,
-        listed: list[int] | None = None,
-    ) -> None:
+    def __init__(self, store: ObjectStore, *, url: str, settings: Settings, clock: Clock,
+                 manifest: Manifest | None, owns_store: bool = True,
+                 metrics: Metrics | None = None, budget: MemoryBudget | None = None,
+                 listed: list[int] | None = None) -> None:
         #: The live versions opening listed (see :attr:`listed_at_open`).
         self._listed = listed
         #: Request counters; ``metrics`` carries on the counts of opening this DB.
@@ -109,69 +69,37 @@ class DB:
         self._settings = settings
         self._clock = clock
         self._owns_store = owns_store
-        #: The memory budget this DB's memtables are charged to and whose cache it shares, or
-        #: ``None`` with a private cache (``Settings.block_cache_bytes``): see silt.budget.
-        self._budget: MemoryBudget | None = None
-        if settings.block_cache_bytes is not None:
-            self._cache = BlockCache(settings.block_cache_bytes)
-        else:
-            self._budget = budget if budget is not None else process_budget()
-            self._cache = self._budget.cache
         self._lock = threading.RLock()
         self._closed = False
         self._max_key = settings.max_key_bytes
         self._max_value = settings.max_value_bytes
-        #: The range-delete counter (silt.rangedel): the newest range tombstone's number.
-        self._seq = 0
-        #: When the active memtable must grow its reservation or freeze (silt.budget).
-        self._allowance = MemtableAllowance(self._budget, settings.memtable_bytes)
-        if self._budget is not None:  # a DB dropped unclosed gives its reservation back
+        self._rooms = rooms = furnish(self._store, url, self._pub, settings, clock, manifest,
+                                      self._metrics, budget, self._lock)
+        #: The rooms the hot paths and white-box tests reach by name.
+        self._state, self._cache, self._fetch = rooms.state, rooms.cache, rooms.fetch
+        self._allowance, self._readers = rooms.allowance, rooms.readers
+        self._committer, self._compaction = rooms.committer, rooms.compaction
+        if rooms.budget is not None:  # a DB dropped unclosed gives its reservation back
             weakref.finalize(self, self._allowance.give_back_soon)
-        #: What reads consult; replaced whole (never edited) but for its active memtable.
-        self._view = ReadView(Memtable())
-        self._manifest: Manifest | None = None
-        self._readers = Readers(self._budget)
-        self._fetch = BlockFetcher(settings.read_parallelism)
-        #: Refills the block cache after adopted compactions on remote stores (silt.refill).
-        self._refiller = Refiller(self._cache, settings.read_parallelism, self._metrics)
-        #: Stores of sibling DBs whose SSTs the manifests reference (silt.siblings).
-        self._siblings = SiblingStores(
-            url, self._store, wrap=lambda raw: MeteredStore(raw, self._metrics)
-        )
-        self._flusher = Flusher(self._store, settings, clock, self._cache, self._readers)
-        self._committer = Committer(self._store, self._pub, clock, int(
-            settings.gc_grace_seconds * 1000), self._siblings, self._gather)
-        #: References made by :meth:`reference` and not committed yet, and their state.
-        self._refs: list[Reference] = []
-        self._ref_base: Base = ((), ())
-        #: Freezes each commit's delta, inline or folded (silt.inline).
-        self._deltas = DeltaFreezer(settings, clock, self._metrics, self._siblings.add_inline,
-                                    self._reader, self._flusher.upload,
-                                    self._allowance.give_back_memtable)
-        self._install(manifest)
-        self._compaction = CompactionDriver(
-            self._store, settings, clock, self._metrics, siblings=self._siblings,
-            announce=self._flusher.announce, reach=self._committer.gc_reach)
-        #: The steps of a commit (silt.commit).
-        self._steps = CommitSteps(self._committer, self._flusher, self._deltas, self._compaction,
-                                  self._siblings, self._metrics, url)
 
     # -- properties ---------------------------------------------------------------------------
     @property
     def version(self) -> int | None:
         """The committed version this DB is based on (``None`` for a root with no versions)."""
-        return self._manifest.version if self._manifest is not None else None
+        manifest = self._state.manifest
+        return manifest.version if manifest is not None else None
 
     @property
     def manifest(self) -> Manifest | None:
         """The manifest of :attr:`version`."""
-        return self._manifest
+        return self._state.manifest
 
     @property
     def meta(self) -> dict[str, str]:
         """The ``meta`` map of the base version (a copy): what callers committed, without silt's
         own entries (keys starting with ``silt.``, such as :data:`silt.cost.META_REQUESTS`)."""
-        return user_meta(self._manifest.meta) if self._manifest is not None else {}
+        manifest = self._state.manifest
+        return user_meta(manifest.meta) if manifest is not None else {}
 
     @property
     def warm(self) -> bool:
@@ -209,6 +137,11 @@ class DB:
         for inspection and tests."""
         return self._committer
 
+    @property
+    def _view(self) -> ReadView:
+        """The read view (white-box tests read it; :class:`~silt.state.TreeState` owns it)."""
+        return self._state.view
+
     def __repr__(self) -> str:
         return f"<silt.DB {self._pub!r} version={self.version}>"
 
@@ -218,33 +151,9 @@ class DB:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # -- validation ---------------------------------------------------------------------------
     def _check_open(self) -> None:
         if self._closed:
             raise ClosedError(f"the database {self._pub!r} is closed; open it again with silt.open")
-
-    def _check_key(self, key: Any, what: str = "keys") -> bytes:
-        return check_key(key, self._max_key, what)
-
-    def _check_value(self, value: Any) -> bytes:
-        return check_value(value, self._max_value)
-
-    def _expiry(self, ttl: Any) -> int:
-        """The expiry time (ms) of an entry written now with ``ttl`` seconds to live; refuses a
-        ttl that is not a positive finite number or whose expiry does not fit the u64 the SST
-        format stores it in (``MAX_EXPIRY_MS``)."""
-        if isinstance(ttl, bool) or not isinstance(ttl, (int, float)):
-            raise InvalidTypeError(f"ttl must be a number of seconds, got {type(ttl).__name__}")
-        now = self._clock.now_ms()
-        max_ttl = (MAX_EXPIRY_MS - now) // 1000
-        if 0 < ttl <= max_ttl:  # false for nan and inf
-            expiry = now + max(1, int(ttl * 1000))
-            if expiry <= MAX_EXPIRY_MS:  # a float ttl near the limit may round up
-                return expiry
-        raise InvalidArgumentError(
-            f"ttl must be a positive, finite number of seconds, at most {max_ttl} (expiry times "
-            f"are stored as u64 milliseconds), got {ttl!r}; omit ttl for entries that never expire"
-        )
 
     # -- writes -------------------------------------------------------------------------------
     def put(self, key: bytes, value: bytes, *, ttl: float | None = None) -> None:
@@ -255,27 +164,27 @@ class DB:
         if self._closed:
             self._check_open()
         if key.__class__ is not bytes or len(key) > self._max_key:
-            key = self._check_key(key)
+            key = args.check_key(key, self._max_key)
         if value.__class__ is not bytes or len(value) > self._max_value:
-            value = self._check_value(value)
-        mem = self._view.mem
+            value = args.check_value(value, self._max_value)
+        mem = self._state.view.mem
         if ttl is None:
             # Memtable.put_value without the call (the memtable's contract allows it).
             mem.data[key] = value
-            mem.approx_bytes += len(key) + len(value) + 16
+            mem.approx_bytes += len(key) + len(value) + ENTRY_OVERHEAD
         else:
-            mem.put(key, (value, self._expiry(ttl)))
+            mem.put(key, (value, args.expiry(ttl, self._clock.now_ms())))
         if mem.approx_bytes >= self._allowance.limit:
-            self._freeze_full(mem)
+            self._state.freeze_full(mem)
 
     def delete(self, key: bytes) -> None:
         """Remove ``key`` (a tombstone that shadows older values until compacted away)."""
         self._check_open()
-        key = self._check_key(key)
-        mem = self._view.mem
+        key = args.check_key(key, self._max_key)
+        mem = self._state.view.mem
         mem.put(key, None)
         if mem.approx_bytes >= self._allowance.limit:
-            self._freeze_full(mem)
+            self._state.freeze_full(mem)
 
     def delete_range(self, start: bytes, end: bytes) -> None:
         """Remove every key ``k`` with ``start <= k < end`` (the bounds of :meth:`scan`).
@@ -286,71 +195,21 @@ class DB:
         ``start > end`` raises :class:`~silt.errors.InvalidArgumentError`.
         """
         self._check_open()
-        start, end = self._check_range(start, end)
+        start, end = args.check_range(start, end, self._max_key)
         with self._lock:
-            self._delete_range(start, end)
-
-    def _check_range(self, start: Any, end: Any) -> tuple[bytes, bytes]:
-        start, end = self._check_key(start, "start"), self._check_key(end, "end")
-        if start > end:
-            raise InvalidArgumentError(
-                f"delete_range start {start!r:.80} is after end {end!r:.80}: the range is "
-                "[start, end), start included and end excluded; swap them"
-            )
-        return start, end
-
-    def _delete_range(self, start: bytes, end: bytes) -> None:
-        """Apply a checked range delete (caller holds ``_lock``)."""
-        if start == end:
-            return
-        view = self._view
-        view.mem.delete_range(start, end)
-        if not (view.parts or view.l0 or view.levels):
-            return  # nothing older to cover: the memtable's point tombstones were enough
-        tombs = view.tombs.add(start, end, self._seq + 1)
-        if len(tombs) > MAX_FRAGMENTS:
-            raise InvalidArgumentError(
-                f"{len(tombs)} range tombstones would exceed the limit of {MAX_FRAGMENTS} a "
-                "manifest holds: commit and let compaction rewrite what they delete, or delete "
-                "fewer, wider ranges"
-            )
-        self._seq += 1
-        self._view = view.but(tombs=tombs)
+            self._state.delete_range(start, end)
 
     def write(self, batch: WriteBatch) -> None:
         """Apply every operation of ``batch``, in order, after validating all of them."""
         self._check_open()
-        if not isinstance(batch, WriteBatch):
-            raise InvalidTypeError(
-                f"DB.write batch must be a silt.WriteBatch, got {type(batch).__name__}")
+        args.check_instance(batch, WriteBatch, "DB.write batch", "a silt.WriteBatch")
         if check_ops(batch.ops, self._max_key, self._max_value):
-            # Every op is a plain put or delete of valid bytes: apply without a call per op.
             with self._lock:
-                mem = self._view.mem
-                mem.apply(batch.ops)
-                if mem.approx_bytes >= self._allowance.limit:
-                    self._grow_or_freeze()
+                self._state.apply(batch.ops, plain=True)
             return
-        ops: list[tuple[Any, ...]] = []
-        for key, value, ttl in batch.ops:
-            if value is DELETE_RANGE:
-                ops.append((*self._check_range(key, ttl), DELETE_RANGE))
-                continue
-            key = self._check_key(key)
-            if value is None:
-                ops.append((key, None))
-            else:
-                value = self._check_value(value)
-                ops.append((key, value if ttl is None else (value, self._expiry(ttl))))
+        ops = args.check_batch(batch.ops, self._max_key, self._max_value, self._clock.now_ms)
         with self._lock:
-            for op in ops:
-                if len(op) == 3:
-                    self._delete_range(op[0], op[1])
-                else:
-                    self._view.mem.put(*op)
-            mem = self._view.mem
-            if mem.approx_bytes >= self._allowance.limit:
-                self._grow_or_freeze()
+            self._state.apply(ops, plain=False)
 
     def put_many(self, keys: Sequence[bytes], values: Sequence[bytes]) -> None:
         """Set ``keys[i]`` to ``values[i]`` for every ``i``, like ``put`` in a loop but without a
@@ -360,59 +219,19 @@ class DB:
         flushed in the background between items, as with ``put``.
         """
         self._check_open()
-        keys = check_many(keys, "put_many keys", "keys", by_position=True)
-        values = check_many(values, "put_many values", "values", by_position=True)
-        if len(keys) != len(values):
-            raise InvalidArgumentError(
-                f"put_many got {len(keys)} keys but {len(values)} values; pass one value per key"
-            )
-        if check_pairs(keys, values, self._max_key, self._max_value) >= 0:
-            keys = [check_key(k, self._max_key, "put_many keys") for k in keys]
-            values = [check_value(v, self._max_value, "put_many values") for v in values]
-        i, n = 0, len(keys)
+        keys, values = args.check_put_many(keys, values, self._max_key, self._max_value)
         with self._lock:
-            while i < n:
-                mem = self._view.mem
-                i = mem.put_pairs(keys, values, i, self._allowance.limit)
-                if mem.approx_bytes >= self._allowance.limit:
-                    self._grow_or_freeze()
-
-    # -- flush --------------------------------------------------------------------------------
-    def _freeze_full(self, mem: Memtable) -> None:
-        with self._lock:
-            if self._view.mem is mem:
-                self._grow_or_freeze()
-
-    def _grow_or_freeze(self) -> None:
-        """The active memtable reached its allowance's limit (caller holds ``_lock``): grow the
-        reservation, or freeze it when the budget refuses (:meth:`MemtableAllowance.grow`)."""
-        if not self._allowance.grow(self._view.mem):
-            self._freeze()
-
-    def _freeze(self) -> None:
-        """Hand the active memtable to the uploader (caller holds ``_lock``)."""
-        self._view = self._frozen(self._view)
-
-    def _frozen(self, view: ReadView) -> ReadView:
-        """``view`` with its memtable handed to the uploader; with a budget, the frozen
-        memtable keeps its reservation (at least its size) until its upload is done."""
-        size = memtable_charge(view.mem.approx_bytes, len(view.mem))
-        frozen = self._flusher.freeze(view, self._seq)
-        if frozen is not view:
-            self._allowance.frozen(size, frozen.parts[-1].future)
-        return frozen
+            self._state.put_pairs(keys, values)
 
     def flush(self) -> None:
-        """Freeze the memtable and wait until every frozen memtable is an uploaded SST.
-
-        Uploaded SSTs are not part of any version until :meth:`commit`.
-        """
+        """Freeze the memtable and wait until every frozen memtable is an uploaded SST (which is
+        part of no version until :meth:`commit`)."""
         with self._lock:
             self._check_open()
-            self._freeze()
-            self._flusher.wait(self._view.parts)
+            self._state.freeze()
+            self._rooms.flusher.wait(self._state.view.parts)
 
-    # -- commit -------------------------------------------------------------------------------
+    # -- commit and references ----------------------------------------------------------------
     def commit(self, version: int | None = None, *, meta: dict[str, str] | None = None) -> int:
         """Make every write so far durable as a new version and return its number.
 
@@ -433,135 +252,47 @@ class DB:
         """
         with self._lock:
             self._check_open()
-            landed = self._committer.prepare(self._manifest, self._refs)
-            if landed is not None:
-                self._landed(landed[0], *landed[1])
-            plan = self._steps.plan(version, meta, self._manifest, self._ref_base)
-            self._view = self._steps.freeze(plan, self._view, self._seq, self._frozen)
-            published = self._steps.publish(plan, self._view, self._refs, self._seq)
-            self._landed(*published[:3])
-            self._steps.landed(published)
-            return published.manifest.version
-
-    def _landed(self, manifest: Manifest, adopted: list, refused: list) -> None:
-        """Bookkeeping once ``manifest`` is committed: install it, settle compactions (and
-        refill the cache with the adopted ones' outputs, see :mod:`silt.refill`)."""
-        inputs: list[SstReader] = []
-        if adopted and self._settings.refill_after_compaction and not self._store.local:
-            by_id = self._readers.by_id  # the inputs' readers, before _install drops them
-            inputs = [r for rec in adopted for i in rec.task.inputs
-                      if (r := by_id.get(i)) is not None]
-        self._install(manifest)
-        if inputs:
-            self._refiller.submit(inputs, [self._reader(s) for rec in adopted
-                                           for s in rec.outputs])
-        self._committer.landed(manifest)
-        self._refs = []
-        self._ref_base = ((), ())
-        self._deltas.landed()
-        self._metrics.add("commits")
-        self._compaction.resolved(adopted, refused)
-        self._compaction.schedule(manifest)
-
-    def _install(self, manifest: Manifest | None) -> None:
-        """Make ``manifest`` the base version: a new read view in which the parts it committed
-        moved into L0 (parts still pending stay parts)."""
-        self._manifest = manifest
-        self._committer.based_on(manifest)
-        if manifest is None:
-            return
-        self._seq = max(self._seq, manifest.seq)
-        self._siblings.add_inline(manifest.inline, paths.manifest_key(manifest.version))
-        live_ids = {s.id for s in manifest.all_ssts()}
-        view = self._view
-        parts = tuple(p for p in view.parts if p.info is None or p.info.id not in live_ids)
-        # Range deletes made after the manifest was built (after an uncertain commit that
-        # landed) have greater numbers than its counter: they stay in force. Tombstones it
-        # pruned were older than every part it does not hold.
-        pending = [f for f in view.tombs.fragments if f[2] > manifest.seq]
-        tombs = manifest.range_tombstones.union(RangeTombstones(pending))
-        self._view = view.but(
-            parts=parts,
-            l0=tuple(self._reader(s) for s in manifest.l0),
-            levels=tuple(Level([self._reader(s) for s in run]) for run in manifest.levels),
-            tombs=tombs,
-        )
-        pending_ids = {p.info.id for p in parts if p.info is not None}
-        self._readers.retain(live_ids | pending_ids)
-        self._siblings.retain_inline(live_ids | pending_ids)
+            return self._rooms.steps.commit(self._state, version, meta)
 
     def _reader(self, info: SstInfo) -> SstReader:
-        return self._readers.open(info, lambda i: self._siblings.reader(i, self._cache))
+        return self._state.reader(info)
 
-    @staticmethod
-    def _check_version(version: Any) -> None:
-        check_version(version)
-
-    # -- references to siblings --------------------------------------------------------------
-    def reference(
-        self, source: DB, start: bytes | None = None, end: bytes | None = None
-    ) -> int:
+    def reference(self, source: DB, start: bytes | None = None, end: bytes | None = None) -> int:
         """Take keys ``[start, end)`` of sibling ``source``'s committed version as this DB's
         state **by reference**: the next commit's manifest lists ``source``'s SSTs clipped to the
         range, so nothing is read or written but at most two blocks per SST at each boundary
-        the range cuts (see :mod:`silt.siblings`). Returns the number of SST entries referenced.
+        the range cuts. Returns the number of SST entries referenced. This is how a rescaled
+        Spark operator's new shard starts from its old shards' state.
 
-        This is how a rescaled Spark operator's new shard starts from its old shards' state. The
-        DB must be new: no committed version and no writes yet (writes made after the call are
-        newer than the referenced state, as usual). Call it once per source, with disjoint
-        ranges; ``source`` must be open at a committed version (its uncommitted writes are not
-        part of the reference) in the same parent folder as this DB, with the same tier options.
-        Reads see the referenced state at once; it becomes durable with :meth:`commit`, which
-        then fails with :class:`~silt.errors.FencedError` if garbage collection of ``source``
-        passed the referenced version meanwhile. Compaction later rewrites the referenced SSTs
-        into this DB's own; run GC on the common parent folder, so that it sees every
-        reference (GC of the source alone keeps all of the source's SSTs from then on).
+        The DB must be new: no committed version and no writes yet (later writes are newer than
+        the referenced state, as usual). Call it once per source, with disjoint ranges;
+        ``source`` must be open at a committed version (its uncommitted writes are not part of
+        the reference) in the same parent folder as this DB, with the same tier options. Reads
+        see the referenced state at once; :meth:`commit` makes it durable, or fails with
+        :class:`~silt.errors.FencedError` if GC of ``source`` passed the referenced version
+        meanwhile. Run GC on the common parent folder (:mod:`silt.siblings`: GC of the source
+        alone keeps all its SSTs from then on; compaction rewrites them into this DB's own).
 
         Raises :class:`~silt.errors.ReferenceConflict` when the ranges overlap or a sibling SST
         cannot be listed once with one clip range (copy such a range instead).
         """
         with self._lock:
             self._check_open()
-            if not isinstance(source, DB):
-                raise InvalidTypeError(
-                    f"reference() source must be an open silt.DB, got {type(source).__name__}")
-            source._check_open()
-            start, end = check_bounds(start, end, self._max_key)
-            if start is not None and end is not None and start >= end:
-                raise InvalidArgumentError(f"empty range: start {start!r} >= end {end!r}")
-            view = self._view
-            if (self._manifest is not None or view.parts or len(view.mem)
-                    or self._committer.uncertain):
-                raise InvalidArgumentError(
-                    f"{self._pub!r} already has state (a committed version or writes): "
-                    "reference() starts a new DB; open a new root next to the source instead"
-                )
-            with self._metrics.purpose("read"):
-                taken = take_reference(self._url, source.url, source.manifest, start, end,
-                                       self._refs, self._siblings)
-            if taken is None:
-                return 0
-            ref, base = taken
-            self._refs.append(ref)
-            self._ref_base = base
-            # The sources' counters continue here, so later range deletes cover their SSTs.
-            self._seq = max(self._seq, ref.seq)
-            self._view = view.but(
-                l0=tuple(self._reader(s) for s in base[0]),
-                levels=tuple(Level([self._reader(s) for s in run]) for run in base[1]),
-                tombs=view.tombs.union(ref.tombs),
-            )
-            return len(ref.l0) + sum(len(run) for run in ref.levels)
+            args.check_instance(source, DB, "reference() source", "an open silt.DB")._check_open()
+            start, end = args.check_span(start, end, self._max_key)
+            return self._state.reference(self._url, self._pub, source.url, source.manifest,
+                                         start, end, self._metrics,
+                                         self._committer.uncertain is not None)
 
     # -- reads --------------------------------------------------------------------------------
     def get(self, key: bytes) -> bytes | None:
         """The value of ``key``, or ``None`` if it is absent, deleted or expired."""
         if key.__class__ is not bytes or len(key) > self._max_key:
-            key = self._check_key(key)
+            key = args.check_key(key, self._max_key)
         if self._closed:
             self._check_open()
         # The view's memtable first, here: point reads are the hot path (a frame more: ~8%).
-        view = self._view
+        view = self._state.view
         r = view.mem.data.get(key, MISSING)
         if r is MISSING:
             if view.parts or view.tombs:
@@ -582,16 +313,8 @@ class DB:
         (``Settings.read_parallelism``).
         """
         self._check_open()
-        limit = self._max_key
-        keys = list(check_many(keys, "multi_get keys", "keys"))
-        # C loops over the keys; the per-key check (which also converts bytes-like) only when
-        # some key is not plain bytes within the limit.
-        if keys and (set(map(type, keys)) != _BYTES_ONLY or max(map(len, keys)) > limit):
-            keys = [
-                k if k.__class__ is bytes and len(k) <= limit else check_key(k, limit, "keys")
-                for k in keys
-            ]
-        return self._view.multi_get(keys, self._fetch, self._clock.now_ms())
+        keys = args.check_keys(keys, self._max_key, "multi_get keys")
+        return self._state.view.multi_get(keys, self._fetch, self._clock.now_ms())
 
     def multi_scan(self, ranges: Sequence[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
         """Every live ``(key, value)`` in any of ``ranges`` (``(start, end)`` pairs, each
@@ -604,35 +327,23 @@ class DB:
         Unlike ``scan`` the result is a list, built at once.
         """
         self._check_open()
-        checked = check_ranges(ranges, self._max_key, "multi_scan ranges")
+        checked = args.check_ranges(ranges, self._max_key, "multi_scan ranges")
         if not checked:
             return []
-        return self._view.multi_scan(checked, self._fetch, self._clock.now_ms())
+        return self._state.view.multi_scan(checked, self._fetch, self._clock.now_ms())
 
-    def scan(
-        self,
-        start: bytes | None = None,
-        end: bytes | None = None,
-        *,
-        prefix: bytes | None = None,
-    ) -> Iterator[tuple[bytes, bytes]]:
+    def scan(self, start: bytes | None = None, end: bytes | None = None, *,
+             prefix: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
         """Yield ``(key, value)`` for live keys in ``[start, end)`` (and with ``prefix``), in order.
 
         The scan sees the state as of the call: later writes are not included. Blocks read by a
         scan are not added to the block cache, so a full scan does not evict hot blocks.
         """
         self._check_open()
-        start, end = check_bounds(start, end, self._max_key)
-        if prefix is not None:
-            prefix = self._check_key(prefix, "prefix")
-            if start is None or start < prefix:
-                start = prefix
-            upper = _prefix_end(prefix)
-            if upper is not None and (end is None or end > upper):
-                end = upper
-        if start is not None and end is not None and start >= end:
+        bounds = args.check_scan(start, end, prefix, self._max_key)
+        if bounds is None:
             return iter(())
-        return self._view.scan(start, end, self._clock.now_ms())
+        return self._state.view.scan(*bounds, self._clock.now_ms())
 
     def committed_records(
         self, start: bytes | None = None, end: bytes | None = None
@@ -644,48 +355,24 @@ class DB:
         TTLs, state inspection); applications want :meth:`scan`.
         """
         self._check_open()
-        start, end = check_bounds(start, end, self._max_key)
-        return self._view.committed_records(start, end)
+        start, end = args.check_bounds(start, end, self._max_key)
+        return self._state.view.committed_records(start, end)
 
-    def changed_keys(
-        self, since: Sequence[DB], start: bytes | None = None, end: bytes | None = None
-    ) -> list[bytes]:
+    def changed_keys(self, since: Sequence[DB], start: bytes | None = None,
+                     end: bytes | None = None) -> list[bytes]:
         """Keys in ``[start, end)`` whose committed value may differ between ``since`` (DBs of
         the same state opened at an older version: one, or the sources a rescaled shard was
-        made from) and this DB's base version, found from the manifests' deltas, not by
-        comparing snapshots: the keys of every SST one side lists and the other does not (new
-        writes and compaction outputs here; there, SSTs compacted away, whose deleted keys may
-        have left no trace), and the keys ``since`` holds under range deletes made after it.
-        Sorted. A superset of the changed keys (a compaction rewrites unchanged keys into new
-        SSTs): compare the values of both sides to be sure. Reads only those SSTs and, for new
-        range deletes, ``since``'s keys in their ranges.
+        made from) and this DB's base version, sorted, found from the manifests' deltas
+        (:mod:`silt.changes`: only the SSTs one side lists and the other does not are read, and
+        ``since``'s keys under range deletes made after it). A superset of the changed keys (a
+        compaction rewrites unchanged keys into new SSTs): compare both sides' values to be sure.
         """
         self._check_open()
-        since = check_instances(since, DB, "changed_keys since")
-        start, end = check_bounds(start, end, self._max_key)
-        since_ids: set[str] = set()
-        since_seq = 0
+        since = args.check_instances(since, DB, "changed_keys since")
+        start, end = args.check_bounds(start, end, self._max_key)
         for old in since:
             old._check_open()
-            if old._manifest is not None:
-                since_ids.update(s.id for s in old._manifest.all_ssts())
-                since_seq = max(since_seq, old._manifest.seq)
-        now_ids = {s.id for s in self._manifest.all_ssts()} if self._manifest else set()
-        keys = self._view.changed_keys(since_ids, start, end)
-        for old in since:
-            # SSTs compacted away since: a key deleted since may have left no trace in this
-            # version (compaction drops a tombstone with the value it hides)
-            keys |= old._view.changed_keys(now_ids, start, end)
-        for lo, hi, seq in self._view.tombs.fragments:
-            if seq <= since_seq:
-                continue
-            lo = lo if start is None or lo > start else start
-            hi = hi if end is None or hi < end else end
-            if lo >= hi:
-                continue
-            for old in since:
-                keys.update(k for k, rec in old.committed_records(lo, hi) if rec is not None)
-        return sorted(keys)
+        return changed_keys(self._state, [old._state for old in since], start, end)
 
     # -- lifecycle ----------------------------------------------------------------------------
     def close(self) -> None:
@@ -697,19 +384,7 @@ class DB:
             if self._closed:
                 return
             self._closed = True
-            self._refiller.close()
-            self._flusher.close()
-            self._fetch.close()
-            self._compaction.close()
-            if self._budget is None:
-                self._cache.clear()
-            else:  # the shared cache keeps this DB's blocks until evicted (a reopen finds them)
-                self._allowance.give_back()
-                self._readers.unpin_all()
-            self._view = ReadView(Memtable())
-            self._siblings.close()
-            if self._owns_store:
-                self._store.close()
+            self._rooms.close(self._owns_store)
 
     def stats(self) -> dict[str, Any]:
         """Counters for inspection: memtable, SSTs per level, amplification, cache, requests.
@@ -720,29 +395,7 @@ class DB:
         requests and bytes by purpose (write, flush, commit, compaction, gc, read, open,
         refill) and kind, ``requests_by_kind`` the requests of each kind (failed ones included).
         """
-        m = self._metrics.snapshot()
-        flushed = m.get("flush_bytes", 0)
-        written = flushed + m.get("compaction_output_bytes", 0)
-        manifest = self._manifest
-        view = self._view
-        return {
-            "version": self.version,
-            "memtable_bytes": view.mem.approx_bytes,
-            "memtable_entries": len(view.mem),
-            "pending_parts": len(view.parts),
-            "l0_ssts": len(view.l0),
-            "levels": [len(lv.readers) for lv in view.levels],
-            "level_bytes": [sum(s.size for s in run) for run in manifest.levels]
-            if manifest is not None else [],
-            "read_amplification": view.read_amplification,
-            "write_amplification": (written / flushed) if flushed else 0.0,
-            "compaction_running": self._compaction.running,
-            "cache_bytes": self._cache.used,
-            "cache_hits": self._cache.hits,
-            "cache_misses": self._cache.misses,
-            "store": self._store.stats(),
-            **m,
-        }
+        return self._rooms.stats()
 
     def wait_for_compaction(self, timeout: float | None = None) -> bool:
         """Block until the background compaction in flight (if any) has finished.
@@ -751,14 +404,14 @@ class DB:
         passed first. Useful before measuring, and in tests.
         """
         self._check_open()
-        return self._compaction.wait(check_timeout(timeout))
+        return self._compaction.wait(args.check_timeout(timeout))
 
     def wait_for_refill(self) -> None:
         """Block until the cache refills started by adopted compactions so far are done (see
         :mod:`silt.refill`; only remote stores refill). Useful before measuring, and in tests.
         """
         self._check_open()
-        self._refiller.wait()
+        self._rooms.refiller.wait()
 
     def newer_versions(self) -> list[int]:
         """Committed versions greater than this DB's base version, ascending.
@@ -770,18 +423,13 @@ class DB:
         :meth:`silt.commit.Committer.nothing_after`), and the LIST only when one exists.
         """
         self._check_open()
-        if self.proved_latest():
-            return []
-        base = self._manifest
-        return [v for v in list_versions(self._store).versions
-                if base is None or v > base.version]
+        return self._rooms.following.newer_versions()
 
     def proved_latest(self) -> bool:
         """Whether two GETs prove that no version newer than this DB's base exists (``False``:
         maybe not; a DB that never committed knows no GC markers and cannot prove it)."""
         self._check_open()
-        base = self._manifest
-        return base is not None and self._committer.nothing_after(base)
+        return self._rooms.following.proved_latest()
 
     def advance(self, at_most: int) -> int | None:
         """Move this handle to the latest committed version ``<= at_most``, the one
@@ -816,23 +464,10 @@ class DB:
 
     def _advance(self, at_most: int, *, newer: bool,
                  stay: bool = False) -> tuple[int | None, list[int] | None]:
-        check_at_most(at_most)
         with self._lock:
             self._check_open()
-            base = self._manifest
-            check_settled(self._pub, self._view, self._refs, self._committer, self._seq, base)
-            found, after = follow(self._store, self._metrics, self._committer, base, at_most,
-                                  self._gather, newer=newer, stay=stay)
-            if found is not base:
-                self._seq = found.seq if found is not None else 0
-                self._view = ReadView(self._view.mem)  # the base's SSTs and range deletes go
-                self._install(found)
-                if found is None:
-                    self._readers.retain(set())
+            after = self._rooms.following.advance(at_most, newer=newer, stay=stay)
             return self.version, after if newer else None
-
-    def _gather(self, calls: Sequence[Any]) -> list[Any]:
-        return gather_on(self._store, self._metrics, self._fetch, calls)
 
     # -- retention ----------------------------------------------------------------------------
     def checkpoint(self, name: str) -> int:
@@ -847,12 +482,8 @@ class DB:
         """
         with self._lock:
             self._check_open()
-            check_checkpoint_name(name)
-            manifest = self._manifest
-            if manifest is None:
-                raise InvalidArgumentError("nothing is committed yet: commit before checkpointing")
-            return pin(self._store, self._pub, manifest, name, self._clock,
-                       committed_here=manifest.version == self._committer.confirmed)
+            return checkpoint(self._store, self._pub, self._state.manifest, name, self._clock,
+                              self._committer.confirmed)
 
     def gc(self, *, retain_versions: int | None = None, grace_seconds: float | None = None,
            dry_run: bool = False) -> GcReport:
@@ -863,36 +494,6 @@ class DB:
         then delete SSTs this writer uploaded and has not committed yet.
         """
         self._check_open()
-        check_flag(dry_run, "dry_run")
-        if retain_versions is None:
-            retain_versions = self._settings.retain_versions
-        if grace_seconds is None:
-            grace_seconds = self._settings.gc_grace_seconds
-        else:
-            check_grace(grace_seconds)
-            if grace_seconds < self._settings.gc_grace_seconds:
-                raise InvalidArgumentError(
-                    f"grace_seconds={grace_seconds!r} is shorter than this DB's "
-                    f"Settings.gc_grace_seconds={self._settings.gc_grace_seconds}: GC could "
-                    "delete SSTs this writer uploaded and has not committed yet. Use a grace "
-                    "at least that long, or open the DB with a shorter gc_grace_seconds"
-                )
-        with self._metrics.purpose("gc"):
-            return collect_garbage(
-                self._store,
-                retain_versions=retain_versions,
-                grace_seconds=grace_seconds,
-                clock=self._clock,
-                dry_run=dry_run,
-            )
+        return collect_for(self._store, self._settings, self._clock, self._metrics,
+                           retain_versions, grace_seconds, dry_run)
 
-
-def _prefix_end(prefix: bytes) -> bytes | None:
-    """The smallest key greater than every key starting with ``prefix`` (None: no bound)."""
-    p = bytearray(prefix)
-    while p and p[-1] == 0xFF:
-        p.pop()
-    if not p:
-        return None
-    p[-1] += 1
-    return bytes(p)

@@ -45,6 +45,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from . import paths
+from .arguments import check_flag
 from .checkpoints import decode_checkpoint
 from .clock import Clock
 from .compaction.record import CompactionRecord
@@ -52,6 +53,7 @@ from .errors import CorruptionError, InvalidArgumentError, InvalidTypeError, Not
 from .graces import check_grace, required_grace
 from .manifest import Manifest
 from .markers import bump_epoch, read_markers
+from .metrics import Metrics
 from .progress import Progress
 from .settings import Settings
 from .store import ObjectStore, retrying
@@ -117,6 +119,32 @@ def check_retain(retain_versions: object) -> int:
             f"{retain_versions}"
         )
     return retain_versions
+
+
+def collect_for(store: ObjectStore, settings: Settings, clock: Clock, metrics: Metrics,
+                retain_versions: int | None, grace_seconds: float | None,
+                dry_run: bool) -> GcReport:
+    """:func:`collect_garbage` run by an open DB (``DB.gc``) whose settings are ``settings``,
+    its requests counted under the purpose ``gc``: ``None`` takes the DB's defaults. A grace
+    shorter than the DB's own ``gc_grace_seconds`` is refused: GC could then delete SSTs this
+    writer uploaded and has not committed yet."""
+    check_flag(dry_run, "dry_run")
+    if retain_versions is None:
+        retain_versions = settings.retain_versions
+    if grace_seconds is None:
+        grace_seconds = settings.gc_grace_seconds
+    else:
+        check_grace(grace_seconds)
+        if grace_seconds < settings.gc_grace_seconds:
+            raise InvalidArgumentError(
+                f"grace_seconds={grace_seconds!r} is shorter than this DB's "
+                f"Settings.gc_grace_seconds={settings.gc_grace_seconds}: GC could "
+                "delete SSTs this writer uploaded and has not committed yet. Use a grace "
+                "at least that long, or open the DB with a shorter gc_grace_seconds"
+            )
+    with metrics.purpose("gc"):
+        return collect_garbage(store, retain_versions=retain_versions,
+                               grace_seconds=grace_seconds, clock=clock, dry_run=dry_run)
 
 
 def collect_garbage(

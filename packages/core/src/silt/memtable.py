@@ -14,7 +14,7 @@ from bisect import bisect_left
 from collections.abc import Iterator, Sequence
 
 from ._ext import accelerate
-from .record import MISSING, record_size
+from .record import ENTRY_OVERHEAD, MISSING, record_size
 
 
 class Memtable:
@@ -43,7 +43,7 @@ class Memtable:
     def put_value(self, key: bytes, value: bytes) -> None:
         """Put a plain value (no TTL): the write path's most frequent case."""
         self.data[key] = value
-        self.approx_bytes += len(key) + len(value) + 16
+        self.approx_bytes += len(key) + len(value) + ENTRY_OVERHEAD
         self._sorted = None
 
     def put_pairs(self, keys: Sequence[bytes], values: Sequence[bytes], start: int,
@@ -139,7 +139,7 @@ def insert_pairs(  # type: ignore[no-untyped-def]
         k = keys[i]
         v = values[i]
         data[k] = v
-        approx += len(k) + len(v) + 16
+        approx += len(k) + len(v) + ENTRY_OVERHEAD
         i += 1
         if approx >= limit:
             break
@@ -180,7 +180,7 @@ def apply_ops(data: dict[bytes, object], ops: list[tuple[bytes, bytes | None, No
     added = 0
     for k, v, _ in ops:
         data[k] = v
-        added += len(k) + 16 if v is None else len(k) + len(v) + 16
+        added += len(k) + ENTRY_OVERHEAD if v is None else len(k) + len(v) + ENTRY_OVERHEAD
     return added
 
 

@@ -12,18 +12,19 @@ from typing import Any
 from . import errors
 from .budget import MemoryBudget
 from .clock import Clock
+from .commit import check_version
 from .db import DB
+from .gather import Gather, at_once, serially
 from .gc import read_checkpoints
 from .manifest import Manifest
 from .markers import GcMarkers, read_markers
 from .metrics import MeteredStore, Metrics
 from .plugins import open_store
-from .reopen import Gather, at_once, check_at_most, latest_at_most, serially
+from .reopen import check_at_most, latest_at_most
 from .settings import Settings
 from .store import ObjectStore
 from .tierkit import public_url
-from .versions import judged, manifest_bytes, read_fate
-from .versions import versions as _list_versions
+from .versions import judged, live_versions, manifest_bytes, read_fate
 
 
 def _read_retained(store: ObjectStore, version: int, gather: Gather) -> Manifest:
@@ -57,7 +58,7 @@ def _check_retained(store: ObjectStore, manifest: Manifest, markers: GcMarkers) 
 
 
 def _at_once_counted(metrics: Metrics, calls: Sequence[Callable[[], Any]]) -> list[Any]:
-    """:func:`silt.reopen.at_once`, each call's requests counted under the purpose ``open``
+    """:func:`silt.gather.at_once`, each call's requests counted under the purpose ``open``
     (a thread of its own has no purpose set)."""
 
     def counted(call: Callable[[], Any]) -> Any:
@@ -72,7 +73,7 @@ def versions(url: str, *, storage_options: Mapping[str, str] | None = None) -> l
     are not listed). ``storage_options`` as for :func:`open`."""
     store = open_store(url, storage_options=storage_options)
     try:
-        return _list_versions(store)
+        return live_versions(store)
     finally:
         store.close()
 
@@ -129,7 +130,7 @@ def open(
 
         rewrite.load(settings.value_rewriter, settings.value_rewriter_config)
     if version is not None:
-        DB._check_version(version)
+        check_version(version)
     if at_most is not None:
         if version is not None:
             raise errors.InvalidArgumentError("pass either version= or at_most=, not both")
@@ -156,7 +157,7 @@ def open(
                 try:
                     manifest = _read_retained(counted, version, gather)
                 except errors.VersionNotFoundError as exc:
-                    found = _list_versions(counted)
+                    found = live_versions(counted)
                     known = (
                         f"committed versions are {found[0]}..{found[-1]} ({len(found)} in all)"
                         if found else "the root has no committed versions"

@@ -22,7 +22,6 @@ import uuid
 from . import paths
 from .checkpoints import decode_checkpoint, encode_checkpoint
 from .clock import Clock
-from .commit import all_exist
 from .errors import (
     AlreadyExistsError,
     CorruptionError,
@@ -34,6 +33,7 @@ from .errors import (
 from .gc import read_checkpoints
 from .manifest import Manifest
 from .markers import GcMarkers, bump_epoch, read_markers
+from .postcheck import all_exist
 from .store import ObjectStore, retrying
 from .versions import SETTLED, Fate, read_fate
 
@@ -49,6 +49,17 @@ def check_checkpoint_name(name: object) -> str:
             f"{name!r}"
         )
     return name
+
+
+def checkpoint(store: ObjectStore, url: str, manifest: Manifest | None, name: object,
+               clock: Clock, confirmed: int | None) -> int:
+    """``DB.checkpoint``: check ``name``, then :func:`pin` the base version ``manifest`` of the
+    DB at ``url`` whose last version committed and checked here is ``confirmed``."""
+    name = check_checkpoint_name(name)
+    if manifest is None:
+        raise InvalidArgumentError("nothing is committed yet: commit before checkpointing")
+    return pin(store, url, manifest, name, clock,
+               committed_here=manifest.version == confirmed)
 
 
 def pin(store: ObjectStore, url: str, manifest: Manifest, name: str, clock: Clock, *,

@@ -24,11 +24,11 @@ from .errors import (
     StoreError,
     WithdrawnError,
 )
+from .gather import Gather
 from .gc import horizon, read_checkpoints
 from .manifest import Manifest
 from .markers import GcMarkers, read_markers, refresh, unchanged
 from .metrics import MeteredStore
-from .reopen import Gather
 from .siblings import Reference, SiblingStores
 from .store import retrying
 from .versions import WITHDRAWN, Fate, VersionListing, list_versions, read_fate

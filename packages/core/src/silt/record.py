@@ -38,10 +38,20 @@ def visible(record: object, now_ms: int) -> bytes | None:
     return value if now_ms < expire_at else None
 
 
+#: The bytes ``Memtable.approx_bytes`` counts for one entry beyond its key and value: an
+#: estimate of the entry's share of the memtable (not a format constant; the memory budget adds
+#: the interpreter's real overhead, ``silt.budget.MEMTABLE_ENTRY_OVERHEAD``). Every count of
+#: an entry's size uses it, the compiled twins too.
+ENTRY_OVERHEAD = 16
+#: What an entry with a TTL counts more: its expiry time (a u64).
+EXPIRY_BYTES = 8
+
+
 def record_size(key: bytes, record: object) -> int:
-    """Approximate memory charge of one memtable entry (key, value and 16 bytes overhead)."""
+    """Approximate memory charge of one memtable entry: key, value and
+    :data:`ENTRY_OVERHEAD` (and :data:`EXPIRY_BYTES` with a TTL)."""
     if record.__class__ is bytes:
-        return len(key) + len(record) + 16  # type: ignore[arg-type]
+        return len(key) + len(record) + ENTRY_OVERHEAD  # type: ignore[arg-type]
     if record is None:
-        return len(key) + 16
-    return len(key) + len(record[0]) + 24  # type: ignore[index]
+        return len(key) + ENTRY_OVERHEAD
+    return len(key) + len(record[0]) + ENTRY_OVERHEAD + EXPIRY_BYTES  # type: ignore[index]

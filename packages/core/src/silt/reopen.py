@@ -124,13 +124,12 @@ What the DB's methods pay (:func:`follow` does their work; the DB installs what 
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from . import paths
 from .errors import InvalidArgumentError, InvalidTypeError, NotFoundError
+from .gather import Gather, serially
 from .manifest import Manifest
 from .markers import GcMarkers, unchanged
 from .store import ObjectStore, retrying
@@ -139,11 +138,7 @@ from .versions import list_versions, read_fate, read_manifest
 if TYPE_CHECKING:
     from .commit import Committer
     from .metrics import Metrics
-    from .siblings import Reference
-    from .view import BlockFetcher, ReadView
-
-#: Runs independent calls (at once where it can) and returns their results in order.
-Gather = Callable[[Sequence[Callable[[], Any]]], list[Any]]
+    from .state import TreeState
 
 #: Version numbers below ``at_most`` a warm advance probes with GETs (two each when the
 #: manifest exists, one when it does not) before it lists instead. A stream processor's shard
@@ -161,42 +156,58 @@ def check_at_most(at_most: Any) -> None:
         )
 
 
-def serially(calls: Sequence[Callable[[], Any]]) -> list[Any]:
-    """A :data:`Gather` that runs the calls one after the other, in the calling thread."""
-    return [call() for call in calls]
+class Following:
+    """The version following of one DB (:meth:`silt.DB.advance`, :meth:`silt.DB.advance_newer`,
+    :meth:`silt.DB.catch_up`, :meth:`silt.DB.newer_versions`, :meth:`silt.DB.proved_latest`)
+    over its state ``state`` (:class:`silt.state.TreeState`), its commit protocol's GC markers
+    and lineage ``committer`` and its ``gather``; ``url`` names the DB in messages. The DB's
+    writer lock serializes :meth:`advance`; the others only read."""
 
+    def __init__(self, state: TreeState, url: str, store: ObjectStore, metrics: Metrics,
+                 committer: Committer, gather: Gather) -> None:
+        self._state = state
+        self._url = url
+        self._store = store
+        self._metrics = metrics
+        self._committer = committer
+        self._gather = gather
 
-def gather_on(store: ObjectStore, metrics: Metrics, fetch: BlockFetcher,
-              calls: Sequence[Any]) -> list[Any]:
-    """The :data:`Gather` of an open DB: run independent requests at once on its read pool
-    ``fetch``, counted under the caller's purpose (see :meth:`BlockFetcher.gather
-    <silt.view.BlockFetcher.gather>`); one after the other in this thread on a local store
-    (``ObjectStore.local``: a request costs microseconds, less than handing it to a thread;
-    and a single-threaded caller, such as the deterministic simulation, stays
-    single-threaded)."""
-    if store.local:
-        return serially(calls)
-    purpose = metrics.current_purpose()
+    def proved_latest(self) -> bool:
+        """Whether two GETs prove that nothing is newer than the base version."""
+        base = self._state.manifest
+        return base is not None and self._committer.nothing_after(base)
 
-    def counted(call: Any) -> Any:
-        with metrics.purpose(purpose):
-            return call()
+    def newer_versions(self) -> list[int]:
+        """The committed versions after the base, ascending: none when
+        :meth:`proved_latest`, else one LIST."""
+        if self.proved_latest():
+            return []
+        base = self._state.manifest
+        return [v for v in list_versions(self._store).versions
+                if base is None or v > base.version]
 
-    return fetch.gather([partial(counted, call) for call in calls])
-
-
-def check_settled(url: str, view: ReadView, refs: list[Reference], committer: Committer,
-                  seq: int, base: Manifest | None) -> None:
-    """Refuse to move a handle that holds uncommitted writes (``view``'s memtable or parts, a
-    range delete numbered after ``base``), references or an unresolved commit."""
-    if (len(view.mem) or view.parts or refs or committer.uncertain is not None
-            or committer.withdrawing is not None
-            or seq > (base.seq if base is not None else 0)):
-        raise InvalidArgumentError(
-            f"{url!r} has uncommitted writes (or a commit whose outcome is not "
-            "known yet): advance() would drop them. Commit first, or close the DB and "
-            "open it again"
-        )
+    def advance(self, at_most: int, *, newer: bool, stay: bool = False) -> list[int] | None:
+        """Move the state to the latest committed version ``<= at_most`` that :func:`follow`
+        finds, keeping the open readers of the SSTs both versions share; return the committed
+        versions after it when known (always with ``newer``). Refuses a state that holds
+        uncommitted writes (memtable, parts, a range delete numbered after its base),
+        references or an unresolved commit."""
+        check_at_most(at_most)
+        state, committer = self._state, self._committer
+        base, view = state.manifest, state.view
+        if (len(view.mem) or view.parts or state.refs or committer.uncertain is not None
+                or committer.withdrawing is not None
+                or state.seq > (base.seq if base is not None else 0)):
+            raise InvalidArgumentError(
+                f"{self._url!r} has uncommitted writes (or a commit whose outcome is not "
+                "known yet): advance() would drop them. Commit first, or close the DB and "
+                "open it again"
+            )
+        found, after = follow(self._store, self._metrics, committer, base, at_most,
+                              self._gather, newer=newer, stay=stay)
+        if found is not base:
+            state.move_to(found)
+        return after
 
 
 def follow(store: ObjectStore, metrics: Metrics, committer: Committer, base: Manifest | None,
@@ -260,36 +271,6 @@ def latest_at_most(store: ObjectStore, at_most: int | None,
     if committer is None:
         return latest()
     return gather([latest, committer.relearn_markers])[0]
-
-
-def at_once(calls: Sequence[Callable[[], Any]]) -> list[Any]:
-    """A :data:`Gather` for a remote store with no pool at hand (:func:`silt.open`, before
-    the DB and its read pool exist): the first call in this thread, each other on a thread of
-    its own; waits for all, then returns their results in order or raises the first error."""
-    if len(calls) <= 1:
-        return [call() for call in calls]
-    results: list[Any] = [None] * len(calls)
-    errors: list[BaseException | None] = [None] * len(calls)
-
-    def run(i: int) -> None:
-        try:
-            results[i] = calls[i]()
-        except BaseException as exc:  # handed to the caller below
-            errors[i] = exc
-
-    threads = [threading.Thread(target=run, args=(i,), name="silt-open", daemon=True)
-               for i in range(1, len(calls))]
-    for t in threads:
-        t.start()
-    try:
-        run(0)
-    finally:
-        for t in threads:
-            t.join()
-    for exc in errors:
-        if exc is not None:
-            raise exc
-    return results
 
 
 def probe_at_most(store: ObjectStore, base: Manifest, markers: GcMarkers | None,

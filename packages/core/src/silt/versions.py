@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import json
 import struct
-import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from . import paths
+from .checksum import crc32
 from .errors import CorruptionError, NotFoundError, VersionNotFoundError
 from .manifest import Manifest
 from .store import ObjectStore, retrying
@@ -65,7 +65,7 @@ class Fate:
             {"fate": self.fate, "reason": self.reason, "token": self.token},
             sort_keys=True, separators=(",", ":"), ensure_ascii=True,
         ).encode()
-        return FATE_MAGIC + struct.pack("<I", zlib.crc32(body)) + body
+        return FATE_MAGIC + struct.pack("<I", crc32(body)) + body
 
     @classmethod
     def decode(cls, data: bytes, object_name: str, version: int) -> Fate:
@@ -76,7 +76,7 @@ class Fate:
         if magic != FATE_MAGIC:
             raise CorruptionError(object_name, 0, "bad magic: not a silt fate record")
         body = bytes(memoryview(data)[_HEAD.size:])
-        if zlib.crc32(body) != crc:
+        if crc32(body) != crc:
             raise CorruptionError(object_name, _HEAD.size, "fate record checksum mismatch")
         try:
             d = json.loads(body)
@@ -146,8 +146,9 @@ def list_versions(store: ObjectStore, db: str = "") -> VersionListing:
     )
 
 
-def versions(store: ObjectStore, db: str = "") -> list[int]:
-    """The committed, not withdrawn versions of the DB at prefix ``db``, ascending."""
+def live_versions(store: ObjectStore, db: str = "") -> list[int]:
+    """The committed, not withdrawn versions of the DB at prefix ``db``, ascending (what the
+    public :func:`silt.versions` answers for a URL)."""
     return list_versions(store, db).versions
 
 

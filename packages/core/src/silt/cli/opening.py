@@ -20,8 +20,7 @@ from ..store import ObjectStore
 from ..tierkit import public_url
 from ..tierkit.urls import split_url
 from ..tiers.file import FileStore
-from ..versions import read_manifest
-from ..versions import versions as committed_versions
+from ..versions import live_versions, read_manifest
 from .show import name_list
 
 
@@ -106,7 +105,7 @@ def resolve_version(store: ObjectStore, url: str, version: int | None) -> int:
     """``version``, or the latest committed one when it is ``None``."""
     if version is not None:
         return version
-    found = committed_versions(store)
+    found = live_versions(store)
     if not found:
         raise VersionNotFoundError(f"{public_url(url)!r} has no committed versions")
     return found[-1]

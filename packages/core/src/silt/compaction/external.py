@@ -18,8 +18,7 @@ from ..progress import Progress
 from ..settings import Settings
 from ..siblings import SiblingStores
 from ..store import ObjectStore
-from ..versions import read_manifest
-from ..versions import versions as committed_versions
+from ..versions import live_versions, read_manifest
 from .compactor import run_compaction
 from .record import CompactionRecord, read_records
 
@@ -42,7 +41,7 @@ def compact_once(store: ObjectStore, url: str, settings: Settings, policy: Any,
     references). Never writes a manifest. Raises what reading the manifest or running the task
     raises (:class:`~silt.errors.CorruptionError`, :class:`~silt.errors.StoreError`).
     ``progress`` is passed to :func:`~silt.compaction.compactor.run_compaction`."""
-    found = committed_versions(store)
+    found = live_versions(store)
     if not found:
         return CompactionPass("empty", None)
     m = without_inline(read_manifest(store, found[-1]))

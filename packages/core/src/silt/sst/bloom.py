@@ -17,9 +17,8 @@ docs/format.md).
 
 from __future__ import annotations
 
-import zlib
-
 from .._ext import accelerate
+from ..checksum import crc32
 from .format import (
     BLOOM_DELTA_ROTATION,
     BLOOM_HASH_C1,
@@ -49,7 +48,7 @@ def bloom_hash(key: bytes) -> int:
     The one pure-Python definition: every caller that needs the hash calls this (or the compiled
     twin that replaces it, tested byte for byte by tests/test_twins.py).
     """
-    h = zlib.crc32(key)
+    h = crc32(key)
     h ^= h >> 16
     h = (h * BLOOM_HASH_C1) & _M32
     h ^= h >> 13

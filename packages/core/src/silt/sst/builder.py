@@ -8,11 +8,11 @@ memory: SSTs are bounded by ``Settings.memtable_bytes`` (flush) or by the compac
 from __future__ import annotations
 
 import json
-import zlib
 from dataclasses import dataclass
 from typing import Any
 
 from .._ext import accelerate
+from ..checksum import crc32
 from ..settings import Settings
 from ..tierkit import check_name
 from .block import _u32_bytes, encode_block, frame
@@ -264,7 +264,7 @@ def build_sst(
         filter_off, len(bloom), props_off, len(props_block), index_off, len(index_block),
         SST_FORMAT_VERSION, 0, SST_MAGIC,
     )[:40]
-    footer = head + FOOTER.pack(0, 0, 0, 0, 0, 0, 0, zlib.crc32(head), SST_MAGIC)[40:]
+    footer = head + FOOTER.pack(0, 0, 0, 0, 0, 0, 0, crc32(head), SST_MAGIC)[40:]
     chunks.append(footer)
     data = b"".join(chunks)
     info = SstInfo(

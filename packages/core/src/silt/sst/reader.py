@@ -1,7 +1,8 @@
 """Reading an SST through an object store, lazily, with every byte checksummed.
 
-The tail (bloom filter, properties, index, footer) is fetched with one ranged GET on first use
-(two when the tail offset is unknown and larger than a guess) and kept for the reader's lifetime.
+The tail (bloom filter, properties, index, footer: decoded and checked by
+:class:`~silt.sst.tail.SstTail`) is fetched with one ranged GET on first use (two when the tail
+offset is unknown and larger than a guess) and kept for the reader's lifetime.
 Data blocks come from the shared :class:`~silt.cache.BlockCache` or one ranged GET each.
 Thread-safe: the tail is loaded under a lock; everything else is immutable.
 """
@@ -11,13 +12,11 @@ from __future__ import annotations
 import random
 import threading
 import weakref
-import zlib
 from bisect import bisect_left
 from collections.abc import Callable, Iterator, Sequence
-from itertools import accumulate, pairwise
+from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
-from .. import boundedjson
 from .._ext import accelerate
 from ..cache import BlockCache
 from ..errors import (
@@ -28,146 +27,25 @@ from ..errors import (
 )
 from ..record import MISSING
 from ..store import ObjectStore, retrying
-from .block import Block, _read_array, decode_block, unframe
-from .bloom import MAX_PROBES, BloomFilter, bloom_hash
+from .block import Block, decode_block
+from .bloom import BloomFilter, bloom_hash
 from .builder import SstInfo
-from .format import (
-    BLOCKED_BLOOM_FORMAT,
-    FOOTER,
-    FOOTER_SIZE,
-    INDEX_HEADER,
-    READABLE_SST_FORMATS,
-    SST_MAGIC,
-    TAIL_GUESS,
-    TRAILER_SIZE,
-)
+from .format import FOOTER, FOOTER_SIZE, TAIL_GUESS
+from .readahead import READAHEAD_FIRST as READAHEAD_FIRST  # named here too (tests)
+from .readahead import Readahead
+from .tail import SstTail
+from .tail import read_ranges as read_ranges  # callers find it with the reader
 
 if TYPE_CHECKING:
     from ..budget import MemoryBudget
 
 _JITTER = random.Random()
-#: A range read's first read of blocks that are not cached covers up to this many bytes ...
-READAHEAD_FIRST = 64 * 1024
-#: ... and every further one twice the last, up to this.
-READAHEAD_MAX = 1024 * 1024
 #: A tail up to this size is fetched with one GET; a larger one (rare: a bloom filter of
 #: millions of keys) reads its footer first, so a damaged size in a manifest cannot make the
 #: reader allocate more than this.
 _ONE_GET_TAIL = 16 * 1024 * 1024
-#: The properties block is one flat JSON object.
-_PROPS_DEPTH = 4
 #: ``SstReader._direct`` before the store was asked for a direct reader.
 _UNASKED = object()
-
-
-class SstTail:
-    """The decoded tail of an SST: index, bloom filter and properties.
-
-    ``charge`` is the memory it holds, as a memory budget counts it: the tail's bytes plus
-    48 per block (each last key is a bytes object in a list) plus 200.
-    """
-
-    __slots__ = ("block_offsets", "block_sizes", "last_keys", "bloom", "props", "filter_offset",
-                 "charge")
-
-    def __init__(self, tail: bytes, tail_start: int, size: int, name: str) -> None:
-        if size < FOOTER_SIZE or len(tail) < FOOTER_SIZE:
-            raise CorruptionError(name, 0, f"object of {size} bytes is too small to be an SST")
-        foot = size - FOOTER_SIZE
-        fields = FOOTER.unpack_from(tail, len(tail) - FOOTER_SIZE)
-        (filter_off, filter_len, props_off, props_len, index_off, index_len,
-         fmt, crc, magic) = fields
-        if magic != SST_MAGIC:
-            raise CorruptionError(name, size - 8, "bad magic number: not an SST or truncated")
-        head = tail[len(tail) - FOOTER_SIZE:len(tail) - 12]
-        if zlib.crc32(head) != crc:
-            raise CorruptionError(name, foot, "footer checksum mismatch")
-        if fmt not in READABLE_SST_FORMATS:
-            raise CorruptionError(
-                name, foot, f"SST format version {fmt} is not readable by this silt "
-                f"(reads {sorted(READABLE_SST_FORMATS)}); upgrade silt-core"
-            )
-        if not (filter_off + filter_len == props_off and props_off + props_len == index_off
-                and index_off + index_len == foot and filter_off >= tail_start
-                and len(tail) == size - tail_start):
-            raise CorruptionError(name, foot, "footer offsets are inconsistent")
-
-        def region(off: int, length: int) -> bytes:
-            return unframe(tail[off - tail_start:off - tail_start + length], name, off)
-
-        self.filter_offset = filter_off
-        self.bloom = None
-        if filter_len:
-            bloom = region(filter_off, filter_len)
-            if not bloom or not 1 <= bloom[0] <= MAX_PROBES:
-                raise CorruptionError(
-                    name, filter_off, "bloom filter block has no valid probe count"
-                )
-            try:
-                self.bloom = BloomFilter(bloom, fmt >= BLOCKED_BLOOM_FORMAT)
-            except ValueError as exc:
-                raise CorruptionError(name, filter_off, str(exc)) from None
-        try:
-            props = boundedjson.loads(
-                region(props_off, props_len), max_bytes=props_len, max_depth=_PROPS_DEPTH
-            )
-        except ValueError as exc:
-            raise CorruptionError(
-                name, props_off, f"properties block is not valid JSON ({exc})"
-            ) from None
-        if not isinstance(props, dict):
-            raise CorruptionError(name, props_off, "properties block is not a JSON object")
-        self.props: dict[str, Any] = props
-        index = region(index_off, index_len)
-        try:
-            (count,) = INDEX_HEADER.unpack_from(index, 0)
-            pos = INDEX_HEADER.size
-            self.block_offsets = _read_array("Q", index, pos, count, 8)
-            pos += 8 * count
-            self.block_sizes = _read_array("I", index, pos, count, 4)
-            pos += 4 * count
-            ends = _read_array("I", index, pos, count, 4)
-            pos += 4 * count
-            kbuf = index[pos:]
-            if len(self.block_offsets) != count or len(ends) != count or (
-                count and len(kbuf) != ends[-1]
-            ):
-                raise ValueError("index regions do not add up")
-            # Data blocks fill the object from offset 0 up to the filter block, in order, each
-            # at least a trailer long: so every block read stays inside the object.
-            sizes = self.block_sizes
-            if list(self.block_offsets) != [0, *accumulate(sizes)][:count] or (
-                (self.block_offsets[-1] + sizes[-1] if count else 0) != filter_off
-            ) or (count and min(sizes) < TRAILER_SIZE):
-                raise ValueError("data block offsets and sizes do not tile the object")
-            starts = [0, *ends]
-            if any(s > e for s, e in zip(starts, ends)):
-                raise ValueError("key offsets decrease")
-            self.last_keys = [kbuf[s:e] for s, e in zip(starts, ends)]
-            keys = self.last_keys
-            if any(a >= b for a, b in pairwise(keys)):
-                raise ValueError("last keys of the blocks are not in increasing order")
-        except (ValueError, IndexError) as exc:
-            raise CorruptionError(name, index_off, f"malformed index block ({exc})") from None
-        self.charge = len(tail) + 48 * len(self.last_keys) + 200
-
-
-def read_ranges(data: bytes, name: str = "<sst>") -> list[tuple[int, int]]:
-    """The ``(start, length)`` ranges an :class:`SstReader` requests from the SST ``data``.
-
-    First the tail (``SstInfo.tail_offset`` to the end), then every data block in order. A cache
-    tier uses this to admit a freshly written SST (write-through) under exactly the ranges later
-    reads ask for, without knowing the format. Raises ``CorruptionError`` if ``data`` is not a
-    readable SST.
-    """
-    size = len(data)
-    if size < FOOTER_SIZE:
-        raise CorruptionError(name, 0, f"object of {size} bytes is too small to be an SST")
-    tail_start = FOOTER.unpack_from(data, size - FOOTER_SIZE)[0]
-    if not 0 <= tail_start < size:
-        raise CorruptionError(name, size - FOOTER_SIZE, "footer offsets are inconsistent")
-    tail = SstTail(data[tail_start:], tail_start, size, name)
-    return [(tail_start, size - tail_start), *zip(tail.block_offsets, tail.block_sizes)]
 
 
 class SstReader:
@@ -593,43 +471,6 @@ def get_levels(
             if r is not MISSING:
                 return r
     return MISSING
-
-
-class Readahead:
-    """The blocks of one SST for a forward range read: a block that is not cached is read
-    together with the blocks after it, up to the one holding ``end`` (the range's last), in one
-    ranged GET of at most ``READAHEAD_FIRST`` bytes, doubling on every further miss up to
-    ``READAHEAD_MAX``. Small blocks keep point reads cheap; this keeps scans and compactions
-    at a few large requests. Used by both twins of :func:`RangeIter`."""
-
-    __slots__ = ("reader", "fill_cache", "limit", "run", "first", "ahead")
-
-    def __init__(self, reader: SstReader, end: bytes | None, fill_cache: bool) -> None:
-        self.reader = reader
-        self.fill_cache = fill_cache
-        last_keys = reader.tail.last_keys
-        # the block holding the last key below ``end`` is the last one the range needs
-        self.limit = len(last_keys) if end is None else min(
-            len(last_keys), bisect_left(last_keys, end) + 1
-        )
-        self.run: list[Block] = []
-        self.first = 0
-        self.ahead = READAHEAD_FIRST
-
-    def block(self, i: int) -> Block:
-        """Block ``i`` (``i`` only grows from call to call)."""
-        j = i - self.first
-        if 0 <= j < len(self.run):
-            return self.run[j]
-        reader = self.reader
-        blk = reader.cached_block(i)
-        if blk is not None:
-            return blk
-        stop = reader.run_end(i, self.ahead, self.limit)
-        self.run = reader.read_run(i, stop, self.fill_cache)
-        self.first = i
-        self.ahead = min(2 * self.ahead, READAHEAD_MAX)
-        return self.run[0]
 
 
 def RangeIter(

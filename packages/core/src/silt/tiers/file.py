@@ -56,7 +56,6 @@ from ..errors import (
     InvalidTypeError,
     NotFoundError,
     StoreError,
-    TransientStoreError,
 )
 from ..hookspecs import hookimpl
 from ..store import ObjectInfo, ObjectStore
@@ -73,7 +72,9 @@ from ..tierkit import (
     validate_key,
 )
 from .fdcache import FDS, MAX_OPEN
+from .fileio import O_RDONLY, fsync_dir, read_fully, unlink_quietly
 from .mapping import map_file, read_map
+from .oserrors import MISSING_ERRNOS, NO_LINK_ERRNOS, advice
 
 #: Name of the directory under the root that holds writes in flight. Never a valid first key
 #: segment, never listed.
@@ -88,119 +89,13 @@ ACCEPTED_OPTIONS: frozenset[str] = frozenset()
 _NO_CREDENTIALS = ("A file:// URL names a local path, as in 'file:///data/state': the file "
                    "system's permissions apply, there are no credentials to give.")
 
-_TRANSIENT_ERRNOS = frozenset(
-    code
-    for code in (
-        errno.EINTR,
-        errno.EAGAIN,
-        errno.EWOULDBLOCK,
-        errno.EBUSY,
-        errno.ETIMEDOUT,
-        getattr(errno, "ESTALE", None),
-    )
-    if code is not None
-)
-_MISSING_ERRNOS = frozenset({errno.ENOENT, errno.ENOTDIR, errno.EISDIR})
-_NO_LINK_ERRNOS = frozenset(
-    code
-    for code in (
-        errno.EPERM,
-        errno.EXDEV,
-        errno.EMLINK,
-        getattr(errno, "ENOTSUP", None),
-        getattr(errno, "EOPNOTSUPP", None),
-    )
-    if code is not None
-)
-#: Flags of ranged reads: read-only, binary (Windows), closed on exec.
-_O_RDONLY = os.O_RDONLY | getattr(os, "O_BINARY", 0) | getattr(os, "O_CLOEXEC", 0)
-_NO_DIR_FSYNC_ERRNOS = frozenset(
-    code
-    for code in (errno.EINVAL, errno.EBADF, getattr(errno, "ENOTSUP", None))
-    if code is not None
-)
-
 
 # --- helpers ----------------------------------------------------------------------------------
 
 
-def _advice(exc: OSError) -> tuple[type[StoreError], str]:
-    """The error class and the what-to-do sentence for an ``OSError`` from the file system."""
-    code = exc.errno
-    if code in _TRANSIENT_ERRNOS:
-        return TransientStoreError, "this is usually temporary; the request can be retried"
-    if code in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
-        return StoreError, "free space (or raise the quota) on that file system, or move the root"
-    if code in (errno.EACCES, errno.EPERM):
-        return StoreError, (
-            "make the store root and everything under it readable and writable by the user "
-            "this process runs as"
-        )
-    if code == errno.EROFS:
-        return StoreError, "the file system is read-only; remount it read-write or use another root"
-    if code == errno.EIO:
-        return StoreError, (
-            "the device reported an I/O error; check the disk (kernel log, SMART) before "
-            "trusting data on it"
-        )
-    if code == errno.ENAMETOOLONG:
-        return StoreError, "the key is too long for this file system"
-    if code in (errno.EMFILE, errno.ENFILE):
-        return StoreError, "too many open files; raise the limit (ulimit -n) or use fewer threads"
-    return StoreError, "check the store root and the file system"
-
-
-def _pread(fd: int, length: int, start: int) -> bytes:
-    """``os.pread`` where it exists (POSIX), else seek and read (Windows)."""
-    if _HAS_PREAD:
-        return os.pread(fd, length, start)
-    os.lseek(fd, start, os.SEEK_SET)  # pragma: no cover - Windows
-    return os.read(fd, length)  # pragma: no cover
-
-
-_HAS_PREAD = hasattr(os, "pread")
-
-
-def _read_fully(fd: int, start: int, length: int) -> bytes:
-    """``length`` bytes from ``start`` of ``fd``, fewer only at the end of the file."""
-    data = _pread(fd, length, start)
-    got = len(data)
-    if got < length and got:  # a short read (signal, network file system): go on
-        parts = [data]
-        while got < length:
-            more = _pread(fd, length - got, start + got)
-            if not more:
-                break
-            parts.append(more)
-            got += len(more)
-        data = b"".join(parts)
-    return data
-
-
 def _open_fd(path: str) -> int:
     """A read-only descriptor of ``path`` (a name tests can replace to inject errors)."""
-    return os.open(path, _O_RDONLY)
-
-
-def _fsync_dir(path: str) -> None:
-    """fsync a directory so the names in it are durable (where the platform supports it)."""
-    if os.name == "nt":  # pragma: no cover - directories cannot be opened on Windows
-        return
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        os.fsync(fd)
-    except OSError as exc:
-        if exc.errno not in _NO_DIR_FSYNC_ERRNOS:
-            raise
-    finally:
-        os.close(fd)
-
-
-def _unlink_quietly(path: str) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass  # a stale temp file is harmless; see the module docstring
+    return os.open(path, O_RDONLY)
 
 
 # --- the store ---------------------------------------------------------------------------------
@@ -260,7 +155,7 @@ class FileStore(ObjectStore):
         except OSError as exc:
             raise self._os_error(exc, "create the store root", self.root) from exc
         for created in reversed(missing):
-            _fsync_dir(os.path.dirname(created))
+            fsync_dir(os.path.dirname(created))
 
     @classmethod
     def from_url(cls, url: str, options: dict[str, str] | None = None) -> FileStore:
@@ -314,9 +209,9 @@ class FileStore(ObjectStore):
         return os.path.join(self.root, *parts)
 
     def _os_error(self, exc: OSError, action: str, path: str) -> StoreError:
-        cls, advice = _advice(exc)
+        cls, todo = advice(exc)
         reason = exc.strerror or str(exc)
-        return cls(f"failed to {action} {path!r} in {self.url}: {reason}; {advice}")
+        return cls(f"failed to {action} {path!r} in {self.url}: {reason}; {todo}")
 
     def _not_found(self, key: str) -> NotFoundError:
         return NotFoundError(f"object {key!r} does not exist in {self.url}")
@@ -350,7 +245,7 @@ class FileStore(ObjectStore):
                 f.flush()
                 os.fsync(f.fileno())
         except BaseException:
-            _unlink_quietly(tmp)
+            unlink_quietly(tmp)
             raise
         return tmp
 
@@ -368,7 +263,7 @@ class FileStore(ObjectStore):
                 if not os.path.isdir(directory):
                     raise self._conflict(key, path) from None
             # fsync even if another thread or process created it: it may not have synced yet.
-            _fsync_dir(parent)
+            fsync_dir(parent)
             with self._lock:
                 self._durable_dirs.add(directory)
 
@@ -393,7 +288,7 @@ class FileStore(ObjectStore):
                 with self._lock:
                     self._durable_dirs = {self.root}
             except OSError as exc:
-                if exclusive and exc.errno in _NO_LINK_ERRNOS:
+                if exclusive and exc.errno in NO_LINK_ERRNOS:
                     raise StoreError(
                         f"cannot create object {key!r} in {self.url}: hard-linking {tmp!r} to "
                         f"{path!r} failed ({exc.strerror}). The file:// tier needs a file system "
@@ -421,12 +316,12 @@ class FileStore(ObjectStore):
         except OSError as exc:
             raise self._write_error(exc, key, path) from exc
         finally:
-            _unlink_quietly(tmp)  # already gone after os.replace; the link's source otherwise
+            unlink_quietly(tmp)  # already gone after os.replace; the link's source otherwise
         if created:
             FDS.invalidate((self.root, key))  # a descriptor of the object this one replaced
             directory = os.path.dirname(path)
             try:
-                _fsync_dir(directory)
+                fsync_dir(directory)
             except OSError as exc:
                 raise self._os_error(exc, "sync directory", directory) from exc
         return created
@@ -440,7 +335,7 @@ class FileStore(ObjectStore):
             with open(path, "rb") as f:
                 return f.read()
         except OSError as exc:
-            if exc.errno in _MISSING_ERRNOS:
+            if exc.errno in MISSING_ERRNOS:
                 raise self._not_found(key) from exc
             raise self._os_error(exc, f"read object {key!r} at", path) from exc
 
@@ -474,7 +369,7 @@ class FileStore(ObjectStore):
                 if length == 0:
                     return b""  # the cached file still has its name: it exists
             try:
-                return _read_fully(entry.fd, start, length)
+                return read_fully(entry.fd, start, length)
             except OSError as exc:
                 # a stale handle (network file system) is opened again by the next read
                 FDS.discard(ident if ident is not None else (self.root, str(key)), entry)
@@ -518,7 +413,7 @@ class FileStore(ObjectStore):
                     entry.view = False  # the file shrank (damage): pread it, never the map
                 data = pread(entry.fd, length, start)
                 if len(data) < length and data:
-                    data += _read_fully(entry.fd, start + len(data), length - len(data))
+                    data += read_fully(entry.fd, start + len(data), length - len(data))
                 return data
             except OSError as exc:
                 fds.discard(ident, entry)  # a stale handle: the next read opens the path
@@ -529,7 +424,7 @@ class FileStore(ObjectStore):
         return read
 
     def _read_error(self, exc: OSError, key: str, path: str) -> StoreError:
-        if exc.errno in _MISSING_ERRNOS:
+        if exc.errno in MISSING_ERRNOS:
             return self._not_found(key)
         return self._os_error(exc, f"read object {key!r} at", path)
 
@@ -558,7 +453,7 @@ class FileStore(ObjectStore):
             try:
                 os.unlink(path)
             except OSError as exc:
-                if exc.errno in _MISSING_ERRNOS or os.path.isdir(path):
+                if exc.errno in MISSING_ERRNOS or os.path.isdir(path):
                     continue  # no object by that name (a directory is not an object)
                 raise self._os_error(exc, f"delete object {key!r} at", path) from exc
             finally:
@@ -568,7 +463,7 @@ class FileStore(ObjectStore):
             touched.add(os.path.dirname(path))
         for directory in sorted(touched):
             try:
-                _fsync_dir(directory)
+                fsync_dir(directory)
             except FileNotFoundError:
                 continue
             except OSError as exc:

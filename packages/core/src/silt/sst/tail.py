@@ -1,0 +1,143 @@
+"""The tail of an SST, decoded: footer, bloom filter, properties and block index.
+
+:class:`SstTail` checks everything it decodes (footer checksum, magic, format version, that the
+regions and the data blocks tile the object, keys in order) and raises
+:class:`~silt.errors.CorruptionError` naming the offset of the first damaged region, so a
+reader never reads outside the object or trusts a damaged index. :func:`read_ranges` lists the
+ranges a reader requests from an SST. No I/O: the bytes come from the caller
+(:class:`~silt.sst.reader.SstReader` fetches them); immutable once built, so thread-safe.
+"""
+
+from __future__ import annotations
+
+from itertools import accumulate, pairwise
+from typing import Any
+
+from .. import boundedjson
+from ..checksum import crc32
+from ..errors import CorruptionError
+from .block import _read_array, unframe
+from .bloom import MAX_PROBES, BloomFilter
+from .format import (
+    BLOCKED_BLOOM_FORMAT,
+    FOOTER,
+    FOOTER_SIZE,
+    INDEX_HEADER,
+    READABLE_SST_FORMATS,
+    SST_MAGIC,
+    TRAILER_SIZE,
+)
+
+#: The properties block is one flat JSON object.
+_PROPS_DEPTH = 4
+
+
+class SstTail:
+    """The decoded tail of an SST: index, bloom filter and properties.
+
+    ``charge`` is the memory it holds, as a memory budget counts it: the tail's bytes plus
+    48 per block (each last key is a bytes object in a list) plus 200.
+    """
+
+    __slots__ = ("block_offsets", "block_sizes", "last_keys", "bloom", "props", "filter_offset",
+                 "charge")
+
+    def __init__(self, tail: bytes, tail_start: int, size: int, name: str) -> None:
+        if size < FOOTER_SIZE or len(tail) < FOOTER_SIZE:
+            raise CorruptionError(name, 0, f"object of {size} bytes is too small to be an SST")
+        foot = size - FOOTER_SIZE
+        fields = FOOTER.unpack_from(tail, len(tail) - FOOTER_SIZE)
+        (filter_off, filter_len, props_off, props_len, index_off, index_len,
+         fmt, crc, magic) = fields
+        if magic != SST_MAGIC:
+            raise CorruptionError(name, size - 8, "bad magic number: not an SST or truncated")
+        head = tail[len(tail) - FOOTER_SIZE:len(tail) - 12]
+        if crc32(head) != crc:
+            raise CorruptionError(name, foot, "footer checksum mismatch")
+        if fmt not in READABLE_SST_FORMATS:
+            raise CorruptionError(
+                name, foot, f"SST format version {fmt} is not readable by this silt "
+                f"(reads {sorted(READABLE_SST_FORMATS)}); upgrade silt-core"
+            )
+        if not (filter_off + filter_len == props_off and props_off + props_len == index_off
+                and index_off + index_len == foot and filter_off >= tail_start
+                and len(tail) == size - tail_start):
+            raise CorruptionError(name, foot, "footer offsets are inconsistent")
+
+        def region(off: int, length: int) -> bytes:
+            return unframe(tail[off - tail_start:off - tail_start + length], name, off)
+
+        self.filter_offset = filter_off
+        self.bloom = None
+        if filter_len:
+            bloom = region(filter_off, filter_len)
+            if not bloom or not 1 <= bloom[0] <= MAX_PROBES:
+                raise CorruptionError(
+                    name, filter_off, "bloom filter block has no valid probe count"
+                )
+            try:
+                self.bloom = BloomFilter(bloom, fmt >= BLOCKED_BLOOM_FORMAT)
+            except ValueError as exc:
+                raise CorruptionError(name, filter_off, str(exc)) from None
+        try:
+            props = boundedjson.loads(
+                region(props_off, props_len), max_bytes=props_len, max_depth=_PROPS_DEPTH
+            )
+        except ValueError as exc:
+            raise CorruptionError(
+                name, props_off, f"properties block is not valid JSON ({exc})"
+            ) from None
+        if not isinstance(props, dict):
+            raise CorruptionError(name, props_off, "properties block is not a JSON object")
+        self.props: dict[str, Any] = props
+        index = region(index_off, index_len)
+        try:
+            (count,) = INDEX_HEADER.unpack_from(index, 0)
+            pos = INDEX_HEADER.size
+            self.block_offsets = _read_array("Q", index, pos, count, 8)
+            pos += 8 * count
+            self.block_sizes = _read_array("I", index, pos, count, 4)
+            pos += 4 * count
+            ends = _read_array("I", index, pos, count, 4)
+            pos += 4 * count
+            kbuf = index[pos:]
+            if len(self.block_offsets) != count or len(ends) != count or (
+                count and len(kbuf) != ends[-1]
+            ):
+                raise ValueError("index regions do not add up")
+            # Data blocks fill the object from offset 0 up to the filter block, in order, each
+            # at least a trailer long: so every block read stays inside the object.
+            sizes = self.block_sizes
+            if list(self.block_offsets) != [0, *accumulate(sizes)][:count] or (
+                (self.block_offsets[-1] + sizes[-1] if count else 0) != filter_off
+            ) or (count and min(sizes) < TRAILER_SIZE):
+                raise ValueError("data block offsets and sizes do not tile the object")
+            starts = [0, *ends]
+            if any(s > e for s, e in zip(starts, ends)):
+                raise ValueError("key offsets decrease")
+            self.last_keys = [kbuf[s:e] for s, e in zip(starts, ends)]
+            keys = self.last_keys
+            if any(a >= b for a, b in pairwise(keys)):
+                raise ValueError("last keys of the blocks are not in increasing order")
+        except (ValueError, IndexError) as exc:
+            raise CorruptionError(name, index_off, f"malformed index block ({exc})") from None
+        self.charge = len(tail) + 48 * len(self.last_keys) + 200
+
+
+def read_ranges(data: bytes, name: str = "<sst>") -> list[tuple[int, int]]:
+    """The ``(start, length)`` ranges an :class:`SstReader` requests from the SST ``data``.
+
+    First the tail (``SstInfo.tail_offset`` to the end), then every data block in order. A cache
+    tier uses this to admit a freshly written SST (write-through) under exactly the ranges later
+    reads ask for, without knowing the format. Raises ``CorruptionError`` if ``data`` is not a
+    readable SST.
+    """
+    size = len(data)
+    if size < FOOTER_SIZE:
+        raise CorruptionError(name, 0, f"object of {size} bytes is too small to be an SST")
+    tail_start = FOOTER.unpack_from(data, size - FOOTER_SIZE)[0]
+    if not 0 <= tail_start < size:
+        raise CorruptionError(name, size - FOOTER_SIZE, "footer offsets are inconsistent")
+    tail = SstTail(data[tail_start:], tail_start, size, name)
+    return [(tail_start, size - tail_start), *zip(tail.block_offsets, tail.block_sizes)]
+
