@@ -456,6 +456,8 @@ def run_query(session: dict, build, data: Path | tuple[Path, ...], chk: Path, ba
         "recovery_s": recovery,
         "new_session_s": new_session_s,
         "restart_first_batch_ms": first_batch_ms,
+        # Spark's phases of that batch (queryPlanning, addBatch, walCommit, ...)
+        "restart_duration_ms": dict(first.get("durationMs", {})) if first else {},
         "restart_state_metrics": load_metrics,
         "requests_per_task": requests,
         "state_cost": state_cost,
@@ -586,12 +588,19 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=1,
                     help="runs of every case at each K (the results file gives median, min "
                     "and max)")
+    ap.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE",
+                    help="an extra Spark setting for every session (repeatable), e.g. "
+                    "spark.eventLog.enabled=true with spark.eventLog.dir=DIR for the task "
+                    "timeline bench/restart_profile.py reads")
     ap.add_argument("--json", default=str(RESULTS / "spark_bench.json"),
                     help="where to write the results (bench/charts.py draws them)")
     args = ap.parse_args()
     if args.quick:
         args.rows, args.batches, args.keys, args.processor_rows = 20_000, 3, [10_000], 5_000
         args.join_rows, args.join_span = 20_000, 90  # (90 s per batch: evictions by batch 2)
+    for kv in args.spark_conf:
+        if "=" not in kv or not kv.split("=", 1)[0]:
+            ap.error(f"--spark-conf {kv!r}: give KEY=VALUE, e.g. spark.eventLog.enabled=true")
     if args.join_step_rows and not args.join_buffered:
         ap.error("--join-step-rows needs --join-buffered (the buffer it keeps full)")
     if args.join_evict_rows and not args.join_step_rows:
@@ -609,9 +618,14 @@ def main() -> None:
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
+    extra = dict(kv.split("=", 1) for kv in args.spark_conf)
+
     def make_session():
+        builder = SparkSession.builder
+        for k, v in extra.items():
+            builder = builder.config(k, v)
         return (
-            SparkSession.builder.master("local[2]").appName("silt-spark-bench")
+            builder.master("local[2]").appName("silt-spark-bench")
             .config("spark.ui.enabled", "false")
             .config("spark.ui.showConsoleProgress", "false")
             .config("spark.sql.shuffle.partitions", str(args.shards))

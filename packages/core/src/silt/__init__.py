@@ -15,23 +15,87 @@ Quick start::
 
 from __future__ import annotations
 
+import sys as _sys
+import types as _types
+from typing import TYPE_CHECKING
+
 from . import errors, paths
-from ._ext import speedups
-from .budget import MemoryBudget, set_memory_budget
-from .budget import process_budget as memory_budget
-from .clock import Clock, ManualClock
-from .db import DB
 from .errors import CommitConflict, SiltError
-from .hookspecs import hookimpl
-from .manifest import Manifest
-from .opening import open, versions  # the function: the module is reached by from-imports
-from .plugins import open_store
-from .settings import Settings
-from .store import ObjectInfo, ObjectStore
-from .verify import VerifyReport, verify
-from .versions import live_versions as _list_versions  # noqa: F401  (tests list a store's)
-from .versions import read_manifest
-from .writebatch import WriteBatch
+
+if TYPE_CHECKING:  # the names below are imported on first use (PEP 562)
+    from ._ext import speedups
+    from .budget import MemoryBudget, set_memory_budget
+    from .budget import process_budget as memory_budget
+    from .clock import Clock, ManualClock
+    from .db import DB
+    from .hookspecs import hookimpl
+    from .manifest import Manifest
+    from .opening import open, versions
+    from .plugins import open_store
+    from .settings import Settings
+    from .store import ObjectInfo, ObjectStore
+    from .verify import VerifyReport, verify
+    from .versions import read_manifest
+    from .writebatch import WriteBatch
+
+#: Public name -> (module, attribute): imported when first used, so that ``import silt.errors``
+#: or a module that needs one name does not load the whole engine (a Spark task's worker
+#: process imports only what the task runs).
+_LAZY = {
+    "speedups": ("._ext", "speedups"),
+    "MemoryBudget": (".budget", "MemoryBudget"),
+    "set_memory_budget": (".budget", "set_memory_budget"),
+    "memory_budget": (".budget", "process_budget"),
+    "Clock": (".clock", "Clock"),
+    "ManualClock": (".clock", "ManualClock"),
+    "DB": (".db", "DB"),
+    "hookimpl": (".hookspecs", "hookimpl"),
+    "Manifest": (".manifest", "Manifest"),
+    "open": (".opening", "open"),
+    "versions": (".opening", "versions"),
+    "open_store": (".plugins", "open_store"),
+    "Settings": (".settings", "Settings"),
+    "ObjectInfo": (".store", "ObjectInfo"),
+    "ObjectStore": (".store", "ObjectStore"),
+    "VerifyReport": (".verify", "VerifyReport"),
+    "verify": (".verify", "verify"),
+    "read_manifest": (".versions", "read_manifest"),
+    "_list_versions": (".versions", "live_versions"),  # for tests and tools
+    "WriteBatch": (".writebatch", "WriteBatch"),
+}
+
+
+def __getattr__(name: str) -> object:
+    try:
+        module, attr = _LAZY[name]
+    except KeyError:
+        raise AttributeError(f"module 'silt' has no attribute {name!r}") from None
+    import importlib
+
+    value = getattr(importlib.import_module(module, __name__), attr)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
+
+#: Public functions named like a submodule of this package: importing ``silt.verify`` (the
+#: module) must not replace ``silt.verify`` (the function), as it would when the import system
+#: binds a submodule to its parent's attribute.
+_SHADOWED = frozenset({"verify", "versions"})
+
+
+class _Package(_types.ModuleType):
+    def __setattr__(self, name: str, value: object) -> None:
+        if name in _SHADOWED and isinstance(value, _types.ModuleType):
+            return  # the submodule stays reachable as sys.modules["silt.<name>"]
+        super().__setattr__(name, value)
+
+
+_sys.modules[__name__].__class__ = _Package
+
 
 __version__ = "0.1.0"
 

@@ -35,6 +35,8 @@ from typing import Any
 from silt.errors import InvalidArgumentError, InvalidTypeError
 from silt.tierkit import public_url
 
+from silt_spark._groupby import group_by
+
 from . import _api, _codec, _keys, _layout, _shard
 from ._layout import KG_COLUMN, PARTITION_COLUMN
 from ._shard import ShardTask, check_key_groups
@@ -245,7 +247,7 @@ def partial_aggregate(batches: Iterator[Any], p: AggPlan) -> Iterator[Any]:
         cols[f"__v{j}"] = t[c].cast(pa.float64() if p.floating[j] else pa.int64())
         specs += [(f"__v{j}", "count"), (f"__v{j}", "sum"), (f"__v{j}", "min"),
                   (f"__v{j}", "max")]
-    g = pa.table(cols).group_by(list(p.key_columns), use_threads=False).aggregate(specs)
+    g = group_by(pa.table(cols), p.key_columns, specs)  # (no pandas import: _groupby.py)
     out = [g[c] for c in p.key_columns] + [g["count_all"]]
     for j in range(len(p.value_columns)):
         out += [g[f"__v{j}_count"], g[f"__v{j}_sum"], g[f"__v{j}_min"], g[f"__v{j}_max"]]
@@ -340,9 +342,7 @@ def merge_partition(task: ShardTask, batches: Iterator[Any], p: AggPlan) -> Iter
         return
     t = pa.Table.from_batches(batches)
     check_key_groups(task, t[KG_COLUMN])
-    g = t.drop_columns([PARTITION_COLUMN]).group_by(
-        [*p.key_columns, KG_COLUMN], use_threads=False
-    ).aggregate(merge_specs(p))
+    g = group_by(t.drop_columns([PARTITION_COLUMN]), [*p.key_columns, KG_COLUMN], merge_specs(p))
     encoded = encode_keys_arrow(g[KG_COLUMN], [g[c] for c in p.key_columns])
     if encoded is not None:
         # Sorted in C++, so multi_get's sort finds one run and SSTs are probed in key order.
