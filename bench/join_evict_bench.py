@@ -2,7 +2,7 @@
 its eviction as the buffer grows, with the outer side's time index and without it.
 
 Not a test: it prints a table (and writes JSON) and fails only when the two layouts give
-different output. The shard's task code (``silt_spark._join.merge_partition``) runs in this
+different output. The shard's task code (``silt_spark.operators.join._probe.merge_partition``) runs in this
 process on a ``file://`` DB, as a Spark task would run it, on the workload of
 ``spark_bench.py --cases join --join-buffered N --join-step-rows R``: orders with uniformly
 random keys (as many distinct keys as buffered rows), payments 0-50 s after 90% of them, left
@@ -43,7 +43,8 @@ import numpy as np
 import pyarrow as pa
 import silt
 from silt import _ext
-from silt_spark import _join, _layout, _watermark
+from silt_spark.operators.join import _probe as _join
+from silt_spark.runtime import _layout, _watermark
 
 KEY_GROUPS = 64  # one shard of four at 256 key groups
 TS = pa.timestamp("us", tz="UTC")

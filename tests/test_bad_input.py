@@ -15,7 +15,8 @@ from silt.errors import (
     NoTierError,
     VersionNotFoundError,
 )
-from silt_spark import _api, _processor
+from silt_spark.operators.processor import _handle as _processor
+from silt_spark.runtime import _api
 
 
 @pytest.fixture

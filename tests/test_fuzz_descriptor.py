@@ -2,7 +2,7 @@
 error, never an internal one.
 
 The descriptor is stored metadata like a manifest, read back by
-:func:`silt_spark._shard.descriptor_of` (bounded JSON, every field checked). Starting from
+:func:`silt_spark.runtime._shard.descriptor_of` (bounded JSON, every field checked). Starting from
 descriptors as each operator writes them (aggregate, window aggregate, deduplication, join,
 stateful processor), hundreds of crafted ones are made: a value anywhere replaced by another JSON
 value (wrong types, huge, negative, deep), a field dropped, bytes flipped, inserted or cut, and
@@ -27,7 +27,8 @@ from hypothesis import strategies as st
 from silt import cli, plugins
 from silt.errors import CorruptionError
 from silt.tiers.file import FileStore
-from silt_spark import _read, _shard
+from silt_spark.inspect import _read
+from silt_spark.runtime import _shard
 
 FUZZ = settings(max_examples=300, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,

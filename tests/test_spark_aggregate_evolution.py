@@ -15,8 +15,8 @@ import pytest
 import silt_spark
 from pyspark import cloudpickle
 from pyspark.sql import functions as F
-from silt_spark import _shard
 from silt_spark.errors import LayoutMismatchError
+from silt_spark.runtime import _shard
 from test_spark_operator import Run, assert_frames, batch
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import silt_spark
 from silt import cli, plugins
-from silt_spark import _shard
+from silt_spark.runtime import _shard
 from test_spark_operator import Run
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -26,7 +26,8 @@ import silt_spark
 from pyspark import cloudpickle
 from pyspark.sql import functions as F
 from silt.errors import InvalidArgumentError, InvalidTypeError
-from silt_spark import _join, _shard
+from silt_spark.operators.join import _probe as _join
+from silt_spark.runtime import _shard
 from test_spark_event_time import assert_same_batches, run_backlog, start_query
 from test_spark_operator import fail_after_commit, shard_versions
 

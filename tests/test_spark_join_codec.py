@@ -1,4 +1,4 @@
-"""The join's vectorized encoding (silt_spark._rowcodec) against the per-row ``_codec`` path.
+"""The join's vectorized encoding (runtime/_rowcodec.py) against the per-row ``_codec`` path.
 
 State written by the vectorized join must be byte for byte what the per-row path wrote (one
 on-disk format): row tuples, join keys and whole state keys, for several columns and types,
@@ -19,7 +19,8 @@ import silt
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from silt.tiers.memory import MemoryStore
-from silt_spark import _codec, _join, _rowcodec
+from silt_spark.operators.join import _probe as _join
+from silt_spark.runtime import _codec, _rowcodec
 
 UTC = dt.UTC
 MIN_US, MAX_US = -62_135_596_800_000_000, 253_402_300_799_999_999
@@ -142,7 +143,7 @@ def test_a_mark_set_on_a_row_that_expires_in_the_same_batch_does_not_bring_it_ba
 def _tagged(side_rows, side):
     """The shuffled input of a join task: one side's ``(key, value, time ms)`` rows in the
     tagged schema (the other side's columns null)."""
-    from silt_spark._layout import KG_COLUMN
+    from silt_spark.runtime._layout import KG_COLUMN
 
     n = len(side_rows)
     ts = pa.timestamp("us", tz="UTC")

@@ -1,4 +1,4 @@
-"""The join buffers' state layout (silt_spark._join) against a model, with no Spark.
+"""The join buffers' state layout (silt_spark.operators.join._probe) against a model, with no Spark.
 
 Rows of both sides are buffered as the operator buffers them (a row entry per row, a count
 entry per time bucket), then the watermark advances in random steps and each side is evicted as
@@ -22,7 +22,8 @@ import silt
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from silt.tiers.memory import MemoryStore
-from silt_spark import _codec, _join
+from silt_spark.operators.join import _probe as _join
+from silt_spark.runtime import _codec
 
 KGS = 3
 RANGE_MS = (1500, 500)  # left time between right time - 1.5 s and right time + 0.5 s

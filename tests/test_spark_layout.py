@@ -9,7 +9,8 @@ import decimal
 import pyarrow as pa
 import pytest
 from pyspark.sql import functions as F
-from silt_spark import _aggregate, _codec, _layout
+from silt_spark.operators import aggregate as _aggregate
+from silt_spark.runtime import _codec, _layout
 
 
 @pytest.mark.parametrize("key_groups", [1, 7, 256, 1000])

@@ -13,8 +13,8 @@ import silt
 import silt_spark
 from silt import paths
 from silt.errors import InvalidArgumentError
-from silt_spark import _api, _shard
-from silt_spark._shard import OperatorSpec, ShardTask
+from silt_spark.runtime import _api, _shard
+from silt_spark.runtime._shard import OperatorSpec, ShardTask
 
 
 @pytest.fixture(autouse=True)

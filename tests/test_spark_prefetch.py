@@ -1,6 +1,7 @@
-"""transform_with_state reads a batch's state ahead (silt_spark._prefetch): one sorted multi_get
-for the value states of all its keys, one prefix scan per key for lists, maps and timers, and
-no state read from user code reaching the DB. Counted with a wrapper around the shard's DB."""
+"""transform_with_state reads a batch's state ahead (runtime/_prefetch.py): one sorted
+multi_get for the value states of all its keys, one prefix scan per key for lists, maps and
+timers, and no state read from user code reaching the DB. Counted with a wrapper around the shard's
+DB."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from collections import Counter
 import pyarrow as pa
 import pytest
 import silt
-from silt_spark import _layout, _processor
+from silt_spark.operators.processor import _handle as _processor
+from silt_spark.runtime import _layout
 from test_spark_state import FakeTask
 
 OUT = pa.schema([("k", pa.string()), ("n", pa.int64()), ("items", pa.int64()),

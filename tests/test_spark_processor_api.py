@@ -13,8 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyspark import cloudpickle
 from silt.errors import InvalidArgumentError, InvalidTypeError
-from silt_spark import _codec, _processor, _schema
-from silt_spark._schema import Declared
+from silt_spark.operators.processor import _handle as _processor
+from silt_spark.runtime import _codec, _schema
+from silt_spark.runtime._schema import Declared
 
 # Spark's own operator unpickles the processor in a worker that cannot import this module.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -355,8 +356,8 @@ def test_initial_state_applies_once_as_in_spark(spark, tmp_path):
 def test_read_state_refuses_a_version_no_shard_committed(tmp_path):
     """Before any Spark job: batch 99 was never committed (it used to read the latest)."""
     import silt_spark
-    from silt_spark import _shard
     from silt_spark.errors import VersionNotFoundError
+    from silt_spark.runtime import _shard
 
     root = (tmp_path / "state").as_uri()
     spec = _shard.ensure_descriptor(_shard.OperatorSpec(kind="processor", root=root,
@@ -413,7 +414,8 @@ class _Calls:
 @pytest.mark.parametrize("batch_id", [0, 1])
 def test_initial_rows_go_to_handle_initial_state_first_in_batch_0_only(tmp_path, batch_id):
     import pyarrow as pa
-    from silt_spark import _initial, _layout, _shard
+    from silt_spark.operators.processor import _initial
+    from silt_spark.runtime import _layout, _shard
 
     def table(cols):
         kgs = [sum(k.encode()) % 256 for k in cols["k"]]

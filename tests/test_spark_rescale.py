@@ -13,7 +13,7 @@ import pytest
 import silt
 import silt_spark
 from pyspark import cloudpickle
-from silt_spark import _layout, _shard
+from silt_spark.runtime import _layout, _shard
 from test_spark_operator import (
     PROFILE_SCHEMA,
     Profile,

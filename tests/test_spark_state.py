@@ -11,8 +11,10 @@ import pyarrow as pa
 import pytest
 import silt
 from pyspark.sql import types as T
-from silt_spark import _aggregate, _layout, _processor, _shard
 from silt_spark.errors import ForeignStateError, StateAheadError
+from silt_spark.operators import aggregate as _aggregate
+from silt_spark.operators.processor import _handle as _processor
+from silt_spark.runtime import _layout, _shard
 
 
 class FakeTask:
@@ -233,7 +235,7 @@ def test_process_partition_input_and_output_shapes(task, rows_format, shape):
 def test_shard_task_rerun_with_a_warm_handle_reads_the_older_base(tmp_path):
     """A worker that cached the shard at version b must not use that handle (nor its partial
     listing) when batch b runs again: the re-run starts from b - 1 and commits nothing."""
-    from silt_spark import _shard
+    from silt_spark.runtime import _shard
 
     root = tmp_path.as_uri()
     spec = _shard.OperatorSpec("processor", root, 1)
@@ -267,7 +269,7 @@ def test_shard_task_rerun_with_a_warm_handle_reads_the_older_base(tmp_path):
 def test_shard_task_reopens_a_warm_handle_another_worker_moved_past(tmp_path):
     """Two Python workers cache the same shard: a handle cached at version 0 must not be the
     base of batch 2 when the other worker committed batch 1."""
-    from silt_spark import _shard
+    from silt_spark.runtime import _shard
 
     spec = _shard.OperatorSpec("processor", tmp_path.as_uri(), 1)
 

@@ -19,7 +19,7 @@ import test_storage_options as common
 from pyspark import cloudpickle
 from silt.errors import InvalidArgumentError
 from silt.plugins import open_store
-from silt_spark import _shard
+from silt_spark.runtime import _shard
 from test_spark_operator import Run
 from test_storage_options import FAKE_SECRET, capture_logs, s3_options
 

@@ -17,7 +17,9 @@ import pytest
 import silt_spark
 from pyspark import cloudpickle
 from silt.errors import InvalidArgumentError
-from silt_spark import _join, _join_state, _shard
+from silt_spark.operators.join import _probe as _join
+from silt_spark.operators.join import _reader as _join_state
+from silt_spark.runtime import _shard
 from test_spark_join import JoinRun, join_rows, silt_join
 from test_spark_operator import AGGS, Run, batch
 

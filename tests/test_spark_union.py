@@ -13,9 +13,9 @@ from __future__ import annotations
 import pytest
 import silt_spark
 from pyspark.errors import StreamingQueryException
-from silt_spark import _shard
-from silt_spark._shard import OperatorSpec, ShardTask
 from silt_spark.errors import ReplayInputError
+from silt_spark.runtime import _shard
+from silt_spark.runtime._shard import OperatorSpec, ShardTask
 from test_spark_operator import Run, agg_model, assert_frames, batch, shard_versions
 
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 import roundtrips
 import silt
-from silt_spark import _shard
-from silt_spark._shard import OperatorSpec, ShardTask
 from silt_spark.errors import StateAheadError
+from silt_spark.runtime import _shard
+from silt_spark.runtime._shard import OperatorSpec, ShardTask
 
 
 def _requests(db: silt.DB) -> dict[str, int]:
@@ -125,7 +125,7 @@ def test_a_handle_another_process_passed_advances_without_a_list(spec) -> None:
 
 def _run_probed(spec: OperatorSpec, batch: int, key: bytes) -> dict:
     """One task of ``batch`` measured as run_shard measures it; returns its metrics record."""
-    from silt_spark import _metrics
+    from silt_spark.runtime import _metrics
 
     task = ShardTask(spec, 0, batch, "q", 0)
     probe = task.probe = _metrics.TaskProbe(task)
@@ -261,7 +261,7 @@ def test_a_rescaled_shard_opens_at_its_first_batch_even_when_idle(tmp_path) -> N
 
 
 def test_the_tasks_of_a_batch_in_one_process_share_one_watermark_listing(tmp_path) -> None:
-    from silt_spark import _watermark
+    from silt_spark.runtime import _watermark
 
     root = (tmp_path / "op").as_uri()
     _watermark.record(root, "q", 0, "kg-a", [5_000], _watermark.Observed((None,), 0))

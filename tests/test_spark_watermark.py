@@ -13,7 +13,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from silt_spark import _tick, _watermark
+from silt_spark.runtime import _tick, _watermark
 
 
 def _fresh_process() -> None:

@@ -27,7 +27,8 @@ import pytest
 import silt
 import silt_spark
 from pyspark.sql import functions as F
-from silt_spark import _layout, _shard, _window
+from silt_spark.operators import window as _window
+from silt_spark.runtime import _layout, _shard
 from test_spark_operator import Run as OperatorRun
 from test_spark_operator import fail_after_commit, shard_versions
 

@@ -14,7 +14,8 @@ from typing import Any
 
 from silt.errors import InvalidArgumentError, InvalidTypeError
 
-from ... import _api, _layout, _processor, _rewrite, _schema, _shard
+from ...runtime import _api, _layout, _rewrite, _schema, _shard
+from ..processor import _handle as _processor
 from ._state import SUPPORTED_KINDS, BatchHandle
 
 

@@ -1,13 +1,13 @@
 """The batch processor's state: its handle (what ``init`` declares) and vectorized state
 variables (what ``process`` reads and writes for many keys at once).
 
-Layout: exactly the per-key processor's (``silt_spark._processor``): a value state of grouping
-key ``k`` in key group ``kg`` is the entry ``key_prefix(kg, enc(k)) + len(name) name``, its value
-the variable's schema encoding (``silt_spark._schema.VarCodec``). Keys are encoded with
-``silt_spark._rowcodec.encode_tuples``, byte for byte ``_codec.encode`` of the key tuple as the
-per-key processor encodes it, so either processor reads what the other wrote.
+Layout: exactly the per-key processor's (``silt_spark.operators.processor``): a value state of
+grouping key ``k`` in key group ``kg`` is the entry ``key_prefix(kg, enc(k)) + len(name) name``,
+its value the variable's schema encoding (``silt_spark.runtime._schema.VarCodec``). Keys are encoded
+with ``silt_spark.runtime._rowcodec.encode_tuples``, byte for byte ``_codec.encode`` of the key
+tuple as the per-key processor encodes it, so either processor reads what the other wrote.
 
-Reads are served from the batch's prefetch (``silt_spark._prefetch.BatchState``: one sorted
+Reads are served from the batch's prefetch (``silt_spark.runtime._prefetch.BatchState``: one sorted
 ``multi_get`` for every value variable of every key of the batch, done before ``process``
 runs); ``put`` writes its rows with one ``put_many``, ``delete`` with one ``WriteBatch``. State
 calls take keys **of the batch** (rows of its key columns, in any order, each key at most once
@@ -29,7 +29,8 @@ from typing import Any
 
 from silt.errors import InvalidArgumentError
 
-from ... import _processor, _rowcodec, _schema
+from ...runtime import _rowcodec, _schema
+from ..processor import _handle as _processor
 from ._tables import as_table, conform
 
 #: The kinds of state variables ``transform_batches`` serves so far.
@@ -323,7 +324,7 @@ class BatchHandle:
     def _bind(self, keys: BatchKeys) -> None:
         """Serve the batch's ``keys``: read every declared value variable of every key ahead,
         with one ``multi_get`` (the same prefetch as the per-key processor's)."""
-        from ..._prefetch import BatchState
+        from ...runtime._prefetch import BatchState
 
         self._keys = keys
         self._state = BatchState(self._task)

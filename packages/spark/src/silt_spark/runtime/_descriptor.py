@@ -3,7 +3,7 @@
 The descriptor is stored metadata like a manifest, so it is read the same way: the JSON is
 parsed by the core's bounded reader (:func:`silt.boundedjson.loads`: a size and a nesting limit,
 so crafted bytes cannot exhaust the parser), and every field silt_spark reads from it is checked
-for the type and range the writers (:func:`silt_spark._shard.ensure_descriptor` and the
+for the type and range the writers (:func:`silt_spark.runtime._shard.ensure_descriptor` and the
 operators' builders) give it, before anything uses it. Anything else is a
 :class:`~silt.errors.CorruptionError` naming the descriptor and the field. Fields no silt_spark
 reads are left alone (a newer silt_spark may add some).

@@ -119,7 +119,7 @@ class Stage:
 
     def metrics(self, record: dict[str, Any]) -> Any:
         """The task's metrics row: every output column null, the metrics column set from
-        ``record`` (a :mod:`silt_spark._metrics` task record)."""
+        ``record`` (a :mod:`silt_spark.runtime._metrics` task record)."""
         return metrics_batch(record, self.schema)
 
 

@@ -58,9 +58,7 @@ from silt.plugins import open_store
 from silt.store import retrying
 from silt.tierkit import public_url
 
-from . import _descriptor, _guard, _layout, _lifecycle, _metrics, _progress, _watermark
-from ._descriptor import DESCRIPTOR, DESCRIPTOR_FORMAT
-from .errors import (
+from ..errors import (
     BatchConflictError,
     ForeignStateError,
     LayoutMismatchError,
@@ -69,6 +67,8 @@ from .errors import (
     ShardPlacementError,
     StateAheadError,
 )
+from . import _descriptor, _guard, _layout, _lifecycle, _metrics, _progress, _watermark
+from ._descriptor import DESCRIPTOR, DESCRIPTOR_FORMAT
 
 log = logging.getLogger("silt_spark")
 
@@ -159,7 +159,7 @@ def read_descriptor(
 def descriptor_of(store: Any) -> dict[str, Any] | None:
     """The descriptor of the operator root ``store`` is opened at (format 1 upgraded in
     memory), or ``None``; :class:`~silt.errors.CorruptionError` for one that is not as
-    silt_spark writes it (:func:`silt_spark._descriptor.parse`)."""
+    silt_spark writes it (:func:`silt_spark.runtime._descriptor.parse`)."""
     try:
         data = retrying(lambda: store.get(DESCRIPTOR))
     except NotFoundError:
@@ -334,7 +334,7 @@ class ShardTask:
         #: The shard's DB, opened on first use (:attr:`db`); ``None`` until then.
         self._db: Any = None
         self._base_meta: dict[str, str] = {}
-        #: Wraps the DB when it is opened (:class:`silt_spark._metrics.TaskProbe`).
+        #: Wraps the DB when it is opened (:class:`silt_spark.runtime._metrics.TaskProbe`).
         self.probe: Any = None
         self.open_ms = 0.0
         #: State maintenance in this task (:meth:`_collect_garbage`): its duration and the
@@ -817,10 +817,10 @@ def run_shard(
 ) -> Iterator[Any]:
     """The body of the operator's ``mapInArrow`` function: open, process, commit, release.
 
-    Each task is measured (:mod:`silt_spark._metrics`): its counts go into the committed
+    Each task is measured (:mod:`silt_spark.runtime._metrics`): its counts go into the committed
     manifest's meta, and a successful task's record is added to ``report`` (the driver's
     metrics accumulator, or ``None``). With ``progress_schema`` (the stage's Arrow schema,
-    :mod:`silt_spark._progress`), output batches carry the null metrics column and the task
+    :mod:`silt_spark.runtime._progress`), output batches carry the null metrics column and the task
     ends with its metrics row.
     """
     from pyspark import TaskContext
@@ -875,7 +875,7 @@ def check_key_groups(task: ShardTask, kg_array: Any) -> None:
     if lo < task.first_kg or hi > task.last_kg:
         # The task's partition number is not its shard: the same misplacement as a partition
         # past the shard count (whichever task of the stage fails first reports it).
-        from .errors import ShardPlacementError
+        from ..errors import ShardPlacementError
 
         raise ShardPlacementError(
             f"shard {task.shard} owns key groups {task.first_kg}..{task.last_kg} but received "

@@ -13,8 +13,8 @@ micro-batch (``start()`` waits for it), with the query's id; the guard then
 1. finds the query's silt operators in its analyzed plan (each one's observed metrics carry
    ``_progress.observation_name``), and the micro-batch the query starts at from its
    checkpoint's offset and commit logs;
-2. runs :func:`silt_spark._lifecycle.preflight` on each root (reads only: a LIST of the root's
-   ``lifecycle/`` folder and of each shard's manifests, the latest manifest's GETs);
+2. runs :func:`silt_spark.runtime._lifecycle.preflight` on each root (reads only: a LIST of the
+   root's ``lifecycle/`` folder and of each shard's manifests, the latest manifest's GETs);
 3. on a mistake, logs silt's message (logger ``silt_spark``) and sets it as the Spark local
    property :data:`REFUSED` of the query's thread (PySpark runs a listener's calls into the
    JVM on the thread that called it, with its pinned-thread mode, the default), so every task
@@ -41,8 +41,8 @@ import threading
 import weakref
 from typing import Any
 
+from ..errors import ForeignStateError, SparkStateError, StateLostError
 from . import _lifecycle, _progress
-from .errors import ForeignStateError, SparkStateError, StateLostError
 
 log = logging.getLogger("silt_spark")
 

@@ -13,19 +13,15 @@ from typing import Any
 from silt.errors import InvalidArgumentError, InvalidTypeError
 from silt.tierkit import public_url
 
-from . import (
-    _aggregate,
-    _dedup,
-    _join,
-    _join_state,
-    _layout,
-    _processor,
-    _shard,
-    _storage,
-    _window,
-)
-from ._codec import to_json
-from .errors import LayoutMismatchError, NotAnOperatorRootError, VersionNotFoundError
+from ..errors import LayoutMismatchError, NotAnOperatorRootError, VersionNotFoundError
+from ..operators import aggregate as _aggregate
+from ..operators import dedup as _dedup
+from ..operators import window as _window
+from ..operators.join import _probe as _join
+from ..operators.join import _reader as _join_state
+from ..operators.processor import _handle as _processor
+from ..runtime import _layout, _shard, _storage
+from ..runtime._codec import to_json
 
 #: Columns after the key columns.
 STATE_COLUMNS = (

@@ -23,7 +23,8 @@ from silt.errors import VersionNotFoundError
 from silt.store import ObjectStore
 from silt.tierkit import public_url
 
-from . import _layout, _read, _shard
+from ..runtime import _layout, _shard
+from . import _read
 
 #: The watermark each batch ran with, in every shard's manifest meta (event-time operators).
 META_WATERMARK = "spark.watermark_ms"

@@ -50,10 +50,11 @@ from typing import Any
 
 from silt.errors import InvalidArgumentError
 
-from . import _aggregate, _api, _codec, _keys, _layout, _shard, _watermark
-from ._layout import KG_COLUMN, PARTITION_COLUMN
-from ._metrics import META_LATE_ROWS  # rows of the shard dropped as late so far
-from ._shard import ShardTask, check_key_groups
+from ..runtime import _api, _codec, _keys, _layout, _shard, _watermark
+from ..runtime._layout import KG_COLUMN, PARTITION_COLUMN
+from ..runtime._metrics import META_LATE_ROWS
+from ..runtime._shard import ShardTask, check_key_groups
+from . import aggregate as _aggregate
 
 #: The operator kind, as recorded in the state root's descriptor.
 KIND = "window"
@@ -88,7 +89,7 @@ def plan(
     previous: list[list[str]] | None = None, root: str = "",
 ) -> tuple[WindowPlan, Any, Any]:
     """The plan plus the Spark schemas of the partials and of the output (``previous``: the
-    root's state columns, as for :func:`silt_spark._aggregate.plan`)."""
+    root's state columns, as for :func:`silt_spark.operators.aggregate.plan`)."""
     from pyspark.sql import types as T
     from pyspark.sql.pandas.types import to_arrow_schema
 

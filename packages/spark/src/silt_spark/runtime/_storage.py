@@ -4,9 +4,10 @@ job instead of taken from each executor's environment.
 They come from the builder's (or reader's) ``storage_options=`` argument and from the Spark
 conf keys ``spark.silt.storage.<option>`` (the argument wins for a name given both ways), are
 checked on the driver when the operator is built (unknown names fail before anything is
-written), travel to the executors inside the pickled :class:`~silt_spark._shard.OperatorSpec`,
-and go to the tier each time a store or shard of the root is opened
-(``silt.open(url, storage_options=...)``). The accepted names are the tier's (docs/spark.md).
+written), travel to the executors inside the pickled
+:class:`~silt_spark.runtime._shard.OperatorSpec`, and go to the tier each time a store or shard
+of the root is opened (``silt.open(url, storage_options=...)``). The accepted names are the tier's
+(docs/spark.md).
 
 Secrets are never shown: the spec keeps them out of its ``repr``, the descriptor stored under
 the root never records them, the plan names the operator, not its options, and tiers keep them

@@ -17,8 +17,9 @@ from typing import Any
 from silt.errors import InvalidArgumentError, InvalidTypeError
 from silt.tierkit import public_url
 
-from . import _layout, _read, _shard, _storage
-from .errors import LayoutMismatchError
+from ..errors import LayoutMismatchError
+from ..runtime import _layout, _shard, _storage
+from . import _read
 
 #: Columns after the key columns.
 CHANGE_COLUMNS = (
@@ -240,7 +241,7 @@ def typed_changes(
     """The typed change rows (a pyarrow batch of ``schema``; ``None`` when there is none) of
     one shard's ``changes`` (:func:`shard_changes`) to built-in state ``state_name``.
 
-    Both sides are typed by :func:`silt_spark._read.builtin_table`, the code ``read_state``
+    Both sides are typed by :func:`silt_spark.inspect._read.builtin_table`, the code ``read_state``
     uses, which keeps each entry's ``version`` in ``shard_version``: the entries are given
     their position in ``changes`` as version, so each typed row names the change it is from.
     """

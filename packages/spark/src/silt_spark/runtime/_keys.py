@@ -59,7 +59,8 @@ JOIN_TAG = b"J"
 #: never empty, so their length byte is never 0).
 TIMER_MARK = b"\x00"
 #: A processor list element's key: ``key_prefix + name + LIST_ELEMENT + seq:u64be`` (a map key
-#: is a silt_spark._codec encoding, whose tags are below 0x80, so it never starts with this byte).
+#: is a silt_spark.runtime._codec encoding, whose tags are below 0x80, so it never starts with
+#: this byte).
 LIST_ELEMENT = b"\xff"
 
 TAGS = (AGG_TAG, WINDOW_TAG, DEDUP_TAG, EXPIRY_TAG, STATE_TAG, TIMER_TAG, JOIN_TAG)

@@ -135,7 +135,7 @@ def _maintenance_batches(df: Any) -> int:
 def _check_streaming(df: Any, kind: str) -> None:
     """Refuse a batch DataFrame when the operator is built, before any state is touched,
     unless it is built inside ``foreachBatch`` (the micro-batch id is then known)."""
-    from .errors import NotStreamingError
+    from ..errors import NotStreamingError
 
     if getattr(df, "isStreaming", False):
         _check_no_spark_watermark(df, kind)
@@ -246,8 +246,9 @@ def shard_stage(
 ) -> Any:
     """The shuffled stage: ``mapInArrow`` runs ``process`` on one shard's rows in each task
     (``_shard.run_shard``), its metrics reported to ``df``'s session and observed in the
-    query's progress (:mod:`silt_spark._progress`); returns the operator's output ``struct``.
-    A streaming operator's root is checked when its query starts (:mod:`silt_spark._guard`)."""
+    query's progress (:mod:`silt_spark.runtime._progress`); returns the operator's output
+    ``struct``. A streaming operator's root is checked when its query starts
+    (:mod:`silt_spark.runtime._guard`)."""
     report = _metrics.accumulator(df)
     schema = _progress.arrow_schema(struct)
     if getattr(df, "isStreaming", False):

@@ -6,8 +6,9 @@ from dataclasses import dataclass, field
 
 import silt
 
-from . import _layout, _read, _shard, _storage
-from .errors import LayoutMismatchError
+from ..errors import LayoutMismatchError
+from ..runtime import _layout, _shard, _storage
+from . import _read
 
 
 @dataclass(frozen=True)

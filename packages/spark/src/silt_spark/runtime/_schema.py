@@ -36,14 +36,14 @@ only as a whole: any change of one is refused.
             fixed part: one slot per field, in schema order, big-endian: tinyint b, smallint h,
               int/date(days) i, bigint/timestamp(us) q, float f, double d, boolean ?, and
               u32 byte length for string (UTF-8), binary, decimal (its text) and nested types
-              (their silt_spark._codec encoding); a null field's slot is zero
+              (their silt_spark.runtime._codec encoding); a null field's slot is zero
             variable part: the variable-length fields' bytes, in schema order
 
 Field names are never stored per value: the schema id names them. A value without the 0x80/0x81
-tag was written without a schema (silt_spark._codec, whose tags are below 0x80) and decodes as
-before. Old values are converted to the latest schema on read; they are rewritten in the latest
+tag was written without a schema (silt_spark.runtime._codec, whose tags are below 0x80) and decodes
+as before. Old values are converted to the latest schema on read; they are rewritten in the latest
 schema when the processor next updates them, or when compaction copies them
-(:mod:`silt_spark._rewrite`).
+(:mod:`silt_spark.runtime._rewrite`).
 """
 
 from __future__ import annotations
@@ -56,10 +56,10 @@ from typing import Any
 
 from silt.errors import InvalidArgumentError, InvalidTypeError
 
+from ..errors import StateSchemaError
 from . import _codec
-from .errors import StateSchemaError
 
-# On-disk tags (never change or reuse one); silt_spark._codec's tags are all below 0x80.
+# On-disk tags (never change or reuse one); silt_spark.runtime._codec's tags are all below 0x80.
 TYPED_VALUE = 0x80
 TYPED_LIST = 0x81
 MAX_VERSIONS = 1 << 16

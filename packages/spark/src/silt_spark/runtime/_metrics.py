@@ -138,7 +138,7 @@ def _requests(db: Any) -> dict[str, dict[str, dict[str, int]]]:
 class TaskProbe:
     """Measures one task: counts Arrow rows, and wraps the task's DB in a :class:`CountingDB`
     when the task opens it (:meth:`wrap`). A task that never opens its shard (an idle shard,
-    see :mod:`silt_spark._shard`) reports zero state calls and only its root requests."""
+    see :mod:`silt_spark.runtime._shard`) reports zero state calls and only its root requests."""
 
     def __init__(self, task: Any) -> None:
         self.task = task

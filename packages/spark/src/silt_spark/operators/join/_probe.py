@@ -84,10 +84,10 @@ from typing import Any
 import numpy as np
 from silt.errors import InvalidArgumentError, InvalidTypeError
 
-from . import _api, _codec, _keys, _layout, _rowcodec, _shard, _watermark
-from ._layout import KG_COLUMN, PARTITION_COLUMN
-from ._rowcodec import Rows
-from ._shard import ShardTask, check_key_groups
+from ...runtime import _api, _codec, _keys, _layout, _rowcodec, _shard, _watermark
+from ...runtime._layout import KG_COLUMN, PARTITION_COLUMN
+from ...runtime._rowcodec import Rows
+from ...runtime._shard import ShardTask, check_key_groups
 
 #: The operator kind, as recorded in the state root's descriptor.
 KIND = "join"

@@ -35,9 +35,9 @@ from typing import Any
 from silt.errors import InvalidArgumentError, InvalidTypeError
 from silt.tierkit import public_url
 
-from . import _api, _codec, _keys, _layout, _shard
-from ._layout import KG_COLUMN, PARTITION_COLUMN
-from ._shard import ShardTask, check_key_groups
+from ..runtime import _api, _codec, _keys, _layout, _shard
+from ..runtime._layout import KG_COLUMN, PARTITION_COLUMN
+from ..runtime._shard import ShardTask, check_key_groups
 
 #: The operator kind, as recorded in the state root's descriptor.
 KIND = "aggregate"
@@ -191,7 +191,7 @@ def evolve_columns(
     values were all null). Output columns may be added, dropped or reordered freely as long
     as every previous column stays aggregated with its type. Raises
     :class:`~silt_spark.errors.LayoutMismatchError` naming the change otherwise."""
-    from .errors import LayoutMismatchError
+    from ..errors import LayoutMismatchError
 
     kinds = dict(zip(wanted, floating))
     names = {False: "integral (i64)", True: "floating-point (f64)"}
@@ -218,7 +218,7 @@ def evolve_columns(
 def previous_columns(spec: _shard.OperatorSpec, kind: str) -> list[list[str]] | None:
     """The ``state_columns`` of the root's descriptor when it holds a ``kind`` operator (what
     :func:`plan` evolves from), else ``None`` (a new root, or one
-    :func:`~silt_spark._shard.ensure_descriptor` refuses)."""
+    :func:`~silt_spark.runtime._shard.ensure_descriptor` refuses)."""
     have = _shard.read_descriptor(spec.root, spec.storage_options)
     return have.get("state_columns") if have and have.get("operator") == kind else None
 

@@ -48,10 +48,10 @@ from typing import Any
 from silt.errors import InvalidArgumentError
 from silt.tierkit import public_url
 
-from . import _api, _codec, _keys, _layout, _shard, _watermark
-from ._aggregate import state_keys
-from ._layout import KG_COLUMN, PARTITION_COLUMN
-from ._shard import ShardTask, check_key_groups
+from ..runtime import _api, _codec, _keys, _layout, _shard, _watermark
+from ..runtime._layout import KG_COLUMN, PARTITION_COLUMN
+from ..runtime._shard import ShardTask, check_key_groups
+from .aggregate import state_keys
 
 #: The operator kind, as recorded in the state root's descriptor.
 KIND = "dedup"
@@ -344,7 +344,7 @@ def deduplicate(
     mode = "event_time" if event_time_column is not None else "processing_time"
     have = _shard.read_descriptor(state_url, spec.storage_options) if mode == "event_time" else None
     if have is not None and have.get("operator") == "dedup" and "dedup_time" not in have:
-        from .errors import LayoutMismatchError
+        from ..errors import LayoutMismatchError
 
         raise LayoutMismatchError(
             f"the state root {public_url(state_url)!r} holds a processing-time deduplication's "

@@ -26,7 +26,7 @@ from typing import Any
 from silt.errors import InvalidArgumentError, InvalidTypeError, NotFoundError
 from silt.plugins import open_store
 
-from . import _layout, _shard
+from ...runtime import _layout, _shard
 
 PREFIX = "initial/"
 
@@ -69,7 +69,7 @@ def check(initial: Any, df: Any, keys: list[str]) -> Any:
 
 
 def _has_state(spec: _shard.OperatorSpec) -> bool:
-    from ._read import root_versions
+    from ...inspect._read import root_versions
 
     return bool(root_versions(spec))
 

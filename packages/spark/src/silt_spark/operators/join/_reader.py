@@ -2,7 +2,8 @@
 "right")``): each side's rows under that side's own column names, the key columns first (as
 that side names them), then the row's other columns, its event time and whether the other
 side matched it yet. The operator (``_join``) records what this needs in the root's
-descriptor (:data:`~silt_spark._join.SIDE_TYPES`, :data:`~silt_spark._join.JOIN_KEYS`)."""
+descriptor (:data:`~silt_spark.operators.join._probe.SIDE_TYPES`,
+:data:`~silt_spark.operators.join._probe.JOIN_KEYS`)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ from typing import Any
 
 from silt.errors import InvalidArgumentError
 
-from . import _codec, _keys, _rowcodec
-from ._join import JOIN_KEYS, JOIN_TAG, SIDE_TYPES, SIDES, split_row_key
+from ...runtime import _codec, _keys, _rowcodec
+from ._probe import JOIN_KEYS, JOIN_TAG, SIDE_TYPES, SIDES, split_row_key
 
 
 def side_keys(desc: dict[str, Any], state_name: str) -> list[list[str]]:

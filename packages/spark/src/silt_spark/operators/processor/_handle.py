@@ -7,12 +7,12 @@ by key-group range)::
 
     kg:u16be 'S' len(enc(grouping key)):u32be enc(grouping key) len(name):u8 name [enc(map key)]
 
-``enc`` is :mod:`silt_spark._codec`. A value state is one entry; a list has one entry per element
-(``... name 0xFF seq:u64be``, so an append writes only what it appends; lists written whole by
-older versions, one entry at ``... name``, still read); each map entry is its own LSM entry, so
-maps and lists can be large. Values are tuples (like PySpark's ``Row`` tuples); a
-variable declared with a schema is encoded with it (``_schema.py``), one declared without in
-``_codec``'s self-describing encoding.
+``enc`` is :mod:`silt_spark.runtime._codec`. A value state is one entry; a list has one entry per
+element (``... name 0xFF seq:u64be``, so an append writes only what it appends; lists written
+whole by older versions, one entry at ``... name``, still read); each map entry is its own LSM
+entry, so maps and lists can be large. Values are tuples (like PySpark's ``Row`` tuples); a variable
+declared with a schema is encoded with it (``_schema.py``), one declared without in ``_codec``'s
+self-describing encoding.
 
 Timers live in the same LSM: each key's timers under its prefix (``key_prefix 0x00 expiry``,
 for ``listTimers``), and a shard-wide index per key group (``kg 'T' expiry enc(key)``) scanned
@@ -48,11 +48,12 @@ from typing import Any
 
 from silt.errors import InvalidArgumentError, InvalidTypeError
 
-from . import _api, _codec, _handover, _initial, _keys, _layout, _rewrite, _schema, _shard
-from ._layout import KG_COLUMN, PARTITION_COLUMN
-from ._metrics import META_LATE_ROWS  # rows of the shard dropped as late so far
-from ._prefetch import BatchState
-from ._shard import ShardTask, check_key_groups
+from ...runtime import _api, _codec, _keys, _layout, _rewrite, _schema, _shard
+from ...runtime._layout import KG_COLUMN, PARTITION_COLUMN
+from ...runtime._metrics import META_LATE_ROWS
+from ...runtime._prefetch import BatchState
+from ...runtime._shard import ShardTask, check_key_groups
+from . import _handover, _initial
 
 #: The operator kind, as recorded in the state root's descriptor.
 KIND = "processor"
@@ -580,7 +581,7 @@ class StatefulProcessorHandle:
         self._live: set[str] = set()
         #: Smallest timer registered since the last reset (keeps the shard's timer bound).
         self._registered_min: int | None = None
-        #: The batch's state, read ahead by :meth:`_prefetch` (silt_spark._prefetch).
+        #: The batch's state, read ahead by :meth:`_prefetch` (silt_spark.runtime._prefetch).
         self._state = BatchState(task)
         #: List key -> the sequence number of its next element, once known in this batch.
         self._list_next: dict[bytes, int] = {}
@@ -612,7 +613,7 @@ class StatefulProcessorHandle:
 
     def _register(self, name: str, kind: type, ttl_ms: Any = None) -> None:
         if ttl_ms is not None and self._time_mode == "eventtime":
-            from .errors import TimeModeError
+            from ...errors import TimeModeError
 
             raise TimeModeError(
                 f"state {name!r} asks for ttlDurationMs={ttl_ms!r}, but a state TTL is "
@@ -635,7 +636,7 @@ class StatefulProcessorHandle:
             self._declared[name] = [kind.__name__, key_schema, schema, reset]
             return
         if (schema is not None and self._registry is not None and name not in self._codecs):
-            from .errors import StateSchemaError
+            from ...errors import StateSchemaError
 
             raise StateSchemaError(
                 f"state {name!r} declares a schema, but init did not declare it when the query "

@@ -27,7 +27,7 @@ from typing import Any
 from . import _keys, _schema
 
 #: The factory's name, as ``Settings.value_rewriter`` holds it.
-NAME = "silt_spark._rewrite:for_registry"
+NAME = "silt_spark.runtime._rewrite:for_registry"
 
 
 def stale(registry: dict[str, Any] | None) -> bool:

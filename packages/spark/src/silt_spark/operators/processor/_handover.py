@@ -27,7 +27,7 @@ from typing import Any
 
 from silt.errors import InvalidArgumentError, InvalidTypeError
 
-from ._spark_pandas import Frames, PandasConf, key_of, to_arrow
+from ...runtime._spark_pandas import Frames, PandasConf, key_of, to_arrow
 
 FORMATS = ("pandas", "arrow", "row")
 

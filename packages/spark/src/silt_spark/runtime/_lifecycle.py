@@ -28,8 +28,8 @@ from silt.plugins import open_store
 from silt.store import retrying
 from silt.tierkit import public_url
 
+from ..errors import ForeignStateError, NotAnOperatorRootError, SparkStateError, StateLostError
 from . import _layout
-from .errors import ForeignStateError, NotAnOperatorRootError, SparkStateError, StateLostError
 
 PREFIX = "lifecycle/"
 DROPPED = PREFIX + "dropped"

@@ -1,0 +1,1 @@
+"""silt_spark.operators.join"""
