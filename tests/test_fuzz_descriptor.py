@@ -28,7 +28,7 @@ from silt import cli, plugins
 from silt.errors import CorruptionError
 from silt.tiers.file import FileStore
 from silt_spark.inspect import _read
-from silt_spark.runtime import _shard
+from silt_spark.runtime import _names, _root
 
 FUZZ = settings(max_examples=300, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
@@ -148,8 +148,8 @@ def spark_plugin() -> Iterator[None]:
 
 def test_real_descriptors_are_read_back_as_written(root: Path) -> None:
     for doc in REAL:
-        (root / _shard.DESCRIPTOR).write_bytes(json.dumps(doc).encode())
-        got = _shard.descriptor_of(FileStore(str(root)))
+        (root / _names.DESCRIPTOR).write_bytes(json.dumps(doc).encode())
+        got = _root.descriptor_of(FileStore(str(root)))
         assert got is not None and got["operator"] == doc["operator"]
         assert got["layouts"][-1] == {"generation": got["generation"],
                                       "num_shards": doc["num_shards"]}
@@ -160,11 +160,11 @@ def test_real_descriptors_are_read_back_as_written(root: Path) -> None:
 def test_a_crafted_descriptor_is_a_clear_error(root: Path, spark_plugin: None,
                                                capsys: pytest.CaptureFixture[str],
                                                data: bytes) -> None:
-    (root / _shard.DESCRIPTOR).write_bytes(data)
+    (root / _names.DESCRIPTOR).write_bytes(data)
     try:
-        desc = _shard.descriptor_of(FileStore(str(root)))
+        desc = _root.descriptor_of(FileStore(str(root)))
     except CorruptionError as exc:
-        assert exc.object_name == _shard.DESCRIPTOR
+        assert exc.object_name == _names.DESCRIPTOR
         desc = None
     if desc is not None:  # still as silt_spark writes it: what reads it can use it
         spec = _read._spec(desc, root.as_uri())
@@ -177,4 +177,4 @@ def test_a_crafted_descriptor_is_a_clear_error(root: Path, spark_plugin: None,
         if status != cli.EXIT_OK:
             assert err.startswith("silt: error: ") and err.count("\n") == 1, err
         if desc is None:
-            assert status == cli.EXIT_CORRUPT and _shard.DESCRIPTOR in err
+            assert status == cli.EXIT_CORRUPT and _names.DESCRIPTOR in err

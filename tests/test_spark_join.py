@@ -27,7 +27,7 @@ from pyspark import cloudpickle
 from pyspark.sql import functions as F
 from silt.errors import InvalidArgumentError, InvalidTypeError
 from silt_spark.operators.join import _probe as _join
-from silt_spark.runtime import _shard
+from silt_spark.runtime import _names
 from test_spark_event_time import assert_same_batches, run_backlog, start_query
 from test_spark_operator import fail_after_commit, shard_versions
 
@@ -208,7 +208,7 @@ def made_before_the_time_index(spark, tmp_path, name: str, how: str) -> None:
     """Create the root of ``silt_join(tmp_path, name, ...)`` as silt_spark did before outer
     sides kept a time index: its descriptor without the field (``_join.TIME_INDEX``)."""
     silt_join(tmp_path, name, how, [1])(JoinRun(spark, tmp_path, f"{name}-pre"), 0)
-    path = tmp_path / f"{name}-state" / _shard.DESCRIPTOR
+    path = tmp_path / f"{name}-state" / _names.DESCRIPTOR
     desc = json.loads(path.read_text())
     assert desc.pop(_join.TIME_INDEX) == 1  # a new root keeps the index
     path.write_text(json.dumps(desc, sort_keys=True))

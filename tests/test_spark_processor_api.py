@@ -357,11 +357,11 @@ def test_read_state_refuses_a_version_no_shard_committed(tmp_path):
     """Before any Spark job: batch 99 was never committed (it used to read the latest)."""
     import silt_spark
     from silt_spark.errors import VersionNotFoundError
-    from silt_spark.runtime import _shard
+    from silt_spark.runtime import _root
 
     root = (tmp_path / "state").as_uri()
-    spec = _shard.ensure_descriptor(_shard.OperatorSpec(kind="processor", root=root,
-                                                        num_shards=2, key_groups=16))
+    spec = _root.ensure_descriptor(_root.OperatorSpec(kind="processor", root=root,
+                                                      num_shards=2, key_groups=16))
     for shard, versions in ((0, (0, 1, 2, 5)), (1, (2, 3))):
         with silt.open(spec.shard_url(shard)) as db:
             for v in versions:
@@ -415,7 +415,7 @@ class _Calls:
 def test_initial_rows_go_to_handle_initial_state_first_in_batch_0_only(tmp_path, batch_id):
     import pyarrow as pa
     from silt_spark.operators.processor import _initial
-    from silt_spark.runtime import _layout, _shard
+    from silt_spark.runtime import _layout, _root
 
     def table(cols):
         kgs = [sum(k.encode()) % 256 for k in cols["k"]]
@@ -432,7 +432,7 @@ def test_initial_rows_go_to_handle_initial_state_first_in_batch_0_only(tmp_path,
 
     task = FakeTask(silt.open((tmp_path / "shard").as_uri()))
     task.batch_id, task.shard = batch_id, 0
-    task.spec = _shard.OperatorSpec(kind="processor", root=root, num_shards=1)
+    task.spec = _root.OperatorSpec(kind="processor", root=root, num_shards=1)
     rows = table({"k": ["a", "b"], "x": [1, 1]}).append_column(
         _layout.PARTITION_COLUMN, pa.array([0, 0], pa.int32()))
     p = _Calls()

@@ -351,9 +351,9 @@ class _Query:
             query.stop()
 
     def descriptor(self):
-        from silt_spark.runtime import _shard
+        from silt_spark.runtime import _root
 
-        return _shard.read_descriptor(self.state)
+        return _root.read_descriptor(self.state)
 
 
 class _V1:

@@ -14,7 +14,7 @@ from pyspark.sql import types as T
 from silt_spark.errors import ForeignStateError, StateAheadError
 from silt_spark.operators import aggregate as _aggregate
 from silt_spark.operators.processor import _handle as _processor
-from silt_spark.runtime import _layout, _shard
+from silt_spark.runtime import _layout, _root
 
 
 class FakeTask:
@@ -32,7 +32,7 @@ class FakeTask:
         self.watermark = None
         self.seen = []
         #: Without silt's tick source: a batch's rows are late against its own watermark.
-        self.spec = _shard.OperatorSpec(kind="processor", root=db.url, num_shards=1)
+        self.spec = _root.OperatorSpec(kind="processor", root=db.url, num_shards=1)
 
     @property
     def late_watermark(self):
@@ -235,10 +235,10 @@ def test_process_partition_input_and_output_shapes(task, rows_format, shape):
 def test_shard_task_rerun_with_a_warm_handle_reads_the_older_base(tmp_path):
     """A worker that cached the shard at version b must not use that handle (nor its partial
     listing) when batch b runs again: the re-run starts from b - 1 and commits nothing."""
-    from silt_spark.runtime import _shard
+    from silt_spark.runtime import _handles, _shard
 
     root = tmp_path.as_uri()
-    spec = _shard.OperatorSpec("processor", root, 1)
+    spec = _root.OperatorSpec("processor", root, 1)
 
     def run(batch_id, value):
         t = _shard.ShardTask(spec, 0, batch_id, "query-1", 0)
@@ -263,15 +263,15 @@ def test_shard_task_rerun_with_a_warm_handle_reads_the_older_base(tmp_path):
         with pytest.raises(ForeignStateError, match="belongs to streaming query query-1"):
             _ = _shard.ShardTask(spec, 0, 3, "query-2", 0).db
     finally:
-        _shard.drop_cached_handles()
+        _handles.drop_cached_handles()
 
 
 def test_shard_task_reopens_a_warm_handle_another_worker_moved_past(tmp_path):
     """Two Python workers cache the same shard: a handle cached at version 0 must not be the
     base of batch 2 when the other worker committed batch 1."""
-    from silt_spark.runtime import _shard
+    from silt_spark.runtime import _handles, _shard
 
-    spec = _shard.OperatorSpec("processor", tmp_path.as_uri(), 1)
+    spec = _root.OperatorSpec("processor", tmp_path.as_uri(), 1)
 
     def run(batch_id):
         t = _shard.ShardTask(spec, 0, batch_id, "query-1", 0)
@@ -285,13 +285,13 @@ def test_shard_task_reopens_a_warm_handle_another_worker_moved_past(tmp_path):
     try:
         url = spec.shard_url(0)
         assert run(0) == 1
-        worker_a = _shard._CACHE.pop(url)  # worker A keeps its handle at version 0
+        worker_a = _handles.CACHE.pop(url)  # worker A keeps its handle at version 0
         assert run(1) == 2  # worker B runs batch 1
-        _shard._CACHE.pop(url).db.close()
-        _shard._CACHE[url] = worker_a  # batch 2 lands on worker A again
+        _handles.CACHE.pop(url).db.close()
+        _handles.CACHE[url] = worker_a  # batch 2 lands on worker A again
         assert run(2) == 3
     finally:
-        _shard.drop_cached_handles()
+        _handles.drop_cached_handles()
 
 
 class _Timers:

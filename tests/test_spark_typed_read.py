@@ -19,7 +19,7 @@ from pyspark import cloudpickle
 from silt.errors import InvalidArgumentError
 from silt_spark.operators.join import _probe as _join
 from silt_spark.operators.join import _reader as _join_state
-from silt_spark.runtime import _shard
+from silt_spark.runtime import _names
 from test_spark_join import JoinRun, join_rows, silt_join
 from test_spark_operator import AGGS, Run, batch
 
@@ -116,7 +116,7 @@ def test_a_deduplicator_reads_as_its_keys_and_first_batch(spark: Any, tmp_path: 
             for r in feed} == {k: ("insert", None, 1) for k, b in first.items() if b == 1}
     # A root from before key types were recorded has one JSON key column: typed reads would
     # have to guess the key columns, so they are refused (the JSON form still reads).
-    descriptor = tmp_path / "state" / _shard.DESCRIPTOR
+    descriptor = tmp_path / "state" / _names.DESCRIPTOR
     legacy = json.loads(descriptor.read_text())
     del legacy["key_columns"]
     descriptor.write_text(json.dumps(legacy))

@@ -13,8 +13,7 @@ import silt
 from silt.plugins import Registry
 from silt.store import ObjectStore
 
-#: The object every operator root holds (``_shard.DESCRIPTOR``; checked by the tests).
-DESCRIPTOR = "silt-spark.json"
+from .runtime._names import DESCRIPTOR  # the object every operator root holds
 
 
 def inspect_operator_root(

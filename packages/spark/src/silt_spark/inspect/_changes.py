@@ -18,7 +18,7 @@ from silt.errors import InvalidArgumentError, InvalidTypeError
 from silt.tierkit import public_url
 
 from ..errors import LayoutMismatchError
-from ..runtime import _layout, _shard, _storage
+from ..runtime import _layout, _names, _root, _sources, _storage
 from . import _read
 
 #: Columns after the key columns.
@@ -30,23 +30,6 @@ CHANGE_COLUMNS = (
     ("new_value", "string"),
     ("shard", "int"),
 )
-
-
-def _sources(spec: _shard.OperatorSpec, shard: int, version: int) -> list[tuple[Any, int, int]]:
-    """The DBs holding shard ``shard``'s key groups at ``<= version``, with their ranges."""
-    import silt
-
-    first, last = _layout.shard_range(shard, spec.num_shards, spec.key_groups)
-    db = silt.open(spec.shard_url(shard), at_most=version, settings=spec.silt_settings(),
-                   storage_options=spec.storage_options)
-    if db.version is not None:
-        return [(db, first, last)]
-    db.close()
-    out: list[tuple[Any, int, int]] = []
-    index = [g for g, _ in spec.layouts].index(spec.generation)
-    if index > 0:
-        _shard._previous_sources(spec, index - 1, first, last, version, out)
-    return out
 
 
 def _values(sources: list[tuple[Any, int, int]], keys: list[bytes]) -> dict[bytes, bytes]:
@@ -61,12 +44,12 @@ def _values(sources: list[tuple[Any, int, int]], keys: list[bytes]) -> dict[byte
     return out
 
 
-def shard_changes(spec: _shard.OperatorSpec, shard: int, start_version: int,
+def shard_changes(spec: _root.OperatorSpec, shard: int, start_version: int,
                   end_version: int) -> list[tuple[bytes, bytes | None, bytes | None]]:
     """``(key, old value, new value)`` of every entry of the shard that differs between the
     two versions (``None``: absent), in key order."""
-    old = _sources(spec, shard, start_version)
-    new = _sources(spec, shard, end_version)
+    old = _sources.shard_sources(spec, shard, start_version)
+    new = _sources.shard_sources(spec, shard, end_version)
     try:
         if not new and not old:
             return []
@@ -141,10 +124,10 @@ def read_changes(
     from pyspark.sql.pandas.types import to_arrow_schema
 
     storage = _storage.resolve(storage_options, spark)
-    desc = _shard.read_descriptor(state_url, storage)
+    desc = _root.read_descriptor(state_url, storage)
     if desc is None:
         raise LayoutMismatchError(f"{public_url(state_url)!r} is not a silt_spark state root "
-                                  f"(no {_shard.DESCRIPTOR})")
+                                  f"(no {_names.DESCRIPTOR})")
     spec = _read._spec(desc, state_url, storage)
     if start_version is None or end_version is None:
         raise InvalidArgumentError("read_changes needs both start_version and end_version")
@@ -203,7 +186,7 @@ def read_changes(
 
 
 def _read_builtin_changes(
-    spark: Any, spec: _shard.OperatorSpec, a: int, b: int, desc: dict[str, Any],
+    spark: Any, spec: _root.OperatorSpec, a: int, b: int, desc: dict[str, Any],
     key_columns: list[list[str]], state_name: str, columns: list[tuple[str, str]],
 ) -> Any:
     """``read_changes`` of a built-in operator's state, typed (see :func:`read_changes`)."""

@@ -23,11 +23,10 @@ from silt.errors import VersionNotFoundError
 from silt.store import ObjectStore
 from silt.tierkit import public_url
 
-from ..runtime import _layout, _shard
+from ..runtime import _layout, _root, _sources
+from ..runtime._names import META_WATERMARK
 from . import _read
 
-#: The watermark each batch ran with, in every shard's manifest meta (event-time operators).
-META_WATERMARK = "spark.watermark_ms"
 _LATEST = 2**63 - 1
 
 
@@ -40,7 +39,7 @@ def describe(store: ObjectStore, url: str, version: int | None, values: int) -> 
     latest version ``<=`` it; ``None``: the latest), with ``values`` decoded state entries.
     See :func:`silt.plugins.describe_root` for the shape. Raises
     :class:`~silt.errors.CorruptionError` for a descriptor that does not decode."""
-    desc = _shard.descriptor_of(store)  # CorruptionError for one that does not decode
+    desc = _root.descriptor_of(store)  # CorruptionError for one that does not decode
     if desc is None:  # the marker vanished between the check and the read (drop_state)
         raise VersionNotFoundError(f"{public_url(url)!r} holds no silt_spark descriptor now")
     spec = _read._spec(desc, url)
@@ -56,7 +55,7 @@ def describe(store: ObjectStore, url: str, version: int | None, values: int) -> 
             db.close()
             first, last = _layout.shard_range(shard, spec.num_shards, spec.key_groups)
             found: list[tuple[silt.DB, int, int]] = []
-            _shard._previous_sources(spec, index - 1, first, last, at_most, found)
+            _sources.previous_sources(spec, index - 1, first, last, at_most, found)
             sources = [src for src, _, _ in found]
             note = "state still in the previous layout's shards" if sources else ""
         ssts = size = entries = 0
@@ -103,7 +102,7 @@ def describe(store: ObjectStore, url: str, version: int | None, values: int) -> 
     return described
 
 
-def _values(spec: _shard.OperatorSpec, desc: dict[str, Any], key_columns: list[list[str]],
+def _values(spec: _root.OperatorSpec, desc: dict[str, Any], key_columns: list[list[str]],
             at_most: int, limit: int) -> dict[str, Any]:
     """The first ``limit`` state entries, decoded as ``read_state`` rows."""
     kind = desc["operator"]

@@ -20,7 +20,7 @@ from ..operators import window as _window
 from ..operators.join import _probe as _join
 from ..operators.join import _reader as _join_state
 from ..operators.processor import _handle as _processor
-from ..runtime import _layout, _shard, _storage
+from ..runtime import _layout, _names, _root, _sources, _storage
 from ..runtime._codec import to_json
 
 #: Columns after the key columns.
@@ -41,9 +41,9 @@ OPERATORS = {m.KIND: m for m in (_aggregate, _window, _dedup, _processor, _join)
 
 def _spec(
     desc: dict[str, Any], root: str, storage_options: dict[str, str] | None = None
-) -> _shard.OperatorSpec:
+) -> _root.OperatorSpec:
     layouts = tuple((int(x["generation"]), int(x["num_shards"])) for x in desc["layouts"])
-    return _shard.OperatorSpec(
+    return _root.OperatorSpec(
         kind=desc["operator"], root=root, num_shards=int(desc["num_shards"]),
         key_groups=int(desc["key_groups"]), generation=int(desc["generation"]), layouts=layouts,
         storage_options=storage_options,
@@ -65,36 +65,23 @@ def decode_entries(
     return operator.decode(items, state_columns)
 
 
-def read_shard(spec: _shard.OperatorSpec, shard: int, version: int) -> Any:
+def read_shard(spec: _root.OperatorSpec, shard: int, version: int) -> Any:
     """``(key, value, expires_at_ms or None, shard version)`` of one shard at ``<= version``."""
     import time
 
-    import silt
-
-    first, last = _layout.shard_range(shard, spec.num_shards, spec.key_groups)
-    db = silt.open(spec.shard_url(shard), at_most=version, settings=spec.silt_settings(),
-                   storage_options=spec.storage_options)
-    sources: list[tuple[Any, int, int]] = []
+    sources = _sources.shard_sources(spec, shard, version)
     try:
-        if db.version is not None:
-            sources.append((db, first, last))
-        else:
-            index = [g for g, _ in spec.layouts].index(spec.generation)
-            if index > 0:
-                _shard._previous_sources(spec, index - 1, first, last, version, sources)
         now = int(time.time() * 1000)
         for src, lo, hi in sources:
             start, end = _layout.kg_bounds(lo, hi)
-            for key, rec in _shard.manifest_records(src, start, end):
+            for key, rec in _sources.manifest_records(src, start, end):
                 if rec.__class__ is bytes:
                     yield key, rec, None, src.version
                 elif rec is not None and rec[1] > now:
                     yield key, rec[0], rec[1], src.version
     finally:
-        db.close()
         for src, _, _ in sources:
-            if src is not db:
-                src.close()
+            src.close()
 
 
 def rows_batch(rows: list[tuple], columns: Any, nkeys: int, json_key: bool,
@@ -195,11 +182,11 @@ def read_state(
     from pyspark.sql.pandas.types import to_arrow_schema
 
     storage = _storage.resolve(storage_options, spark)
-    desc = _shard.read_descriptor(state_url, storage)
+    desc = _root.read_descriptor(state_url, storage)
     if desc is None:
         raise NotAnOperatorRootError(
             f"{public_url(state_url)!r} is not the state root of a silt_spark operator (no "
-            f"{_shard.DESCRIPTOR}): check state_url")
+            f"{_names.DESCRIPTOR}): check state_url")
     spec = _spec(desc, state_url, storage)
     # Arguments are checked before any Spark call.
     at = _layout_version(version)
@@ -302,7 +289,7 @@ def builtin_columns(
 
 
 def _read_builtin(
-    spark: Any, spec: _shard.OperatorSpec, at: int, desc: dict[str, Any],
+    spark: Any, spec: _root.OperatorSpec, at: int, desc: dict[str, Any],
     key_columns: list[list[str]], state_name: str, columns: list[tuple[str, str]],
 ) -> Any:
     """``read_state`` of a built-in operator's state, typed (see :func:`read_state`)."""
@@ -385,7 +372,7 @@ def typed_entry(
 
 
 def _read_typed(
-    spark: Any, spec: _shard.OperatorSpec, at: int, key_columns: list[list[str]],
+    spark: Any, spec: _root.OperatorSpec, at: int, key_columns: list[list[str]],
     state_name: str, entry: dict[str, Any],
 ) -> Any:
     """``read_state`` of one typed processor variable (see :func:`read_state`)."""
@@ -436,7 +423,7 @@ def _read_typed(
     return shards.mapInArrow(read, schema)
 
 
-def root_versions(spec: _shard.OperatorSpec) -> list[int]:
+def root_versions(spec: _root.OperatorSpec) -> list[int]:
     """The versions committed by any shard of any layout of the root, ascending (one LIST per
     shard; withdrawn versions and versions removed by GC are not listed)."""
     import silt
@@ -461,7 +448,7 @@ def _ranges(versions: list[int]) -> str:
     return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
-def check_version(spec: _shard.OperatorSpec, version: int) -> None:
+def check_version(spec: _root.OperatorSpec, version: int) -> None:
     """Refuse a ``version`` that no shard of the root committed (a micro-batch that changed
     no state, one not run yet, or one removed by GC), naming the versions there are."""
     versions = root_versions(spec)

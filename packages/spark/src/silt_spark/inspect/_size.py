@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import silt
 
 from ..errors import LayoutMismatchError
-from ..runtime import _layout, _shard, _storage
+from ..runtime import _layout, _names, _root, _sources, _storage
 from . import _read
 
 
@@ -47,10 +47,10 @@ def state_size(
     >>> print(f"{size.bytes / 1e9:.1f} GB in {size.entries:,} entries, {size.shards} shards")
     """
     storage = _storage.resolve(storage_options, _storage.active_session())
-    desc = _shard.read_descriptor(state_url, storage)
+    desc = _root.read_descriptor(state_url, storage)
     if desc is None:
         raise LayoutMismatchError(
-            f"{state_url!r} is not a silt_spark operator root (no {_shard.DESCRIPTOR}); pass the "
+            f"{state_url!r} is not a silt_spark operator root (no {_names.DESCRIPTOR}); pass the "
             "state_url the operator was built with"
         )
     spec = _read._spec(desc, state_url, storage)
@@ -67,7 +67,7 @@ def state_size(
             db.close()
             first, last = _layout.shard_range(shard, spec.num_shards, spec.key_groups)
             found: list[tuple[silt.DB, int, int]] = []
-            _shard._previous_sources(spec, index - 1, first, last, at_most, found)
+            _sources.previous_sources(spec, index - 1, first, last, at_most, found)
             sources = [src for src, _, _ in found]
         for src in sources:
             try:

@@ -35,7 +35,7 @@ from typing import Any
 from silt.errors import InvalidArgumentError, InvalidTypeError
 from silt.tierkit import public_url
 
-from ..runtime import _api, _codec, _keys, _layout, _shard
+from ..runtime import _api, _codec, _keys, _layout, _root, _shard
 from ..runtime._layout import KG_COLUMN, PARTITION_COLUMN
 from ..runtime._shard import ShardTask, check_key_groups
 
@@ -215,19 +215,19 @@ def evolve_columns(
     return known + added, [t == "f64" for _, t in previous] + [kinds[c] for c in added]
 
 
-def previous_columns(spec: _shard.OperatorSpec, kind: str) -> list[list[str]] | None:
+def previous_columns(spec: _root.OperatorSpec, kind: str) -> list[list[str]] | None:
     """The ``state_columns`` of the root's descriptor when it holds a ``kind`` operator (what
     :func:`plan` evolves from), else ``None`` (a new root, or one
     :func:`~silt_spark.runtime._shard.ensure_descriptor` refuses)."""
-    have = _shard.read_descriptor(spec.root, spec.storage_options)
+    have = _root.read_descriptor(spec.root, spec.storage_options)
     return have.get("state_columns") if have and have.get("operator") == kind else None
 
 
-def record_columns(spec: _shard.OperatorSpec, previous: list[list[str]] | None,
+def record_columns(spec: _root.OperatorSpec, previous: list[list[str]] | None,
                    p: AggPlan) -> None:
     """Record appended state columns in the root's descriptor (driver side, at start)."""
     if previous is not None and previous != state_columns(p):
-        _shard.update_descriptor(spec.root, {"state_columns": state_columns(p)},
+        _root.update_descriptor(spec.root, {"state_columns": state_columns(p)},
                                  spec.storage_options)
 
 
@@ -547,13 +547,13 @@ def aggregate(
     )
     previous = previous_columns(spec, KIND)
     p, partial_struct, output_struct = plan(df.schema, keys, parsed, previous, state_url)
-    spec = _shard.ensure_descriptor(spec, {
+    spec = _root.ensure_descriptor(spec, {
         "key_columns": _api._key_types(df, keys),
         "state_columns": state_columns(p),
         OUTPUTS: outputs(p, output_struct),
     }, _api.PINNED)
     record_columns(spec, previous, p)
-    _shard.refresh_descriptor(spec, {OUTPUTS: outputs(p, output_struct)})
+    _root.refresh_descriptor(spec, {OUTPUTS: outputs(p, output_struct)})
 
     def partial_fn(batches: Any) -> Any:
         return partial_aggregate(batches, p)

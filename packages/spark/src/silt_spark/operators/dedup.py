@@ -48,7 +48,7 @@ from typing import Any
 from silt.errors import InvalidArgumentError
 from silt.tierkit import public_url
 
-from ..runtime import _api, _codec, _keys, _layout, _shard, _watermark
+from ..runtime import _api, _codec, _keys, _layout, _root, _shard, _watermark
 from ..runtime._layout import KG_COLUMN, PARTITION_COLUMN
 from ..runtime._shard import ShardTask, check_key_groups
 from .aggregate import state_keys
@@ -342,7 +342,7 @@ def deduplicate(
         event_time_delays=delays,
     )
     mode = "event_time" if event_time_column is not None else "processing_time"
-    have = _shard.read_descriptor(state_url, spec.storage_options) if mode == "event_time" else None
+    have = _root.read_descriptor(state_url, spec.storage_options) if mode == "event_time" else None
     if have is not None and have.get("operator") == "dedup" and "dedup_time" not in have:
         from ..errors import LayoutMismatchError
 
@@ -351,7 +351,7 @@ def deduplicate(
             "keys; "
             "event-time deduplication needs another state_url"
         )
-    spec = _shard.ensure_descriptor(
+    spec = _root.ensure_descriptor(
         spec, {"key_columns": _api._key_types(df, keys), "dedup_time": mode},
         (*_api.PINNED, "dedup_time"),
     )

@@ -50,9 +50,9 @@ from typing import Any
 
 from silt.errors import InvalidArgumentError
 
-from ..runtime import _api, _codec, _keys, _layout, _shard, _watermark
+from ..runtime import _api, _codec, _keys, _layout, _root, _shard, _watermark
 from ..runtime._layout import KG_COLUMN, PARTITION_COLUMN
-from ..runtime._metrics import META_LATE_ROWS
+from ..runtime._names import META_LATE_ROWS, META_WATERMARK
 from ..runtime._shard import ShardTask, check_key_groups
 from . import aggregate as _aggregate
 
@@ -61,8 +61,6 @@ KIND = "window"
 WINDOW_TAG = _keys.WINDOW_TAG
 OUTPUTS = ("append", "update")
 
-META_WATERMARK = "spark.watermark_ms"
-META_MAX_EVENT_TIME = "spark.max_event_time_ms"
 #: Lower bound of the shard's open window starts ("" when it has none; absent: unknown).
 META_MIN_START = "spark.window_min_start_ms"
 #: The partials' window-start column (ms).
@@ -492,14 +490,14 @@ def window_aggregate(
         _aggregate.OUTPUTS: _aggregate.outputs(p, output_struct),
         TIME_TYPE: output_struct[len(keys)].dataType.simpleString(),
     }
-    spec = _shard.ensure_descriptor(spec, {
+    spec = _root.ensure_descriptor(spec, {
         "key_columns": _api._key_types(df, keys),
         "state_columns": _aggregate.state_columns(p),
         "window": {"window_ms": window_ms, "slide_ms": slide_ms},
         **recorded,
     }, (*_api.PINNED, "window"))
     _aggregate.record_columns(spec, previous, p)
-    _shard.refresh_descriptor(spec, recorded)
+    _root.refresh_descriptor(spec, recorded)
 
     def partial_fn(batches: Any) -> Any:
         return partial_aggregate(batches, wp)

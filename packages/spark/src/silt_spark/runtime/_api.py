@@ -13,7 +13,7 @@ from typing import Any
 from silt.errors import InvalidArgumentError, InvalidTypeError
 from silt.tierkit import public_url
 
-from . import _guard, _interval, _layout, _metrics, _progress, _shard, _storage, _tick
+from . import _guard, _interval, _layout, _metrics, _progress, _root, _shard, _storage, _tick
 
 
 def _spec(
@@ -28,7 +28,7 @@ def _spec(
     reset: bool | None = None,
     storage_options: Any = None,
     **options: Any,
-) -> _shard.OperatorSpec:
+) -> _root.OperatorSpec:
     """The operator's options, checked (``df``: refused unless streaming or in foreachBatch;
     ``reset``: the deprecated name of ``take_over``; ``storage_options``: as given, merged
     with the session's ``spark.silt.storage.*`` conf, see _storage.py)."""
@@ -60,7 +60,7 @@ def _spec(
             f"settings must be a silt.Settings, got {type(settings).__name__}"
         )
     session = getattr(df, "sparkSession", None)
-    return _shard.OperatorSpec(
+    return _root.OperatorSpec(
         # (not inside foreachBatch: a batch DataFrame cannot take a streaming source)
         ticks=bool(options.get("event_time_delays")) and bool(getattr(df, "isStreaming", True))
         and _tick.enabled(session),
@@ -210,7 +210,7 @@ def _struct(schema: Any) -> Any:
     return schema
 
 
-def _route(df: Any, keys: list[str], spec: _shard.OperatorSpec, heartbeat: bool = False) -> Any:
+def _route(df: Any, keys: list[str], spec: _root.OperatorSpec, heartbeat: bool = False) -> Any:
     """``df`` with its routing columns, shuffled to the operator's shards; an event-time
     operator's input gets silt's tick source (``_tick.py``, unless ``spark.silt.tick=false``),
     and ``heartbeat`` a 1 row/s ``rate`` source."""
@@ -241,7 +241,7 @@ def _filler(stream: Any, schema: Any) -> Any:
 
 
 def shard_stage(
-    routed: Any, df: Any, spec: _shard.OperatorSpec,
+    routed: Any, df: Any, spec: _root.OperatorSpec,
     process: Callable[[_shard.ShardTask, Any], Any], struct: Any,
 ) -> Any:
     """The shuffled stage: ``mapInArrow`` runs ``process`` on one shard's rows in each task

@@ -20,9 +20,8 @@ from silt import boundedjson
 from silt.errors import CorruptionError
 
 from ._layout import MAX_KEY_GROUPS
+from ._names import DESCRIPTOR  # the object's name under the operator root
 
-#: The object's name under the operator root.
-DESCRIPTOR = "silt-spark.json"
 #: The newest descriptor format this silt_spark writes and reads.
 DESCRIPTOR_FORMAT = 2
 #: Limits for a crafted descriptor (a real one is a few KiB, nested 5 deep).

@@ -119,7 +119,7 @@ def preflight(spec: Any, query_id: str, batch: int) -> SparkStateError | None:
     """
     import silt
 
-    from ._shard import META_QUERY_ID
+    from ._names import META_QUERY_ID
 
     if spec.take_over:
         return None
@@ -185,7 +185,8 @@ def drop_state(
     >>> silt_spark.drop_state("s3://bucket/state/sessions")  # doctest: +SKIP
     1234
     """
-    from ._shard import DESCRIPTOR, drop_cached_handles
+    from ._handles import drop_cached_handles
+    from ._names import DESCRIPTOR
 
     if not isinstance(url, str) or "://" not in url:
         raise InvalidArgumentError(

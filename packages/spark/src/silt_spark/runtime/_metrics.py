@@ -47,6 +47,8 @@ from typing import Any
 from silt.cost import S3_STANDARD, Prices, summary
 from silt.errors import InvalidTypeError
 
+from ._names import META_LATE_ROWS
+
 log = logging.getLogger("silt_spark")
 
 #: Micro-batches kept per query, and queries kept, in the driver's registry.
@@ -55,8 +57,6 @@ MAX_QUERIES = 32
 
 #: Meta entries a committed version gets (besides spark.open_ms / spark.process_ms).
 META_COUNTS = ("rows_in", "rows_out", "state_reads", "state_writes")
-#: The operators' running count of rows dropped as late (window aggregation, processors).
-META_LATE_ROWS = "spark.late_rows"
 
 
 # -- in the task ------------------------------------------------------------------------------

@@ -44,16 +44,12 @@ old objects).
 
 from __future__ import annotations
 
-import json
 import logging
-import uuid
-from collections import OrderedDict
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
 from typing import Any
 
 import silt
-from silt.errors import NotFoundError, ReferenceConflict
+from silt.errors import NotFoundError
 from silt.plugins import open_store
 from silt.store import retrying
 from silt.tierkit import public_url
@@ -61,217 +57,20 @@ from silt.tierkit import public_url
 from ..errors import (
     BatchConflictError,
     ForeignStateError,
-    LayoutMismatchError,
     NotStreamingError,
     ReplayInputError,
     ShardPlacementError,
     StateAheadError,
 )
-from . import _descriptor, _guard, _layout, _lifecycle, _metrics, _progress, _watermark
-from ._descriptor import DESCRIPTOR, DESCRIPTOR_FORMAT
+from . import _guard, _layout, _lifecycle, _metrics, _progress, _watermark
+from ._handles import CACHE, MAX_CACHED_SHARDS, Cached
+from ._names import META_BATCH_ID, META_MAINTAINED, META_QUERY_ID, META_ROWS_IN
+from ._root import OperatorSpec
+from ._sources import migrate, newer_base
 
 log = logging.getLogger("silt_spark")
 
-#: Open shard handles kept per Python worker process between micro-batches.
-MAX_CACHED_SHARDS = 16
 
-META_QUERY_ID = "spark.query_id"
-META_BATCH_ID = "spark.batch_id"
-#: The task's input row count in the committed meta (``_metrics.TaskProbe.meta``).
-META_ROWS_IN = "spark.rows_in"
-#: The micro-batch whose task last collected the shard's garbage (state maintenance).
-META_MAINTAINED = "spark.maintained_batch"
-
-
-@dataclass
-class _Cached:
-    """A cached shard handle of this worker process."""
-
-    #: ``query id/root incarnation``: a handle is reused only by the query that cached it, on
-    #: the same incarnation of the root (not after drop_state re-created it).
-    owner: str
-    db: silt.DB
-    #: The last micro-batch through which ``db``'s version is known to be the shard's latest
-    #: (``None``: not known). See :meth:`ShardTask.base_meta` for how idle shards use it.
-    current_through: int | None
-
-
-#: shard URL -> its cached handle.
-_CACHE: OrderedDict[str, _Cached] = OrderedDict()
-
-
-@dataclass(frozen=True)
-class OperatorSpec:
-    """Everything a task needs to find and use its shard: options only, no open clients."""
-
-    kind: str
-    root: str
-    num_shards: int
-    key_groups: int = _layout.DEFAULT_KEY_GROUPS
-    #: Discard state of another streaming query found under the root (``take_over=True``).
-    take_over: bool = False
-    settings: dict[str, Any] | None = None
-    #: Layout generation of ``num_shards`` (0 until the first rescale) and every layout of the
-    #: root, oldest first, as ``(generation, num_shards)``; the last one is this spec's.
-    generation: int = 0
-    layouts: tuple[tuple[int, int], ...] = ()
-    #: The descriptor's id (a dropped and re-created root gets a new one) and whether the
-    #: root records the queries it serves (see _lifecycle.py).
-    incarnation: str = ""
-    check_origin: bool = False
-    #: Watermark delay (ms) of each event-time input; empty for operators without event time.
-    event_time_delays: tuple[int, ...] = ()
-    #: Whether the query has the operator's tick source (``_tick.py``): it then runs Spark's
-    #: no-data batches, and rows are late against batch ``b - 1``'s watermark as in Spark;
-    #: without it (``spark.silt.tick=false``), a data batch also does the work of the no-data
-    #: batch before it, so its rows are late against its own watermark.
-    ticks: bool = False
-    #: ``spark.silt.memoryBudget`` in bytes (each Python worker's silt.set_memory_budget), or
-    #: ``None`` to keep the process's budget.
-    memory_budget: int | None = None
-    #: ``spark.silt.maintenance.intervalBatches``: a shard that commits collects its garbage
-    #: (``DB.gc``) once per this many micro-batches; 0 never (see :meth:`ShardTask.finish`).
-    maintenance_batches: int = 100
-    #: Storage options (credentials included) for every store of the root, from the builder's
-    #: ``storage_options=`` and ``spark.silt.storage.*`` (_storage.py); never in ``repr``.
-    storage_options: dict[str, str] | None = field(default=None, repr=False)
-
-    def silt_settings(self) -> silt.Settings:
-        return silt.Settings.from_dict(self.settings) if self.settings else silt.Settings()
-
-    def shard_url(self, shard: int) -> str:
-        return _layout.shard_url(
-            self.root, shard, self.num_shards, self.key_groups, self.generation
-        )
-
-
-def read_descriptor(
-    root: str, storage_options: dict[str, str] | None = None
-) -> dict[str, Any] | None:
-    """The operator root's descriptor (format 1 upgraded in memory), or ``None``."""
-    store = open_store(root, storage_options=storage_options)
-    try:
-        return descriptor_of(store)
-    finally:
-        store.close()
-
-
-def descriptor_of(store: Any) -> dict[str, Any] | None:
-    """The descriptor of the operator root ``store`` is opened at (format 1 upgraded in
-    memory), or ``None``; :class:`~silt.errors.CorruptionError` for one that is not as
-    silt_spark writes it (:func:`silt_spark.runtime._descriptor.parse`)."""
-    try:
-        data = retrying(lambda: store.get(DESCRIPTOR))
-    except NotFoundError:
-        return None
-    return _descriptor.parse(data)
-
-
-def ensure_descriptor(
-    spec: OperatorSpec, extra: dict[str, Any] | None = None, pinned: tuple[str, ...] = ()
-) -> OperatorSpec:
-    """Create the operator root's descriptor, or check it against ``spec`` (driver side).
-
-    The descriptor pins the operator kind and the key-group count (a mismatch fails at once
-    with :class:`LayoutMismatchError` instead of reading garbage), and records the layouts
-    (shard counts) the root has had. A different ``num_shards`` is a **rescale**: a new layout
-    generation is appended, and each new shard builds its first version from the previous
-    layout's shards when its first task runs (see :func:`migrate`). ``extra`` holds more
-    descriptor fields (key schema, state record layout); those named in ``pinned`` must not
-    change. Returns ``spec`` with its layout generation and history filled in.
-    """
-    extra = dict(extra or {})
-    want = {
-        "format": DESCRIPTOR_FORMAT,
-        "incarnation": uuid.uuid4().hex,
-        _lifecycle.DESCRIPTOR_FIELD: _lifecycle.DESCRIPTOR_VERSION,
-        "operator": spec.kind,
-        "key_groups": spec.key_groups,
-        "num_shards": spec.num_shards,
-        "generation": 0,
-        "layouts": [{"generation": 0, "num_shards": spec.num_shards}],
-        **extra,
-    }
-    store = open_store(spec.root, storage_options=spec.storage_options)
-    try:
-        data = json.dumps(want, sort_keys=True).encode()
-        if retrying(lambda: store.put_if_absent(DESCRIPTOR, data)):
-            return replace(
-                spec, generation=0, layouts=((0, spec.num_shards),),
-                incarnation=want["incarnation"], check_origin=True,
-            )
-    finally:
-        store.close()
-    have = read_descriptor(spec.root, spec.storage_options)
-    assert have is not None
-    if have.get("operator") != spec.kind:
-        raise LayoutMismatchError(
-            f"the state root {spec.root!r} holds state of a {have.get('operator')!r} operator, "
-            f"not {spec.kind!r}; use another state_url"
-        )
-    if have.get("key_groups") != spec.key_groups:
-        raise LayoutMismatchError(
-            f"the state root {spec.root!r} was created with key_groups={have.get('key_groups')}; "
-            f"key_groups is fixed per root, got {spec.key_groups}"
-        )
-    for name in pinned:
-        if name in have and name in extra and have[name] != extra[name]:
-            raise LayoutMismatchError(
-                f"the state root {spec.root!r} was created with {name}={have[name]!r}, which "
-                f"its state records depend on; got {extra[name]!r}. Use another state_url"
-            )
-    changed = any(k not in have for k in extra)
-    for k, v in extra.items():
-        have.setdefault(k, v)
-    if have["num_shards"] != spec.num_shards:
-        gen = have["generation"] + 1
-        log.warning(
-            "silt_spark: rescaling %s from %d to %d shards (layout generation %d); each new "
-            "shard builds its first version from the old shards' state when its first task runs",
-            spec.root, have["num_shards"], spec.num_shards, gen,
-        )
-        have["layouts"].append({"generation": gen, "num_shards": spec.num_shards})
-        have["generation"] = gen
-        have["num_shards"] = spec.num_shards
-        changed = True
-    if changed:
-        have["format"] = DESCRIPTOR_FORMAT
-        store = open_store(spec.root, storage_options=spec.storage_options)
-        try:
-            body = json.dumps(have, sort_keys=True).encode()
-            retrying(lambda: store.put(DESCRIPTOR, body))
-        finally:
-            store.close()
-    layouts = tuple((int(x["generation"]), int(x["num_shards"])) for x in have["layouts"])
-    return replace(
-        spec, generation=int(have["generation"]), layouts=layouts,
-        incarnation=str(have.get("incarnation", "")),
-        check_origin=_lifecycle.DESCRIPTOR_FIELD in have,
-    )
-
-
-def refresh_descriptor(spec: OperatorSpec, fields: dict[str, Any]) -> None:
-    """Set ``fields`` in the root's descriptor when any differs from what it holds (fields a
-    query records at every start and that may change between runs, such as the outputs)."""
-    have = read_descriptor(spec.root, spec.storage_options)
-    if have is not None and any(have.get(k) != v for k, v in fields.items()):
-        update_descriptor(spec.root, fields, spec.storage_options)
-
-
-def update_descriptor(
-    root: str, fields: dict[str, Any], storage_options: dict[str, str] | None = None
-) -> None:
-    """Set ``fields`` in the operator root's descriptor (driver side, when a query starts)."""
-    have = read_descriptor(root, storage_options)
-    assert have is not None
-    have.update(fields)
-    have["format"] = DESCRIPTOR_FORMAT
-    body = json.dumps(have, sort_keys=True).encode()
-    store = open_store(root, storage_options=storage_options)
-    try:
-        retrying(lambda: store.put(DESCRIPTOR, body))
-    finally:
-        store.close()
 
 
 class ShardTask:
@@ -390,9 +189,9 @@ class ShardTask:
                 return quiet.db.version
         return self.db.version
 
-    def _current_handle(self) -> _Cached | None:
+    def _current_handle(self) -> Cached | None:
         """The cached handle, if it is known to be exactly this batch's base."""
-        cached = _CACHE.get(self.url)
+        cached = CACHE.get(self.url)
         if (
             cached is None
             or cached.owner != self.cache_owner
@@ -410,7 +209,7 @@ class ShardTask:
         batch and the rescale completes at once."""
         if self.spec.generation == 0 or self._db is not None:
             return False
-        cached = _CACHE.get(self.url)
+        cached = CACHE.get(self.url)
         return cached is None or cached.owner != self.cache_owner or cached.db.version is None
 
     def db_seen(self) -> silt.DB | None:
@@ -432,7 +231,7 @@ class ShardTask:
         b = self.batch_id
         db = None
         current = self._current_handle()
-        cached = _CACHE.pop(self.url, None)
+        cached = CACHE.pop(self.url, None)
         if cached is not None:
             version = cached.db.version
             if (cached.owner == self.cache_owner and (version is None or version < b)
@@ -667,9 +466,9 @@ class ShardTask:
         self._db = db
         if ok and not (self.changed and not self.committed):
             current = self.batch_id if not self.replay else None
-            _CACHE[self.url] = _Cached(self.cache_owner, db, current)
-            while len(_CACHE) > MAX_CACHED_SHARDS:
-                _CACHE.popitem(last=False)[1].db.close()
+            CACHE[self.url] = Cached(self.cache_owner, db, current)
+            while len(CACHE) > MAX_CACHED_SHARDS:
+                CACHE.popitem(last=False)[1].db.close()
             if probe is not None:
                 probe.cached()
         else:
@@ -688,11 +487,6 @@ def _perf() -> float:
     return time.perf_counter()
 
 
-def newer_base(db: silt.DB, known: list[int]) -> list[int]:
-    """The versions in ``known`` newer than ``db``'s base."""
-    return [v for v in known if db.version is None or v > db.version]
-
-
 def _delete_all(url: str, storage_options: dict[str, str] | None = None) -> None:
     store = open_store(url, storage_options=storage_options)
     try:
@@ -702,110 +496,6 @@ def _delete_all(url: str, storage_options: dict[str, str] | None = None) -> None
             retrying(lambda chunk=chunk: store.delete_many(chunk))
     finally:
         store.close()
-
-
-# -- rescaling ------------------------------------------------------------------------------------
-#: Meta entries combined across old shards by a rescale: the minimum is the safe choice (a
-#: watermark never runs ahead of any of its keys; a timer lower bound stays a lower bound).
-MIN_COMBINED_META = ("spark.watermark_ms", "spark.max_event_time_ms", "spark.next_timer_ms")
-
-
-def manifest_records(db: silt.DB, start: bytes, end: bytes | None) -> Iterator[tuple[bytes, Any]]:
-    """``(key, record)`` of a DB opened at a committed version, in ``[start, end)``, newest
-    record per key (tombstones ``None``, expiring values ``(value, expire_at_ms)``).
-
-    ``DB.scan`` drops expiry times, and a copy or an inspection must keep TTLs.
-    """
-    return db.committed_records(start, end)
-
-
-def _previous_sources(
-    spec: OperatorSpec, layout_index: int, first: int, last: int, at_most: int,
-    out: list[tuple[silt.DB, int, int]],
-) -> None:
-    """Open, for key groups ``[first, last]``, the shards of layout ``layout_index`` that have a
-    version ``<= at_most``; ranges whose shard has none come from the layout before it."""
-    gen, n = spec.layouts[layout_index]
-    for j in _layout.overlapping_shards(first, last, n, spec.key_groups):
-        f, la = _layout.shard_range(j, n, spec.key_groups)
-        lo, hi = max(f, first), min(la, last)
-        url = _layout.shard_url(spec.root, j, n, spec.key_groups, gen)
-        db = silt.open(url, at_most=at_most, settings=spec.silt_settings(),
-                       storage_options=spec.storage_options)
-        if db.version is not None:
-            out.append((db, lo, hi))
-            continue
-        db.close()
-        if layout_index > 0:
-            _previous_sources(spec, layout_index - 1, lo, hi, at_most, out)
-
-
-def migrate(
-    spec: OperatorSpec, db: silt.DB, first: int, last: int, at_most: int
-) -> tuple[dict[str, str], int, int]:
-    """Start an empty shard of a rescaled layout from the state of its key groups as of version
-    ``at_most`` of the previous layout's shards (recursively where those have no version yet).
-    Returns the combined meta, the number of entries copied and of SSTs referenced.
-
-    The state is taken **by reference** (:meth:`silt.DB.reference`; docs/spark.md, "Rescaling"): the
-    shard's first manifest lists the old shards' SSTs clipped to its key groups, so nothing is
-    downloaded or rewritten (at most two blocks are read where a key-group boundary cuts an SST)
-    and a rescale takes the same time whatever the state size. The old shards are never
-    modified, except for a ``refs/`` marker that tells their GC they are referenced. A range
-    the core cannot reference (:class:`silt.errors.ReferenceConflict`, possible after repeated
-    rescales when a compaction rewrote the middle of a shared SST) is copied instead.
-    """
-    import time
-
-    index = [g for g, _ in spec.layouts].index(spec.generation)
-    if index == 0:
-        return {}, 0, 0
-    t0 = time.perf_counter()
-    sources: list[tuple[silt.DB, int, int]] = []
-    try:
-        _previous_sources(spec, index - 1, first, last, at_most, sources)
-        meta: dict[str, str] = {}
-        for src, _, _ in sources:
-            for k in MIN_COMBINED_META:
-                v = src.meta.get(k)
-                if v:
-                    meta[k] = str(min(int(v), int(meta.get(k, v))))
-        referenced = 0
-        to_copy: list[tuple[silt.DB, int, int]] = []
-        for src, lo, hi in sources:
-            try:
-                referenced += db.reference(src, *_layout.kg_bounds(lo, hi))
-            except ReferenceConflict as exc:
-                log.warning("silt_spark rescale: copying key groups %d..%d of %s (%s)",
-                            lo, hi, src.url, exc)
-                to_copy.append((src, lo, hi))
-        written = 0
-        put = db.put
-        now = int(time.time() * 1000)
-        for src, lo, hi in to_copy:
-            start, end = _layout.kg_bounds(lo, hi)
-            for key, rec in manifest_records(src, start, end):
-                if rec.__class__ is bytes:
-                    put(key, rec)
-                elif rec is not None and rec[1] > now:
-                    put(key, rec[0], ttl=(rec[1] - now) / 1000.0)
-                else:
-                    continue
-                written += 1
-        meta["spark.rescaled_from"] = ",".join(
-            f"{src.url.rstrip('/').rsplit('/', 1)[-1]}@{src.version}" for src, _, _ in sources
-        )
-        meta["spark.rescale_referenced_ssts"] = str(referenced)
-        meta["spark.rescale_copied_entries"] = str(written)
-    finally:
-        for src, _, _ in sources:
-            src.close()
-    log.info(
-        "silt_spark rescale: key groups %d..%d of %s from %d old shard(s): %d SSTs referenced, "
-        "%d entries copied, in %.3fs", first, last, db.url, len(sources), referenced, written,
-        time.perf_counter() - t0,
-    )
-    return meta, written, referenced
 
 
 def run_shard(
@@ -887,7 +577,3 @@ def check_key_groups(task: ShardTask, kg_array: Any) -> None:
         )
 
 
-def drop_cached_handles() -> None:
-    """Close every cached shard handle of this process (tests, worker shutdown)."""
-    while _CACHE:
-        _CACHE.popitem()[1].db.close()

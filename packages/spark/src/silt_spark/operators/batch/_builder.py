@@ -14,7 +14,7 @@ from typing import Any
 
 from silt.errors import InvalidArgumentError, InvalidTypeError
 
-from ...runtime import _api, _layout, _rewrite, _schema, _shard
+from ...runtime import _api, _layout, _rewrite, _root, _schema, _shard
 from ..processor import _handle as _processor
 from ._state import SUPPORTED_KINDS, BatchHandle
 
@@ -120,13 +120,13 @@ def transform_batches(
     arrow_schema = to_arrow_schema(struct, timezone="UTC")
     # As transform_with_state: schemas checked and evolved here, before any state is written.
     field = _processor.DESCRIPTOR_SCHEMAS
-    have = _shard.read_descriptor(spec.root, spec.storage_options)
+    have = _root.read_descriptor(spec.root, spec.storage_options)
     registry = _schema.evolve((have or {}).get(field) or {}, declared)
-    spec = _shard.ensure_descriptor(
+    spec = _root.ensure_descriptor(
         spec, {"key_columns": _api._key_types(df, keys), field: registry}, _api.PINNED,
     )
     if have is not None and field in have and have[field] != registry:
-        _shard.update_descriptor(spec.root, {field: registry}, spec.storage_options)
+        _root.update_descriptor(spec.root, {field: registry}, spec.storage_options)
     spec = dataclasses.replace(spec, settings=_rewrite.settings_for(spec.settings, registry))
     arrow_schemas = {name: _arrow_schema(registry[name]["versions"][-1]) for name in declared}
 

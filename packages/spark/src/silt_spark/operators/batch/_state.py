@@ -30,6 +30,7 @@ from typing import Any
 from silt.errors import InvalidArgumentError
 
 from ...runtime import _rowcodec, _schema
+from ...runtime._names import META_DELETED_STATES
 from ..processor import _handle as _processor
 from ._tables import as_table, conform
 
@@ -278,7 +279,7 @@ class BatchHandle:
         #: since (its manifest meta); a write here takes the variable out of that list.
         self._deleted: set[str] = set()
         if task is not None:
-            raw = task.base_meta.get(_processor.META_DELETED_STATES) if task.base_meta else None
+            raw = task.base_meta.get(META_DELETED_STATES) if task.base_meta else None
             self._deleted = set(json.loads(raw)) if raw else set()
 
     def _declare(self, kind: str, name: str, key_schema: Any, schema: Any, ttl: Any) -> None:
@@ -340,4 +341,4 @@ class BatchHandle:
             wrote(k, v)
         if name in self._deleted and values and values[0] is not None:
             self._deleted.discard(name)
-            task.meta_updates[_processor.META_DELETED_STATES] = json.dumps(sorted(self._deleted))
+            task.meta_updates[META_DELETED_STATES] = json.dumps(sorted(self._deleted))

@@ -84,7 +84,7 @@ from typing import Any
 import numpy as np
 from silt.errors import InvalidArgumentError, InvalidTypeError
 
-from ...runtime import _api, _codec, _keys, _layout, _rowcodec, _shard, _watermark
+from ...runtime import _api, _codec, _keys, _layout, _root, _rowcodec, _shard, _watermark
 from ...runtime._layout import KG_COLUMN, PARTITION_COLUMN
 from ...runtime._rowcodec import Rows
 from ...runtime._shard import ShardTask, check_key_groups
@@ -1174,17 +1174,17 @@ def join(
                   for i, df in enumerate((left, right))}
     # A new root keeps a time index of its outer sides; one created before the index existed
     # goes on without (its descriptor never gains the field: its rows have no entries).
-    fresh = _shard.read_descriptor(spec.root, spec.storage_options) is None
-    spec = _shard.ensure_descriptor(spec, {
+    fresh = _root.read_descriptor(spec.root, spec.storage_options) is None
+    spec = _root.ensure_descriptor(spec, {
         "key_columns": _api._key_types(left, lk),
         "join": {"how": kind, "bucket_us": bucket_us, "left": list(lcols),
                  "right": list(rcols)},
         SIDE_TYPES: side_types,
         **({TIME_INDEX: 1} if fresh else {}),
     }, (*_api.PINNED, "join"))
-    _shard.refresh_descriptor(spec, {SIDE_TYPES: side_types,
+    _root.refresh_descriptor(spec, {SIDE_TYPES: side_types,
                                      JOIN_KEYS: {"left": list(lk), "right": list(rk)}})
-    time_indexed = (_shard.read_descriptor(spec.root, spec.storage_options) or {}).get(
+    time_indexed = (_root.read_descriptor(spec.root, spec.storage_options) or {}).get(
         TIME_INDEX) == 1
 
     def side_struct(df: Any, prefix: str) -> list[Any]:

@@ -48,15 +48,22 @@ from typing import Any
 
 from silt.errors import InvalidArgumentError, InvalidTypeError
 
-from ...runtime import _api, _codec, _keys, _layout, _rewrite, _schema, _shard
+from ...runtime import _api, _codec, _keys, _layout, _rewrite, _root, _schema, _shard
 from ...runtime._layout import KG_COLUMN, PARTITION_COLUMN
-from ...runtime._metrics import META_LATE_ROWS
+from ...runtime._names import (
+    DESCRIPTOR_SCHEMAS,
+    META_DELETED_STATES,
+    META_LATE_ROWS,
+    META_NEXT_TIMER,
+    META_WATERMARK,
+    PROCESSOR_KIND,
+)
 from ...runtime._prefetch import BatchState
 from ...runtime._shard import ShardTask, check_key_groups
 from . import _handover, _initial
 
 #: The operator kind, as recorded in the state root's descriptor.
-KIND = "processor"
+KIND = PROCESSOR_KIND
 STATE_TAG = _keys.STATE_TAG
 #: Shard-wide timer index: ``kg:u16 'T' expiry:u64 enc(grouping key)`` (value empty).
 TIMER_TAG = _keys.TIMER_TAG
@@ -64,14 +71,6 @@ TIMER_TAG = _keys.TIMER_TAG
 #: so their length byte is never 0).
 TIMER_MARK = _keys.TIMER_MARK
 TIME_MODES = ("none", "processingtime", "eventtime")
-META_WATERMARK = "spark.watermark_ms"
-META_MAX_EVENT_TIME = "spark.max_event_time_ms"
-META_NEXT_TIMER = "spark.next_timer_ms"
-#: State variables ``deleteIfExists`` removed from this shard and nothing wrote since (a JSON
-#: list of names), so calling it again in every batch's ``init`` scans nothing.
-META_DELETED_STATES = "spark.deleted_states"
-#: The operator descriptor's field holding the state schema registry (see _schema.py).
-DESCRIPTOR_SCHEMAS = "state_schemas"
 #: A list element's key: ``key_prefix + name + LIST_ELEMENT + seq:u64be``.
 LIST_ELEMENT = _keys.LIST_ELEMENT
 _SEQ = _struct.Struct(">Q")
@@ -1331,16 +1330,16 @@ def transform_with_state(
 
     arrow_schema = to_arrow_schema(struct, timezone="UTC")
     # Schemas are checked and evolved here, on the driver, before any state is written.
-    have = _shard.read_descriptor(spec.root, spec.storage_options)
+    have = _root.read_descriptor(spec.root, spec.storage_options)
     registry = _schema.evolve(
         (have or {}).get(DESCRIPTOR_SCHEMAS) or {}, declared_states(processor, time_cfg.mode)
     )
-    spec = _shard.ensure_descriptor(
+    spec = _root.ensure_descriptor(
         spec, {"key_columns": _api._key_types(df, keys), DESCRIPTOR_SCHEMAS: registry},
         _api.PINNED,
     )
     if have is not None and DESCRIPTOR_SCHEMAS in have and have[DESCRIPTOR_SCHEMAS] != registry:
-        _shard.update_descriptor(spec.root, {DESCRIPTOR_SCHEMAS: registry},
+        _root.update_descriptor(spec.root, {DESCRIPTOR_SCHEMAS: registry},
                                  spec.storage_options)
     # Values of older schema ids are brought up to date by compaction (never at restart).
     spec = dataclasses.replace(spec, settings=_rewrite.settings_for(spec.settings, registry))

@@ -26,7 +26,7 @@ from typing import Any
 from silt.errors import InvalidArgumentError, InvalidTypeError, NotFoundError
 from silt.plugins import open_store
 
-from ...runtime import _layout, _shard
+from ...runtime import _layout, _root
 
 PREFIX = "initial/"
 
@@ -68,13 +68,13 @@ def check(initial: Any, df: Any, keys: list[str]) -> Any:
     return init
 
 
-def _has_state(spec: _shard.OperatorSpec) -> bool:
+def _has_state(spec: _root.OperatorSpec) -> bool:
     from ...inspect._read import root_versions
 
     return bool(root_versions(spec))
 
 
-def stage(initial: Any, keys: list[str], spec: _shard.OperatorSpec) -> str | None:
+def stage(initial: Any, keys: list[str], spec: _root.OperatorSpec) -> str | None:
     """Write each shard's initial rows under the root (one Spark job); the staging id, or
     ``None`` when the root already has state (the initial state was applied before), unless
     the query takes the root over (``take_over=True``: its first batch starts from empty
