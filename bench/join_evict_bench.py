@@ -43,6 +43,7 @@ import numpy as np
 import pyarrow as pa
 import silt
 from silt import _ext
+from silt_spark.operators.join import _buffers
 from silt_spark.operators.join import _probe as _join
 from silt_spark.runtime import _layout, _watermark
 
@@ -53,12 +54,12 @@ DELAY_MS = (10_000, 10_000)
 FILL_SPAN_MS = 20_000  # each fill batch: 20 s of event time (the buffers keep ~40 s)
 
 
-def plan(indexed: bool) -> _join.JoinPlan:
+def plan(indexed: bool) -> _buffers.JoinPlan:
     left = pa.schema([("__l0", pa.int64()), ("__l1", pa.int64()), ("__l2", TS)])
     right = pa.schema([("__r0", pa.int64()), ("__r1", pa.int64()), ("__r2", TS)])
     out = pa.schema([("key", pa.int64()), ("amount", pa.int64()), ("ot", TS),
                      ("pkey", pa.int64()), ("paid", pa.int64()), ("pt", TS)])
-    return _join.JoinPlan(
+    return _buffers.JoinPlan(
         how="left", nkeys=1, columns=(("key", "amount", "ot"), ("pkey", "paid", "pt")),
         time_index=(2, 2), time_range=RANGE_US, bucket_us=sum(RANGE_US),
         output=tuple([("L", i) for i in range(3)] + [("R", i) for i in range(3)]),

@@ -16,6 +16,7 @@ from silt.errors import (
     VersionNotFoundError,
 )
 from silt_spark.operators.processor import _handle as _processor
+from silt_spark.operators.processor import _state
 from silt_spark.runtime import _api
 
 
@@ -531,10 +532,10 @@ def test_spark_state_ttls_and_timers() -> None:
     bare OverflowError/ValueError (or, for a TTL, at the first write)."""
     for ttl in (math.inf, math.nan, 0, -5, 2**64, 1e300):
         with raises(InvalidArgumentError, match="ttlDurationMs must be a positive number of ms"):
-            _processor._ttl_seconds(ttl)  # type: ignore[arg-type]
+            _state._ttl_seconds(ttl)  # type: ignore[arg-type]
     with raises(InvalidTypeError, match="ttlDurationMs must be a number of ms"):
-        _processor._ttl_seconds("1000")  # type: ignore[arg-type]
-    assert _processor._ttl_seconds(1500) == 1.5
+        _state._ttl_seconds("1000")  # type: ignore[arg-type]
+    assert _state._ttl_seconds(1500) == 1.5
     # The timestamp check runs before the handle touches its task.
     handle = _processor.StatefulProcessorHandle(None, time_mode="processingtime")  # type: ignore[arg-type]
     for expiry in (math.inf, -math.inf, math.nan, 2**63, -(2**63) - 1):

@@ -27,7 +27,6 @@ from hypothesis import strategies as st
 from silt import cli, plugins
 from silt.errors import CorruptionError
 from silt.tiers.file import FileStore
-from silt_spark.inspect import _read
 from silt_spark.runtime import _names, _root
 
 FUZZ = settings(max_examples=300, deadline=None,
@@ -131,7 +130,7 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def shard_dir(shard: int) -> str:
-    spec = _read._spec(REAL[0], "file:///x")
+    spec = _root.spec_of(REAL[0], "file:///x")
     return spec.shard_url(shard).rsplit("/", 1)[1]
 
 
@@ -167,7 +166,7 @@ def test_a_crafted_descriptor_is_a_clear_error(root: Path, spark_plugin: None,
         assert exc.object_name == _names.DESCRIPTOR
         desc = None
     if desc is not None:  # still as silt_spark writes it: what reads it can use it
-        spec = _read._spec(desc, root.as_uri())
+        spec = _root.spec_of(desc, root.as_uri())
         assert spec.layouts[-1] == (spec.generation, spec.num_shards)
     for argv in (["inspect", root.as_uri()], ["inspect", "--values", "3", root.as_uri()]):
         status = cli.main(argv)

@@ -11,6 +11,7 @@ import pyarrow as pa
 import pytest
 import silt
 from silt_spark.operators.processor import _handle as _processor
+from silt_spark.operators.processor import _runner
 from silt_spark.runtime import _layout
 from test_spark_state import FakeTask
 
@@ -101,12 +102,12 @@ def _table(rows):
 
 
 def _run(task, rows, processor, time=None):
-    time = time or _processor.TimeConfig()
+    time = time or _runner.TimeConfig()
     db = task.db
     counting = task.db = CountingDB(db)
     try:
         batches = iter(_table(rows).to_batches()) if rows else iter(())
-        out = pa.Table.from_batches(list(_processor.process_partition(
+        out = pa.Table.from_batches(list(_runner.process_partition(
             task, batches, processor, ["k"], OUT, "pandas", time)), schema=OUT)
     finally:
         task.db = db
@@ -136,8 +137,8 @@ def test_value_state_of_a_batch_is_one_multi_get_and_lists_one_scan_per_key(task
 
 
 def test_map_state_and_timers_are_one_scan_per_key(task, monkeypatch):
-    mode = _processor.TimeConfig("processingtime")
-    monkeypatch.setattr(_processor._time, "time", lambda: 1.0)
+    mode = _runner.TimeConfig("processingtime")
+    monkeypatch.setattr(_runner._time, "time", lambda: 1.0)
     for b in range(2):
         rows = [(k, j % 3) for k in KEYS[:10] for j in range(b + 2)]
         got, calls = _run(task, rows, Profile(maps=True, timers=True), mode)
@@ -151,11 +152,11 @@ def test_map_state_and_timers_are_one_scan_per_key(task, monkeypatch):
 
 
 def test_keys_with_due_timers_are_read_with_one_multi_get(task, monkeypatch):
-    mode = _processor.TimeConfig("processingtime")
-    monkeypatch.setattr(_processor._time, "time", lambda: 1.0)
+    mode = _runner.TimeConfig("processingtime")
+    monkeypatch.setattr(_runner._time, "time", lambda: 1.0)
     _run(task, [(k, 1) for k in KEYS[:12]], Profile(timers=True), mode)
     task.commit(0)
-    monkeypatch.setattr(_processor._time, "time", lambda: 100.0)  # every timer is due
+    monkeypatch.setattr(_runner._time, "time", lambda: 100.0)  # every timer is due
     got, calls = _run(task, [], Profile(timers=True), mode)
     # as in PySpark, a firing timer is removed after its handler: listTimers() there lists it
     assert {k: (r["n"], r["items"], r["timers"]) for k, r in got.items()} == {

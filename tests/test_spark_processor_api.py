@@ -13,6 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyspark import cloudpickle
 from silt.errors import InvalidArgumentError, InvalidTypeError
+from silt_spark.operators import _varkeys
+from silt_spark.operators.processor import _builder, _reader, _runner, _user
 from silt_spark.operators.processor import _handle as _processor
 from silt_spark.runtime import _codec, _schema
 from silt_spark.runtime._schema import Declared
@@ -127,7 +129,7 @@ def test_a_list_stored_whole_by_older_versions_survives_the_upgrade(task, typed)
     codec = _schema.codecs(reg).get("l")
     whole = _codec.encode(old) if codec is None else codec.encode_list(old)
     for kg, key in ((3, ("alice",)), (9, ("bob",))):
-        task.db.put(_processor.key_prefix(kg, _codec.encode(key)) + _processor._name_bytes("l"),
+        task.db.put(_varkeys.key_prefix(kg, _codec.encode(key)) + _varkeys._name_bytes("l"),
                     whole)
     task.changed = True
     task.commit(1)
@@ -151,11 +153,11 @@ def test_a_list_stored_whole_by_older_versions_survives_the_upgrade(task, typed)
     assert list(lst.get()) == [(9, "z")]
     # read_state shows each list as one row, older and newer elements together
     items = [(k, v, None, 2) for k, v in task.db.scan()]
-    rows = {(r[0], r[1]): json.loads(r[3]) for r in _processor.decode(iter(items), reg)}
+    rows = {(r[0], r[1]): json.loads(r[3]) for r in _reader.decode(iter(items), reg)}
     assert rows == {(("alice",), "l"): [[1, "a"], [2, None], [3, "c"]],
                     (("bob",), "l"): [[9, "z"]]}
     # typed read_state's entries: the older whole list, then the elements
-    entries = [(r[0], r[2], r[3]) for r in _processor.decode_typed(iter(items), reg, "l")]
+    entries = [(r[0], r[2], r[3]) for r in _reader.decode_typed(iter(items), reg, "l")]
     assert entries == [(("alice",), None, old), (("alice",), True, (3, "c")),
                        (("bob",), True, (9, "z"))]
 
@@ -180,7 +182,7 @@ def test_list_state_matches_a_python_list(tmp_path_factory, old, ops, typed):
         if old:
             codec = _schema.codecs(reg).get("l")
             task.db.put(
-                _processor.key_prefix(3, _codec.encode(("a",))) + _processor._name_bytes("l"),
+                _varkeys.key_prefix(3, _codec.encode(("a",))) + _varkeys._name_bytes("l"),
                 _codec.encode(model) if codec is None else codec.encode_list(model),
             )
             task.changed = True
@@ -438,7 +440,7 @@ def test_initial_rows_go_to_handle_initial_state_first_in_batch_0_only(tmp_path,
     p = _Calls()
     out = pa.schema([("k", pa.string()), ("n", pa.int64())])
     try:
-        got = pa.Table.from_batches(list(_processor.process_partition(
+        got = pa.Table.from_batches(list(_runner.process_partition(
             task, iter(rows.to_batches()), p, ["k"], out, "arrow", initial="s1")), schema=out)
     finally:
         task.db.close()
@@ -467,7 +469,7 @@ class _Temp:
 def test_a_variable_deleted_after_its_declaration_keeps_it_and_is_unusable(task):
     import datetime as dt
 
-    declared = _processor.declared_states(_Temp())
+    declared = _builder.declared_states(_Temp())
     d = declared["tempState"]
     assert (d.kind, d.key, d.value, d.reset) == ("value", None, (("x", "bigint", True),), True)
     registry = _schema.evolve({}, declared)
@@ -522,7 +524,7 @@ def test_list_timers_in_a_firing_timer_lists_it_as_in_spark(task, seed):
     h = _processor.StatefulProcessorHandle(task, "processingtime", None)
     p.init(h)
     now = 30
-    bound = _processor._fire_timers(task, h, p, _processor.TimerValues(now, -1), now, 0,
+    bound = _runner._fire_timers(task, h, p, _user.TimerValues(now, -1), now, 0,
                                     lambda r: list(r or ()))
     # each due timer fires once, oldest first, and lists itself with the key's later timers
     want = sorted((t, k, [x for x in ts if x >= t]) for k, ts in timers.items() for t in ts

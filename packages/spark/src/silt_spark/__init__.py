@@ -23,6 +23,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from . import errors
+from .runtime import _readers
 
 if TYPE_CHECKING:
     from .inspect._changes import read_changes
@@ -31,8 +32,8 @@ if TYPE_CHECKING:
     from .operators.aggregate import aggregate
     from .operators.batch import BatchProcessor, transform_batches
     from .operators.dedup import deduplicate
-    from .operators.join._probe import join
-    from .operators.processor._handle import (
+    from .operators.join._builder import join
+    from .operators.processor import (
         ExpiredTimerInfo,
         ListState,
         MapState,
@@ -54,14 +55,14 @@ _EXPORTS = {
     "aggregate": "operators.aggregate",
     "read_changes": "inspect._changes",
     "deduplicate": "operators.dedup",
-    "join": "operators.join._probe",
+    "join": "operators.join",
     "drop_state": "runtime._lifecycle",
     "MetricsListener": "runtime._metrics",
     "metrics": "runtime._metrics",
     **dict.fromkeys(
         ("ExpiredTimerInfo", "ListState", "MapState", "StatefulProcessor",
          "StatefulProcessorHandle", "TimerValues", "ValueState", "transform_with_state"),
-        "operators.processor._handle",
+        "operators.processor",
     ),
     "progress_metrics": "runtime._progress",
     "read_state": "inspect._read",
@@ -71,6 +72,11 @@ _EXPORTS = {
     "BatchProcessor": "operators.batch",
     "transform_batches": "operators.batch",
 }
+
+
+#: ``read_state`` and ``silt inspect`` find each operator's state reader through the registry;
+#: the operators register when imported, which happens here only when a reader needs them.
+_readers.add_loader(lambda: importlib.import_module(".operators", __name__))
 
 
 def __getattr__(name: str) -> Any:

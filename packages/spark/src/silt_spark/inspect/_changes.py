@@ -128,7 +128,7 @@ def read_changes(
     if desc is None:
         raise LayoutMismatchError(f"{public_url(state_url)!r} is not a silt_spark state root "
                                   f"(no {_names.DESCRIPTOR})")
-    spec = _read._spec(desc, state_url, storage)
+    spec = _root.spec_of(desc, state_url, storage)
     if start_version is None or end_version is None:
         raise InvalidArgumentError("read_changes needs both start_version and end_version")
     a, b = _read._layout_version(start_version), _read._layout_version(end_version)

@@ -42,7 +42,7 @@ def describe(store: ObjectStore, url: str, version: int | None, values: int) -> 
     desc = _root.descriptor_of(store)  # CorruptionError for one that does not decode
     if desc is None:  # the marker vanished between the check and the read (drop_state)
         raise VersionNotFoundError(f"{public_url(url)!r} holds no silt_spark descriptor now")
-    spec = _read._spec(desc, url)
+    spec = _root.spec_of(desc, url)
     at_most = _LATEST if version is None else version
     index = [g for g, _ in spec.layouts].index(spec.generation)
     shards: list[list[Any]] = []

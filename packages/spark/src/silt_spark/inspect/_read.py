@@ -14,14 +14,9 @@ from silt.errors import InvalidArgumentError, InvalidTypeError
 from silt.tierkit import public_url
 
 from ..errors import LayoutMismatchError, NotAnOperatorRootError, VersionNotFoundError
-from ..operators import aggregate as _aggregate
-from ..operators import dedup as _dedup
-from ..operators import window as _window
-from ..operators.join import _probe as _join
-from ..operators.join import _reader as _join_state
-from ..operators.processor import _handle as _processor
-from ..runtime import _layout, _names, _root, _sources, _storage
+from ..runtime import _layout, _names, _readers, _root, _sources, _storage
 from ..runtime._codec import to_json
+from ..runtime._names import DESCRIPTOR_SCHEMAS, PROCESSOR_KIND
 
 #: Columns after the key columns.
 STATE_COLUMNS = (
@@ -32,37 +27,24 @@ STATE_COLUMNS = (
     ("shard_version", "bigint"),
 )
 
-#: The state name of a processor's timers.
-TIMER_STATE = "__timer__"
-
-#: Operator kind (the descriptor's ``operator``) -> the module that owns it; each has ``KIND``
-#: and ``decode(items, state_columns)``. A new operator adds its module here.
-OPERATORS = {m.KIND: m for m in (_aggregate, _window, _dedup, _processor, _join)}
-
-def _spec(
-    desc: dict[str, Any], root: str, storage_options: dict[str, str] | None = None
-) -> _root.OperatorSpec:
-    layouts = tuple((int(x["generation"]), int(x["num_shards"])) for x in desc["layouts"])
-    return _root.OperatorSpec(
-        kind=desc["operator"], root=root, num_shards=int(desc["num_shards"]),
-        key_groups=int(desc["key_groups"]), generation=int(desc["generation"]), layouts=layouts,
-        storage_options=storage_options,
-    )
-
-
 def decode_entries(
     kind: str, items: Any, state_columns: list[list[str]] | None
 ) -> Any:
     """``(key tuple, state, map_key, value, expires_at_ms, version)`` per live state entry of
     ``items`` (``(key, value, expires_at_ms, version)``)."""
-    operator = OPERATORS.get(kind)
-    if operator is None:
+    return _reader(kind).decode(items, state_columns)
+
+
+def _reader(kind: str) -> _readers.StateReader:
+    """The registered reader of operator kind ``kind``; a kind no operator has is refused."""
+    reader = _readers.reader_of(kind)
+    if reader is None:
         raise LayoutMismatchError(
             f"the state root's descriptor names operator kind {kind!r}, which this silt_spark "
-            f"does not know ({', '.join(sorted(OPERATORS))}): the descriptor is damaged, or the "
+            f"does not know ({', '.join(_readers.kinds())}): the descriptor is damaged, or the "
             "state was written by a newer silt_spark; upgrade silt_spark"
         )
-    return operator.decode(items, state_columns)
+    return reader
 
 
 def read_shard(spec: _root.OperatorSpec, shard: int, version: int) -> Any:
@@ -187,7 +169,7 @@ def read_state(
         raise NotAnOperatorRootError(
             f"{public_url(state_url)!r} is not the state root of a silt_spark operator (no "
             f"{_names.DESCRIPTOR}): check state_url")
-    spec = _spec(desc, state_url, storage)
+    spec = _root.spec_of(desc, state_url, storage)
     # Arguments are checked before any Spark call.
     at = _layout_version(version)
     if state_name is not None and not isinstance(state_name, str):
@@ -234,19 +216,18 @@ def read_state(
     return shards.mapInArrow(read, schema)
 
 
-#: The state names of each built-in operator that ``read_state(state_name=...)`` reads typed.
-BUILTIN_STATES = {
-    _aggregate.KIND: ("aggregate",), _window.KIND: ("window",), _dedup.KIND: ("seen",),
-    _join.KIND: ("left", "right"), _processor.KIND: (TIMER_STATE,),
-}
+def _states(kind: str) -> tuple[str, ...]:
+    """The states of operator ``kind`` that ``read_state(state_name=...)`` reads typed."""
+    reader = _readers.reader_of(kind)
+    return reader.states if reader is not None else ()
 
 
 def default_state(desc: dict[str, Any]) -> str | None:
     """The state ``read_state`` reads typed when not told which: the one state of an
     aggregate's, window aggregate's or deduplication's root whose key types are recorded;
     ``None`` (the JSON form of every state) for others."""
-    names = BUILTIN_STATES.get(desc["operator"], ())
-    if desc["operator"] == _processor.KIND or len(names) != 1 or "key_columns" not in desc:
+    names = _states(desc["operator"])
+    if desc["operator"] == PROCESSOR_KIND or len(names) != 1 or "key_columns" not in desc:
         return None
     return names[0]
 
@@ -254,8 +235,9 @@ def default_state(desc: dict[str, Any]) -> str | None:
 def builtin_keys(desc: dict[str, Any], state_name: str) -> list[list[str]]:
     """The key columns (name, type) of built-in state ``state_name``'s typed rows: the
     query's, or for a join's side the join key as that side names it."""
-    if desc["operator"] == _join.KIND:
-        return _join_state.side_keys(desc, state_name)
+    reader = _reader(desc["operator"])
+    if reader.key_columns is not None:
+        return reader.key_columns(desc, state_name)
     return desc["key_columns"]
 
 
@@ -266,8 +248,8 @@ def builtin_columns(
     before ``shard_version``), or ``None`` when ``state_name`` is not one (a processor's own
     variables are :func:`typed_entry`'s); a name the operator does not have is refused."""
     kind = desc["operator"]
-    names = BUILTIN_STATES.get(kind, ())
-    if state_name is None or (kind == _processor.KIND and state_name not in names):
+    names = _states(kind)
+    if state_name is None or (kind == PROCESSOR_KIND and state_name not in names):
         return None
     if state_name not in names:
         raise InvalidArgumentError(
@@ -281,11 +263,9 @@ def builtin_columns(
             "recorded its key types, so its state cannot be read typed: omit state_name for "
             "the JSON form (one JSON key column)"
         )
-    if kind == _join.KIND:
-        return _join_state.typed_columns(desc, state_name)
-    if kind == _processor.KIND:
-        return [("timer", "timestamp")]
-    return OPERATORS[kind].typed_columns(desc)
+    typed_columns = _reader(kind).typed_columns
+    assert typed_columns is not None  # a reader with typed states has them
+    return typed_columns(desc, state_name)
 
 
 def _read_builtin(
@@ -326,28 +306,9 @@ def builtin_table(items: Any, desc: dict[str, Any], root: str, schema: Any,
     built-in state ``state_name``, typed: a pyarrow table of ``schema`` (from
     :func:`builtin_schema`), one row per entry in the order of ``items``, each entry's
     ``version`` as its ``shard_version``; ``None`` when there is none."""
-    kind = desc["operator"]
-    if kind == _join.KIND:
-        return _join_state.typed_rows(items, desc, root, schema, state_name)
-    if kind == _processor.KIND:
-        return _timer_rows(items, desc, schema)
-    return OPERATORS[kind].typed_rows(items, desc, root, schema)
-
-
-def _timer_rows(items: Any, desc: dict[str, Any], schema: Any) -> Any:
-    """A processor's timers of one shard: key columns, the timer's time, ``shard_version``."""
-    import pyarrow as pa
-
-    registry = desc.get(_processor.DESCRIPTOR_SCHEMAS) or {}
-    rows = [(gkey, value, ver) for gkey, _, _, value, _, ver, _
-            in _processor.decode_typed(items, registry, TIMER_STATE)]
-    if not rows:
-        return None
-    nk = len(schema) - 2
-    arrays = [pa.array([r[0][j] for r in rows], type=schema.field(j).type) for j in range(nk)]
-    arrays.append(pa.array([r[1] * 1000 for r in rows], pa.int64()).cast(schema.field(nk).type))
-    arrays.append(pa.array([r[2] for r in rows], pa.int64()))
-    return pa.Table.from_arrays(arrays, schema=schema)
+    typed_rows = _reader(desc["operator"]).typed_rows
+    assert typed_rows is not None  # a reader with typed states has them
+    return typed_rows(items, desc, root, schema, state_name)
 
 
 def typed_entry(
@@ -356,9 +317,10 @@ def typed_entry(
     """The schema registry entry of processor variable ``state_name`` when it is typed (its
     rows then get typed columns), else ``None``; an unknown variable is refused, naming the
     variables there are."""
-    if state_name is None or desc["operator"] != _processor.KIND or state_name == TIMER_STATE:
+    if (state_name is None or desc["operator"] != PROCESSOR_KIND
+            or state_name in _states(PROCESSOR_KIND)):
         return None
-    registry = desc.get(_processor.DESCRIPTOR_SCHEMAS)
+    registry = desc.get(DESCRIPTOR_SCHEMAS)
     if registry is None:
         return None  # a root from before the registry: the JSON form
     entry = registry.get(state_name)
@@ -392,11 +354,13 @@ def _read_typed(
     schema = T.DataType.fromDDL(", ".join(f"`{n}` {t}" for n, t in columns))
     arrow_schema = to_arrow_schema(schema, timezone="UTC")
     registry = {state_name: entry}
+    decode_typed = _reader(PROCESSOR_KIND).decode_typed
+    assert decode_typed is not None  # the processor's variables are typed
     nmap = len(map_key)
 
     def rows_of(shard: int) -> Any:
         items = read_shard(spec, shard, at)
-        decoded = _processor.decode_typed(items, registry, state_name)
+        decoded = decode_typed(items, registry, state_name)
         for gkey, _, sub, value, expiry, ver, _ in decoded:
             head = (*gkey, *(sub if nmap else ()))
             if isinstance(value, list):  # a list stored whole by older versions
@@ -423,20 +387,6 @@ def _read_typed(
     return shards.mapInArrow(read, schema)
 
 
-def root_versions(spec: _root.OperatorSpec) -> list[int]:
-    """The versions committed by any shard of any layout of the root, ascending (one LIST per
-    shard; withdrawn versions and versions removed by GC are not listed)."""
-    import silt
-
-    found: set[int] = set()
-    for generation, num_shards in spec.layouts or ((spec.generation, spec.num_shards),):
-        for shard in range(num_shards):
-            found.update(silt.versions(_layout.shard_url(
-                spec.root, shard, num_shards, spec.key_groups, generation),
-                storage_options=spec.storage_options))
-    return sorted(found)
-
-
 def _ranges(versions: list[int]) -> str:
     """``0-3, 7, 9-12``: ascending versions as runs."""
     runs: list[list[int]] = []
@@ -451,7 +401,7 @@ def _ranges(versions: list[int]) -> str:
 def check_version(spec: _root.OperatorSpec, version: int) -> None:
     """Refuse a ``version`` that no shard of the root committed (a micro-batch that changed
     no state, one not run yet, or one removed by GC), naming the versions there are."""
-    versions = root_versions(spec)
+    versions = _sources.root_versions(spec)
     if version in versions:
         return
     there = f"the versions there are: {_ranges(versions)}" if versions else "it has none"

@@ -8,7 +8,6 @@ import silt
 
 from ..errors import LayoutMismatchError
 from ..runtime import _layout, _names, _root, _sources, _storage
-from . import _read
 
 
 @dataclass(frozen=True)
@@ -53,7 +52,7 @@ def state_size(
             f"{state_url!r} is not a silt_spark operator root (no {_names.DESCRIPTOR}); pass the "
             "state_url the operator was built with"
         )
-    spec = _read._spec(desc, state_url, storage)
+    spec = _root.spec_of(desc, state_url, storage)
     at_most = version if version is not None else 2**63 - 1
     total = entries = ssts = 0
     versions: dict[int, int | None] = {}

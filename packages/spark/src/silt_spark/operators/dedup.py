@@ -48,10 +48,10 @@ from typing import Any
 from silt.errors import InvalidArgumentError
 from silt.tierkit import public_url
 
-from ..runtime import _api, _codec, _keys, _layout, _root, _shard, _watermark
+from ..runtime import _api, _codec, _keys, _layout, _readers, _root, _shard, _watermark
 from ..runtime._layout import KG_COLUMN, PARTITION_COLUMN
-from ..runtime._shard import ShardTask, check_key_groups
-from .aggregate import state_keys
+from ..runtime._shard import ShardTask
+from ._batchkeys import state_keys
 
 #: The operator kind, as recorded in the state root's descriptor.
 KIND = "dedup"
@@ -158,7 +158,6 @@ def merge_partition(task: ShardTask, batches: Iterator[Any], dp: DedupPlan) -> I
         if pc.min(t[KG_COLUMN]).as_py() < 0:
             t = t.filter(pc.greater_equal(t[KG_COLUMN], 0))  # tick rows only make a batch
     if batches and t.num_rows:
-        check_key_groups(task, t[KG_COLUMN])
         if event:
             t = drop_late(t, dp, task.late_watermark or 0)  # (already dropped before the shuffle)
             event_us = _watermark.event_us(t[dp.event_time_column])
@@ -421,3 +420,10 @@ def decode(items: Any, state_columns: list[list[str]] | None) -> Any:
         if _keys.tag_of(key) == DEDUP_TAG:  # value: the micro-batch that first saw the key
             batch = _U64.unpack_from(value)[0]  # (event time: then its expiry)
             yield _codec.decode(_keys.body(key)), "seen", None, str(batch), expiry, ver
+
+
+_readers.register(_readers.StateReader(
+    KIND, decode, states=("seen",),
+    typed_columns=lambda desc, state_name: typed_columns(desc),
+    typed_rows=lambda items, desc, root, schema, state_name: typed_rows(items, desc, root, schema),
+))

@@ -50,11 +50,11 @@ from typing import Any
 
 from silt.errors import InvalidArgumentError
 
-from ..runtime import _api, _codec, _keys, _layout, _root, _shard, _watermark
+from ..runtime import _api, _codec, _keys, _layout, _readers, _root, _shard, _watermark
 from ..runtime._layout import KG_COLUMN, PARTITION_COLUMN
 from ..runtime._names import META_LATE_ROWS, META_WATERMARK
-from ..runtime._shard import ShardTask, check_key_groups
-from . import aggregate as _aggregate
+from ..runtime._shard import ShardTask
+from . import _aggregation
 
 #: The operator kind, as recorded in the state root's descriptor.
 KIND = "window"
@@ -71,7 +71,7 @@ WS_COLUMN = "__ws"
 class WindowPlan:
     """Derived on the driver from the input schema; shipped to the tasks (plain data)."""
 
-    agg: _aggregate.AggPlan
+    agg: _aggregation.AggPlan
     time_column: str
     window_ms: int
     slide_ms: int
@@ -82,7 +82,7 @@ class WindowPlan:
 
 
 def plan(
-    df_schema: Any, key_columns: list[str], aggs: list[_aggregate.Agg], time_column: str,
+    df_schema: Any, key_columns: list[str], aggs: list[_aggregation.Agg], time_column: str,
     window_ms: int, slide_ms: int, delay_ms: int, output: str,
     previous: list[list[str]] | None = None, root: str = "",
 ) -> tuple[WindowPlan, Any, Any]:
@@ -104,7 +104,7 @@ def plan(
     clash = {"window_start", "window_end"} & set(key_columns)
     if clash:
         raise ValueError(f"key columns {sorted(clash)} clash with the output's window columns")
-    p, partial, output_struct = _aggregate.plan(df_schema, key_columns, aggs, previous, root)
+    p, partial, output_struct = _aggregation.plan(df_schema, key_columns, aggs, previous, root)
     clash = {"window_start", "window_end"} & {a.name for a in aggs}
     if clash:
         raise ValueError(f"aggregate names {sorted(clash)} clash with the window columns")
@@ -241,7 +241,6 @@ def merge_partition(task: ShardTask, batches: Iterator[Any], wp: WindowPlan) -> 
         t = t.filter(pc.greater_equal(t[KG_COLUMN], 0))  # heartbeat rows only make a batch
     rows = t is not None and t.num_rows > 0
     if rows:
-        check_key_groups(task, t[KG_COLUMN])
         task.observe_event_time(pc.max(t["__maxt"]).as_py())
     cutoff = wm - wp.window_ms  # windows starting <= cutoff are closed (end <= watermark)
     # Rows are late against the watermark of batch b - 1 (Spark's watermark for late events);
@@ -259,7 +258,7 @@ def merge_partition(task: ShardTask, batches: Iterator[Any], wp: WindowPlan) -> 
     if rows:
         g = t.drop_columns([PARTITION_COLUMN]).group_by(
             [*p.key_columns, KG_COLUMN, WS_COLUMN], use_threads=False
-        ).aggregate([*_aggregate.merge_specs(p), ("__own", "sum")])
+        ).aggregate([*_aggregation.merge_specs(p), ("__own", "sum")])
         ws = g[WS_COLUMN].to_numpy()
         late = ws <= late_cutoff  # Spark drops a (row, window) pair once the window's end <= wm
         if late.any():
@@ -276,8 +275,8 @@ def merge_partition(task: ShardTask, batches: Iterator[Any], wp: WindowPlan) -> 
             keys = state_keys(
                 g[KG_COLUMN].to_pylist(), ws.tolist(), [g[c].to_pylist() for c in p.key_columns]
             )
-            new = _aggregate.combine(
-                _aggregate.read_records(task.db.multi_get(keys), p, task.url), g, p
+            new = _aggregation.combine(
+                _aggregation.read_records(task.db.multi_get(keys), p, task.url), g, p
             )
             closing = ws <= cutoff
             buf = new.tobytes()
@@ -310,7 +309,7 @@ def merge_partition(task: ShardTask, batches: Iterator[Any], wp: WindowPlan) -> 
             closed_entries = [(k, v) for k, v in closed_entries if k not in closed_now]
         if closed_entries and wp.output == "append":
             decoded = [decode_key(k) for k, _ in closed_entries]
-            recs = _aggregate.read_records([v for _, v in closed_entries], p, task.url)
+            recs = _aggregation.read_records([v for _, v in closed_entries], p, task.url)
             nk = len(p.key_columns)
             key_arrays = [
                 pa.array([key[j] for _, key in decoded],
@@ -339,7 +338,7 @@ def _output(key_arrays: list[Any], starts_ms: Any, records: Any, wp: WindowPlan)
     tt = schema.field("window_start").type
     start = pa.array(starts_ms * 1000, pa.int64()).cast(tt)
     end = pa.array((starts_ms + wp.window_ms) * 1000, pa.int64()).cast(tt)
-    arrays = [*key_arrays, start, end, *_aggregate.output_arrays(records, wp.agg)]
+    arrays = [*key_arrays, start, end, *_aggregation.output_arrays(records, wp.agg)]
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
@@ -472,7 +471,7 @@ def window_aggregate(
     delay_ms = _api.parse_delay_ms(watermark_delay)
     if output not in OUTPUTS:
         raise InvalidArgumentError(f"output must be one of {OUTPUTS}, got {output!r}")
-    parsed = _aggregate.parse_aggs(aggs)
+    parsed = _aggregation.parse_aggs(aggs)
     plan(df.schema, keys, parsed, time_column, window_ms, slide_ms, delay_ms, output)
     spec = _api._spec(
         KIND, state_url, num_shards, key_groups, take_over, settings, df=df, reset=reset,
@@ -480,23 +479,23 @@ def window_aggregate(
         event_time_delays=(delay_ms,),
     )
     # Aggregated columns may be appended at a restart, as for aggregate() (_aggregate.py).
-    previous = _aggregate.previous_columns(spec, KIND)
+    previous = _aggregation.previous_columns(spec, KIND)
     wp, partial_struct, output_struct = plan(
         df.schema, keys, parsed, time_column, window_ms, slide_ms, delay_ms, output,
         previous, state_url,
     )
     p = wp.agg
     recorded = {
-        _aggregate.OUTPUTS: _aggregate.outputs(p, output_struct),
+        _aggregation.OUTPUTS: _aggregation.outputs(p, output_struct),
         TIME_TYPE: output_struct[len(keys)].dataType.simpleString(),
     }
     spec = _root.ensure_descriptor(spec, {
         "key_columns": _api._key_types(df, keys),
-        "state_columns": _aggregate.state_columns(p),
+        "state_columns": _aggregation.state_columns(p),
         "window": {"window_ms": window_ms, "slide_ms": slide_ms},
         **recorded,
     }, (*_api.PINNED, "window"))
-    _aggregate.record_columns(spec, previous, p)
+    _aggregation.record_columns(spec, previous, p)
     _root.refresh_descriptor(spec, recorded)
 
     def partial_fn(batches: Any) -> Any:
@@ -522,7 +521,7 @@ def typed_columns(desc: dict[str, Any]) -> list[tuple[str, str]]:
     """``read_state(state_name="window")``'s columns after the key columns and before
     ``shard_version``: ``window_start``, ``window_end`` and the aggregates, as emitted."""
     tt = str(desc.get(TIME_TYPE, "timestamp"))
-    return [("window_start", tt), ("window_end", tt), *_aggregate.typed_columns(desc)]
+    return [("window_start", tt), ("window_end", tt), *_aggregation.typed_columns(desc)]
 
 
 def typed_rows(items: Any, desc: dict[str, Any], url: str, schema: Any) -> Any:
@@ -544,13 +543,13 @@ def typed_rows(items: Any, desc: dict[str, Any], url: str, schema: Any) -> Any:
         return None
     nk = len(desc.get("key_columns") or [["key", "string"]])
     out_schema = pa.schema(list(schema)[:-1])
-    p = _aggregate.stored_plan(desc, pa.schema([*list(schema)[:nk], *list(schema)[nk + 2:-1]]))
+    p = _aggregation.stored_plan(desc, pa.schema([*list(schema)[:nk], *list(schema)[nk + 2:-1]]))
     w = desc["window"]
     wp = WindowPlan(p, "", int(w["window_ms"]), int(w["slide_ms"]), 0, "append", None,
                     out_schema)
     key_arrays = [pa.array([k[j] for k in gkeys], type=schema.field(j).type) for j in range(nk)]
     table = _output(key_arrays, np.asarray(starts, np.int64),
-                    _aggregate.read_records(values, p, url), wp)
+                    _aggregation.read_records(values, p, url), wp)
     return table.append_column("shard_version", pa.array(versions, pa.int64()))
 
 
@@ -558,9 +557,16 @@ def decode(items: Any, state_columns: list[list[str]] | None) -> Any:
     """``read_state``'s rows of this operator: ``(key tuple, state, map_key, value,
     expires_at_ms, version)`` per live entry of ``items`` (``(key, value, expires_at_ms,
     version)`` of one shard)."""
-    parts = _aggregate.running_parts(state_columns)
+    parts = _aggregation.running_parts(state_columns)
     for key, value, expiry, ver in items:
         if _keys.tag_of(key) != WINDOW_TAG:
             continue
         start, gkey = decode_key(key)  # map_key: the window's start (ms since the epoch)
         yield gkey, "window", str(start), _codec.to_json(parts(value)), expiry, ver
+
+
+_readers.register(_readers.StateReader(
+    KIND, decode, states=("window",),
+    typed_columns=lambda desc, state_name: typed_columns(desc),
+    typed_rows=lambda items, desc, root, schema, state_name: typed_rows(items, desc, root, schema),
+))

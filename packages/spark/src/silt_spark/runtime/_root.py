@@ -197,3 +197,16 @@ def update_descriptor(
         retrying(lambda: store.put(DESCRIPTOR, body))
     finally:
         store.close()
+
+
+def spec_of(
+    desc: dict[str, Any], root: str, storage_options: dict[str, str] | None = None
+) -> OperatorSpec:
+    """The spec of the operator root at ``root`` as its descriptor ``desc`` records it (for
+    reading it: ``read_state``, ``read_changes``, ``state_size``, ``silt inspect``)."""
+    layouts = tuple((int(x["generation"]), int(x["num_shards"])) for x in desc["layouts"])
+    return OperatorSpec(
+        kind=desc["operator"], root=root, num_shards=int(desc["num_shards"]),
+        key_groups=int(desc["key_groups"]), generation=int(desc["generation"]), layouts=layouts,
+        storage_options=storage_options,
+    )

@@ -64,6 +64,7 @@ from ..errors import (
 )
 from . import _guard, _layout, _lifecycle, _metrics, _progress, _watermark
 from ._handles import CACHE, MAX_CACHED_SHARDS, Cached
+from ._layout import KG_COLUMN
 from ._names import META_BATCH_ID, META_MAINTAINED, META_QUERY_ID, META_ROWS_IN
 from ._root import OperatorSpec
 from ._sources import migrate, newer_base
@@ -507,6 +508,9 @@ def run_shard(
 ) -> Iterator[Any]:
     """The body of the operator's ``mapInArrow`` function: open, process, commit, release.
 
+    ``process`` gets the task's batches already checked to belong to its shard (:func:`placed`),
+    so no operator checks key groups itself.
+
     Each task is measured (:mod:`silt_spark.runtime._metrics`): its counts go into the committed
     manifest's meta, and a successful task's record is added to ``report`` (the driver's
     metrics accumulator, or ``None``). With ``progress_schema`` (the stage's Arrow schema,
@@ -541,7 +545,7 @@ def run_shard(
     try:
         if task.may_need_migration():
             _ = task.db  # a rescaled layout's shard takes its state at its first batch
-        out = probe.count_out(process(task, probe.count_in(batches)))
+        out = probe.count_out(process(task, placed(task, probe.count_in(batches))))
         yield from out if stage is None else stage.data(out)
         task.meta_updates.update(probe.meta())
         task.finish()
@@ -552,6 +556,22 @@ def run_shard(
     _metrics.report(report, record)
     if stage is not None and record is not None:
         yield stage.metrics(record)
+
+
+def placed(task: ShardTask, batches: Iterator[Any]) -> Iterator[Any]:
+    """``batches``, each checked by :func:`check_key_groups` as it passes (rows of a key group
+    below 0 are tick or heartbeat rows, which belong to every shard): the one check, for every
+    operator, that the task's rows are its shard's."""
+    import pyarrow.compute as pc
+
+    for b in batches:
+        i = b.schema.get_field_index(KG_COLUMN)
+        if i >= 0 and b.num_rows:
+            kg = b.column(i)
+            if pc.min(kg).as_py() < 0:
+                kg = kg.filter(pc.greater_equal(kg, 0))
+            check_key_groups(task, kg)
+        yield b
 
 
 def check_key_groups(task: ShardTask, kg_array: Any) -> None:

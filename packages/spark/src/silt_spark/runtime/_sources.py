@@ -146,3 +146,17 @@ def shard_sources(spec: OperatorSpec, shard: int, version: int) -> list[tuple[An
     if index > 0:
         previous_sources(spec, index - 1, first, last, version, out)
     return out
+
+
+def root_versions(spec: OperatorSpec) -> list[int]:
+    """The versions committed by any shard of any layout of the root, ascending (one LIST per
+    shard; withdrawn versions and versions removed by GC are not listed)."""
+    import silt
+
+    found: set[int] = set()
+    for generation, num_shards in spec.layouts or ((spec.generation, spec.num_shards),):
+        for shard in range(num_shards):
+            found.update(silt.versions(_layout.shard_url(
+                spec.root, shard, num_shards, spec.key_groups, generation),
+                storage_options=spec.storage_options))
+    return sorted(found)

@@ -15,7 +15,7 @@ from typing import Any
 from silt.errors import InvalidArgumentError, InvalidTypeError
 
 from ...runtime import _api, _layout, _rewrite, _root, _schema, _shard
-from ..processor import _handle as _processor
+from ...runtime._names import DESCRIPTOR_SCHEMAS, PROCESSOR_KIND
 from ._state import SUPPORTED_KINDS, BatchHandle
 
 
@@ -112,14 +112,14 @@ def transform_batches(
     struct = _api._struct(output_schema)
     declared = declared_states(processor)
     spec = _api._spec(
-        _processor.KIND, state_url, num_shards, key_groups, take_over, settings, df=df,
+        PROCESSOR_KIND, state_url, num_shards, key_groups, take_over, settings, df=df,
         storage_options=storage_options,
     )
     from pyspark.sql.pandas.types import to_arrow_schema
 
     arrow_schema = to_arrow_schema(struct, timezone="UTC")
     # As transform_with_state: schemas checked and evolved here, before any state is written.
-    field = _processor.DESCRIPTOR_SCHEMAS
+    field = DESCRIPTOR_SCHEMAS
     have = _root.read_descriptor(spec.root, spec.storage_options)
     registry = _schema.evolve((have or {}).get(field) or {}, declared)
     spec = _root.ensure_descriptor(

@@ -31,7 +31,7 @@ from silt.errors import InvalidArgumentError
 
 from ...runtime import _rowcodec, _schema
 from ...runtime._names import META_DELETED_STATES
-from ..processor import _handle as _processor
+from .. import _varkeys
 from ._tables import as_table, conform
 
 #: The kinds of state variables ``transform_batches`` serves so far.
@@ -85,8 +85,8 @@ class BatchKeys:
                  processor: str) -> None:
         self.key_columns = key_columns
         self.processor = processor
-        #: enc(key) -> the key's state prefix (``_processor.key_prefix``).
-        self.prefix_of = {e: _processor.key_prefix(kg, e) for e, kg in zip(encoded, kgs)}
+        #: enc(key) -> the key's state prefix (``_varkeys.key_prefix``).
+        self.prefix_of = {e: _varkeys.key_prefix(kg, e) for e, kg in zip(encoded, kgs)}
 
     def prefixes(self, keys: Any, what: str) -> list[bytes]:
         """The state prefixes of ``keys`` (a table of key rows of this batch), or an error
@@ -145,7 +145,7 @@ class BatchValueState:
 
         self._handle = handle
         self.name = name
-        self._name = _processor._name_bytes(name)
+        self._name = _varkeys._name_bytes(name)
         self._codec = codec
         #: The variable's latest schema as Arrow (what ``put`` takes; ``get`` returns it with
         #: every field nullable, null for keys without a value).
@@ -283,7 +283,7 @@ class BatchHandle:
             self._deleted = set(json.loads(raw)) if raw else set()
 
     def _declare(self, kind: str, name: str, key_schema: Any, schema: Any, ttl: Any) -> None:
-        _processor._name_bytes(name)  # a name the layout can hold
+        _varkeys._name_bytes(name)  # a name the layout can hold
         if name in self.declared and self.declared[name][0] != kind:
             raise InvalidArgumentError(
                 f"{self._processor} declares state {name!r} as a {self.declared[name][0]} and "

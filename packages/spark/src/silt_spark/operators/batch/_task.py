@@ -19,8 +19,8 @@ from typing import Any
 
 from ...runtime import _rowcodec
 from ...runtime._layout import KG_COLUMN, PARTITION_COLUMN
-from ...runtime._shard import ShardTask, check_key_groups
-from ..processor._handle import TimerValues
+from ...runtime._shard import ShardTask
+from .._timervalues import TimerValues
 from ._state import BatchHandle, BatchKeys, BatchStates
 from ._tables import as_table, conform
 
@@ -47,7 +47,6 @@ def process_partition(
         table = table.filter(pc.greater_equal(table[KG_COLUMN], 0))
     if not table.num_rows:
         return  # no rows: the shard is not even opened
-    check_key_groups(task, table[KG_COLUMN])
     table = table.drop_columns([PARTITION_COLUMN])
     name = type(processor).__name__
     where = f"batch processor {name} (micro-batch {task.batch_id}, shard {task.shard})"

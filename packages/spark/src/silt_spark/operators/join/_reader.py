@@ -11,8 +11,8 @@ from typing import Any
 
 from silt.errors import InvalidArgumentError
 
-from ...runtime import _codec, _keys, _rowcodec
-from ._probe import JOIN_KEYS, JOIN_TAG, SIDE_TYPES, SIDES, split_row_key
+from ...runtime import _codec, _keys, _readers, _rowcodec
+from ._buffers import JOIN_KEYS, JOIN_TAG, KIND, RIGHT, SIDE_TYPES, SIDES, split_row_key
 
 
 def side_keys(desc: dict[str, Any], state_name: str) -> list[list[str]]:
@@ -99,3 +99,22 @@ def typed_rows(items: Any, desc: dict[str, Any], url: str, schema: Any,
     arrays += [pa.array(times, pa.int64()).cast(fields[nk + nrow].type),
                pa.array(matched, pa.bool_()), pa.array(versions, pa.int64())]
     return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def decode(items: Any, state_columns: list[list[str]] | None) -> Any:
+    """``read_state``'s rows of this operator: per buffered row, ``(join key, "left"|"right",
+    map_key, value, expires_at_ms, version)`` with ``map_key`` the JSON of ``[event time us,
+    seq]`` and ``value`` the JSON of ``{"matched": bool, "row": [...]}``."""
+    for key, value, expiry, ver in items:
+        if _keys.tag_of(key) != JOIN_TAG or key[_keys.BODY_AT] > RIGHT:
+            continue
+        side, _, enc_key, time_us, seq = split_row_key(key)
+        row = {"matched": value[0] == 1, "row": list(_codec.decode(value[1:]))}
+        yield (_codec.decode(enc_key), SIDES[side], _codec.to_json([time_us, seq]),
+               _codec.to_json(row), expiry, ver)
+
+
+_readers.register(_readers.StateReader(
+    KIND, decode, states=SIDES, typed_columns=typed_columns, typed_rows=typed_rows,
+    key_columns=side_keys,
+))

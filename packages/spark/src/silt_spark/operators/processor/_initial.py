@@ -26,7 +26,7 @@ from typing import Any
 from silt.errors import InvalidArgumentError, InvalidTypeError, NotFoundError
 from silt.plugins import open_store
 
-from ...runtime import _layout, _root
+from ...runtime import _layout, _root, _sources
 
 PREFIX = "initial/"
 
@@ -69,9 +69,8 @@ def check(initial: Any, df: Any, keys: list[str]) -> Any:
 
 
 def _has_state(spec: _root.OperatorSpec) -> bool:
-    from ...inspect._read import root_versions
 
-    return bool(root_versions(spec))
+    return bool(_sources.root_versions(spec))
 
 
 def stage(initial: Any, keys: list[str], spec: _root.OperatorSpec) -> str | None:
