@@ -24,7 +24,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from . import _keys, _schema
+from . import _keys, _schema, _valuecodec
 
 #: The factory's name, as ``Settings.value_rewriter`` holds it.
 NAME = "silt_spark.runtime._rewrite:for_registry"
@@ -59,7 +59,7 @@ def for_registry(config: str) -> Callable[[bytes, bytes], bytes | None]:
     state_tag = _keys.STATE_TAG
     timer_mark = _keys.TIMER_MARK
     list_element = _keys.LIST_ELEMENT[0]
-    tagged = (_schema.TYPED_VALUE, _schema.TYPED_LIST)
+    tagged = (_valuecodec.TYPED_VALUE, _valuecodec.TYPED_LIST)
 
     def rewrite(key: bytes, value: bytes) -> bytes | None:
         if len(value) < 3 or value[0] not in tagged or ((value[1] << 8) | value[2]) >= newest:
@@ -77,7 +77,7 @@ def for_registry(config: str) -> Callable[[bytes, bytes], bytes | None]:
         if sid >= codec.sid or sid < codec.base:
             return None
         try:
-            if value[0] == _schema.TYPED_LIST:
+            if value[0] == _valuecodec.TYPED_LIST:
                 if sub[:1] and sub[0] == list_element:
                     return None  # never written: elements are single values
                 rows = codec.decode_list(value)

@@ -14,7 +14,7 @@ from typing import Any
 
 from silt.errors import InvalidArgumentError, InvalidTypeError
 
-from ...runtime import _api, _layout, _rewrite, _root, _schema, _shard
+from ...runtime import _api, _layout, _rewrite, _root, _schema, _shard, _types
 from ...runtime._names import DESCRIPTOR_SCHEMAS, PROCESSOR_KIND
 from ._state import SUPPORTED_KINDS, BatchHandle
 
@@ -167,7 +167,7 @@ def declared_states(processor: Any) -> dict[str, _schema.Declared]:
                 f"needs one (get returns Arrow columns of it), e.g. "
                 f"handle.getValueState({name!r}, 'n long')"
             )
-        out[name] = _schema.Declared(kind, None, _schema.from_spark(value, f"state {name!r}"),
+        out[name] = _schema.Declared(kind, None, _types.from_spark(value, f"state {name!r}"),
                                      False)
     return out
 

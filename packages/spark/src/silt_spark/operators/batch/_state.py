@@ -29,7 +29,7 @@ from typing import Any
 
 from silt.errors import InvalidArgumentError
 
-from ...runtime import _rowcodec, _schema
+from ...runtime import _rowcodec, _schema, _valuecodec
 from ...runtime._names import META_DELETED_STATES
 from .. import _varkeys
 from ._tables import as_table, conform
@@ -139,7 +139,7 @@ class BatchValueState:
     ...         total.put(keys, pa.table({"amount": new}))
     """
 
-    def __init__(self, handle: BatchHandle, name: str, codec: _schema.VarCodec,
+    def __init__(self, handle: BatchHandle, name: str, codec: _valuecodec.VarCodec,
                  arrow_schema: Any) -> None:
         import pyarrow as pa
 

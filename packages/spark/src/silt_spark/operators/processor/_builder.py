@@ -11,7 +11,7 @@ from typing import Any
 
 from silt.errors import InvalidArgumentError, InvalidTypeError
 
-from ...runtime import _api, _layout, _rewrite, _root, _schema, _shard
+from ...runtime import _api, _layout, _rewrite, _root, _schema, _shard, _types
 from ...runtime._names import (
     DESCRIPTOR_SCHEMAS,
 )
@@ -259,8 +259,8 @@ def declared_states(processor: Any, time_mode: str = "none") -> dict[str, _schem
         what = f"state {name!r}"
         out[name] = _schema.Declared(
             _schema.kind_name(kind),
-            None if key is None else _schema.from_spark(key, f"{what} map key"),
-            None if value is None else _schema.from_spark(value, what),
+            None if key is None else _types.from_spark(key, f"{what} map key"),
+            None if value is None else _types.from_spark(value, what),
             reset,
         )
     return out

@@ -10,7 +10,7 @@ from typing import Any
 
 from silt.errors import InvalidArgumentError, InvalidTypeError
 
-from ...runtime import _codec, _schema
+from ...runtime import _codec, _valuecodec
 from .._varkeys import _SEQ, LIST_ELEMENT, _name_bytes, list_seq
 from . import _handover
 
@@ -41,7 +41,7 @@ class _State:
         self._ttl = _ttl_seconds(ttl_ms)
         self._state_name = name
         #: The variable's schema codec (None: declared without a schema, values self-describing).
-        self._codec: _schema.VarCodec | None = handle._codecs.get(name)
+        self._codec: _valuecodec.VarCodec | None = handle._codecs.get(name)
         codec = self._codec
         #: Decoded values as PySpark's state clients return them (None: as decoded).
         fields = codec.versions[-1] if codec and codec.typed else None
