@@ -523,7 +523,7 @@ def test_spark_durations() -> None:
 def test_spark_layout_options(num_shards: object, key_groups: object, cls: type,
                               match: str) -> None:
     with raises(cls, match=match):
-        _api._spec("aggregate", "file:///tmp/x", num_shards, key_groups,  # type: ignore[arg-type]
+        _api.operator_spec("aggregate", "file:///tmp/x", num_shards, key_groups,  # type: ignore[arg-type]
                    False, None)
 
 

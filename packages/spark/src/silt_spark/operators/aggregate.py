@@ -151,17 +151,17 @@ def aggregate(
     >>> query = (totals.writeStream.foreachBatch(lambda out, batch_id: out.show())
     ...          .option("checkpointLocation", "/data/chk/totals").start())
     """
-    keys = _api._key_list(key_columns, df)
+    keys = _api.key_list(key_columns, df)
     parsed = parse_aggs(aggs)
     plan(df.schema, keys, parsed)  # arguments checked before any state is touched
-    spec = _api._spec(
+    spec = _api.operator_spec(
         KIND, state_url, num_shards, key_groups, take_over, settings, df=df, reset=reset,
         storage_options=storage_options,
     )
     previous = previous_columns(spec, KIND)
     p, partial_struct, output_struct = plan(df.schema, keys, parsed, previous, state_url)
     spec = _root.ensure_descriptor(spec, {
-        "key_columns": _api._key_types(df, keys),
+        "key_columns": _api.key_types(df, keys),
         "state_columns": state_columns(p),
         OUTPUTS: outputs(p, output_struct),
     }, _api.PINNED)
@@ -176,7 +176,7 @@ def aggregate(
 
     needed = list(dict.fromkeys([*keys, *p.value_columns]))
     partials = df.select(*needed).mapInArrow(partial_fn, partial_struct)
-    return _api.shard_stage(_api._route(partials, keys, spec), df, spec, process, output_struct)
+    return _api.shard_stage(_api.route(partials, keys, spec), df, spec, process, output_struct)
 
 
 # --- read-back: read_state ----------------------------------------------------------------

@@ -319,7 +319,7 @@ def deduplicate(
     from pyspark.sql import types as T
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    keys = _api._key_list(key_columns, df)
+    keys = _api.key_list(key_columns, df)
     ttl_ms = None if ttl is None else _api._duration_ms(ttl, "ttl")
     delay_ms = _api.parse_delay_ms(watermark_delay)
     if event_time_column is not None:
@@ -335,7 +335,7 @@ def deduplicate(
         if name in df.columns:
             raise InvalidArgumentError(f"the DataFrame must not have a column named {name!r}")
     delays = (delay_ms,) if event_time_column is not None else ()
-    spec = _api._spec(
+    spec = _api.operator_spec(
         KIND, state_url, num_shards, key_groups, take_over, settings, df=df, reset=reset,
         storage_options=storage_options,
         event_time_delays=delays,
@@ -351,7 +351,7 @@ def deduplicate(
             "event-time deduplication needs another state_url"
         )
     spec = _root.ensure_descriptor(
-        spec, {"key_columns": _api._key_types(df, keys), "dedup_time": mode},
+        spec, {"key_columns": _api.key_types(df, keys), "dedup_time": mode},
         (*_api.PINNED, "dedup_time"),
     )
     seq_struct = T.StructType([*df.schema.fields, T.StructField(SEQ_COLUMN, T.LongType())])
@@ -372,7 +372,7 @@ def deduplicate(
         return merge_partition(task, batches, dp)
 
     numbered = df.mapInArrow(number_fn, seq_struct)
-    return _api.shard_stage(_api._route(numbered, keys, spec), df, spec, process, df.schema)
+    return _api.shard_stage(_api.route(numbered, keys, spec), df, spec, process, df.schema)
 
 
 # --- read-back: read_state ----------------------------------------------------------------

@@ -458,7 +458,7 @@ def window_aggregate(
     >>> query = (failures.writeStream.format("parquet").option("path", "/data/out/failures")
     ...          .option("checkpointLocation", "/data/chk/failures").start())
     """
-    keys = _api._key_list(key_columns, df)
+    keys = _api.key_list(key_columns, df)
     window_ms = _api._duration_ms(window_duration, "window_duration")
     slide_ms = window_ms if slide_duration is None else _api._duration_ms(
         slide_duration, "slide_duration"
@@ -473,7 +473,7 @@ def window_aggregate(
         raise InvalidArgumentError(f"output must be one of {OUTPUTS}, got {output!r}")
     parsed = _aggregation.parse_aggs(aggs)
     plan(df.schema, keys, parsed, time_column, window_ms, slide_ms, delay_ms, output)
-    spec = _api._spec(
+    spec = _api.operator_spec(
         KIND, state_url, num_shards, key_groups, take_over, settings, df=df, reset=reset,
         storage_options=storage_options,
         event_time_delays=(delay_ms,),
@@ -490,7 +490,7 @@ def window_aggregate(
         TIME_TYPE: output_struct[len(keys)].dataType.simpleString(),
     }
     spec = _root.ensure_descriptor(spec, {
-        "key_columns": _api._key_types(df, keys),
+        "key_columns": _api.key_types(df, keys),
         "state_columns": _aggregation.state_columns(p),
         "window": {"window_ms": window_ms, "slide_ms": slide_ms},
         **recorded,
@@ -506,7 +506,7 @@ def window_aggregate(
 
     needed = list(dict.fromkeys([*keys, time_column, *p.value_columns]))
     partials = df.select(*needed).mapInArrow(partial_fn, partial_struct)
-    routed = _api._route(partials, keys, spec, heartbeat)
+    routed = _api.route(partials, keys, spec, heartbeat)
     return _api.shard_stage(routed, df, spec, process, output_struct)
 
 

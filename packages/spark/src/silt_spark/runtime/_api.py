@@ -16,7 +16,7 @@ from silt.tierkit import public_url
 from . import _guard, _interval, _layout, _metrics, _progress, _root, _shard, _storage, _tick
 
 
-def _spec(
+def operator_spec(
     kind: str,
     state_url: str,
     num_shards: int,
@@ -176,7 +176,7 @@ def _check_no_spark_watermark(df: Any, kind: str) -> None:
     )
 
 
-def _key_list(key_columns: Sequence[str] | str, df: Any) -> list[str]:
+def key_list(key_columns: Sequence[str] | str, df: Any) -> list[str]:
     keys = [key_columns] if isinstance(key_columns, str) else list(key_columns)
     if not keys:
         raise InvalidArgumentError("key_columns must name at least one column")
@@ -193,7 +193,7 @@ def _key_list(key_columns: Sequence[str] | str, df: Any) -> list[str]:
 PINNED = ("key_columns",)
 
 
-def _key_types(df: Any, keys: list[str]) -> list[list[str]]:
+def key_types(df: Any, keys: list[str]) -> list[list[str]]:
     fields = {f.name: f for f in df.schema.fields}
     return [[c, fields[c].dataType.simpleString()] for c in keys]
 
@@ -210,7 +210,7 @@ def _struct(schema: Any) -> Any:
     return schema
 
 
-def _route(df: Any, keys: list[str], spec: _root.OperatorSpec, heartbeat: bool = False) -> Any:
+def route(df: Any, keys: list[str], spec: _root.OperatorSpec, heartbeat: bool = False) -> Any:
     """``df`` with its routing columns, shuffled to the operator's shards; an event-time
     operator's input gets silt's tick source (``_tick.py``, unless ``spark.silt.tick=false``),
     and ``heartbeat`` a 1 row/s ``rate`` source."""

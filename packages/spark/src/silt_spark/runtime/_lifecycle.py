@@ -130,7 +130,7 @@ def preflight(spec: Any, query_id: str, batch: int) -> SparkStateError | None:
         store.close()
     mine = origin_key(query_id, 0)[:-20]
     first = min((int(n[len(mine):]) for n in names if n.startswith(mine)), default=None)
-    if (first is None or first > batch) and batch > 0 and spec.check_origin \
+    if (first is None or first > batch) and batch > 0 and spec.records_origin \
             and DROPPED not in names:
         return StateLostError(lost_message(spec.root, query_id, batch))
     urls = [_layout.shard_url(spec.root, shard, num_shards, spec.key_groups, generation)

@@ -43,7 +43,7 @@ class OperatorSpec:
     #: The descriptor's id (a dropped and re-created root gets a new one) and whether the
     #: root records the queries it serves (see _lifecycle.py).
     incarnation: str = ""
-    check_origin: bool = False
+    records_origin: bool = False
     #: Watermark delay (ms) of each event-time input; empty for operators without event time.
     event_time_delays: tuple[int, ...] = ()
     #: Whether the query has the operator's tick source (``_tick.py``): it then runs Spark's
@@ -123,7 +123,7 @@ def ensure_descriptor(
         if retrying(lambda: store.put_if_absent(DESCRIPTOR, data)):
             return replace(
                 spec, generation=0, layouts=((0, spec.num_shards),),
-                incarnation=want["incarnation"], check_origin=True,
+                incarnation=want["incarnation"], records_origin=True,
             )
     finally:
         store.close()
@@ -171,7 +171,7 @@ def ensure_descriptor(
     return replace(
         spec, generation=int(have["generation"]), layouts=layouts,
         incarnation=str(have.get("incarnation", "")),
-        check_origin=_lifecycle.DESCRIPTOR_FIELD in have,
+        records_origin=_lifecycle.DESCRIPTOR_FIELD in have,
     )
 
 

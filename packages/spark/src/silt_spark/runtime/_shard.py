@@ -115,7 +115,7 @@ class ShardTask:
         self.root_requests: dict[str, dict[str, int]] = {"lifecycle": {}, "watermark": {}}
         _lifecycle.check_origin(
             spec.root, spec.incarnation, query_id, batch_id,
-            checked_root=spec.check_origin, take_over=spec.take_over,
+            checked_root=spec.records_origin, take_over=spec.take_over,
             counts=self.root_requests["lifecycle"], storage_options=spec.storage_options,
         )
         delays = spec.event_time_delays

@@ -102,7 +102,7 @@ def transform_batches(
     ...     events, Totals(), ["user"], "user string, n long, amount long",
     ...     state_url="file:///data/state/totals", num_shards=4)
     """
-    keys = _api._key_list(key_columns, df)
+    keys = _api.key_list(key_columns, df)
     for method in ("init", "process"):
         if not callable(getattr(processor, method, None)):
             raise InvalidTypeError(
@@ -111,7 +111,7 @@ def transform_batches(
             )
     struct = _api._struct(output_schema)
     declared = declared_states(processor)
-    spec = _api._spec(
+    spec = _api.operator_spec(
         PROCESSOR_KIND, state_url, num_shards, key_groups, take_over, settings, df=df,
         storage_options=storage_options,
     )
@@ -123,7 +123,7 @@ def transform_batches(
     have = _root.read_descriptor(spec.root, spec.storage_options)
     registry = _schema.evolve((have or {}).get(field) or {}, declared)
     spec = _root.ensure_descriptor(
-        spec, {"key_columns": _api._key_types(df, keys), field: registry}, _api.PINNED,
+        spec, {"key_columns": _api.key_types(df, keys), field: registry}, _api.PINNED,
     )
     if have is not None and field in have and have[field] != registry:
         _root.update_descriptor(spec.root, {field: registry}, spec.storage_options)
@@ -136,7 +136,7 @@ def transform_batches(
         return process_partition(task, batches, processor, keys, arrow_schema, registry,
                                  arrow_schemas)
 
-    return _api.shard_stage(_api._route(df, keys, spec), df, spec, process, struct)
+    return _api.shard_stage(_api.route(df, keys, spec), df, spec, process, struct)
 
 
 def declared_states(processor: Any) -> dict[str, _schema.Declared]:

@@ -254,7 +254,7 @@ def join(
     out_struct = T.StructType(out_fields)
     bucket_us = None if rng is None else max(MIN_BUCKET_US, rng[0] + rng[1])
 
-    spec = _api._spec(
+    spec = _api.operator_spec(
         KIND, state_url, num_shards, key_groups, take_over, settings, df=left,
         storage_options=storage_options,
         event_time_delays=delays if event else (),
@@ -266,7 +266,7 @@ def join(
     # goes on without (its descriptor never gains the field: its rows have no entries).
     fresh = _root.read_descriptor(spec.root, spec.storage_options) is None
     spec = _root.ensure_descriptor(spec, {
-        "key_columns": _api._key_types(left, lk),
+        "key_columns": _api.key_types(left, lk),
         "join": {"how": kind, "bucket_us": bucket_us, "left": list(lcols),
                  "right": list(rcols)},
         SIDE_TYPES: side_types,
@@ -308,7 +308,7 @@ def join(
         return merge_partition(task, batches, jp)
 
     key_cols = [f"__k{i}" for i in range(len(lk))]
-    routed = _api._route(union, key_cols, spec, heartbeat)
+    routed = _api.route(union, key_cols, spec, heartbeat)
     return _api.shard_stage(routed, left, spec, process, out_struct)
 
 

@@ -187,7 +187,7 @@ def transform_with_state(
     >>> query = (counts.writeStream.format("parquet").option("path", "/data/out")
     ...          .option("checkpointLocation", "/data/chk").start())
     """
-    keys = _api._key_list(key_columns, df)
+    keys = _api.key_list(key_columns, df)
     for method in ("init", "handleInputRows"):
         if not callable(getattr(processor, method, None)):
             raise InvalidTypeError(
@@ -202,7 +202,7 @@ def transform_with_state(
     fmt = _handover.RowsFormat.for_session(rows_format, df.sparkSession)
     time_cfg = _time_config(df, time_mode, event_time_column, watermark_delay)
     init_df = None if initial_state is None else _initial.check(initial_state, df, keys)
-    spec = _api._spec(
+    spec = _api.operator_spec(
         KIND, state_url, num_shards, key_groups, take_over, settings, df=df, reset=reset,
         storage_options=storage_options,
         event_time_delays=(
@@ -218,7 +218,7 @@ def transform_with_state(
         (have or {}).get(DESCRIPTOR_SCHEMAS) or {}, declared_states(processor, time_cfg.mode)
     )
     spec = _root.ensure_descriptor(
-        spec, {"key_columns": _api._key_types(df, keys), DESCRIPTOR_SCHEMAS: registry},
+        spec, {"key_columns": _api.key_types(df, keys), DESCRIPTOR_SCHEMAS: registry},
         _api.PINNED,
     )
     if have is not None and DESCRIPTOR_SCHEMAS in have and have[DESCRIPTOR_SCHEMAS] != registry:
@@ -235,7 +235,7 @@ def transform_with_state(
             staging,
         )
 
-    return _api.shard_stage(_api._route(df, keys, spec, heartbeat), df, spec, process, struct)
+    return _api.shard_stage(_api.route(df, keys, spec, heartbeat), df, spec, process, struct)
 
 
 def declared_states(processor: Any, time_mode: str = "none") -> dict[str, _schema.Declared]:
