@@ -260,7 +260,7 @@ def state_dtype(p: AggPlan, columns: int | None = None) -> Any:
     return np.dtype(fields)
 
 
-# -- the arithmetic, shared with window aggregation (_window.py) ---------------------------------
+# -- the arithmetic, shared with window aggregation (window.py) ----------------------------------
 def merge_specs(p: AggPlan) -> list[tuple[str, str]]:
     """``group_by(...).aggregate(...)`` specs that merge partial rows (see :func:`combine`)."""
     specs: list[tuple[str, str]] = [("__rows", "sum")]

@@ -1,6 +1,7 @@
 """Event-time window aggregation (tumbling and sliding), with no Python call per row.
 
-The plan mirrors keyed aggregation (``_aggregate.py``), with the window start as part of the key:
+The plan mirrors keyed aggregation (``aggregate.py``, on the records of ``_aggregation.py``), with
+the window start as part of the key:
 
 1. **Before the shuffle** (``mapInArrow`` per input partition): each row is assigned to its
    windows with numpy (``ceil(window / slide)`` candidate starts per row, as Spark's ``window()``
@@ -478,7 +479,7 @@ def window_aggregate(
         storage_options=storage_options,
         event_time_delays=(delay_ms,),
     )
-    # Aggregated columns may be appended at a restart, as for aggregate() (_aggregate.py).
+    # Aggregated columns may be appended at a restart, as for aggregate() (_aggregation.py).
     previous = _aggregation.previous_columns(spec, KIND)
     wp, partial_struct, output_struct = plan(
         df.schema, keys, parsed, time_column, window_ms, slide_ms, delay_ms, output,

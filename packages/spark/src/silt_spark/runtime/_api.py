@@ -2,7 +2,7 @@
 the routing shuffle, the per-shard task function. No state is touched here.
 
 Each operator's own builder (the public function that plans its query) lives in its module
-(``_aggregate.py``, ``_window.py``, ``_dedup.py``, ``_processor.py``) and calls these.
+(``operators/``) and calls these.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ tag         operator       body
 ``S``       processor      ``len:u32be enc(grouping key) ...`` (its state and own timers)
 ``T``       processor      ``expiry:u64be(+2^63) enc(grouping key)`` (timer index)
 ``J``       join           ``side:u8 bucket:u64be(+2^63) ...`` (each side's buffer, by time
-                           bucket; ``_join.py`` draws it)
+                           bucket; ``operators/join`` draws it)
 ==========  =============  ===================================================================
 
 A new operator takes a tag byte no other operator uses, and adds it here. These bytes are the

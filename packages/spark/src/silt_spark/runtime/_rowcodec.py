@@ -1,6 +1,6 @@
 """``_codec`` for whole Arrow columns: encode, take apart and decode many rows with numpy.
 
-The join (``_join.py``) keeps each buffered row under a key and a value made of ``_codec``
+The join (``operators/join``) keeps each buffered row under a key and a value made of ``_codec``
 encodings (``enc(join key tuple)``, ``enc(row tuple)``). Building them row by row in Python is
 the join's largest cost, so this module builds the same bytes for all the rows of a batch at
 once, and reads them back the same way:

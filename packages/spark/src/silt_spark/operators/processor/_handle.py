@@ -11,8 +11,8 @@ by key-group range)::
 element (``... name 0xFF seq:u64be``, so an append writes only what it appends; lists written
 whole by older versions, one entry at ``... name``, still read); each map entry is its own LSM
 entry, so maps and lists can be large. Values are tuples (like PySpark's ``Row`` tuples); a variable
-declared with a schema is encoded with it (``_schema.py``), one declared without in ``_codec``'s
-self-describing encoding.
+declared with a schema is encoded with it (``runtime/_valuecodec.py``), one declared without in
+``_codec``'s self-describing encoding.
 
 Timers live in the same LSM: each key's timers under its prefix (``key_prefix 0x00 expiry``,
 for ``listTimers``), and a shard-wide index per key group (``kg 'T' expiry enc(key)``) scanned
@@ -27,14 +27,13 @@ the watermark is a tick batch of ``_tick.py`` when no data waits, as Spark's no-
 A state TTL is processing time (the LSM's own expiry), restarts on every update, as in PySpark,
 and is refused in event-time mode, as PySpark does.
 
-Before user code runs, a batch's state is read ahead (``_prefetch.py``): one sorted
+Before user code runs, a batch's state is read ahead (``runtime/_prefetch.py``): one sorted
 ``multi_get`` for the value states of all the batch's keys (and of the keys whose timers fire),
 one prefix scan per key for list and map states and timers; the state variables read from it.
 
-The module owns the operator: its builder (:func:`transform_with_state`, which plans the query on
-the driver), its executors (``process_partition`` in the shard's task, with the state handles above)
-and :func:`decode` (its entries as ``read_state`` rows). Keys are built and split through
-``_keys.py``.
+This module is the handle (:class:`StatefulProcessorHandle`): the state of the key being
+processed, read from the batch's prefetch; the rest of the operator is beside it (see the
+package's docstring). Keys are built and split through ``operators/_varkeys.py``.
 """
 
 from __future__ import annotations
