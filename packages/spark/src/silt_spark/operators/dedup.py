@@ -230,6 +230,7 @@ def _forget(task: ShardTask, limit: int, ops: list) -> int | None:
 
 # --- driver: the query plan ------------------------------------------------------------------
 
+@_api.root_parameters
 def deduplicate(
     df: Any,
     key_columns: Sequence[str] | str,
@@ -282,20 +283,7 @@ def deduplicate(
         **processing time** (wall clock), so results depend on when batches run. Later
         duplicates do not extend it; once it has passed, the key's next row is emitted again.
         Neither option: keys are remembered forever.
-    key_groups : int, default 256
-        Number of key groups, fixed per root.
-    take_over : bool, default False
-        Take the state root over from another streaming query: discard the state that
-        belongs to another query id (a new checkpoint means a new query id) instead of failing
-        with :class:`~silt_spark.errors.ForeignStateError`. To start your own query's state
-        over, use :func:`silt_spark.drop_state`. (``reset=`` is its deprecated old name.)
-    settings : silt.Settings, optional
-        LSM settings for the shards.
-    storage_options : dict of str, optional
-        Object-store options for the state root, credentials included (``access_key_id``,
-        ``secret_access_key``... for ``s3://``; see docs/spark.md): passed with the job to the
-        executors, never shown. ``spark.silt.storage.<name>`` in the Spark conf sets them too;
-        this argument wins.
+    {root_parameters}
 
     Returns
     -------

@@ -345,6 +345,7 @@ def _output(key_arrays: list[Any], starts_ms: Any, records: Any, wp: WindowPlan)
 
 # --- driver: the query plan ------------------------------------------------------------------
 
+@_api.root_parameters
 def window_aggregate(
     df: Any,
     key_columns: Sequence[str] | str,
@@ -416,20 +417,7 @@ def window_aggregate(
         tick source gives the query that batch, see docs/spark.md). ``"update"``: every
         micro-batch emits each window that received rows in it, with its running aggregates
         (closed windows are evicted without output).
-    key_groups : int, default 256
-        Number of key groups, fixed per root.
-    take_over : bool, default False
-        Take the state root over from another streaming query: discard the state that
-        belongs to another query id (a new checkpoint means a new query id) instead of failing
-        with :class:`~silt_spark.errors.ForeignStateError`. To start your own query's state
-        over, use :func:`silt_spark.drop_state`. (``reset=`` is its deprecated old name.)
-    settings : silt.Settings, optional
-        LSM settings for the shards.
-    storage_options : dict of str, optional
-        Object-store options for the state root, credentials included (``access_key_id``,
-        ``secret_access_key``... for ``s3://``; see docs/spark.md): passed with the job to the
-        executors, never shown. ``spark.silt.storage.<name>`` in the Spark conf sets them too;
-        this argument wins.
+    {root_parameters}
     heartbeat : bool, default False
         Union a 1 row/s ``rate`` source into the operator so micro-batches keep running while
         the input is idle (needed only with ``spark.silt.tick=false``: the tick source runs the

@@ -7,6 +7,7 @@ Each operator's own builder (the public function that plans its query) lives in 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -296,3 +297,36 @@ def _duration_ms(value: Any, name: str) -> int:
     """A positive duration (a window, a slide, a TTL) in ms, ``1..MAX_DURATION_MS``: ``int``
     ms, a ``datetime.timedelta`` or an interval string (``_interval.py``)."""
     return _interval.duration_ms(value=value, name=name, positive=True, months_ok=False)
+
+
+#: The parameters every operator's builder shares, documented once: each builder's docstring
+#: has ``{root_parameters}`` where they go (:func:`root_parameters`).
+ROOT_PARAMETERS = """\
+key_groups : int, default 256
+    Number of key groups, fixed per root.
+take_over : bool, default False
+    Take the state root over from another streaming query: discard the state that
+    belongs to another query id (a new checkpoint means a new query id) instead of failing
+    with :class:`~silt_spark.errors.ForeignStateError`. To start your own query's state
+    over, use :func:`silt_spark.drop_state`. (``reset=`` is its deprecated old name.)
+settings : silt.Settings, optional
+    LSM settings for the shards.
+storage_options : dict of str, optional
+    Object-store options for the state root, credentials included (``access_key_id``,
+    ``secret_access_key``... for ``s3://``; see docs/spark.md): passed with the job to the
+    executors, never shown. ``spark.silt.storage.<name>`` in the Spark conf sets them too;
+    this argument wins.
+"""
+
+
+def root_parameters(builder: Callable[..., Any]) -> Callable[..., Any]:
+    """Put :data:`ROOT_PARAMETERS` into ``builder``'s docstring at its ``{root_parameters}``
+    line, indented as that line is."""
+    doc = builder.__doc__ or ""
+    marker = re.search(r"^([ \t]*)\{root_parameters\}\n", doc, re.M)
+    if marker is not None:
+        indent = marker.group(1)
+        block = "".join(indent + line + "\n" if line else "\n"
+                        for line in ROOT_PARAMETERS.splitlines())
+        builder.__doc__ = doc[:marker.start()] + block + doc[marker.end():]
+    return builder

@@ -64,6 +64,7 @@ def _on(on: Any, left: Any, right: Any) -> tuple[list[str], list[str], bool]:
     return lk, rk, using
 
 
+@_api.root_parameters
 def join(
     left: Any,
     right: Any,
@@ -126,17 +127,7 @@ def join(
         Match only rows whose left time lies between the right time minus ``a`` and the right
         time plus ``b`` (inclusive; durations as for the delays; ``a + b >= 0``). Rows expire
         once no future row of the other side can match them.
-    key_groups : int, default 256
-        Number of key groups, fixed per root.
-    take_over : bool, default False
-        Discard state that belongs to another streaming query instead of failing.
-    settings : silt.Settings, optional
-        LSM settings for the shards.
-    storage_options : dict of str, optional
-        Object-store options for the state root, credentials included (``access_key_id``,
-        ``secret_access_key``... for ``s3://``; see docs/spark.md): passed with the job to the
-        executors, never shown. ``spark.silt.storage.<name>`` in the Spark conf sets them too;
-        this argument wins.
+    {root_parameters}
     heartbeat : bool, default False
         Union a 1 row/s ``rate`` source so batches keep running while both inputs are idle
         (needed only with ``spark.silt.tick=false``, see docs/spark.md).

@@ -50,6 +50,7 @@ def _time_config(df: Any, mode: str, column: str | None, delay: Any) -> Any:
     return TimeConfig(m, column, delay_ms)
 
 
+@_api.root_parameters
 def transform_with_state(
     df: Any,
     processor: Any,
@@ -97,20 +98,7 @@ def transform_with_state(
     num_shards : int
         Number of shards (Spark partitions of the operator). Restarting the query with
         another number rescales without moving state (see ``docs/spark.md``, Rescaling).
-    key_groups : int, default 256
-        Number of key groups, fixed per root; the upper bound on ``num_shards``.
-    take_over : bool, default False
-        Take the state root over from another streaming query: discard the state that
-        belongs to another query id (a new checkpoint means a new query id) instead of failing
-        with :class:`~silt_spark.errors.ForeignStateError`. To start your own query's state
-        over, use :func:`silt_spark.drop_state`. (``reset=`` is its deprecated old name.)
-    settings : silt.Settings, optional
-        LSM settings for the shards.
-    storage_options : dict of str, optional
-        Object-store options for the state root, credentials included (``access_key_id``,
-        ``secret_access_key``... for ``s3://``; see docs/spark.md): passed with the job to the
-        executors, never shown. ``spark.silt.storage.<name>`` in the Spark conf sets them too;
-        this argument wins.
+    {root_parameters}
     rows_format : {"pandas", "row", "arrow"}, default "pandas"
         What ``handleInputRows`` receives. ``"pandas"``: an iterator of pandas DataFrames as
         ``transformWithStateInPandas`` gives them (Spark's dtypes, e.g. timestamps as naive
