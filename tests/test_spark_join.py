@@ -383,3 +383,30 @@ def test_full_outer_and_semi_joins_equal_spark_batch_by_batch_over_a_backlog(spa
             assert rows["ruser"].isna().sum() > 3 and rows["luser"].isna().sum() > 3
             assert want[max(want)]["luser"].isna().any()  # emitted by the final no-data batch
         assert_same_batches(out[how], want, lambda df, c=columns: norm(df, c), how)
+
+
+def test_a_side_without_data_and_a_restart_keep_sparks_watermark(spark, tmp_path):
+    """Spark's two rules for several inputs, against Spark's left outer join: the watermark
+    stays at 0 while one side has had no data (the right side's first row, at 101 s, is not
+    late and matches the left row at 100 s), and a restart forgets each side's maximum (the
+    left side's 200 s before the restart does not count after it: the right row at 170 s is
+    not late and matches the left row at 168 s). silt restarts and rescales 1 -> 2 shards
+    there."""
+    batches = [
+        ([("u1", 1, 100_000), ("u1", 2, 120_000)], []),
+        ([("u3", 3, 125_000)], [("u1", 4, 101_000), ("u3", 5, 124_000)]),
+        ([("u4", 6, 200_000)], [("u1", 7, 103_000), ("u4", 8, 150_000)]),
+        ([("u2", 9, 168_000)], [("u2", 10, 190_000)]),
+        ([], [("u2", 11, 170_000)]),
+        ([("u5", 12, 300_000)], [("u5", 13, 300_000)]),
+    ]
+    variants = {
+        "spark-left": (spark_join("left"), (3,), None),
+        "left": (silt_join(tmp_path, "left", "left", [1, 2]), (3,), None),
+    }
+    out, _ = run_all(spark, tmp_path, batches, variants)
+    want = norm(out["spark-left"], COLUMNS)
+    # What the two rules decide, in Spark's own output: the late-looking right rows matched.
+    matched = set(zip(want["lv"].dropna().astype(int), want["rv"].fillna(-1).astype(int)))
+    assert {(1, 4), (9, 11)} <= matched, matched
+    pd.testing.assert_frame_equal(norm(out["left"], COLUMNS), want, check_dtype=False)

@@ -1,16 +1,20 @@
 """Spark's two watermarks per micro-batch, derived from silt's marker objects (no Spark).
 
-Batch ``b`` closes, forgets and fires with the watermark of the batches before ``b`` (Spark's
+Batch ``b`` closes, forgets and fires with the watermark computed after batch ``b - 1`` (Spark's
 watermark for eviction) and drops rows late against the one batch ``b - 1`` ran with (its
-watermark for late events). Over random histories of markers (one or two inputs, several
-shards per batch, batches that raise nothing), every attempt of every batch, including a retry
-in another process after shard 0 pruned markers, must derive both values from what a model
-that keeps every marker computes.
+watermark for late events). The model below is Spark's own ``WatermarkTracker``: per run of the
+query (a restart), each input's largest event time minus its delay, 0 for an input without
+data in the run; the global value rises to their minimum and never goes down, and only it
+survives a restart. Over random histories (one or two inputs, several shards per batch,
+batches that raise nothing, restarts, a run that dies inside a batch after some shards wrote
+their markers), every attempt of every batch, including a retry in another process after shard
+0 pruned, must derive both values the model gives.
 """
 
 from __future__ import annotations
 
 import random
+import uuid
 
 import pytest
 from silt_spark.runtime import _tick, _watermark
@@ -22,42 +26,106 @@ def _fresh_process() -> None:
         _watermark._LISTED.clear()
 
 
-@pytest.mark.parametrize("seed", range(12))
-def test_both_watermarks_survive_pruning_retries_and_other_processes(tmp_path, seed):
+class SparkTracker:
+    """Spark's ``WatermarkTracker`` under the default ``min`` policy."""
+
+    def __init__(self, delays: list[int]) -> None:
+        self.delays, self.global_ms = delays, 0
+        self.restart()
+
+    def restart(self) -> None:
+        self.per_input: list[int | None] = [None] * len(self.delays)
+
+    def update(self, maxima: list[int | None]) -> None:
+        for i, (m, d) in enumerate(zip(maxima, self.delays)):
+            if m is not None and (self.per_input[i] is None or m - d > self.per_input[i]):
+                self.per_input[i] = m - d
+        chosen = min(0 if w is None else w for w in self.per_input)
+        self.global_ms = max(self.global_ms, chosen)
+
+
+def _shards(rng, b, n):
+    """Batch ``b``'s input (fixed by Spark's offset log whichever run executes it): each
+    shard's largest event time per input."""
+    return [[rng.choice((None, 10_000 * b + rng.randrange(9_000))) for _ in range(n)]
+            for _ in range(rng.randrange(0, 4))]
+
+
+def _run_batch(root, b, n, shards, seen):
+    """Batch ``b``'s tasks: each shard writes what its rows raised; returns the batch's
+    largest event time per input."""
+    maxima: list[int | None] = [None] * n
+    for shard, mine in enumerate(shards):
+        _watermark.record(root, "q", b, f"kg-{shard}", mine, seen[shard % len(seen)])
+        maxima = [m if x is None else x if m is None else max(m, x) for m, x in zip(maxima, mine)]
+    return maxima
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_both_watermarks_follow_spark_across_runs_pruning_and_retries(tmp_path, seed,
+                                                                      monkeypatch):
     rng = random.Random(seed)
+    monkeypatch.setattr(_watermark, "PRUNE_AT", rng.choice((1, 3, 16)))
     n = rng.choice((1, 2))
     delays = [rng.choice((0, 1_000, 5_000)) for _ in range(n)]
     root = (tmp_path / "op").as_uri()
-    history: list[list[int | None]] = []  # per batch: largest event time per input
+    spark = SparkTracker(delays)
+    late = 0  # the value the batch before ran with
+    run = str(uuid.UUID(int=rng.getrandbits(128)))
     ticks = {"w": {}}
-    for b in range(14):
-        def top(upto: int) -> list[int | None]:
-            vals = [[h[i] for h in history[:max(upto, 0)] if h[i] is not None] for i in range(n)]
-            return [max(v) if v else None for v in vals]
-
-        wm = _watermark.watermark_of(top(b), delays)
-        want = (wm, min(wm, _watermark.watermark_of(top(b - 1), delays)))
-        for attempt in range(2):  # shard 0 prunes; then a retry in another process
-            _fresh_process()
-            seen = _watermark.observe(root, "q", b, delays, prune=attempt == 0)
-            assert (seen.watermark_ms, seen.late_ms) == want, (b, attempt)
-            assert seen.late_ms <= seen.watermark_ms
+    for b in range(24):
+        shards = _shards(rng, b, n)
         # The tick source offers a batch exactly when the watermark moved since the last one.
         now = _tick.due_offset(root, delays)
-        moved = b > 0 and wm > _watermark.watermark_of(top(b - 1), delays)
+        moved = b > 0 and spark.global_ms > late
         assert _tick.moved(ticks, now) == moved, b
         # A run that starts now (its baseline) ticks for no move made before it.
         assert not _tick.moved(ticks, now, now), b
         assert _tick.moved(ticks, now, ticks) == moved, b
         ticks = now
-        # Batch b's tasks: each shard writes markers for the inputs whose maximum it raised.
-        maxima: list[int | None] = [None] * n
-        for shard in range(rng.randrange(0, 4)):
-            mine = [rng.choice((None, 10_000 * b + rng.randrange(9_000))) for _ in range(n)]
-            _watermark.record(root, "q", b, f"kg-{shard}", mine, seen)
-            maxima = [m if x is None else x if m is None else max(m, x)
-                      for m, x in zip(maxima, mine)]
-        history.append(maxima)
+        if b and rng.random() < 0.2:  # a restart before b; sometimes a run dies inside b first
+            if rng.random() < 0.5:
+                _fresh_process()
+                dying = str(uuid.UUID(int=rng.getrandbits(128)))
+                seen = _watermark.observe(root, "q", b, delays, run_id=dying)
+                _run_batch(root, b, n, shards[:rng.randrange(len(shards) + 1)], [seen])
+            spark.restart()
+            run = str(uuid.UUID(int=rng.getrandbits(128)))
+        want = (spark.global_ms, late if b else spark.global_ms)
+        seen = []
+        for attempt in range(2):  # shard 0 prunes; then a retry in another process
+            _fresh_process()
+            seen.append(_watermark.observe(root, "q", b, delays, prune=attempt == 0,
+                                           run_id=run))
+            assert (seen[-1].watermark_ms, seen[-1].late_ms) == want, (b, attempt)
+        late = spark.global_ms
+        spark.update(_run_batch(root, b, n, shards, seen))
+    # Pruning keeps the listing small however long the query runs.
+    store = _watermark._root_store(root)
+    assert len(list(store.list(_watermark.PREFIX))) <= _watermark.PRUNE_AT + 4 * n * 2 + 4
+
+
+def test_an_input_without_data_holds_the_watermark_and_a_restart_forgets_the_maxima(tmp_path):
+    """The two rules Spark adds for several inputs, spelled out: the global value stays at 0
+    until every input has had data, and after a restart an input's maximum starts again from
+    the rows of the new run (the global value does not go down)."""
+    root = (tmp_path / "op").as_uri()
+    delays = [0, 0]
+    first, second = (str(uuid.UUID(int=i)) for i in (1, 2))
+
+    def batch(b, run, maxima):
+        _fresh_process()
+        seen = _watermark.observe(root, "q", b, delays, run_id=run)
+        _watermark.record(root, "q", b, "kg-a", maxima, seen)
+        return seen.watermark_ms
+
+    assert batch(0, first, [9_000, None]) == 0
+    assert batch(1, first, [20_000, 5_000]) == 0  # the right input had no data before batch 1
+    assert batch(2, first, [None, None]) == 5_000
+    # The restart: the new run's maxima are 12_000 and 30_000, not 20_000 and 30_000.
+    assert batch(3, second, [12_000, 30_000]) == 5_000
+    assert batch(4, second, [None, None]) == 12_000
+    assert batch(5, second, [None, 1_000]) == 12_000  # never lower
 
 
 def test_the_tick_reader_lists_after_each_batch_not_while_spark_polls(tmp_path, monkeypatch):

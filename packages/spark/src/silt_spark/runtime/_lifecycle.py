@@ -208,12 +208,26 @@ def drop_state(
         doomed = [k for k in keys if k != DROPPED]
         # The descriptor goes last: an interrupted drop can be run again.
         doomed.sort(key=lambda k: k == DESCRIPTOR)
-        for i in range(0, len(doomed), 1000):
-            chunk = doomed[i:i + 1000]
-            retrying(lambda chunk=chunk: store.delete_many(chunk))
+        delete_keys(store, doomed)
         retrying(lambda: store.put_if_absent(DROPPED, b""))
     finally:
         store.close()
     drop_cached_handles()
     forget_checked()
     return len(doomed)
+
+
+def delete_keys(store: Any, keys: list[str]) -> None:
+    """Delete ``keys`` from ``store``, in order, 1,000 per request."""
+    for i in range(0, len(keys), 1000):
+        chunk = keys[i:i + 1000]
+        retrying(lambda chunk=chunk: store.delete_many(chunk))
+
+
+def delete_all(url: str, storage_options: dict[str, str] | None = None) -> None:
+    """Delete every object under ``url`` (a shard taken over from another query)."""
+    store = open_store(url, storage_options=storage_options)
+    try:
+        delete_keys(store, [info.key for info in retrying(lambda: list(store.list("")))])
+    finally:
+        store.close()

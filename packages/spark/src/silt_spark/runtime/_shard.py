@@ -50,8 +50,6 @@ from typing import Any
 
 import silt
 from silt.errors import NotFoundError
-from silt.plugins import open_store
-from silt.store import retrying
 from silt.tierkit import public_url
 
 from ..errors import (
@@ -82,7 +80,8 @@ class ShardTask:
     """
 
     def __init__(
-        self, spec: OperatorSpec, shard: int, batch_id: int, query_id: str, attempt: int
+        self, spec: OperatorSpec, shard: int, batch_id: int, query_id: str, attempt: int,
+        run_id: str = "",
     ) -> None:
         self.spec = spec
         self.shard = shard
@@ -123,7 +122,7 @@ class ShardTask:
             self._observed = _watermark.observe(
                 spec.root, query_id, batch_id, delays, prune=shard == 0,
                 counts=self.root_requests["watermark"], incarnation=spec.incarnation,
-                storage_options=spec.storage_options,
+                storage_options=spec.storage_options, run_id=run_id,
             )
             self.watermark = self._observed.watermark_ms
             self.late_watermark = self._observed.late_ms if spec.ticks else self.watermark
@@ -282,7 +281,7 @@ class ShardTask:
                                 public_url(self.url), owner)
                     db.close()
                     db = None
-                    _delete_all(self.url, self.spec.storage_options)
+                    _lifecycle.delete_all(self.url, self.spec.storage_options)
                     db = self._open_at_most(b - 1)
                     known = []
             self._check_not_ahead(known)
@@ -333,7 +332,9 @@ class ShardTask:
         """Record the batch's event times (before the commit, so a committed version always
         has its markers), then commit version ``batch_id`` if anything changed (and it is not a
         replay)."""
-        if self._observed is not None and any(m is not None for m in self._event_seen):
+        observed = self._observed
+        if observed is not None and (observed.new_run
+                                     or any(m is not None for m in self._event_seen)):
             _watermark.record(
                 self.spec.root, self.query_id, self.batch_id, self.url_name,
                 self._event_seen, self._observed, self.root_requests["watermark"],
@@ -488,17 +489,6 @@ def _perf() -> float:
     return time.perf_counter()
 
 
-def _delete_all(url: str, storage_options: dict[str, str] | None = None) -> None:
-    store = open_store(url, storage_options=storage_options)
-    try:
-        keys = [info.key for info in retrying(lambda: list(store.list("")))]
-        for i in range(0, len(keys), 1000):
-            chunk = keys[i:i + 1000]
-            retrying(lambda chunk=chunk: store.delete_many(chunk))
-    finally:
-        store.close()
-
-
 def run_shard(
     spec: OperatorSpec,
     batches: Iterator[Any],
@@ -538,7 +528,8 @@ def run_shard(
             ".repartition(n) to the operator's output before the union, or make it the first "
             "input, and keep spark.sql.adaptive.enabled off"
         )
-    task = ShardTask(spec, shard, int(batch_id), query_id, ctx.attemptNumber())
+    task = ShardTask(spec, shard, int(batch_id), query_id, ctx.attemptNumber(),
+                     run_id=_watermark.run_of_task(ctx))
     probe = task.probe = _metrics.TaskProbe(task)
     stage = _progress.Stage(progress_schema) if progress_schema is not None else None
     ok = False

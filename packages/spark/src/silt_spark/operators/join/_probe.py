@@ -19,9 +19,10 @@ with the same results. The plan:
    expires in the same batch never brings it back.
 
 Event time (optional; needed for outer and semi joins, as in Spark): each side has a timestamp
-column and a watermark delay; the query-wide watermark ``wm`` of batch ``b`` is the minimum over
-the sides of (largest event time of the batches before ``b`` minus the side's delay), as
-Spark's default ``multipleWatermarkPolicy=min`` (``_watermark.py``). Rows at or before batch
+column and a watermark delay; the query-wide watermark ``wm`` of batch ``b`` rises to the
+minimum over the sides of (largest event time of the run's batches before ``b`` minus the side's
+delay, 0 for a side without data) and never goes down, as Spark's default
+``multipleWatermarkPolicy=min`` (``_watermark.py``). Rows at or before batch
 ``b - 1``'s ``wm`` are late and dropped. With a time range (left time in right time - ``a`` ..
 + ``b``) a left row can match no future right row once ``<= wm - a - 1`` ms, a right row once
 ``<= wm - b - 1`` (Spark's state watermarks): evicted then; at or below it on arrival (batches
