@@ -2,7 +2,7 @@
 its eviction as the buffer grows, with the outer side's time index and without it.
 
 Not a test: it prints a table (and writes JSON) and fails only when the two layouts give
-different output. The shard's task code (``silt_spark._join.merge_partition``) runs in this
+different output. The shard's task code (``silt_spark.operators.join._probe.merge_partition``) runs in this
 process on a ``file://`` DB, as a Spark task would run it, on the workload of
 ``spark_bench.py --cases join --join-buffered N --join-step-rows R``: orders with uniformly
 random keys (as many distinct keys as buffered rows), payments 0-50 s after 90% of them, left
@@ -43,7 +43,9 @@ import numpy as np
 import pyarrow as pa
 import silt
 from silt import _ext
-from silt_spark import _join, _layout, _watermark
+from silt_spark.operators.join import _buffers
+from silt_spark.operators.join import _probe as _join
+from silt_spark.runtime import _layout, _watermark
 
 KEY_GROUPS = 64  # one shard of four at 256 key groups
 TS = pa.timestamp("us", tz="UTC")
@@ -52,12 +54,12 @@ DELAY_MS = (10_000, 10_000)
 FILL_SPAN_MS = 20_000  # each fill batch: 20 s of event time (the buffers keep ~40 s)
 
 
-def plan(indexed: bool) -> _join.JoinPlan:
+def plan(indexed: bool) -> _buffers.JoinPlan:
     left = pa.schema([("__l0", pa.int64()), ("__l1", pa.int64()), ("__l2", TS)])
     right = pa.schema([("__r0", pa.int64()), ("__r1", pa.int64()), ("__r2", TS)])
     out = pa.schema([("key", pa.int64()), ("amount", pa.int64()), ("ot", TS),
                      ("pkey", pa.int64()), ("paid", pa.int64()), ("pt", TS)])
-    return _join.JoinPlan(
+    return _buffers.JoinPlan(
         how="left", nkeys=1, columns=(("key", "amount", "ot"), ("pkey", "paid", "pt")),
         time_index=(2, 2), time_range=RANGE_US, bucket_us=sum(RANGE_US),
         output=tuple([("L", i) for i in range(3)] + [("R", i) for i in range(3)]),

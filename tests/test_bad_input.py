@@ -15,7 +15,9 @@ from silt.errors import (
     NoTierError,
     VersionNotFoundError,
 )
-from silt_spark import _api, _processor
+from silt_spark.operators.processor import _handle as _processor
+from silt_spark.operators.processor import _state
+from silt_spark.runtime import _api
 
 
 @pytest.fixture
@@ -521,7 +523,7 @@ def test_spark_durations() -> None:
 def test_spark_layout_options(num_shards: object, key_groups: object, cls: type,
                               match: str) -> None:
     with raises(cls, match=match):
-        _api._spec("aggregate", "file:///tmp/x", num_shards, key_groups,  # type: ignore[arg-type]
+        _api.operator_spec("aggregate", "file:///tmp/x", num_shards, key_groups,  # type: ignore[arg-type]
                    False, None)
 
 
@@ -530,10 +532,10 @@ def test_spark_state_ttls_and_timers() -> None:
     bare OverflowError/ValueError (or, for a TTL, at the first write)."""
     for ttl in (math.inf, math.nan, 0, -5, 2**64, 1e300):
         with raises(InvalidArgumentError, match="ttlDurationMs must be a positive number of ms"):
-            _processor._ttl_seconds(ttl)  # type: ignore[arg-type]
+            _state._ttl_seconds(ttl)  # type: ignore[arg-type]
     with raises(InvalidTypeError, match="ttlDurationMs must be a number of ms"):
-        _processor._ttl_seconds("1000")  # type: ignore[arg-type]
-    assert _processor._ttl_seconds(1500) == 1.5
+        _state._ttl_seconds("1000")  # type: ignore[arg-type]
+    assert _state._ttl_seconds(1500) == 1.5
     # The timestamp check runs before the handle touches its task.
     handle = _processor.StatefulProcessorHandle(None, time_mode="processingtime")  # type: ignore[arg-type]
     for expiry in (math.inf, -math.inf, math.nan, 2**63, -(2**63) - 1):

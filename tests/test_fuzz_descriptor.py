@@ -2,7 +2,7 @@
 error, never an internal one.
 
 The descriptor is stored metadata like a manifest, read back by
-:func:`silt_spark._shard.descriptor_of` (bounded JSON, every field checked). Starting from
+:func:`silt_spark.runtime._shard.descriptor_of` (bounded JSON, every field checked). Starting from
 descriptors as each operator writes them (aggregate, window aggregate, deduplication, join,
 stateful processor), hundreds of crafted ones are made: a value anywhere replaced by another JSON
 value (wrong types, huge, negative, deep), a field dropped, bytes flipped, inserted or cut, and
@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from silt import cli, plugins
 from silt.errors import CorruptionError
 from silt.tiers.file import FileStore
-from silt_spark import _read, _shard
+from silt_spark.runtime import _names, _root
 
 FUZZ = settings(max_examples=300, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
@@ -130,7 +130,7 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def shard_dir(shard: int) -> str:
-    spec = _read._spec(REAL[0], "file:///x")
+    spec = _root.spec_of(REAL[0], "file:///x")
     return spec.shard_url(shard).rsplit("/", 1)[1]
 
 
@@ -147,8 +147,8 @@ def spark_plugin() -> Iterator[None]:
 
 def test_real_descriptors_are_read_back_as_written(root: Path) -> None:
     for doc in REAL:
-        (root / _shard.DESCRIPTOR).write_bytes(json.dumps(doc).encode())
-        got = _shard.descriptor_of(FileStore(str(root)))
+        (root / _names.DESCRIPTOR).write_bytes(json.dumps(doc).encode())
+        got = _root.descriptor_of(FileStore(str(root)))
         assert got is not None and got["operator"] == doc["operator"]
         assert got["layouts"][-1] == {"generation": got["generation"],
                                       "num_shards": doc["num_shards"]}
@@ -159,14 +159,14 @@ def test_real_descriptors_are_read_back_as_written(root: Path) -> None:
 def test_a_crafted_descriptor_is_a_clear_error(root: Path, spark_plugin: None,
                                                capsys: pytest.CaptureFixture[str],
                                                data: bytes) -> None:
-    (root / _shard.DESCRIPTOR).write_bytes(data)
+    (root / _names.DESCRIPTOR).write_bytes(data)
     try:
-        desc = _shard.descriptor_of(FileStore(str(root)))
+        desc = _root.descriptor_of(FileStore(str(root)))
     except CorruptionError as exc:
-        assert exc.object_name == _shard.DESCRIPTOR
+        assert exc.object_name == _names.DESCRIPTOR
         desc = None
     if desc is not None:  # still as silt_spark writes it: what reads it can use it
-        spec = _read._spec(desc, root.as_uri())
+        spec = _root.spec_of(desc, root.as_uri())
         assert spec.layouts[-1] == (spec.generation, spec.num_shards)
     for argv in (["inspect", root.as_uri()], ["inspect", "--values", "3", root.as_uri()]):
         status = cli.main(argv)
@@ -176,4 +176,4 @@ def test_a_crafted_descriptor_is_a_clear_error(root: Path, spark_plugin: None,
         if status != cli.EXIT_OK:
             assert err.startswith("silt: error: ") and err.count("\n") == 1, err
         if desc is None:
-            assert status == cli.EXIT_CORRUPT and _shard.DESCRIPTOR in err
+            assert status == cli.EXIT_CORRUPT and _names.DESCRIPTOR in err

@@ -45,7 +45,7 @@ def test_unpickling_an_operator_module_in_a_worker_loads_no_engine_module() -> N
     # what a worker imports to run the partial aggregation before the shuffle
     got = _fresh(f"""
         import json, sys
-        import silt_spark._aggregate
+        import silt_spark.operators.aggregate
         print(json.dumps(sorted(m for m in {ENGINE!r} if m in sys.modules)))
     """)
     assert got == []

@@ -15,8 +15,8 @@ import pytest
 import silt_spark
 from pyspark import cloudpickle
 from pyspark.sql import functions as F
-from silt_spark import _shard
 from silt_spark.errors import LayoutMismatchError
+from silt_spark.runtime import _names, _root
 from test_spark_operator import Run, assert_frames, batch
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -64,7 +64,7 @@ def test_a_restart_may_append_aggregate_columns(spark: Any, tmp_path: Path) -> N
     run.stop()
     got = run.outputs[2][["user", *[c for c in AFTER]]]
     assert_frames(got, model(history, after))
-    desc = _shard.read_descriptor(state)
+    desc = _root.read_descriptor(state)
     assert desc is not None and desc["state_columns"] == [["amount", "i64"], ["price", "f64"]]
 
     # read_state decodes records of both widths: a user not in the last batch has no price yet.
@@ -85,18 +85,18 @@ def test_removing_or_retyping_an_aggregated_column_is_refused_at_start(
     src.mkdir()
     stream = with_price(spark.readStream.schema(Run.schema).json(str(src)))
     silt_spark.aggregate(stream, ["user"], ["count", "sum(amount)", "min(price)"], state, 2)
-    before = (tmp_path / "state" / _shard.DESCRIPTOR).read_bytes()
+    before = (tmp_path / "state" / _names.DESCRIPTOR).read_bytes()
     with pytest.raises(LayoutMismatchError, match=r"column\(s\) 'amount', which the aggregates"):
         silt_spark.aggregate(stream, ["user"], ["count", "max(price)"], state, 2)
     with pytest.raises(LayoutMismatchError, match=r"column 'price' changed type.*floating-point "
                                                   r"\(f64\), the column is now integral"):
         silt_spark.aggregate(stream.withColumn("price", F.col("price").cast("long")), ["user"],
                              ["sum(amount)", "sum(price)"], state, 2)
-    assert (tmp_path / "state" / _shard.DESCRIPTOR).read_bytes() == before
+    assert (tmp_path / "state" / _names.DESCRIPTOR).read_bytes() == before
     # Output columns alone may change: another aggregate over a column already aggregated.
     # The state's layout stays; the recorded outputs (what typed read_state shows) follow.
     silt_spark.aggregate(stream, ["user"], ["avg(price)", "max(amount)"], state, 2)
-    was, now = json.loads(before), _shard.read_descriptor(state)
+    was, now = json.loads(before), _root.read_descriptor(state)
     assert now is not None and now["state_columns"] == was["state_columns"]
     assert {k: v for k, v in now.items() if k != "outputs"} == {
         k: v for k, v in was.items() if k != "outputs"}

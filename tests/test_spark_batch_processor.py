@@ -29,10 +29,12 @@ from hypothesis import strategies as st
 from pyspark import cloudpickle
 from pyspark.sql import functions as F
 from silt.errors import InvalidArgumentError
-from silt_spark import _codec, _layout, _processor, _rowcodec, _schema
-from silt_spark._schema import Declared
+from silt_spark.operators import _varkeys
 from silt_spark.operators.batch import BatchHandle, BatchStates
 from silt_spark.operators.batch._state import BatchKeys
+from silt_spark.operators.processor import _handle as _processor
+from silt_spark.runtime import _codec, _layout, _rowcodec, _schema
+from silt_spark.runtime._schema import Declared
 from test_spark_event_time import Run, Variant, event_rows, run_all
 from test_spark_processor_api import FakeTask
 from test_spark_tws_fidelity import rocksdb  # noqa: F401 - the fixture
@@ -350,7 +352,7 @@ def test_either_processor_reads_what_the_other_wrote(tmp_path_factory, data, typ
             h._bind(kgs[i], _codec.encode(as_tuples[i]))
             assert per_key.get() == (None if after[i] is None else after[i])
             if after[i] is not None:
-                entry = _processor.key_prefix(kgs[i], _codec.encode(as_tuples[i])) + b"\x01v"
+                entry = _varkeys.key_prefix(kgs[i], _codec.encode(as_tuples[i])) + b"\x01v"
                 assert task.db.get(entry) == _schema.codecs(_registry())["v"].encode(after[i])
     finally:
         task.db.close()

@@ -11,7 +11,8 @@ import pandas as pd
 import pytest
 import silt
 import silt_spark
-from silt_spark import _dedup, _shard
+from silt_spark.operators import dedup as _dedup
+from silt_spark.runtime import _shard
 from test_spark_operator import Run as OperatorRun
 from test_spark_operator import fail_after_commit, shard_versions
 

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from silt_spark._groupby import group_by
+from silt_spark.operators._groupby import group_by
 
 FUNCS = ("count", "sum", "min", "max", "mean", "count_distinct", "first", "last", "any", "all")
 
@@ -73,14 +73,14 @@ def test_group_by_in_a_fresh_interpreter_imports_neither_pandas_nor_pyarrow_data
     code = textwrap.dedent("""
         import json, sys
         import pyarrow as pa
-        import silt_spark._aggregate
-        from silt_spark._groupby import group_by
+        import silt_spark.operators.aggregate
+        from silt_spark.operators._groupby import group_by
         t = pa.Table.from_batches(list(pa.ipc.open_stream(sys.stdin.buffer.read())))
         g = group_by(t, ["k"], [([], "count_all"), ("v", "sum")])
         assert g.to_pydict() == {"count_all": [2, 1], "v_sum": [4, 2], "k": [1, 2]}, g
         # the partial aggregation before the shuffle, as the worker runs it
         from pyspark.sql.types import LongType, StructField, StructType
-        from silt_spark._aggregate import parse_aggs, partial_aggregate, plan
+        from silt_spark.operators._aggregation import parse_aggs, partial_aggregate, plan
         schema = StructType([StructField("k", LongType()), StructField("v", LongType())])
         p = plan(schema, ["k"], parse_aggs(["count", "sum(v)"]))[0]
         rows = pa.Table.from_batches(list(partial_aggregate(iter(t.to_batches()), p)))

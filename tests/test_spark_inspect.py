@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import silt_spark
 from silt import cli, plugins
-from silt_spark import _shard
+from silt_spark.runtime import _names
 from test_spark_operator import Run
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -151,9 +151,9 @@ def test_bad_input_is_one_line_never_a_traceback(
     assert status == cli.EXIT_ERROR and "silt scan" in err
     broken = tmp_path / "broken"
     shutil.copytree(Path(roots["base"]) / "agg", broken)
-    (broken / _shard.DESCRIPTOR).write_text("{not json")
+    (broken / _names.DESCRIPTOR).write_text("{not json")
     status, _, err = run_cli(capsys, "inspect", broken.as_uri())
-    assert status == cli.EXIT_CORRUPT and f"corruption in '{_shard.DESCRIPTOR}'" in err
+    assert status == cli.EXIT_CORRUPT and f"corruption in '{_names.DESCRIPTOR}'" in err
 
 
 def test_the_entry_point_registers_the_inspector_and_the_core_never_imports_silt_spark() -> None:
@@ -161,10 +161,10 @@ def test_the_entry_point_registers_the_inspector_and_the_core_never_imports_silt
     assert project["project"]["entry-points"]["silt"] == {"spark": "silt_spark.plugin"}
     from silt_spark import plugin
 
-    assert plugin.DESCRIPTOR == _shard.DESCRIPTOR
+    assert plugin.DESCRIPTOR == _names.DESCRIPTOR
     registry = plugins.Registry()
     plugin.silt_register(registry)
-    assert set(registry.root_inspectors) == {_shard.DESCRIPTOR}
+    assert set(registry.root_inspectors) == {_names.DESCRIPTOR}
     code = ("import sys, silt.cli, silt.plugins; silt.plugins.builtin_registry(); "
             "assert not [m for m in sys.modules if m.startswith(('silt_spark', 'pyspark'))]")
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -1,6 +1,6 @@
 """Duration arguments read as Spark reads them: what Spark accepts is accepted with Spark's
 value, silt's own older abbreviations still work, and errors name the argument
-(silt_spark._interval)."""
+(silt_spark.runtime._interval)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import silt_spark
 from py4j.java_gateway import get_field
 from pyspark.sql import functions as F
 from silt.errors import InvalidArgumentError, InvalidTypeError
-from silt_spark._interval import duration_ms, parse_interval
 from silt_spark.errors import TimeModeError
+from silt_spark.runtime._interval import duration_ms, parse_interval
 
 ACCEPTED = [
     "10 minutes", "10 minute", "interval 10 minutes", "INTERVAL 10 MINUTES", "2 weeks",
@@ -133,7 +133,7 @@ def test_every_duration_argument_names_itself(spark, tmp_path):
 
 
 def test_a_state_ttl_is_refused_in_event_time_mode():
-    from silt_spark._processor import StatefulProcessorHandle
+    from silt_spark.operators.processor._handle import StatefulProcessorHandle
 
     handle = StatefulProcessorHandle(task=None, time_mode="eventtime")
     for make in (lambda: handle.getValueState("v", "n long", 1000),

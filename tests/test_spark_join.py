@@ -26,7 +26,8 @@ import silt_spark
 from pyspark import cloudpickle
 from pyspark.sql import functions as F
 from silt.errors import InvalidArgumentError, InvalidTypeError
-from silt_spark import _join, _shard
+from silt_spark.operators.join import _buffers
+from silt_spark.runtime import _names
 from test_spark_event_time import assert_same_batches, run_backlog, start_query
 from test_spark_operator import fail_after_commit, shard_versions
 
@@ -205,11 +206,11 @@ def norm(df: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
 
 def made_before_the_time_index(spark, tmp_path, name: str, how: str) -> None:
     """Create the root of ``silt_join(tmp_path, name, ...)`` as silt_spark did before outer
-    sides kept a time index: its descriptor without the field (``_join.TIME_INDEX``)."""
+    sides kept a time index: its descriptor without the field (``_buffers.TIME_INDEX``)."""
     silt_join(tmp_path, name, how, [1])(JoinRun(spark, tmp_path, f"{name}-pre"), 0)
-    path = tmp_path / f"{name}-state" / _shard.DESCRIPTOR
+    path = tmp_path / f"{name}-state" / _names.DESCRIPTOR
     desc = json.loads(path.read_text())
-    assert desc.pop(_join.TIME_INDEX) == 1  # a new root keeps the index
+    assert desc.pop(_buffers.TIME_INDEX) == 1  # a new root keeps the index
     path.write_text(json.dumps(desc, sort_keys=True))
 
 
@@ -223,8 +224,8 @@ def index_entries(state: str) -> dict[int, int]:
         with silt.open(f"{state}/{name}") as db:
             for kg in range(256):
                 for side in (0, 1):
-                    h = _join.index_head(kg, side)
-                    counts[side] += sum(1 for _ in db.scan(h, _join.prefix_end(h)))
+                    h = _buffers.index_head(kg, side)
+                    counts[side] += sum(1 for _ in db.scan(h, _buffers.prefix_end(h)))
     return counts
 
 
@@ -286,7 +287,7 @@ def test_every_join_type_equals_spark(spark, tmp_path):
 
 def test_a_large_bucket_is_probed_key_by_key_with_sparks_answers(spark, tmp_path):
     """A bucket holding many more buffered rows than the batch probes keys there is read with
-    one prefix scan per probed key (``_join.SCAN_ROWS_PER_SEEK``), not whole: one key group
+    one prefix scan per probed key (``_buffers.SCAN_ROWS_PER_SEEK``), not whole: one key group
     (``key_groups=1``), 160 left rows of 8 users in one 6 s bucket, then batches of a few right
     rows of 2 users (160 > 2 * 32) and a late bulk of right rows (every key probed: read whole).
     The output equals Spark's inner and left outer joins."""

@@ -1,4 +1,4 @@
-"""The join's vectorized encoding (silt_spark._rowcodec) against the per-row ``_codec`` path.
+"""The join's vectorized encoding (runtime/_rowcodec.py) against the per-row ``_codec`` path.
 
 State written by the vectorized join must be byte for byte what the per-row path wrote (one
 on-disk format): row tuples, join keys and whole state keys, for several columns and types,
@@ -19,7 +19,9 @@ import silt
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from silt.tiers.memory import MemoryStore
-from silt_spark import _codec, _join, _rowcodec
+from silt_spark.operators.join import _buffers, _evict, _load
+from silt_spark.operators.join import _probe as _join
+from silt_spark.runtime import _codec, _rowcodec, _watermark
 
 UTC = dt.UTC
 MIN_US, MAX_US = -62_135_596_800_000_000, 253_402_300_799_999_999
@@ -69,7 +71,7 @@ def test_tuples_are_the_per_row_bytes_and_decode_back(data):
     got = _rowcodec.encode_tuples(cols, n)
     assert got.to_list() == per_row(cols, n)
     schema = pa.schema([pa.field(f"c{i}", c.type) for i, c in enumerate(cols)])
-    back = _rowcodec.decode_tuples(_join.row_values(np.ones(n, bool), got), schema, skip=1)
+    back = _rowcodec.decode_tuples(_buffers.row_values(np.ones(n, bool), got), schema, skip=1)
     assert [c.to_pylist() for c in back] == [c.to_pylist() for c in cols]
 
 
@@ -83,16 +85,16 @@ def test_row_keys_are_the_per_row_keys(data, side, seed):
     buckets = times // 1_000_000
     seqs = rng.integers(0, 1 << 63, n, dtype=np.uint64)
     enc = _rowcodec.encode_tuples(cols, n)
-    keys = _join.row_keys(kgs, side, buckets, enc, times, seqs).to_list()
-    want = [_join.row_key(int(kgs[i]), side, int(buckets[i]), e, int(times[i]), int(seqs[i]))
+    keys = _buffers.row_keys(kgs, side, buckets, enc, times, seqs).to_list()
+    want = [_buffers.row_key(int(kgs[i]), side, int(buckets[i]), e, int(times[i]), int(seqs[i]))
             for i, e in enumerate(per_row(cols, n))]
     assert keys == want
     # and the fields come back out of the keys, as a probe reads them
-    loaded = _join._Loaded(side, keys, [b"\x00" + e for e in per_row(cols, n)])
+    loaded = _load.Loaded(side, keys, [b"\x00" + e for e in per_row(cols, n)])
     assert loaded.kgs.tolist() == kgs.tolist()
     assert loaded.times.tolist() == times.tolist()
     assert loaded.enc_keys.to_list() == per_row(cols, n)
-    assert [_join.split_row_key(k)[2] for k in keys] == per_row(cols, n)
+    assert [_buffers.split_row_key(k)[2] for k in keys] == per_row(cols, n)
 
 
 def test_unicode_nulls_and_mixed_columns_by_example():
@@ -118,18 +120,18 @@ def test_a_mark_set_on_a_row_that_expires_in_the_same_batch_does_not_bring_it_ba
     db = silt.open(f"memory://{name}")
     try:
         enc = _codec.encode(("k",))
-        key = _join.row_key(0, 0, 0, enc, 5, 1)
+        key = _buffers.row_key(0, 0, 0, enc, 5, 1)
         _join.write(db, [(key, b"\x00" + _codec.encode(("k", 5)), None)], {(0, 0, 0): 1}, set())
         db.commit()
         ops = [(key, b"\x01" + _codec.encode(("k", 5)), None)]  # a mark set this batch
         ranges: list = []
         dead: set = set()
         delta: dict = {}
-        jp = _join.JoinPlan(how="full", nkeys=1, columns=(("k", "t"), ("k", "t")),
+        jp = _buffers.JoinPlan(how="full", nkeys=1, columns=(("k", "t"), ("k", "t")),
                             time_index=(1, 1), time_range=(0, 0), bucket_us=1_000_000,
                             output=(), side_schemas=(None, None), output_schema=None)
         task = type("T", (), {"db": db, "first_kg": 0, "last_kg": 0})()
-        _, n, unmatched = _join.evict(task, jp, 0, 10_000_000, True, {key}, ops, ranges, dead,
+        _, n, unmatched = _evict.evict(task, jp, 0, 10_000_000, True, {key}, ops, ranges, dead,
                                       delta)
         _join.write(db, ops, delta, dead, ranges)
         assert n == 1 and len(unmatched) == 0  # marked this batch: not emitted as unmatched
@@ -142,7 +144,7 @@ def test_a_mark_set_on_a_row_that_expires_in_the_same_batch_does_not_bring_it_ba
 def _tagged(side_rows, side):
     """The shuffled input of a join task: one side's ``(key, value, time ms)`` rows in the
     tagged schema (the other side's columns null)."""
-    from silt_spark._layout import KG_COLUMN
+    from silt_spark.runtime._layout import KG_COLUMN
 
     n = len(side_rows)
     ts = pa.timestamp("us", tz="UTC")
@@ -169,7 +171,7 @@ def test_a_batch_is_joined_without_python_per_row(monkeypatch, indexed):
     side = pa.schema([("k", pa.string()), ("v", pa.int64()), ("t", ts)])
     out = pa.schema([("k", pa.string()), ("v", pa.int64()), ("t", ts), ("k2", pa.string()),
                      ("w", pa.int64()), ("t2", ts)])
-    jp = _join.JoinPlan(
+    jp = _buffers.JoinPlan(
         how="left", nkeys=1, columns=(("k", "v", "t"), ("k2", "w", "t2")), time_index=(2, 2),
         time_range=(1_000_000, 1_000_000), bucket_us=2_000_000,
         output=tuple([("L", i) for i in range(3)] + [("R", i) for i in range(3)]),
@@ -198,8 +200,8 @@ def test_a_batch_is_joined_without_python_per_row(monkeypatch, indexed):
                 db=db, batch_id=b, base_meta={}, base_version=db.version, changed=b > 0,
                 meta_updates={},
                 operator_metrics={}, first_kg=0, last_kg=0, shard=0,
-                watermark=_join._watermark.watermark_of(seen, (0, 0)),
-                late_watermark=_join._watermark.watermark_of(seen, (0, 0)),  # (no tick source)
+                watermark=_watermark.watermark_of(seen, (0, 0)),
+                late_watermark=_watermark.watermark_of(seen, (0, 0)),  # (no tick source)
                 observe_event_time=lambda ms, i=0: seen.__setitem__(i, max(seen[i] or ms, ms)))
             for batch in _join.merge_partition(task, iter(t.to_batches()), jp):
                 got += list(zip(*[c.to_pylist() for c in batch.columns]))

@@ -1,4 +1,4 @@
-"""The join buffers' state layout (silt_spark._join) against a model, with no Spark.
+"""The join buffers' state layout (silt_spark.operators.join._probe) against a model, with no Spark.
 
 Rows of both sides are buffered as the operator buffers them (a row entry per row, a count
 entry per time bucket), then the watermark advances in random steps and each side is evicted as
@@ -22,7 +22,9 @@ import silt
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from silt.tiers.memory import MemoryStore
-from silt_spark import _codec, _join
+from silt_spark.operators.join import _buffers, _evict
+from silt_spark.operators.join import _probe as _join
+from silt_spark.runtime import _codec
 
 KGS = 3
 RANGE_MS = (1500, 500)  # left time between right time - 1.5 s and right time + 0.5 s
@@ -50,18 +52,19 @@ rows_st = st.lists(
 steps_st = st.lists(st.integers(0, 6000), min_size=1, max_size=6)
 
 
-def plan(how: str, indexed: bool = False) -> _join.JoinPlan:
+def plan(how: str, indexed: bool = False) -> _buffers.JoinPlan:
     rng = (RANGE_MS[0] * 1000, RANGE_MS[1] * 1000)
-    return _join.JoinPlan(
+    return _buffers.JoinPlan(
         how=how, nkeys=1, columns=(("k", "t"), ("k", "t")), time_index=(1, 1), time_range=rng,
-        bucket_us=max(_join.MIN_BUCKET_US, sum(rng)), output=(), side_schemas=(None, None),
+        bucket_us=max(_buffers.MIN_BUCKET_US, sum(rng)), output=(), side_schemas=(None, None),
         output_schema=None, time_indexed=indexed,
     )
 
 
 def index_entry(k: bytes, matched: bool) -> tuple[bytes, bytes]:
     """The time index entry of row key ``k`` (as the operator writes it)."""
-    return _join.index_key_of(k), (b"\x01" if matched else b"\x00") + _join.split_row_key(k)[2]
+    mark = b"\x01" if matched else b"\x00"
+    return _buffers.index_key_of(k), mark + _buffers.split_row_key(k)[2]
 
 
 def buffer(db, jp, rows) -> dict[bytes, tuple]:
@@ -71,8 +74,8 @@ def buffer(db, jp, rows) -> dict[bytes, tuple]:
     counts: dict[tuple[int, int, int], int] = {}
     for seq, (kg, side, ms, key, matched) in enumerate(rows):
         us = ms * 1000
-        b = _join.bucket_of(us, jp.bucket_us)
-        k = _join.row_key(kg, side, b, _codec.encode((key,)), us, seq)
+        b = _buffers.bucket_of(us, jp.bucket_us)
+        k = _buffers.row_key(kg, side, b, _codec.encode((key,)), us, seq)
         row = (key, ms)
         ops.append((k, (b"\x01" if matched else b"\x00") + _codec.encode(row), None))
         if jp.indexed[side]:
@@ -86,16 +89,16 @@ def buffer(db, jp, rows) -> dict[bytes, tuple]:
 def live_rows(db, side: int) -> set[bytes]:
     out = set()
     for kg in range(KGS):
-        h = _join.rows_head(kg, side)
-        out |= {k for k, _ in db.scan(h, _join.prefix_end(h))}
+        h = _buffers.rows_head(kg, side)
+        out |= {k for k, _ in db.scan(h, _buffers.prefix_end(h))}
     return out
 
 
 def index_of(db, side: int) -> dict[bytes, bytes]:
     out = {}
     for kg in range(KGS):
-        h = _join.index_head(kg, side)
-        out.update(db.scan(h, _join.prefix_end(h)))
+        h = _buffers.index_head(kg, side)
+        out.update(db.scan(h, _buffers.prefix_end(h)))
     return out
 
 
@@ -143,7 +146,7 @@ def test_eviction_matches_the_model(mode, how, indexed, rows, steps, marks):
                             ops.append((k, b"\x01" + _codec.encode(row), None))
                             if jp.indexed[side]:
                                 ops.append((*index_entry(k, True), None))
-                evict = _join.evict_indexed if jp.indexed[side] else _join.evict
+                evict = _evict.evict_indexed if jp.indexed[side] else _evict.evict
                 nxt, n, unmatched = evict(task, jp, side, evict_us, outer, marked, ops,
                                           ranges, dead, delta)
                 _join.write(view, ops, delta, dead, ranges)
@@ -154,7 +157,7 @@ def test_eviction_matches_the_model(mode, how, indexed, rows, steps, marks):
                 if outer:
                     want = {k for k, v in mine.items() if v[1] > evict_us}
                 else:  # whole buckets: those whose every time is expired
-                    full = _join.full_buckets_below(evict_us, jp.bucket_us)
+                    full = _buffers.full_buckets_below(evict_us, jp.bucket_us)
                     want = {k for k, v in mine.items() if v[1] // jp.bucket_us >= full}
                 assert left == want
                 # never a row the watermark still needs
@@ -168,7 +171,7 @@ def test_eviction_matches_the_model(mode, how, indexed, rows, steps, marks):
                 if nxt is None:
                     assert not left
                 else:
-                    assert all(_join.split_row_key(k)[1] >= nxt for k in left)
+                    assert all(_buffers.split_row_key(k)[1] >= nxt for k in left)
                 assert n >= 0
         # an outer side emits exactly its expired, never-matched rows, each once
         for side in (0, 1):

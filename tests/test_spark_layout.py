@@ -9,7 +9,8 @@ import decimal
 import pyarrow as pa
 import pytest
 from pyspark.sql import functions as F
-from silt_spark import _aggregate, _codec, _layout
+from silt_spark.operators import _aggregation, _batchkeys
+from silt_spark.runtime import _codec, _layout
 
 
 @pytest.mark.parametrize("key_groups", [1, 7, 256, 1000])
@@ -128,23 +129,23 @@ def test_codec_normalizes_numpy_and_is_stable():
 
 
 def test_parse_aggs():
-    parsed = _aggregate.parse_aggs(["count", "sum(x)", "AVG( y )", "count(z)"])
+    parsed = _aggregation.parse_aggs(["count", "sum(x)", "AVG( y )", "count(z)"])
     assert parsed == [
-        _aggregate.Agg("count", "count", None),
-        _aggregate.Agg("sum(x)", "sum", "x"),
-        _aggregate.Agg("AVG( y )", "avg", "y"),
-        _aggregate.Agg("count(z)", "count", "z"),
+        _aggregation.Agg("count", "count", None),
+        _aggregation.Agg("sum(x)", "sum", "x"),
+        _aggregation.Agg("AVG( y )", "avg", "y"),
+        _aggregation.Agg("count(z)", "count", "z"),
     ]
-    parsed = _aggregate.parse_aggs({"n": "count(1)", "t": "sum(x)", "m": "mean(y)"})
+    parsed = _aggregation.parse_aggs({"n": "count(1)", "t": "sum(x)", "m": "mean(y)"})
     assert parsed == [
-        _aggregate.Agg("n", "count", None),
-        _aggregate.Agg("t", "sum", "x"),
-        _aggregate.Agg("m", "avg", "y"),
+        _aggregation.Agg("n", "count", None),
+        _aggregation.Agg("t", "sum", "x"),
+        _aggregation.Agg("m", "avg", "y"),
     ]
-    assert _aggregate.parse_aggs(["max(`a`)"]) == [_aggregate.Agg("max(`a`)", "max", "a")]
+    assert _aggregation.parse_aggs(["max(`a`)"]) == [_aggregation.Agg("max(`a`)", "max", "a")]
     for bad in (["median(x)"], ["sum(*)"], [], ["sum(x)", "sum(x)"], ["sum x"]):
         with pytest.raises(ValueError):
-            _aggregate.parse_aggs(bad)
+            _aggregation.parse_aggs(bad)
 
 
 def test_vectorized_key_encoding_equals_the_codec():
@@ -173,16 +174,16 @@ def test_vectorized_key_encoding_equals_the_codec():
                                               for _ in range(rng.randrange(0, 9)))
                                       for _ in range(n)]))
         kg = pa.array([rng.randrange(0, 1 << 16) for _ in range(n)], pa.int32())
-        fast = _aggregate.encode_keys_arrow(kg, cols).to_pylist()
-        slow = _aggregate.encode_keys(kg.to_pylist(), [c.to_pylist() for c in cols])
+        fast = _batchkeys.encode_keys_arrow(kg, cols).to_pylist()
+        slow = _batchkeys.encode_keys(kg.to_pylist(), [c.to_pylist() for c in cols])
         assert fast == slow, kinds
     kg = pa.array([1, 2], pa.int32())
-    assert _aggregate.encode_keys_arrow(kg, [pa.array([1, None])]) is None
-    assert _aggregate.encode_keys_arrow(kg, [pa.array([True, False])]) is None
-    assert _aggregate.encode_keys_arrow(kg, [pa.array([1, 2], pa.uint64())]) is None
+    assert _batchkeys.encode_keys_arrow(kg, [pa.array([1, None])]) is None
+    assert _batchkeys.encode_keys_arrow(kg, [pa.array([True, False])]) is None
+    assert _batchkeys.encode_keys_arrow(kg, [pa.array([1, 2], pa.uint64())]) is None
     # state_keys: either path, any tag, row order kept
     cols = [pa.array(["b", "a"]), pa.array([1, None])]
-    assert _aggregate.state_keys(kg, cols, b"D") == _aggregate.encode_keys(
+    assert _batchkeys.state_keys(kg, cols, b"D") == _batchkeys.encode_keys(
         [1, 2], [["b", "a"], [1, None]], b"D")
-    assert _aggregate.state_keys(kg, cols[:1], b"D") == _aggregate.encode_keys(
+    assert _batchkeys.state_keys(kg, cols[:1], b"D") == _batchkeys.encode_keys(
         [1, 2], [["b", "a"]], b"D")

@@ -154,7 +154,7 @@ def test_builder_mistakes_raise_silts_own_errors(spark, tmp_path):
     drop_state, read_state, a processor's state handle and the metrics listener."""
     import silt
     from silt.errors import InvalidArgumentError, InvalidTypeError, SiltError
-    from silt_spark import _processor
+    from silt_spark.operators.processor import _handle as _processor
     from test_spark_state import FakeTask
 
     src = tmp_path / "in"
@@ -220,10 +220,10 @@ def _objects(root) -> set[str]:
 
 def test_a_second_query_and_a_lost_root_are_refused_when_the_query_starts(
         spark, tmp_path, caplog):
-    """Both mistakes are found on the driver when the query starts (silt_spark._guard), before
-    its first micro-batch: the root is left exactly as it was (no version, no origin record of
-    the refused query), silt's message is the first thing logged for the query, and the query
-    dies with silt's error (its class and message), raised by the tasks before any request.
+    """Both mistakes are found on the driver when the query starts (runtime/_guard.py),
+    before its first micro-batch: the root is left exactly as it was (no version, no origin
+    record of the refused query), silt's message is the first thing logged for the query, and the
+    query dies with silt's error (its class and message), raised by the tasks before any request.
     The query that owns the root restarts unrefused."""
     state_dir = tmp_path / "state"
     state = state_dir.as_uri()
@@ -286,7 +286,7 @@ def test_a_second_query_and_a_lost_root_are_refused_when_the_query_starts(
 def test_the_guard_starts_where_spark_will():
     """The micro-batch a query runs first, from its checkpoint's commit and offset logs: a
     planned batch that was not committed runs again."""
-    from silt_spark import _guard
+    from silt_spark.runtime import _guard
 
     assert _guard.start_batch(None, None) == 0
     assert _guard.start_batch(None, 0) == 0 and _guard.start_batch(0, 0) == 1

@@ -13,15 +13,16 @@ import silt
 import silt_spark
 from silt import paths
 from silt.errors import InvalidArgumentError
-from silt_spark import _api, _shard
-from silt_spark._shard import OperatorSpec, ShardTask
+from silt_spark.runtime import _api, _handles, _shard
+from silt_spark.runtime._root import OperatorSpec
+from silt_spark.runtime._shard import ShardTask
 
 
 @pytest.fixture(autouse=True)
 def _fresh_cache():
-    _shard.drop_cached_handles()
+    _handles.drop_cached_handles()
     yield
-    _shard.drop_cached_handles()
+    _handles.drop_cached_handles()
 
 
 def _spec(tmp_path: Path, every: int, num_shards: int = 2) -> OperatorSpec:

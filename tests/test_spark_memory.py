@@ -10,7 +10,7 @@ import silt
 import silt_spark
 from pyspark import cloudpickle
 from silt.errors import InvalidArgumentError
-from silt_spark import _api
+from silt_spark.runtime import _api
 from test_spark_operator import SCHEMA, Run
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])

@@ -103,7 +103,7 @@ def check_batch(records, rows, num_shards, state, *, rows_in):
             assert r["commit_ms"] > 0
             assert puts["count"] >= 1 and puts["bytes"] > 0
             assert "commit" in r["requests_by_purpose"]
-            url = silt_spark._layout.shard_url(state, r["shard"], num_shards, 256, 0)
+            url = silt_spark.runtime._layout.shard_url(state, r["shard"], num_shards, 256, 0)
             meta = _meta(url, r["batch_id"])
             assert int(meta["spark.rows_in"]) == r["rows_in"]
             assert int(meta["spark.rows_out"]) == r["rows_out"]
@@ -150,7 +150,7 @@ def test_aggregate_reports_rows_reads_writes_and_commits(spark, tmp_path):
     root = Path(state.removeprefix("file://"))
     for shard in range(3):
         mine = [r for r in silt_spark.metrics(query) if r["shard"] == shard]
-        url = silt_spark._layout.shard_url(state, shard, 3, 256, 0)
+        url = silt_spark.runtime._layout.shard_url(state, shard, 3, 256, 0)
         manifests = len(list((root / url.rsplit("/", 1)[-1] / "manifest").iterdir()))
         assert manifests == sum(r["committed"] for r in mine) == len(silt.versions(url))
         for purpose, puts in (("commit", manifests), ("flush", 0)):
@@ -344,7 +344,7 @@ def test_sparks_state_operator_figures_from_a_task(tmp_path):
     """The figures published under Spark's StateOperatorProgress names, from one task's
     counting DB: puts are updates, deletes (alone or in a WriteBatch) removals, late rows the
     growth of the operator's running count, and the state rows the version's SSTs hold."""
-    from silt_spark import _metrics, _progress
+    from silt_spark.runtime import _metrics, _progress
 
     class Task:  # what state_figures reads of a ShardTask
         committed = True

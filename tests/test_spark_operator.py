@@ -21,8 +21,8 @@ import silt_spark
 from pyspark import cloudpickle
 from pyspark.errors import StreamingQueryException
 from silt import paths
-from silt_spark import _shard
 from silt_spark.errors import LayoutMismatchError, NotStreamingError
+from silt_spark.runtime import _shard
 
 # The processors below are defined here, and the Python workers cannot import this file.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])

@@ -1,6 +1,7 @@
-"""transform_with_state reads a batch's state ahead (silt_spark._prefetch): one sorted multi_get
-for the value states of all its keys, one prefix scan per key for lists, maps and timers, and
-no state read from user code reaching the DB. Counted with a wrapper around the shard's DB."""
+"""transform_with_state reads a batch's state ahead (runtime/_prefetch.py): one sorted
+multi_get for the value states of all its keys, one prefix scan per key for lists, maps and
+timers, and no state read from user code reaching the DB. Counted with a wrapper around the shard's
+DB."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ from collections import Counter
 import pyarrow as pa
 import pytest
 import silt
-from silt_spark import _layout, _processor
+from silt_spark.operators.processor import _handle as _processor
+from silt_spark.operators.processor import _runner
+from silt_spark.runtime import _layout
 from test_spark_state import FakeTask
 
 OUT = pa.schema([("k", pa.string()), ("n", pa.int64()), ("items", pa.int64()),
@@ -99,12 +102,12 @@ def _table(rows):
 
 
 def _run(task, rows, processor, time=None):
-    time = time or _processor.TimeConfig()
+    time = time or _runner.TimeConfig()
     db = task.db
     counting = task.db = CountingDB(db)
     try:
         batches = iter(_table(rows).to_batches()) if rows else iter(())
-        out = pa.Table.from_batches(list(_processor.process_partition(
+        out = pa.Table.from_batches(list(_runner.process_partition(
             task, batches, processor, ["k"], OUT, "pandas", time)), schema=OUT)
     finally:
         task.db = db
@@ -134,8 +137,8 @@ def test_value_state_of_a_batch_is_one_multi_get_and_lists_one_scan_per_key(task
 
 
 def test_map_state_and_timers_are_one_scan_per_key(task, monkeypatch):
-    mode = _processor.TimeConfig("processingtime")
-    monkeypatch.setattr(_processor._time, "time", lambda: 1.0)
+    mode = _runner.TimeConfig("processingtime")
+    monkeypatch.setattr(_runner._time, "time", lambda: 1.0)
     for b in range(2):
         rows = [(k, j % 3) for k in KEYS[:10] for j in range(b + 2)]
         got, calls = _run(task, rows, Profile(maps=True, timers=True), mode)
@@ -149,11 +152,11 @@ def test_map_state_and_timers_are_one_scan_per_key(task, monkeypatch):
 
 
 def test_keys_with_due_timers_are_read_with_one_multi_get(task, monkeypatch):
-    mode = _processor.TimeConfig("processingtime")
-    monkeypatch.setattr(_processor._time, "time", lambda: 1.0)
+    mode = _runner.TimeConfig("processingtime")
+    monkeypatch.setattr(_runner._time, "time", lambda: 1.0)
     _run(task, [(k, 1) for k in KEYS[:12]], Profile(timers=True), mode)
     task.commit(0)
-    monkeypatch.setattr(_processor._time, "time", lambda: 100.0)  # every timer is due
+    monkeypatch.setattr(_runner._time, "time", lambda: 100.0)  # every timer is due
     got, calls = _run(task, [], Profile(timers=True), mode)
     # as in PySpark, a firing timer is removed after its handler: listTimers() there lists it
     assert {k: (r["n"], r["items"], r["timers"]) for k, r in got.items()} == {

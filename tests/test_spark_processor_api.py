@@ -13,8 +13,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyspark import cloudpickle
 from silt.errors import InvalidArgumentError, InvalidTypeError
-from silt_spark import _codec, _processor, _schema
-from silt_spark._schema import Declared
+from silt_spark.operators import _varkeys
+from silt_spark.operators.processor import _builder, _reader, _runner, _user
+from silt_spark.operators.processor import _handle as _processor
+from silt_spark.runtime import _codec, _schema
+from silt_spark.runtime._schema import Declared
 
 # Spark's own operator unpickles the processor in a worker that cannot import this module.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -126,7 +129,7 @@ def test_a_list_stored_whole_by_older_versions_survives_the_upgrade(task, typed)
     codec = _schema.codecs(reg).get("l")
     whole = _codec.encode(old) if codec is None else codec.encode_list(old)
     for kg, key in ((3, ("alice",)), (9, ("bob",))):
-        task.db.put(_processor.key_prefix(kg, _codec.encode(key)) + _processor._name_bytes("l"),
+        task.db.put(_varkeys.key_prefix(kg, _codec.encode(key)) + _varkeys._name_bytes("l"),
                     whole)
     task.changed = True
     task.commit(1)
@@ -150,11 +153,11 @@ def test_a_list_stored_whole_by_older_versions_survives_the_upgrade(task, typed)
     assert list(lst.get()) == [(9, "z")]
     # read_state shows each list as one row, older and newer elements together
     items = [(k, v, None, 2) for k, v in task.db.scan()]
-    rows = {(r[0], r[1]): json.loads(r[3]) for r in _processor.decode(iter(items), reg)}
+    rows = {(r[0], r[1]): json.loads(r[3]) for r in _reader.decode(iter(items), reg)}
     assert rows == {(("alice",), "l"): [[1, "a"], [2, None], [3, "c"]],
                     (("bob",), "l"): [[9, "z"]]}
     # typed read_state's entries: the older whole list, then the elements
-    entries = [(r[0], r[2], r[3]) for r in _processor.decode_typed(iter(items), reg, "l")]
+    entries = [(r[0], r[2], r[3]) for r in _reader.decode_typed(iter(items), reg, "l")]
     assert entries == [(("alice",), None, old), (("alice",), True, (3, "c")),
                        (("bob",), True, (9, "z"))]
 
@@ -179,7 +182,7 @@ def test_list_state_matches_a_python_list(tmp_path_factory, old, ops, typed):
         if old:
             codec = _schema.codecs(reg).get("l")
             task.db.put(
-                _processor.key_prefix(3, _codec.encode(("a",))) + _processor._name_bytes("l"),
+                _varkeys.key_prefix(3, _codec.encode(("a",))) + _varkeys._name_bytes("l"),
                 _codec.encode(model) if codec is None else codec.encode_list(model),
             )
             task.changed = True
@@ -355,12 +358,12 @@ def test_initial_state_applies_once_as_in_spark(spark, tmp_path):
 def test_read_state_refuses_a_version_no_shard_committed(tmp_path):
     """Before any Spark job: batch 99 was never committed (it used to read the latest)."""
     import silt_spark
-    from silt_spark import _shard
     from silt_spark.errors import VersionNotFoundError
+    from silt_spark.runtime import _root
 
     root = (tmp_path / "state").as_uri()
-    spec = _shard.ensure_descriptor(_shard.OperatorSpec(kind="processor", root=root,
-                                                        num_shards=2, key_groups=16))
+    spec = _root.ensure_descriptor(_root.OperatorSpec(kind="processor", root=root,
+                                                      num_shards=2, key_groups=16))
     for shard, versions in ((0, (0, 1, 2, 5)), (1, (2, 3))):
         with silt.open(spec.shard_url(shard)) as db:
             for v in versions:
@@ -413,7 +416,8 @@ class _Calls:
 @pytest.mark.parametrize("batch_id", [0, 1])
 def test_initial_rows_go_to_handle_initial_state_first_in_batch_0_only(tmp_path, batch_id):
     import pyarrow as pa
-    from silt_spark import _initial, _layout, _shard
+    from silt_spark.operators.processor import _initial
+    from silt_spark.runtime import _layout, _root
 
     def table(cols):
         kgs = [sum(k.encode()) % 256 for k in cols["k"]]
@@ -430,13 +434,13 @@ def test_initial_rows_go_to_handle_initial_state_first_in_batch_0_only(tmp_path,
 
     task = FakeTask(silt.open((tmp_path / "shard").as_uri()))
     task.batch_id, task.shard = batch_id, 0
-    task.spec = _shard.OperatorSpec(kind="processor", root=root, num_shards=1)
+    task.spec = _root.OperatorSpec(kind="processor", root=root, num_shards=1)
     rows = table({"k": ["a", "b"], "x": [1, 1]}).append_column(
         _layout.PARTITION_COLUMN, pa.array([0, 0], pa.int32()))
     p = _Calls()
     out = pa.schema([("k", pa.string()), ("n", pa.int64())])
     try:
-        got = pa.Table.from_batches(list(_processor.process_partition(
+        got = pa.Table.from_batches(list(_runner.process_partition(
             task, iter(rows.to_batches()), p, ["k"], out, "arrow", initial="s1")), schema=out)
     finally:
         task.db.close()
@@ -465,7 +469,7 @@ class _Temp:
 def test_a_variable_deleted_after_its_declaration_keeps_it_and_is_unusable(task):
     import datetime as dt
 
-    declared = _processor.declared_states(_Temp())
+    declared = _builder.declared_states(_Temp())
     d = declared["tempState"]
     assert (d.kind, d.key, d.value, d.reset) == ("value", None, (("x", "bigint", True),), True)
     registry = _schema.evolve({}, declared)
@@ -520,7 +524,7 @@ def test_list_timers_in_a_firing_timer_lists_it_as_in_spark(task, seed):
     h = _processor.StatefulProcessorHandle(task, "processingtime", None)
     p.init(h)
     now = 30
-    bound = _processor._fire_timers(task, h, p, _processor.TimerValues(now, -1), now, 0,
+    bound = _runner._fire_timers(task, h, p, _user.TimerValues(now, -1), now, 0,
                                     lambda r: list(r or ()))
     # each due timer fires once, oldest first, and lists itself with the key's later timers
     want = sorted((t, k, [x for x in ts if x >= t]) for k, ts in timers.items() for t in ts

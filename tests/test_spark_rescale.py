@@ -13,7 +13,7 @@ import pytest
 import silt
 import silt_spark
 from pyspark import cloudpickle
-from silt_spark import _layout, _shard
+from silt_spark.runtime import _layout, _root
 from test_spark_operator import (
     PROFILE_SCHEMA,
     Profile,
@@ -99,7 +99,7 @@ def test_rescale_4_7_2_references_state_and_read_state_time_travels(spark, run, 
         for name, objects in before.items():
             assert [o for o in after[name] if not o.startswith("refs/")] == \
                 [o for o in objects if not o.startswith("refs/")]
-    desc = _shard.read_descriptor(state)
+    desc = _root.read_descriptor(state)
     assert [x["num_shards"] for x in desc["layouts"]] == [4, 7, 2]
     # No SST was rewritten: each new shard's first version references the old SSTs (by the
     # folders that own them: after the second rescale mostly still the 4-shard layout's) and

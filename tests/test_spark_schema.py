@@ -1,4 +1,4 @@
-"""Typed processor state without Spark: the evolution rules (silt_spark._schema.evolve), the
+"""Typed processor state without Spark: the evolution rules (silt_spark.runtime._schema.evolve), the
 schema-driven encoding (round trips, against the declared types), and typed state variables
 and deleteIfExists on a real shard LSM."""
 
@@ -13,9 +13,10 @@ import silt
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from silt.errors import InvalidArgumentError, InvalidTypeError
-from silt_spark import _codec, _processor, _schema
-from silt_spark._schema import Declared
 from silt_spark.errors import StateSchemaError
+from silt_spark.operators.processor import _handle as _processor
+from silt_spark.runtime import _codec, _schema
+from silt_spark.runtime._schema import Declared
 
 V1 = (("n", "int", True), ("name", "string", True), ("x", "double", False))
 
@@ -350,9 +351,9 @@ class _Query:
             query.stop()
 
     def descriptor(self):
-        from silt_spark import _shard
+        from silt_spark.runtime import _root
 
-        return _shard.read_descriptor(self.state)
+        return _root.read_descriptor(self.state)
 
 
 class _V1:
@@ -460,13 +461,13 @@ def test_schema_evolution_across_restarts(spark, tmp_path):
         q.run(_WrongShape())
 
 
-# --- compaction brings older values to the latest schema (silt_spark._rewrite) -----------------
+# --- compaction brings older values to the latest schema (runtime/_rewrite.py) ---------------
 
 def test_compaction_rewrites_older_schema_values_in_the_latest_schema(file_url):
     """Values of an older live schema id are re-encoded by compaction (in the compaction
     subprocess here) and read the same; values already current, untagged values, timers and a
     deleted generation's values keep their bytes."""
-    from silt_spark import _rewrite
+    from silt_spark.runtime import _rewrite
 
     reg = _schema.evolve({}, {
         "v": Declared("value", None, V1, False),
@@ -546,7 +547,7 @@ def test_compaction_rewrites_older_schema_values_in_the_latest_schema(file_url):
 
 
 def _keys_name(key):
-    from silt_spark import _keys
+    from silt_spark.runtime import _keys
 
     if _keys.tag_of(key) != _keys.STATE_TAG:
         return None

@@ -11,8 +11,12 @@ import pyarrow as pa
 import pytest
 import silt
 from pyspark.sql import types as T
-from silt_spark import _aggregate, _layout, _processor, _shard
 from silt_spark.errors import ForeignStateError, StateAheadError
+from silt_spark.operators import _aggregation, _varkeys
+from silt_spark.operators import aggregate as _aggregate
+from silt_spark.operators.processor import _handle as _processor
+from silt_spark.operators.processor import _runner
+from silt_spark.runtime import _codec, _layout, _names, _root
 
 
 class FakeTask:
@@ -30,7 +34,7 @@ class FakeTask:
         self.watermark = None
         self.seen = []
         #: Without silt's tick source: a batch's rows are late against its own watermark.
-        self.spec = _shard.OperatorSpec(kind="processor", root=db.url, num_shards=1)
+        self.spec = _root.OperatorSpec(kind="processor", root=db.url, num_shards=1)
 
     @property
     def late_watermark(self):
@@ -72,7 +76,7 @@ def test_state_variables_are_per_key_and_typed(task):
     with pytest.raises(ValueError, match="already a ValueState"):
         h.getMapState("v")
     for kg, key in ((3, ("alice",)), (200, ("bob",))):
-        h._prefix = _processor.key_prefix(kg, _processor._codec.encode(key))
+        h._prefix = _varkeys.key_prefix(kg, _codec.encode(key))
         assert v.get() is None and not v.exists()
         v.update((len(key[0]), key[0]))
         lst.appendValue((1,))
@@ -80,7 +84,7 @@ def test_state_variables_are_per_key_and_typed(task):
         m.updateValue(("a",), (1,))
         m.updateValue(("b", 2), (2, "x"))
     assert task.changed
-    h._prefix = _processor.key_prefix(3, _processor._codec.encode(("alice",)))
+    h._prefix = _varkeys.key_prefix(3, _codec.encode(("alice",)))
     assert v.get() == (5, "alice")
     assert list(lst.get()) == [(1,), (2,), (3,)]
     assert sorted(m.keys()) == [("a",), ("b", 2)]
@@ -96,7 +100,7 @@ def test_state_variables_are_per_key_and_typed(task):
     db = silt.open(task.db.url)
     task.db.close()
     task.db = db
-    h._prefix = _processor.key_prefix(200, _processor._codec.encode(("bob",)))
+    h._prefix = _varkeys.key_prefix(200, _codec.encode(("bob",)))
     assert v.get() == (3, "bob") and len(list(m.values())) == 2
     # Every key starts with its key group (rescaling clips SSTs by key-group range).
     assert {k[:2] for k, _ in db.scan()} == {(200).to_bytes(2, "big")}
@@ -106,7 +110,7 @@ def test_ttl_expires_and_restarts_on_update(task, clock):
     h = _processor.StatefulProcessorHandle(task)
     v = h.getValueState("v", "x long", ttlDurationMs=1000)
     m = h.getMapState("m", "k string", "x long", ttlDurationMs=1000)
-    h._prefix = _processor.key_prefix(0, b"k")
+    h._prefix = _varkeys.key_prefix(0, b"k")
     v.update((1,))
     m.updateValue(("a",), (1,))
     clock.advance(600)
@@ -127,11 +131,11 @@ def _fields(**types):
 
 def test_aggregate_merge_matches_pandas_with_nulls(task):
     schema = _fields(k=T.StringType(), i=T.IntegerType(), f=T.DoubleType())
-    aggs = _aggregate.parse_aggs(
+    aggs = _aggregation.parse_aggs(
         ["count", "count(i)", "sum(i)", "min(i)", "max(i)", "avg(i)", "sum(f)", "max(f)",
          "avg(f)"]
     )
-    p, _, _ = _aggregate.plan(schema, ["k"], aggs)
+    p, _, _ = _aggregation.plan(schema, ["k"], aggs)
     rng = np.random.default_rng(7)
     seen = []
     for b in range(4):
@@ -148,7 +152,7 @@ def test_aggregate_merge_matches_pandas_with_nulls(task):
         # Two input partitions -> two partial rows per key, as before a real shuffle.
         halves = [batch.slice(0, 150), batch.slice(150)]
         partials = [
-            pb for h in halves for pb in _aggregate.partial_aggregate(iter(h.to_batches()), p)
+            pb for h in halves for pb in _aggregation.partial_aggregate(iter(h.to_batches()), p)
         ]
         pt = pa.Table.from_batches(partials)
         kg = pa.array([zlib.crc32(x.encode()) % 256 for x in pt["k"].to_pylist()], pa.int32())
@@ -177,9 +181,9 @@ def test_aggregate_merge_matches_pandas_with_nulls(task):
 def test_aggregate_plan_rejects_unsupported_columns():
     schema = _fields(k=T.StringType(), s=T.StringType())
     with pytest.raises(TypeError, match="integral and floating"):
-        _aggregate.plan(schema, ["k"], _aggregate.parse_aggs(["sum(s)"]))
+        _aggregation.plan(schema, ["k"], _aggregation.parse_aggs(["sum(s)"]))
     with pytest.raises(ValueError, match="not in the DataFrame"):
-        _aggregate.plan(schema, ["k"], _aggregate.parse_aggs(["sum(x)"]))
+        _aggregation.plan(schema, ["k"], _aggregation.parse_aggs(["sum(x)"]))
 
 
 class _Sum:
@@ -222,7 +226,7 @@ def test_process_partition_input_and_output_shapes(task, rows_format, shape):
     })
     want = {"a": (3, 10), "b": (2, 7), "c": (1, 4)}
     for round_ in (1, 2):
-        out = pa.Table.from_batches(list(_processor.process_partition(
+        out = pa.Table.from_batches(list(_runner.process_partition(
             task, iter(table.to_batches(max_chunksize=4)), _Sum(shape), ["k"], out_schema,
             rows_format,
         )), schema=out_schema)
@@ -233,10 +237,10 @@ def test_process_partition_input_and_output_shapes(task, rows_format, shape):
 def test_shard_task_rerun_with_a_warm_handle_reads_the_older_base(tmp_path):
     """A worker that cached the shard at version b must not use that handle (nor its partial
     listing) when batch b runs again: the re-run starts from b - 1 and commits nothing."""
-    from silt_spark import _shard
+    from silt_spark.runtime import _handles, _shard
 
     root = tmp_path.as_uri()
-    spec = _shard.OperatorSpec("processor", root, 1)
+    spec = _root.OperatorSpec("processor", root, 1)
 
     def run(batch_id, value):
         t = _shard.ShardTask(spec, 0, batch_id, "query-1", 0)
@@ -261,15 +265,15 @@ def test_shard_task_rerun_with_a_warm_handle_reads_the_older_base(tmp_path):
         with pytest.raises(ForeignStateError, match="belongs to streaming query query-1"):
             _ = _shard.ShardTask(spec, 0, 3, "query-2", 0).db
     finally:
-        _shard.drop_cached_handles()
+        _handles.drop_cached_handles()
 
 
 def test_shard_task_reopens_a_warm_handle_another_worker_moved_past(tmp_path):
     """Two Python workers cache the same shard: a handle cached at version 0 must not be the
     base of batch 2 when the other worker committed batch 1."""
-    from silt_spark import _shard
+    from silt_spark.runtime import _handles, _shard
 
-    spec = _shard.OperatorSpec("processor", tmp_path.as_uri(), 1)
+    spec = _root.OperatorSpec("processor", tmp_path.as_uri(), 1)
 
     def run(batch_id):
         t = _shard.ShardTask(spec, 0, batch_id, "query-1", 0)
@@ -283,13 +287,13 @@ def test_shard_task_reopens_a_warm_handle_another_worker_moved_past(tmp_path):
     try:
         url = spec.shard_url(0)
         assert run(0) == 1
-        worker_a = _shard._CACHE.pop(url)  # worker A keeps its handle at version 0
+        worker_a = _handles.CACHE.pop(url)  # worker A keeps its handle at version 0
         assert run(1) == 2  # worker B runs batch 1
-        _shard._CACHE.pop(url).db.close()
-        _shard._CACHE[url] = worker_a  # batch 2 lands on worker A again
+        _handles.CACHE.pop(url).db.close()
+        _handles.CACHE[url] = worker_a  # batch 2 lands on worker A again
         assert run(2) == 3
     finally:
-        _shard.drop_cached_handles()
+        _handles.drop_cached_handles()
 
 
 class _Timers:
@@ -321,7 +325,7 @@ _TIMER_OUT = pa.schema([("k", pa.string()), ("what", pa.string()), ("ms", pa.int
 
 def _timer_batch(task, rows, mode, now_s=0.0, monkeypatch=None):
     if monkeypatch is not None:
-        monkeypatch.setattr(_processor._time, "time", lambda: now_s)
+        monkeypatch.setattr(_runner._time, "time", lambda: now_s)
     if rows:
         keys = [k for k, _, _ in rows]
         table = pa.table({
@@ -332,28 +336,28 @@ def _timer_batch(task, rows, mode, now_s=0.0, monkeypatch=None):
         batches = iter(table.to_batches())
     else:
         batches = iter(())
-    out = pa.Table.from_batches(list(_processor.process_partition(
+    out = pa.Table.from_batches(list(_runner.process_partition(
         task, batches, _Timers(), ["k"], _TIMER_OUT, "pandas", mode,
     )), schema=_TIMER_OUT)
     return [tuple(r.values()) for r in out.to_pylist()]
 
 
 def test_processing_time_timers_fire_once_in_order_and_survive_restarts(task, monkeypatch):
-    mode = _processor.TimeConfig("processingtime")
+    mode = _runner.TimeConfig("processingtime")
     scans = []
-    real = _processor._due_timers
-    monkeypatch.setattr(_processor, "_due_timers", lambda t, th: scans.append(th) or real(t, th))
+    real = _runner._due_timers
+    monkeypatch.setattr(_runner, "_due_timers", lambda t, th: scans.append(th) or real(t, th))
     got = _timer_batch(task, [("a", 1000, 0), ("a", 5000, 0), ("b", 3000, 0)], mode, 0.0,
                        monkeypatch)
     assert sorted(got) == [("a", "in", -1), ("b", "in", -1)]
     task.commit(0)
-    assert task.base_meta[_processor.META_NEXT_TIMER] == "1000"
+    assert task.base_meta[_names.META_NEXT_TIMER] == "1000"
     # No rows for the shard: due timers fire anyway, oldest first, each once.
     assert _timer_batch(task, [], mode, 3.5, monkeypatch) == [
         ("a", "fired", 1000), ("b", "fired", 3000)
     ]
     task.commit(1)
-    assert task.base_meta[_processor.META_NEXT_TIMER] == "5000"
+    assert task.base_meta[_names.META_NEXT_TIMER] == "5000"
     scans.clear()
     assert _timer_batch(task, [], mode, 4.0, monkeypatch) == []
     assert scans == []  # the meta's lower bound says nothing is due: no scan
@@ -363,7 +367,7 @@ def test_processing_time_timers_fire_once_in_order_and_survive_restarts(task, mo
     task.commit(3)
     assert _timer_batch(task, [], mode, 100.0, monkeypatch) == []
     task.commit(4)
-    assert task.base_meta[_processor.META_NEXT_TIMER] == ""
+    assert task.base_meta[_names.META_NEXT_TIMER] == ""
     h = _processor.StatefulProcessorHandle(task)
     with pytest.raises(RuntimeError, match="time_mode"):
         h.registerTimer(5)
@@ -373,7 +377,7 @@ def test_event_time_timers_fire_on_the_query_watermark(task):
     """The batch's watermark comes from the query (tests/test_spark_event_time.py checks it
     against Spark): timers at or before it fire, before the batch's rows, also in a shard with
     no rows; late rows never reach the processor; the shard reports its largest event time."""
-    mode = _processor.TimeConfig("eventtime", "ts", 1000)
+    mode = _runner.TimeConfig("eventtime", "ts", 1000)
     task.watermark = 0
     got = _timer_batch(task, [("a", 4000, 5000), ("b", 4500, 2000)], mode)
     assert sorted(got) == [("a", "in", 0), ("b", "in", 0)]
@@ -385,7 +389,7 @@ def test_event_time_timers_fire_on_the_query_watermark(task):
     # Late rows (event time at or before the watermark) never reach the processor.
     assert _timer_batch(task, [("c", 9000, 100), ("d", 9000, 4000)], mode) == []
     assert task.seen == [5000, 4000]
-    assert task.meta_updates[_processor.META_LATE_ROWS] == "2"
+    assert task.meta_updates[_names.META_LATE_ROWS] == "2"
     task.commit(2)
     task.watermark = 4500  # b's timer was due before batch 3: it fires before a's row
     got = _timer_batch(task, [("a", 99_999, 6000)], mode)

@@ -19,7 +19,7 @@ import test_storage_options as common
 from pyspark import cloudpickle
 from silt.errors import InvalidArgumentError
 from silt.plugins import open_store
-from silt_spark import _shard
+from silt_spark.runtime import _names, _root
 from test_spark_operator import Run
 from test_storage_options import FAKE_SECRET, capture_logs, s3_options
 
@@ -86,14 +86,14 @@ def test_aggregate_on_s3_with_options_from_the_job_only(
         assert size.entries >= 2 and size.bytes > 0
         store = open_store(url, storage_options=full)
         try:
-            descriptor = store.get(_shard.DESCRIPTOR).decode()
+            descriptor = store.get(_names.DESCRIPTOR).decode()
         finally:
             store.close()
     finally:
         spark.conf.unset(conf_key)
     for text in (plan, descriptor, caplog.text):
         assert secret not in text
-    spec = _shard.OperatorSpec(kind="aggregate", root=url, num_shards=2,
+    spec = _root.OperatorSpec(kind="aggregate", root=url, num_shards=2,
                                storage_options={"secret_access_key": FAKE_SECRET})
     assert FAKE_SECRET not in repr(spec) and FAKE_SECRET not in repr(replace(spec, generation=1))
 

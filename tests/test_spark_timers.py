@@ -12,7 +12,7 @@ import pytest
 import silt_spark
 from pyspark import cloudpickle
 from pyspark.sql import functions as F
-from silt_spark import _layout
+from silt_spark.runtime import _layout
 from test_spark_operator import Run
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])

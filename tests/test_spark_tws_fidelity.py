@@ -443,7 +443,7 @@ def test_frames_from_one_conversion_equal_sparks_steps_per_key(seed):
     """silt converts a shard's rows once (``Frames``); each key's frames must equal those of
     Spark's own steps on the key's rows (``chunks``): dtypes, values, index, key; nulls
     anywhere, two time zones, keys split into several frames or not."""
-    from silt_spark import _spark_pandas as sp
+    from silt_spark.runtime import _spark_pandas as sp
 
     table = _typed_rows(seed, int_nulls=True).sort_by("user")
     users = table["user"].to_pylist()

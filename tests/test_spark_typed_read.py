@@ -17,7 +17,9 @@ import pytest
 import silt_spark
 from pyspark import cloudpickle
 from silt.errors import InvalidArgumentError
-from silt_spark import _join, _join_state, _shard
+from silt_spark.operators.join import _buffers
+from silt_spark.operators.join import _reader as _join_state
+from silt_spark.runtime import _names
 from test_spark_join import JoinRun, join_rows, silt_join
 from test_spark_operator import AGGS, Run, batch
 
@@ -114,7 +116,7 @@ def test_a_deduplicator_reads_as_its_keys_and_first_batch(spark: Any, tmp_path: 
             for r in feed} == {k: ("insert", None, 1) for k, b in first.items() if b == 1}
     # A root from before key types were recorded has one JSON key column: typed reads would
     # have to guess the key columns, so they are refused (the JSON form still reads).
-    descriptor = tmp_path / "state" / _shard.DESCRIPTOR
+    descriptor = tmp_path / "state" / _names.DESCRIPTOR
     legacy = json.loads(descriptor.read_text())
     del legacy["key_columns"]
     descriptor.write_text(json.dumps(legacy))
@@ -188,9 +190,9 @@ def test_a_join_rows_columns_never_repeat_a_name_of_the_typed_read() -> None:
     side = [["id", "string"], ["event_time", "timestamp"], ["Matched", "int"],
             ["row_event_time", "bigint"], ["SHARD_VERSION", "bigint"], ["v", "double"]]
     other = [["v", "double"], ["rid", "string"]]
-    desc = {"key_columns": [["id", "string"]], _join.JOIN_KEYS: {"left": ["id"],
+    desc = {"key_columns": [["id", "string"]], _buffers.JOIN_KEYS: {"left": ["id"],
                                                                  "right": ["rid"]},
-            _join.SIDE_TYPES: {"left": side, "right": other}}
+            _buffers.SIDE_TYPES: {"left": side, "right": other}}
     assert _join_state.side_keys(desc, "left") == [["id", "string"]]
     assert _join_state.side_keys(desc, "right") == [["rid", "string"]]
     columns = _join_state.typed_columns(desc, "left")
@@ -205,7 +207,7 @@ def test_a_join_rows_columns_never_repeat_a_name_of_the_typed_read() -> None:
                                      "shard_version"]]
         assert len(set(names)) == len(names)
     # A root from before the key names were recorded: both sides' keys under the left names.
-    del desc[_join.JOIN_KEYS]
+    del desc[_buffers.JOIN_KEYS]
     assert _join_state.side_keys(desc, "right") == [["id", "string"]]
 
 

@@ -13,9 +13,10 @@ from __future__ import annotations
 import pytest
 import silt_spark
 from pyspark.errors import StreamingQueryException
-from silt_spark import _shard
-from silt_spark._shard import OperatorSpec, ShardTask
 from silt_spark.errors import ReplayInputError
+from silt_spark.runtime import _handles, _shard
+from silt_spark.runtime._root import OperatorSpec
+from silt_spark.runtime._shard import ShardTask
 from test_spark_operator import Run, agg_model, assert_frames, batch, shard_versions
 
 
@@ -69,9 +70,9 @@ def test_a_stage_boundary_before_the_union_gives_each_operator_its_shards(run, t
 
 @pytest.fixture
 def spec(tmp_path):
-    _shard.drop_cached_handles()
+    _handles.drop_cached_handles()
     yield OperatorSpec(kind="aggregate", root=(tmp_path / "op").as_uri(), num_shards=1)
-    _shard.drop_cached_handles()
+    _handles.drop_cached_handles()
 
 
 def _attempt(spec: OperatorSpec, batch_id: int, rows_in: int, key: bytes | None) -> ShardTask:
@@ -93,7 +94,7 @@ def _attempt(spec: OperatorSpec, batch_id: int, rows_in: int, key: bytes | None)
 def test_a_replay_with_other_input_than_the_committed_attempt_is_refused(spec, first, again):
     _attempt(spec, 0, 3, b"a")
     assert _attempt(spec, 1, first, b"b").committed
-    _shard.drop_cached_handles()
+    _handles.drop_cached_handles()
     with pytest.raises(ReplayInputError, match="micro-batch 1 is committed from"):
         _attempt(spec, 1, again, b"c")
 
@@ -101,6 +102,6 @@ def test_a_replay_with_other_input_than_the_committed_attempt_is_refused(spec, f
 def test_a_replay_with_the_same_kind_of_input_emits_again(spec) -> None:
     _attempt(spec, 0, 3, b"a")
     _attempt(spec, 1, 4, b"b")
-    _shard.drop_cached_handles()
+    _handles.drop_cached_handles()
     again = _attempt(spec, 1, 4, b"b")
     assert again.replay and not again.committed

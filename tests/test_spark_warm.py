@@ -10,9 +10,10 @@ from __future__ import annotations
 import pytest
 import roundtrips
 import silt
-from silt_spark import _shard
-from silt_spark._shard import OperatorSpec, ShardTask
 from silt_spark.errors import StateAheadError
+from silt_spark.runtime import _handles, _shard
+from silt_spark.runtime._root import OperatorSpec
+from silt_spark.runtime._shard import ShardTask
 
 
 def _requests(db: silt.DB) -> dict[str, int]:
@@ -21,15 +22,15 @@ def _requests(db: silt.DB) -> dict[str, int]:
 
 @pytest.fixture
 def spec(tmp_path):
-    _shard.drop_cached_handles()
+    _handles.drop_cached_handles()
     yield OperatorSpec(kind="aggregate", root=(tmp_path / "op").as_uri(), num_shards=1)
-    _shard.drop_cached_handles()
+    _handles.drop_cached_handles()
 
 
 def _run(spec: OperatorSpec, batch: int, key: bytes | None) -> tuple[ShardTask, dict[str, int]]:
     """One task of ``batch``: write ``key`` (nothing when ``None``), commit, release. Returns
     the task and the requests its opening made."""
-    cached = _shard._CACHE.get(spec.shard_url(0))
+    cached = _handles.CACHE.get(spec.shard_url(0))
     before = _requests(cached.db) if cached is not None else None
     task = ShardTask(spec, 0, batch, "q", 0)
     opened = ({k: n - before[k] for k, n in _requests(task.db).items() if n != before[k]}
@@ -76,7 +77,7 @@ def test_a_warm_handle_another_process_passed_reopens(spec) -> None:
     _run(spec, 1, b"b")
     _other_process_commits(spec, 2, b"x", b"other")  # batch 2 (3 changes nothing) elsewhere
     _run(spec, 3, None)  # the cached handle (version 1) sees version 2 and reopens
-    assert _shard._CACHE[spec.shard_url(0)].db.version == 2
+    assert _handles.CACHE[spec.shard_url(0)].db.version == 2
     task, _ = _run(spec, 4, b"d")
     assert task.db.version == 4 and task.db.get(b"x") == b"other"
 
@@ -87,7 +88,7 @@ def test_a_handle_another_process_passed_advances_without_a_list(spec) -> None:
     and the task, its commit included, makes no LIST."""
     _run(spec, 0, b"a")
     _run(spec, 1, b"b")
-    handle = _shard._CACHE[spec.shard_url(0)].db
+    handle = _handles.CACHE[spec.shard_url(0)].db
     readers = dict(handle._readers.by_id)
     _other_process_commits(spec, 2, b"x", b"other")
     before = _requests(handle)
@@ -120,12 +121,12 @@ def test_a_handle_another_process_passed_advances_without_a_list(spec) -> None:
     assert "LIST" not in record["requests"], record["requests"]
     assert record["requests_by_purpose"]["open"]["GET"]["count"] >= 3
     assert handle.version == 8 and handle.get(b"y") == b"six" and handle.get(b"d") == b"v4"
-    assert _shard._CACHE[spec.shard_url(0)].db is handle
+    assert _handles.CACHE[spec.shard_url(0)].db is handle
 
 
 def _run_probed(spec: OperatorSpec, batch: int, key: bytes) -> dict:
     """One task of ``batch`` measured as run_shard measures it; returns its metrics record."""
-    from silt_spark import _metrics
+    from silt_spark.runtime import _metrics
 
     task = ShardTask(spec, 0, batch, "q", 0)
     probe = task.probe = _metrics.TaskProbe(task)
@@ -148,7 +149,7 @@ def test_a_cold_task_lists_the_versions_once(spec) -> None:
     _run(spec, 1, b"b")
     _other_process_commits(spec, 2, b"c", b"v2")
     for batch, replay in ((2, True), (3, False)):
-        _shard.drop_cached_handles()  # a new worker process
+        _handles.drop_cached_handles()  # a new worker process
         task = ShardTask(spec, 0, batch, "q", 0)
         try:
             db = task.db
@@ -194,13 +195,13 @@ def _idle(spec: OperatorSpec, batch: int) -> ShardTask:
 def test_an_idle_task_on_a_current_handle_makes_no_request(spec) -> None:
     _run(spec, 0, b"a")
     _run(spec, 1, b"b")
-    handle = _shard._CACHE[spec.shard_url(0)].db
+    handle = _handles.CACHE[spec.shard_url(0)].db
     before = _requests(handle)
     for batch in (2, 3, 4):
         task = _idle(spec, batch)
         assert not task.opened and task.meta_seen["spark.batch_id"] == "1"
     assert _requests(handle) == before  # three idle batches: not one request
-    assert _shard._CACHE[spec.shard_url(0)].current_through == 4
+    assert _handles.CACHE[spec.shard_url(0)].current_through == 4
     task, opened = _run(spec, 5, b"f")  # the handle is still batch 5's base: no request
     assert opened == {} and task.committed and task.db.get(b"b") == b"v1"
     assert silt.versions(spec.shard_url(0))[-1] == 5  # (2: the reservation of the skip)
@@ -215,10 +216,10 @@ def test_an_idle_task_opens_when_its_handle_may_be_stale(spec) -> None:
     _other_process_commits(spec, 3, b"x", b"other")  # batch 2 ran here? no: 2 and 3 elsewhere
     task = _idle(spec, 4)
     assert task.opened and task.meta_seen["spark.batch_id"] == "3"
-    _shard.drop_cached_handles()
+    _handles.drop_cached_handles()
     task = _idle(spec, 5)
     assert task.opened and task.meta_seen["spark.batch_id"] == "3"
-    assert _shard._CACHE[spec.shard_url(0)].current_through == 5
+    assert _handles.CACHE[spec.shard_url(0)].current_through == 5
 
 
 def test_a_failed_idle_task_does_not_extend_the_handle(spec) -> None:
@@ -226,26 +227,26 @@ def test_a_failed_idle_task_does_not_extend_the_handle(spec) -> None:
     task = ShardTask(spec, 0, 1, "q", 0)
     assert task.base_meta["spark.batch_id"] == "0" and not task.opened
     task.release(False)
-    assert _shard._CACHE[spec.shard_url(0)].current_through == 0
+    assert _handles.CACHE[spec.shard_url(0)].current_through == 0
 
 
 def test_a_rescaled_shard_without_a_version_is_never_idle(tmp_path) -> None:
     """A shard of a new layout must first take its state from the old layout's shards: its
     cached handle (no version yet) is never a base to skip opening with."""
-    _shard.drop_cached_handles()
+    _handles.drop_cached_handles()
     spec = OperatorSpec(kind="aggregate", root=(tmp_path / "op").as_uri(), num_shards=1,
                         generation=1)
     url = spec.shard_url(0)
-    _shard._CACHE[url] = _shard._Cached("q/", silt.open(url), 0)
+    _handles.CACHE[url] = _handles.Cached("q/", silt.open(url), 0)
     try:
         task = ShardTask(spec, 0, 1, "q", 0)
         assert task._current_handle() is None
     finally:
-        _shard.drop_cached_handles()
+        _handles.drop_cached_handles()
 
 
 def test_a_rescaled_shard_opens_at_its_first_batch_even_when_idle(tmp_path) -> None:
-    _shard.drop_cached_handles()
+    _handles.drop_cached_handles()
     spec = OperatorSpec(kind="aggregate", root=(tmp_path / "op").as_uri(), num_shards=1,
                         generation=1, layouts=((0, 2), (1, 1)))
     try:
@@ -257,11 +258,11 @@ def test_a_rescaled_shard_opens_at_its_first_batch_even_when_idle(tmp_path) -> N
                           "q", 0)
         assert not plain.may_need_migration()
     finally:
-        _shard.drop_cached_handles()
+        _handles.drop_cached_handles()
 
 
 def test_the_tasks_of_a_batch_in_one_process_share_one_watermark_listing(tmp_path) -> None:
-    from silt_spark import _watermark
+    from silt_spark.runtime import _watermark
 
     root = (tmp_path / "op").as_uri()
     _watermark.record(root, "q", 0, "kg-a", [5_000], _watermark.Observed((None,), 0))

@@ -17,7 +17,7 @@ import random
 import uuid
 
 import pytest
-from silt_spark import _tick, _watermark
+from silt_spark.runtime import _tick, _watermark
 
 
 def _fresh_process() -> None:

@@ -27,7 +27,8 @@ import pytest
 import silt
 import silt_spark
 from pyspark.sql import functions as F
-from silt_spark import _layout, _shard, _window
+from silt_spark.operators import window as _window
+from silt_spark.runtime import _layout, _root
 from test_spark_operator import Run as OperatorRun
 from test_spark_operator import fail_after_commit, shard_versions
 
@@ -308,7 +309,7 @@ def test_restart_with_more_shards_keeps_open_windows_and_watermarks(
     want, _, left = model(batches, shard_of_user, 10_000, 10_000, 3000, "append")
     assert sum(len(w) for w in want[3:]) > 0
     assert_batches(run.outputs, want)
-    desc = _shard.read_descriptor(state)
+    desc = _root.read_descriptor(state)
     assert [x["num_shards"] for x in desc["layouts"]] == [2, 3]
     got = {(r.user, int(r.map_key))
            for r in silt_spark.read_state(spark, state, raw=True).collect()}

@@ -23,15 +23,17 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from . import errors
+from .runtime import _readers
 
 if TYPE_CHECKING:
-    from ._aggregate import aggregate
-    from ._changes import read_changes
-    from ._dedup import deduplicate
-    from ._join import join
-    from ._lifecycle import drop_state
-    from ._metrics import MetricsListener, metrics
-    from ._processor import (
+    from .inspect._changes import read_changes
+    from .inspect._read import read_state
+    from .inspect._size import StateSize, state_size
+    from .operators.aggregate import aggregate
+    from .operators.batch import BatchProcessor, transform_batches
+    from .operators.dedup import deduplicate
+    from .operators.join._builder import join
+    from .operators.processor import (
         ExpiredTimerInfo,
         ListState,
         MapState,
@@ -41,36 +43,40 @@ if TYPE_CHECKING:
         ValueState,
         transform_with_state,
     )
-    from ._progress import progress_metrics
-    from ._read import read_state
-    from ._size import StateSize, state_size
-    from ._window import window_aggregate
-    from .operators.batch import BatchProcessor, transform_batches
+    from .operators.window import window_aggregate
+    from .runtime._lifecycle import drop_state
+    from .runtime._metrics import MetricsListener, metrics
+    from .runtime._progress import progress_metrics
 
 #: Public name -> the module defining it, imported on first use (PEP 562), so that importing
 #: ``silt_spark`` (as silt does for its ``silt`` entry point, ``silt_spark.plugin``, in every
 #: process that lists its plugins) imports neither pyspark nor numpy (docs/plugins.md).
 _EXPORTS = {
-    "aggregate": "_aggregate",
-    "read_changes": "_changes",
-    "deduplicate": "_dedup",
-    "join": "_join",
-    "drop_state": "_lifecycle",
-    "MetricsListener": "_metrics",
-    "metrics": "_metrics",
+    "aggregate": "operators.aggregate",
+    "read_changes": "inspect._changes",
+    "deduplicate": "operators.dedup",
+    "join": "operators.join",
+    "drop_state": "runtime._lifecycle",
+    "MetricsListener": "runtime._metrics",
+    "metrics": "runtime._metrics",
     **dict.fromkeys(
         ("ExpiredTimerInfo", "ListState", "MapState", "StatefulProcessor",
          "StatefulProcessorHandle", "TimerValues", "ValueState", "transform_with_state"),
-        "_processor",
+        "operators.processor",
     ),
-    "progress_metrics": "_progress",
-    "read_state": "_read",
-    "StateSize": "_size",
-    "state_size": "_size",
-    "window_aggregate": "_window",
+    "progress_metrics": "runtime._progress",
+    "read_state": "inspect._read",
+    "StateSize": "inspect._size",
+    "state_size": "inspect._size",
+    "window_aggregate": "operators.window",
     "BatchProcessor": "operators.batch",
     "transform_batches": "operators.batch",
 }
+
+
+#: ``read_state`` and ``silt inspect`` find each operator's state reader through the registry;
+#: the operators register when imported, which happens here only when a reader needs them.
+_readers.add_loader(lambda: importlib.import_module(".operators", __name__))
 
 
 def __getattr__(name: str) -> Any:

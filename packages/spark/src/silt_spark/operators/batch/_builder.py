@@ -14,7 +14,8 @@ from typing import Any
 
 from silt.errors import InvalidArgumentError, InvalidTypeError
 
-from ... import _api, _layout, _processor, _rewrite, _schema, _shard
+from ...runtime import _api, _layout, _rewrite, _root, _schema, _shard, _types
+from ...runtime._names import DESCRIPTOR_SCHEMAS, PROCESSOR_KIND
 from ._state import SUPPORTED_KINDS, BatchHandle
 
 
@@ -101,7 +102,7 @@ def transform_batches(
     ...     events, Totals(), ["user"], "user string, n long, amount long",
     ...     state_url="file:///data/state/totals", num_shards=4)
     """
-    keys = _api._key_list(key_columns, df)
+    keys = _api.key_list(key_columns, df)
     for method in ("init", "process"):
         if not callable(getattr(processor, method, None)):
             raise InvalidTypeError(
@@ -110,22 +111,22 @@ def transform_batches(
             )
     struct = _api._struct(output_schema)
     declared = declared_states(processor)
-    spec = _api._spec(
-        _processor.KIND, state_url, num_shards, key_groups, take_over, settings, df=df,
+    spec = _api.operator_spec(
+        PROCESSOR_KIND, state_url, num_shards, key_groups, take_over, settings, df=df,
         storage_options=storage_options,
     )
     from pyspark.sql.pandas.types import to_arrow_schema
 
     arrow_schema = to_arrow_schema(struct, timezone="UTC")
     # As transform_with_state: schemas checked and evolved here, before any state is written.
-    field = _processor.DESCRIPTOR_SCHEMAS
-    have = _shard.read_descriptor(spec.root, spec.storage_options)
+    field = DESCRIPTOR_SCHEMAS
+    have = _root.read_descriptor(spec.root, spec.storage_options)
     registry = _schema.evolve((have or {}).get(field) or {}, declared)
-    spec = _shard.ensure_descriptor(
-        spec, {"key_columns": _api._key_types(df, keys), field: registry}, _api.PINNED,
+    spec = _root.ensure_descriptor(
+        spec, {"key_columns": _api.key_types(df, keys), field: registry}, _api.PINNED,
     )
     if have is not None and field in have and have[field] != registry:
-        _shard.update_descriptor(spec.root, {field: registry}, spec.storage_options)
+        _root.update_descriptor(spec.root, {field: registry}, spec.storage_options)
     spec = dataclasses.replace(spec, settings=_rewrite.settings_for(spec.settings, registry))
     arrow_schemas = {name: _arrow_schema(registry[name]["versions"][-1]) for name in declared}
 
@@ -135,7 +136,7 @@ def transform_batches(
         return process_partition(task, batches, processor, keys, arrow_schema, registry,
                                  arrow_schemas)
 
-    return _api.shard_stage(_api._route(df, keys, spec), df, spec, process, struct)
+    return _api.shard_stage(_api.route(df, keys, spec), df, spec, process, struct)
 
 
 def declared_states(processor: Any) -> dict[str, _schema.Declared]:
@@ -166,7 +167,7 @@ def declared_states(processor: Any) -> dict[str, _schema.Declared]:
                 f"needs one (get returns Arrow columns of it), e.g. "
                 f"handle.getValueState({name!r}, 'n long')"
             )
-        out[name] = _schema.Declared(kind, None, _schema.from_spark(value, f"state {name!r}"),
+        out[name] = _schema.Declared(kind, None, _types.from_spark(value, f"state {name!r}"),
                                      False)
     return out
 

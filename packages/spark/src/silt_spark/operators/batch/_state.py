@@ -1,13 +1,13 @@
 """The batch processor's state: its handle (what ``init`` declares) and vectorized state
 variables (what ``process`` reads and writes for many keys at once).
 
-Layout: exactly the per-key processor's (``silt_spark._processor``): a value state of grouping
-key ``k`` in key group ``kg`` is the entry ``key_prefix(kg, enc(k)) + len(name) name``, its value
-the variable's schema encoding (``silt_spark._schema.VarCodec``). Keys are encoded with
-``silt_spark._rowcodec.encode_tuples``, byte for byte ``_codec.encode`` of the key tuple as the
-per-key processor encodes it, so either processor reads what the other wrote.
+Layout: exactly the per-key processor's (``silt_spark.operators.processor``): a value state of
+grouping key ``k`` in key group ``kg`` is the entry ``key_prefix(kg, enc(k)) + len(name) name``,
+its value the variable's schema encoding (``silt_spark.runtime._schema.VarCodec``). Keys are encoded
+with ``silt_spark.runtime._rowcodec.encode_tuples``, byte for byte ``_codec.encode`` of the key
+tuple as the per-key processor encodes it, so either processor reads what the other wrote.
 
-Reads are served from the batch's prefetch (``silt_spark._prefetch.BatchState``: one sorted
+Reads are served from the batch's prefetch (``silt_spark.runtime._prefetch.BatchState``: one sorted
 ``multi_get`` for every value variable of every key of the batch, done before ``process``
 runs); ``put`` writes its rows with one ``put_many``, ``delete`` with one ``WriteBatch``. State
 calls take keys **of the batch** (rows of its key columns, in any order, each key at most once
@@ -29,7 +29,9 @@ from typing import Any
 
 from silt.errors import InvalidArgumentError
 
-from ... import _processor, _rowcodec, _schema
+from ...runtime import _rowcodec, _schema, _valuecodec
+from ...runtime._names import META_DELETED_STATES
+from .. import _varkeys
 from ._tables import as_table, conform
 
 #: The kinds of state variables ``transform_batches`` serves so far.
@@ -83,8 +85,8 @@ class BatchKeys:
                  processor: str) -> None:
         self.key_columns = key_columns
         self.processor = processor
-        #: enc(key) -> the key's state prefix (``_processor.key_prefix``).
-        self.prefix_of = {e: _processor.key_prefix(kg, e) for e, kg in zip(encoded, kgs)}
+        #: enc(key) -> the key's state prefix (``_varkeys.key_prefix``).
+        self.prefix_of = {e: _varkeys.key_prefix(kg, e) for e, kg in zip(encoded, kgs)}
 
     def prefixes(self, keys: Any, what: str) -> list[bytes]:
         """The state prefixes of ``keys`` (a table of key rows of this batch), or an error
@@ -137,13 +139,13 @@ class BatchValueState:
     ...         total.put(keys, pa.table({"amount": new}))
     """
 
-    def __init__(self, handle: BatchHandle, name: str, codec: _schema.VarCodec,
+    def __init__(self, handle: BatchHandle, name: str, codec: _valuecodec.VarCodec,
                  arrow_schema: Any) -> None:
         import pyarrow as pa
 
         self._handle = handle
         self.name = name
-        self._name = _processor._name_bytes(name)
+        self._name = _varkeys._name_bytes(name)
         self._codec = codec
         #: The variable's latest schema as Arrow (what ``put`` takes; ``get`` returns it with
         #: every field nullable, null for keys without a value).
@@ -277,11 +279,11 @@ class BatchHandle:
         #: since (its manifest meta); a write here takes the variable out of that list.
         self._deleted: set[str] = set()
         if task is not None:
-            raw = task.base_meta.get(_processor.META_DELETED_STATES) if task.base_meta else None
+            raw = task.base_meta.get(META_DELETED_STATES) if task.base_meta else None
             self._deleted = set(json.loads(raw)) if raw else set()
 
     def _declare(self, kind: str, name: str, key_schema: Any, schema: Any, ttl: Any) -> None:
-        _processor._name_bytes(name)  # a name the layout can hold
+        _varkeys._name_bytes(name)  # a name the layout can hold
         if name in self.declared and self.declared[name][0] != kind:
             raise InvalidArgumentError(
                 f"{self._processor} declares state {name!r} as a {self.declared[name][0]} and "
@@ -323,7 +325,7 @@ class BatchHandle:
     def _bind(self, keys: BatchKeys) -> None:
         """Serve the batch's ``keys``: read every declared value variable of every key ahead,
         with one ``multi_get`` (the same prefetch as the per-key processor's)."""
-        from ..._prefetch import BatchState
+        from ...runtime._prefetch import BatchState
 
         self._keys = keys
         self._state = BatchState(self._task)
@@ -339,4 +341,4 @@ class BatchHandle:
             wrote(k, v)
         if name in self._deleted and values and values[0] is not None:
             self._deleted.discard(name)
-            task.meta_updates[_processor.META_DELETED_STATES] = json.dumps(sorted(self._deleted))
+            task.meta_updates[META_DELETED_STATES] = json.dumps(sorted(self._deleted))

@@ -1,6 +1,6 @@
 """One shard's micro-batch of ``transform_batches``, inside its Spark task.
 
-The task (under ``silt_spark._shard.run_shard``, which opens the shard at the batch's base,
+The task (under ``silt_spark.runtime._shard.run_shard``, which opens the shard at the batch's base,
 commits version ``b`` when the task succeeded and anything changed, and discards every write of
 a failed task) gathers the shard's rows into one ``pyarrow.Table``, finds the batch's grouping
 keys and their key groups, runs ``processor.init(handle)``, reads the state of every key ahead
@@ -17,10 +17,10 @@ import time as _time
 from collections.abc import Iterator
 from typing import Any
 
-from ... import _rowcodec
-from ..._layout import KG_COLUMN, PARTITION_COLUMN
-from ..._processor import TimerValues
-from ..._shard import ShardTask, check_key_groups
+from ...runtime import _rowcodec
+from ...runtime._layout import KG_COLUMN, PARTITION_COLUMN
+from ...runtime._shard import ShardTask
+from .._timervalues import TimerValues
 from ._state import BatchHandle, BatchKeys, BatchStates
 from ._tables import as_table, conform
 
@@ -47,7 +47,6 @@ def process_partition(
         table = table.filter(pc.greater_equal(table[KG_COLUMN], 0))
     if not table.num_rows:
         return  # no rows: the shard is not even opened
-    check_key_groups(task, table[KG_COLUMN])
     table = table.drop_columns([PARTITION_COLUMN])
     name = type(processor).__name__
     where = f"batch processor {name} (micro-batch {task.batch_id}, shard {task.shard})"
