@@ -201,9 +201,7 @@ class Settings:
                 "Settings.compaction must name a compaction policy (e.g. 'leveled') or be 'none'"
             )
         if self.value_rewriter is not None:
-            from .compaction.rewrite import check_name
-
-            check_name(self.value_rewriter)
+            check_rewriter_name(self.value_rewriter)
         if not isinstance(self.value_rewriter_config, str):
             raise InvalidTypeError(
                 "Settings.value_rewriter_config must be a str (JSON, by convention), got "
@@ -238,3 +236,15 @@ class Settings:
                 f"Settings.from_dict takes a dict of field names, got {type(data).__name__}"
             )
         return cls().replace(**data)
+
+
+def check_rewriter_name(name: str) -> None:
+    """Refuse a ``value_rewriter`` that is not ``"module:attribute"`` (before importing it)."""
+    module, sep, attr = name.partition(":") if isinstance(name, str) else ("", "", "")
+    if not sep or not module or not attr or not all(
+        part.isidentifier() for part in (*module.split("."), *attr.split("."))
+    ):
+        raise InvalidArgumentError(
+            f"Settings.value_rewriter must name a factory as 'package.module:function', got "
+            f"{name!r:.120}"
+        )

@@ -32,23 +32,12 @@ import threading
 from collections.abc import Callable
 
 from ..errors import InvalidArgumentError
+from ..settings import check_rewriter_name
 
 Rewriter = Callable[[bytes, bytes], "bytes | None"]
 
 _lock = threading.Lock()
 _loaded: dict[tuple[str, str], Rewriter] = {}
-
-
-def check_name(name: str) -> None:
-    """Refuse a ``value_rewriter`` that is not ``"module:attribute"`` (before importing it)."""
-    module, sep, attr = name.partition(":") if isinstance(name, str) else ("", "", "")
-    if not sep or not module or not attr or not all(
-        part.isidentifier() for part in (*module.split("."), *attr.split("."))
-    ):
-        raise InvalidArgumentError(
-            f"Settings.value_rewriter must name a factory as 'package.module:function', got "
-            f"{name!r:.120}"
-        )
 
 
 def load(name: str, config: str) -> Rewriter:
@@ -59,7 +48,7 @@ def load(name: str, config: str) -> Rewriter:
         found = _loaded.get(key)
         if found is not None:
             return found
-    check_name(name)
+    check_rewriter_name(name)
     module, _, attr = name.partition(":")
     try:
         factory: object = importlib.import_module(module)
