@@ -161,7 +161,7 @@ def test_the_entry_point_registers_the_inspector_and_the_core_never_imports_silt
     assert project["project"]["entry-points"]["silt"] == {"spark": "silt_spark.plugin"}
     from silt_spark import plugin
 
-    assert plugin.DESCRIPTOR == _names.DESCRIPTOR
+    assert _names.DESCRIPTOR == "silt-spark.json"  # on disk in every operator root
     registry = plugins.Registry()
     plugin.silt_register(registry)
     assert set(registry.root_inspectors) == {_names.DESCRIPTOR}
