@@ -181,9 +181,9 @@ def test_vectorized_key_encoding_equals_the_codec():
     assert _batchkeys.encode_keys_arrow(kg, [pa.array([1, None])]) is None
     assert _batchkeys.encode_keys_arrow(kg, [pa.array([True, False])]) is None
     assert _batchkeys.encode_keys_arrow(kg, [pa.array([1, 2], pa.uint64())]) is None
-    # state_keys: either path, any tag, row order kept
+    # encode_key_columns: either path, any tag, row order kept
     cols = [pa.array(["b", "a"]), pa.array([1, None])]
-    assert _batchkeys.state_keys(kg, cols, b"D") == _batchkeys.encode_keys(
+    assert _batchkeys.encode_key_columns(kg, cols, b"D") == _batchkeys.encode_keys(
         [1, 2], [["b", "a"], [1, None]], b"D")
-    assert _batchkeys.state_keys(kg, cols[:1], b"D") == _batchkeys.encode_keys(
+    assert _batchkeys.encode_key_columns(kg, cols[:1], b"D") == _batchkeys.encode_keys(
         [1, 2], [["b", "a"]], b"D")

@@ -17,7 +17,7 @@ def encode_keys(kgs: Any, key_values: list[list[Any]], tag: bytes = _keys.AGG_TA
     return [head(kg, tag) + enc(key) for kg, key in zip(kgs, zip(*key_values))]
 
 
-def state_keys(kg: Any, columns: list[Any], tag: bytes) -> list[bytes]:
+def encode_key_columns(kg: Any, columns: list[Any], tag: bytes) -> list[bytes]:
     """:func:`encode_keys` of Arrow columns, through :func:`encode_keys_arrow` when it handles
     them (no Python call per key), in row order."""
     encoded = encode_keys_arrow(kg, columns, tag)

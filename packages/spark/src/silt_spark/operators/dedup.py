@@ -51,7 +51,7 @@ from silt.tierkit import public_url
 from ..runtime import _api, _codec, _keys, _layout, _readers, _root, _shard, _watermark
 from ..runtime._layout import KG_COLUMN, PARTITION_COLUMN
 from ..runtime._shard import ShardTask
-from ._batchkeys import state_keys
+from ._batchkeys import encode_key_columns
 
 #: The operator kind, as recorded in the state root's descriptor.
 KIND = "dedup"
@@ -165,7 +165,7 @@ def merge_partition(task: ShardTask, batches: Iterator[Any], dp: DedupPlan) -> I
             if top is not None:
                 task.observe_event_time(top // 1000)
         t = _first_per_key(t.drop_columns([PARTITION_COLUMN]), dp.key_columns, (KG_COLUMN,))
-        keys = state_keys(t[KG_COLUMN], [t[c] for c in dp.key_columns], DEDUP_TAG)
+        keys = encode_key_columns(t[KG_COLUMN], [t[c] for c in dp.key_columns], DEDUP_TAG)
         seen = task.db.multi_get(keys)
         if event:
             new = np.fromiter(

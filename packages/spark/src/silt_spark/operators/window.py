@@ -178,7 +178,7 @@ def partial_aggregate(batches: Iterator[Any], wp: WindowPlan) -> Iterator[Any]:
     yield from pa.Table.from_arrays(out, schema=wp.partial_schema).to_batches()
 
 
-def state_keys(kgs: list[int], starts: list[int], key_values: list[list[Any]]) -> list[bytes]:
+def window_keys(kgs: list[int], starts: list[int], key_values: list[list[Any]]) -> list[bytes]:
     """State keys of (key group, window start, grouping key) triples."""
     timed, enc = _keys.timed_key, _codec.encode
     return [
@@ -273,7 +273,7 @@ def merge_partition(task: ShardTask, batches: Iterator[Any], wp: WindowPlan) -> 
         if g.num_rows:
             # Every window left was open before this batch; those ending <= wm close in it:
             # they are emitted (append) with this batch's rows and never written.
-            keys = state_keys(
+            keys = window_keys(
                 g[KG_COLUMN].to_pylist(), ws.tolist(), [g[c].to_pylist() for c in p.key_columns]
             )
             new = _aggregation.combine(
