@@ -121,26 +121,30 @@ def join_rows(seed: int, n_batches: int) -> list[tuple[list, list]]:
     return out
 
 
-def spark_join(how: str):
+def spark_join(how: str, watermarks: tuple[bool, bool] = (True, True)):
     def build(run, _):
         left, right = run.streams()
-        left = left.withWatermark("lt", DELAYS[0])
-        right = right.withWatermark("rt", DELAYS[1])
+        if watermarks[0]:
+            left = left.withWatermark("lt", DELAYS[0])
+        if watermarks[1]:
+            right = right.withWatermark("rt", DELAYS[1])
         cond = F.expr("luser = ruser AND lt >= rt - interval 4 seconds "
                       "AND lt <= rt + interval 2 seconds")
         return left.join(right, cond, SPARK_HOW[how])
     return build
 
 
-def silt_join(tmp_path, name: str, how: str, layouts: list[int]):
+def silt_join(tmp_path, name: str, how: str, layouts: list[int],
+              watermarks: tuple[bool, bool] = (True, True)):
     state = (tmp_path / f"{name}-state").as_uri()
+    delays = [d if w else None for d, w in zip(DELAYS, watermarks)]
 
     def build(run, n):
         left, right = run.streams()
         return silt_spark.join(
             left, right, [("luser", "ruser")], how, state_url=state, num_shards=layouts[n],
-            left_time_column="lt", right_time_column="rt", left_watermark_delay=DELAYS[0],
-            right_watermark_delay=DELAYS[1], time_range=RANGE,
+            left_time_column="lt", right_time_column="rt", left_watermark_delay=delays[0],
+            right_watermark_delay=delays[1], time_range=RANGE,
         )
     return build
 
@@ -348,6 +352,15 @@ def test_join_refuses_bad_arguments_before_any_state(spark, tmp_path):
          InvalidArgumentError, "is empty"),
         (dict(on=[("luser", "ruser")], left_time_column="lv"), InvalidTypeError, "timestamp"),
         (dict(on=["luser"]), InvalidArgumentError, "not in the right"),
+        # Spark's rule: the side whose rows come out with nulls needs the other's watermark
+        (dict(on=[("luser", "ruser")], how="left", right_watermark_delay=None),
+         InvalidArgumentError, "watermark on the right side"),
+        (dict(on=[("luser", "ruser")], how="left_semi", right_watermark_delay=None),
+         InvalidArgumentError, "watermark on the right side"),
+        (dict(on=[("luser", "ruser")], how="right", left_watermark_delay=None),
+         InvalidArgumentError, "watermark on the left side"),
+        (dict(on=[("luser", "ruser")], how="full", left_watermark_delay=None,
+              right_watermark_delay=None), InvalidArgumentError, "at least one side"),
     ]
     for kw, err, msg in cases:
         with pytest.raises(err, match=msg):
@@ -410,3 +423,35 @@ def test_a_side_without_data_and_a_restart_keep_sparks_watermark(spark, tmp_path
     matched = set(zip(want["lv"].dropna().astype(int), want["rv"].fillna(-1).astype(int)))
     assert {(1, 4), (9, 11)} <= matched, matched
     pd.testing.assert_frame_equal(norm(out["left"], COLUMNS), want, check_dtype=False)
+
+
+def test_a_watermark_on_one_side_only_equals_spark(spark, tmp_path):
+    """Spark accepts a watermark on one input of a join: that side's late rows are dropped,
+    the other's never are, and no row of either side expires (a side's rows expire only when
+    both have a watermark). Spark's join and silt's (1, then 2, then 7 shards) on the same
+    files, for an inner, a right outer (watermark on the left, Spark's requirement), a left
+    outer (on the right) and a full join (on the left); Spark refuses a left outer join with
+    the watermark on the left, as silt does when the join is built."""
+    batches = join_rows(3, 4)
+    cases = {"inner": (True, False), "right": (True, False), "left": (False, True),
+             "full": (True, False)}
+    variants = {}
+    for how, marks in cases.items():
+        variants[f"spark-{how}"] = (spark_join(how, marks), (), None)
+        variants[how] = (silt_join(tmp_path, how, how, [1, 2, 7], marks), (1, 3), None)
+    out, _ = run_all(spark, tmp_path, batches, variants)
+    for how in cases:
+        want = out[f"spark-{how}"]
+        assert len(want) > 10, how
+        pd.testing.assert_frame_equal(norm(out[how], COLUMNS), norm(want, COLUMNS),
+                                      check_dtype=False, obj=how)
+    # Rows late on the watermarked side only: Spark dropped some (fewer than all input rows
+    # at the watermark's edge came out), and the unwatermarked side's came out in full.
+    inner = out["spark-inner"]
+    assert (inner["rv"] == 5002).any()  # a right row 12 s behind the watermark matched
+    run = JoinRun(spark, tmp_path, "refused")
+    query = spark_join("left", (True, False))(run, 0)
+    with pytest.raises(Exception, match=r"(?i)watermark"):
+        run.start(query)
+        run.query.processAllAvailable()
+    run.stop()

@@ -217,7 +217,7 @@ def route(df: Any, keys: list[str], spec: _root.OperatorSpec, heartbeat: bool = 
     and ``heartbeat`` a 1 row/s ``rate`` source."""
     routed = _layout.with_routing_columns(df, keys, spec.num_shards, spec.key_groups)
     session = df.sparkSession
-    if spec.ticks:
+    if spec.ticks and spec.no_data_batches:
         routed = routed.union(_filler(_tick.stream(session, spec), routed.schema))
     if heartbeat:
         rate = session.readStream.format("rate").option("rowsPerSecond", 1).load()

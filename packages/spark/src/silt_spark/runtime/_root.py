@@ -51,6 +51,11 @@ class OperatorSpec:
     #: without it (``spark.silt.tick=false``), a data batch also does the work of the no-data
     #: batch before it, so its rows are late against its own watermark.
     ticks: bool = False
+    #: Whether Spark runs a no-data batch for this operator after a batch that moved the
+    #: watermark: only for one with work due then (eviction, closings, timers). A join with a
+    #: watermark on one side only evicts nothing: it gets no tick, and its rows are late
+    #: against batch ``b - 1``'s watermark, as Spark's (which runs its batches back to back).
+    no_data_batches: bool = True
     #: ``spark.silt.memoryBudget`` in bytes (each Python worker's silt.set_memory_budget), or
     #: ``None`` to keep the process's budget.
     memory_budget: int | None = None

@@ -125,7 +125,8 @@ class ShardTask:
                 storage_options=spec.storage_options, run_id=run_id,
             )
             self.watermark = self._observed.watermark_ms
-            self.late_watermark = self._observed.late_ms if spec.ticks else self.watermark
+            late = spec.ticks or not spec.no_data_batches
+            self.late_watermark = self._observed.late_ms if late else self.watermark
             self._event_seen = [None] * len(delays)
         budget = spec.memory_budget
         if budget is not None and silt.memory_budget().capacity != budget:

@@ -174,6 +174,9 @@ class JoinPlan:
     #: Whether the root keeps a time index of its outer sides' rows (descriptor field
     #: :data:`TIME_INDEX`; roots created before it have none).
     time_indexed: bool = False
+    #: Each side's input number in the watermark (``event_time_delays``), ``None`` for a side
+    #: without one (Spark's input without ``withWatermark``): its rows are never late.
+    watermark_inputs: tuple[int | None, int | None] = (0, 1)
 
     @property
     def outer(self) -> tuple[bool, bool]:
@@ -187,8 +190,10 @@ class JoinPlan:
         return on and self.outer[0], on and self.outer[1]
 
     def evict_us(self, side: int, watermark_ms: int) -> int | None:
-        """Rows of ``side`` with time ``<=`` this expire (Spark's state watermark)."""
-        if self.time_range is None:
+        """Rows of ``side`` with time ``<=`` this expire (Spark's state watermark); ``None``:
+        never. As in Spark, a side's rows expire only when both sides have a watermark (its own,
+        so it has a state watermark at all; the other's, which bounds the rows still to come)."""
+        if self.time_range is None or None in self.watermark_inputs:
             return None
         other = self.time_range[side] // 1000  # left: a, right: b
         return (watermark_ms - other - 1) * 1000

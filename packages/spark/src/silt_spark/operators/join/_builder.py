@@ -5,6 +5,7 @@ routed by key group into one ``mapInArrow`` task per shard running ``_probe.merg
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from silt.errors import InvalidArgumentError, InvalidTypeError
@@ -121,8 +122,12 @@ def join(
         neither. Micro-batch ``b`` runs with the query-wide watermark (the minimum over the
         sides of their largest event time before ``b`` minus their delay); rows at or before it
         are late and dropped.
-    left_watermark_delay, right_watermark_delay : int, str or timedelta, default 0
-        Each side's ``withWatermark`` delay (ms, ``"10 seconds"``, a ``timedelta``).
+    left_watermark_delay, right_watermark_delay : int, str, timedelta or None, default 0
+        Each side's ``withWatermark`` delay (ms, ``"10 seconds"``, a ``timedelta``); ``None``
+        for a side without a watermark, as a Spark input without ``withWatermark``: its rows are
+        never late, and no row of either side expires (Spark's rule: a side's rows expire only
+        when both sides have one). A left outer or semi join needs one on the right, a right
+        outer join on the left, a full join on either, as in Spark.
     time_range : (a, b), optional
         Match only rows whose left time lies between the right time minus ``a`` and the right
         time plus ``b`` (inclusive; durations as for the delays; ``a + b >= 0``). Rows expire
@@ -173,8 +178,9 @@ def join(
     if event:
         _api._timestamp_column(left, left_time_column, "left_time_column")
         _api._timestamp_column(right, right_time_column, "right_time_column")
-    delays = (_api.parse_delay_ms(left_watermark_delay, "left_watermark_delay"),
-              _api.parse_delay_ms(right_watermark_delay, "right_watermark_delay"))
+    delays = tuple(None if d is None else _api.parse_delay_ms(d, f"{name}_watermark_delay")
+                   for d, name in ((left_watermark_delay, "left"),
+                                   (right_watermark_delay, "right")))
     if not event and any(delays):
         raise InvalidArgumentError("watermark delays need left_time_column and right_time_column")
     rng: tuple[int, int] | None = None
@@ -196,6 +202,22 @@ def join(
             f"a {kind} join needs event time and a time_range (as Spark's stream-stream joins): "
             "without them its buffers would never expire and unmatched rows never come out"
         )
+    watermarked = [d is not None for d in delays] if event else [False, False]
+    # Spark's rule for outer and semi joins: a watermark on the side whose rows come out with
+    # nulls (or decide a semi join's rows), so that the other side's rows can expire.
+    needs = {"left": "right", "left_semi": "right", "right": "left"}.get(kind)
+    if needs is not None and not watermarked[SIDES.index(needs)]:
+        raise InvalidArgumentError(
+            f"a {kind} join needs a watermark on the {needs} side (as Spark's): give "
+            f"{needs}_watermark_delay (0 or more), not None"
+        )
+    if kind == "full" and not any(watermarked):
+        raise InvalidArgumentError(
+            "a full join needs a watermark on at least one side (as Spark's): give "
+            "left_watermark_delay or right_watermark_delay (0 or more), not None"
+        )
+    inputs = iter(range(2))
+    watermark_inputs = tuple(next(inputs) if w else None for w in watermarked)
     internal = {SIDE_COLUMN, KG_COLUMN, PARTITION_COLUMN}
     for name, df in (("left", left), ("right", right)):
         bad = [c for c in df.columns if c in internal or c.startswith("__")]
@@ -248,8 +270,10 @@ def join(
     spec = _api.operator_spec(
         KIND, state_url, num_shards, key_groups, take_over, settings, df=left,
         storage_options=storage_options,
-        event_time_delays=delays if event else (),
+        event_time_delays=tuple(d for d in delays if d is not None) if event else (),
     )
+    if event and not all(watermarked):
+        spec = replace(spec, no_data_batches=False)  # nothing ever expires (see JoinPlan)
     _api._check_streaming(right, KIND)
     side_types = {SIDES[i]: [[f.name, f.dataType.simpleString()] for f in df.schema.fields]
                   for i, df in enumerate((left, right))}
@@ -259,7 +283,10 @@ def join(
     spec = _root.ensure_descriptor(spec, {
         "key_columns": _api.key_types(left, lk),
         "join": {"how": kind, "bucket_us": bucket_us, "left": list(lcols),
-                 "right": list(rcols)},
+                 "right": list(rcols),
+                 # which sides have a watermark, only where not both (as every root made before
+                 # a side could go without): the markers number the watermarked inputs
+                 **({"watermarked": watermarked} if event and not all(watermarked) else {})},
         SIDE_TYPES: side_types,
         **({TIME_INDEX: 1} if fresh else {}),
     }, (*_api.PINNED, "join"))
@@ -281,7 +308,7 @@ def join(
         side_schemas=(to_arrow_schema(T.StructType(l_struct), timezone="UTC"),
                       to_arrow_schema(T.StructType(r_struct), timezone="UTC")),
         output_schema=to_arrow_schema(out_struct, timezone="UTC"),
-        time_indexed=time_indexed,
+        time_indexed=time_indexed, watermark_inputs=watermark_inputs,
     )
 
     def tagged(df: Any, side: int, keys: list[str]) -> Any:

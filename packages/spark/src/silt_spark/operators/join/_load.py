@@ -37,15 +37,19 @@ class Side:
         t = t.filter(pc.equal(t[SIDE_COLUMN], side))
         base = task.batch_id << 32
         ti = jp.time_index[side]
+        wi = jp.watermark_inputs[side]
         if ti is not None and t.num_rows:
             us = _watermark.event_us(t[f"{prefix}{ti}"])
-            top = pc.max(us).as_py()
-            if top is not None:
-                task.observe_event_time(top // 1000, side)  # late rows count, as in Spark
-            keep = pc.invert(pc.fill_null(pc.less_equal(us, (wm or 0) * 1000), False))
-            if jp.time_range is not None:
-                keep = pc.and_(keep, pc.is_valid(us))
-            if not pc.all(keep).as_py():
+            if wi is None:  # no watermark on this side: no row of it is late (as in Spark)
+                keep = pc.is_valid(us) if jp.time_range is not None else None
+            else:
+                top = pc.max(us).as_py()
+                if top is not None:
+                    task.observe_event_time(top // 1000, wi)  # late rows count, as in Spark
+                keep = pc.invert(pc.fill_null(pc.less_equal(us, (wm or 0) * 1000), False))
+                if jp.time_range is not None:
+                    keep = pc.and_(keep, pc.is_valid(us))
+            if keep is not None and not pc.all(keep).as_py():
                 t, us = t.filter(keep), us.filter(keep)
             times = np.asarray(pc.fill_null(us, NO_TIME).to_numpy(zero_copy_only=False),
                                np.int64)
