@@ -91,3 +91,17 @@ def test_an_unknown_name_is_an_attribute_error_naming_it() -> None:
         assert "no_such_name" in str(exc)
     else:
         raise AssertionError("silt.no_such_name resolved")
+
+
+def test_the_package_pickles_by_name_as_a_module_does() -> None:
+    # A Spark processor's globals go to the workers by cloudpickle, which knows only the exact
+    # module type: the package (a module subclass, for its guarded attributes) pickles by name.
+    import pickle
+
+    import silt
+    from pyspark import cloudpickle
+
+    assert pickle.loads(pickle.dumps(silt)) is silt
+    assert cloudpickle.loads(cloudpickle.dumps(silt)) is silt
+    uses = {"silt": silt}
+    assert cloudpickle.loads(cloudpickle.dumps(uses))["silt"] is silt

@@ -93,6 +93,14 @@ class _Package(_types.ModuleType):
             return  # the submodule stays reachable as sys.modules["silt.<name>"]
         super().__setattr__(name, value)
 
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        # Pickled by name, as pickle libraries treat modules (cloudpickle, which ships a Spark
+        # processor's globals to the workers, knows only the exact module type): unpickling
+        # imports the installed package.
+        import importlib
+
+        return importlib.import_module, (self.__name__,)
+
 
 _sys.modules[__name__].__class__ = _Package
 
