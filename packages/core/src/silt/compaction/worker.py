@@ -20,7 +20,6 @@ before. The worker's requests are counted into the DB's metrics under ``compacti
 from __future__ import annotations
 
 import atexit
-import contextlib
 import os
 import pickle
 import subprocess
@@ -46,8 +45,13 @@ from .task import CompactionTask
 NICE = 10
 #: How often the worker checks that the writer process still lives.
 _PARENT_POLL_SECONDS = 0.2
-#: The worker's start: take the writer's import path (the first message), then serve.
-_BOOT = ("import pickle, sys; sys.path[:] = pickle.load(sys.stdin.buffer); "
+#: The worker's start: lower its priority first (see NICE: its own start, an interpreter
+#: importing silt, is background work too, and a restarted stream's first micro-batch is
+#: when it would compete most), take the writer's import path (the first message), then serve.
+_BOOT = ("import os\n"
+         f"try: os.nice({NICE})\n"
+         "except (OSError, AttributeError): pass\n"
+         "import pickle, sys; sys.path[:] = pickle.load(sys.stdin.buffer); "
          "from silt.compaction.worker import serve; serve()")
 
 _lock = threading.Lock()  # one task at a time in the one worker; held while it runs
@@ -156,9 +160,7 @@ def serve() -> None:
     sys.stdout = sys.stderr  # the protocol owns stdout
     parent = os.getppid()
     # Background work yields the CPU to the foreground: a merge takes what the writer's own
-    # threads and processes (a stream's tasks) leave (see NICE).
-    with contextlib.suppress(OSError, AttributeError):
-        os.nice(NICE)
+    # threads and processes (a stream's tasks) leave (NICE, applied by _BOOT before any import).
 
     def watch() -> None:
         while os.getppid() == parent:

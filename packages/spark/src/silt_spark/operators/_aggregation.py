@@ -30,6 +30,7 @@ from silt.errors import InvalidArgumentError, InvalidTypeError
 from silt.tierkit import public_url
 
 from ..runtime import _keys, _root
+from ..runtime._ndarrays import from_numpy, to_numpy
 from ._groupby import group_by
 
 AGG_TAG = _keys.AGG_TAG
@@ -317,15 +318,14 @@ def combine(old: Any, g: Any, p: AggPlan) -> Any:
     """``old`` state records merged with ``g``, a table of partials grouped with
     :func:`merge_specs` (one row per record, same order)."""
     import numpy as np
-    import pyarrow.compute as pc
 
     dt = old.dtype
     new = np.empty(len(old), dt)
     new["fmt"] = STATE_FORMAT
-    new["rows"] = old["rows"] + g["__rows_sum"].to_numpy()
+    new["rows"] = old["rows"] + to_numpy(g["__rows_sum"])
 
     def col(name: str, fill: Any) -> Any:
-        return pc.fill_null(g[name], fill).to_numpy()
+        return to_numpy(g[name], fill)
 
     for j, fl in enumerate(p.floating):
         zero = 0.0 if fl else 0
@@ -348,19 +348,19 @@ def output_arrays(new: Any, p: AggPlan) -> list[Any]:
     arrays = []
     for a in p.aggs:
         if a.column is None:
-            arrays.append(pa.array(np.ascontiguousarray(new["rows"]), pa.int64()))
+            arrays.append(from_numpy(new["rows"], pa.int64()))
             continue
         j = p.value_columns.index(a.column)
         cnt = np.ascontiguousarray(new[f"n{j}"])
         empty = cnt == 0
         if a.func == "count":
-            arr = pa.array(cnt, pa.int64())
+            arr = from_numpy(cnt, pa.int64())
         elif a.func == "avg":
             with np.errstate(divide="ignore", invalid="ignore"):
-                arr = pa.array(new[f"s{j}"] / np.where(empty, 1, cnt), pa.float64(), mask=empty)
+                arr = from_numpy(new[f"s{j}"] / np.where(empty, 1, cnt), pa.float64(), mask=empty)
         else:
             field = {"sum": "s", "min": "mn", "max": "mx"}[a.func]
-            arr = pa.array(np.ascontiguousarray(new[f"{field}{j}"]), mask=empty)
+            arr = from_numpy(new[f"{field}{j}"], mask=empty)
         arrays.append(arr.cast(p.output_schema.field(a.name).type))
     return arrays
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..runtime import _codec, _keys
+from ..runtime._ndarrays import empty_binary, to_numpy
 
 
 def encode_keys(kgs: Any, key_values: list[list[Any]], tag: bytes = _keys.AGG_TAG) -> list[bytes]:
@@ -47,7 +48,7 @@ def encode_keys_arrow(kg: Any, columns: list[Any], tag: bytes = _keys.AGG_TAG) -
 
     n = len(kg)
     head = np.empty(n, [("kg", ">u2"), ("tag", "u1"), ("tuple", "u1"), ("len", ">u4")])
-    head["kg"] = kg.to_numpy()
+    head["kg"] = to_numpy(kg)
     head["tag"] = tag[0]
     head["tuple"] = 0x07  # _codec._TUPLE
     head["len"] = len(columns)
@@ -60,17 +61,17 @@ def encode_keys_arrow(kg: Any, columns: list[Any], tag: bytes = _keys.AGG_TAG) -
             return None
         if pa.types.is_integer(t) and t != pa.uint64():
             rec = np.empty(n, [("t", "u1"), ("v", ">i8")])
-            rec["t"], rec["v"] = 0x03, col.to_numpy()  # _codec._INT
+            rec["t"], rec["v"] = 0x03, to_numpy(col)  # _codec._INT
             pieces.append(_fixed(rec))
         elif pa.types.is_floating(t):
             rec = np.empty(n, [("t", "u1"), ("v", ">f8")])
-            rec["t"], rec["v"] = 0x04, col.to_numpy()  # _codec._FLOAT
+            rec["t"], rec["v"] = 0x04, to_numpy(col)  # _codec._FLOAT
             pieces.append(_fixed(rec))
         elif pa.types.is_string(t) or pa.types.is_large_string(t):
             raw = col.cast(pa.binary())
             rec = np.empty(n, [("t", "u1"), ("len", ">u4")])
-            rec["t"], rec["len"] = 0x05, pc.binary_length(raw).to_numpy()  # _codec._STR
+            rec["t"], rec["len"] = 0x05, to_numpy(pc.binary_length(raw))  # _codec._STR
             pieces += [_fixed(rec), raw]
         else:
             return None
-    return pc.binary_join_element_wise(*pieces, b"")
+    return pc.binary_join_element_wise(*pieces, empty_binary())

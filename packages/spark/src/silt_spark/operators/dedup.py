@@ -50,8 +50,10 @@ from silt.tierkit import public_url
 
 from ..runtime import _api, _codec, _keys, _layout, _readers, _root, _shard, _watermark
 from ..runtime._layout import KG_COLUMN, PARTITION_COLUMN
+from ..runtime._ndarrays import from_numpy, scalar, to_numpy
 from ..runtime._shard import ShardTask
 from ._batchkeys import encode_key_columns
+from ._groupby import group_by
 
 #: The operator kind, as recorded in the state root's descriptor.
 KIND = "dedup"
@@ -82,9 +84,10 @@ def drop_late(t: Any, dp: DedupPlan, watermark_ms: int) -> Any:
     with a null event time)."""
     import pyarrow.compute as pc
 
-    late = pc.fill_null(
-        pc.less_equal(_watermark.event_us(t[dp.event_time_column]), watermark_ms * 1000), False
-    )
+    us = _watermark.event_us(t[dp.event_time_column])
+    # A null event time is never late: and_kleene(null, false) is false (fill_null(False)
+    # would import pandas for its scalar).
+    late = pc.and_kleene(pc.less_equal(us, scalar(watermark_ms * 1000)), pc.is_valid(us))
     return t.filter(pc.invert(late)) if pc.any(late).as_py() else t
 
 
@@ -92,9 +95,7 @@ def _first_per_key(t: Any, keys: tuple[str, ...], extra: tuple[str, ...] = ()) -
     """Rows of ``t`` with the smallest ``SEQ_COLUMN`` of their key, in ``SEQ_COLUMN`` order."""
     import pyarrow.compute as pc
 
-    g = t.select([*keys, *extra, SEQ_COLUMN]).group_by(
-        [*keys, *extra], use_threads=False
-    ).aggregate([(SEQ_COLUMN, "min")])
+    g = group_by(t.select([*keys, *extra, SEQ_COLUMN]), [*keys, *extra], [(SEQ_COLUMN, "min")])
     if g.num_rows < t.num_rows:
         t = t.filter(pc.is_in(t[SEQ_COLUMN], value_set=g[f"{SEQ_COLUMN}_min"]))
     return t.take(pc.sort_indices(t[SEQ_COLUMN]))
@@ -117,7 +118,7 @@ def number_and_drop(
     t = pa.Table.from_batches(batches)
     if t.num_rows >= 1 << _ROW_BITS:
         raise ValueError("an input partition of more than 2^40 rows")
-    t = t.append_column(SEQ_COLUMN, pa.array(np.arange(base, base + t.num_rows), pa.int64()))
+    t = t.append_column(SEQ_COLUMN, from_numpy(np.arange(base, base + t.num_rows, dtype=np.int64)))
     if dp.event_time_column is not None and watermark is not None:
         # Late rows never count as a key's first row. They cannot raise the largest event
         # time either (they are at or before the watermark), so the shards need not see them.
@@ -179,10 +180,10 @@ def merge_partition(task: ShardTask, batches: Iterator[Any], dp: DedupPlan) -> I
             head = _U64.pack(task.batch_id)
             if event:
                 expires = (
-                    _watermark.event_us(t[dp.event_time_column]).to_numpy(zero_copy_only=False)[idx]
+                    to_numpy(_watermark.event_us(t[dp.event_time_column]))[idx]
                     + dp.delay_ms * 1000
                 ).tolist()
-                pack, kgs = _I64.pack, t[KG_COLUMN].to_numpy()[idx].tolist()
+                pack, kgs = _I64.pack, to_numpy(t[KG_COLUMN])[idx].tolist()
                 for i, e, kg in zip(idx.tolist(), expires, kgs):
                     k = keys[i]
                     if e <= limit:  # emitted, and forgotten in this batch (after its rows)
@@ -195,7 +196,7 @@ def merge_partition(task: ShardTask, batches: Iterator[Any], dp: DedupPlan) -> I
             else:
                 ttl = None if dp.ttl_ms is None else dp.ttl_ms / 1000.0
                 ops.extend((keys[i], head, ttl) for i in idx.tolist())
-            out = t.filter(pa.array(new)).select(list(dp.output_schema.names))
+            out = t.filter(from_numpy(new)).select(list(dp.output_schema.names))
     if ops:
         batch = silt.WriteBatch()
         batch.ops = ops

@@ -54,8 +54,10 @@ from silt.errors import InvalidArgumentError
 from ..runtime import _api, _codec, _keys, _layout, _readers, _root, _shard, _watermark
 from ..runtime._layout import KG_COLUMN, PARTITION_COLUMN
 from ..runtime._names import META_LATE_ROWS, META_WATERMARK
+from ..runtime._ndarrays import from_numpy, to_numpy
 from ..runtime._shard import ShardTask
 from . import _aggregation
+from ._groupby import group_by
 
 #: The operator kind, as recorded in the state root's descriptor.
 KIND = "window"
@@ -148,7 +150,7 @@ def partial_aggregate(batches: Iterator[Any], wp: WindowPlan) -> Iterator[Any]:
         tcol = t[wp.time_column]
     if t.num_rows == 0:
         return
-    us = _watermark.event_us(tcol).to_numpy()
+    us = to_numpy(_watermark.event_us(tcol))
     slide_us, window_us = wp.slide_ms * 1000, wp.window_ms * 1000
     last = (us // slide_us) * slide_us  # the latest window containing each row
     rows_idx, starts, own = [], [], []
@@ -158,19 +160,18 @@ def partial_aggregate(batches: Iterator[Any], wp: WindowPlan) -> Iterator[Any]:
         rows_idx.append(hit)
         starts.append(s[hit] // 1000)
         own.append(np.full(len(hit), 1 if i == 0 else 0, np.int64))
-    idx = pa.array(np.concatenate(rows_idx))
+    rows = np.concatenate(rows_idx)
+    idx = from_numpy(rows)
     cols = {c: t[c].take(idx) for c in p.key_columns}
-    cols[WS_COLUMN] = pa.array(np.concatenate(starts), pa.int64())
-    cols["__own"] = pa.array(np.concatenate(own), pa.int64())
-    cols["__t"] = pa.array((us // 1000)[np.asarray(idx)], pa.int64())
+    cols[WS_COLUMN] = from_numpy(np.concatenate(starts), pa.int64())
+    cols["__own"] = from_numpy(np.concatenate(own), pa.int64())
+    cols["__t"] = from_numpy((us // 1000)[rows], pa.int64())
     specs: list[tuple[Any, str]] = [([], "count_all"), ("__own", "sum"), ("__t", "max")]
     for j, c in enumerate(p.value_columns):
         cols[f"__v{j}"] = t[c].take(idx).cast(pa.float64() if p.floating[j] else pa.int64())
         specs += [(f"__v{j}", "count"), (f"__v{j}", "sum"), (f"__v{j}", "min"),
                   (f"__v{j}", "max")]
-    g = pa.table(cols).group_by(
-        [*p.key_columns, WS_COLUMN], use_threads=False
-    ).aggregate(specs)
+    g = group_by(pa.table(cols), [*p.key_columns, WS_COLUMN], specs)
     out = [g[c] for c in p.key_columns] + [g[WS_COLUMN], g["count_all"]]
     for j in range(len(p.value_columns)):
         out += [g[f"__v{j}_count"], g[f"__v{j}_sum"], g[f"__v{j}_min"], g[f"__v{j}_max"]]
@@ -257,18 +258,17 @@ def merge_partition(task: ShardTask, batches: Iterator[Any], wp: WindowPlan) -> 
     closed_now: set[bytes] = set()
     emit_tables: list[Any] = []
     if rows:
-        g = t.drop_columns([PARTITION_COLUMN]).group_by(
-            [*p.key_columns, KG_COLUMN, WS_COLUMN], use_threads=False
-        ).aggregate([*_aggregation.merge_specs(p), ("__own", "sum")])
-        ws = g[WS_COLUMN].to_numpy()
+        g = group_by(t.drop_columns([PARTITION_COLUMN]), [*p.key_columns, KG_COLUMN, WS_COLUMN],
+                     [*_aggregation.merge_specs(p), ("__own", "sum")])
+        ws = to_numpy(g[WS_COLUMN])
         late = ws <= late_cutoff  # Spark drops a (row, window) pair once the window's end <= wm
         if late.any():
-            late_rows = int(g["__own_sum"].to_numpy()[late].sum())
+            late_rows = int(to_numpy(g["__own_sum"])[late].sum())
             if late_rows:
                 total = (_meta_int(meta, META_LATE_ROWS) or 0) + late_rows
                 task.meta_updates[META_LATE_ROWS] = str(total)
                 task.changed = True
-            g = g.filter(pa.array(~late))
+            g = g.filter(from_numpy(~late))
             ws = ws[~late]
         if g.num_rows:
             # Every window left was open before this batch; those ending <= wm close in it:
@@ -292,7 +292,7 @@ def merge_partition(task: ShardTask, batches: Iterator[Any], wp: WindowPlan) -> 
             if wp.output == "update":
                 emit_tables.append(_output(key_cols, ws, new, wp))
             elif closing.any():
-                done = pa.array(closing)
+                done = from_numpy(closing)
                 emit_tables.append(_output([c.filter(done) for c in key_cols], ws[closing],
                                            new[closing], wp))
                 closed_now = {keys[i] for i in np.flatnonzero(closing).tolist()}
@@ -337,8 +337,8 @@ def _output(key_arrays: list[Any], starts_ms: Any, records: Any, wp: WindowPlan)
 
     schema = wp.output_schema
     tt = schema.field("window_start").type
-    start = pa.array(starts_ms * 1000, pa.int64()).cast(tt)
-    end = pa.array((starts_ms + wp.window_ms) * 1000, pa.int64()).cast(tt)
+    start = from_numpy(starts_ms * 1000, pa.int64()).cast(tt)
+    end = from_numpy((starts_ms + wp.window_ms) * 1000, pa.int64()).cast(tt)
     arrays = [*key_arrays, start, end, *_aggregation.output_arrays(records, wp.agg)]
     return pa.Table.from_arrays(arrays, schema=schema)
 

@@ -24,6 +24,8 @@ from typing import Any
 from silt.cost import request_classes
 from silt.tierkit import public_url
 
+from ._ndarrays import from_numpy, numpy_dtype
+
 #: The hidden column of the shard stage (never reaches the sink).
 METRICS_COLUMN = "__silt_metrics"
 
@@ -125,6 +127,7 @@ class Stage:
 
 def metrics_batch(record: dict[str, Any], schema: Any) -> Any:
     """A metrics row in ``schema`` (see :class:`Stage`)."""
+    import numpy as np
     import pyarrow as pa
 
     classes = request_classes(record.get("requests", {}))
@@ -154,7 +157,11 @@ def metrics_batch(record: dict[str, Any], schema: Any) -> Any:
     }
     metrics_type = schema.field(METRICS_COLUMN).type
     arrays = [pa.nulls(1, f.type) for f in schema if f.name != METRICS_COLUMN]
-    arrays.append(pa.array([values], type=metrics_type))
+    # Field by field from numpy: ``pa.array`` of the dict would import pandas in the task.
+    fields = [metrics_type.field(i) for i in range(metrics_type.num_fields)]
+    arrays.append(pa.StructArray.from_arrays(
+        [from_numpy(np.array([values[f.name]], numpy_dtype(f.type))) for f in fields], fields=fields
+    ))
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 

@@ -55,6 +55,8 @@ from typing import Any
 from silt.plugins import open_store
 from silt.store import retrying
 
+from ._ndarrays import scalar
+
 #: Folder of the marker objects under the operator root.
 PREFIX = "watermark/"
 #: Spark's watermark before any event time was seen (and its lower bound), ms.
@@ -240,8 +242,10 @@ def event_us(column: Any) -> Any:
     per_us = {"s": -1_000_000, "ms": -1000, "us": 1, "ns": 1000}[column.type.unit]
     raw = column.cast(pa.int64())
     if per_us < 0:
-        return pc.multiply(raw, -per_us)
-    return raw if per_us == 1 else pc.floor(pc.divide(raw, per_us)).cast(pa.int64())
+        return pc.multiply(raw, scalar(-per_us))
+    if per_us == 1:
+        return raw
+    return pc.floor(pc.divide(raw, scalar(per_us))).cast(pa.int64())
 
 
 def watermark_of(max_event_ms: Sequence[int | None], delays_ms: Sequence[int]) -> int:
