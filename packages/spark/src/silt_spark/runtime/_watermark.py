@@ -39,7 +39,8 @@ the last batch still finds both of its values (Spark never re-runs a batch befor
 query id, so another query's markers (after a take-over) are never read.
 
 Cost: one LIST per Python worker process and batch, plus one PUT per input whose event time
-raised its run's maximum, plus one PUT per task of a run's first batch, plus (shard 0, every
+raised its run's maximum, plus one PUT per task of a run's first batch (a task's PUTs go out
+at once on a remote store: one round trip), plus (shard 0, every
 :data:`PRUNE_AT` stale objects) one PUT and one batched DELETE. No per-row work beyond the
 vectorized maximum of the event-time column.
 """
@@ -52,6 +53,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from silt.gather import at_once, serially
 from silt.plugins import open_store
 from silt.store import retrying
 
@@ -337,8 +339,11 @@ def record(
         old = observed.max_event_ms[i]
         if ms is not None and (old is None or ms > old):
             keys.append(marker_key(query_id, batch, i, shard, ms))
-    for key in keys:
-        retrying(lambda key=key: store.put_if_absent(key, b""))
+    # The markers do not depend on each other (each is create-only and names its batch): on a
+    # remote store they go out at once, one round trip for all.
+    run = serially if store.local else at_once
+    run([lambda key=key: retrying(lambda: store.put_if_absent(key, b"")) for key in keys])
+    for _ in keys:
         _count(counts, "PUT")
     return len(keys)
 
