@@ -4,14 +4,11 @@ through ``pyarrow.dataset``, in every fresh Python worker of a cold restart)."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from freshworker import run_fresh
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from silt_spark.operators._groupby import group_by
@@ -67,9 +64,6 @@ def test_group_by_in_a_fresh_interpreter_imports_neither_pandas_nor_pyarrow_data
     # as in a Spark worker's partial aggregation: batches read from an Arrow stream (building
     # arrays from Python lists or numpy would import pandas through pyarrow itself)
     table = pa.table({"k": [1, 2, 1], "v": [1, 2, 3]})
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table)
     code = textwrap.dedent("""
         import json, sys
         import pyarrow as pa
@@ -88,8 +82,4 @@ def test_group_by_in_a_fresh_interpreter_imports_neither_pandas_nor_pyarrow_data
         print(json.dumps(sorted(m for m in ("pandas", "pyarrow.dataset", "pyarrow.acero")
                                 if m in sys.modules)))
     """)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                         input=sink.getvalue().to_pybytes(), timeout=120)
-    assert out.returncode == 0, out.stderr.decode()
-    assert json.loads(out.stdout.decode().strip().splitlines()[-1]) == []
+    assert run_fresh(code, table) == []

@@ -5,16 +5,13 @@ after a cold restart paid about 0.2 s of CPU for it in its first shard task)."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
+from freshworker import run_fresh
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from silt_spark.runtime._ndarrays import empty_binary, from_numpy, numpy_dtype, to_numpy
@@ -122,9 +119,6 @@ def test_shard_stages_in_a_fresh_interpreter_import_no_pandas() -> None:
                       "s": pa.array(["a", "b", "a", "c"]),
                       "v": pa.array([1.5, None, 2.5, 4.0], pa.float64()),
                       "ts": pa.array([1000, 2000, None, 9000], pa.timestamp("ms"))})
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table)
     code = textwrap.dedent("""
         import json, sys
         import pyarrow as pa
@@ -169,8 +163,4 @@ def test_shard_stages_in_a_fresh_interpreter_import_no_pandas() -> None:
         print(json.dumps(sorted(m for m in ("pandas", "pyarrow.dataset", "pyarrow.acero")
                                 if m in sys.modules)))
     """)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                         input=sink.getvalue().to_pybytes(), timeout=120)
-    assert out.returncode == 0, out.stderr.decode()
-    assert json.loads(out.stdout.decode().strip().splitlines()[-1]) == []
+    assert run_fresh(code, table) == []
