@@ -120,8 +120,6 @@ def read_changes(
     ...                                  state_name="aggregate")
     >>> totals.select("user", "change_type", "old_value.count", "new_value.count").show()
     """
-    from pyspark.sql import types as T
-    from pyspark.sql.pandas.types import to_arrow_schema
 
     storage = _storage.resolve(storage_options, spark)
     desc = _root.read_descriptor(state_url, storage)
@@ -144,14 +142,8 @@ def read_changes(
     if builtin is not None:
         return _read_builtin_changes(spark, spec, a, b, desc,
                                      _read.builtin_keys(desc, state_name), state_name, builtin)
-    json_key = "key_columns" not in desc
-    ddl = ", ".join(f"`{n}` {t}" for n, t in key_columns)
-    ddl += ", " + ", ".join(f"`{n}` {t}" for n, t in CHANGE_COLUMNS)
-    schema = T.DataType.fromDDL(ddl)
-    arrow_schema = to_arrow_schema(schema, timezone="UTC")
-    kind = desc["operator"]
-    state_columns = desc.get("state_columns", desc.get("state_schemas"))
-    nkeys = len(key_columns)
+    json_key, schema, arrow_schema, kind, state_columns, nkeys = _read.json_layout(
+        desc, key_columns, CHANGE_COLUMNS)
 
     def decode(key: bytes, value: bytes | None) -> list[tuple]:
         if value is None:

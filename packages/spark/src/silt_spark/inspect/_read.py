@@ -160,8 +160,6 @@ def read_state(
     >>> df.filter("state = 'count'").orderBy("user").show()
     >>> before = silt_spark.read_state(spark, "file:///data/state/sessions", version=41)
     """
-    from pyspark.sql import types as T
-    from pyspark.sql.pandas.types import to_arrow_schema
 
     storage = _storage.resolve(storage_options, spark)
     desc = _root.read_descriptor(state_url, storage)
@@ -191,15 +189,8 @@ def read_state(
         return _read_typed(spark, spec, at, key_columns, state_name, typed)
     if builtin is not None:
         return _read_builtin(spark, spec, at, desc, key_columns, state_name, builtin)
-    json_key = "key_columns" not in desc
-    ddl = ", ".join(f"`{n}` {t}" for n, t in key_columns)
-    ddl += ", " + ", ".join(f"`{n}` {t}" for n, t in STATE_COLUMNS)
-    schema = T.DataType.fromDDL(ddl)
-    arrow_schema = to_arrow_schema(schema, timezone="UTC")
-    kind = desc["operator"]
-    # (a processor root has a schema registry instead; its decode takes that)
-    state_columns = desc.get("state_columns", desc.get("state_schemas"))
-    nkeys = len(key_columns)
+    json_key, schema, arrow_schema, kind, state_columns, nkeys = json_layout(
+        desc, key_columns, STATE_COLUMNS)
 
     def read(batches: Any) -> Any:
 
@@ -422,3 +413,22 @@ def _layout_version(version: int | None) -> int:
     if version < 0:
         raise InvalidArgumentError(f"version must be a micro-batch id (an int >= 0), got {version}")
     return version
+
+
+def json_layout(desc: dict[str, Any], key_columns: list[list[str]],
+                columns: Any) -> tuple[bool, Any, Any, str, Any, int]:
+    """How an untyped reader (``read_state``'s JSON rows, ``read_changes``) lays out a root's
+    entries: whether the key is one JSON string (a root that recorded no key columns), the
+    Spark and Arrow schemas of the key columns followed by ``columns`` (name, DDL type), the
+    operator kind, the root's recorded state columns (a processor root: its schema registry,
+    which its decode takes instead) and the number of key columns."""
+    from pyspark.sql import types as T
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    json_key = "key_columns" not in desc
+    ddl = ", ".join(f"`{n}` {t}" for n, t in key_columns)
+    ddl += ", " + ", ".join(f"`{n}` {t}" for n, t in columns)
+    schema = T.DataType.fromDDL(ddl)
+    arrow_schema = to_arrow_schema(schema, timezone="UTC")
+    state_columns = desc.get("state_columns", desc.get("state_schemas"))
+    return json_key, schema, arrow_schema, desc["operator"], state_columns, len(key_columns)
