@@ -4,8 +4,9 @@ The task (under ``silt_spark.runtime._shard.run_shard``, which opens the shard a
 commits version ``b`` when the task succeeded and anything changed, and discards every write of
 a failed task) gathers the shard's rows into one ``pyarrow.Table``, finds the batch's grouping
 keys and their key groups, runs ``processor.init(handle)``, reads the state of every key ahead
-(one ``multi_get``), calls ``processor.process(batch, state, timers)`` once and checks what it
-returned against the output schema. A shard with no rows in a batch does not open its state.
+(one ``multi_get`` for value state, one ``multi_scan`` for list and map state), calls
+``processor.process(batch, state, timers)`` once and checks what it returned against the output
+schema. A shard with no rows in a batch does not open its state.
 
 Any error (a state call refused, output of the wrong shape, an exception in ``process``) fails
 the task before anything is committed; it names the processor, the micro-batch and the shard.
@@ -21,7 +22,8 @@ from ...runtime import _rowcodec
 from ...runtime._layout import KG_COLUMN, PARTITION_COLUMN
 from ...runtime._shard import ShardTask
 from .._timervalues import TimerValues
-from ._state import BatchHandle, BatchKeys, BatchStates
+from ._handle import BatchHandle, BatchStates
+from ._state import BatchKeys
 from ._tables import as_table, conform
 
 
@@ -33,6 +35,7 @@ def process_partition(
     output_schema: Any,
     registry: dict[str, Any],
     arrow_schemas: dict[str, Any],
+    arrow_keys: dict[str, Any],
 ) -> Iterator[Any]:
     """Run ``processor`` over the shard's rows of the micro-batch; yield output Arrow batches
     of ``output_schema``. Heartbeat rows (key group ``-1``) are dropped."""
@@ -55,7 +58,7 @@ def process_partition(
     encoded = _rowcodec.encode_tuples([distinct[c] for c in key_columns],
                                       distinct.num_rows).to_list()
     keys = BatchKeys(key_columns, encoded, distinct[f"{KG_COLUMN}_min"].to_pylist(), name)
-    handle = BatchHandle(task, name, registry, arrow_schemas)
+    handle = BatchHandle(task, name, registry, arrow_schemas, arrow_keys)
     batch = table.drop_columns([KG_COLUMN])
     timers = TimerValues(int(_time.time() * 1000), -1)
     try:
