@@ -4,11 +4,11 @@ A running count and sum written as a batch processor must give the output of the
 silt's per-key processor and as Spark's own ``transformWithStateInPandas``, through a task
 failure after a commit, a restart and a rescale from 2 to 3 shards; a query that switches from
 the per-key processor to the batch processor on the same state continues its totals. List and
-map state (appends, a list replaced, map entries put and removed, maps deleted) give the per-key
-processor's output through the same failure, restart and rescale, and a query switching
-per-key -> batch -> per-key on the same state gives it too. Bad input (output of the wrong
-schema, a ``put`` or list ``append`` with another number of rows than keys, nulls in the key
-columns of a state call, an exception in ``process``) fails the task with a message naming the
+map state (appends, a list replaced, map entries put and removed, maps deleted), with a TTL,
+give the per-key processor's output through the same failure, restart and rescale, and a query
+switching per-key -> batch -> per-key on the same state gives it too. Bad input (output of the
+wrong schema, a ``put`` or list ``append`` with another number of rows than keys, nulls in the
+key columns of a state call, an exception in ``process``) fails the task with a message naming the
 processor, the variable and what was wrong, and the failing batch commits nothing.
 
 Without Spark: on a real shard LSM, whatever either processor writes the other reads
@@ -21,6 +21,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 import sys
+import time
 
 import pandas as pd
 import pyarrow as pa
@@ -150,6 +151,7 @@ def test_batch_processor_gives_the_per_key_processors_and_sparks_output(rocksdb,
 # --- list and map state ------------------------------------------------------------------------
 
 LM_OUT = "user string, items long, total long, buckets long, count long"
+DAY = 86_400_000
 
 
 class ListMapPerKey(SparkProcessor):
@@ -225,27 +227,29 @@ def test_list_and_map_state_equal_the_per_key_processor_and_switch_both_ways(spa
     """List and map state: the batch processor's output equals the per-key processor's
     through a task failure after commit (batch 1, shard 0), a restart and a rescale 2 -> 3
     shards; a query switching per-key (2 shards) -> batch (3 shards) -> per-key (2 shards) on
-    the same state gives the same output; read_state reads the same lists and maps."""
+    the same state gives the same output; read_state reads the same lists and maps, every
+    entry with the variables' one-day TTL."""
     batches = event_rows(5, 5)
     roots = {name: (tmp_path / f"{name}-state").as_uri() for name in ("perkey", "batch", "switch")}
 
     def perkey(run, n):
         return silt_spark.transform_with_state(
-            run.stream(), ListMapPerKey(), ["user"], LM_OUT, roots["perkey"], 2)
+            run.stream(), ListMapPerKey(DAY), ["user"], LM_OUT, roots["perkey"], 2)
 
     def batch(run, n):
         return silt_spark.transform_batches(
-            run.stream(), ListMapBatch(), ["user"], LM_OUT, roots["batch"], 2 + n)
+            run.stream(), ListMapBatch(DAY), ["user"], LM_OUT, roots["batch"], 2 + n)
 
     def switch(run, n):
         if n == 1:
             return silt_spark.transform_batches(
-                run.stream(), ListMapBatch(), ["user"], LM_OUT, roots["switch"], 3)
+                run.stream(), ListMapBatch(DAY), ["user"], LM_OUT, roots["switch"], 3)
         return silt_spark.transform_with_state(
-            run.stream(), ListMapPerKey(), ["user"], LM_OUT, roots["switch"], 2)
+            run.stream(), ListMapPerKey(DAY), ["user"], LM_OUT, roots["switch"], 2)
 
     variants = {"perkey": Variant(perkey), "batch": Variant(batch, (2,), fail=(1, 0)),
                 "switch": Variant(switch, (2, 4))}
+    before = int(time.time() * 1000)
     run_all(spark, tmp_path, batches, variants)
     want = variants["perkey"].output
     most = max(pd.Series([r[0] for rows in batches for r in rows]).value_counts())
@@ -256,8 +260,12 @@ def test_list_and_map_state_equal_the_per_key_processor_and_switch_both_ways(spa
         pd.testing.assert_frame_equal(_sorted(variants[name].output), _sorted(want),
                                       check_dtype=False, obj=name)
 
+    after = int(time.time() * 1000)
+
     def stored(root, name):
         df = silt_spark.read_state(spark, root, state_name=name).toPandas()
+        # written while the queries ran: expiring a day after
+        assert df["expires_at_ms"].between(before + DAY, after + DAY).all(), df
         return _sorted(df.drop(columns=["shard_version", "expires_at_ms"]))
 
     for name in ("items", "buckets"):
@@ -355,7 +363,7 @@ def test_bad_input_fails_the_task_and_commits_nothing(spark, tmp_path, what, sam
 
 
 def test_bad_processors_are_refused_when_the_query_is_built(spark, tmp_path):
-    """A TTL, variables without a schema (a map without a user key schema), a list field
+    """A TTL of -5 ms, variables without a schema (a map without a user key schema), a list field
     named as a key column: refused before anything is written."""
     (tmp_path / "in").mkdir()
     events = spark.readStream.schema("user string, amount long").json(str(tmp_path / "in"))
@@ -373,7 +381,7 @@ def test_bad_processors_are_refused_when_the_query_is_built(spark, tmp_path):
             elif self.how == "clash":
                 handle.getListState("items", "user string, n long")
             elif self.how == "ttl":
-                handle.getValueState("n", "n long", 60_000)
+                handle.getValueState("n", "n long", -5)
             else:
                 handle.getValueState("n")
 
@@ -383,7 +391,7 @@ def test_bad_processors_are_refused_when_the_query_is_built(spark, tmp_path):
     for how, words in (("list", "list state 'items' without a schema"),
                        ("map", "map state 'm' without a user key schema"),
                        ("clash", "with the fields ['user'], named as key columns ['user']"),
-                       ("ttl", "does not serve state TTL"),
+                       ("ttl", "state 'n': ttlDurationMs must be a positive number of ms"),
                        ("untyped", "without a schema")):
         with pytest.raises(InvalidArgumentError, match=re.escape(words)) as e:
             silt_spark.transform_batches(events, Declares(how), "user", OUT, state, 2)

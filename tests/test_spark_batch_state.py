@@ -147,7 +147,7 @@ def contents(db):
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(batches=st.lists(st.lists(CALL, max_size=5), min_size=1, max_size=4),
        batch_runs=st.lists(st.booleans(), min_size=4, max_size=4),
-       ttl=st.sampled_from([None]))
+       ttl=st.sampled_from([None, 2_500]))
 def test_lists_and_maps_write_what_the_per_key_processor_writes(tmp_path_factory, batches,
                                                                 batch_runs, ttl):
     """Random calls over random batches (a second apart, on injected clocks): one shard runs
@@ -264,3 +264,51 @@ def test_list_and_map_calls_refuse_bad_arguments_before_writing(tmp_path):
     finally:
         task.db.close()
 
+
+def test_value_ttl_is_the_per_key_processors(tmp_path):
+    """A value put with a TTL has the per-key processor's expiry (one clock, the same ms);
+    a later put restarts it; the value reads as absent once it expired, in both processors."""
+    clock = silt.ManualClock()
+    task = counted(silt.open(tmp_path.as_uri(), clock=clock))
+    reg = _schema.evolve({}, {"v": Declared("value", None, MVAL, False)})
+    keys = key_table([0, 1])
+    try:
+        h = _processor.StatefulProcessorHandle(task, "none", reg)
+        per_key = h.getValueState("v", "n long, x double", 10_000)
+        h._prefetch((kg, _codec.encode(k)) for kg, k in zip(KGS[:2], KEYS[:2]))
+        h._bind(KGS[0], _codec.encode(KEYS[0]))
+        per_key.update((1, None))
+        handle = BatchHandle(task, "P", reg, {"v": MVAL_ARROW})
+        var = handle.getValueState("v", "n long, x double", 10_000)
+        encoded = _rowcodec.encode_tuples(keys.columns).to_list()
+        handle._bind(BatchKeys(COLUMNS, encoded, KGS[:2], "P"))
+        var.put(key_table([1]), pa.table({"n": [2], "x": [0.5]}))
+        assert [w[0] for w in task.writes] == ["put", "write"]  # a TTL: one write batch
+        task.commit(1)
+        expiry = {k: r[1] for k, r in task.db.committed_records()}
+        assert sorted(expiry.values()) == [clock.now_ms() + 10_000] * 2
+
+        clock.advance(6_000)
+        handle = BatchHandle(task, "P", reg, {"v": MVAL_ARROW})
+        var = handle.getValueState("v", "n long, x double", 10_000)
+        handle._bind(BatchKeys(COLUMNS, encoded, KGS[:2], "P"))
+        assert var.get(keys).column("n").to_pylist() == [1, 2]
+        var.put(key_table([0]), pa.table({"n": [3], "x": [None]}))  # restarts key 0's TTL
+        task.commit(2)
+
+        clock.advance(6_000)  # key 1 (12 s old) expired, key 0 (6 s) not
+        handle = BatchHandle(task, "P", reg, {"v": MVAL_ARROW})
+        var = handle.getValueState("v", "n long, x double", 10_000)
+        handle._bind(BatchKeys(COLUMNS, encoded, KGS[:2], "P"))
+        assert var.get(keys).column("n").to_pylist() == [3, None]
+        assert var.exists(keys).to_pylist() == [True, False]
+        h = _processor.StatefulProcessorHandle(task, "none", reg)
+        per_key = h.getValueState("v", "n long, x double", 10_000)
+        h._prefetch((kg, _codec.encode(k)) for kg, k in zip(KGS[:2], KEYS[:2]))
+        got = []
+        for kg, k in zip(KGS[:2], KEYS[:2]):
+            h._bind(kg, _codec.encode(k))
+            got.append(per_key.get())
+        assert got == [(3, None), None]
+    finally:
+        task.db.close()

@@ -16,6 +16,7 @@ from silt.errors import InvalidArgumentError, InvalidTypeError
 
 from ...runtime import _api, _layout, _rewrite, _root, _schema, _shard, _types
 from ...runtime._names import DESCRIPTOR_SCHEMAS, PROCESSOR_KIND
+from .. import _varkeys
 from ._handle import BatchHandle
 
 
@@ -56,7 +57,9 @@ def transform_batches(
         optional), pickled to the executors; each task gets a fresh copy. ``init`` declares
         state variables with ``handle.getValueState(name, schema)``,
         ``handle.getListState(name, schema)`` and ``handle.getMapState(name, user_key_schema,
-        value_schema)`` (schemas required); ``process`` gets the shard's rows as a
+        value_schema)`` (schemas required), each with an optional ``ttlDurationMs`` (as the
+        per-key processor's: processing time, restarted by every write of an entry);
+        ``process`` gets the shard's rows as a
         ``pyarrow.Table`` (every input column), ``state`` (``state.value(name)``,
         ``state.list(name)``, ``state.map(name)``: vectorized ``get``/``put``/``delete`` and
         more for key rows of the batch; see ``docs/spark.md``) and ``timers`` (a
@@ -78,8 +81,8 @@ def transform_batches(
     ------
     silt.errors.InvalidArgumentError
         A variable without a schema (a map without a user key schema), a list or map field
-        named as a key column, a TTL (not served yet), or any other bad option; raised here,
-        before anything is written.
+        named as a key column, a TTL that is not a positive number of ms, or any other bad
+        option; raised here, before anything is written.
     silt_spark.errors.StateSchemaError
         A variable's schema cannot evolve from the one its state was written with.
     silt_spark.errors.LayoutMismatchError
@@ -158,11 +161,10 @@ def declared_states(processor: Any, key_columns: Sequence[str] = ()
     who = type(processor).__name__
     out = {}
     for name, (kind, key, value, ttl) in handle.declared.items():
-        if ttl is not None:
-            raise InvalidArgumentError(
-                f"{who} declares state {name!r} with ttlDurationMs={ttl!r}: transform_batches "
-                "does not serve state TTL yet; drop the TTL or use transform_with_state"
-            )
+        try:
+            _varkeys.ttl_seconds(ttl)
+        except (InvalidArgumentError, InvalidTypeError) as exc:
+            raise type(exc)(f"{who} declares state {name!r}: {exc}") from None
         if value is None or (kind == "map" and key is None):
             raise InvalidArgumentError(
                 f"{who} declares {kind} state {name!r} without a "

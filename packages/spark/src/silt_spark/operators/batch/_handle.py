@@ -100,7 +100,7 @@ class BatchHandle:
                     f"{self._processor} declares {kind} state {name!r} in a task but did not "
                     "when the query started: init must declare the same variables every time"
                 )
-            ttl_s = None if ttl is None else ttl / 1000.0
+            ttl_s = _varkeys.ttl_seconds(ttl)
             if kind == "map":
                 var = BatchMapState(self, name, codec, self._arrow[name],
                                     self._arrow_keys[name], ttl_s)

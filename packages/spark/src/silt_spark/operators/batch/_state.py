@@ -15,7 +15,11 @@ Layout: exactly the per-key processor's (``silt_spark.operators.processor``, bui
 Values are the variable's schema encoding (``silt_spark.runtime._valuecodec.VarCodec``), map
 keys and grouping keys ``silt_spark.runtime._codec`` encodings of their tuples, built for whole
 Arrow columns by ``silt_spark.runtime._rowcodec.encode_tuples`` (byte for byte what the per-key
-processor writes), so either processor reads what the other wrote.
+processor writes), so either processor reads what the other wrote. A variable declared with a
+TTL (``ttlDurationMs``) writes every entry with the LSM's own expiry
+(``operators/_varkeys.ttl_seconds``, as the per-key processor does): processing time, restarted
+by every write of the entry (a value ``put``, a map ``put``; each list element from when it was
+appended or put); an entry that expired reads as absent from the next batch on.
 
 Reads are served from the batch's prefetch (``silt_spark.runtime._prefetch.BatchState``, filled
 before ``process`` runs: one sorted ``multi_get`` for every value variable of every key of the
@@ -27,8 +31,8 @@ key being handled; the key group of a key is the one Spark routed its rows by.
 Every argument is checked before anything is written; an error names the processor, the
 variable and what was wrong. Not thread-safe: one shard's micro-batch, in its task.
 
-Simplified for now: no TTL, no timers and no ``deleteIfExists`` (refused when the query is
-built), no ``initial_state``; encoding and decoding of values is one Python call per element
+Simplified for now: no timers and no ``deleteIfExists`` (refused when the query is built), no
+``initial_state``; encoding and decoding of values is one Python call per element
 (no user code per key, but not yet numpy-vectorized as the keys are).
 """
 
