@@ -33,7 +33,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark import cloudpickle
 from pyspark.sql import functions as F
-from silt.errors import InvalidArgumentError
+from silt.errors import InvalidArgumentError, InvalidTypeError
 from silt_spark.operators import _varkeys
 from silt_spark.operators.batch import BatchHandle, BatchStates
 from silt_spark.operators.batch._state import BatchKeys
@@ -364,7 +364,8 @@ def test_bad_input_fails_the_task_and_commits_nothing(spark, tmp_path, what, sam
 
 def test_bad_processors_are_refused_when_the_query_is_built(spark, tmp_path):
     """A TTL of -5 ms, variables without a schema (a map without a user key schema), a list field
-    named as a key column: refused before anything is written."""
+    named as a key column, deleteIfExists, initial_state without process_initial: refused
+    before anything is written."""
     (tmp_path / "in").mkdir()
     events = spark.readStream.schema("user string, amount long").json(str(tmp_path / "in"))
     state = (tmp_path / "state").as_uri()
@@ -382,6 +383,8 @@ def test_bad_processors_are_refused_when_the_query_is_built(spark, tmp_path):
                 handle.getListState("items", "user string, n long")
             elif self.how == "ttl":
                 handle.getValueState("n", "n long", -5)
+            elif self.how == "delete":
+                handle.deleteIfExists("n")
             else:
                 handle.getValueState("n")
 
@@ -392,10 +395,16 @@ def test_bad_processors_are_refused_when_the_query_is_built(spark, tmp_path):
                        ("map", "map state 'm' without a user key schema"),
                        ("clash", "with the fields ['user'], named as key columns ['user']"),
                        ("ttl", "state 'n': ttlDurationMs must be a positive number of ms"),
+                       ("delete", "calls handle.deleteIfExists('n'): transform_batches does "
+                                  "not serve it"),
                        ("untyped", "without a schema")):
         with pytest.raises(InvalidArgumentError, match=re.escape(words)) as e:
             silt_spark.transform_batches(events, Declares(how), "user", OUT, state, 2)
         assert "Declares" in str(e.value)
+    with pytest.raises(InvalidTypeError, match="needs a process_initial"):
+        silt_spark.transform_batches(events, BatchCountSum(), "user", OUT, state, 2,
+                                     initial_state=spark.createDataFrame([("a", 1)],
+                                                                         "user string, n long"))
     assert not (tmp_path / "state").exists()
 
 

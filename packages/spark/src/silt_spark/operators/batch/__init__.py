@@ -5,7 +5,8 @@ A :class:`BatchProcessor` declares typed state variables in ``init(handle)`` as 
 TTL), and its ``process(batch, state, timers)`` is called **once per shard and micro-batch**
 with all the shard's rows as a ``pyarrow.Table``; state is read and written for many keys at
 once (``state.value(name).get(keys)``, ``state.list(name).append(keys, elements)``,
-``state.map(name).put(keys, user_keys, values)``). The state layout is the per-key processor's
+``state.map(name).put(keys, user_keys, values)``); ``initial_state=`` seeds it through
+``process_initial(rows, state, timers)``. The state layout is the per-key processor's
 (the same operator kind), so a query may switch between ``transform_with_state`` and
 ``transform_batches`` on the same state when both declare their variables alike.
 

@@ -16,7 +16,7 @@ from silt.errors import InvalidArgumentError, InvalidTypeError
 
 from ...runtime import _api, _layout, _rewrite, _root, _schema, _shard, _types
 from ...runtime._names import DESCRIPTOR_SCHEMAS, PROCESSOR_KIND
-from .. import _varkeys
+from .. import _initial, _varkeys
 from ._handle import BatchHandle
 
 
@@ -32,6 +32,7 @@ def transform_batches(
     take_over: bool = False,
     settings: Any = None,
     storage_options: dict[str, str] | None = None,
+    initial_state: Any = None,
 ) -> Any:
     """Apply a :class:`~silt_spark.BatchProcessor` to a streaming DataFrame: its
     ``process(batch, state, timers)`` runs once per shard and micro-batch over all the shard's
@@ -71,6 +72,15 @@ def transform_batches(
         Schema of what ``process`` returns (columns matched by name, cast to these types).
     state_url, num_shards, key_groups, take_over, settings, storage_options
         As for :func:`~silt_spark.transform_with_state`.
+    initial_state : pyspark.sql.DataFrame, optional
+        A batch DataFrame (or its ``groupBy(...)``) with the key columns (same names and
+        types) and any other columns, as :func:`~silt_spark.transform_with_state` takes it:
+        in the query's first micro-batch each shard calls ``processor.process_initial(rows,
+        state, timers)`` once with its initial rows (a ``pyarrow.Table``; the state calls take
+        their keys too), before ``process``; what it returns is ignored. Never applied again
+        (a restart, or a root that already has state other than with ``take_over=True``,
+        ignores it). Building the query runs one Spark job that stores each shard's initial
+        rows under ``state_url``.
 
     Returns
     -------
@@ -116,6 +126,12 @@ def transform_batches(
                 f"got {type(processor).__name__}"
             )
     struct = _api._struct(output_schema)
+    if initial_state is not None and not callable(getattr(processor, "process_initial", None)):
+        raise InvalidTypeError(
+            f"initial_state needs a process_initial(rows, state, timers) method on the "
+            f"processor; {type(processor).__name__} has none"
+        )
+    init_df = None if initial_state is None else _initial.check(initial_state, df, keys)
     declared = declared_states(processor, keys)
     spec = _api.operator_spec(
         PROCESSOR_KIND, state_url, num_shards, key_groups, take_over, settings, df=df,
@@ -138,11 +154,13 @@ def transform_batches(
     arrow_keys = {name: _arrow_schema(registry[name]["key"]) for name in declared
                   if registry[name]["kind"] == "map"}
 
+    staging = None if init_df is None else _initial.stage(init_df, keys, spec)
+
     def process(task: _shard.ShardTask, batches: Any) -> Any:
         from ._task import process_partition
 
         return process_partition(task, batches, processor, keys, arrow_schema, registry,
-                                 arrow_schemas, arrow_keys)
+                                 arrow_schemas, arrow_keys, staging)
 
     return _api.shard_stage(_api.route(df, keys, spec), df, spec, process, struct)
 

@@ -25,15 +25,17 @@ Reads are served from the batch's prefetch (``silt_spark.runtime._prefetch.Batch
 before ``process`` runs: one sorted ``multi_get`` for every value variable of every key of the
 batch, one ``multi_scan`` for the entries of every list and map variable of every key) and this
 batch's own writes: no state read waits on the store. State calls take keys **of the batch**
-(rows of its key columns, in any order), as the per-key processor's variables are bound to the
+(rows of its key columns, in any order; in micro-batch 0 also those of the shard's
+``initial_state`` rows), as the per-key processor's variables are bound to the
 key being handled; the key group of a key is the one Spark routed its rows by.
 
 Every argument is checked before anything is written; an error names the processor, the
 variable and what was wrong. Not thread-safe: one shard's micro-batch, in its task.
 
-Simplified for now: no timers and no ``deleteIfExists`` (refused when the query is built), no
-``initial_state``; encoding and decoding of values is one Python call per element
-(no user code per key, but not yet numpy-vectorized as the keys are).
+Simplified for now: no timers and no event time (``timers`` is the batch's processing time
+only; no ``registerTimer``, no expired-timer handler, no ``time_mode``) and no
+``deleteIfExists`` (refused when the query is built); encoding and decoding of values is one
+Python call per element (no user code per key, but not yet numpy-vectorized as the keys are).
 """
 
 from __future__ import annotations
@@ -59,8 +61,10 @@ class BatchProcessor:
     ``process(batch, state, timers)`` is called once per shard and micro-batch with the shard's
     rows (a ``pyarrow.Table`` with every input column, key columns included) and returns the
     output rows (a ``pyarrow.Table``, ``RecordBatch`` or pandas DataFrame with the operator's
-    ``output_schema``, or ``None``); ``close()`` is optional. Any object with ``init`` and
-    ``process`` is accepted.
+    ``output_schema``, or ``None``); ``close()`` is optional, and so is
+    ``process_initial(rows, state, timers)`` (required with ``initial_state=``: called once per
+    shard in the query's first micro-batch with the shard's initial rows, before ``process``;
+    what it returns is ignored). Any object with ``init`` and ``process`` is accepted.
 
     Examples
     --------
