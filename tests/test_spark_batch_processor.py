@@ -3,9 +3,12 @@
 A running count and sum written as a batch processor must give the output of the same logic as
 silt's per-key processor and as Spark's own ``transformWithStateInPandas``, through a task
 failure after a commit, a restart and a rescale from 2 to 3 shards; a query that switches from
-the per-key processor to the batch processor on the same state continues its totals. Bad input
-(output of the wrong schema, a ``put`` with another number of rows than keys, nulls in the key
-columns of a state call, an exception in ``process``) fails the task with a message naming the
+the per-key processor to the batch processor on the same state continues its totals. List and
+map state (appends, a list replaced, map entries put and removed, maps deleted), with a TTL,
+give the per-key processor's output through the same failure, restart and rescale, and a query
+switching per-key -> batch -> per-key on the same state gives it too. Bad input (output of the
+wrong schema, a ``put`` or list ``append`` with another number of rows than keys, nulls in the
+key columns of a state call, an exception in ``process``) fails the task with a message naming the
 processor, the variable and what was wrong, and the failing batch commits nothing.
 
 Without Spark: on a real shard LSM, whatever either processor writes the other reads
@@ -16,7 +19,9 @@ Without Spark: on a real shard LSM, whatever either processor writes the other r
 from __future__ import annotations
 
 import datetime as dt
+import re
 import sys
+import time
 
 import pandas as pd
 import pyarrow as pa
@@ -28,7 +33,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark import cloudpickle
 from pyspark.sql import functions as F
-from silt.errors import InvalidArgumentError
+from silt.errors import InvalidArgumentError, InvalidTypeError
 from silt_spark.operators import _varkeys
 from silt_spark.operators.batch import BatchHandle, BatchStates
 from silt_spark.operators.batch._state import BatchKeys
@@ -143,6 +148,133 @@ def test_batch_processor_gives_the_per_key_processors_and_sparks_output(rocksdb,
     pd.testing.assert_frame_equal(got, typed(roots["switch"]), obj="read_state")
 
 
+# --- list and map state ------------------------------------------------------------------------
+
+LM_OUT = "user string, items long, total long, buckets long, count long"
+DAY = 86_400_000
+
+
+class ListMapPerKey(SparkProcessor):
+    """Per key: a list of amounts (cut to its 3 largest past 6 elements) and a map bucket ->
+    count (``amount % 3``; a bucket reaching 4 is removed, the map cleared by an amount below
+    -15)."""
+
+    def __init__(self, ttl=None):
+        self.ttl = ttl
+
+    def init(self, handle):
+        self.items = handle.getListState("items", "amount long", self.ttl)
+        self.buckets = handle.getMapState("buckets", "bucket int", "c long", self.ttl)
+
+    def handleInputRows(self, key, rows, timerValues):
+        amounts = [int(a) for df in rows for a in df["amount"]]
+        self.items.appendList([(a,) for a in amounts])
+        items = [a for (a,) in self.items.get()]
+        if len(items) > 6:
+            items = sorted(items)[-3:]
+            self.items.put([(a,) for a in items])
+        for a in amounts:
+            c = self.buckets.getValue((a % 3,))
+            self.buckets.updateValue((a % 3,), ((c[0] if c else 0) + 1,))
+        for (b,), (c,) in list(self.buckets.iterator()):
+            if c >= 4:
+                self.buckets.removeKey((b,))
+        if min(amounts) < -15:
+            self.buckets.clear()
+        counts = [c for _, (c,) in self.buckets.iterator()]
+        yield pd.DataFrame({"user": [key[0]], "items": [len(items)], "total": [sum(items)],
+                            "buckets": [len(counts)], "count": [sum(counts)]})
+
+
+class ListMapBatch(silt_spark.BatchProcessor):
+    """ListMapPerKey's logic over a whole micro-batch (pyarrow and pandas, no code per key)."""
+
+    def __init__(self, ttl=None):
+        self.ttl = ttl
+
+    def init(self, handle):
+        handle.getListState("items", "amount long", self.ttl)
+        handle.getMapState("buckets", "bucket int", "c long", self.ttl)
+
+    def process(self, batch, state, timers):
+        items, buckets = state.list("items"), state.map("buckets")
+        items.append(batch.select(["user"]), batch.select(["amount"]))
+        keys = batch.group_by("user").aggregate([("amount", "min")])
+        lists = items.get(keys).to_pandas()
+        size = lists.groupby("user")["amount"].transform("size")
+        top = lists[size > 6].sort_values("amount", kind="stable").groupby("user").tail(3)
+        if len(top):
+            items.put(top[["user"]], top[["amount"]])
+            lists = pd.concat([lists[size <= 6], top])
+        rows = batch.select(["user", "amount"]).to_pandas()
+        rows["bucket"] = rows["amount"] % 3
+        new = rows.groupby(["user", "bucket"]).size().rename("n").reset_index()
+        both = new.merge(buckets.get(keys).to_pandas(), on=["user", "bucket"], how="left")
+        both["c"] = both["c"].fillna(0).astype("int64") + both["n"]
+        buckets.put(both[["user"]], both[["bucket"]], both[["c"]])
+        full = buckets.get(keys).to_pandas()
+        full = full[full["c"] >= 4]
+        buckets.remove(full[["user"]], full[["bucket"]])
+        buckets.delete(keys.filter(pc.less(keys["amount_min"], -15)))
+        maps = buckets.get(keys).to_pandas()
+        out = (pd.DataFrame({"user": keys["user"].to_pylist()}).set_index("user")
+               .join(lists.groupby("user")["amount"].agg(items="size", total="sum"))
+               .join(maps.groupby("user")["c"].agg(buckets="size", count="sum")))
+        return out.fillna(0).astype("int64").reset_index()
+
+
+def test_list_and_map_state_equal_the_per_key_processor_and_switch_both_ways(spark, tmp_path):
+    """List and map state: the batch processor's output equals the per-key processor's
+    through a task failure after commit (batch 1, shard 0), a restart and a rescale 2 -> 3
+    shards; a query switching per-key (2 shards) -> batch (3 shards) -> per-key (2 shards) on
+    the same state gives the same output; read_state reads the same lists and maps, every
+    entry with the variables' one-day TTL."""
+    batches = event_rows(5, 5)
+    roots = {name: (tmp_path / f"{name}-state").as_uri() for name in ("perkey", "batch", "switch")}
+
+    def perkey(run, n):
+        return silt_spark.transform_with_state(
+            run.stream(), ListMapPerKey(DAY), ["user"], LM_OUT, roots["perkey"], 2)
+
+    def batch(run, n):
+        return silt_spark.transform_batches(
+            run.stream(), ListMapBatch(DAY), ["user"], LM_OUT, roots["batch"], 2 + n)
+
+    def switch(run, n):
+        if n == 1:
+            return silt_spark.transform_batches(
+                run.stream(), ListMapBatch(DAY), ["user"], LM_OUT, roots["switch"], 3)
+        return silt_spark.transform_with_state(
+            run.stream(), ListMapPerKey(DAY), ["user"], LM_OUT, roots["switch"], 2)
+
+    variants = {"perkey": Variant(perkey), "batch": Variant(batch, (2,), fail=(1, 0)),
+                "switch": Variant(switch, (2, 4))}
+    before = int(time.time() * 1000)
+    run_all(spark, tmp_path, batches, variants)
+    want = variants["perkey"].output
+    most = max(pd.Series([r[0] for rows in batches for r in rows]).value_counts())
+    assert most > 6 and want["items"].max() == 6  # lists were cut (put) and grew again
+    assert len(want) >= 5 * 5 and (want["buckets"] == 0).any()
+    assert want["buckets"].max() == 3 and want["count"].max() >= 3, want
+    for name in ("batch", "switch"):
+        pd.testing.assert_frame_equal(_sorted(variants[name].output), _sorted(want),
+                                      check_dtype=False, obj=name)
+
+    after = int(time.time() * 1000)
+
+    def stored(root, name):
+        df = silt_spark.read_state(spark, root, state_name=name).toPandas()
+        # written while the queries ran: expiring a day after
+        assert df["expires_at_ms"].between(before + DAY, after + DAY).all(), df
+        return _sorted(df.drop(columns=["shard_version", "expires_at_ms"]))
+
+    for name in ("items", "buckets"):
+        got = stored(roots["perkey"], name)
+        assert len(got) > 10, got
+        pd.testing.assert_frame_equal(stored(roots["batch"], name), got, obj=name)
+        pd.testing.assert_frame_equal(stored(roots["switch"], name), got, obj=name)
+
+
 # --- bad input -------------------------------------------------------------------------------
 
 class BadBatch(silt_spark.BatchProcessor):
@@ -153,6 +285,7 @@ class BadBatch(silt_spark.BatchProcessor):
 
     def init(self, handle):
         handle.getValueState("totals", TOTALS)
+        handle.getListState("seen", "amount long")
 
     def process(self, batch, state, timers):
         per_key = batch.group_by("user").aggregate([([], "count_all"), ("amount", "sum")])
@@ -174,6 +307,8 @@ class BadBatch(silt_spark.BatchProcessor):
         if self.what == "null":
             totals.put(per_key.set_column(0, "user", pa.nulls(per_key.num_rows, pa.string())),
                        new)
+        if self.what == "list":
+            state.list("seen").append(per_key.select(["user"]), pa.table({"amount": [1]}))
         if self.what == "raise":
             raise ValueError("boom: the processor's own error")
         return out
@@ -184,6 +319,7 @@ BAD = {
                "output_schema has ['user', 'n', 'total'] (missing ['total'])"],
     "rows": ["BadBatch state 'totals'.put", "got 2 keys but 1 value rows"],
     "null": ["BadBatch state 'totals'.put", "the key columns ['user'] hold a null in row 0"],
+    "list": ["BadBatch state 'seen'.append", "got 2 keys but 1 element rows"],
     "raise": ["ValueError: boom: the processor's own error", "in batch processor BadBatch"],
 }
 
@@ -227,7 +363,9 @@ def test_bad_input_fails_the_task_and_commits_nothing(spark, tmp_path, what, sam
 
 
 def test_bad_processors_are_refused_when_the_query_is_built(spark, tmp_path):
-    """List state, a TTL, a variable without a schema: refused before anything is written."""
+    """A TTL of -5 ms, variables without a schema (a map without a user key schema), a list field
+    named as a key column, deleteIfExists, initial_state without process_initial: refused
+    before anything is written."""
     (tmp_path / "in").mkdir()
     events = spark.readStream.schema("user string, amount long").json(str(tmp_path / "in"))
     state = (tmp_path / "state").as_uri()
@@ -238,20 +376,35 @@ def test_bad_processors_are_refused_when_the_query_is_built(spark, tmp_path):
 
         def init(self, handle):
             if self.how == "list":
-                handle.getListState("items", "n long")
+                handle.getListState("items")
+            elif self.how == "map":
+                handle.getMapState("m", None, "n long")
+            elif self.how == "clash":
+                handle.getListState("items", "user string, n long")
             elif self.how == "ttl":
-                handle.getValueState("n", "n long", 60_000)
+                handle.getValueState("n", "n long", -5)
+            elif self.how == "delete":
+                handle.deleteIfExists("n")
             else:
                 handle.getValueState("n")
 
         def process(self, batch, state, timers):
             return None
 
-    for how, words in (("list", "serves value state only"), ("ttl", "does not serve state TTL"),
+    for how, words in (("list", "list state 'items' without a schema"),
+                       ("map", "map state 'm' without a user key schema"),
+                       ("clash", "with the fields ['user'], named as key columns ['user']"),
+                       ("ttl", "state 'n': ttlDurationMs must be a positive number of ms"),
+                       ("delete", "calls handle.deleteIfExists('n'): transform_batches does "
+                                  "not serve it"),
                        ("untyped", "without a schema")):
-        with pytest.raises(InvalidArgumentError, match=words) as e:
+        with pytest.raises(InvalidArgumentError, match=re.escape(words)) as e:
             silt_spark.transform_batches(events, Declares(how), "user", OUT, state, 2)
         assert "Declares" in str(e.value)
+    with pytest.raises(InvalidTypeError, match="needs a process_initial"):
+        silt_spark.transform_batches(events, BatchCountSum(), "user", OUT, state, 2,
+                                     initial_state=spark.createDataFrame([("a", 1)],
+                                                                         "user string, n long"))
     assert not (tmp_path / "state").exists()
 
 

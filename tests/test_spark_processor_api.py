@@ -416,7 +416,7 @@ class _Calls:
 @pytest.mark.parametrize("batch_id", [0, 1])
 def test_initial_rows_go_to_handle_initial_state_first_in_batch_0_only(tmp_path, batch_id):
     import pyarrow as pa
-    from silt_spark.operators.processor import _initial
+    from silt_spark.operators import _initial
     from silt_spark.runtime import _layout, _root
 
     def table(cols):

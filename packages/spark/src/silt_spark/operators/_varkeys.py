@@ -9,6 +9,7 @@ key-group range)::
 
 a list element appends ``0xFF seq:u64be``; a key's own timers are ``key_prefix 0x00 expiry``,
 and the shard-wide timer index is ``kg 'T' expiry enc(key)``. Built from ``runtime/_keys.py``.
+A variable's TTL is the LSM's own expiry of each of its entries (:func:`ttl_seconds`).
 """
 
 from __future__ import annotations
@@ -41,6 +42,27 @@ _SEQ = _struct.Struct(">Q")
 def list_seq(key: bytes, at: int) -> int:
     """The sequence number of a list element's key whose list key is ``at`` bytes long."""
     return _SEQ.unpack_from(key, at + 1)[0]
+
+
+#: The longest TTL (ms) a state variable may have: Spark timestamps are 64-bit microseconds.
+MAX_TTL_MS = (2**63 - 1) // 1000
+
+
+def ttl_seconds(ttl_ms: int | float | None) -> float | None:
+    """A state variable's ``ttlDurationMs`` as the LSM expiry its entries are written with
+    (seconds; ``None``: no TTL), or :class:`InvalidTypeError` / :class:`InvalidArgumentError`
+    for anything but a positive number of ms up to :data:`MAX_TTL_MS`. Both processors write
+    every entry of a variable with it, so their TTLs are one encoding."""
+    if ttl_ms is None:
+        return None
+    if isinstance(ttl_ms, bool) or not isinstance(ttl_ms, (int, float)):
+        raise InvalidTypeError(f"ttlDurationMs must be a number of ms, got {ttl_ms!r:.80}")
+    if not 0 < ttl_ms <= MAX_TTL_MS:  # false for nan
+        raise InvalidArgumentError(
+            f"ttlDurationMs must be a positive number of ms, at most {MAX_TTL_MS}, got "
+            f"{ttl_ms!r}"
+        )
+    return ttl_ms / 1000.0
 
 
 def _name_bytes(name: str) -> bytes:

@@ -8,6 +8,9 @@ and a cold cache, one ranged GET per key otherwise). :class:`BatchState`:
 * reads the value states of all the keys with **one** sorted ``multi_get``;
 * when the processor has list or map states or timers, reads each key's entries under its key
   prefix (one prefix scan per key: the key's list elements, map entries and timer marks);
+* or, for the batch processor, reads the list and map entries of all the keys with **one**
+  ``multi_scan`` (:meth:`BatchState.load_ranges`: one planned wave of block reads, however many
+  keys);
 * serves the state variables' reads from what it holds, and records every write the variables
   make (the writes still go to the DB at once, as before), so a read after a write in the same
   batch sees the write.
@@ -76,6 +79,23 @@ class BatchState:
                         maps[p + name][k] = v
                 self._maps.update(maps)
                 self._timers[p] = own
+
+    def load_ranges(self, map_prefixes: Iterable[bytes]) -> None:
+        """Read every entry under each of ``map_prefixes`` (``key prefix + state name`` of list
+        and map states; already held ones are skipped) with one ``multi_scan``, and hold them
+        for :meth:`map_get` and :meth:`map_items`. A name's last byte is never 0xFF (UTF-8), so
+        a prefix's range ends where its last byte is one higher."""
+        wanted = sorted(p for p in set(map_prefixes) if p not in self._maps)
+        if not wanted:
+            return
+        got = self._task.db.multi_scan([(p, p[:-1] + bytes([p[-1] + 1])) for p in wanted])
+        maps: dict[bytes, dict[bytes, bytes | None]] = {p: {} for p in wanted}
+        i = 0
+        for k, v in got:  # in key order, as the ranges are: walk both
+            while not k.startswith(wanted[i]):
+                i += 1
+            maps[wanted[i]][k] = v
+        self._maps.update(maps)
 
     # -- value states -------------------------------------------------------------------------
     def get(self, key: bytes) -> bytes | None:

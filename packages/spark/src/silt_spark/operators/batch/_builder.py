@@ -16,7 +16,8 @@ from silt.errors import InvalidArgumentError, InvalidTypeError
 
 from ...runtime import _api, _layout, _rewrite, _root, _schema, _shard, _types
 from ...runtime._names import DESCRIPTOR_SCHEMAS, PROCESSOR_KIND
-from ._state import SUPPORTED_KINDS, BatchHandle
+from .. import _initial, _varkeys
+from ._handle import BatchHandle
 
 
 def transform_batches(
@@ -31,6 +32,7 @@ def transform_batches(
     take_over: bool = False,
     settings: Any = None,
     storage_options: dict[str, str] | None = None,
+    initial_state: Any = None,
 ) -> Any:
     """Apply a :class:`~silt_spark.BatchProcessor` to a streaming DataFrame: its
     ``process(batch, state, timers)`` runs once per shard and micro-batch over all the shard's
@@ -54,10 +56,14 @@ def transform_batches(
     processor : BatchProcessor
         Any object with ``init(handle)`` and ``process(batch, state, timers)`` (``close()``
         optional), pickled to the executors; each task gets a fresh copy. ``init`` declares
-        value state variables with ``handle.getValueState(name, schema)`` (a schema is
-        required); ``process`` gets the shard's rows as a ``pyarrow.Table`` (every input
-        column), ``state`` (``state.value(name).get(keys) -> Table``, ``.put(keys, table)``,
-        ``.delete(keys)``, ``.exists(keys)``, for key rows of the batch) and ``timers`` (a
+        state variables with ``handle.getValueState(name, schema)``,
+        ``handle.getListState(name, schema)`` and ``handle.getMapState(name, user_key_schema,
+        value_schema)`` (schemas required), each with an optional ``ttlDurationMs`` (as the
+        per-key processor's: processing time, restarted by every write of an entry);
+        ``process`` gets the shard's rows as a
+        ``pyarrow.Table`` (every input column), ``state`` (``state.value(name)``,
+        ``state.list(name)``, ``state.map(name)``: vectorized ``get``/``put``/``delete`` and
+        more for key rows of the batch; see ``docs/spark.md``) and ``timers`` (a
         :class:`~silt_spark.TimerValues`), and returns a ``pyarrow.Table``, ``RecordBatch``,
         pandas DataFrame or ``None``.
     key_columns : str or list of str
@@ -66,6 +72,15 @@ def transform_batches(
         Schema of what ``process`` returns (columns matched by name, cast to these types).
     state_url, num_shards, key_groups, take_over, settings, storage_options
         As for :func:`~silt_spark.transform_with_state`.
+    initial_state : pyspark.sql.DataFrame, optional
+        A batch DataFrame (or its ``groupBy(...)``) with the key columns (same names and
+        types) and any other columns, as :func:`~silt_spark.transform_with_state` takes it:
+        in the query's first micro-batch each shard calls ``processor.process_initial(rows,
+        state, timers)`` once with its initial rows (a ``pyarrow.Table``; the state calls take
+        their keys too), before ``process``; what it returns is ignored. Never applied again
+        (a restart, or a root that already has state other than with ``take_over=True``,
+        ignores it). Building the query runs one Spark job that stores each shard's initial
+        rows under ``state_url``.
 
     Returns
     -------
@@ -75,8 +90,9 @@ def transform_batches(
     Raises
     ------
     silt.errors.InvalidArgumentError
-        A variable without a schema, a list or map variable, a TTL (not served yet), or
-        any other bad option; raised here, before anything is written.
+        A variable without a schema (a map without a user key schema), a list or map field
+        named as a key column, a TTL that is not a positive number of ms, or any other bad
+        option; raised here, before anything is written.
     silt_spark.errors.StateSchemaError
         A variable's schema cannot evolve from the one its state was written with.
     silt_spark.errors.LayoutMismatchError
@@ -110,7 +126,13 @@ def transform_batches(
                 f"got {type(processor).__name__}"
             )
     struct = _api._struct(output_schema)
-    declared = declared_states(processor)
+    if initial_state is not None and not callable(getattr(processor, "process_initial", None)):
+        raise InvalidTypeError(
+            f"initial_state needs a process_initial(rows, state, timers) method on the "
+            f"processor; {type(processor).__name__} has none"
+        )
+    init_df = None if initial_state is None else _initial.check(initial_state, df, keys)
+    declared = declared_states(processor, keys)
     spec = _api.operator_spec(
         PROCESSOR_KIND, state_url, num_shards, key_groups, take_over, settings, df=df,
         storage_options=storage_options,
@@ -129,20 +151,26 @@ def transform_batches(
         _root.update_descriptor(spec.root, {field: registry}, spec.storage_options)
     spec = dataclasses.replace(spec, settings=_rewrite.settings_for(spec.settings, registry))
     arrow_schemas = {name: _arrow_schema(registry[name]["versions"][-1]) for name in declared}
+    arrow_keys = {name: _arrow_schema(registry[name]["key"]) for name in declared
+                  if registry[name]["kind"] == "map"}
+
+    staging = None if init_df is None else _initial.stage(init_df, keys, spec)
 
     def process(task: _shard.ShardTask, batches: Any) -> Any:
         from ._task import process_partition
 
         return process_partition(task, batches, processor, keys, arrow_schema, registry,
-                                 arrow_schemas)
+                                 arrow_schemas, arrow_keys, staging)
 
     return _api.shard_stage(_api.route(df, keys, spec), df, spec, process, struct)
 
 
-def declared_states(processor: Any) -> dict[str, _schema.Declared]:
+def declared_states(processor: Any, key_columns: Sequence[str] = ()
+                    ) -> dict[str, _schema.Declared]:
     """The state variables ``processor.init`` declares, checked and with their schemas parsed
     (driver side: DDL strings need the Spark session). ``init`` runs on a copy of the
-    processor with a handle that only records the declarations."""
+    processor with a handle that only records the declarations. A list's or map's field named
+    as a key column is refused (their ``get`` returns the key columns beside them)."""
     from pyspark import cloudpickle
 
     copy = cloudpickle.loads(cloudpickle.dumps(processor))
@@ -150,26 +178,38 @@ def declared_states(processor: Any) -> dict[str, _schema.Declared]:
     copy.init(handle)
     who = type(processor).__name__
     out = {}
-    for name, (kind, _key, value, ttl) in handle.declared.items():
-        if kind not in SUPPORTED_KINDS:
+    for name, (kind, key, value, ttl) in handle.declared.items():
+        try:
+            _varkeys.ttl_seconds(ttl)
+        except (InvalidArgumentError, InvalidTypeError) as exc:
+            raise type(exc)(f"{who} declares state {name!r}: {exc}") from None
+        if value is None or (kind == "map" and key is None):
             raise InvalidArgumentError(
-                f"{who} declares {kind} state {name!r}: transform_batches serves value state "
-                "only so far; use transform_with_state for list and map state"
+                f"{who} declares {kind} state {name!r} without a "
+                f"{'user key schema' if value is not None else 'schema'}: transform_batches "
+                "needs them (get returns Arrow columns of them), e.g. "
+                + _EXAMPLES[kind].format(name=name)
             )
-        if ttl is not None:
-            raise InvalidArgumentError(
-                f"{who} declares state {name!r} with ttlDurationMs={ttl!r}: transform_batches "
-                "does not serve state TTL yet; drop the TTL or use transform_with_state"
-            )
-        if value is None:
-            raise InvalidArgumentError(
-                f"{who} declares value state {name!r} without a schema: transform_batches "
-                f"needs one (get returns Arrow columns of it), e.g. "
-                f"handle.getValueState({name!r}, 'n long')"
-            )
-        out[name] = _schema.Declared(kind, None, _types.from_spark(value, f"state {name!r}"),
-                                     False)
+        what = f"state {name!r}"
+        parsed_key = None if key is None else _types.from_spark(key, f"{what} map key")
+        parsed = _types.from_spark(value, what)
+        if kind != "value":
+            clash = sorted({f[0] for f in (*(parsed_key or ()), *parsed)} & set(key_columns))
+            if clash:
+                raise InvalidArgumentError(
+                    f"{who} declares {kind} state {name!r} with the fields {clash}, named as "
+                    f"key columns {list(key_columns)}: its get returns the key columns beside "
+                    "them; rename the fields"
+                )
+        out[name] = _schema.Declared(kind, parsed_key, parsed, False)
     return out
+
+
+_EXAMPLES = {
+    "value": "handle.getValueState({name!r}, 'n long')",
+    "list": "handle.getListState({name!r}, 'ts long')",
+    "map": "handle.getMapState({name!r}, 'device string', 'n long')",
+}
 
 
 def _arrow_schema(fields: list[list[Any]]) -> Any:

@@ -1,53 +1,70 @@
-"""The batch processor's state: its handle (what ``init`` declares) and vectorized state
-variables (what ``process`` reads and writes for many keys at once).
+"""The batch processor's state variables: what ``process`` reads and writes for many keys at
+once. :class:`BatchValueState` is here with what every variable shares (:class:`BatchKeys`,
+:class:`BatchVariable`); list and map variables are ``_lists.py`` and ``_maps.py``, the handle
+that declares them ``_handle.py``.
 
-Layout: exactly the per-key processor's (``silt_spark.operators.processor``): a value state of
-grouping key ``k`` in key group ``kg`` is the entry ``key_prefix(kg, enc(k)) + len(name) name``,
-its value the variable's schema encoding (``silt_spark.runtime._schema.VarCodec``). Keys are encoded
-with ``silt_spark.runtime._rowcodec.encode_tuples``, byte for byte ``_codec.encode`` of the key
-tuple as the per-key processor encodes it, so either processor reads what the other wrote.
+Layout: exactly the per-key processor's (``silt_spark.operators.processor``, built from
+``operators/_varkeys.py``). For grouping key ``k`` in key group ``kg`` and a variable named
+``name``, with ``P = key_prefix(kg, enc(k)) + len(name) name``:
 
-Reads are served from the batch's prefetch (``silt_spark.runtime._prefetch.BatchState``: one sorted
-``multi_get`` for every value variable of every key of the batch, done before ``process``
-runs); ``put`` writes its rows with one ``put_many``, ``delete`` with one ``WriteBatch``. State
-calls take keys **of the batch** (rows of its key columns, in any order, each key at most once
-in a ``put``), as the per-key processor's variables are bound to the key being handled; the
-key group of a key is the one Spark routed its rows by.
+* a value state is the entry ``P``;
+* a list state is one entry per element, ``P 0xFF seq:u64be`` in append order (a list an older
+  silt_spark wrote whole, one entry at ``P``, reads as the elements before them);
+* a map state is one entry per map key, ``P enc(user key)``.
+
+Values are the variable's schema encoding (``silt_spark.runtime._valuecodec.VarCodec``), map
+keys and grouping keys ``silt_spark.runtime._codec`` encodings of their tuples, built for whole
+Arrow columns by ``silt_spark.runtime._rowcodec.encode_tuples`` (byte for byte what the per-key
+processor writes), so either processor reads what the other wrote. A variable declared with a
+TTL (``ttlDurationMs``) writes every entry with the LSM's own expiry
+(``operators/_varkeys.ttl_seconds``, as the per-key processor does): processing time, restarted
+by every write of the entry (a value ``put``, a map ``put``; each list element from when it was
+appended or put); an entry that expired reads as absent from the next batch on.
+
+Reads are served from the batch's prefetch (``silt_spark.runtime._prefetch.BatchState``, filled
+before ``process`` runs: one sorted ``multi_get`` for every value variable of every key of the
+batch, one ``multi_scan`` for the entries of every list and map variable of every key) and this
+batch's own writes: no state read waits on the store. State calls take keys **of the batch**
+(rows of its key columns, in any order; in micro-batch 0 also those of the shard's
+``initial_state`` rows), as the per-key processor's variables are bound to the
+key being handled; the key group of a key is the one Spark routed its rows by.
 
 Every argument is checked before anything is written; an error names the processor, the
 variable and what was wrong. Not thread-safe: one shard's micro-batch, in its task.
 
-Simplified for now: value state only (no list or map variables, no TTL, no timers, no
-``deleteIfExists``); encoding and decoding of values is one Python call per key (no user code
-per key, but not yet numpy-vectorized as the keys are).
+Simplified for now: no timers and no event time (``timers`` is the batch's processing time
+only; no ``registerTimer``, no expired-timer handler, no ``time_mode``) and no
+``deleteIfExists`` (refused when the query is built); encoding and decoding of values is one
+Python call per element (no user code per key, but not yet numpy-vectorized as the keys are).
 """
 
 from __future__ import annotations
 
-import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from silt.errors import InvalidArgumentError
 
-from ...runtime import _rowcodec, _schema, _valuecodec
-from ...runtime._names import META_DELETED_STATES
+from ...runtime import _rowcodec, _valuecodec
 from .. import _varkeys
 from ._tables import as_table, conform
 
-#: The kinds of state variables ``transform_batches`` serves so far.
-SUPPORTED_KINDS = ("value",)
-
+if TYPE_CHECKING:
+    from ._handle import BatchHandle, BatchStates
 
 class BatchProcessor:
     """Stateful logic over whole micro-batches, applied with
     :func:`silt_spark.transform_batches`.
 
-    ``init(handle)`` declares the state variables (``handle.getValueState(name, schema)``, as a
-    :class:`~silt_spark.StatefulProcessor` does); ``process(batch, state, timers)`` is called
-    once per shard and micro-batch with the shard's rows (a ``pyarrow.Table`` with every input
-    column, key columns included) and returns the output rows (a ``pyarrow.Table``,
-    ``RecordBatch`` or pandas DataFrame with the operator's ``output_schema``, or ``None``);
-    ``close()`` is optional. Any object with ``init`` and ``process`` is accepted.
+    ``init(handle)`` declares the state variables (``handle.getValueState(name, schema)``,
+    ``getListState(name, schema)``, ``getMapState(name, user_key_schema, value_schema)``, each
+    with an optional ``ttlDurationMs``, as a :class:`~silt_spark.StatefulProcessor` does);
+    ``process(batch, state, timers)`` is called once per shard and micro-batch with the shard's
+    rows (a ``pyarrow.Table`` with every input column, key columns included) and returns the
+    output rows (a ``pyarrow.Table``, ``RecordBatch`` or pandas DataFrame with the operator's
+    ``output_schema``, or ``None``); ``close()`` is optional, and so is
+    ``process_initial(rows, state, timers)`` (required with ``initial_state=``: called once per
+    shard in the query's first micro-batch with the shard's initial rows, before ``process``;
+    what it returns is ignored). Any object with ``init`` and ``process`` is accepted.
 
     Examples
     --------
@@ -66,7 +83,8 @@ class BatchProcessor:
     """
 
     def init(self, handle: BatchHandle) -> None:
-        """Declare the state variables (``handle.getValueState``)."""
+        """Declare the state variables (``handle.getValueState``, ``getListState``,
+        ``getMapState``)."""
         raise NotImplementedError
 
     def process(self, batch: Any, state: BatchStates, timers: Any) -> Any:
@@ -91,6 +109,11 @@ class BatchKeys:
     def prefixes(self, keys: Any, what: str) -> list[bytes]:
         """The state prefixes of ``keys`` (a table of key rows of this batch), or an error
         naming ``what`` (the processor and variable) and the first bad row."""
+        return self.resolve(keys, what)[1]
+
+    def resolve(self, keys: Any, what: str) -> tuple[Any, list[bytes]]:
+        """``keys`` as a ``pyarrow.Table`` and the state prefix of each of its rows (see
+        :meth:`prefixes`)."""
         table = self._key_table(keys, what)
         columns = [table[c] for c in self.key_columns]
         encoded = _rowcodec.encode_tuples(columns, table.num_rows).to_list()
@@ -108,10 +131,9 @@ class BatchKeys:
                 f"{what}: {why}. State calls take keys of the batch, e.g. "
                 f"batch.select({self.key_columns}) or a group_by of it"
             )
-        return out
+        return table, out  # type: ignore[return-value]
 
     def _key_table(self, keys: Any, what: str) -> Any:
-
         keys = as_table(keys, f"{what}: keys must be a pyarrow Table or RecordBatch (or a "
                               f"pandas DataFrame) with the key columns {self.key_columns}, "
                               "got {got}")
@@ -123,7 +145,101 @@ class BatchKeys:
         return keys
 
 
-class BatchValueState:
+def rows_table(rows: list[tuple | None], schema: Any) -> Any:
+    """A ``pyarrow.Table`` of ``schema`` from decoded rows (``None``: a row of nulls)."""
+    import pyarrow as pa
+
+    width = len(schema)
+    columns: list[list[Any]] = [[] for _ in range(width)]
+    for row in rows:
+        for j in range(width):
+            columns[j].append(None if row is None else row[j])
+    return pa.Table.from_arrays(
+        [pa.array(c, type=f.type) for c, f in zip(columns, schema)], schema=schema
+    )
+
+
+class BatchVariable:
+    """What every batch state variable shares: its name, codec and schema, the checks of the
+    keys and values it is given, and its writes (one ``put_many`` or one write batch per call,
+    with the variable's TTL)."""
+
+    #: ``"value"``, ``"list"`` or ``"map"``.
+    kind = ""
+
+    def __init__(self, handle: BatchHandle, name: str, codec: _valuecodec.VarCodec,
+                 arrow_schema: Any, ttl_seconds: float | None = None) -> None:
+        import pyarrow as pa
+
+        self._handle = handle
+        self.name = name
+        self._name = _varkeys._name_bytes(name)
+        self._codec = codec
+        #: The variable's latest (value or element) schema as Arrow: what writes take; reads
+        #: return it with every field nullable.
+        self.schema = arrow_schema
+        self._read_schema = pa.schema([f.with_nullable(True) for f in arrow_schema])
+        self._what = f"{handle._processor} state {name!r}"
+        #: The TTL of every entry written (seconds, the LSM's expiry), or ``None``.
+        self._ttl = ttl_seconds
+
+    def _resolve(self, keys: Any, call: str) -> tuple[Any, list[bytes]]:
+        """``keys`` as a table and each row's ``key prefix + name`` (checked)."""
+        table, prefixes = self._handle._keys.resolve(keys, f"{self._what}.{call}")
+        name = self._name
+        return table, [p + name for p in prefixes]
+
+    def _entries(self, keys: Any, call: str) -> list[bytes]:
+        return self._resolve(keys, call)[1]
+
+    def _rows(self, values: Any, schema: Any, call: str, label: str = "values") -> Any:
+        """``values`` as a table of ``schema``'s columns by name, cast to its types."""
+        what = f"{self._what}.{call}"
+        values = as_table(values, f"{what}: {label} must be a pyarrow Table or RecordBatch (or "
+                                  f"a pandas DataFrame) with the columns {schema.names}, "
+                                  "got {got}")
+        return conform(values, schema, f"{what}: {label} have", "the variable's schema",
+                       f"{what}: {label} do not fit the variable's schema {schema}")
+
+    def _same_count(self, call: str, n_keys: int, table: Any, label: str = "value") -> None:
+        if table.num_rows != n_keys:
+            raise InvalidArgumentError(
+                f"{self._what}.{call}: got {n_keys} keys but {table.num_rows} {label} rows; "
+                f"give one {label} row per key row, in the keys' order"
+            )
+
+    def _encode(self, table: Any, call: str) -> list[bytes]:
+        """Each row of ``table`` (already of the schema) in the variable's encoding."""
+        encode = self._codec.encode
+        try:
+            return [encode(row) for row in zip(*(c.to_pylist() for c in table.columns))]
+        except (TypeError, ValueError) as exc:
+            raise InvalidArgumentError(f"{self._what}.{call}: {exc}") from None
+
+    def _write(self, puts: list[tuple[bytes, bytes]], deletes: list[bytes] = (),  # type: ignore[assignment]
+               ranges: list[tuple[bytes, bytes]] = ()) -> None:  # type: ignore[assignment]
+        """Apply range deletes, then deletes, then puts (with the TTL) as one write: a
+        ``put_many`` when it is only puts without a TTL, else one write batch."""
+        if not (puts or deletes or ranges):
+            return
+        db = self._handle._task.db
+        if self._ttl is None and not deletes and not ranges:
+            db.put_many([k for k, _ in puts], [v for _, v in puts])
+            return
+        import silt
+
+        batch = silt.WriteBatch()
+        for start, end in ranges:
+            batch.delete_range(start, end)
+        for k in deletes:
+            batch.delete(k)
+        ttl = self._ttl
+        for k, v in puts:
+            batch.put(k, v, ttl=ttl)
+        db.write(batch)
+
+
+class BatchValueState(BatchVariable):
     """A value state variable for many keys at once: one row of its schema per key.
 
     Examples
@@ -139,43 +255,17 @@ class BatchValueState:
     ...         total.put(keys, pa.table({"amount": new}))
     """
 
-    def __init__(self, handle: BatchHandle, name: str, codec: _valuecodec.VarCodec,
-                 arrow_schema: Any) -> None:
-        import pyarrow as pa
-
-        self._handle = handle
-        self.name = name
-        self._name = _varkeys._name_bytes(name)
-        self._codec = codec
-        #: The variable's latest schema as Arrow (what ``put`` takes; ``get`` returns it with
-        #: every field nullable, null for keys without a value).
-        self.schema = arrow_schema
-        self._read_schema = pa.schema([f.with_nullable(True) for f in arrow_schema])
-        self._what = f"{handle._processor} state {name!r}"
-
-    def _entries(self, keys: Any, call: str) -> list[bytes]:
-        name = self._name
-        return [p + name for p in self._handle._keys.prefixes(keys, f"{self._what}.{call}")]
+    kind = "value"
 
     def get(self, keys: Any) -> Any:
         """The values of ``keys`` (key rows of this batch) as a ``pyarrow.Table`` of the
         variable's schema, one row per key row in their order; all nulls for a key without a
         value. Served from the batch's prefetch (and this batch's own writes)."""
-        import pyarrow as pa
-
         entries = self._entries(keys, "get")
         state = self._handle._state
         decode = self._codec.decode
         rows = [None if raw is None else decode(raw) for raw in map(state.get, entries)]
-        schema = self._read_schema
-        width = len(schema)
-        columns: list[list[Any]] = [[] for _ in range(width)]
-        for row in rows:
-            for j in range(width):
-                columns[j].append(None if row is None else row[j])
-        return pa.Table.from_arrays(
-            [pa.array(c, type=f.type) for c, f in zip(columns, schema)], schema=schema
-        )
+        return rows_table(rows, self._read_schema)
 
     def exists(self, keys: Any) -> Any:
         """A ``pyarrow.BooleanArray``: whether each of ``keys`` has a value."""
@@ -190,155 +280,32 @@ class BatchValueState:
         """Set the value of each of ``keys`` (key rows of this batch, each at most once) to the
         row of ``values`` at the same position (a ``pyarrow.Table``/``RecordBatch`` or pandas
         DataFrame with the schema's columns by name, cast to their types). Everything is
-        checked before anything is written; the rows are written with one ``put_many``."""
+        checked before anything is written; the rows are written with one ``put_many`` (one
+        write batch with a TTL), and a TTL restarts for every key put."""
         entries = self._entries(keys, "put")
         if len(set(entries)) != len(entries):
             raise InvalidArgumentError(
                 f"{self._what}.put: keys hold the same key more than once; give each key one "
                 "value (e.g. aggregate per key first)"
             )
-        table = self._values(values)
-        if table.num_rows != len(entries):
-            raise InvalidArgumentError(
-                f"{self._what}.put: got {len(entries)} keys but {table.num_rows} value rows; "
-                "give one value row per key, in the keys' order"
-            )
-        encode = self._codec.encode
-        try:
-            encoded = [encode(row) for row in zip(*(c.to_pylist() for c in table.columns))]
-        except (TypeError, ValueError) as exc:
-            raise InvalidArgumentError(f"{self._what}.put: {exc}") from None
+        table = self._rows(values, self.schema, "put")
+        self._same_count("put", len(entries), table)
+        encoded = self._encode(table, "put")
         if not entries:
             return
-        handle = self._handle
-        handle._task.db.put_many(entries, encoded)
-        handle._wrote(self.name, entries, encoded)
+        self._write(list(zip(entries, encoded)))
+        self._handle._wrote(self.name, True)
+        wrote = self._handle._state.wrote
+        for k, v in zip(entries, encoded):
+            wrote(k, v)
 
     def delete(self, keys: Any) -> None:
         """Remove the value of each of ``keys`` (key rows of this batch), in one write batch."""
-        import silt
-
-        entries = self._entries(keys, "delete")
+        entries = list(dict.fromkeys(self._entries(keys, "delete")))
         if not entries:
             return
-        batch = silt.WriteBatch()
+        self._write([], entries)
+        self._handle._wrote(self.name, False)
+        wrote = self._handle._state.wrote
         for k in entries:
-            batch.delete(k)
-        handle = self._handle
-        handle._task.db.write(batch)
-        handle._wrote(self.name, entries, [None] * len(entries))
-
-    def _values(self, values: Any) -> Any:
-
-        what = f"{self._what}.put"
-        values = as_table(values, f"{what}: values must be a pyarrow Table or RecordBatch (or "
-                                  f"a pandas DataFrame) with the columns {self.schema.names}, "
-                                  "got {got}")
-        return conform(values, self.schema, f"{what}: values have", "the variable's schema",
-                       f"{what}: values do not fit the variable's schema {self.schema}")
-
-
-class BatchStates:
-    """What ``process`` receives as ``state``: the variables ``init`` declared, by name."""
-
-    def __init__(self, handle: BatchHandle) -> None:
-        self._handle = handle
-
-    def value(self, name: str) -> BatchValueState:
-        """The value state variable ``name`` (declared in ``init``)."""
-        var = self._handle._vars.get(name)
-        if var is None:
-            raise InvalidArgumentError(
-                f"{self._handle._processor} has no value state {name!r}: declare it in init "
-                f"with handle.getValueState({name!r}, schema) (declared: "
-                f"{sorted(self._handle._vars)})"
-            )
-        return var
-
-
-class BatchHandle:
-    """What ``init`` receives: declares state variables.
-
-    On the driver (``task=None``) it only records the declarations (name -> ``(kind, key
-    schema, value schema, ttl)``); in a task it makes the vectorized variables, their schema
-    codecs taken from the operator's registry.
-    """
-
-    def __init__(self, task: Any, processor: str, registry: dict[str, Any] | None = None,
-                 arrow_schemas: dict[str, Any] | None = None) -> None:
-        self._task = task
-        self._processor = processor
-        self._codecs = _schema.codecs(registry)
-        self._arrow = arrow_schemas or {}
-        #: Driver: what ``init`` declared.
-        self.declared: dict[str, tuple[str, Any, Any, Any]] = {}
-        self._vars: dict[str, BatchValueState] = {}
-        self._keys: Any = None
-        self._state: Any = None
-        #: Variables the per-key processor's ``deleteIfExists`` removed with nothing written
-        #: since (its manifest meta); a write here takes the variable out of that list.
-        self._deleted: set[str] = set()
-        if task is not None:
-            raw = task.base_meta.get(META_DELETED_STATES) if task.base_meta else None
-            self._deleted = set(json.loads(raw)) if raw else set()
-
-    def _declare(self, kind: str, name: str, key_schema: Any, schema: Any, ttl: Any) -> None:
-        _varkeys._name_bytes(name)  # a name the layout can hold
-        if name in self.declared and self.declared[name][0] != kind:
-            raise InvalidArgumentError(
-                f"{self._processor} declares state {name!r} as a {self.declared[name][0]} and "
-                f"a {kind} state; each name has one kind"
-            )
-        self.declared[name] = (kind, key_schema, schema, ttl)
-
-    def getValueState(self, stateName: str, schema: Any = None,
-                      ttlDurationMs: Any = None) -> BatchValueState | None:
-        """Declare a value state variable with its schema (a ``StructType`` or DDL string;
-        required: ``get`` returns Arrow columns of it). Returns the variable in a task (also
-        reachable as ``state.value(stateName)`` in ``process``), ``None`` on the driver."""
-        self._declare("value", stateName, None, schema, ttlDurationMs)
-        if self._task is None:
-            return None
-        var = self._vars.get(stateName)
-        if var is None:
-            codec = self._codecs.get(stateName)
-            if codec is None or not codec.typed or stateName not in self._arrow:
-                raise InvalidArgumentError(
-                    f"{self._processor} declares value state {stateName!r} in a task but did "
-                    "not when the query started: init must declare the same variables every time"
-                )
-            var = self._vars[stateName] = BatchValueState(
-                self, stateName, codec, self._arrow[stateName])
-        return var
-
-    def getListState(self, stateName: str, schema: Any = None, ttlDurationMs: Any = None) -> None:
-        """List state: not served by ``transform_batches`` yet (refused when the query is
-        built)."""
-        self._declare("list", stateName, None, schema, ttlDurationMs)
-
-    def getMapState(self, stateName: str, userKeySchema: Any = None, valueSchema: Any = None,
-                    ttlDurationMs: Any = None) -> None:
-        """Map state: not served by ``transform_batches`` yet (refused when the query is
-        built)."""
-        self._declare("map", stateName, userKeySchema, valueSchema, ttlDurationMs)
-
-    def _bind(self, keys: BatchKeys) -> None:
-        """Serve the batch's ``keys``: read every declared value variable of every key ahead,
-        with one ``multi_get`` (the same prefetch as the per-key processor's)."""
-        from ...runtime._prefetch import BatchState
-
-        self._keys = keys
-        self._state = BatchState(self._task)
-        names = [v._name for v in self._vars.values()]
-        if names:
-            self._state.load(keys.prefix_of.values(), names, (), False, None)
-
-    def _wrote(self, name: str, entries: list[bytes], values: list[bytes | None]) -> None:
-        task = self._task
-        task.changed = True
-        wrote = self._state.wrote
-        for k, v in zip(entries, values):
-            wrote(k, v)
-        if name in self._deleted and values and values[0] is not None:
-            self._deleted.discard(name)
-            task.meta_updates[META_DELETED_STATES] = json.dumps(sorted(self._deleted))
+            wrote(k, None)

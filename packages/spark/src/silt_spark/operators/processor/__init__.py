@@ -7,7 +7,8 @@
 - ``_handle.py``: ``StatefulProcessorHandle``, the state of one key at a time, read ahead per batch;
 - ``_runner.py``: the shard task's part of a micro-batch (rows, initial state, timers);
 - ``_builder.py``: ``transform_with_state`` on the driver;
-- ``_handover.py``, ``_initial.py``: pandas hand-over and the initial state;
+- ``_handover.py``: pandas hand-over (the initial state is ``operators/_initial.py``, shared with
+  ``transform_batches``);
 - ``_reader.py``: the state as ``read_state`` rows.
 
 The key layout is ``operators/_varkeys.py``, shared with ``transform_batches``.

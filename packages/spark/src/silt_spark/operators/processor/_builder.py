@@ -15,7 +15,8 @@ from ...runtime import _api, _layout, _rewrite, _root, _schema, _shard, _types
 from ...runtime._names import (
     DESCRIPTOR_SCHEMAS,
 )
-from . import _handover, _initial
+from .. import _initial
+from . import _handover
 from ._handle import KIND, StatefulProcessorHandle
 from ._runner import TimeConfig, process_partition
 

@@ -20,8 +20,9 @@ from ...runtime._names import (
     META_WATERMARK,
 )
 from ...runtime._shard import ShardTask
+from .. import _initial
 from .._varkeys import TIMER_MARK, TIMER_TAG, _due_key, _timer_bytes
-from . import _handover, _initial
+from . import _handover
 from ._handle import StatefulProcessorHandle
 from ._user import ExpiredTimerInfo, TimerValues
 

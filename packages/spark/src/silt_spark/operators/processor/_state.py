@@ -8,28 +8,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from silt.errors import InvalidArgumentError, InvalidTypeError
-
 from ...runtime import _codec, _valuecodec
 from .._varkeys import _SEQ, LIST_ELEMENT, _name_bytes, list_seq
+from .._varkeys import ttl_seconds as _ttl_seconds
 from . import _handover
-
-#: The longest duration (ms) any option or TTL may give: Spark timestamps are 64-bit
-#: microseconds.
-MAX_DURATION_MS = (2**63 - 1) // 1000
-
-
-def _ttl_seconds(ttl_ms: int | None) -> float | None:
-    if ttl_ms is None:
-        return None
-    if isinstance(ttl_ms, bool) or not isinstance(ttl_ms, (int, float)):
-        raise InvalidTypeError(f"ttlDurationMs must be a number of ms, got {ttl_ms!r:.80}")
-    if not 0 < ttl_ms <= MAX_DURATION_MS:  # false for nan
-        raise InvalidArgumentError(
-            f"ttlDurationMs must be a positive number of ms, at most {MAX_DURATION_MS}, got "
-            f"{ttl_ms!r}"
-        )
-    return ttl_ms / 1000.0
 
 
 class _State:

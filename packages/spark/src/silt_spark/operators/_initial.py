@@ -1,5 +1,6 @@
 """A processor's initial state: ``transform_with_state(..., initial_state=df)``, as PySpark's
-``transformWithStateInPandas(..., initialState=...)``.
+``transformWithStateInPandas(..., initialState=...)``, and ``transform_batches(...,
+initial_state=df)`` (shared by the two processors, which read it alike).
 
 Spark cannot union a batch DataFrame into a stream, so the initial rows reach the shards through
 the state root: when the query is built on a root with no committed state, one Spark job routes
@@ -13,7 +14,8 @@ Arrow IPC object::
 shard's rows are in one Spark partition, so a retried task writes what its first attempt did,
 and finds it there: nothing is overwritten). In micro-batch
 0, each shard's task reads its object (one GET; absent: no initial rows) and calls
-``handleInitialState(key, rows, timerValues)`` once per key, before any ``handleInputRows``. A
+``handleInitialState(key, rows, timerValues)`` once per key, before any ``handleInputRows``
+(the batch processor: ``process_initial(rows, state, timers)`` once, before ``process``). A
 query restarted past batch 0, or built on a root that already has state (other than to take it
 over), never applies it again (the build then deletes staged objects left over).
 """
@@ -26,7 +28,7 @@ from typing import Any
 from silt.errors import InvalidArgumentError, InvalidTypeError, NotFoundError
 from silt.plugins import open_store
 
-from ...runtime import _layout, _root, _sources
+from ..runtime import _layout, _root, _sources
 
 PREFIX = "initial/"
 
