@@ -304,6 +304,25 @@ class FastCount(silt_spark.StatefulProcessor):
         yield (key[0], n, total)
 
 
+class BatchCount(silt_spark.BatchProcessor):
+    """The same logic as a batch processor: once per shard and micro-batch, over columns."""
+
+    def init(self, handle):
+        handle.getValueState("s", "n long, total long")
+
+    def process(self, batch, state, timers):
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        per_key = batch.group_by("key").aggregate([([], "count_all"), ("amount", "sum")])
+        totals = state.value("s")
+        old = totals.get(per_key)
+        n = pc.add(pc.fill_null(old["n"], 0), per_key["count_all"])
+        total = pc.add(pc.fill_null(old["total"], 0), per_key["amount_sum"])
+        totals.put(per_key, pa.table({"n": n, "total": total}))
+        return pa.table({"key": per_key["key"], "n": n, "total": total})
+
+
 class SparkCount:
     """The same logic for transformWithStateInPandas."""
 
@@ -717,6 +736,10 @@ def main() -> None:
                         df, FastCount(), ["key"], "key long, n long, total long",
                         state_url=pstate + "-arrow", num_shards=args.shards,
                         rows_format="arrow")),
+                "silt batch processor": lambda df, pstate=pstate: (
+                    silt_spark.transform_batches(
+                        df, BatchCount(), ["key"], "key long, n long, total long",
+                        state_url=pstate + "-batch", num_shards=args.shards)),
                 "transformWithStateInPandas": lambda df: df.groupBy("key")
                 .transformWithStateInPandas(
                     SparkCount(), "key long, n long, total long", "Update", "None"),
@@ -727,10 +750,12 @@ def main() -> None:
             }
             for name, build in cases.items():
                 st = {"silt StatefulProcessor (pandas)": pstate + "-pandas",
-                      "silt StatefulProcessor (arrow)": pstate + "-arrow"}.get(name)
-                # silt's Arrow fast path runs on the aggregation's input (rows per batch as
-                # given); the pandas shapes, silt's included, on fewer rows: they are slow.
-                fast = name == "silt StatefulProcessor (arrow)"
+                      "silt StatefulProcessor (arrow)": pstate + "-arrow",
+                      "silt batch processor": pstate + "-batch"}.get(name)
+                # silt's Arrow fast path and its batch processor run on the aggregation's
+                # input (rows per batch as given); the pandas shapes, silt's included, on fewer
+                # rows: they are slow.
+                fast = name in ("silt StatefulProcessor (arrow)", "silt batch processor")
                 # On the aggregation's input, the restart runs on a batch after the fill, as
                 # the aggregation's does (not on the fill batch, which holds every key).
                 results.append(measure(
@@ -850,9 +875,17 @@ def main() -> None:
         best = max((by[c]["rows_per_s"] for c in ("transformWithStateInPandas",
                                                   "applyInPandasWithState") if c in by),
                    default=0.0)
-        for c in ("silt StatefulProcessor (pandas)", "silt StatefulProcessor (arrow)"):
+        for c in ("silt StatefulProcessor (pandas)", "silt StatefulProcessor (arrow)",
+                  "silt batch processor"):
             if c in by and best:
                 print(f"K={keys:,d}: {c} / best Python peer: {by[c]['rows_per_s'] / best:.1f}x")
+        bp = by.get("silt batch processor")
+        if bp and bp["rows_per_s"]:
+            for c in ("silt aggregate", "silt StatefulProcessor (arrow)",
+                      "native groupBy (RocksDB)"):
+                if c in by and by[c]["rows_per_s"]:
+                    print(f"K={keys:,d}: silt batch processor / {c}: "
+                          f"{bp['rows_per_s'] / by[c]['rows_per_s']:.2f}x rows/s")
     print(json.dumps(results, default=float))
     out = write_results(args.json, record(
         dict(vars(args)), results,
