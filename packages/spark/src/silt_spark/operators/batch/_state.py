@@ -34,8 +34,9 @@ variable and what was wrong. Not thread-safe: one shard's micro-batch, in its ta
 
 Simplified for now: no timers and no event time (``timers`` is the batch's processing time
 only; no ``registerTimer``, no expired-timer handler, no ``time_mode``) and no
-``deleteIfExists`` (refused when the query is built); encoding and decoding of values is one
-Python call per element (no user code per key, but not yet numpy-vectorized as the keys are).
+``deleteIfExists`` (refused when the query is built); values of a schema with a
+variable-length field (or of an older schema version) are encoded and decoded with one Python
+call per element; fixed-width schemas go by numpy records (``runtime._valuecolumns``).
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 from silt.errors import InvalidArgumentError
 
-from ...runtime import _rowcodec, _valuecodec
+from ...runtime import _rowcodec, _valuecodec, _valuecolumns
 from .. import _varkeys
 from ._tables import as_table, conform
 
@@ -209,7 +210,11 @@ class BatchVariable:
             )
 
     def _encode(self, table: Any, call: str) -> list[bytes]:
-        """Each row of ``table`` (already of the schema) in the variable's encoding."""
+        """Each row of ``table`` (already of the schema) in the variable's encoding: by numpy
+        records for a schema of fixed-width fields (``_valuecolumns``), else row by row."""
+        encoded = _valuecolumns.encode_columns(self._codec, table)
+        if encoded is not None:
+            return encoded
         encode = self._codec.encode
         try:
             return [encode(row) for row in zip(*(c.to_pylist() for c in table.columns))]
@@ -261,11 +266,13 @@ class BatchValueState(BatchVariable):
         """The values of ``keys`` (key rows of this batch) as a ``pyarrow.Table`` of the
         variable's schema, one row per key row in their order; all nulls for a key without a
         value. Served from the batch's prefetch (and this batch's own writes)."""
-        entries = self._entries(keys, "get")
-        state = self._handle._state
+        raws = list(map(self._handle._state.get, self._entries(keys, "get")))
+        table = _valuecolumns.decode_columns(self._codec, raws, self._read_schema)
+        if table is not None:
+            return table
         decode = self._codec.decode
-        rows = [None if raw is None else decode(raw) for raw in map(state.get, entries)]
-        return rows_table(rows, self._read_schema)
+        return rows_table([None if raw is None else decode(raw) for raw in raws],
+                          self._read_schema)
 
     def exists(self, keys: Any) -> Any:
         """A ``pyarrow.BooleanArray``: whether each of ``keys`` has a value."""
