@@ -13,9 +13,12 @@ would from S3), runs one batch's probe (``load_both`` of both sides, as ``merge_
 does it) of ``--probe`` orders (a quarter of spark_bench's 200k rows per batch, 90% of them with
 a payment) whose event times follow the buffered ones.
 
-Reported per buffer size: the GETs (ranged reads of SST blocks and tails) of the probe, its
-sequential round trips (measured structurally by ``LatencyStore`` with ``--delay`` seconds per
-request: 0 counts requests only), the bytes read, the SSTs of the shard, and the fill's time.
+Reported per buffer size: the rows in the shard, the GETs (ranged reads of SST blocks and
+tails) of the probe, its sequential round trips (measured structurally by ``LatencyStore`` with
+``--delay`` seconds per request: 0 counts requests only; ``--read-parallelism`` sets the
+probing handle's read pool), the bytes read, the SSTs of the shard, and the fill's time.
+``--root DIR`` keeps the filled shards, so that another build (``PYTHONPATH``) probes the same
+state.
 Run from the repository root::
 
     PYTHONPATH=packages/core/src:packages/spark/src python bench/join_gets.py \\
@@ -44,7 +47,7 @@ from silt_spark.operators.join import _buffers, _load
 from silt_spark.runtime import _rowcodec
 
 sys.path.insert(0, str(Path(__file__).parent))
-from join_evict_bench import FILL_SPAN_MS, Task, batch, plan
+from join_evict_bench import FILL_SPAN_MS, KEY_GROUPS, Task, batch, plan
 
 
 def encode(jp: _buffers.JoinPlan, side: _load.Side) -> tuple[list[bytes], list[bytes]]:
@@ -96,12 +99,13 @@ def fill(url: str, jp: _buffers.JoinPlan, buffered: int, chunks: int,
 
 
 def probe(url: str, jp: _buffers.JoinPlan, buffered: int, rows: int, delay: float,
-          rng: np.random.Generator) -> dict[str, Any]:
+          rng: np.random.Generator, parallelism: int = 8) -> dict[str, Any]:
     """One batch's probe of both buffers on a fresh handle with a cold cache: requests, round
     trips, bytes, rows found."""
     t = batch(rng, rows, 2 * FILL_SPAN_MS, FILL_SPAN_MS // 10, buffered)
     slow = LatencyStore(open_store(url), delay)
-    db = silt.open(url, store=slow, settings=silt.Settings(block_cache_bytes=1 << 30))
+    db = silt.open(url, store=slow, settings=silt.Settings(block_cache_bytes=1 << 30,
+                                                             read_parallelism=parallelism))
     try:
         task = Task(db, url, 1 << 20, {}, [None, None])
         ssts = sum(1 for _ in db.manifest.all_ssts()) if db.manifest is not None else 0
@@ -120,6 +124,13 @@ def probe(url: str, jp: _buffers.JoinPlan, buffered: int, rows: int, delay: floa
             "reads": dict(getattr(task, "join_reads", {}))}
 
 
+def _rows(url: str) -> int:
+    """Rows buffered in the shard (both sides), from its count entries."""
+    with silt.open(url) as db:
+        return sum(_buffers.U64.unpack(v)[0] for kg in range(KEY_GROUPS) for s in (0, 1)
+                   for _, v in db.scan(*_buffers.counts_range(kg, s)))
+
+
 def _bytes_read(db: Any) -> int:
     """Bytes the DB has read from its store (every purpose)."""
     return sum(k["bytes"] for p in db.stats()["requests"].values() for name, k in p.items()
@@ -135,6 +146,8 @@ def main() -> int:
     ap.add_argument("--chunks", type=int, default=10, help="committed write batches of the fill")
     ap.add_argument("--delay", type=float, default=0.0,
                     help="seconds per request (round trips are only meaningful above ~0.02)")
+    ap.add_argument("--read-parallelism", type=int, default=8,
+                    help="Settings.read_parallelism of the probing handle (default: silt's)")
     ap.add_argument("--root", help="keep each filled shard under this folder and probe it "
                     "again on the next run (to compare two builds on the same state)")
     ap.add_argument("--json", default="join_gets.json")
@@ -152,19 +165,22 @@ def main() -> int:
                 done.write_text(str(fill(url, jp, buffered, args.chunks, rng)))
             fill_s = float(done.read_text())
             r = probe(url, jp, buffered, args.probe, args.delay,
-                      np.random.default_rng(buffered + 1))
-            r.update(buffered=buffered, probe=args.probe, fill_s=round(fill_s, 1))
+                      np.random.default_rng(buffered + 1), args.read_parallelism)
+            r.update(buffered=buffered, rows=_rows(url), probe=args.probe,
+                     read_parallelism=args.read_parallelism, fill_s=round(fill_s, 1))
             results.append(r)
             load.append(os.getloadavg()[0])
             print(r, flush=True)
     finally:
         if not args.root:
             shutil.rmtree(folder, ignore_errors=True)
-    print(f"\n{'orders buffered':>15s} {'probe':>7s} {'GETs':>7s} {'round trips':>11s} "
-          f"{'MB read':>8s} {'SSTs':>5s} {'fill s':>7s}")
+    print(f"\n{'orders buffered':>15s} {'rows in shard':>13s} {'probe':>7s} {'GETs':>7s} "
+          f"{'round trips':>11s} {'MB read':>8s} {'SSTs':>5s} {'fill s':>7s}")
     for r in results:
-        print(f"{r['buffered']:>15,d} {r['probe']:>7,d} {r['gets']:>7,d} {r['round_trips']:>11d} "
-              f"{r['bytes'] / 1e6:>8.1f} {r['ssts']:>5d} {r['fill_s']:>7.1f}")
+        print(f"{r['buffered']:>15,d} {r['rows']:>13,d} {r['probe']:>7,d} {r['gets']:>7,d} "
+              f"{r['round_trips']:>11d} {r['bytes'] / 1e6:>8.1f} {r['ssts']:>5d} "
+              f"{r['fill_s']:>7.1f}")
+    print(f"delay {args.delay} s per request, read_parallelism {args.read_parallelism}")
     print(f"load (1 min): {min(load):.2f}-{max(load):.2f}; {platform.processor() or 'cpu'}, "
           f"{os.cpu_count()} cores; silt hot path "
           f"{'compiled' if _ext.load() is not None else 'pure Python'}")
