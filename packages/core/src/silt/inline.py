@@ -50,6 +50,8 @@ class InlineBytes:
     from). Thread-safe (immutable)."""
 
     coalesce_reads = True
+    #: Its bytes are in memory: reads are planned as a local store's (no pool, no gaps).
+    local = True
 
     def __init__(self, name: str, data: bytes) -> None:
         self.name = name

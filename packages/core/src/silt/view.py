@@ -26,11 +26,13 @@ import time
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from .memtable import Memtable, split_found
 from .merge import live, merge_newest_first, visible_many
 from .rangedel import EMPTY, RangeTombstones
+from .readplan import covering, load_tails, read_blocks, wanted_blocks
 from .record import MISSING
 from .sst.bloom import bloom_hash
 from .sst.builder import SstInfo
@@ -152,6 +154,8 @@ class ReadView:
         found: dict[bytes, object] = {}
         tombs = self.tombs
         remaining = split_found(sorted_unique(keys), self.mem.data, found)
+        if remaining:  # a cold handle: the tails it may probe in one wave, not one per SST
+            load_tails(covering(self._readers(), remaining), fetch)
         # Parts newest first, each as a memtable or (once uploaded) as an SST: uploads finish
         # out of order (parallel uploads, a failed upload retried at commit), so an older part
         # may still be a memtable while a newer one is already an SST.
@@ -192,6 +196,13 @@ class ReadView:
             remaining = still
         return visible_many(keys, found, now_ms)
 
+    def _readers(self) -> list[SstReader]:
+        """The SSTs of the view, newest first (uploaded parts, L0, the levels)."""
+        out = [p.reader for p in reversed(self.parts) if p.reader is not None]
+        out.extend(self.l0)  # type: ignore[arg-type]
+        out.extend(r for level in self.levels for r in level.readers)  # type: ignore[misc]
+        return out
+
     # -- range reads ----------------------------------------------------------------------------
     def scan(self, start: bytes | None, end: bytes | None,
              now_ms: int) -> Iterator[tuple[bytes, bytes]]:
@@ -229,31 +240,31 @@ class ReadView:
 
         ends = [e for _, e in ranges]
 
-        def prefetch(reader: SstReader, seq: int) -> tuple[SstReader, int, dict[int, Any]]:
+        def meets(reader: SstReader) -> bool:
             info = reader.info
-            lo, hi = info.smallest, info.largest  # type: ignore[union-attr]
-            k = bisect_right(ends, lo)  # the first range ending after the SST's first key
-            if k == len(ranges) or ranges[k][0] > hi:
-                return reader, seq, {}  # no range meets it: not even its tail is read
-            last_keys = reader.tail.last_keys
-            n = len(last_keys)
-            wanted: set[int] = set()
-            for start, end in ranges[k:]:
-                if start > hi:
-                    break
-                a = bisect_left(last_keys, start)
-                if a < n:
-                    wanted.update(range(a, min(n - 1, bisect_left(last_keys, end)) + 1))
-            idx = sorted(wanted)
-            return reader, seq, dict(zip(idx, fetch(reader, idx))) if idx else {}
+            k = bisect_right(ends, info.smallest)  # type: ignore[union-attr]
+            return k < len(ranges) and ranges[k][0] <= info.largest  # type: ignore[union-attr]
 
+        # The plan: the SSTs a range meets (from the manifest's key ranges), their tails in
+        # one wave, the blocks each needs from its index in memory, then all of them in one
+        # wave of coalesced GETs (silt.readplan).
         for part in reversed(self.parts):
             mem = part.memtable  # the uploader sets reader before it clears memtable
-            upper.append(mem if mem is not None else prefetch(part.reader, part.seq))  # type: ignore[arg-type]
-        for reader in self.l0:
-            ssts.append(prefetch(reader, reader.info.seq))  # type: ignore[union-attr]
-        for level in self.levels:
-            runs.append([prefetch(r, r.info.seq) for r in level.readers])  # type: ignore[union-attr]
+            upper.append(mem if mem is not None else (part.reader, part.seq, {}))  # type: ignore[arg-type]
+        ssts.extend((r, r.info.seq, {}) for r in self.l0)  # type: ignore[union-attr]
+        runs.extend([(r, r.info.seq, {}) for r in level.readers]  # type: ignore[union-attr]
+                    for level in self.levels)
+        groups: list[list[Any]] = [upper, ssts, *runs]
+        planned = {id(src[0]): src[0] for group in groups for src in group
+                   if not isinstance(src, Memtable) and meets(src[0])}
+        load_tails(list(planned.values()), fetch)
+        wanted = [(r, wanted_blocks(r, ranges, ends)) for r in planned.values()]
+        got = {id(r): dict(zip(idx, blocks))
+               for (r, idx), blocks in zip(wanted, read_blocks(fetch, wanted))}
+        for group in groups:
+            for i, src in enumerate(group):
+                if not isinstance(src, Memtable) and id(src[0]) in got:
+                    group[i] = (src[0], src[1], got[id(src[0])])
         out: list[tuple[bytes, bytes]] = []
         for start, end in ranges:
             sources: list[Iterator[tuple[bytes, object]]] = [self.mem.iter_range(start, end)]
@@ -372,25 +383,38 @@ class BlockFetcher:
         #: delays the switch between serial and pooled reads)
         self.read_seconds = 0.0
 
+    def remote(self, reader: SstReader) -> bool:
+        """Whether ``reader``'s blocks are read as from an object store (coalesced with gaps,
+        on the pool): its store is not local (``ObjectStore.local``: known from the tier, so a
+        cold handle plans its first reads right), or its reads were measured slow (a "local"
+        file system that is a network mount)."""
+        return not reader.store.local or self.read_seconds > REMOTE_READ_SECONDS
+
+    def runs(self, reader: SstReader, indexes: list[int]) -> list[tuple[int, int]]:
+        """The coalesced runs that read the ascending block ``indexes`` of ``reader``: the
+        tier-aware gap rule (blocks up to :data:`COALESCE_GAP_BYTES` apart share a GET on a
+        remote store, only adjacent ones on a local one)."""
+        return coalesce(reader, indexes, COALESCE_GAP_BYTES if self.remote(reader) else 0,
+                        COALESCE_MAX_BYTES if reader.store.coalesce_reads else 0)
+
     def __call__(self, reader: SstReader, indexes: list[int]) -> list[Any]:
         out = reader.cached_blocks(indexes)
         if None not in out:
             return out
         where = {i: j for j, (i, blk) in enumerate(zip(indexes, out)) if blk is None}
-        remote = self.read_seconds > REMOTE_READ_SECONDS
-        runs = coalesce(reader, sorted(where), COALESCE_GAP_BYTES if remote else 0,
-                        COALESCE_MAX_BYTES if reader.store.coalesce_reads else 0)
+        runs = self.runs(reader, sorted(where))
+        remote = self.remote(reader)
         k = 0
-        # The first run is always read here: its time tells local from remote again (a pooled
-        # read's time also holds its wait for the GIL behind the other reads).
-        while k < len(runs) and (k == 0 or not remote or len(runs) - k == 1):
-            first, blocks = self._read(reader, runs[k])
+        # On a local store the first run is read here: its time tells local from remote again
+        # (a pooled read's time also holds its wait for the GIL behind the other reads).
+        while k < len(runs) and (not remote or len(runs) - k == 1):
+            first, blocks = self.read_run(reader, runs[k])
             _place(first, blocks, where, out)
-            remote = self.read_seconds > REMOTE_READ_SECONDS
+            remote = self.remote(reader)
             k += 1
         if k < len(runs):
-            for first, blocks in self._started().map(lambda run: self._read(reader, run),
-                                                     runs[k:]):
+            for first, blocks in self.gather([partial(self.read_run, reader, run)
+                                              for run in runs[k:]]):
                 _place(first, blocks, where, out)
         return out
 
@@ -416,7 +440,9 @@ class BlockFetcher:
             wait(futures)
         return [first, *(f.result() for f in futures)]
 
-    def _read(self, reader: SstReader, run: tuple[int, int]) -> tuple[int, list[Any]]:
+    def read_run(self, reader: SstReader, run: tuple[int, int]) -> tuple[int, list[Any]]:
+        """Read the blocks ``run = (first, stop)`` of ``reader`` with one ranged GET (cached);
+        returns ``(first, blocks)``."""
         start = time.perf_counter()
         blocks = reader.read_run(run[0], run[1])
         took = time.perf_counter() - start

@@ -126,61 +126,83 @@ def _candidate_buckets(jp: JoinPlan, side: int, times: np.ndarray) -> tuple[np.n
 
 
 def load_buffers(task: ShardTask, jp: JoinPlan, inp: Side) -> Loaded:
-    """Read the other side's buffered rows ``inp``'s rows may match: per key group and bucket
-    probed (its row count read first, with one ``multi_get`` for all), nothing when it is
-    empty, one scan of the whole bucket when it holds at most :data:`SCAN_ROWS_PER_SEEK` rows
-    per join key the batch probes there, else one prefix scan per join key."""
-    side = 1 - inp.side
-    keys: list[bytes] = []
-    values: list[bytes] = []
-    if inp.n:
-        lo, hi = _candidate_buckets(jp, inp.side, inp.times)
-        codes = key_codes([inp.enc_keys])[0]
-        parts = []
-        for d in range(int((hi - lo).max()) + 1):
-            m = lo + d <= hi
-            parts.append(np.stack([inp.kgs[m], lo[m] + d, codes[m],
-                                   np.flatnonzero(m)], axis=1))
-        probes = np.concatenate(parts)
-        # one probe per (key group, bucket, join key), sorted so scans go in key order
-        probes = probes[np.lexsort((probes[:, 2], probes[:, 1], probes[:, 0]))]
-        first = np.ones(len(probes), bool)
-        first[1:] = (probes[1:, :3] != probes[:-1, :3]).any(axis=1)
-        probes = probes[first]
-        group = np.ones(len(probes), bool)
-        group[1:] = (probes[1:, :2] != probes[:-1, :2]).any(axis=1)
-        starts = np.flatnonzero(group)
-        ends = np.append(starts[1:], len(probes))
-        sizes = task.db.multi_get([count_key(int(probes[s, 0]), side, int(probes[s, 1]))
-                                   for s in starts.tolist()])
-        reads = getattr(task, "join_reads", None)
-        if reads is None:
-            reads = task.join_reads = {"probe_bucket_scans": 0, "probe_key_scans": 0}
-        ranges: list[tuple[bytes, bytes]] = []
-        for s, e, size in zip(starts.tolist(), ends.tolist(), sizes):
+    """The other side's buffered rows ``inp``'s rows may match (:func:`load_both` of one
+    side)."""
+    return load_both(task, jp, [inp])[0]
+
+
+def load_both(task: ShardTask, jp: JoinPlan, inps: list[Side]) -> list[Loaded]:
+    """For each side's rows of ``inps``, the other side's buffered rows they may match, read
+    for all of them at once: per key group and bucket probed its row count (one ``multi_get``
+    for every side), nothing when it is empty, one scan of the whole bucket when it holds at
+    most :data:`SCAN_ROWS_PER_SEEK` rows per join key the batch probes there, else one prefix
+    scan per join key; then every range of every side with **one** ``multi_scan``, so each
+    block of the shard is read at most once per batch (and the blocks of both sides' rows of
+    a key group, adjacent in an SST, with one request on an object store). The buffers are
+    read as the batch found them (nothing is written before the batch's one write)."""
+    plans = [_probes(jp, inp) for inp in inps]
+    count_keys = [count_key(kg, 1 - inp.side, b)
+                  for inp, plan in zip(inps, plans) for kg, b, _ in plan]
+    sizes = iter(task.db.multi_get(count_keys) if count_keys else [])
+    reads = getattr(task, "join_reads", None)
+    if reads is None:
+        reads = task.join_reads = {"probe_bucket_scans": 0, "probe_key_scans": 0}
+    ranges: list[tuple[bytes, bytes]] = []
+    for inp, plan in zip(inps, plans):
+        side = 1 - inp.side
+        for kg, bucket, rows in plan:
+            size = next(sizes)
             if size is None:
                 continue  # no row buffered in this key group and bucket
-            kg, bucket = int(probes[s, 0]), int(probes[s, 1])
             prefix = bucket_prefix(kg, side, bucket)
-            if U64.unpack(size)[0] <= (e - s) * SCAN_ROWS_PER_SEEK:
+            if U64.unpack(size)[0] <= len(rows) * SCAN_ROWS_PER_SEEK:
                 reads["probe_bucket_scans"] += 1
                 ranges.append((prefix, prefix_end(prefix)))
             else:
-                reads["probe_key_scans"] += e - s
+                reads["probe_key_scans"] += len(rows)
                 # enc(join key) is prefix-free (a tuple of self-delimiting values), so a key's
                 # prefix range holds that key's rows only, and the ranges do not overlap
-                for enc in inp.enc_keys.take(probes[s:e, 3]).to_list():
+                for enc in inp.enc_keys.take(rows).to_list():
                     p = prefix + enc
                     ranges.append((p, prefix_end(p)))
-        if ranges:
-            ranges.sort()
-            # one call for the whole batch: each block of the buffer is read at most once
-            got = task.db.multi_scan(ranges)
-            if got:
-                ks, vs = zip(*got)
-                keys.extend(ks)
-                values.extend(vs)
-    return Loaded(side, keys, values)
+    got: list[tuple[bytes, bytes]] = []
+    if ranges:
+        ranges.sort()
+        # one call for the whole batch: each block of the buffers is read at most once
+        got = task.db.multi_scan(ranges)
+    out = []
+    at = _keys.BODY_AT
+    for inp in inps:
+        side = 1 - inp.side
+        mine = [kv for kv in got if kv[0][at] == side] if len(inps) > 1 else got
+        out.append(Loaded(side, [k for k, _ in mine], [v for _, v in mine]))
+    return out
+
+
+def _probes(jp: JoinPlan, inp: Side) -> list[tuple[int, int, np.ndarray]]:
+    """``(key group, bucket, rows)`` of each (key group, bucket) of the other side that
+    ``inp``'s rows may match, in key order: ``rows``, one row of ``inp`` per distinct join key
+    probed there, sorted by key code."""
+    if not inp.n:
+        return []
+    lo, hi = _candidate_buckets(jp, inp.side, inp.times)
+    codes = key_codes([inp.enc_keys])[0]
+    parts = []
+    for d in range(int((hi - lo).max()) + 1):
+        m = lo + d <= hi
+        parts.append(np.stack([inp.kgs[m], lo[m] + d, codes[m], np.flatnonzero(m)], axis=1))
+    probes = np.concatenate(parts)
+    # one probe per (key group, bucket, join key), sorted so scans go in key order
+    probes = probes[np.lexsort((probes[:, 2], probes[:, 1], probes[:, 0]))]
+    first = np.ones(len(probes), bool)
+    first[1:] = (probes[1:, :3] != probes[:-1, :3]).any(axis=1)
+    probes = probes[first]
+    group = np.ones(len(probes), bool)
+    group[1:] = (probes[1:, :2] != probes[:-1, :2]).any(axis=1)
+    starts = np.flatnonzero(group)
+    ends = np.append(starts[1:], len(probes))
+    return [(int(probes[s, 0]), int(probes[s, 1]), probes[s:e, 3])
+            for s, e in zip(starts.tolist(), ends.tolist())]
 
 
 def key_codes(parts: list[Rows]) -> list[np.ndarray]:

@@ -104,7 +104,7 @@ from ._buffers import (
     row_values,
 )
 from ._evict import evict, evict_indexed, eviction_due
-from ._load import Loaded, Side, key_codes, load_buffers
+from ._load import Loaded, Side, key_codes, load_both
 
 
 def _pairs(jp: JoinPlan, side: int, p_kg: np.ndarray, p_code: np.ndarray, p_time: np.ndarray,
@@ -174,8 +174,9 @@ def merge_partition(task: ShardTask, batches: Iterator[Any], jp: JoinPlan) -> It
     if rows:
         lin = sides[LEFT] = Side(task, t, jp, LEFT, task.late_watermark)  # batch b - 1's
         rin = sides[RIGHT] = Side(task, t, jp, RIGHT, task.late_watermark)
+        # both buffers as the batch found them, read at once (one multi_get, one multi_scan)
+        rb, lb = loaded[RIGHT], loaded[LEFT] = load_both(task, jp, [lin, rin])
         # 1. the batch's left rows against the right buffer
-        rb = loaded[RIGHT] = load_buffers(task, jp, lin)
         lcode, rbcode = key_codes([lin.enc_keys, rb.enc_keys])
         pi, bj = _pairs(jp, LEFT, lin.kgs, lcode, lin.times, rb.kgs, rbcode, rb.times)
         lin.matched[pi] = True
@@ -187,7 +188,6 @@ def merge_partition(task: ShardTask, batches: Iterator[Any], jp: JoinPlan) -> It
                 rb.mark(bj)
         lin.keep = ~lin.matched if semi else np.ones(lin.n, bool)  # semi: emitted once
         # 2. the batch's right rows against the left buffer, this batch's left rows included
-        lb = loaded[LEFT] = load_buffers(task, jp, rin)
         if expiry[LEFT] is not None:  # expired on arrival: not buffered; unmatched, out now
             lin.keep &= lin.times > expiry[LEFT]
             if outer[LEFT] and len(gone := np.flatnonzero(~lin.keep & ~lin.matched)):
