@@ -429,9 +429,10 @@ def test_a_watermark_on_one_side_only_equals_spark(spark, tmp_path):
     """Spark accepts a watermark on one input of a join: that side's late rows are dropped,
     the other's never are, and no row of either side expires (a side's rows expire only when
     both have a watermark). Spark's join and silt's (1, then 2, then 7 shards, three of them
-    with a task that fails after its shard committed) on the same files, for an inner, a right outer (watermark on the left, Spark's requirement), a left
-    outer (on the right) and a full join (on the left); Spark refuses a left outer join with
-    the watermark on the left, as silt does when the join is built."""
+    with a task that fails after its shard committed) on the same files, for an inner, a
+    right outer (watermark on the left, Spark's requirement), a left outer (on the right) and
+    a full join (on the left); Spark refuses a left outer join with the watermark on the left,
+    as silt does when the join is built."""
     batches = join_rows(3, 4)
     cases = {"inner": (True, False), "right": (True, False), "left": (False, True),
              "full": (True, False)}
