@@ -24,8 +24,8 @@ import silt
 from silt import paths
 from silt.compaction.compactor import run_compaction
 from silt.compaction.task import make_policy
-from silt.errors import FencedError
-from silt.tiers.memory import MemoryStore
+from silt.errors import FencedError, WithdrawnError
+from silt.gc import collect_garbage
 
 T0 = 1_700_000_000_000
 
@@ -204,3 +204,145 @@ def test_a_record_leaves_the_view_at_half_the_grace_and_gc_never_takes_what_it_r
         assert [s.id for s in db.manifest.l0][1:] == base_l0
         check_reads(db, model)
         store.close()
+
+
+GRACE_MS = 10_000
+EXTERNAL = SETTINGS.replace(compaction_mode="external", compaction_poll_seconds=0,
+                            gc_grace_seconds=GRACE_MS / 1000)
+#: Another writer: never compacts, never looks for records.
+OTHER = EXTERNAL.replace(compaction="none", compaction_mode="thread")
+
+
+def shown_record(db: silt.DB, url: str, clock: silt.Clock):
+    """Compact ``db``'s base like ``silt compact`` would, and let ``db`` install it."""
+    store = silt.open_store(url)
+    try:
+        task = make_policy("leveled", EXTERNAL).pick(db.manifest, clock.now_ms())
+        record = run_compaction(store, db.manifest, task, EXTERNAL, clock)
+    finally:
+        store.close()
+    assert db.wait_for_compaction(10)
+    assert l0_ids(db) == []
+    return record
+
+
+def objects(url: str) -> set[str]:
+    store = silt.open_store(url)
+    try:
+        return {info.key for info in store.list("")}
+    finally:
+        store.close()
+
+
+def test_in_background_mode_the_view_changes_without_any_call() -> None:
+    rng = random.Random(3)
+    model: dict[bytes, bytes] = {}
+    with silt.open(mem_url(), settings=SETTINGS) as db:
+        load(db, model, rng, 4)
+        assert db._compaction.wait(60)
+        # The compaction thread's install waits for the writer's lock only: no call needed.
+        for _ in range(6000):
+            if not l0_ids(db):
+                break
+            db._compaction.wait(0.01)  # a condition wait with a generous bound, no timing
+        assert l0_ids(db) == [] and len(db.manifest.l0) == 4
+        check_reads(db, model)
+
+
+def test_a_fenced_zombie_reads_correctly_and_leaves_nothing_behind() -> None:
+    clock = silt.ManualClock(T0)
+    url = mem_url()
+    rng = random.Random(11)
+    model: dict[bytes, bytes] = {}
+    zombie = silt.open(url, settings=EXTERNAL, clock=clock)
+    load(zombie, model, rng, 4)
+    record = shown_record(zombie, url, clock)
+    made = {paths.sst_key(s.id) for s in record.outputs} | {paths.compaction_key(record.id)}
+    assert made <= objects(url)
+    # Another writer moves on from the same version; GC passes the zombie's next number.
+    with silt.open(url, settings=OTHER, clock=clock) as other:
+        for i in range(8):
+            other.put(b"o%d" % i, b"x")
+            other.commit()
+    collect_garbage(silt.open_store(url), retain_versions=3, grace_seconds=GRACE_MS / 1000,
+                    clock=clock)
+    zombie.put(b"k000", b"zombie")
+    model[b"k000"] = b"zombie"
+    with pytest.raises(FencedError):
+        zombie.commit()
+    check_reads(zombie, model)  # its own view: what it showed, and its uncommitted put
+    assert l0_ids(zombie) == []
+    clock.advance(GRACE_MS // 2 + 1)  # the record leaves the view: the inputs serve reads
+    assert l0_ids(zombie) == [s.id for s in zombie.manifest.l0]
+    check_reads(zombie, model)
+    with pytest.raises(FencedError):
+        zombie.commit()
+    zombie.close()
+    # Nothing of the compaction outlives GC: no manifest ever listed it.
+    clock.advance(GRACE_MS)
+    collect_garbage(silt.open_store(url), retain_versions=3, grace_seconds=GRACE_MS / 1000,
+                    clock=clock)
+    assert not made & objects(url)
+
+
+def test_a_withdrawn_commit_takes_out_what_a_gc_pass_may_collect() -> None:
+    """A GC pass on a clock ahead of the writer's collects the outputs; the commit that
+    adopts them is withdrawn, after which the view reads the inputs, and the next commit
+    publishes without the record."""
+    clock = silt.ManualClock(T0)
+    url = mem_url()
+    rng = random.Random(5)
+    model: dict[bytes, bytes] = {}
+    with silt.open(url, settings=EXTERNAL, clock=clock) as db:
+        load(db, model, rng, 4)
+        record = shown_record(db, url, clock)
+        clock.advance(3000)  # still younger than half the grace: shown
+        assert l0_ids(db) == []
+        ahead = silt.ManualClock(clock.now_ms() + GRACE_MS - 1000)  # cutoff: 2 s after birth
+        report = collect_garbage(silt.open_store(url), retain_versions=10,
+                                 grace_seconds=GRACE_MS / 1000, clock=ahead)
+        assert {paths.sst_key(s.id) for s in record.outputs} <= set(report.deleted_ssts)
+        db.put(b"k001", b"after")
+        model[b"k001"] = b"after"
+        with pytest.raises(WithdrawnError):
+            db.commit()
+        assert l0_ids(db) == [s.id for s in db.manifest.l0]  # the inputs again
+        check_reads(db, model)
+        db.commit()
+        assert not {s.id for s in record.outputs} & {s.id for s in db.manifest.all_ssts()}
+        check_reads(db, model)
+    with silt.open(url, settings=EXTERNAL, clock=clock) as again:
+        check_reads(again, model)
+
+
+def test_a_follower_shows_only_what_it_committed() -> None:
+    clock = silt.ManualClock(T0)
+    url = mem_url()
+    rng = random.Random(9)
+    model: dict[bytes, bytes] = {}
+    with silt.open(url, settings=EXTERNAL, clock=clock) as writer:
+        load(writer, model, rng, 4)
+        # A handle that never committed finds the record too, and shows nothing of it.
+        with silt.open(url, settings=EXTERNAL, clock=clock) as follower:
+            shown_record(writer, url, clock)
+            assert follower.wait_for_compaction(10)
+            assert l0_ids(follower) == [s.id for s in follower.manifest.l0] != []
+            check_reads(follower, model)
+            with silt.open(url, settings=OTHER, clock=clock) as other:
+                other.put(b"k002", b"other")
+                other.commit()
+            model[b"k002"] = b"other"
+            # The writer follows the other writer's version: it shows that version as committed
+            assert writer.advance(10) == other.version
+            assert l0_ids(writer) == [s.id for s in writer.manifest.l0]
+            assert writer.wait_for_compaction(10)
+            assert l0_ids(writer) == [s.id for s in writer.manifest.l0]
+            check_reads(writer, model)
+            assert follower.catch_up(10)[0] == other.version
+            assert l0_ids(follower) == [s.id for s in follower.manifest.l0]
+            check_reads(follower, model)
+            # Once the writer commits from there, the commit adopts its record as before.
+            writer.commit()
+            assert len(writer.manifest.l0) == 1  # the other writer's delta stays above
+            assert l0_ids(writer) == [s.id for s in writer.manifest.l0]
+            check_reads(writer, model)

@@ -111,10 +111,10 @@ class EarlyInstall:
         l0, levels, adopted, _refused = self._driver.apply(base.l0, base.levels, records,
                                                            state.seq, quiet=True)
         self._show((l0, levels) if adopted else None, adopted)
-        if adopted:
-            oldest = min(paths.id_time_ms(s.id) for r in adopted for s in r.outputs)
+        born = [paths.id_time_ms(s.id) for r in adopted for s in r.outputs]
+        if born:  # (a record with no outputs reads nothing GC could take)
             # The first moment a commit would refuse the oldest: take them out then.
-            self._wake_at(max(oldest + self._driver.max_age_ms + 1, now + 1))
+            self._wake_at(max(min(born) + self._driver.max_age_ms + 1, now + 1))
 
     def settle(self) -> None:
         """:meth:`refresh` after a commit attempt, which must not hide the commit's own error:
@@ -137,7 +137,7 @@ class EarlyInstall:
         state.show(tree)  # type: ignore[arg-type]
         self._metrics.add("compactions_installed", len(shown - self.shown))
         self.shown = shown
-        if not shown and self._wakeup is not None:
+        if not any(r.outputs for r in adopted) and self._wakeup is not None:
             self._wakeup.cancel()
             self._wakeup = None
         if inputs:
