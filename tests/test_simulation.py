@@ -26,7 +26,8 @@ token) and read back exactly as the dict model of that commit says at the curren
 SST it references must exist, and the newest committed version and every checkpointed version
 must exist. Each open writer (and the zombie) reads exactly its model (its base plus its pending
 writes), or fails with an error (an injected fault, or its uncommitted uploads collected after
-the grace): never because an SST it reads for an installed compaction is gone. The only
+the grace), and every SST it shows for an installed compaction exists and is younger than half
+its grace. The only
 manifests allowed to be unknown are those a fenced zombie created and has not withdrawn yet
 (they are below the GC horizon).
 
@@ -726,6 +727,7 @@ class World:
     def check_writers(self) -> None:
         """Each open writer reads its model exactly (see the module docstring)."""
         now = self.clock.now_ms()
+        ssts = {i.key for i in self.base.list(paths.SST_PREFIX)}
         for actor, w in (("writer", self.writer), ("zombie", self.zombie)):
             if w is None:
                 continue
@@ -733,6 +735,15 @@ class World:
             shown = ({r.info.id for r in view.l0}
                      | {r.info.id for lv in view.levels for r in lv.readers})
             shown -= {s.id for s in base.all_ssts()} if base is not None else set()
+            # What it shows must exist, whatever its block cache still holds of it, and be
+            # younger than half its grace (what keeps it from GC: silt.compaction.early).
+            gone = [i for i in shown if paths.sst_key(i) not in ssts]
+            if gone:
+                raise SimFailure(f"the {actor} shows SSTs GC collected: {gone[:3]}")
+            half = int(w.db.settings.gc_grace_seconds * 500)
+            old = [i for i in shown if now - paths.id_time_ms(i) > half]
+            if old:
+                raise SimFailure(f"the {actor} shows SSTs older than half its grace: {old[:3]}")
             try:
                 got = dict(w.db.scan())
             except StoreError as exc:

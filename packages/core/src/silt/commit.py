@@ -402,7 +402,7 @@ class CommitSteps:
         (and refill the cache with the adopted ones' outputs not refilled when they were
         installed early, see :mod:`silt.refill`)."""
         inputs: list[SstReader] = []
-        refill = self._early.landed(adopted)
+        refill = self._early.landed(adopted, refused)
         if refill and self._refiller is not None:
             by_id = state.readers.by_id  # the inputs' readers, before install drops them
             inputs = [r for rec in refill for i in rec.task.inputs

@@ -47,8 +47,9 @@ started then waits for the writer's lock); :meth:`silt.DB.wait_for_compaction` r
 is installed. In ``external`` mode, records ``silt compact`` wrote are looked for at each commit,
 as before, and by :meth:`silt.DB.wait_for_compaction` (which installs them).
 
-Thread safety: every method but :meth:`EarlyInstall.finished` and :meth:`EarlyInstall.close` runs
-under the DB's writer lock.
+Thread safety: :meth:`EarlyInstall.finished`, :meth:`EarlyInstall.finished_soon` and
+:meth:`EarlyInstall.close` may be called from any thread; every other method runs under the DB's
+writer lock.
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("silt.compaction")
 
 #: How long a wake-up waits for the writer's lock at a time before it looks again whether the DB
-#: closes (a close holds the lock while it waits for the compaction thread).
+#: closes (a close holds the lock while it stops the DB's threads).
 LOCK_POLL_SECONDS = 0.05
 
 
@@ -152,11 +153,12 @@ class EarlyInstall:
             self._wakeup.cancel()
         self._wakeup = self._clock.call_at(at_ms, self.finished)
 
-    def landed(self, adopted: list[CompactionRecord]) -> list[CompactionRecord]:
-        """A commit adopted ``adopted``: those whose cache was not refilled when they were
-        shown (the commit refills them), and forget the others'."""
+    def landed(self, adopted: list[CompactionRecord],
+               refused: list[CompactionRecord]) -> list[CompactionRecord]:
+        """A commit adopted ``adopted`` and refused ``refused``: the adopted records whose
+        cache was not refilled when they were shown (the commit refills them)."""
         todo = [r for r in adopted if r.id not in self.refilled]
-        self.refilled -= {r.id for r in adopted}
+        self.refilled -= {r.id for r in (*adopted, *refused)}
         return todo
 
     def finished_soon(self) -> None:
