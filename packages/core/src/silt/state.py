@@ -67,9 +67,6 @@ class TreeState:
         #: References made by :meth:`reference` and not committed yet, and the state they give.
         self.refs: list[Reference] = []
         self.ref_base: Base = ((), ())
-        #: The view's L0 and levels as the base (or the references) gives them: what
-        #: :meth:`show` replaces and :meth:`committed_view` reads.
-        self._committed: tuple[tuple[SstReader, ...], tuple[Level, ...]] = ((), ())
 
     def reader(self, info: SstInfo) -> SstReader:
         """The open reader of the SST ``info`` (opened once, kept while a version lists it)."""
@@ -93,10 +90,12 @@ class TreeState:
         # pruned were older than every part it does not hold.
         pending = [f for f in view.tombs.fragments if f[2] > manifest.seq]
         tombs = manifest.range_tombstones.union(RangeTombstones(pending))
-        self._committed = (tuple(self.reader(s) for s in manifest.l0),
-                           tuple(Level([self.reader(s) for s in run]) for run in manifest.levels))
-        self.view = view.but(parts=parts, l0=self._committed[0], levels=self._committed[1],
-                             tombs=tombs)
+        self.view = view.but(
+            parts=parts,
+            l0=tuple(self.reader(s) for s in manifest.l0),
+            levels=tuple(Level([self.reader(s) for s in run]) for run in manifest.levels),
+            tombs=tombs,
+        )
         pending_ids = {p.info.id for p in parts if p.info is not None}
         self.readers.retain(live_ids | pending_ids)
         self._siblings.retain_inline(live_ids | pending_ids)
@@ -106,7 +105,6 @@ class TreeState:
         the old base's SSTs and range deletes go, readers of SSTs both share stay open."""
         self.seq = found.seq if found is not None else 0
         self.view = ReadView(self.view.mem)
-        self._committed = ((), ())
         self.install(found)
         if found is None:
             self.readers.retain(set())
@@ -114,36 +112,35 @@ class TreeState:
     def clear(self) -> None:
         """Drop the read view (a closed DB reads nothing)."""
         self.view = ReadView(Memtable())
-        self._committed = ((), ())
 
     def show(self, tree: tuple[tuple[SstInfo, ...], tuple[tuple[SstInfo, ...], ...]] | None
              ) -> None:
         """Let reads consult the committed SSTs ``tree`` (L0, levels) in place of the base's:
         the base's tree with finished compactions applied that no commit published yet
         (:mod:`silt.compaction.early`, which says why that is safe); ``None``: the base's own.
-        The memtable, parts and range tombstones stay. Readers of the base's SSTs stay open."""
+        The memtable, parts and range tombstones stay; the view keeps the base's tree as
+        ``committed``. Readers of the base's SSTs stay open."""
         view = self.view
-        l0, levels = self._committed
+        l0, levels = view.committed or (view.l0, view.levels)
         keep = {r.info.id for r in l0} | {r.info.id for lv in levels for r in lv.readers}
-        if tree is not None:
-            l0 = tuple(self.reader(s) for s in tree[0])
-            levels = tuple(Level([self.reader(s) for s in run]) for run in tree[1])
+        if tree is None:
+            new = view.but(l0=l0, levels=levels)
+        else:
+            new = view.but(l0=tuple(self.reader(s) for s in tree[0]),
+                           levels=tuple(Level([self.reader(s) for s in run]) for run in tree[1]),
+                           committed=(l0, levels))
             keep |= {s.id for s in tree[0]} | {s.id for run in tree[1] for s in run}
-        if view.l0 == l0 and [lv.readers for lv in view.levels] == [
-                lv.readers for lv in levels]:
+        if view.l0 == new.l0 and [lv.readers for lv in view.levels] == [
+                lv.readers for lv in new.levels]:
             return
-        self.view = view.but(l0=l0, levels=levels)
+        self.view = new
         keep |= {p.info.id for p in view.parts if p.info is not None}
         self.readers.retain(keep)  # type: ignore[arg-type]
 
     def committed_view(self) -> ReadView:
         """The read view with the base's own committed SSTs, without what :meth:`show` added
         (what :meth:`silt.DB.committed_records` and :meth:`silt.DB.changed_keys` read)."""
-        view = self.view
-        l0, levels = self._committed
-        if view.l0 is l0 and view.levels is levels:
-            return view
-        return view.but(l0=l0, levels=levels)
+        return self.view.committed_only()
 
     def shape(self) -> dict[str, Any]:
         """The memtable, parts, SSTs per level and read amplification, for ``DB.stats``."""
@@ -258,10 +255,11 @@ class TreeState:
         self.ref_base = base
         # The sources' counters continue here, so later range deletes cover their SSTs.
         self.seq = max(self.seq, ref.seq)
-        self._committed = (tuple(self.reader(s) for s in base[0]),
-                           tuple(Level([self.reader(s) for s in run]) for run in base[1]))
-        self.view = view.but(l0=self._committed[0], levels=self._committed[1],
-                             tombs=view.tombs.union(ref.tombs))
+        self.view = view.but(
+            l0=tuple(self.reader(s) for s in base[0]),
+            levels=tuple(Level([self.reader(s) for s in run]) for run in base[1]),
+            tombs=view.tombs.union(ref.tombs),
+        )
         return len(ref.l0) + sum(len(run) for run in ref.levels)
 
     def references_landed(self) -> None:
