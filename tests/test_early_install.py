@@ -28,6 +28,8 @@ from silt.compaction.compactor import run_compaction
 from silt.compaction.task import make_policy
 from silt.errors import FencedError, WithdrawnError
 from silt.gc import collect_garbage
+from silt.testing import FaultyStore
+from silt.tiers.memory import MemoryStore
 
 T0 = 1_700_000_000_000
 
@@ -378,3 +380,39 @@ def test_clock_wakeups_run_at_their_time_and_not_when_cancelled() -> None:
     done = threading.Event()
     clock.call_at(clock.now_ms(), done.set)
     assert done.wait(30)
+
+
+def test_compactions_follow_one_another_with_no_commit_in_between() -> None:
+    """A load commits 12 times while the first compaction (of the first 4 L0 SSTs) is held:
+    once it finishes, the next one is picked from the tree it shows, so L0 empties in the
+    view before any commit; the next commit adopts both, in the order they finished."""
+    gate = threading.Event()
+
+    def hold(op: str, key: str) -> None:
+        if threading.current_thread().name.startswith("silt-compact"):
+            assert gate.wait(120)
+
+    faulty = FaultyStore(MemoryStore(None))
+    faulty.on_call("put_if_absent", hold, lambda k: k.startswith(paths.SST_PREFIX))
+    rng = random.Random(4)
+    model: dict[bytes, bytes] = {}
+    with silt.open(mem_url(), store=faulty, settings=SETTINGS) as db:
+        load(db, model, rng, 12)
+        assert len(db.manifest.l0) == 12 and len(l0_ids(db)) == 12
+        gate.set()
+        assert db.wait_for_compaction(120)  # the first one: 4 SSTs fewer
+        deadline = time.monotonic() + 120
+        while l0_ids(db) and time.monotonic() < deadline:  # the next one, with no commit
+            threading.Event().wait(0.01)
+        assert l0_ids(db) == [] and len(db.manifest.l0) == 12
+        assert db.stats()["compactions_installed"] >= 2
+        check_reads(db, model)
+        assert db.wait_for_compaction(120)
+        shown = [[r.info.id for r in lv.readers] for lv in db._view.levels]
+        db.put(b"k000", b"new")
+        model[b"k000"] = b"new"
+        db.commit()
+        assert db.stats()["compactions_adopted"] >= 2
+        assert [[s.id for s in run] for run in db.manifest.levels] == shown
+        assert len(db.manifest.l0) == 1
+        check_reads(db, model)

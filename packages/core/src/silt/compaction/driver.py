@@ -100,12 +100,16 @@ class CompactionDriver:
             return False
         return True
 
-    def schedule(self, manifest: Manifest | None) -> CompactionTask | None:
-        """Start the policy's next task for ``manifest`` if nothing is running or waiting."""
+    def schedule(self, manifest: Manifest | None, *,
+                 behind_ready: bool = False) -> CompactionTask | None:
+        """Start the policy's next task for ``manifest`` if nothing is running or waiting;
+        ``behind_ready``: also while finished records wait for a commit (``manifest`` is then
+        the base with them applied, as :mod:`.early` shows it: the new record's inputs may be
+        their outputs, and a commit tries records in the order they finished)."""
         if self.policy is None or not self.in_process or manifest is None:
             return None
         self._harvest()
-        if self._future is not None or self._ready:
+        if self._future is not None or (self._ready and not behind_ready):
             return None
         # Policies pick from the uploaded SSTs only: inline deltas stay at the head of L0
         # until a commit folds them (silt.inline).
@@ -178,7 +182,9 @@ class CompactionDriver:
             if now - self._last_poll >= self.settings.compaction_poll_seconds:
                 self._last_poll = now
                 self._poll()
-        return sorted(self._ready, key=lambda r: (r.created_ms, r.id))
+        # By creation time; a tie keeps the order they were found in (finished, or listed by
+        # id), so a record made behind another (schedule's behind_ready) comes after it.
+        return sorted(self._ready, key=lambda r: r.created_ms)
 
     def _poll(self) -> None:
         known = self._resolved | {r.id for r in self._ready}

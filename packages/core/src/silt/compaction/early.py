@@ -44,8 +44,13 @@ own versions; moving to another writer's version shows that version as committed
 
 When. In ``background`` and ``thread`` modes, as soon as the compaction finishes (a thread
 started then waits for the writer's lock); :meth:`silt.DB.wait_for_compaction` returns after it
-is installed. In ``external`` mode, records ``silt compact`` wrote are looked for at each commit,
-as before, and by :meth:`silt.DB.wait_for_compaction` (which installs them).
+is installed. The policy's next task is then picked from the tree shown and starts at once
+(:meth:`.driver.CompactionDriver.schedule` ``behind_ready``), so L0 shrinks compaction after
+compaction with no commit in between; its inputs may be outputs of the records shown, which the
+commit adopts first (records are tried in the order they finished; a record whose inputs are
+gone, its predecessor having been refused, is refused as usual). In ``external`` mode, records
+``silt compact`` wrote are looked for at each commit, as before, and by
+:meth:`silt.DB.wait_for_compaction` (which installs them).
 
 Thread safety: :meth:`EarlyInstall.finished`, :meth:`EarlyInstall.finished_soon` and
 :meth:`EarlyInstall.close` may be called from any thread; every other method runs under the DB's
@@ -56,6 +61,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from .. import paths
@@ -112,6 +118,10 @@ class EarlyInstall:
         l0, levels, adopted, _refused = self._driver.apply(base.l0, base.levels, records,
                                                            state.seq, quiet=True)
         self._show((l0, levels) if adopted else None, adopted)
+        if adopted and len(adopted) == len(records):
+            # The next compaction need not wait for a commit either: it is picked from the
+            # tree shown (the commit adopts both, in the order they finished).
+            self._driver.schedule(replace(base, l0=l0, levels=levels), behind_ready=True)
         born = [paths.id_time_ms(s.id) for r in adopted for s in r.outputs]
         if born:  # (a record with no outputs reads nothing GC could take)
             # The first moment a commit would refuse the oldest: take them out then.
