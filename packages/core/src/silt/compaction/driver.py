@@ -1,7 +1,8 @@
 """The writer's side of compaction: schedule tasks, gather finished records, adopt them.
 
 A :class:`CompactionDriver` belongs to one DB. In ``background`` mode it runs one compaction at
-a time, picked by the policy from the version just committed, in the compaction subprocess when
+a time, picked by the policy from the version just committed (or from the tree :mod:`.early`
+shows with the records that finished since), in the compaction subprocess when
 the DB qualifies (:mod:`.worker`: a merge in a thread would hold the writer's GIL), else in its
 own thread; in ``external`` mode it only lists ``compaction/`` (at most every
 ``compaction_poll_seconds``) for records that ``silt compact`` wrote. Either way, records are
