@@ -1,7 +1,8 @@
 """Model-based test: silt against a plain dict, driven by hypothesis' stateful testing.
 
 The machine does random puts (a small key alphabet, so overwrites and deletes hit existing keys),
-deletes, TTL puts on an injected ``ManualClock``, write batches, flushes, commits, reopens at the
+deletes, TTL puts on an injected ``ManualClock``, write batches, flushes, commits, background
+compactions that finish and serve reads before the next commit, reopens at the
 latest or at an earlier committed version, and compares every read (get, multi_get, scan with
 ranges and prefixes, multi_scan) with the model. The same machine runs on ``file://`` and
 ``memory://``, and on ``memory://`` with uploads in flight (:mod:`heldupload`): frozen memtables
@@ -187,6 +188,12 @@ class SiltModel(RuleBasedStateMachine):
             value = b"%d-%d" % (seed, i) * (1 + i % 5)
             self.db.put(key, value)
             self.current[key] = (value, None)
+
+    @rule()
+    def compaction_finishes(self) -> None:
+        """The background compaction a commit started finishes and serves reads at once
+        (silt.compaction.early): the reads that follow must not change."""
+        assert self.db.wait_for_compaction(60)
 
     @rule()
     def flush(self) -> None:

@@ -1,7 +1,9 @@
 """Range deletes (``DB.delete_range``): a model-based machine against a dict, and the edges.
 
 The machine does puts, deletes, range deletes (alone and in write batches), flushes, commits,
-compactions (an L0 suffix into a new run, or everything into one bottom run), reopens at the
+compactions (an L0 suffix into a new run, or everything into one bottom run), compactions that
+finish while later writes come and serve reads before a commit adopts them (installed early:
+silt.compaction.early), reopens at the
 latest version, reads of an older version (which must not see later range deletes) and moves
 to a sibling DB that references the state by key range (a rescale), comparing every read
 (get, multi_get, scan) with the model. It runs in both twins (the test session's twin).
@@ -147,6 +149,34 @@ class RangeDeleteModel(RuleBasedStateMachine):
             # Nothing older than a tombstone is left below it: the tombstones are gone.
             assert not mm.range_tombstones
             assert sum(s.tombstones for s in mm.all_ssts()) == 0
+
+    @precondition(lambda self: self.db.manifest is not None and self.db.manifest.l0)
+    @rule(k=st.integers(min_value=1, max_value=8), bottom=st.booleans())
+    def compact_behind(self, k: bytes, bottom: bool) -> None:
+        """Compact the committed version as ``silt compact`` would, leaving pending writes
+        pending: the rules that follow (puts, deletes and range deletes made after its input
+        version, flushes, commits, reopens) interleave with :meth:`install` and the commit
+        that adopts or refuses it."""
+        m = self.db.manifest
+        assert m is not None
+        if bottom:
+            inputs = tuple(s.id for s in m.all_ssts())
+        else:
+            inputs = tuple(s.id for s in m.l0[-k:])
+            if m.levels:
+                inputs += tuple(s.id for s in m.levels[0])
+        task = CompactionTask(inputs=inputs, mode="new_run",
+                              drop_tombstones=bottom or len(m.levels) <= 1)
+        run_compaction(self.db.store, m, task, SETTINGS, Clock(),
+                       siblings=SiblingStores(self.url, self.db.store))
+
+    @rule()
+    def install(self) -> None:
+        """Finished compactions serve reads now, before any commit: L0 shrinks in the view
+        when one of this handle's own base applies (the invariant checks every read)."""
+        before = self.db.stats()["l0_ssts"]
+        assert self.db.wait_for_compaction(10)
+        assert self.db.stats()["l0_ssts"] <= before
 
     @rule(cut=bounds)
     def rescale(self, cut: bytes) -> None:

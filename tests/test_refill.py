@@ -1,8 +1,9 @@
-"""Cache refill after compaction (silt.refill): on a remote store, once the writer adopts a
-compaction, the blocks of its outputs that hold what its inputs had cached are read into the
-block cache in the background, so the hot keys are read without a request afterwards; keys
-that were not cached are not refilled; a local store, or ``refill_after_compaction=False``,
-refills nothing; a failing refill is counted, never raised; closing stops it."""
+"""Cache refill after compaction (silt.refill): on a remote store, once the writer installs a
+compaction for reads (silt.compaction.early) or, if it did not, adopts it, the blocks of its
+outputs that hold what its inputs had cached are read into the block cache in the background,
+so the hot keys are read without a request afterwards; keys that were not cached are not
+refilled; a local store, or ``refill_after_compaction=False``, refills nothing; a failing
+refill is counted, never raised; closing stops it."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ import time
 import pytest
 import silt
 from silt import refill
+from silt.compaction.compactor import run_compaction
+from silt.compaction.task import make_policy
 from silt.errors import InvalidTypeError
 from silt.testing import FaultyStore
 from silt.tiers.memory import MemoryStore
@@ -32,40 +35,59 @@ KEYS = [b"k%06d" % i for i in range(6000)]
 def settings(**kw) -> silt.Settings:
     return silt.Settings(**{
         "inline_delta_bytes": 0, "block_bytes": 1024, "block_cache_bytes": 32 << 20,
-        "compaction_mode": "thread", "l0_compaction_trigger": 2, **kw})
+        "compaction_mode": "external", "compaction_poll_seconds": 0,
+        "l0_compaction_trigger": 2, **kw})
 
 
 def range_gets(db: silt.DB, purpose: str = "read") -> int:
     return db.stats()["requests"].get(purpose, {}).get("RANGE_GET", {}).get("count", 0)
 
 
-def compacted_not_adopted(db: silt.DB, hot: list[bytes]) -> None:
-    """Two overlapping L0 SSTs, compacted; the cache then holds only the blocks of ``hot``
-    (read after the compaction ran, before the next commit adopts it)."""
+def compacted_not_adopted(db: silt.DB, hot: list[bytes], *, install: bool = False) -> None:
+    """Two overlapping L0 SSTs, compacted as ``silt compact`` would (the DB runs in external
+    mode) while the cache holds only the blocks of ``hot`` (read after the compaction ran,
+    before the DB installs or adopts it); with ``install``, the DB then installs it for reads
+    (and refills then), else the next commit adopts it (and refills then)."""
     rng = random.Random(5)
     for round_ in range(2):
         db.put_many(KEYS, [b"%d-" % round_ + rng.randbytes(40) for _ in KEYS])
         db.commit()
-    assert db.wait_for_compaction(30)
+    task = make_policy(db.settings.compaction, db.settings).pick(db.manifest, 0)
+    assert task is not None
+    run_compaction(db.store, db.manifest, task, db.settings, silt.Clock())
     db.cache.clear()  # uploads were prefilled: keep only what the hot reads bring in
     assert all(v is not None for v in db.multi_get(hot))
+    if install:
+        assert db.wait_for_compaction(30)
+        assert not db._view.l0  # the outputs serve reads: the refill started now
 
 
-def compacted_with_hot_keys(db: silt.DB, hot: list[bytes]) -> None:
+def compacted_with_hot_keys(db: silt.DB, hot: list[bytes], *, install: bool = False) -> None:
     """:func:`compacted_not_adopted`, then a commit that adopts the compaction."""
-    compacted_not_adopted(db, hot)
+    compacted_not_adopted(db, hot, install=install)
     db.put(b"zz-another-write", b"x")
     db.commit()  # adopts the compaction
     assert db.stats()["compactions_adopted"] >= 1
 
 
-def test_hot_keys_stay_cached_across_a_compaction() -> None:
+@pytest.mark.parametrize("when", ["adopted", "installed"])
+def test_hot_keys_stay_cached_across_a_compaction(when: str) -> None:
     hot = KEYS[1000:1400] + KEYS[4000:4100]
-    with silt.open("memory://refill-hot", store=RemoteMemory(None), settings=settings()) as db:
-        compacted_with_hot_keys(db, hot)
+    with silt.open(f"memory://refill-hot-{when}", store=RemoteMemory(None),
+                   settings=settings()) as db:
+        compacted_not_adopted(db, hot, install=when == "installed")
+        if when == "installed":
+            db.wait_for_refill()
+            refilled = db.stats()["refill_blocks"]
+            assert refilled > 0  # before any commit
+        db.put(b"zz-another-write", b"x")
+        db.commit()  # adopts the compaction
+        assert db.stats()["compactions_adopted"] >= 1
         db.wait_for_refill()
         stats = db.stats()
         assert stats["refill_blocks"] > 0 and range_gets(db, "refill") > 0
+        if when == "installed":
+            assert stats["refill_blocks"] == refilled  # not refilled again by the commit
         before = range_gets(db)
         assert all(v.startswith(b"1-") for v in db.multi_get(hot))  # the compacted values
         assert range_gets(db) == before  # every hot block was refilled
@@ -107,8 +129,10 @@ def test_a_failing_refill_is_counted_and_reads_still_work(caplog) -> None:
     hot = KEYS[500:900]
     with silt.open("memory://refill-fail", store=faulty, settings=settings()) as db:
         compacted_not_adopted(db, hot)
-        # from here every ranged read of an SST fails once the refill starts
-        faulty.fail_matching("get_range", lambda k: k.startswith("sst/"), times=None)
+        # from here every ranged read of an SST the refill makes fails
+        faulty.fail_matching(
+            "get_range", lambda k: k.startswith("sst/") and threading.current_thread().name
+            .startswith("silt-refill"), times=None)
         db.put(b"zz", b"x")
         db.commit()
         db.wait_for_refill()

@@ -11,6 +11,11 @@ chosen by ``random.Random(seed)``:
 * **zombie**: a writer that opened an older version and wakes up later to write and commit.
 * **compactor**: picks a task from the latest version, and runs it (``run_compaction``) at a later
   step, so its records are often stale by then and must be refused.
+* **early installation**: between steps, from a random source of its own (so the schedules stay
+  as drawn), a writer looks for finished records and lets them serve its reads before any
+  commit (``DB.wait_for_compaction`` in external mode, :mod:`silt.compaction.early`); they
+  leave its view again at half its grace (a :class:`~silt.ManualClock` wake-up), when GC's
+  markers say a pass may collect them, or when it moves to another version.
 * **GC**: ``collect_garbage`` with a small grace period, on the same :class:`~silt.ManualClock`,
   which the scheduler advances (past half the grace period and past all of it).
 * **faults** (:class:`~silt.testing.FaultyStore`, one per actor): a request that fails, a lost
@@ -19,8 +24,12 @@ chosen by ``random.Random(seed)``:
 After every step, every manifest under the root must be one the simulation knows (by its commit
 token) and read back exactly as the dict model of that commit says at the current time, every
 SST it references must exist, and the newest committed version and every checkpointed version
-must exist. The only manifests allowed to be unknown are those a fenced zombie created and has
-not withdrawn yet (they are below the GC horizon).
+must exist. Each open writer (and the zombie) reads exactly its model (its base plus its pending
+writes), or fails with an error (an injected fault, or its uncommitted uploads collected after
+the grace), and every SST it shows for an installed compaction exists and is younger than half
+its grace. The only
+manifests allowed to be unknown are those a fenced zombie created and has not withdrawn yet
+(they are below the GC horizon).
 
 Uploads happen only in ``flush``/``commit`` (the memtable never fills), which wait for them, and
 ids take their random bits from the seed, so a seed replays exactly. ``store.retrying`` does not
@@ -154,6 +163,10 @@ class World:
         self.fates: set[tuple[int, str]] = set()  # (version, fate) records seen
         self.names: dict[int, str] = {}  # version -> the commit token it named when retained
         self.reader: tuple[silt.DB, Records | None] | None = None
+        #: Early installation's own random source (the schedule's stays as drawn), and how
+        #: many records writers installed for reads before a commit.
+        self.irng = random.Random(f"install-{seed}")
+        self.installed = 0
 
     # -- helpers ----------------------------------------------------------------------------------
     def open_writer(self, actor: str, version: int | None = None) -> Writer | None:
@@ -695,6 +708,56 @@ class World:
             if name in self.pins and v not in versions:
                 raise SimFailure(f"checkpoint {name} pins version {v}, which is gone")
 
+    def maybe_install(self) -> None:
+        """Now and then a writer installs the finished records it finds for its reads."""
+        for actor, w in (("writer", self.writer), ("zombie", self.zombie)):
+            if w is None or self.irng.random() >= 0.3:
+                continue
+            before = w.db.stats().get("compactions_installed", 0)
+            try:
+                w.db.wait_for_compaction(10)
+            except StoreError as exc:  # an injected fault while it looked for records
+                self.trace(f"  {actor} install failed: {exc!r}"[:120])
+                continue
+            got = int(w.db.stats().get("compactions_installed", 0) - before)
+            if got:
+                self.installed += got
+                self.trace(f"  {actor} installed {got} compaction(s) for reads")
+
+    def check_writers(self) -> None:
+        """Each open writer reads its model exactly (see the module docstring)."""
+        now = self.clock.now_ms()
+        ssts = {i.key for i in self.base.list(paths.SST_PREFIX)}
+        for actor, w in (("writer", self.writer), ("zombie", self.zombie)):
+            if w is None:
+                continue
+            view, base = w.db._view, w.db.manifest
+            shown = ({r.info.id for r in view.l0}
+                     | {r.info.id for lv in view.levels for r in lv.readers})
+            shown -= {s.id for s in base.all_ssts()} if base is not None else set()
+            # What it shows must exist, whatever its block cache still holds of it, and be
+            # younger than half its grace (what keeps it from GC: silt.compaction.early).
+            gone = [i for i in shown if paths.sst_key(i) not in ssts]
+            if gone:
+                raise SimFailure(f"the {actor} shows SSTs GC collected: {gone[:3]}")
+            half = int(w.db.settings.gc_grace_seconds * 500)
+            old = [i for i in shown if now - paths.id_time_ms(i) > half]
+            if old:
+                raise SimFailure(f"the {actor} shows SSTs older than half its grace: {old[:3]}")
+            try:
+                got = dict(w.db.scan())
+            except StoreError as exc:
+                if isinstance(exc, NotFoundError) and any(i in str(exc) for i in shown):
+                    raise SimFailure(f"the {actor} lost an installed compaction's SST: {exc}"
+                                     ) from exc
+                self.trace(f"  {actor} read failed: {exc!r}"[:120])
+                continue
+            want = live(w.records, now)
+            if got != want:
+                diff = {k: (got.get(k), want.get(k)) for k in set(got) | set(want)
+                        if got.get(k) != want.get(k)}
+                raise SimFailure(f"the {actor} reads wrong: key: (got, model) {diff}")
+
     def run(self, steps: int) -> None:
         table = self.STEPS + ((("advance", 8),) if self.advance else ())
         names = [n for n, _ in table]
@@ -707,7 +770,9 @@ class World:
             step = self.rng.choices(names, weights)[0]
             self.trace(f"{i}: {step}")
             getattr(self, f"step_{step}")()
+            self.maybe_install()
             self.check()
+            self.check_writers()
 
     def close(self) -> None:
         for w in (self.writer, self.zombie):
@@ -765,7 +830,7 @@ def seeded_ids(monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
 @pytest.mark.skipif(ONE is not None, reason="SILT_SIM_SEED replays one seed")
 def test_simulation_seeds(monkeypatch: pytest.MonkeyPatch) -> None:
     start = time.monotonic()
-    stats = {"commits": 0, "fenced": 0, "withdrawn": 0, "settled": 0}
+    stats = {"commits": 0, "fenced": 0, "withdrawn": 0, "settled": 0, "installed": 0}
     for seed in range(FIRST, FIRST + SEEDS):
         seeded_ids(monkeypatch, seed)
         world = simulate(seed)
@@ -773,11 +838,13 @@ def test_simulation_seeds(monkeypatch: pytest.MonkeyPatch) -> None:
         stats["fenced"] += bool(world.fenced)
         stats["withdrawn"] += any(f == "withdrawn" for _, f in world.fates)
         stats["settled"] += any(f == "settled" for _, f in world.fates)
+        stats["installed"] += world.installed
     elapsed = time.monotonic() - start
     print(f"\n{SEEDS} seeds in {elapsed:.1f}s: {stats}")
     assert stats["commits"] > SEEDS  # the scheduler really commits
-    # ... and reaches the withdrawals and the checkpoints that settle a version
-    assert stats["withdrawn"] and stats["settled"], stats
+    # ... and reaches the withdrawals and the checkpoints that settle a version, and
+    # compactions that serve reads before a commit
+    assert stats["withdrawn"] and stats["settled"] and stats["installed"], stats
 
 
 @pytest.mark.skipif(ONE is not None, reason="SILT_SIM_SEED replays one seed")

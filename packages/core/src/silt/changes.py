@@ -25,9 +25,10 @@ def changed_keys(now_state: TreeState, since: Sequence[TreeState], start: bytes 
         if base is not None:
             since_ids.update(s.id for s in base.all_ssts())
             since_seq = max(since_seq, base.seq)
-    now, now_base = now_state.view, now_state.manifest
+    # The base versions' own SSTs: not compactions shown before a commit (silt.compaction.early)
+    now, now_base = now_state.committed_view(), now_state.manifest
     now_ids = {s.id for s in now_base.all_ssts()} if now_base is not None else set()
-    olds = [old_state.view for old_state in since]
+    olds = [old_state.committed_view() for old_state in since]
     keys = now.changed_keys(since_ids, start, end)
     for old in olds:
         # SSTs compacted away since: a key deleted since may have left no trace in this

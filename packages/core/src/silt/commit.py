@@ -8,6 +8,9 @@ anything changes); :meth:`silt.inline.DeltaFreezer.freeze_delta` freezes the del
 folded or uploaded); :meth:`CommitSteps.publish` waits for the uploads, lets finished
 compactions join, counts the requests paid, and publishes with :meth:`Committer.publish`; the
 published manifest becomes the base of the DB's state (:meth:`silt.state.TreeState.install`).
+Compactions that finished before the commit already serve reads
+(:mod:`silt.compaction.early`); the commit adopts them from the base manifest all the same, and
+after every attempt, landed or not, the view shows what may still be shown.
 
 A :class:`Committer` holds what the protocol remembers between commits of one DB:
 
@@ -81,6 +84,7 @@ from .versions import read_fate
 
 if TYPE_CHECKING:
     from .compaction.driver import CompactionDriver
+    from .compaction.early import EarlyInstall
     from .flush import Flusher
     from .inline import DeltaFreezer
     from .metrics import Metrics
@@ -357,8 +361,10 @@ class CommitSteps:
 
     def __init__(self, committer: Committer, flusher: Flusher, deltas: DeltaFreezer,
                  compaction: CompactionDriver, siblings: SiblingStores, metrics: Metrics,
-                 url: str, refiller: Refiller | None) -> None:
+                 url: str, refiller: Refiller | None, early: EarlyInstall) -> None:
         self._committer = committer
+        #: Shows finished compactions to reads before a commit publishes them.
+        self._early = early
         #: Refills the cache with adopted compactions' outputs (None: never, see silt.refill).
         self._refiller = refiller
         self._flusher = flusher
@@ -375,29 +381,36 @@ class CommitSteps:
         """One commit of the DB whose state is ``state``, top to bottom (module docstring):
         settle an earlier uncertain commit, plan, freeze the delta, publish, and install what
         was published. Returns the version created."""
-        landed = self._committer.prepare(state.manifest, state.refs)
-        if landed is not None:  # an earlier commit whose outcome was unknown had landed
-            self._landed(state, landed[0], *landed[1])
-        plan = self.plan(version, meta, state.manifest, state.ref_base)
-        state.freeze_delta(self._deltas, plan.base_l0)
-        published = self.publish(plan, state.view, state.refs, state.seq)
-        self._landed(state, published.manifest, published.adopted, published.refused)
+        try:
+            landed = self._committer.prepare(state.manifest, state.refs)
+            if landed is not None:  # an earlier commit whose outcome was unknown had landed
+                self._landed(state, landed[0], *landed[1])
+            plan = self.plan(version, meta, state.manifest, state.ref_base)
+            state.freeze_delta(self._deltas, plan.base_l0)
+            published = self.publish(plan, state.view, state.refs, state.seq)
+            self._landed(state, published.manifest, published.adopted, published.refused)
+        finally:
+            # Whatever happened: a GC pass the commit learned of, or a new base, changes what
+            # finished compactions the view may show (silt.compaction.early).
+            self._early.settle()
         self._paid = published.paid  # the next commit counts from these totals
         return published.manifest.version
 
     def _landed(self, state: TreeState, manifest: Manifest, adopted: list,
                 refused: list) -> None:
         """Once ``manifest`` is committed: install it as ``state``'s base, settle compactions
-        (and refill the cache with the adopted ones' outputs, see :mod:`silt.refill`)."""
+        (and refill the cache with the adopted ones' outputs not refilled when they were
+        installed early, see :mod:`silt.refill`)."""
         inputs: list[SstReader] = []
-        if adopted and self._refiller is not None:
+        refill = self._early.landed(adopted, refused)
+        if refill and self._refiller is not None:
             by_id = state.readers.by_id  # the inputs' readers, before install drops them
-            inputs = [r for rec in adopted for i in rec.task.inputs
+            inputs = [r for rec in refill for i in rec.task.inputs
                       if (r := by_id.get(i)) is not None]
         state.install(manifest)
         if inputs:
             assert self._refiller is not None
-            self._refiller.submit(inputs, [state.reader(s) for rec in adopted
+            self._refiller.submit(inputs, [state.reader(s) for rec in refill
                                            for s in rec.outputs])
         self._committer.landed(manifest)
         state.references_landed()

@@ -356,7 +356,7 @@ class DB:
         """
         self._check_open()
         start, end = args.check_bounds(start, end, self._max_key)
-        return self._state.view.committed_records(start, end)
+        return self._state.committed_view().committed_records(start, end)
 
     def changed_keys(self, since: Sequence[DB], start: bytes | None = None,
                      end: bytes | None = None) -> list[bytes]:
@@ -398,13 +398,19 @@ class DB:
         return self._rooms.stats()
 
     def wait_for_compaction(self, timeout: float | None = None) -> bool:
-        """Block until the background compaction in flight (if any) has finished.
-
-        Its result is adopted by the next :meth:`commit`. Returns False if ``timeout`` seconds
-        passed first. Useful before measuring, and in tests.
+        """Block until the background compaction in flight (if any) has finished and serves
+        reads (:mod:`silt.compaction.early`; with ``compaction_mode="external"``, records
+        ``silt compact`` wrote are looked for and installed). The next :meth:`commit` publishes
+        it. Returns False if ``timeout`` seconds passed first. Useful before measuring, and in
+        tests.
         """
         self._check_open()
-        return self._compaction.wait(args.check_timeout(timeout))
+        if not self._compaction.wait(args.check_timeout(timeout)):
+            return False
+        with self._lock:
+            self._check_open()
+            self._rooms.early.refresh(poll=True)
+        return True
 
     def wait_for_refill(self) -> None:
         """Block until the cache refills started by adopted compactions so far are done (see

@@ -1,9 +1,10 @@
 """Cache refill after compaction: the part of the state that was cached stays cached.
 
-A compaction replaces its input SSTs with new output SSTs. Once the writer adopts the record,
-every cached block of an input is dead, and the first read of each key the inputs held misses
-the cache: on a remote store, a ranged GET per run of blocks, tens of milliseconds each, in
-the middle of the next micro-batch. So after an adoption the writer reads, in the background,
+A compaction replaces its input SSTs with new output SSTs. Once the writer installs the record
+for reads (:mod:`silt.compaction.early`) or, if it was not installed, adopts it, every cached
+block of an input is dead, and the first read of each key the inputs held misses the cache: on
+a remote store, a ranged GET per run of blocks, tens of milliseconds each, in the middle of the
+next micro-batch. So at that moment the writer reads, in the background,
 the blocks of the outputs that cover the key ranges the inputs had in the cache, with the
 reads ``multi_get`` makes (runs of adjacent blocks, several at once), into the block cache
 (RisingWave's Hummock calls this *cache refill*).
@@ -14,7 +15,7 @@ Contract:
   covers part of its keys, so a refill reads at most about twice the bytes the inputs had
   cached (an input block can straddle two output blocks), and the cache's own bound holds.
 * **Never in the way**: the refill runs on background threads of the DB (one planning,
-  ``Settings.read_parallelism`` reading runs), after the commit that adopted the record; it
+  ``Settings.read_parallelism`` reading runs), once the record is installed or adopted; it
   never holds the DB's lock, and a read that wants a block before the refill got to it reads
   it itself, as before. :meth:`Refiller.close` (the DB closes) stops it between runs.
 * **Never an error**: a refill that fails (the store, a deleted SST) is logged and counted

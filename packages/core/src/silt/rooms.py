@@ -16,7 +16,8 @@ store. Each room owns its state and never calls back into the DB:
   protocol (:class:`~silt.commit.Committer`, its checks after the PUT in :mod:`silt.postcheck`);
   :mod:`silt.inline` — freezing a commit's delta inline or folded;
 * :mod:`silt.reopen` — following newer versions (:class:`~silt.reopen.Following`);
-* :mod:`silt.siblings` — references to sibling DBs' SSTs; :mod:`silt.compaction` — compaction.
+* :mod:`silt.siblings` — references to sibling DBs' SSTs; :mod:`silt.compaction` — compaction,
+  and :mod:`silt.compaction.early` — finished compactions serving reads before a commit.
 
 Not thread-safe to build or close; the DB's writer lock (``lock``) serializes what uses them.
 """
@@ -33,6 +34,7 @@ from .cache import BlockCache
 from .clock import Clock
 from .commit import CommitSteps, Committer
 from .compaction.driver import CompactionDriver
+from .compaction.early import EarlyInstall
 from .flush import Flusher
 from .gather import gather_on
 from .inline import DeltaFreezer
@@ -66,6 +68,7 @@ class Rooms:
     state: TreeState
     deltas: DeltaFreezer
     compaction: CompactionDriver
+    early: EarlyInstall
     steps: CommitSteps
     following: Following
 
@@ -91,6 +94,7 @@ class Rooms:
         """Stop the threads (waiting for uploads in progress), release the memory the DB holds
         in a shared budget (the shared cache keeps its blocks until evicted: a reopen finds
         them) or clear a private cache, and close the stores (the DB's own if it owns it)."""
+        self.early.close()
         self.refiller.close()
         self.flusher.close()
         self.fetch.close()
@@ -133,8 +137,11 @@ def furnish(store: MeteredStore, url: str, pub: str, settings: Settings, clock: 
     compaction = CompactionDriver(store, settings, clock, metrics, siblings=siblings,
                                   announce=flusher.announce, reach=committer.gc_reach)
     refill = settings.refill_after_compaction and not store.local
+    early = EarlyInstall(state, compaction, committer, clock, metrics,
+                         refiller if refill else None)
+    compaction.finished = early.finished_soon
     steps = CommitSteps(committer, flusher, deltas, compaction, siblings, metrics, url,
-                        refiller if refill else None)
+                        refiller if refill else None, early)
     following = Following(state, pub, store, metrics, committer, gather)
     return Rooms(store, metrics, budget, cache, allowance, readers, fetch, refiller, siblings,
-                 flusher, committer, state, deltas, compaction, steps, following)
+                 flusher, committer, state, deltas, compaction, early, steps, following)

@@ -109,11 +109,12 @@ class Settings:
             the writer) or ``"external"`` (``silt compact URL`` runs elsewhere; the writer adopts
             the records it finds under ``compaction/``). Default background.
         compaction_poll_seconds: in external mode, how often a commit lists ``compaction/``.
-        refill_after_compaction: on a remote store (``ObjectStore.local`` false), after the
-            writer adopts a compaction, read into the block cache, in the background, the blocks
-            of its outputs that hold the key ranges its inputs had cached (so the hot part of
-            the state stays cached across compactions instead of being read again by the next
-            batch's gets, one request per run of blocks). Default True; see :mod:`silt.refill`.
+        refill_after_compaction: on a remote store (``ObjectStore.local`` false), when the
+            writer installs or adopts a compaction, read into the block cache, in the
+            background, the blocks of its outputs that hold the key ranges its inputs had
+            cached (so the hot part of the state stays cached across compactions instead of
+            being read again by the next batch's gets, one request per run of blocks).
+            Default True; see :mod:`silt.refill`.
         target_sst_bytes: size at which compaction starts a new output SST. Default 64 MiB.
         l0_compaction_trigger: L0 SSTs that make a policy compact L0. Default 4.
         l0_stall_trigger: L0 SSTs at which a commit waits for the running compaction instead of

@@ -8,7 +8,9 @@ memtable, frozen parts, L0, levels, range tombstones), the **range-delete counte
 (another committed version, for :mod:`silt.reopen`), :meth:`~TreeState.apply` and
 :meth:`~TreeState.put_pairs` (writes), :meth:`~TreeState.freeze` (the memtable to the
 uploader), :meth:`~TreeState.freeze_delta` (a commit's), :meth:`~TreeState.delete_range`,
-:meth:`~TreeState.reference` and :meth:`~TreeState.references_landed`. As mini-lsm's
+:meth:`~TreeState.reference`, :meth:`~TreeState.references_landed` and
+:meth:`~TreeState.show` (finished compactions serve reads before a commit publishes them,
+:mod:`silt.compaction.early`). As mini-lsm's
 ``LsmStorageState``, the view is replaced whole, never edited but for its active memtable, so a
 read that takes ``state.view`` once sees one state throughout.
 
@@ -110,6 +112,35 @@ class TreeState:
     def clear(self) -> None:
         """Drop the read view (a closed DB reads nothing)."""
         self.view = ReadView(Memtable())
+
+    def show(self, tree: tuple[tuple[SstInfo, ...], tuple[tuple[SstInfo, ...], ...]] | None
+             ) -> None:
+        """Let reads consult the committed SSTs ``tree`` (L0, levels) in place of the base's:
+        the base's tree with finished compactions applied that no commit published yet
+        (:mod:`silt.compaction.early`, which says why that is safe); ``None``: the base's own.
+        The memtable, parts and range tombstones stay; the view keeps the base's tree as
+        ``committed``. Readers of the base's SSTs stay open."""
+        view = self.view
+        l0, levels = view.committed or (view.l0, view.levels)
+        keep = {r.info.id for r in l0} | {r.info.id for lv in levels for r in lv.readers}
+        if tree is None:
+            new = view.but(l0=l0, levels=levels)
+        else:
+            new = view.but(l0=tuple(self.reader(s) for s in tree[0]),
+                           levels=tuple(Level([self.reader(s) for s in run]) for run in tree[1]),
+                           committed=(l0, levels))
+            keep |= {s.id for s in tree[0]} | {s.id for run in tree[1] for s in run}
+        if view.l0 == new.l0 and [lv.readers for lv in view.levels] == [
+                lv.readers for lv in new.levels]:
+            return
+        self.view = new
+        keep |= {p.info.id for p in view.parts if p.info is not None}
+        self.readers.retain(keep)  # type: ignore[arg-type]
+
+    def committed_view(self) -> ReadView:
+        """The read view with the base's own committed SSTs, without what :meth:`show` added
+        (what :meth:`silt.DB.committed_records` and :meth:`silt.DB.changed_keys` read)."""
+        return self.view.committed_only()
 
     def shape(self) -> dict[str, Any]:
         """The memtable, parts, SSTs per level and read amplification, for ``DB.stats``."""

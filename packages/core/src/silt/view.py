@@ -4,9 +4,10 @@ path").
 A :class:`ReadView` holds, newest first: the active memtable, the frozen parts (memtables on
 their way to SSTs, or uploaded SSTs not committed yet), the committed L0 SSTs and the levels.
 Like LevelDB's ``Version`` and mini-lsm's ``LsmStorageState`` it is immutable: the DB builds a new
-one when a memtable freezes or a version is installed and swaps the reference, so a reader that
-took a view keeps a consistent picture however the writer moves on. The one mutable member is the
-active memtable, which the single writer fills in place (a read sees each write once it is made).
+one when a memtable freezes, a version is installed or a finished compaction serves reads
+(:mod:`silt.compaction.early`) and swaps the reference, so a reader that took a view keeps a
+consistent picture however the writer moves on. The one mutable member is the active memtable,
+which the single writer fills in place (a read sees each write once it is made).
 
 ``get_below``, ``multi_get`` and ``scan`` read a view (``DB.get`` reads its memtable first);
 they know nothing of commits or the store.
@@ -88,25 +89,39 @@ class ReadView:
     """An immutable snapshot of what a read consults, newest first (see the module docstring).
 
     ``parts`` are oldest first; ``l0`` newest first; ``levels`` from L1 down; ``tombs`` the
-    range tombstones over all of them, committed or not.
+    range tombstones over all of them, committed or not. ``committed`` is ``None`` when ``l0``
+    and ``levels`` are the base version's, else the base's ``(l0, levels)`` while the view
+    shows finished compactions no commit published yet (:mod:`silt.compaction.early`).
     """
 
-    __slots__ = ("mem", "parts", "l0", "levels", "tombs")
+    __slots__ = ("mem", "parts", "l0", "levels", "tombs", "committed")
 
     def __init__(self, mem: Memtable, parts: tuple[Part, ...] = (),
                  l0: tuple[SstReader, ...] = (), levels: tuple[Level, ...] = (),
-                 tombs: RangeTombstones = EMPTY) -> None:
+                 tombs: RangeTombstones = EMPTY,
+                 committed: tuple[tuple[SstReader, ...], tuple[Level, ...]] | None = None
+                 ) -> None:
         self.mem = mem
         self.parts = parts
         self.l0 = l0
         self.levels = levels
         self.tombs = tombs
+        self.committed = committed
 
     def but(self, **changes: Any) -> ReadView:
-        """A copy with some members replaced."""
+        """A copy with some members replaced; new ``l0`` or ``levels`` without ``committed``
+        are the committed ones."""
+        tree = "l0" in changes or "levels" in changes
         return ReadView(changes.get("mem", self.mem), changes.get("parts", self.parts),
                         changes.get("l0", self.l0), changes.get("levels", self.levels),
-                        changes.get("tombs", self.tombs))
+                        changes.get("tombs", self.tombs),
+                        changes.get("committed", None if tree else self.committed))
+
+    def committed_only(self) -> ReadView:
+        """This view with the base version's own L0 and levels (what ``committed`` holds)."""
+        if self.committed is None:
+            return self
+        return self.but(l0=self.committed[0], levels=self.committed[1])
 
     # -- point reads ----------------------------------------------------------------------------
     # DB.get reads the active memtable itself (and L0 when that is all there is below it):

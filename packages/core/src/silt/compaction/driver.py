@@ -1,7 +1,8 @@
 """The writer's side of compaction: schedule tasks, gather finished records, adopt them.
 
 A :class:`CompactionDriver` belongs to one DB. In ``background`` mode it runs one compaction at
-a time, picked by the policy from the version just committed, in the compaction subprocess when
+a time, picked by the policy from the version just committed (or from the tree :mod:`.early`
+shows with the records that finished since), in the compaction subprocess when
 the DB qualifies (:mod:`.worker`: a merge in a thread would hold the writer's GIL), else in its
 own thread; in ``external`` mode it only lists ``compaction/`` (at most every
 ``compaction_poll_seconds``) for records that ``silt compact`` wrote. Either way, records are
@@ -17,8 +18,12 @@ checks its own outputs' tails (it built them from bytes it held) before handing 
 A record whose outputs fail is refused (logged, counted as ``compactions_damaged``) and deleted
 like any refused record, so its outputs become garbage and a compactor may redo the task.
 
-Thread safety: called only from the writer's commit path (under the DB lock); the background
-thread only runs :func:`.compactor.run_compaction` and :func:`check_outputs` on its result.
+Finished records serve reads before that commit (:mod:`.early`: the same checks and
+:func:`.adopt.adopt` applied to the base's tree, shown in the read view); the commit is as before.
+
+Thread safety: called only under the DB lock (the commit path, and :mod:`.early`); the background
+thread only runs :func:`.compactor.run_compaction` and :func:`check_outputs` on its result, then
+calls :attr:`CompactionDriver.finished`.
 """
 
 from __future__ import annotations
@@ -77,6 +82,9 @@ class CompactionDriver:
         self._damaged: dict[str, str] = {}
         self._last_poll = float("-inf")
         self.last_error: BaseException | None = None
+        #: Called with no argument, on the compaction thread, when a compaction of this
+        #: writer finished (:meth:`.early.EarlyInstall.finished_soon` installs it for reads).
+        self.finished: Callable[[], None] | None = None
 
     @property
     def running(self) -> bool:
@@ -93,12 +101,16 @@ class CompactionDriver:
             return False
         return True
 
-    def schedule(self, manifest: Manifest | None) -> CompactionTask | None:
-        """Start the policy's next task for ``manifest`` if nothing is running or waiting."""
+    def schedule(self, manifest: Manifest | None, *,
+                 behind_ready: bool = False) -> CompactionTask | None:
+        """Start the policy's next task for ``manifest`` if nothing is running or waiting;
+        ``behind_ready``: also while finished records wait for a commit (``manifest`` is then
+        the base with them applied, as :mod:`.early` shows it: the new record's inputs may be
+        their outputs, and a commit tries records in the order they finished)."""
         if self.policy is None or not self.in_process or manifest is None:
             return None
         self._harvest()
-        if self._future is not None or self._ready:
+        if self._future is not None or (self._ready and not behind_ready):
             return None
         # Policies pick from the uploaded SSTs only: inline deltas stay at the head of L0
         # until a commit folds them (silt.inline).
@@ -108,8 +120,11 @@ class CompactionDriver:
             return None
         if self._pool is None:
             self._pool = ThreadPoolExecutor(1, thread_name_prefix="silt-compact")
-        self._future = self._pool.submit(self._run, manifest, task)
+        self._future = future = self._pool.submit(self._run, manifest, task)
         self.metrics.add("compactions_started")
+        if self.finished is not None:
+            finished = self.finished
+            future.add_done_callback(lambda _future: finished())
         return task
 
     def _run(self, manifest: Manifest, task: CompactionTask) -> CompactionRecord:
@@ -155,13 +170,22 @@ class CompactionDriver:
                 self._future.exception()
                 self.metrics.add("stall_seconds", time.monotonic() - start)
                 self.metrics.add("stalls")
+        return self.ready(poll=True)
+
+    def ready(self, *, poll: bool) -> list[CompactionRecord]:
+        """The finished records not adopted or refused yet, in the order a commit tries them,
+        without waiting for anything; with ``poll`` in external mode, ``compaction/`` is
+        listed first (at most every ``compaction_poll_seconds``) for records ``silt compact``
+        wrote (their outputs are read and checked in full then)."""
         self._harvest()
-        if self.mode == "external":
+        if poll and self.mode == "external":
             now = time.monotonic()
             if now - self._last_poll >= self.settings.compaction_poll_seconds:
                 self._last_poll = now
                 self._poll()
-        return sorted(self._ready, key=lambda r: (r.created_ms, r.id))
+        # By creation time; a tie keeps the order they were found in (finished, or listed by
+        # id), so a record made behind another (schedule's behind_ready) comes after it.
+        return sorted(self._ready, key=lambda r: r.created_ms)
 
     def _poll(self) -> None:
         known = self._resolved | {r.id for r in self._ready}
@@ -200,40 +224,54 @@ class CompactionDriver:
         levels: tuple[tuple[SstInfo, ...], ...],
         records: list[CompactionRecord],
         max_seq: int = 0,
+        *,
+        quiet: bool = False,
     ) -> tuple[tuple[SstInfo, ...], tuple[tuple[SstInfo, ...], ...], list[CompactionRecord],
                list[CompactionRecord]]:
         """Apply what can be adopted; returns the new tree, adopted and refused records.
 
         ``max_seq`` is the writer's range-delete counter: a record whose outputs claim a
-        greater ``seq`` (range tombstones it cannot have applied) is refused."""
+        greater ``seq`` (range tombstones it cannot have applied) is refused. ``quiet``: log
+        nothing (installing early, :mod:`.early`, asks again and again)."""
         adopted, refused = [], []
-        max_age = int(self.settings.gc_grace_seconds * 500)  # half the grace period, in ms
         now = self.clock.now_ms()
-        # Outputs older than a GC pass the writer knows of may be collected by it (a commit
-        # adopting them was withdrawn for that): never adopted, so its retry is not withdrawn
-        # again for the same outputs (the inputs still hold their data).
         reach = self.reach() if self.reach is not None else 0
         for record in records:
-            if record.id in self._damaged:
-                refused.append(record)  # its outputs failed their check: never adopted
-                continue
-            oldest = min((paths.id_time_ms(s.id) for s in record.outputs), default=now)
-            if now - oldest > max_age or oldest < reach:
-                refused.append(record)  # GC may already consider its outputs garbage
-                continue
-            if any(s.seq > max_seq for s in record.outputs):
-                log.warning("compaction %s not adopted: its outputs claim range-delete number "
-                            "%d, above this writer's %d", record.id,
-                            max(s.seq for s in record.outputs), max_seq)
-                refused.append(record)
-                continue
-            try:
-                l0, levels = adopt(l0, levels, record)
-                adopted.append(record)
-            except Refused as why:
+            why = self.refusal(record, now, reach, max_seq)
+            if why is None:
+                try:
+                    l0, levels = adopt(l0, levels, record)
+                    adopted.append(record)
+                    continue
+                except Refused as exc:
+                    why = str(exc)
+            if not quiet and why:
                 log.info("compaction %s not adopted: %s", record.id, why)
-                refused.append(record)
+            refused.append(record)
         return l0, levels, adopted, refused
+
+    def refusal(self, record: CompactionRecord, now: int, reach: int,
+                max_seq: int) -> str | None:
+        """Why ``record`` may not be adopted at time ``now`` whatever the tree (``""`` when the
+        reason was logged when found), or ``None``. ``reach``: the newest cutoff of a GC pass
+        the writer knows of (:meth:`silt.commit.Committer.gc_reach`)."""
+        if record.id in self._damaged:
+            return ""  # its outputs failed their check (logged then): never adopted
+        # Outputs older than half the grace, or than a GC pass the writer knows of, may be
+        # collected by GC (a commit adopting them was withdrawn for that): never adopted, so
+        # a retry is not withdrawn again for the same outputs (the inputs still hold the data).
+        oldest = min((paths.id_time_ms(s.id) for s in record.outputs), default=now)
+        if now - oldest > self.max_age_ms or oldest < reach:
+            return "GC may already consider its outputs garbage"
+        if any(s.seq > max_seq for s in record.outputs):
+            return (f"its outputs claim range-delete number "
+                    f"{max(s.seq for s in record.outputs)}, above this writer's {max_seq}")
+        return None
+
+    @property
+    def max_age_ms(self) -> int:
+        """The age (ms) past which a record's outputs are never adopted: half the grace."""
+        return int(self.settings.gc_grace_seconds * 500)
 
     def resolved(self, adopted: list[CompactionRecord], refused: list[CompactionRecord]) -> None:
         """After a commit landed: forget the records and delete their objects."""
