@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sys
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -232,3 +233,111 @@ def test_time_options_are_checked_when_the_query_is_built(spark, tmp_path):
             silt_spark.transform_batches(df, processor, ["user"], TIMER_OUT, root.as_uri(), 2,
                                          **opts)
     assert not root.exists()
+
+
+# --- sessionization (the example of docs/spark.md) --------------------------------------------
+
+GAP = 5_000
+SESSION_OUT = "user string, start long, end long, n long"
+
+
+class SessionsPerKey(SparkProcessor):
+    """Event-time gap sessions, one key at a time: a row within GAP ms after the session's
+    last row extends it, a later one closes it; the session's timer at last + GAP closes it
+    when the watermark passes."""
+
+    def init(self, handle):
+        self.handle = handle
+        self.session = handle.getValueState("session", "start long, last long, n long")
+
+    def handleInputRows(self, key, rows, timerValues):
+        ts = sorted(_ms(t) for df in rows for t in df["ts"])
+        start, last, n = self.session.get() if self.session.exists() else (None, None, 0)
+        closed = []
+        for t in ts:
+            if last is not None and t > last + GAP:
+                closed.append((key[0], start, last, n))
+                start, last, n = None, None, 0
+            start = t if start is None else min(start, t)
+            last = t if last is None else max(last, t)
+            n += 1
+        for old in list(self.handle.listTimers()):
+            self.handle.deleteTimer(old)
+        self.handle.registerTimer(last + GAP)
+        self.session.update((start, last, n))
+        if closed:
+            yield pd.DataFrame(closed, columns=["user", "start", "end", "n"])
+
+    def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):
+        start, last, n = self.session.get()
+        self.session.clear()
+        yield pd.DataFrame({"user": [key[0]], "start": [start], "end": [last], "n": [n]})
+
+
+class Sessions(silt_spark.BatchProcessor):
+    """SessionsPerKey for all the keys of a batch at once (the docs' example)."""
+
+    def init(self, handle):
+        handle.getValueState("session", "start long, last long, n long")
+
+    def process(self, batch, state, timers):
+        session = state.value("session")
+        users = batch.group_by("user").aggregate([])
+        old = session.get(users)                             # start, last, n (nulls: none)
+        held = pc.is_valid(old["n"])
+        ms = pc.divide(batch["ts"].cast(pa.timestamp("us")).cast(pa.int64()), 1000)
+        rows = pa.concat_tables([                            # each open session as one row
+            pa.table({"user": batch["user"], "start": ms, "last": ms,
+                      "n": pa.array([1] * batch.num_rows, pa.int64())}),
+            pa.table({"user": users["user"], "start": old["start"], "last": old["last"],
+                      "n": old["n"]}).filter(held),
+        ]).sort_by([("user", "ascending"), ("last", "ascending")])
+        u, last = rows["user"].to_numpy(zero_copy_only=False), rows["last"].to_numpy()
+        new = np.ones(len(u), bool)                          # a row opening a session
+        new[1:] = (u[1:] != u[:-1]) | (last[1:] > last[:-1] + GAP)
+        rows = rows.append_column("sid", pa.array(np.cumsum(new)))
+        per = rows.group_by(["user", "sid"]).aggregate(
+            [("start", "min"), ("last", "max"), ("n", "sum")]).sort_by("sid")
+        pu = per["user"].to_numpy(zero_copy_only=False)
+        is_open = pa.array(np.append(pu[1:] != pu[:-1], True))  # a user's last session
+        now, done = per.filter(is_open), per.filter(pc.invert(is_open))
+        timers.delete(users.filter(held), pc.add(old["last"].filter(held), GAP))
+        timers.register(now.select(["user"]), pc.add(now["last_max"], GAP))
+        session.put(now, pa.table({"start": now["start_min"], "last": now["last_max"],
+                                   "n": now["n_sum"]}))
+        return pa.table({"user": done["user"], "start": done["start_min"],
+                         "end": done["last_max"], "n": done["n_sum"]})
+
+    def expired(self, keys, times, state):
+        session = state.value("session")
+        s = session.get(keys)
+        session.delete(keys)
+        return pa.table({"user": keys["user"], "start": s["start"], "end": s["last"],
+                         "n": s["n"]})
+
+
+def test_sessionization_equals_the_per_key_processors(spark, tmp_path):
+    """The docs' sessionization as a batch processor gives the per-key processor's sessions
+    micro-batch by micro-batch, through a restart with a rescale 2 -> 3 (sessions open and
+    their timers pending across it)."""
+    roots = {name: (tmp_path / f"{name}-state").as_uri() for name in ("perkey", "batch")}
+    opts = {"time_mode": "EventTime", "event_time_column": "ts", "watermark_delay": "3 seconds"}
+    variants = {
+        "perkey": Variant(lambda run, n: silt_spark.transform_with_state(
+            run.stream(), SessionsPerKey(), ["user"], SESSION_OUT, roots["perkey"], 2, **opts)),
+        "batch": Variant(lambda run, n: silt_spark.transform_batches(
+            run.stream(), Sessions(), ["user"], SESSION_OUT, roots["batch"], 2 + n, **opts),
+            (2,)),
+    }
+    run_all(spark, tmp_path, event_rows(11, 4), variants)
+    want = variants["perkey"]
+    assert len(want.output) > 12 and (want.output["n"] > 1).any()
+    quiet = {r[0] for rows in event_rows(11, 4)[:2] for r in rows} & set(QUIET)
+    assert len(quiet) >= 3 and quiet <= set(want.output["user"])  # closed by their timers
+
+    def order(df):
+        return df.sort_values(["user", "start"]).reset_index(drop=True)
+
+    pd.testing.assert_frame_equal(order(variants["batch"].output), order(want.output),
+                                  check_dtype=False)
+    assert_same_batches(variants["batch"].batches, want.batches, order, "sessions")
