@@ -69,8 +69,11 @@ def transform_batches(
         ``pyarrow.Table`` (every input column), ``state`` (``state.value(name)``,
         ``state.list(name)``, ``state.map(name)``: vectorized ``get``/``put``/``delete`` and
         more for key rows of the batch; see ``docs/spark.md``) and ``timers`` (a
-        :class:`~silt_spark.TimerValues`), and returns a ``pyarrow.Table``, ``RecordBatch``,
-        pandas DataFrame or ``None``.
+        :class:`~silt_spark.operators.batch.BatchTimers`: the batch's processing time and
+        watermark as a :class:`~silt_spark.TimerValues`, and with a ``time_mode``
+        ``register``/``delete``/``list`` of timers for key rows), and returns a
+        ``pyarrow.Table``, ``RecordBatch``, pandas DataFrame or ``None``. With a
+        ``time_mode``, ``expired(keys, times, state)`` (optional) gets the due timers.
     key_columns : str or list of str
         The grouping key columns.
     output_schema : pyspark.sql.types.StructType or str
@@ -109,8 +112,9 @@ def transform_batches(
     ------
     silt.errors.InvalidArgumentError
         A variable without a schema (a map without a user key schema), a list or map field
-        named as a key column, a TTL that is not a positive number of ms, or any other bad
-        option; raised here, before anything is written.
+        named as a key column, a TTL that is not a positive number of ms (or any TTL with
+        ``time_mode="eventtime"``), a bad ``time_mode`` or ``event_time_column``, or any other
+        bad option; raised here, before anything is written.
     silt_spark.errors.StateSchemaError
         A variable's schema cannot evolve from the one its state was written with.
     silt_spark.errors.LayoutMismatchError

@@ -177,7 +177,8 @@ class BatchTimers(TimerValues):
 
     def list(self, keys: Any) -> Any:
         """The timers of ``keys`` as a ``pyarrow.Table``: the key columns of ``keys`` and
-        ``time`` (int64 ms), one row per timer, by key row in their order, then by time."""
+        ``time`` (int64 ms), one row per timer, by key row in their order, then by time (a key
+        column itself named ``time`` comes first: select by position then)."""
         import pyarrow as pa
 
         table, prefixes = self._resolve(keys, "list")
