@@ -17,6 +17,7 @@ from silt.errors import InvalidArgumentError, InvalidTypeError
 from ...runtime import _api, _layout, _rewrite, _root, _schema, _shard, _types
 from ...runtime._names import DESCRIPTOR_SCHEMAS, PROCESSOR_KIND
 from .. import _initial, _varkeys
+from .._timemode import time_config
 from ._handle import BatchHandle
 
 
@@ -33,6 +34,10 @@ def transform_batches(
     settings: Any = None,
     storage_options: dict[str, str] | None = None,
     initial_state: Any = None,
+    time_mode: str = "none",
+    event_time_column: str | None = None,
+    watermark_delay: Any = 0,
+    heartbeat: bool = False,
 ) -> Any:
     """Apply a :class:`~silt_spark.BatchProcessor` to a streaming DataFrame: its
     ``process(batch, state, timers)`` runs once per shard and micro-batch over all the shard's
@@ -64,8 +69,11 @@ def transform_batches(
         ``pyarrow.Table`` (every input column), ``state`` (``state.value(name)``,
         ``state.list(name)``, ``state.map(name)``: vectorized ``get``/``put``/``delete`` and
         more for key rows of the batch; see ``docs/spark.md``) and ``timers`` (a
-        :class:`~silt_spark.TimerValues`), and returns a ``pyarrow.Table``, ``RecordBatch``,
-        pandas DataFrame or ``None``.
+        :class:`~silt_spark.operators.batch.BatchTimers`: the batch's processing time and
+        watermark as a :class:`~silt_spark.TimerValues`, and with a ``time_mode``
+        ``register``/``delete``/``list`` of timers for key rows), and returns a
+        ``pyarrow.Table``, ``RecordBatch``, pandas DataFrame or ``None``. With a
+        ``time_mode``, ``expired(keys, times, state)`` (optional) gets the due timers.
     key_columns : str or list of str
         The grouping key columns.
     output_schema : pyspark.sql.types.StructType or str
@@ -81,6 +89,19 @@ def transform_batches(
         (a restart, or a root that already has state other than with ``take_over=True``,
         ignores it). Building the query runs one Spark job that stores each shard's initial
         rows under ``state_url``.
+    time_mode : {"none", "processingtime", "eventtime"}, default "none"
+        As for :func:`~silt_spark.transform_with_state` (case-insensitive): what the timers
+        ``process`` registers with ``timers.register(keys, times)`` (int64 ms) mean. The timers
+        due in a micro-batch go to ``processor.expired(keys, times, state)`` in one call
+        (``keys``: a ``pyarrow.Table`` of the key columns, ``times``: their int64 ms, in the
+        per-key processor's firing order: by time, key group, key) whose output is added to
+        the batch's; fired timers are removed. Processing time: after ``process``, the timers
+        at or before the task's start. Event time: the timers at or before the watermark,
+        those due when the batch starts before ``process`` (its late rows dropped first),
+        those ``process`` registered at or before it after it, as the per-key processor.
+        TTLs are refused in event time, as there.
+    event_time_column, watermark_delay, heartbeat
+        As for :func:`~silt_spark.transform_with_state`.
 
     Returns
     -------
@@ -91,8 +112,9 @@ def transform_batches(
     ------
     silt.errors.InvalidArgumentError
         A variable without a schema (a map without a user key schema), a list or map field
-        named as a key column, a TTL that is not a positive number of ms, or any other bad
-        option; raised here, before anything is written.
+        named as a key column, a TTL that is not a positive number of ms (or any TTL with
+        ``time_mode="eventtime"``), a bad ``time_mode`` or ``event_time_column``, or any other
+        bad option; raised here, before anything is written.
     silt_spark.errors.StateSchemaError
         A variable's schema cannot evolve from the one its state was written with.
     silt_spark.errors.LayoutMismatchError
@@ -132,14 +154,19 @@ def transform_batches(
             f"processor; {type(processor).__name__} has none"
         )
     init_df = None if initial_state is None else _initial.check(initial_state, df, keys)
-    declared = declared_states(processor, keys)
+    time_cfg = time_config(df, time_mode, event_time_column, watermark_delay)
+    declared = declared_states(processor, keys, time_cfg.mode)
     spec = _api.operator_spec(
         PROCESSOR_KIND, state_url, num_shards, key_groups, take_over, settings, df=df,
         storage_options=storage_options,
+        event_time_delays=(
+            (time_cfg.watermark_delay_ms,) if time_cfg.mode == "eventtime" else ()
+        ),
     )
     from pyspark.sql.pandas.types import to_arrow_schema
 
     arrow_schema = to_arrow_schema(struct, timezone="UTC")
+    key_schema = to_arrow_schema(df.select(*keys).schema, timezone="UTC")
     # As transform_with_state: schemas checked and evolved here, before any state is written.
     field = DESCRIPTOR_SCHEMAS
     have = _root.read_descriptor(spec.root, spec.storage_options)
@@ -160,17 +187,18 @@ def transform_batches(
         from ._task import process_partition
 
         return process_partition(task, batches, processor, keys, arrow_schema, registry,
-                                 arrow_schemas, arrow_keys, staging)
+                                 arrow_schemas, arrow_keys, staging, time_cfg, key_schema)
 
-    return _api.shard_stage(_api.route(df, keys, spec), df, spec, process, struct)
+    return _api.shard_stage(_api.route(df, keys, spec, heartbeat), df, spec, process, struct)
 
 
-def declared_states(processor: Any, key_columns: Sequence[str] = ()
-                    ) -> dict[str, _schema.Declared]:
+def declared_states(processor: Any, key_columns: Sequence[str] = (),
+                    time_mode: str = "none") -> dict[str, _schema.Declared]:
     """The state variables ``processor.init`` declares, checked and with their schemas parsed
     (driver side: DDL strings need the Spark session). ``init`` runs on a copy of the
     processor with a handle that only records the declarations. A list's or map's field named
-    as a key column is refused (their ``get`` returns the key columns beside them)."""
+    as a key column is refused (their ``get`` returns the key columns beside them), and so is a
+    TTL in event time (processing time; as PySpark and the per-key processor refuse it)."""
     from pyspark import cloudpickle
 
     copy = cloudpickle.loads(cloudpickle.dumps(processor))
@@ -183,6 +211,13 @@ def declared_states(processor: Any, key_columns: Sequence[str] = ()
             _varkeys.ttl_seconds(ttl)
         except (InvalidArgumentError, InvalidTypeError) as exc:
             raise type(exc)(f"{who} declares state {name!r}: {exc}") from None
+        if ttl is not None and time_mode == "eventtime":
+            raise InvalidArgumentError(
+                f"{who} declares state {name!r} with a TTL (ttlDurationMs={ttl!r}), which is "
+                "processing time, and the query runs with time_mode='eventtime': drop the TTL "
+                "and clear the state from an event-time timer, or use "
+                "time_mode='processingtime'"
+            )
         if value is None or (kind == "map" and key is None):
             raise InvalidArgumentError(
                 f"{who} declares {kind} state {name!r} without a "

@@ -12,6 +12,7 @@ from silt.errors import InvalidArgumentError
 from ...runtime import _schema
 from ...runtime._names import META_DELETED_STATES
 from .. import _varkeys
+from .._varkeys import TIMER_MARK
 from ._lists import BatchListState
 from ._maps import BatchMapState
 from ._state import BatchKeys, BatchValueState, BatchVariable
@@ -21,10 +22,15 @@ _CALLS = {"value": "getValueState({name!r}, schema)", "list": "getListState({nam
 
 
 class BatchStates:
-    """What ``process`` receives as ``state``: the variables ``init`` declared, by name."""
+    """What ``process`` (and ``expired``) receive as ``state``: the variables ``init``
+    declared, by name, and the batch's ``timers``."""
 
-    def __init__(self, handle: BatchHandle) -> None:
+    def __init__(self, handle: BatchHandle, timers: Any = None) -> None:
         self._handle = handle
+        #: The batch's timers (a :class:`~silt_spark.operators.batch.BatchTimers`,
+        #: the ``timers`` that ``process`` gets): how ``expired`` registers, deletes and lists
+        #: timers.
+        self.timers = timers
 
     def _var(self, kind: str, name: str) -> Any:
         var = self._handle._vars.get(name)
@@ -71,6 +77,8 @@ class BatchHandle:
         self._vars: dict[str, BatchVariable] = {}
         self._keys: Any = None
         self._state: Any = None
+        #: Whether the keys' timers are read ahead (a time mode is on).
+        self._timers = False
         #: List key -> the sequence number of its next element, once known in this batch.
         self._list_next: dict[bytes, int] = {}
         #: Variables the per-key processor's ``deleteIfExists`` removed with nothing written
@@ -139,16 +147,29 @@ class BatchHandle:
             "variable"
         )
 
-    def _bind(self, keys: BatchKeys) -> None:
+    def _bind(self, keys: BatchKeys, timers: bool = False) -> None:
         """Serve the batch's ``keys``: read every declared variable of every key ahead, value
-        variables with one ``multi_get``, list and map variables with one ``multi_scan``."""
+        variables with one ``multi_get``, list and map variables (and with ``timers``, the
+        keys' timers) with one ``multi_scan``."""
         from ...runtime._prefetch import BatchState
 
         self._keys = keys
+        self._timers = timers
         self._state = BatchState(self._task)
+        self._load(list(keys.prefix_of.values()))
+
+    def _add_keys(self, keys: list[tuple[int, bytes]]) -> None:
+        """Serve ``(key group, enc(key))`` pairs too (the keys whose timers fire), read ahead
+        as :meth:`_bind` reads the batch's."""
+        self._load(self._keys.add(keys))
+
+    def _load(self, prefixes: list[bytes]) -> None:
+        if not prefixes:
+            return
         values = [v._name for v in self._vars.values() if v.kind == "value"]
         entries = [v._name for v in self._vars.values() if v.kind != "value"]
-        prefixes = list(keys.prefix_of.values())
+        if self._timers:
+            entries.append(TIMER_MARK)
         if values:
             self._state.load(prefixes, values, (), False, None)
         if entries:

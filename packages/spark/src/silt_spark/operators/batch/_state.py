@@ -32,11 +32,16 @@ key being handled; the key group of a key is the one Spark routed its rows by.
 Every argument is checked before anything is written; an error names the processor, the
 variable and what was wrong. Not thread-safe: one shard's micro-batch, in its task.
 
-Simplified for now: no timers and no event time (``timers`` is the batch's processing time
-only; no ``registerTimer``, no expired-timer handler, no ``time_mode``) and no
-``deleteIfExists`` (refused when the query is built); values of a schema with a
+Timers (``time_mode="ProcessingTime"`` or ``"EventTime"``) are ``_timers.py``: in the per-key
+processor's layout, registered, deleted and listed for many keys at once, the due ones handed
+to ``expired(keys, times, state)`` in one call.
+
+Simplified for now: no ``deleteIfExists`` (refused when the query is built: run the query once
+with ``transform_with_state`` to delete a variable); timer calls and the firing of due timers
+are one Python step per timer (no user code per key, but not numpy-vectorized as the keys
+are), and the keys ``expired`` gets are decoded one per timer; values of a schema with a
 variable-length field (or of an older schema version) are encoded and decoded with one Python
-call per element; fixed-width schemas go by numpy records (``runtime._valuecolumns``).
+call per element, while fixed-width schemas go by numpy records (``runtime._valuecolumns``).
 """
 
 from __future__ import annotations
@@ -65,7 +70,14 @@ class BatchProcessor:
     ``output_schema``, or ``None``); ``close()`` is optional, and so is
     ``process_initial(rows, state, timers)`` (required with ``initial_state=``: called once per
     shard in the query's first micro-batch with the shard's initial rows, before ``process``;
-    what it returns is ignored). Any object with ``init`` and ``process`` is accepted.
+    what it returns is ignored), and so is ``expired(keys, times, state)`` (with a
+    ``time_mode``: called once per shard and micro-batch with the timers that are due, ``keys``
+    a ``pyarrow.Table`` of the key columns and ``times`` their int64 ms, one row per timer in
+    firing order; returns output rows as ``process`` does; ``state.timers`` registers, deletes
+    and lists timers there). ``timers`` (also ``state.timers``) is a
+    :class:`~silt_spark.operators.batch.BatchTimers`: the batch's processing time and
+    watermark, and ``register(keys, times)``, ``delete(keys, times)``, ``list(keys)``. Any
+    object with ``init`` and ``process`` is accepted.
 
     Examples
     --------
@@ -90,7 +102,8 @@ class BatchProcessor:
 
     def process(self, batch: Any, state: BatchStates, timers: Any) -> Any:
         """The shard's output for its rows of one micro-batch (see the class docstring);
-        ``timers`` is a :class:`~silt_spark.TimerValues` (processing time of the batch)."""
+        ``timers`` is the batch's :class:`~silt_spark.operators.batch.BatchTimers`
+        (its processing time and watermark, as a :class:`~silt_spark.TimerValues`)."""
         raise NotImplementedError
 
     def close(self) -> None:
@@ -105,7 +118,22 @@ class BatchKeys:
         self.key_columns = key_columns
         self.processor = processor
         #: enc(key) -> the key's state prefix (``_varkeys.key_prefix``).
-        self.prefix_of = {e: _varkeys.key_prefix(kg, e) for e, kg in zip(encoded, kgs)}
+        self.prefix_of: dict[bytes, bytes] = {}
+        #: The key's state prefix -> (key group, enc(key)).
+        self.key_of: dict[bytes, tuple[int, bytes]] = {}
+        self.add(zip(kgs, encoded))
+
+    def add(self, keys: Any) -> list[bytes]:
+        """Take ``(key group, enc(key))`` pairs as keys of the batch too (the keys whose
+        timers fire); return the state prefixes of those that were not."""
+        new = []
+        for kg, e in keys:
+            if e not in self.prefix_of:
+                p = _varkeys.key_prefix(kg, e)
+                self.prefix_of[e] = p
+                self.key_of[p] = (kg, e)
+                new.append(p)
+        return new
 
     def prefixes(self, keys: Any, what: str) -> list[bytes]:
         """The state prefixes of ``keys`` (a table of key rows of this batch), or an error

@@ -16,39 +16,10 @@ from ...runtime._names import (
     DESCRIPTOR_SCHEMAS,
 )
 from .. import _initial
+from .._timemode import time_config as _time_config
 from . import _handover
 from ._handle import KIND, StatefulProcessorHandle
-from ._runner import TimeConfig, process_partition
-
-TIME_MODES = ("none", "processingtime", "eventtime")
-
-
-def _time_config(df: Any, mode: str, column: str | None, delay: Any) -> Any:
-    from pyspark.sql import types as T
-
-    m = str(mode).lower()
-    if m not in TIME_MODES:
-        raise InvalidArgumentError(
-            f"time_mode must be one of {TIME_MODES}, got {mode!r}"
-        )
-    delay_ms = _api.parse_delay_ms(delay)
-    if m != "eventtime":
-        if column is not None:
-            raise InvalidArgumentError("event_time_column needs time_mode='eventtime'")
-        if delay_ms:
-            raise InvalidArgumentError("watermark_delay needs time_mode='eventtime'")
-        return TimeConfig(m)
-    if column is None:
-        raise InvalidArgumentError("time_mode='eventtime' needs event_time_column")
-    fields = {f.name: f.dataType for f in df.schema.fields}
-    t = fields.get(column)
-    if t is None:
-        raise InvalidArgumentError(f"event_time_column {column!r} is not in the DataFrame")
-    if not isinstance(t, (T.TimestampType, T.TimestampNTZType, T.LongType, T.IntegerType)):
-        raise InvalidTypeError(
-            f"event_time_column {column!r} must be a timestamp or ms, not {t}"
-        )
-    return TimeConfig(m, column, delay_ms)
+from ._runner import process_partition
 
 
 @_api.root_parameters

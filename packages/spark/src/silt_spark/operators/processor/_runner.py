@@ -7,12 +7,9 @@ from __future__ import annotations
 
 import time as _time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
-from silt.errors import InvalidTypeError
-
-from ...runtime import _codec, _keys
+from ...runtime import _codec
 from ...runtime._layout import KG_COLUMN, PARTITION_COLUMN
 from ...runtime._names import (
     META_LATE_ROWS,
@@ -21,74 +18,15 @@ from ...runtime._names import (
 )
 from ...runtime._shard import ShardTask
 from .. import _initial
-from .._varkeys import TIMER_MARK, TIMER_TAG, _due_key, _timer_bytes
+from .._timemode import TimeConfig
+from .._timemode import due_timers as _due_timers
+from .._timemode import late_mask as _late_mask
+from .._timemode import max_event_time_ms as _max_event_time_ms
+from .._timemode import meta_int as _meta_int
+from .._varkeys import TIMER_MARK, _due_key, _timer_bytes
 from . import _handover
 from ._handle import StatefulProcessorHandle
 from ._user import ExpiredTimerInfo, TimerValues
-
-
-@dataclass(frozen=True)
-class TimeConfig:
-    """Time handling of a processor operator (plain data, shipped to the tasks)."""
-
-    mode: str = "none"
-    event_time_column: str | None = None
-    watermark_delay_ms: int = 0
-
-
-def _meta_int(meta: dict[str, str], name: str) -> int | None:
-    v = meta.get(name)
-    return int(v) if v else None
-
-
-def _max_event_time_ms(column: Any) -> int | None:
-    """The largest value of an event-time column in ms (timestamps or integral ms)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    t = column.type
-    if pa.types.is_timestamp(t):
-        top = pc.max(column.cast(pa.int64())).as_py()
-        if top is None:
-            return None
-        per_ms = {"s": None, "ms": 1, "us": 1000, "ns": 1_000_000}[t.unit]
-        return top * 1000 if per_ms is None else top // per_ms
-    if pa.types.is_integer(t):
-        top = pc.max(column).as_py()
-        return None if top is None else int(top)
-    raise InvalidTypeError(
-        f"the event-time column must be a timestamp or integral ms column, got {t}"
-    )
-
-
-def _late_mask(column: Any, watermark: int | None) -> Any:
-    """``True`` where an event time (timestamp or integral ms) is at or before ``watermark``
-    (ms); nulls are never late, as in Spark. ``None`` when no row is late."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    if watermark is None:
-        return None
-    t = column.type
-    if pa.types.is_timestamp(t):
-        per_ms = {"s": None, "ms": 1, "us": 1000, "ns": 1_000_000}[t.unit]
-        raw = column.cast(pa.int64())
-        limit = watermark // 1000 if per_ms is None else watermark * per_ms
-        mask = pc.less_equal(raw, limit)
-    else:
-        mask = pc.less_equal(column, watermark)
-    mask = pc.fill_null(mask, False)
-    return mask if pc.any(mask).as_py() else None
-
-
-def _due_timers(task: ShardTask, threshold: int) -> tuple[list[tuple[int, int, bytes]], int | None]:
-    """Timers of the shard with expiry ``<= threshold`` as ``(expiry, kg, encoded key)`` in
-    firing order, and the smallest expiry after ``threshold`` (``None``: no timer left).
-    One short scan per key group of the shard's timer index."""
-    entries, nxt = _keys.due_entries(task.db, task.first_kg, task.last_kg, TIMER_TAG,
-                                     threshold)
-    due = sorted((expiry, kg, _keys.after_time(k)) for expiry, kg, k in entries)
-    return due, nxt
 
 
 def process_partition(
@@ -98,7 +36,7 @@ def process_partition(
     key_columns: list[str],
     output_schema: Any,
     rows_format: Any = "pandas",
-    time: TimeConfig = TimeConfig(),
+    time: TimeConfig = TimeConfig(),  # noqa: B008 - frozen
     schemas: dict[str, Any] | None = None,
     initial: str | None = None,
 ) -> Iterator[Any]:
