@@ -121,13 +121,10 @@ class RangeDeleteModel(RuleBasedStateMachine):
             assert dict(old.scan()) == self.snapshots[v]
             assert old.multi_get(KEYS) == [self.snapshots[v].get(k) for k in KEYS]
 
-    @precondition(lambda self: self.db.manifest is not None and self.db.manifest.l0)
-    @rule(k=st.integers(min_value=1, max_value=8), bottom=st.booleans())
-    def compact(self, k: int, bottom: bool) -> None:
-        """Compact the oldest ``k`` L0 SSTs into a new run, or (``bottom``) every SST into one
-        bottom run that drops tombstones; the next commit adopts it. Pending writes are
-        committed first, so that a bottom compaction leaves nothing a tombstone covers."""
-        self.commit()
+    def _compact_committed(self, k: int, bottom: bool) -> None:
+        """Run the compaction of the committed version's oldest ``k`` L0 SSTs (with the first
+        level) into a new run, or (``bottom``) of every SST into one bottom run, as ``silt
+        compact`` would: its record waits for a commit to adopt it."""
         m = self.db.manifest
         assert m is not None
         if bottom:
@@ -140,6 +137,15 @@ class RangeDeleteModel(RuleBasedStateMachine):
                               drop_tombstones=bottom or len(m.levels) <= 1)
         run_compaction(self.db.store, m, task, SETTINGS, Clock(),
                        siblings=SiblingStores(self.url, self.db.store))
+
+    @precondition(lambda self: self.db.manifest is not None and self.db.manifest.l0)
+    @rule(k=st.integers(min_value=1, max_value=8), bottom=st.booleans())
+    def compact(self, k: int, bottom: bool) -> None:
+        """Compact the oldest ``k`` L0 SSTs into a new run, or (``bottom``) every SST into one
+        bottom run that drops tombstones; the next commit adopts it. Pending writes are
+        committed first, so that a bottom compaction leaves nothing a tombstone covers."""
+        self.commit()
+        self._compact_committed(k, bottom)
         before = self.db.stats().get("compactions_adopted", 0)
         self.commit()
         assert self.db.stats().get("compactions_adopted", 0) == before + 1
@@ -152,23 +158,12 @@ class RangeDeleteModel(RuleBasedStateMachine):
 
     @precondition(lambda self: self.db.manifest is not None and self.db.manifest.l0)
     @rule(k=st.integers(min_value=1, max_value=8), bottom=st.booleans())
-    def compact_behind(self, k: bytes, bottom: bool) -> None:
+    def compact_behind(self, k: int, bottom: bool) -> None:
         """Compact the committed version as ``silt compact`` would, leaving pending writes
         pending: the rules that follow (puts, deletes and range deletes made after its input
         version, flushes, commits, reopens) interleave with :meth:`install` and the commit
         that adopts or refuses it."""
-        m = self.db.manifest
-        assert m is not None
-        if bottom:
-            inputs = tuple(s.id for s in m.all_ssts())
-        else:
-            inputs = tuple(s.id for s in m.l0[-k:])
-            if m.levels:
-                inputs += tuple(s.id for s in m.levels[0])
-        task = CompactionTask(inputs=inputs, mode="new_run",
-                              drop_tombstones=bottom or len(m.levels) <= 1)
-        run_compaction(self.db.store, m, task, SETTINGS, Clock(),
-                       siblings=SiblingStores(self.url, self.db.store))
+        self._compact_committed(k, bottom)
 
     @rule()
     def install(self) -> None:
