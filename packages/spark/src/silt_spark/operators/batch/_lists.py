@@ -90,9 +90,7 @@ class BatchListState(BatchVariable):
         may repeat (its elements are appended in row order). Everything is checked before
         anything is written; one write for the whole call."""
         _, list_keys = self._resolve(keys, "append")
-        table = self._rows(elements, self.schema, "append", "elements")
-        self._same_count("append", len(list_keys), table, "element")
-        encoded = self._encode(table, "append")
+        encoded = self._encoded(elements, "append", len(list_keys), "elements", "element")
         self._append(list_keys, encoded, [])
 
     def put(self, keys: Any, elements: Any) -> None:
@@ -101,9 +99,7 @@ class BatchListState(BatchVariable):
         order); the lists of other keys are untouched (use :meth:`delete` to empty one).
         Checked before anything is written; one write for the whole call."""
         _, list_keys = self._resolve(keys, "put")
-        table = self._rows(elements, self.schema, "put", "elements")
-        self._same_count("put", len(list_keys), table, "element")
-        encoded = self._encode(table, "put")
+        encoded = self._encoded(elements, "put", len(list_keys), "elements", "element")
         self._append(list_keys, encoded, list(dict.fromkeys(list_keys)))
 
     def delete(self, keys: Any) -> None:

@@ -109,9 +109,7 @@ class BatchMapState(BatchVariable):
                 f"{self._what}.put: the same user key is given more than once for a key; give "
                 "each (key, user key) one value"
             )
-        table = self._rows(values, self.schema, "put")
-        self._same_count("put", len(entries), table)
-        encoded = self._encode(table, "put")
+        encoded = self._encoded(values, "put", len(entries))
         if not entries:
             return
         self._write([(k, v) for (_, k), v in zip(entries, encoded)])

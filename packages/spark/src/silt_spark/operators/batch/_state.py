@@ -237,6 +237,14 @@ class BatchVariable:
                 f"give one {label} row per key row, in the keys' order"
             )
 
+    def _encoded(self, values: Any, call: str, n_keys: int, label: str = "values",
+                 row: str = "value") -> list[bytes]:
+        """``values`` (one row of the variable's schema per key row, ``n_keys`` of them)
+        checked and encoded: the table's columns, its row count, then each row's bytes."""
+        table = self._rows(values, self.schema, call, label)
+        self._same_count(call, n_keys, table, row)
+        return self._encode(table, call)
+
     def _encode(self, table: Any, call: str) -> list[bytes]:
         """Each row of ``table`` (already of the schema) in the variable's encoding: by numpy
         records for a schema of fixed-width fields (``_valuecolumns``), else row by row."""
@@ -323,9 +331,7 @@ class BatchValueState(BatchVariable):
                 f"{self._what}.put: keys hold the same key more than once; give each key one "
                 "value (e.g. aggregate per key first)"
             )
-        table = self._rows(values, self.schema, "put")
-        self._same_count("put", len(entries), table)
-        encoded = self._encode(table, "put")
+        encoded = self._encoded(values, "put", len(entries))
         if not entries:
             return
         self._write(list(zip(entries, encoded)))
