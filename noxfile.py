@@ -123,6 +123,23 @@ def lint(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+def soak(session: nox.Session) -> None:
+    """The deterministic simulation's long sweep (a soak run, not a test): writers, a zombie, a
+    compactor and GC interleaved with injected faults, one seeded world after another.
+    ``nox -s soak -- SEEDS FIRST`` (default 20,000 seeds from 1,000, past the suite's 0-999);
+    a failing seed prints the command that replays it. Runs the compiled core; set
+    ``SILT_NO_EXTENSIONS=1`` in the environment for pure Python."""
+    defaults = ["20000", "1000"]
+    seeds, first = [*session.posargs, *defaults[len(session.posargs):]][:2]
+    session.install("pytest>=8", "hypothesis>=6.100", "./packages/core")
+    session.run(
+        "pytest", "-p", "no:cacheprovider", "-q", "-s", "tests/test_simulation.py",
+        "tests/test_simulation_graces.py", "-k", "seeds",
+        env={"SILT_SIM_SEEDS": seeds, "SILT_SIM_FIRST": first, "SILT_TEST_TIERS": "",
+             "SILT_DISABLE_PLUGIN_AUTOLOAD": "1"})
+
+
+@nox.session(python=PYTHON)
 def bench(session: nox.Session) -> None:
     """Benchmarks against peers measured in the same run (not tests): nox -s bench -- --quick.
     Results go to bench/results/ as JSON, then bench/charts.py draws them there as PNGs."""

@@ -16,13 +16,13 @@ each world asserts:
   writes are lost, without creating any manifest (no version number burned), and the writer is
   replaced by a fresh open.
 
-``SILT_SIM_SEEDS`` (default 2000) sets the number of seeds here too (a quarter of them run);
-``SILT_SIM_SEED=N`` replays seed N with its trace.
+``SILT_SIM_SEEDS`` and ``SILT_SIM_FIRST`` set the seeds here too (a quarter of them run, from
+the same first one as tests/test_simulation.py); ``SILT_SIM_SEED=N`` replays seed N with its
+trace.
 """
 
 from __future__ import annotations
 
-import os
 import random
 
 import pytest
@@ -30,7 +30,7 @@ import silt
 from silt import paths
 from silt.errors import InvalidArgumentError, SiltError, StoreError, WithdrawnError
 from silt.gc import collect_garbage
-from test_simulation import ONE, SEEDS, SimFailure, World, Writer, run_world, seeded_ids
+from test_simulation import FIRST, ONE, SEEDS, SimFailure, World, Writer, run_world, seeded_ids
 from test_simulation import simulated_time_and_ids as simulated_time_and_ids
 
 #: The graces (seconds) writers and GC passes draw from.
@@ -162,9 +162,8 @@ def simulate_mixed(seed: int, steps: int = 40, verbose: bool = False) -> MixedWo
 @pytest.mark.skipif(ONE is not None, reason="SILT_SIM_SEED replays one seed")
 def test_simulation_seeds_with_mixed_graces(monkeypatch: pytest.MonkeyPatch) -> None:
     seeds = max(1, SEEDS // 4)
-    first = int(os.environ.get("SILT_SIM_FIRST", "0"))
     totals: dict[str, int] = {}
-    for seed in range(first, first + seeds):
+    for seed in range(FIRST, FIRST + seeds):
         seeded_ids(monkeypatch, seed)
         world = simulate_mixed(seed)
         for k, n in world.stats.items():
