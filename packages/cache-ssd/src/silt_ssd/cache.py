@@ -31,8 +31,9 @@ Limits, both honoured at every admission: ``size_limit`` (sum of entry file size
 either first evicts. Eviction is least-recently-used by file mtime: a hit refreshes the entry's
 mtime, at most once per ``touch_interval`` seconds (so recency costs one ``futimens`` per hot entry
 per interval, shared by all processes). An eviction pass scans the tree (under the lock), corrects
-the ledger from what it finds and evicts the oldest entries until usage is ``EVICT_SLACK`` of the
-limit *below* it, so a full cache pays for one scan per ~10% of turnover rather than one per miss.
+the ledger from what it finds and evicts the oldest entries until usage is
+:data:`~silt_ssd.admission.EVICT_SLACK` of the limit *below* it, so a full cache pays for one scan
+per ~10% of turnover rather than one per miss.
 Entries larger than the whole budget are not cached.
 
 Never failing a read: at run time every disk error is counted and the read served from the inner
@@ -41,10 +42,11 @@ cache's own files go) makes :meth:`SsdCache.from_options`, the factory behind ``
 return the inner store with one :class:`CacheDisabledWarning`.
 
 Crash safety: a process killed mid-write leaves only a file in ``tmp/`` (removed by a later pass
-once older than ``STALE_TMP_SECONDS``). Entries are not fsynced: after a power loss an entry may be
-empty or damaged, which its checksum detects; a damaged entry is dropped and refetched, never
-returned. The ledger is raised *before* an entry is published, so a crash can only make it
-over-count (the next eviction pass recounts), never let the cache grow past its limit.
+once older than :data:`~silt_ssd.cachedir.STALE_TMP_SECONDS`). Entries are not fsynced: after a
+power loss an entry may be empty or damaged, which its checksum detects; a damaged entry is
+dropped and refetched, never returned. The ledger is raised *before* an entry is published, so a
+crash can only make it over-count (the next eviction pass recounts), never let the cache grow
+past its limit.
 
 Simplifications, on purpose:
 
