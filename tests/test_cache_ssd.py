@@ -32,8 +32,7 @@ from silt.plugins import build_registry, open_store
 from silt.testing import FaultyStore, StoreConformance
 from silt.tiers.file import FileStore
 from silt.tiers.memory import MemoryStore
-from silt_ssd import SsdCache, entry, parse_size
-from silt_ssd import cache as cache_mod
+from silt_ssd import SsdCache, cachedir, entry, parse_size
 from silt_ssd.plugin import silt_register
 
 PYTHONPATH = os.pathsep.join(
@@ -642,7 +641,7 @@ def test_engine_survives_a_damaged_cache(tmp_path: Path) -> None:
 
 CRASH_CHILD = """
     import json, os, random, sys, time
-    import silt_ssd.cache as cache_mod
+    import silt_ssd.admission as admission
     from silt.tiers.file import FileStore
     from silt_ssd import SsdCache
 
@@ -653,7 +652,7 @@ CRASH_CHILD = """
             os.write(fd, data[: len(data) // 2])
             open(os.path.join(root, "STALLED"), "w").close()
             time.sleep(60)
-        cache_mod._write_all = half_then_stall
+        admission._write_all = half_then_stall
     store = SsdCache(FileStore(root), cache_dir, size_limit=int(sys.argv[4]))
     rng = random.Random(os.getpid())
     names = sorted(os.listdir(os.path.join(root, "sst")))
@@ -709,7 +708,7 @@ def test_sigkill_mid_write_leaves_no_entry(tmp_path: Path, monkeypatch) -> None:
     for i in range(4):
         assert store.get_range(f"sst/{i:03d}.sst", 4096, 65536) == payload(i, 300_000)[4096:69632]
     assert store.stats()["dropped_damaged"] == 0
-    monkeypatch.setattr(cache_mod, "STALE_TMP_SECONDS", -1.0)  # as if it were old
+    monkeypatch.setattr(cachedir, "STALE_TMP_SECONDS", -1.0)  # as if it were old
     SsdCache(FileStore(root), cache_dir, size_limit=64 * MiB).close()
     assert list((cache_dir / "silt-ssd-v1" / "tmp").iterdir()) == []
 

@@ -173,6 +173,11 @@ def test_builder_mistakes_raise_silts_own_errors(spark, tmp_path):
         (lambda: silt_spark.aggregate(stream, "user", ["sum(missing)"], url, 2),
          InvalidArgumentError),
         (lambda: silt_spark.aggregate(stream, "user", ["sum(note)"], url, 2), InvalidTypeError),
+        # a processor without the methods its operator calls
+        (lambda: silt_spark.transform_with_state(stream, object(), "user", "user string", url, 2),
+         InvalidTypeError),
+        (lambda: silt_spark.transform_batches(stream, object(), "user", "user string", url, 2),
+         InvalidTypeError),
         (lambda: silt_spark.drop_state("not a url"), InvalidArgumentError),
         # read_state: a root that is not one, a version that is not a micro-batch id
         (lambda: silt_spark.read_state(spark, url), NotAnOperatorRootError),

@@ -14,8 +14,9 @@ How it works and what it guarantees: :mod:`silt_ssd.cache`; the options: :mod:`s
 
 from __future__ import annotations
 
-from .cache import CacheDisabledWarning, SsdCache, UnusableCacheDir, is_sst_key, sst_read_ranges
+from .cache import CacheDisabledWarning, SsdCache, UnusableCacheDir
 from .options import CacheOptions, Reserve, parse_size
+from .ssts import is_sst_key, sst_read_ranges
 
 __version__ = "0.1.0"
 

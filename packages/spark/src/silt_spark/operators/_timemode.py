@@ -59,6 +59,12 @@ class TimeConfig:
     event_time_column: str | None = None
     watermark_delay_ms: int = 0
 
+    @property
+    def event_time_delays(self) -> tuple[int, ...]:
+        """The watermark delays the operator's spec records: this one in event time, else
+        none."""
+        return (self.watermark_delay_ms,) if self.mode == "eventtime" else ()
+
 
 def meta_int(meta: dict[str, str], name: str) -> int | None:
     v = meta.get(name)

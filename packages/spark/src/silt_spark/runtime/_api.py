@@ -177,6 +177,17 @@ def _check_no_spark_watermark(df: Any, kind: str) -> None:
     )
 
 
+def require_methods(processor: Any, methods: Sequence[str], see: str) -> None:
+    """Refuse (:class:`~silt.errors.InvalidTypeError`) a user object that lacks one of the
+    ``methods`` its operator calls; ``see`` names the class it should follow."""
+    for method in methods:
+        if not callable(getattr(processor, method, None)):
+            raise InvalidTypeError(
+                f"processor must have a {method}() method (see {see}), "
+                f"got {type(processor).__name__}"
+            )
+
+
 def key_list(key_columns: Sequence[str] | str, df: Any) -> list[str]:
     keys = [key_columns] if isinstance(key_columns, str) else list(key_columns)
     if not keys:

@@ -8,15 +8,15 @@ read either, and a query may switch between them on the same ``state_url``.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
 from silt.errors import InvalidArgumentError, InvalidTypeError
 
-from ...runtime import _api, _layout, _rewrite, _root, _schema, _shard, _types
-from ...runtime._names import DESCRIPTOR_SCHEMAS, PROCESSOR_KIND
+from ...runtime import _api, _layout, _schema, _shard, _types
+from ...runtime._names import PROCESSOR_KIND
 from .. import _initial, _varkeys
+from .._registry import record_schemas
 from .._timemode import time_config
 from ._handle import BatchHandle
 
@@ -141,12 +141,7 @@ def transform_batches(
     ...     state_url="file:///data/state/totals", num_shards=4)
     """
     keys = _api.key_list(key_columns, df)
-    for method in ("init", "process"):
-        if not callable(getattr(processor, method, None)):
-            raise InvalidTypeError(
-                f"processor must have a {method}() method (see silt_spark.BatchProcessor), "
-                f"got {type(processor).__name__}"
-            )
+    _api.require_methods(processor, ("init", "process"), "silt_spark.BatchProcessor")
     struct = _api._struct(output_schema)
     if initial_state is not None and not callable(getattr(processor, "process_initial", None)):
         raise InvalidTypeError(
@@ -159,24 +154,13 @@ def transform_batches(
     spec = _api.operator_spec(
         PROCESSOR_KIND, state_url, num_shards, key_groups, take_over, settings, df=df,
         storage_options=storage_options,
-        event_time_delays=(
-            (time_cfg.watermark_delay_ms,) if time_cfg.mode == "eventtime" else ()
-        ),
+        event_time_delays=time_cfg.event_time_delays,
     )
     from pyspark.sql.pandas.types import to_arrow_schema
 
     arrow_schema = to_arrow_schema(struct, timezone="UTC")
     key_schema = to_arrow_schema(df.select(*keys).schema, timezone="UTC")
-    # As transform_with_state: schemas checked and evolved here, before any state is written.
-    field = DESCRIPTOR_SCHEMAS
-    have = _root.read_descriptor(spec.root, spec.storage_options)
-    registry = _schema.evolve((have or {}).get(field) or {}, declared)
-    spec = _root.ensure_descriptor(
-        spec, {"key_columns": _api.key_types(df, keys), field: registry}, _api.PINNED,
-    )
-    if have is not None and field in have and have[field] != registry:
-        _root.update_descriptor(spec.root, {field: registry}, spec.storage_options)
-    spec = dataclasses.replace(spec, settings=_rewrite.settings_for(spec.settings, registry))
+    spec, registry = record_schemas(spec, df, keys, declared)
     arrow_schemas = {name: _arrow_schema(registry[name]["versions"][-1]) for name in declared}
     arrow_keys = {name: _arrow_schema(registry[name]["key"]) for name in declared
                   if registry[name]["kind"] == "map"}

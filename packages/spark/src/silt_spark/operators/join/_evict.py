@@ -119,6 +119,35 @@ def _joined(emitted: list[Rows]) -> Rows:
     return Rows(np.concatenate(off), data)
 
 
+class _Sweep:
+    """One side's eviction across the shard's key groups: the first bucket that does not expire
+    whole (``full``), and what the sweep has gathered so far: the rows evicted, the smallest
+    live bucket met and the values of evicted rows to emit."""
+
+    def __init__(self, task: ShardTask, jp: JoinPlan, evict_us: int) -> None:
+        assert jp.bucket_us is not None
+        self.db = task.db
+        self.key_groups = range(task.first_kg, task.last_kg + 1)
+        self.full = full_buckets_below(evict_us, jp.bucket_us)
+        self.nxt: int | None = None
+        self.total = 0
+        self.emitted: list[Rows] = []
+
+    def buckets(self, kg: int, side: int) -> tuple[list[int], int | None]:
+        """``side``'s expired buckets in key group ``kg`` (their rows counted as evicted) and
+        its first live bucket (``None``: none), kept if it is the smallest so far."""
+        expired, n, live = _expired_buckets(self.db, kg, side, self.full)
+        self.total += n
+        if live is not None and (self.nxt is None or live < self.nxt):
+            self.nxt = live
+        return expired, live
+
+    def result(self) -> tuple[int | None, int, Rows]:
+        """What :func:`evict` returns: the smallest live bucket, the rows evicted, the values
+        to emit."""
+        return self.nxt, self.total, _joined(self.emitted)
+
+
 def evict(task: ShardTask, jp: JoinPlan, side: int, evict_us: int, outer: bool,
           marked: set[bytes], ops: list, ranges: list, dead_buckets: set, count_delta: dict
           ) -> tuple[int | None, int, Rows]:
@@ -129,40 +158,30 @@ def evict(task: ShardTask, jp: JoinPlan, side: int, evict_us: int, outer: bool,
 
     For a side without a time index (:func:`evict_indexed`): an outer side's whole expired
     buckets and its boundary bucket are read to find the rows to emit and delete."""
-    assert jp.bucket_us is not None
-    full = full_buckets_below(evict_us, jp.bucket_us)
-    db = task.db
-    nxt: int | None = None
-    total = 0
-    emitted: list[Rows] = []
-
-    for kg in range(task.first_kg, task.last_kg + 1):
-        expired, n, live = _expired_buckets(db, kg, side, full)
-        total += n
-        if live is not None:
-            if live == full and outer:
-                prefix = bucket_prefix(kg, side, live)
-                items = list(db.scan(prefix, prefix_end(prefix)))
-                if items:
-                    ks, vs = zip(*items)
-                    keys = Rows.from_list(list(ks))
-                    times = _unbiased(_rowcodec.u64_at_end(keys, 16))
-                    gone = np.flatnonzero(times <= evict_us)
-                    if len(gone):
-                        sub = list(zip(keys.take(gone).to_list(),
-                                       Rows.from_list(list(vs)).take(gone).to_list()))
-                        gk, vals = _unmatched(sub, marked)
-                        emitted.append(vals)
-                        ops.extend(zip(gk, [None] * len(gk), [None] * len(gk)))
-                        total += len(gone)
-                        key = (side, kg, live)
-                        count_delta[key] = count_delta.get(key, 0) - len(gone)
-            if nxt is None or live < nxt:
-                nxt = live
+    sweep = _Sweep(task, jp, evict_us)
+    for kg in sweep.key_groups:
+        expired, live = sweep.buckets(kg, side)
+        if live == sweep.full and outer:
+            prefix = bucket_prefix(kg, side, live)
+            items = list(sweep.db.scan(prefix, prefix_end(prefix)))
+            if items:
+                ks, vs = zip(*items)
+                keys = Rows.from_list(list(ks))
+                times = _unbiased(_rowcodec.u64_at_end(keys, 16))
+                gone = np.flatnonzero(times <= evict_us)
+                if len(gone):
+                    sub = list(zip(keys.take(gone).to_list(),
+                                   Rows.from_list(list(vs)).take(gone).to_list()))
+                    gk, vals = _unmatched(sub, marked)
+                    sweep.emitted.append(vals)
+                    ops.extend(zip(gk, [None] * len(gk), [None] * len(gk)))
+                    sweep.total += len(gone)
+                    key = (side, kg, live)
+                    count_delta[key] = count_delta.get(key, 0) - len(gone)
         if expired:
-            _drop_buckets(db, kg, side, expired, outer, marked, ops, ranges, dead_buckets,
-                          emitted)
-    return nxt, total, _joined(emitted)
+            _drop_buckets(sweep.db, kg, side, expired, outer, marked, ops, ranges, dead_buckets,
+                          sweep.emitted)
+    return sweep.result()
 
 
 def evict_indexed(task: ShardTask, jp: JoinPlan, side: int, evict_us: int, outer: bool,
@@ -175,27 +194,20 @@ def evict_indexed(task: ShardTask, jp: JoinPlan, side: int, evict_us: int, outer
     evicted, never the rows buffered. Whole expired buckets go by range delete, the boundary
     bucket's expired rows by point deletes, the index entries by one range per key group;
     the values of the rows never matched are read with one ``multi_get`` to be emitted."""
-    assert jp.bucket_us is not None
-    full = full_buckets_below(evict_us, jp.bucket_us)
-    db = task.db
-    nxt: int | None = None
-    total = 0
-    emitted: list[Rows] = []
+    sweep = _Sweep(task, jp, evict_us)
+    db, full = sweep.db, sweep.full
     index_ranges: list[tuple[bytes, bytes]] = []
     until = _keys.time_bytes(evict_us + 1)
-    for kg in range(task.first_kg, task.last_kg + 1):
-        expired, n, live = _expired_buckets(db, kg, side, full)
-        total += n
-        if live is not None and (nxt is None or live < nxt):
-            nxt = live
+    for kg in sweep.key_groups:
+        expired, live = sweep.buckets(kg, side)
         if expired:
             _drop_buckets(db, kg, side, expired, False, marked, ops, ranges, dead_buckets,
-                          emitted)
+                          sweep.emitted)
         if expired or live == full:
             index_ranges.append((index_head(kg, side), index_head(kg, side) + until))
     got = db.multi_scan(index_ranges) if index_ranges else []
     if not got:
-        return nxt, total, _joined(emitted)
+        return sweep.result()
     ikeys, ivals = zip(*got)
     ik, iv = Rows.from_list(list(ikeys)), Rows.from_list(list(ivals))
     kgs = _rowcodec._read_fixed(ik.data, ik.offsets[:-1], ">u2").astype(np.int64)
@@ -208,7 +220,7 @@ def evict_indexed(task: ShardTask, jp: JoinPlan, side: int, evict_us: int, outer
     edge = np.flatnonzero(buckets >= full)
     if len(edge):
         ops.extend((k, None, None) for k in rkeys.take(edge).to_list())
-        total += len(edge)
+        sweep.total += len(edge)
         for kg, c in zip(*np.unique(kgs[edge], return_counts=True)):
             key = (side, int(kg), full)
             count_delta[key] = count_delta.get(key, 0) - int(c)
@@ -229,5 +241,5 @@ def evict_indexed(task: ShardTask, jp: JoinPlan, side: int, evict_us: int, outer
                     f"the join state at {task.url!r} has a time index entry without its row "
                     f"({lost.hex()}): the state is damaged; run `silt verify` on it and "
                     "restore it from a backup")
-            emitted.append(Rows.from_list(values))
-    return nxt, total, _joined(emitted)
+            sweep.emitted.append(Rows.from_list(values))
+    return sweep.result()

@@ -5,17 +5,14 @@ query (route rows by key group, one ``mapInArrow`` task per shard running ``_run
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from silt.errors import InvalidArgumentError, InvalidTypeError
+from silt.errors import InvalidArgumentError
 
-from ...runtime import _api, _layout, _rewrite, _root, _schema, _shard, _types
-from ...runtime._names import (
-    DESCRIPTOR_SCHEMAS,
-)
+from ...runtime import _api, _layout, _schema, _shard, _types
 from .. import _initial
+from .._registry import record_schemas
 from .._timemode import time_config as _time_config
 from . import _handover
 from ._handle import KIND, StatefulProcessorHandle
@@ -148,11 +145,7 @@ def transform_with_state(
     ...          .option("checkpointLocation", "/data/chk").start())
     """
     keys = _api.key_list(key_columns, df)
-    for method in ("init", "handleInputRows"):
-        if not callable(getattr(processor, method, None)):
-            raise InvalidTypeError(
-                f"processor must have a {method}() method (see StatefulProcessor)"
-            )
+    _api.require_methods(processor, ("init", "handleInputRows"), "StatefulProcessor")
     struct = _api._struct(output_schema)
     if rows_format not in _handover.FORMATS:
         raise InvalidArgumentError(
@@ -165,27 +158,13 @@ def transform_with_state(
     spec = _api.operator_spec(
         KIND, state_url, num_shards, key_groups, take_over, settings, df=df, reset=reset,
         storage_options=storage_options,
-        event_time_delays=(
-            (time_cfg.watermark_delay_ms,) if time_cfg.mode == "eventtime" else ()
-        ),
+        event_time_delays=time_cfg.event_time_delays,
     )
     from pyspark.sql.pandas.types import to_arrow_schema
 
     arrow_schema = to_arrow_schema(struct, timezone="UTC")
     # Schemas are checked and evolved here, on the driver, before any state is written.
-    have = _root.read_descriptor(spec.root, spec.storage_options)
-    registry = _schema.evolve(
-        (have or {}).get(DESCRIPTOR_SCHEMAS) or {}, declared_states(processor, time_cfg.mode)
-    )
-    spec = _root.ensure_descriptor(
-        spec, {"key_columns": _api.key_types(df, keys), DESCRIPTOR_SCHEMAS: registry},
-        _api.PINNED,
-    )
-    if have is not None and DESCRIPTOR_SCHEMAS in have and have[DESCRIPTOR_SCHEMAS] != registry:
-        _root.update_descriptor(spec.root, {DESCRIPTOR_SCHEMAS: registry},
-                                 spec.storage_options)
-    # Values of older schema ids are brought up to date by compaction (never at restart).
-    spec = dataclasses.replace(spec, settings=_rewrite.settings_for(spec.settings, registry))
+    spec, registry = record_schemas(spec, df, keys, declared_states(processor, time_cfg.mode))
 
     staging = None if init_df is None else _initial.stage(init_df, keys, spec)
 
