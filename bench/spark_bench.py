@@ -441,8 +441,11 @@ def run_query(session: dict, build, data: Path | tuple[Path, ...], chk: Path, ba
     spark = session["spark"] = session["make"]()
     new_session_s = time.perf_counter() - t_session
     t0 = time.perf_counter()
-    q = (build(*streams(spark)).writeStream.format("noop").outputMode(mode)
+    built = build(*streams(spark))
+    t_built = time.perf_counter()
+    q = (built.writeStream.format("noop").outputMode(mode)
          .option("checkpointLocation", str(chk)).trigger(processingTime="0 seconds").start())
+    t_started = time.perf_counter()
     q.processAllAvailable()
     recovery = time.perf_counter() - t0
     restarted = [p for p in q.recentProgress if p["numInputRows"] > 0]
@@ -474,6 +477,10 @@ def run_query(session: dict, build, data: Path | tuple[Path, ...], chk: Path, ba
         "native_commit_ms": np.mean([b["commit_ms"] for b in steady]) if steady else 0.0,
         "recovery_s": recovery,
         "new_session_s": new_session_s,
+        # the restart's driver-side phases: building the query (an operator's checks of its
+        # root), then start() (which returns after the query-start listeners ran)
+        "restart_build_s": t_built - t0,
+        "restart_start_s": t_started - t_built,
         "restart_first_batch_ms": first_batch_ms,
         # Spark's phases of that batch (queryPlanning, addBatch, walCommit, ...)
         "restart_duration_ms": dict(first.get("durationMs", {})) if first else {},
@@ -526,7 +533,9 @@ def measure(session, name, build, src, work, keys, rows, args, state: str | None
     commit = r.get("commit_ms", r.get("native_commit_ms", 0.0))
     print(f"{name:32s} K={keys:>9,d} {r['rows_per_s']:>10,.0f} rows/s "
           f"commit {commit:.0f} ms recovery {r['recovery_s']:.1f}s (first batch "
-          f"{r['restart_first_batch_ms'] / 1000:.1f}s)", flush=True)
+          f"{r['restart_first_batch_ms'] / 1000:.1f}s; build "
+          f"{r.get('restart_build_s', 0):.2f}s, start {r.get('restart_start_s', 0):.2f}s)",
+          flush=True)
     if r.get("tasks_restart_batch"):
         print(f"{'':32s} shard tasks (slowest, ms), last batch {r['tasks_last_batch']}; "
               f"restart batch {r['tasks_restart_batch']}", flush=True)
