@@ -76,7 +76,7 @@ _EXPORTS = {
 
 #: ``read_state`` and ``silt inspect`` find each operator's state reader through the registry;
 #: the operators register when imported, which happens here only when a reader needs them.
-_readers.add_loader(lambda: importlib.import_module(".operators", __name__))
+_readers.add_loader(lambda: importlib.import_module(".operators", __name__).register_readers())
 
 
 def __getattr__(name: str) -> Any:

@@ -5,11 +5,21 @@ What two operators share sits beside them: ``_aggregation.py`` (partial aggregat
 and window), ``_batchkeys.py`` (a batch's state keys) and ``_varkeys.py`` (the key layout of
 named state variables: both processors).
 
-Importing this package registers every operator's state reader (``runtime/_readers.py``).
+Importing this package imports no operator: a Python worker that runs one operator's tasks
+imports that operator's modules only (a cold restart's workers import nothing they do not run).
+:func:`register_readers` imports them all, which registers every operator's state reader
+(``runtime/_readers.py``); ``read_state`` and ``silt inspect`` call it on their first lookup.
 """
 
-from . import aggregate, dedup, window
-from .join import _reader as _join_reader  # noqa: F401 (registers the join's reader)
-from .processor import _reader as _processor_reader  # noqa: F401 (registers the processor's)
+from __future__ import annotations
 
-__all__ = ["aggregate", "dedup", "window"]
+import importlib
+
+#: The modules whose import registers a state reader (each operator's, or its ``_reader``).
+READER_MODULES = ("aggregate", "dedup", "window", "join._reader", "processor._reader")
+
+
+def register_readers() -> None:
+    """Import every operator's reader module, which registers its reader (idempotent)."""
+    for name in READER_MODULES:
+        importlib.import_module(f".{name}", __name__)
