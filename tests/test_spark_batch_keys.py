@@ -3,11 +3,11 @@ without Spark, on a real shard LSM.
 
 Every key row resolves to ``key_prefix(kg, enc(key))`` of its key, whether the batch's keys are
 looked up by their key column (one integer or string column) or by their encodings, whatever
-the order, repeats and integer width of the rows asked for; a row that is not a key of the
-batch is refused naming it; keys added later (those whose timers fire) resolve too. A value
-``get``/``put``/``delete`` makes no Python call per key in silt_spark (the count of Python calls
-does not grow with the keys), and a value variable declared after the prefetch reads what is
-stored.
+the order, repeats and integer width of the rows asked for, and the keys sort by prefix either
+way; a row that is not a key of the batch is refused naming it; keys added later (those whose
+timers fire) resolve too. A value ``get``/``put``/``delete`` makes no Python call per key in
+silt_spark (the count of Python calls does not grow with the keys), and a value variable
+declared after the prefetch reads what is stored.
 """
 
 from __future__ import annotations
@@ -58,6 +58,7 @@ def test_key_rows_resolve_to_their_keys_prefix(data, shape, by_column, narrow):
     assert keys.prefixes == [want[r] for r in rows]
     assert keys.prefix_of == {_codec.encode(r): want[r] for r in rows}
     assert keys.key_of == {want[r]: (kg, _codec.encode(r)) for r, kg in zip(rows, kgs)}
+    assert [keys.prefixes[i] for i in keys.order()] == sorted(want.values())
 
     asked = data.draw(st.lists(st.sampled_from(rows), max_size=15))
     ask_types = [pa.int32() if narrow and t == pa.int64() and all(
@@ -86,6 +87,7 @@ def test_key_rows_resolve_to_their_keys_prefix(data, shape, by_column, narrow):
     want.update({r: _varkeys.key_prefix(first[r], _codec.encode(r)) for r in fresh})
     assert added == [want[r] for r in fresh]
     everything = rows + fresh
+    assert [added[i] for i in keys.order(len(rows))] == sorted(added)
     assert keys.resolve(_table(everything[::-1], types), "x")[1] == [
         want[r] for r in everything[::-1]]
     assert keys.key_of[want[everything[-1]]][1] == _codec.encode(everything[-1])

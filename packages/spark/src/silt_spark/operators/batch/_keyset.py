@@ -19,6 +19,7 @@ import numpy as np
 from silt.errors import InvalidArgumentError
 
 from ...runtime import _rowcodec
+from ...runtime._ndarrays import to_numpy
 from .._varkeys import STATE_TAG
 from ._tables import as_table
 
@@ -121,6 +122,22 @@ class BatchKeys:
         self._last = None
         if len(self.encoded) != n:
             self._column = None  # keys added: look them up by their encodings
+
+    def order(self, start: int = 0) -> np.ndarray:
+        """The positions ``start..`` sorted by state prefix (bytewise), relative to ``start``:
+        for one integer key column by its numbers (a prefix is ``kg:u16be 'S' len:u32be``, then
+        for an integer ``0x07 count:u32be 0x03 value:i64be``, for a null a shorter ``enc``, so
+        the order is key group, null first, then the value's bits as unsigned), else by an Arrow
+        sort of the prefixes."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        column = self._column
+        if start == 0 and column is not None and pa.types.is_integer(column.type):
+            bits = to_numpy(column, 0).astype(np.int64) ^ np.int64(-(1 << 63))
+            valid = column.is_valid().to_numpy(zero_copy_only=False)
+            return np.lexsort((bits, valid, self._kgs))
+        return pc.sort_indices(self.prefix_array[start:]).to_numpy().astype(np.int64)
 
     @property
     def prefixes(self) -> list[bytes]:

@@ -53,10 +53,12 @@ class HeldValues:
         parts = [pc.binary_join_element_wise(prefixes, pa.scalar(name, pa.large_binary()), empty)
                  for name in names]
         entries = pa.concat_arrays(parts)
-        order = pc.sort_indices(entries)
+        # sorted as multi_get reads them: by key prefix (no prefix starts another), then name
+        rank = np.argsort(np.array(names, object)).astype(np.int64)
+        order = (self._keys.order(start)[:, None] + n * rank[None, :]).ravel()
         got = self._task.db.multi_get(entries.take(order).to_pylist())
         values = np.empty(len(got), object)
-        values[order.to_numpy()] = _object_array(got)
+        values[order] = _object_array(got)
         flat = _object_array(entries.to_pylist())
         for j, name in enumerate(names):
             mine = slice(j * n, (j + 1) * n)
