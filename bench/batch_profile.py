@@ -36,14 +36,18 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import silt
-from silt_spark.operators import _aggregation
-from silt_spark.operators import aggregate as _aggregate
-from silt_spark.operators.batch._task import process_partition
-from silt_spark.runtime import _schema
-from silt_spark.runtime._layout import KG_COLUMN, PARTITION_COLUMN
-from spark_bench import BatchCount
+# This checkout's packages and bench/ first (not an installed silt).
+_SRC = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(_SRC / "bench")] + [str(_SRC / "packages" / p / "src")
+                                        for p in ("core", "spark", "tier-s3", "cache-ssd")]
+# isort: split
+import silt  # noqa: E402
+from silt_spark.operators import _aggregation  # noqa: E402
+from silt_spark.operators import aggregate as _aggregate  # noqa: E402
+from silt_spark.operators.batch._task import process_partition  # noqa: E402
+from silt_spark.runtime import _schema  # noqa: E402
+from silt_spark.runtime._layout import KG_COLUMN, PARTITION_COLUMN  # noqa: E402
+from spark_bench import BatchCount  # noqa: E402
 
 #: The key groups of the one shard (all of them).
 KEY_GROUPS = 256
