@@ -1,11 +1,12 @@
 """transform_batches' keys of a batch (``BatchKeys``) and its value states held by key position,
 without Spark, on a real shard LSM.
 
-Every key row resolves to ``key_prefix(kg, enc(key))`` of its key, whether the batch's keys are
-looked up by their key column (one integer or string column) or by their encodings, whatever
-the order, repeats and integer width of the rows asked for, and the keys sort by prefix either
-way; a row that is not a key of the batch is refused naming it; keys added later (those whose
-timers fire) resolve too. A value ``get``/``put``/``delete`` makes no Python call per key in
+Keys encode as ``_codec`` does (integer columns by one numpy record). Every key row resolves
+to ``key_prefix(kg, enc(key))`` of its key, whether the batch's keys are looked up by their key
+column (one integer or string column) or by their encodings, whatever the order, repeats and
+integer width of the rows asked for, and the keys sort by prefix either way; a row that is not
+a key of the batch is refused naming it; keys added later (those whose timers fire) resolve
+too. A value ``get``/``put``/``delete`` makes no Python call per key in
 silt_spark (the count of Python calls does not grow with the keys), and a value variable
 declared after the prefetch reads what is stored.
 """
@@ -22,6 +23,7 @@ from hypothesis import strategies as st
 from silt.errors import InvalidArgumentError
 from silt_spark.operators import _varkeys
 from silt_spark.operators.batch import BatchHandle, BatchStates
+from silt_spark.operators.batch._keyset import encode_keys
 from silt_spark.operators.batch._state import BatchKeys
 from silt_spark.runtime import _codec, _rowcodec, _schema
 from silt_spark.runtime._schema import Declared
@@ -35,6 +37,8 @@ SHAPES = {
     "string, long": ([pa.string(), pa.int64()],
                      st.tuples(st.text(max_size=3), st.none() | st.integers(-9, 9))),
     "double": ([pa.float64()], st.tuples(st.floats(allow_nan=False))),
+    "long, int": ([pa.int64(), pa.int8()],
+                  st.tuples(st.integers(-(1 << 63), (1 << 63) - 1), st.integers(-128, 127))),
 }
 
 
@@ -51,7 +55,8 @@ def test_key_rows_resolve_to_their_keys_prefix(data, shape, by_column, narrow):
     kgs = data.draw(st.lists(st.integers(0, 1023), min_size=len(rows), max_size=len(rows)))
     batch = _table(rows, types)
     names = batch.column_names
-    encoded = _rowcodec.encode_tuples(batch.columns, batch.num_rows)
+    encoded = encode_keys(batch.columns, batch.num_rows)
+    assert encoded.to_list() == [_codec.encode(r) for r in rows]
     keys = BatchKeys(names, encoded if by_column else encoded.to_list(), kgs, "P",
                      batch.columns if by_column else None)
     want = {r: _varkeys.key_prefix(kg, _codec.encode(r)) for r, kg in zip(rows, kgs)}

@@ -31,6 +31,28 @@ def _object_array(items: list[Any]) -> np.ndarray:
     return out
 
 
+def encode_keys(columns: list[Any], n: int) -> _rowcodec.Rows:
+    """``enc(key)`` of each row of the key ``columns`` (``n`` rows): for integer columns
+    (but ``uint64``) without nulls one numpy record per row (``0x07 count:u32be``, then per
+    column ``0x03 value:i64be``: ``_codec``'s bytes), else ``_rowcodec.encode_tuples``."""
+    import pyarrow as pa
+
+    if not columns or any(not pa.types.is_integer(c.type) or c.type == pa.uint64()
+                          or c.null_count for c in columns):
+        return _rowcodec.encode_tuples(columns, n)
+    fields = [("tuple", "u1"), ("count", ">u4")]
+    for i in range(len(columns)):
+        fields += [(f"t{i}", "u1"), (f"v{i}", ">i8")]
+    rec = np.empty(n, fields)
+    rec["tuple"] = 0x07  # _codec's tuple
+    rec["count"] = len(columns)
+    for i, c in enumerate(columns):
+        rec[f"t{i}"] = 0x03  # _codec's int
+        rec[f"v{i}"] = to_numpy(c)
+    width = rec.dtype.itemsize
+    return _rowcodec.Rows(np.arange(n + 1, dtype=np.int64) * width, rec.view(np.uint8))
+
+
 def _lookup_column(column: Any, like: Any = None) -> Any:
     """A key column as one Arrow array whose values are equal exactly when their ``_codec``
     encodings are: an integer column (but ``uint64``) as ``int64``, a string column as
@@ -135,8 +157,11 @@ class BatchKeys:
         column = self._column
         if start == 0 and column is not None and pa.types.is_integer(column.type):
             bits = to_numpy(column, 0).astype(np.int64) ^ np.int64(-(1 << 63))
-            valid = column.is_valid().to_numpy(zero_copy_only=False)
-            return np.lexsort((bits, valid, self._kgs))
+            if column.null_count:
+                valid = column.is_valid().to_numpy(zero_copy_only=False)
+                return np.lexsort((bits, valid, self._kgs))
+            by_bits = np.argsort(bits, kind="stable")  # then by key group (a radix sort)
+            return by_bits[np.argsort(self._kgs[by_bits].astype(np.uint16), kind="stable")]
         return pc.sort_indices(self.prefix_array[start:]).to_numpy().astype(np.int64)
 
     @property
@@ -201,7 +226,7 @@ class BatchKeys:
         if column is not None:  # one integer or string key column: look its values up
             found = pc.index_in(column, value_set=mine)
         else:
-            encoded = _rowcodec.encode_tuples(columns, table.num_rows).to_arrow()
+            encoded = encode_keys(columns, table.num_rows).to_arrow()
             found = pc.index_in(encoded, value_set=self.encoded)
         if found.null_count:
             self._refuse(columns, found, what)

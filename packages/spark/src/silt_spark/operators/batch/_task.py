@@ -20,7 +20,6 @@ import time as _time
 from collections.abc import Iterator
 from typing import Any
 
-from ...runtime import _rowcodec
 from ...runtime._layout import KG_COLUMN, PARTITION_COLUMN
 from ...runtime._names import META_LATE_ROWS, META_NEXT_TIMER, META_WATERMARK
 from ...runtime._ndarrays import to_numpy
@@ -29,7 +28,7 @@ from .. import _initial
 from .._groupby import group_by
 from .._timemode import TimeConfig, late_mask, max_event_time_ms, meta_int
 from ._handle import BatchHandle, BatchStates
-from ._state import BatchKeys
+from ._keyset import BatchKeys, encode_keys
 from ._tables import as_table, conform
 from ._timers import BatchTimers, fire
 
@@ -100,8 +99,7 @@ def process_partition(
     if with_keys:
         distinct = group_by(pa.concat_tables(with_keys, promote_options="permissive"),
                             key_columns, [(KG_COLUMN, "min")])
-        encoded = _rowcodec.encode_tuples([distinct[c] for c in key_columns],
-                                          distinct.num_rows)
+        encoded = encode_keys([distinct[c] for c in key_columns], distinct.num_rows)
         kgs = to_numpy(distinct[f"{KG_COLUMN}_min"])
     keys = BatchKeys(key_columns, encoded, kgs, name,
                      [distinct[c] for c in key_columns] if with_keys else None)
