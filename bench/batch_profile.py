@@ -16,8 +16,9 @@ fill batch holding every one of ``--keys`` keys once (not timed), then ``--batch
   quarter of the batch as four input partitions would, is not timed).
 
 Each timed batch is the stage's call (output consumed) plus the shard's commit. A run prints
-its rows/s per case and the batch processor's ratio to the aggregate's in the same run; the
-machine is shared, so compare ratios, not absolute figures (the load is printed).
+each case's median ms per batch and rows/s, and the batch processor's speed relative to the
+aggregate's in the same run; the last line, the median of the runs' figures and of their
+ratios. The machine may be shared: compare ratios, not absolute figures (the load is printed).
 """
 
 from __future__ import annotations
@@ -190,8 +191,9 @@ def main() -> None:
         print(f"run {r + 1} batch / aggregate speed: {a / b:.2f}x "
               f"(load {os.getloadavg()[0]:.2f})")
     a, b = statistics.median(medians["aggregate"]), statistics.median(medians["batch"])
+    ratio = statistics.median(x / y for x, y in zip(medians["aggregate"], medians["batch"]))
     print(f"median of {args.runs} runs: aggregate {1000 * a:.1f} ms, batch {1000 * b:.1f} ms "
-          f"per batch; batch / aggregate speed {a / b:.2f}x")
+          f"per batch; batch / aggregate speed {ratio:.2f}x (median of the runs' ratios)")
 
 
 if __name__ == "__main__":
