@@ -56,10 +56,10 @@ class HeldValues:
         # sorted as multi_get reads them: by key prefix (no prefix starts another), then name
         rank = np.argsort(np.array(names, object)).astype(np.int64)
         order = (self._keys.order(start)[:, None] + n * rank[None, :]).ravel()
-        got = self._task.db.multi_get(entries.take(order).to_pylist())
+        flat = _object_array(entries.to_pylist())
+        got = self._task.db.multi_get(flat[order].tolist())
         values = np.empty(len(got), object)
         values[order] = _object_array(got)
-        flat = _object_array(entries.to_pylist())
         for j, name in enumerate(names):
             mine = slice(j * n, (j + 1) * n)
             self._values[name] = np.concatenate([self._values.get(name, values[:0]),
