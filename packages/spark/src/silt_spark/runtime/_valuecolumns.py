@@ -65,38 +65,45 @@ def encode_columns(codec: VarCodec, table: Any) -> list[bytes] | None:
             rec[f"n{i >> 3}"] |= nulls.astype(np.uint8) << (i & 7)
         raw = _RAW.get(t)
         rec[f"f{i}"] = to_numpy(col.cast(raw) if raw else col, 0)
-    buf = rec.tobytes()
-    width = dtype.itemsize
-    return [buf[j:j + width] for j in range(0, n * width, width)]
+    return pa.FixedSizeBinaryArray.from_buffers(
+        pa.binary(dtype.itemsize), n, [None, pa.py_buffer(rec.tobytes())]
+    ).cast(pa.binary()).to_pylist()  # binary's to_pylist is the fast one
 
 
-def decode_columns(codec: VarCodec, raws: list[bytes | None], schema: Any) -> Any:
-    """Stored values (``None``: absent) as a ``pyarrow.Table`` of ``schema`` (the variable's
-    latest schema as Arrow), a row of nulls for an absent value; or ``None`` (see the module
-    docstring)."""
+def decode_columns(codec: VarCodec, raws: Any, schema: Any) -> Any:
+    """Stored values (a sequence or numpy object array of bytes, ``None``: absent) as a
+    ``pyarrow.Table`` of ``schema`` (the variable's latest schema as Arrow), a row of nulls for
+    an absent value; or ``None`` (see the module docstring)."""
     import numpy as np
     import pyarrow as pa
+    import pyarrow.compute as pc
 
     dtype = record_dtype(codec)
     if dtype is None:
         return None
-    n = len(raws)
-    present = np.fromiter((r is not None for r in raws), bool, n)
-    found = [r for r in raws if r is not None]
+    values = pa.array(raws, pa.binary())  # one C-level pass (not large_binary's); None: null
+    n = len(values)
     width = dtype.itemsize
-    if found and not (np.fromiter(map(len, found), np.int64, len(found)) == width).all():
-        return None
-    rec = np.frombuffer(b"".join(found), dtype)
+    if values.null_count < n:
+        lengths = pc.min_max(pc.binary_length(values)).as_py()
+        if lengths["min"] != width or lengths["max"] != width:
+            return None
+    present = values.is_valid().to_numpy(zero_copy_only=False)
+    _, offsets, data = values.buffers()
+    off = np.frombuffer(offsets, np.int32)[values.offset:values.offset + n + 1]
+    found = int(present.sum())
+    rec = (np.frombuffer(data, dtype, count=found, offset=int(off[0])) if found
+           else np.zeros(0, dtype))
     if not ((rec["tag"] == TYPED_VALUE).all() and (rec["sid"] == codec.sid).all()):
         return None
     where = np.flatnonzero(present)
     arrays = []
     for i, field in enumerate(schema):
         slot = rec[f"f{i}"]
-        values = np.zeros(n, slot.dtype.newbyteorder("="))
-        values[where] = slot
+        column = np.zeros(n, slot.dtype.newbyteorder("="))
+        column[where] = slot
         null = ~present
         null[where] |= (rec[f"n{i >> 3}"] >> (i & 7)) & 1 == 1
-        arr = from_numpy(values, mask=null)
+        arr = from_numpy(column, mask=null)
         arrays.append(arr.cast(field.type) if arr.type != field.type else arr)
     return pa.Table.from_arrays(arrays, schema=schema)

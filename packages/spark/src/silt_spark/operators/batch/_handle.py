@@ -16,6 +16,7 @@ from .._varkeys import TIMER_MARK
 from ._lists import BatchListState
 from ._maps import BatchMapState
 from ._state import BatchKeys, BatchValueState, BatchVariable
+from ._values import HeldValues
 
 _CALLS = {"value": "getValueState({name!r}, schema)", "list": "getListState({name!r}, schema)",
           "map": "getMapState({name!r}, user_key_schema, value_schema)"}
@@ -77,6 +78,7 @@ class BatchHandle:
         self._vars: dict[str, BatchVariable] = {}
         self._keys: Any = None
         self._state: Any = None
+        self._values: Any = None
         #: Whether the keys' timers are read ahead (a time mode is on).
         self._timers = False
         #: List key -> the sequence number of its next element, once known in this batch.
@@ -149,14 +151,15 @@ class BatchHandle:
 
     def _bind(self, keys: BatchKeys, timers: bool = False) -> None:
         """Serve the batch's ``keys``: read every declared variable of every key ahead, value
-        variables with one ``multi_get``, list and map variables (and with ``timers``, the
-        keys' timers) with one ``multi_scan``."""
+        variables with one ``multi_get`` (held by key position, ``_values.py``), list and map
+        variables (and with ``timers``, the keys' timers) with one ``multi_scan``."""
         from ...runtime._prefetch import BatchState
 
         self._keys = keys
         self._timers = timers
         self._state = BatchState(self._task)
-        self._load(list(keys.prefix_of.values()))
+        self._values = HeldValues(self._task, keys)
+        self._load(keys.prefixes)
 
     def _add_keys(self, keys: list[tuple[int, bytes]]) -> None:
         """Serve ``(key group, enc(key))`` pairs too (the keys whose timers fire), read ahead
@@ -164,6 +167,7 @@ class BatchHandle:
         self._load(self._keys.add(keys))
 
     def _load(self, prefixes: list[bytes]) -> None:
+        """Read ahead the state of the keys with ``prefixes``: the keys not read yet."""
         if not prefixes:
             return
         values = [v._name for v in self._vars.values() if v.kind == "value"]
@@ -171,7 +175,7 @@ class BatchHandle:
         if self._timers:
             entries.append(TIMER_MARK)
         if values:
-            self._state.load(prefixes, values, (), False, None)
+            self._values.load(values)
         if entries:
             self._state.load_ranges([p + n for p in prefixes for n in entries])
 

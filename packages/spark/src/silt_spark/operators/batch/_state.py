@@ -21,13 +21,16 @@ TTL (``ttlDurationMs``) writes every entry with the LSM's own expiry
 by every write of the entry (a value ``put``, a map ``put``; each list element from when it was
 appended or put); an entry that expired reads as absent from the next batch on.
 
-Reads are served from the batch's prefetch (``silt_spark.runtime._prefetch.BatchState``, filled
-before ``process`` runs: one sorted ``multi_get`` for every value variable of every key of the
-batch, one ``multi_scan`` for the entries of every list and map variable of every key) and this
-batch's own writes: no state read waits on the store. State calls take keys **of the batch**
-(rows of its key columns, in any order; in micro-batch 0 also those of the shard's
-``initial_state`` rows), as the per-key processor's variables are bound to the
-key being handled; the key group of a key is the one Spark routed its rows by.
+Reads are served from the batch's prefetch, filled before ``process`` runs, and this batch's own
+writes: no state read waits on the store. Value variables: one sorted ``multi_get`` for every
+value variable of every key of the batch, held by key position (``_values.py``); list and map
+variables: one ``multi_scan`` for their entries of every key
+(``silt_spark.runtime._prefetch.BatchState``). State calls take keys **of the batch** (rows of
+its key columns, in any order; in micro-batch 0 also those of the shard's ``initial_state``
+rows), as the per-key processor's variables are bound to the key being handled; the key group
+of a key is the one Spark routed its rows by. A table of keys is resolved to key positions with
+one Arrow lookup (``_keyset.py``), so a value ``get``, ``put`` or ``delete`` makes no Python
+call per key.
 
 Every argument is checked before anything is written; an error names the processor, the
 variable and what was wrong. Not thread-safe: one shard's micro-batch, in its task.
@@ -50,9 +53,12 @@ from typing import TYPE_CHECKING, Any
 
 from silt.errors import InvalidArgumentError
 
-from ...runtime import _rowcodec, _valuecodec, _valuecolumns
+from ...runtime import _valuecodec, _valuecolumns
 from .. import _varkeys
+from ._keyset import BatchKeys
 from ._tables import as_table, conform
+
+__all__ = ["BatchKeys", "BatchProcessor", "BatchValueState", "BatchVariable", "rows_table"]
 
 if TYPE_CHECKING:
     from ._handle import BatchHandle, BatchStates
@@ -108,70 +114,6 @@ class BatchProcessor:
 
     def close(self) -> None:
         """Called after ``process``, also when it raised."""
-
-
-class BatchKeys:
-    """The grouping keys of one shard's micro-batch: each key's encoding and state prefix."""
-
-    def __init__(self, key_columns: list[str], encoded: list[bytes], kgs: list[int],
-                 processor: str) -> None:
-        self.key_columns = key_columns
-        self.processor = processor
-        #: enc(key) -> the key's state prefix (``_varkeys.key_prefix``).
-        self.prefix_of: dict[bytes, bytes] = {}
-        #: The key's state prefix -> (key group, enc(key)).
-        self.key_of: dict[bytes, tuple[int, bytes]] = {}
-        self.add(zip(kgs, encoded))
-
-    def add(self, keys: Any) -> list[bytes]:
-        """Take ``(key group, enc(key))`` pairs as keys of the batch too (the keys whose
-        timers fire); return the state prefixes of those that were not."""
-        new = []
-        for kg, e in keys:
-            if e not in self.prefix_of:
-                p = _varkeys.key_prefix(kg, e)
-                self.prefix_of[e] = p
-                self.key_of[p] = (kg, e)
-                new.append(p)
-        return new
-
-    def prefixes(self, keys: Any, what: str) -> list[bytes]:
-        """The state prefixes of ``keys`` (a table of key rows of this batch), or an error
-        naming ``what`` (the processor and variable) and the first bad row."""
-        return self.resolve(keys, what)[1]
-
-    def resolve(self, keys: Any, what: str) -> tuple[Any, list[bytes]]:
-        """``keys`` as a ``pyarrow.Table`` and the state prefix of each of its rows (see
-        :meth:`prefixes`)."""
-        table = self._key_table(keys, what)
-        columns = [table[c] for c in self.key_columns]
-        encoded = _rowcodec.encode_tuples(columns, table.num_rows).to_list()
-        get = self.prefix_of.get
-        out = [get(e) for e in encoded]
-        if None in out:
-            i = out.index(None)
-            key = tuple(c[i].as_py() for c in columns)
-            if any(v is None for v in key):
-                why = (f"the key columns {self.key_columns} hold a null in row {i} {key!r}, "
-                       "and no row of this batch has that key")
-            else:
-                why = f"row {i} {key!r} is not a key of this batch"
-            raise InvalidArgumentError(
-                f"{what}: {why}. State calls take keys of the batch, e.g. "
-                f"batch.select({self.key_columns}) or a group_by of it"
-            )
-        return table, out  # type: ignore[return-value]
-
-    def _key_table(self, keys: Any, what: str) -> Any:
-        keys = as_table(keys, f"{what}: keys must be a pyarrow Table or RecordBatch (or a "
-                              f"pandas DataFrame) with the key columns {self.key_columns}, "
-                              "got {got}")
-        missing = [c for c in self.key_columns if c not in keys.column_names]
-        if missing:
-            raise InvalidArgumentError(
-                f"{what}: keys lack the key columns {missing} (they have {keys.column_names})"
-            )
-        return keys
 
 
 def rows_table(rows: list[tuple | None], schema: Any) -> Any:
@@ -302,22 +244,29 @@ class BatchValueState(BatchVariable):
         """The values of ``keys`` (key rows of this batch) as a ``pyarrow.Table`` of the
         variable's schema, one row per key row in their order; all nulls for a key without a
         value. Served from the batch's prefetch (and this batch's own writes)."""
-        raws = list(map(self._handle._state.get, self._entries(keys, "get")))
+        raws = self._held(keys, "get")
         table = _valuecolumns.decode_columns(self._codec, raws, self._read_schema)
         if table is not None:
             return table
         decode = self._codec.decode
-        return rows_table([None if raw is None else decode(raw) for raw in raws],
+        return rows_table([None if raw is None else decode(raw) for raw in raws.tolist()],
                           self._read_schema)
 
     def exists(self, keys: Any) -> Any:
         """A ``pyarrow.BooleanArray``: whether each of ``keys`` has a value."""
         import pyarrow as pa
 
-        state = self._handle._state
         decode = self._codec.decode
         return pa.array([raw is not None and decode(raw) is not None
-                         for raw in map(state.get, self._entries(keys, "exists"))], pa.bool_())
+                         for raw in self._held(keys, "exists").tolist()], pa.bool_())
+
+    def _held(self, keys: Any, call: str) -> Any:
+        """The held values (an object array, ``None``: absent) of ``keys``, checked."""
+        _, pos = self._positions(keys, call)
+        return self._handle._values.get(self._name, pos)
+
+    def _positions(self, keys: Any, call: str) -> tuple[Any, Any]:
+        return self._handle._keys.positions(keys, f"{self._what}.{call}")
 
     def put(self, keys: Any, values: Any) -> None:
         """Set the value of each of ``keys`` (key rows of this batch, each at most once) to the
@@ -325,28 +274,36 @@ class BatchValueState(BatchVariable):
         DataFrame with the schema's columns by name, cast to their types). Everything is
         checked before anything is written; the rows are written with one ``put_many`` (one
         write batch with a TTL), and a TTL restarts for every key put."""
-        entries = self._entries(keys, "put")
-        if len(set(entries)) != len(entries):
+        import numpy as np
+
+        _, pos = self._positions(keys, "put")
+        if len(pos) and np.bincount(pos).max() > 1:
             raise InvalidArgumentError(
                 f"{self._what}.put: keys hold the same key more than once; give each key one "
                 "value (e.g. aggregate per key first)"
             )
-        encoded = self._encoded(values, "put", len(entries))
-        if not entries:
+        encoded = self._encoded(values, "put", len(pos))
+        if not len(pos):
             return
-        self._write(list(zip(entries, encoded)))
+        held = self._handle._values
+        entries = held.entries(self._name, pos)
+        if self._ttl is None:
+            self._handle._task.db.put_many(entries, encoded)
+        else:
+            self._write(list(zip(entries, encoded)))
         self._handle._wrote(self.name, True)
-        wrote = self._handle._state.wrote
-        for k, v in zip(entries, encoded):
-            wrote(k, v)
+        held.wrote(self._name, pos, encoded)
 
     def delete(self, keys: Any) -> None:
         """Remove the value of each of ``keys`` (key rows of this batch), in one write batch."""
-        entries = list(dict.fromkeys(self._entries(keys, "delete")))
-        if not entries:
+        import numpy as np
+
+        _, pos = self._positions(keys, "delete")
+        if not len(pos):
             return
-        self._write([], entries)
+        _, first = np.unique(pos, return_index=True)
+        pos = pos[np.sort(first)]
+        held = self._handle._values
+        self._write([], held.entries(self._name, pos))
         self._handle._wrote(self.name, False)
-        wrote = self._handle._state.wrote
-        for k in entries:
-            wrote(k, None)
+        held.wrote(self._name, pos, None)

@@ -20,14 +20,15 @@ import time as _time
 from collections.abc import Iterator
 from typing import Any
 
-from ...runtime import _rowcodec
 from ...runtime._layout import KG_COLUMN, PARTITION_COLUMN
 from ...runtime._names import META_LATE_ROWS, META_NEXT_TIMER, META_WATERMARK
+from ...runtime._ndarrays import to_numpy
 from ...runtime._shard import ShardTask
 from .. import _initial
+from .._groupby import group_by
 from .._timemode import TimeConfig, late_mask, max_event_time_ms, meta_int
 from ._handle import BatchHandle, BatchStates
-from ._state import BatchKeys
+from ._keyset import BatchKeys, encode_keys
 from ._tables import as_table, conform
 from ._timers import BatchTimers, fire
 
@@ -93,15 +94,15 @@ def process_partition(
     # the keys state calls take: the batch's, and its initial rows'
     with_keys = [t.select([*key_columns, KG_COLUMN]) for t in (table, init_rows)
                  if t is not None and t.num_rows]
-    kgs: list[int] = []
-    encoded: list[bytes] = []
+    kgs: Any = []
+    encoded: Any = []
     if with_keys:
-        distinct = pa.concat_tables(with_keys, promote_options="permissive").group_by(
-            key_columns, use_threads=False).aggregate([(KG_COLUMN, "min")])
-        encoded = _rowcodec.encode_tuples([distinct[c] for c in key_columns],
-                                          distinct.num_rows).to_list()
-        kgs = distinct[f"{KG_COLUMN}_min"].to_pylist()
-    keys = BatchKeys(key_columns, encoded, kgs, name)
+        distinct = group_by(pa.concat_tables(with_keys, promote_options="permissive"),
+                            key_columns, [(KG_COLUMN, "min")])
+        encoded = encode_keys([distinct[c] for c in key_columns], distinct.num_rows)
+        kgs = to_numpy(distinct[f"{KG_COLUMN}_min"])
+    keys = BatchKeys(key_columns, encoded, kgs, name,
+                     [distinct[c] for c in key_columns] if with_keys else None)
     handle = BatchHandle(task, name, registry, arrow_schemas, arrow_keys)
     timers = BatchTimers(handle, time.mode, now_ms, -1 if watermark is None else watermark)
     outs = []
