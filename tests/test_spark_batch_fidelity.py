@@ -11,9 +11,11 @@ again, ignored) with a task failing after its commit (in micro-batch 0, where th
 is applied, and in micro-batch 1). The outputs must be equal micro-batch by micro-batch, with
 the same batch ids (Spark's no-data batches, where its timers fire, are silt's tick batches).
 
-Value state against Spark is in tests/test_spark_batch_processor.py. TTLs are not compared here:
-Spark allows them in processing time only, where silt's batch processor is compared with the
-per-key processor (itself compared with Spark in tests/test_spark_tws_fidelity.py).
+Value state against Spark is in tests/test_spark_batch_processor.py. TTLs and processing-time
+timers are not compared here: Spark allows TTLs in processing time only, where its query runs a
+no-data micro-batch after every batch for ever (its own harness, in
+tests/test_spark_tws_fidelity.py, for the per-key processor); the batch processor's are compared
+with the per-key processor's (tests/test_spark_batch_processor.py, test_spark_batch_time.py).
 """
 
 from __future__ import annotations
