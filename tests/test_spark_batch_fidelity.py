@@ -6,7 +6,7 @@ past 6 elements, a map bucket -> count with entries removed and maps cleared, on
 timer per key moved to 2 s after its latest row, the list emptied when it fires, an initial
 state seeding lists, maps and timers) runs through Spark's operator in event time, and the same
 logic as a batch processor (whole micro-batches in pyarrow and pandas) runs through silt at 2
-shards rescaled to 3 and at 7 shards rescaled to 2, each restarted (given the initial state
+shards rescaled to 3 and at 1 shard rescaled to 2, each restarted (given the initial state
 again, ignored) with a task failing after its commit (in micro-batch 0, where the initial state
 is applied, and in micro-batch 1). The outputs must be equal micro-batch by micro-batch, with
 the same batch ids (Spark's no-data batches, where its timers fire, are silt's tick batches).
@@ -126,11 +126,11 @@ def test_lists_maps_timers_and_initial_state_equal_sparks_transform_with_state(
         rocksdb, tmp_path):  # noqa: F811
     """Spark's transformWithStateInPandas in event time with an initial state, and the batch
     processor at 2 -> 3 shards (a task failing after committing micro-batch 0, where the
-    initial state is applied) and 7 -> 2 shards (one failing after micro-batch 1), each
+    initial state is applied) and 1 -> 2 shards (one failing after micro-batch 1), each
     restarted before micro-batch 2 given the initial state again: equal output micro-batch by
     micro-batch (rows, late rows dropped, timers fired in the no-data batches, quiet keys' and
     initial-only keys' timers included)."""
-    batches = event_rows(7, 5)
+    batches = event_rows(7, 4)
     initial = rocksdb.createDataFrame(INITIAL, "user string, amount long, at long")
     opts = {"time_mode": "EventTime", "event_time_column": "ts", "watermark_delay": "3 seconds"}
 
@@ -146,7 +146,7 @@ def test_lists_maps_timers_and_initial_state_equal_sparks_transform_with_state(
             .transformWithStateInPandas(ListsMapsTimers(), OUT, "Append", "EventTime",
                                         initialState=initial.groupBy("user")))),
         "b2to3": Variant(silt_batch("b2to3", (2, 3)), (2,), fail=(0, 0)),
-        "b7to2": Variant(silt_batch("b7to2", (7, 2)), (2,), fail=(1, 4)),
+        "b1to2": Variant(silt_batch("b1to2", (1, 2)), (2,), fail=(1, 0)),
     }
     run_all(rocksdb, tmp_path, batches, variants)
     spark_run = variants.pop("spark")
@@ -155,7 +155,7 @@ def test_lists_maps_timers_and_initial_state_equal_sparks_transform_with_state(
     inputs = want[want["what"] == "in"]
     # what the comparison covers, as Spark ran it
     assert len(spark_run.batches) > len(batches)  # no-data batches, where timers fire
-    assert set(QUIET) <= set(fired["user"]) and len(fired) > 15, fired
+    assert set(QUIET) <= set(fired["user"]) and len(fired) >= 12, fired
     seeded = fired.set_index("user").loc[["zed", "nobody"]]
     assert seeded[["items", "total", "buckets", "count"]].values.tolist() == [
         [1, 9, 1, 1], [2, 6, 1, 2]], seeded  # initial-only keys: their seeded state
