@@ -134,30 +134,10 @@ def s3_url(s3_bucket, moto_server) -> str:
 # and every core test runs under both).
 
 
-#: The slowest test files, slowest first (each half a minute or more on 2 cores), collected
-#: first: the suite is spread over workers a file at a time (noxfile.py, pytest-xdist ``--dist
-#: loadfile``), and a long file handed out last would run alone at the end. Longest first keeps
-#: the workers busy together. Order only; a file missing here runs after these, in its place.
-SLOW_FIRST = (
-    "test_spark_event_time.py",
-    "test_spark_join.py",
-    "test_spark_cluster.py",
-    "test_spark_tws_fidelity.py",
-    "test_spark_batch_processor.py",
-    "test_spark_batch_time.py",
-    "test_spark_batch_fidelity.py",
-    "test_spark_metrics.py",
-    "test_spark_operator.py",
-    "test_simulation.py",
-)
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if "spark" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.spark_session)
-    rank = {name: i for i, name in enumerate(SLOW_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(SLOW_FIRST)))  # stable
 
 
 @pytest.fixture(scope="session")
