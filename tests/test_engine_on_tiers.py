@@ -48,7 +48,7 @@ from silt.store import retrying
 from test_model import MODEL_SETTINGS, SiltModel
 
 #: The tiers to run: all by default; ``SILT_TEST_TIERS=s3`` (comma-separated schemes) narrows
-#: the run to the tiers whose packages are installed (the noxfile's per-tier sessions).
+#: the run to the tiers whose packages are installed (the noxfile's ``tier`` sessions).
 TIERS = [t.strip() for t in os.environ.get("SILT_TEST_TIERS", "s3,gs,az").split(",") if t.strip()]
 
 #: Small sizes: a few hundred puts make several SSTs of many blocks.

@@ -28,6 +28,7 @@ import pandas as pd
 import pytest
 import silt
 import silt_spark
+from jvm import TEST_JVM_OPTIONS
 from servers import Server, ServerStartError, free_port, start_server
 from test_storage_options import tier_plugins  # noqa: F401  (the s3:// tier in this process)
 
@@ -53,6 +54,7 @@ def cluster_env() -> dict[str, str]:
         "SPARK_HOME": spark_home(),
         "SPARK_LOCAL_IP": "127.0.0.1",
         "SPARK_DAEMON_MEMORY": "256m",
+        "SPARK_DAEMON_JAVA_OPTS": TEST_JVM_OPTIONS,
         # The master's REST submission server has a fixed port (6066): not needed, and two
         # clusters on one machine (parallel test runs) would fight over it.
         "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false",

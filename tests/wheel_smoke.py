@@ -1,19 +1,22 @@
 """A user's first job from the built wheels, run by ``nox -s wheels`` inside an empty venv.
 
-    python wheel_smoke.py core  <S3 endpoint> <bucket>   # silt-core + silt-tier-s3 only
-    python wheel_smoke.py spark <S3 endpoint> <bucket>   # ... + silt-spark
+    python wheel_smoke.py s3    <S3 endpoint> <bucket>      # silt-core + silt-tier-s3 only
+    python wheel_smoke.py gs    <GCS endpoint> <bucket>     # silt-core + silt-tier-gcs only
+    python wheel_smoke.py az    <Blob endpoint> <container> # silt-core + silt-tier-azure only
+    python wheel_smoke.py spark <S3 endpoint> <bucket>      # silt-core + silt-tier-s3 + silt-spark
 
 The venv holds only what the wheels declare (and pip resolved for them), so an import of an
 undeclared package fails here. The script proves that:
 
-* ``core``: ``s3://`` opens through the installed tier's entry point (plugin autoload on, as a
+* ``s3``, ``gs``, ``az``: the tier's URL opens through its entry point (plugin autoload on, as a
   user has it), a commit survives a reopen in a new process, the ``silt`` command reads the
-  root, the compiled hot path is there, and tiers that were not installed are named with an
-  install hint instead of being importable;
+  root and lists the tier, the compiled hot path is there, and the tiers that were not
+  installed are named with an install hint instead of being importable;
 * ``spark``: a streaming ``silt_spark.aggregate`` with its state on S3 runs two micro-batches,
   restarts, and its output and ``read_state`` equal the counts computed here.
 
-It prints one line per check and exits non-zero (with the reason) on the first failure.
+The bucket (container) is made here with the SDK the tier declares. It prints one line per check
+and exits non-zero (with the reason) on the first failure.
 """
 
 from __future__ import annotations
@@ -23,6 +26,14 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from urllib.parse import quote
+
+#: scheme -> (the tier's module, its distribution)
+TIERS = {"s3": ("silt_s3", "silt-tier-s3"), "gs": ("silt_gcs", "silt-tier-gcs"),
+         "az": ("silt_azure", "silt-tier-azure")}
+#: Azurite's development account (its key is public: Azure's documentation prints it).
+AZURITE = ("devstoreaccount1", "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq"
+           "/K1SZFPTOtr/KBHBeksoGMGw==")
 
 
 def check(what: str, ok: bool, detail: object = "") -> None:
@@ -31,19 +42,38 @@ def check(what: str, ok: bool, detail: object = "") -> None:
     print(f"ok: {what}")
 
 
-def make_bucket(endpoint: str, bucket: str) -> None:
-    import boto3  # declared by silt-tier-s3
+def root_url(scheme: str, endpoint: str, bucket: str, path: str) -> str:
+    """The silt URL of ``path`` in ``bucket`` on the emulator at ``endpoint``; the bucket is
+    made first, with the SDK the tier declares."""
+    if scheme == "s3":
+        import boto3
 
-    s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
-                      aws_access_key_id="testing", aws_secret_access_key="testing")
-    s3.create_bucket(Bucket=bucket)
+        s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
+                          aws_access_key_id="testing", aws_secret_access_key="testing")
+        s3.create_bucket(Bucket=bucket)
+        return f"s3://{bucket}/{path}?endpoint_url={endpoint}"
+    if scheme == "gs":
+        from google.auth.credentials import AnonymousCredentials
+        from google.cloud import storage
+
+        client = storage.Client(project="silt-smoke", credentials=AnonymousCredentials(),
+                                client_options={"api_endpoint": endpoint})
+        client.create_bucket(bucket)
+        return f"gs://{bucket}/{path}?endpoint={endpoint}"
+    from azure.storage.blob import BlobServiceClient
+
+    account, key = AZURITE
+    connection = (f"DefaultEndpointsProtocol=http;AccountName={account};AccountKey={key};"
+                  f"BlobEndpoint={endpoint}/{account};")
+    BlobServiceClient.from_connection_string(connection).create_container(bucket)
+    return f"az://{bucket}/{path}?connection_string={quote(connection, safe='')}"
 
 
-def core(endpoint: str, bucket: str) -> None:
+def tier(scheme: str, endpoint: str, bucket: str) -> None:
     import silt
     from silt.errors import NoTierError
 
-    url = f"s3://{bucket}/core?endpoint_url={endpoint}"
+    url = root_url(scheme, endpoint, bucket, "core")
     compiled = silt.speedups()
     check("the compiled hot path is installed", all(compiled.values()), compiled)
     db = silt.open(url)
@@ -55,32 +85,38 @@ def core(endpoint: str, bucket: str) -> None:
             "print(db.get(b'user:1').decode(), db.version)")
     out = subprocess.run([sys.executable, "-c", code, url], capture_output=True, text=True,
                          check=True).stdout.split()
-    check("a commit survives a reopen in a new process", out == ["42", str(version)], out)
+    check(f"a commit on {scheme}:// survives a reopen in a new process",
+          out == ["42", str(version)], out)
     bin_dir = Path(sys.executable).parent
-    ls = subprocess.run([bin_dir / "silt", "get", url, "user:1"], capture_output=True,
-                        text=True)
-    check("`silt get` reads the root", ls.returncode == 0 and "42" in ls.stdout,
-          (ls.returncode, ls.stdout, ls.stderr))
+    got = subprocess.run([bin_dir / "silt", "get", url, "user:1"], capture_output=True,
+                         text=True)
+    check("`silt get` reads the root", got.returncode == 0 and "42" in got.stdout,
+          (got.returncode, got.stdout, got.stderr))
     plugins = subprocess.run([bin_dir / "silt", "plugins"], capture_output=True, text=True)
-    check("`silt plugins` lists the S3 tier", "s3" in plugins.stdout, plugins.stdout)
-    for module in ("silt_gcs", "silt_azure", "silt_spark", "pyspark", "google", "azure"):
+    check(f"`silt plugins` lists the {scheme}:// tier", scheme in plugins.stdout, plugins.stdout)
+    others = [m for s, (m, _) in TIERS.items() if s != scheme]
+    vendors = {"s3": ["google", "azure"], "gs": ["boto3", "azure"], "az": ["boto3", "google"]}
+    for module in (*others, "silt_spark", "pyspark", *vendors[scheme]):
         found = subprocess.run([sys.executable, "-c", f"import {module}"],
                                capture_output=True).returncode == 0
         check(f"{module} is not installed (only what was asked for)", not found)
-    try:
-        silt.open(f"gs://{bucket}/x")
-    except NoTierError as exc:
-        check("a tier that is not installed gets an install hint", "silt-tier-gcs" in str(exc),
-              exc)
-    else:
-        check("gs:// refused without silt-tier-gcs", False)
+    for other, (_, distribution) in TIERS.items():
+        if other == scheme:
+            continue
+        try:
+            silt.open(f"{other}://{bucket}/x")
+        except NoTierError as exc:
+            check(f"{other}:// (not installed) gets an install hint", distribution in str(exc),
+                  exc)
+        else:
+            check(f"{other}:// refused without {distribution}", False)
 
 
 def spark(endpoint: str, bucket: str) -> None:
     import silt_spark
     from pyspark.sql import SparkSession
 
-    url = f"s3://{bucket}/spark?endpoint_url={endpoint}"
+    url = root_url("s3", endpoint, bucket, "spark")
     work = Path(tempfile.mkdtemp(prefix="silt-wheel-smoke-"))
     (work / "in").mkdir()
     session = (SparkSession.builder.master("local[2]").appName("silt-wheel-smoke")
@@ -125,5 +161,7 @@ def spark(endpoint: str, bucket: str) -> None:
 
 if __name__ == "__main__":
     mode, endpoint, bucket = sys.argv[1:4]
-    make_bucket(endpoint, bucket)
-    {"core": core, "spark": spark}[mode](endpoint, bucket)
+    if mode == "spark":
+        spark(endpoint, bucket)
+    else:
+        tier(mode, endpoint, bucket)
