@@ -1,7 +1,10 @@
 """transform_batches' keys of a batch (``BatchKeys``) and its value states held by key position,
 without Spark, on a real shard LSM.
 
-Keys encode as ``_codec`` does (integer columns by one numpy record). Every key row resolves
+Keys encode as ``_codec`` does: the tuple encoding ``_batchkeys.encode_key_tuples`` shares with
+the other operators' state keys (integer, floating-point and string columns without nulls) equals
+``_codec.encode`` byte for byte over every value of those types, and any other columns encode
+through ``_rowcodec``, equal too. Every key row resolves
 to ``key_prefix(kg, enc(key))`` of its key, whether the batch's keys are looked up by their key
 column (one integer or string column) or by their encodings, whatever the order, repeats and
 integer width of the rows asked for, and the keys sort by prefix either way; a row that is not
@@ -13,6 +16,8 @@ declared after the prefetch reads what is stored.
 
 from __future__ import annotations
 
+import math
+import struct
 import sys
 
 import pyarrow as pa
@@ -21,11 +26,11 @@ import silt
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from silt.errors import InvalidArgumentError
-from silt_spark.operators import _varkeys
+from silt_spark.operators import _batchkeys, _varkeys
 from silt_spark.operators.batch import BatchHandle, BatchStates
 from silt_spark.operators.batch._keyset import encode_keys
 from silt_spark.operators.batch._state import BatchKeys
-from silt_spark.runtime import _codec, _rowcodec, _schema
+from silt_spark.runtime import _codec, _keys, _rowcodec, _schema
 from silt_spark.runtime._schema import Declared
 from test_spark_processor_api import FakeTask
 
@@ -37,9 +42,75 @@ SHAPES = {
     "string, long": ([pa.string(), pa.int64()],
                      st.tuples(st.text(max_size=3), st.none() | st.integers(-9, 9))),
     "double": ([pa.float64()], st.tuples(st.floats(allow_nan=False))),
+    "float, string": ([pa.float32(), pa.large_string()],
+                      st.tuples(st.floats(width=32, allow_nan=False), st.text(max_size=3))),
     "long, int": ([pa.int64(), pa.int8()],
                   st.tuples(st.integers(-(1 << 63), (1 << 63) - 1), st.integers(-128, 127))),
 }
+
+
+NAN = struct.unpack(">d", bytes.fromhex("7ff8000000000001"))[0]
+NEG_NAN = struct.unpack(">d", bytes.fromhex("fff0000000000abc"))[0]
+#: The column types the shared tuple encoder takes, and values a key of each may hold.
+TUPLE_COLUMNS = {
+    "int64": (pa.int64(), st.integers(-(1 << 63), (1 << 63) - 1)
+              | st.sampled_from([-(1 << 63), (1 << 63) - 1, -1, 0])),
+    "int32": (pa.int32(), st.integers(-(1 << 31), (1 << 31) - 1)),
+    "int8": (pa.int8(), st.integers(-128, 127)),
+    "uint32": (pa.uint32(), st.integers(0, (1 << 32) - 1)),
+    "float64": (pa.float64(), st.floats()
+                | st.sampled_from([-0.0, 0.0, math.inf, -math.inf, NAN, NEG_NAN, 5e-324])),
+    "float32": (pa.float32(), st.floats(width=32)),
+    "string": (pa.string(), st.text() | st.sampled_from(["", "\u00e9", "\U0001f600", "\x00"])),
+    "large_string": (pa.large_string(), st.text(max_size=5)),
+}
+#: Column types it leaves to ``_rowcodec`` (``None``): the values need another ``_codec`` tag.
+OTHER_COLUMNS = {
+    "uint64": (pa.uint64(), st.integers(0, (1 << 64) - 1)),
+    "bool": (pa.bool_(), st.booleans()),
+    "binary": (pa.binary(), st.binary(max_size=4)),
+}
+
+
+def _column(data, typ, values, nulls):
+    """``values`` as an Arrow column of ``typ``: with a null drawn in where ``nulls``, as a
+    slice of a longer array (a buffer offset) or two chunks, as the draw says."""
+    if nulls and values:
+        values = [data.draw(st.none() | st.just(v)) for v in values]
+    shape = data.draw(st.sampled_from(["plain", "sliced", "chunked"]))
+    if shape == "sliced":
+        return pa.array([values[0] if values else None, *values], typ).slice(1)
+    if shape == "chunked" and values:
+        cut = data.draw(st.integers(0, len(values)))
+        return pa.chunked_array([pa.array(values[:cut], typ), pa.array(values[cut:], typ)])
+    return pa.array(values, typ)
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data(), n=st.integers(0, 6), nulls=st.booleans(), others=st.booleans(),
+       names=st.lists(st.sampled_from(sorted(TUPLE_COLUMNS)), max_size=4))
+def test_the_shared_tuple_encoding_is_the_codecs(data, n, nulls, others, names):
+    kinds = [TUPLE_COLUMNS[k] for k in names]
+    if others:
+        kinds.insert(data.draw(st.integers(0, len(kinds))),
+                     OTHER_COLUMNS[data.draw(st.sampled_from(sorted(OTHER_COLUMNS)))])
+    columns = [_column(data, typ, data.draw(st.lists(values, min_size=n, max_size=n)), nulls)
+               for typ, values in kinds]
+    rows = list(zip(*[c.to_pylist() for c in columns])) if columns else [()] * n
+    want = [_codec.encode(r) for r in rows]
+    kgs = data.draw(st.lists(st.integers(0, (1 << 16) - 1), min_size=n, max_size=n))
+    tag = data.draw(st.sampled_from([_keys.AGG_TAG, _keys.DEDUP_TAG, _keys.STATE_TAG]))
+    keyed = [_keys.head(kg, tag) + w for kg, w in zip(kgs, want)]
+
+    shared = _batchkeys.encode_key_tuples(columns, n)
+    arrow = _batchkeys.encode_keys_arrow(pa.array(kgs, pa.int32()), columns, tag)
+    if others or any(c.null_count for c in columns):
+        assert shared is None and arrow is None
+    else:
+        assert shared.to_pylist() == want
+        assert arrow.to_pylist() == keyed
+    assert encode_keys(columns, n).to_list() == want  # the batch processor's, either way
+    assert _batchkeys.encode_key_columns(pa.array(kgs, pa.int32()), columns, tag) == keyed
 
 
 def _table(rows: list[tuple], types: list[pa.DataType]) -> pa.Table:

@@ -1,6 +1,8 @@
 """State keys of a whole batch: ``kg:u16be tag enc(key tuple)`` per row (``enc`` is
 :mod:`silt_spark.runtime._codec`'s tuple encoding), without a Python call per key where the
-key columns allow it. Used by every operator whose state is keyed by the query's grouping key.
+key columns allow it, and that tuple encoding alone (:func:`encode_key_tuples`, the batch
+processor's ``enc(key)``). Used by every operator whose state is keyed by the query's grouping
+key.
 """
 
 from __future__ import annotations
@@ -27,51 +29,74 @@ def encode_key_columns(kg: Any, columns: list[Any], tag: bytes) -> list[bytes]:
     return encode_keys(kg.to_pylist(), [c.to_pylist() for c in columns], tag)
 
 
-def _fixed(rec: Any) -> Any:
-    """A numpy structured array as an Arrow binary array of its records."""
+def _fixed(rec: Any, typ: Any) -> Any:
+    """A numpy structured array as an Arrow ``typ`` (binary or large_binary) array of its
+    records."""
+    import numpy as np
     import pyarrow as pa
 
     width = rec.dtype.itemsize
     arr = pa.FixedSizeBinaryArray.from_buffers(
-        pa.binary(width), len(rec), [None, pa.py_buffer(rec.tobytes())]
+        pa.binary(width), len(rec), [None, pa.py_buffer(rec.view(np.uint8))]
     )
-    return arr.cast(pa.binary())
+    return arr.cast(typ)
 
 
-def encode_keys_arrow(kg: Any, columns: list[Any], tag: bytes = _keys.AGG_TAG) -> Any:
-    """:func:`encode_keys` for Arrow columns without a Python call per key: an Arrow binary
-    array of the same bytes (``_codec``'s tuple encoding) for integer, floating-point and string
-    key columns without nulls; ``None`` for other columns (use :func:`encode_keys`)."""
+def _encode(columns: list[Any], n: int, head: list[tuple[str, str, Any]], large: bool) -> Any:
+    """Per row, the ``head`` fields (``(name, numpy dtype, value or values)``) then ``_codec``'s
+    tuple encoding of the ``n`` rows of ``columns``, as one Arrow binary (``large``:
+    large_binary) array: each run of fixed-width fields is one numpy record per row, joined
+    with the strings' bytes. ``None`` for a column with nulls or of another type."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    n = len(kg)
-    head = np.empty(n, [("kg", ">u2"), ("tag", "u1"), ("tuple", "u1"), ("len", ">u4")])
-    head["kg"] = to_numpy(kg)
-    head["tag"] = tag[0]
-    head["tuple"] = 0x07  # _codec._TUPLE
-    head["len"] = len(columns)
-    pieces = [_fixed(head)]
-    for col in columns:
+    typ = pa.large_binary() if large else pa.binary()
+    fields = [*head, ("tuple", "u1", 0x07), ("count", ">u4", len(columns))]  # _codec._TUPLE
+    pieces: list[Any] = []
+
+    def close() -> None:
+        rec = np.empty(n, [(name, dtype) for name, dtype, _ in fields])
+        for name, _, value in fields:
+            rec[name] = value
+        pieces.append(_fixed(rec, typ))
+        fields.clear()
+
+    for i, col in enumerate(columns):
         if isinstance(col, pa.ChunkedArray):
             col = col.combine_chunks()
         t = col.type
         if col.null_count:
             return None
-        if pa.types.is_integer(t) and t != pa.uint64():
-            rec = np.empty(n, [("t", "u1"), ("v", ">i8")])
-            rec["t"], rec["v"] = 0x03, to_numpy(col)  # _codec._INT
-            pieces.append(_fixed(rec))
+        if pa.types.is_integer(t) and t != pa.uint64():  # a uint64 may need _codec's BIGINT
+            fields += [(f"t{i}", "u1", 0x03), (f"v{i}", ">i8", to_numpy(col))]  # _codec._INT
         elif pa.types.is_floating(t):
-            rec = np.empty(n, [("t", "u1"), ("v", ">f8")])
-            rec["t"], rec["v"] = 0x04, to_numpy(col)  # _codec._FLOAT
-            pieces.append(_fixed(rec))
+            fields += [(f"t{i}", "u1", 0x04), (f"v{i}", ">f8", to_numpy(col))]  # _codec._FLOAT
         elif pa.types.is_string(t) or pa.types.is_large_string(t):
-            raw = col.cast(pa.binary())
-            rec = np.empty(n, [("t", "u1"), ("len", ">u4")])
-            rec["t"], rec["len"] = 0x05, to_numpy(pc.binary_length(raw))  # _codec._STR
-            pieces += [_fixed(rec), raw]
+            raw = col.cast(typ)
+            fields += [(f"t{i}", "u1", 0x05),  # _codec._STR
+                       (f"v{i}", ">u4", to_numpy(pc.binary_length(raw)))]
+            close()
+            pieces.append(raw)
         else:
             return None
-    return pc.binary_join_element_wise(*pieces, empty_binary())
+    if fields:
+        close()
+    return pieces[0] if len(pieces) == 1 else pc.binary_join_element_wise(
+        *pieces, empty_binary().cast(typ))
+
+
+def encode_key_tuples(columns: list[Any], n: int) -> Any:
+    """``_codec.encode(tuple(row))`` of each of the ``n`` rows of the Arrow key ``columns``,
+    byte for byte, without a Python call per row: an Arrow large_binary array for integer (but
+    ``uint64``), floating-point and string columns without nulls; ``None`` for other columns
+    (``runtime._rowcodec.encode_tuples`` takes any)."""
+    return _encode(columns, n, [], large=True)
+
+
+def encode_keys_arrow(kg: Any, columns: list[Any], tag: bytes = _keys.AGG_TAG) -> Any:
+    """:func:`encode_keys` for Arrow columns without a Python call per key: an Arrow binary
+    array of the same bytes (``kg:u16be tag``, then :func:`encode_key_tuples`'s); ``None``
+    where that is (use :func:`encode_keys`)."""
+    return _encode(columns, len(kg), [("kg", ">u2", to_numpy(kg)), ("tag", "u1", tag[0])],
+                   large=False)

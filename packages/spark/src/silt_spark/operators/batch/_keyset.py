@@ -4,7 +4,8 @@ Python call per key.
 
 The batch's distinct keys get positions ``0..n-1`` (in the order given; keys added later, those
 whose timers fire, after them). Their encodings ``enc(key)`` (``runtime._codec``'s tuple
-encoding, from ``runtime._rowcodec.encode_tuples``) are one Arrow binary array, and so are
+encoding, from ``operators._batchkeys.encode_key_tuples``, or ``runtime._rowcodec`` for
+the key columns that does not take) are one Arrow binary array, and so are
 their state prefixes (``operators._varkeys.key_prefix``: ``kg:u16be 'S' len:u32be enc(key)``,
 built with numpy). A table of key rows is resolved to positions by encoding its key columns
 the same way and looking the encodings up with one Arrow ``index_in``.
@@ -20,6 +21,7 @@ from silt.errors import InvalidArgumentError
 
 from ...runtime import _rowcodec
 from ...runtime._ndarrays import to_numpy
+from .._batchkeys import encode_key_tuples
 from .._varkeys import STATE_TAG
 from ._tables import as_table
 
@@ -32,25 +34,13 @@ def _object_array(items: list[Any]) -> np.ndarray:
 
 
 def encode_keys(columns: list[Any], n: int) -> _rowcodec.Rows:
-    """``enc(key)`` of each row of the key ``columns`` (``n`` rows): for integer columns
-    (but ``uint64``) without nulls one numpy record per row (``0x07 count:u32be``, then per
-    column ``0x03 value:i64be``: ``_codec``'s bytes), else ``_rowcodec.encode_tuples``."""
-    import pyarrow as pa
-
-    if not columns or any(not pa.types.is_integer(c.type) or c.type == pa.uint64()
-                          or c.null_count for c in columns):
+    """``enc(key)`` of each row of the key ``columns`` (``n`` rows): ``_codec``'s tuple
+    encoding, from ``_batchkeys.encode_key_tuples`` where it takes the columns (integer,
+    floating-point and string columns without nulls), else from ``_rowcodec.encode_tuples``."""
+    encoded = encode_key_tuples(columns, n)
+    if encoded is None:
         return _rowcodec.encode_tuples(columns, n)
-    fields = [("tuple", "u1"), ("count", ">u4")]
-    for i in range(len(columns)):
-        fields += [(f"t{i}", "u1"), (f"v{i}", ">i8")]
-    rec = np.empty(n, fields)
-    rec["tuple"] = 0x07  # _codec's tuple
-    rec["count"] = len(columns)
-    for i, c in enumerate(columns):
-        rec[f"t{i}"] = 0x03  # _codec's int
-        rec[f"v{i}"] = to_numpy(c)
-    width = rec.dtype.itemsize
-    return _rowcodec.Rows(np.arange(n + 1, dtype=np.int64) * width, rec.view(np.uint8))
+    return _rowcodec.Rows.from_arrow(encoded)
 
 
 def _lookup_column(column: Any, like: Any = None) -> Any:
