@@ -15,8 +15,8 @@ import pytest
 os.environ.setdefault("SILT_DISABLE_PLUGIN_AUTOLOAD", "1")
 
 import silt
-from jvm import TEST_JVM_OPTIONS
 from silt.tiers.memory import MemoryStore
+from sparkconf import TEST_SPARK_CONF
 
 #: Small sizes so a few thousand keys exercise flushes, many blocks and several SSTs.
 SMALL = silt.Settings(memtable_bytes=64 * 1024, block_bytes=1024, block_cache_bytes=256 * 1024)
@@ -129,7 +129,8 @@ def s3_url(s3_bucket, moto_server) -> str:
 # --- Spark (packages/spark) ---------------------------------------------------------------------
 # One local SparkSession for every Spark test: 2 cores, task retries on (local[2,2]: a failed
 # task is retried once, as on a cluster), tiny shuffles, no UI, no console progress bars, and the
-# JVM options of tests/jvm.py (C1 only, serial GC).
+# settings of tests/sparkconf.py (C1 only, serial GC, in-process checkpoint renames, 200 ms
+# polling).
 # pyspark missing is an error. Every test that runs a SparkSession is marked ``spark_session``
 # (pytest.ini), so the noxfile can run them once, against the compiled core, plus a smoke set
 # against pure Python: the twins themselves are compared where they live (tests/test_twins.py
@@ -147,7 +148,7 @@ def spark():
     """A session-wide local SparkSession (``local[2,2]``)."""
     from pyspark.sql import SparkSession
 
-    session = (
+    builder = (
         SparkSession.builder.master("local[2,2]")
         .appName("silt-tests")
         .config("spark.ui.enabled", "false")
@@ -158,9 +159,10 @@ def spark():
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.streaming.stopTimeout", "30s")
         .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.extraJavaOptions", TEST_JVM_OPTIONS)
-        .getOrCreate()
     )
+    for key, value in TEST_SPARK_CONF.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()

@@ -27,8 +27,8 @@ from pathlib import Path
 
 import pandas as pd
 import silt_spark
-from jvm import TEST_JVM_OPTIONS
 from pyspark.sql import SparkSession
+from sparkconf import TEST_SPARK_CONF
 
 SCHEMA = "user string, device string, amount long"
 AGGS = ["count", "sum(amount)", "min(amount)", "max(amount)"]
@@ -78,9 +78,9 @@ def session(master: str) -> SparkSession:
         .config("spark.sql.streaming.stopTimeout", "60s")
         .config("spark.pyspark.python", sys.executable)
         .config("spark.pyspark.driver.python", sys.executable)
-        .config("spark.driver.extraJavaOptions", TEST_JVM_OPTIONS)
-        .config("spark.executor.extraJavaOptions", TEST_JVM_OPTIONS)
     )
+    for k, v in TEST_SPARK_CONF.items():
+        builder = builder.config(k, v)
     for k, v in env.items():  # the executors' Python workers import silt and silt_spark
         builder = builder.config(f"spark.executorEnv.{k}", v)
     return builder.getOrCreate()

@@ -28,8 +28,8 @@ import pandas as pd
 import pytest
 import silt
 import silt_spark
-from jvm import TEST_JVM_OPTIONS
 from servers import Server, ServerStartError, free_port, start_server
+from sparkconf import TEST_JVM_OPTIONS
 from test_storage_options import tier_plugins  # noqa: F401  (the s3:// tier in this process)
 
 JOB = Path(__file__).with_name("spark_cluster_job.py")

@@ -1,0 +1,36 @@
+"""What every Spark JVM the tests start runs with: the local driver (tests/conftest.py), a
+standalone cluster's master, workers and executors (tests/test_spark_cluster.py) and its
+driver (tests/spark_cluster_job.py). Each setting changes speed only, never an answer: the
+comparisons with Spark's own operators run Spark's queries and silt's under the same settings.
+
+Measured on the 2-core machine (one pytest worker, quiet; ``test_every_join_type_equals_spark``
+drives 15 queries in lockstep, tws_fidelity + window one query at a time):
+
+* :data:`TEST_JVM_OPTIONS`: a test's JVM lives a minute or two and runs each query's code a
+  handful of times, so the optimizing JIT compiler (C2) costs CPU it never pays back, and a
+  parallel garbage collector's threads compete with the other pytest worker. C1 alone and the
+  serial collector: tws_fidelity + window 88 s -> 68 s, the standalone-cluster file 189 s -> 94 s.
+* ``checkpointFileManagerClass``: Spark's default manager for ``file://`` checkpoints goes
+  through Hadoop's ``FileContext``, whose rename runs ``readlink`` in a child process four times
+  per file written where Hadoop's native library is missing (pyspark ships none): 4,608 child
+  processes of the JVM in the join test. The ``FileSystem`` manager renames in-process (a
+  rename on one local file system is atomic either way).
+* ``pollingDelay``: a query with no new input polls its sources every 10 ms, and a file source
+  lists its folder each time (Spark's ``InMemoryFileIndex``): with 15 queries in lockstep, 14
+  wait while one runs, and the listings were half of the JVM's CPU. Polling every 200 ms: the
+  join test 113 s -> 82 s; one query at a time, a batch starts at most 0.2 s later.
+"""
+
+from __future__ import annotations
+
+#: ``-XX:TieredStopAtLevel=1``: compile with C1 only; ``-XX:+UseSerialGC``: one GC thread.
+TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+#: Spark confs of every test session, beside the JVM options (see the module docstring).
+TEST_SPARK_CONF = {
+    "spark.driver.extraJavaOptions": TEST_JVM_OPTIONS,
+    "spark.executor.extraJavaOptions": TEST_JVM_OPTIONS,
+    "spark.sql.streaming.checkpointFileManagerClass": "org.apache.spark.sql.execution."
+    "streaming.checkpointing.FileSystemBasedCheckpointFileManager",
+    "spark.sql.streaming.pollingDelay": "200ms",
+}
