@@ -15,13 +15,19 @@ drives 15 queries in lockstep, tws_fidelity + window one query at a time):
   per file written where Hadoop's native library is missing (pyspark ships none): 4,608 child
   processes of the JVM in the join test. The ``FileSystem`` manager renames in-process (a
   rename on one local file system is atomic either way).
-* ``pollingDelay``: a query with no new input polls its sources every 10 ms, and a file source
-  lists its folder each time (Spark's ``InMemoryFileIndex``): with 15 queries in lockstep, 14
-  wait while one runs, and the listings were half of the JVM's CPU. Polling every 200 ms: the
-  join test 113 s -> 82 s; one query at a time, a batch starts at most 0.2 s later.
+* :func:`lockstep_polling`: a query with no new input polls its sources every 10 ms
+  (``spark.sql.streaming.pollingDelay``), and a file source lists its folder each time (Spark's
+  ``InMemoryFileIndex``): with 15 queries in lockstep, 14 wait while one runs, and those
+  listings were half of the JVM's CPU. Polling every 200 ms there: the join test 113 s -> 82 s.
+  Only the lockstep harnesses use it: for a test that runs one query at a time, each batch
+  would start up to 0.2 s later, and the whole suite took longer with it set for every test.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
 #: ``-XX:TieredStopAtLevel=1``: compile with C1 only; ``-XX:+UseSerialGC``: one GC thread.
 TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
@@ -32,5 +38,22 @@ TEST_SPARK_CONF = {
     "spark.executor.extraJavaOptions": TEST_JVM_OPTIONS,
     "spark.sql.streaming.checkpointFileManagerClass": "org.apache.spark.sql.execution."
     "streaming.checkpointing.FileSystemBasedCheckpointFileManager",
-    "spark.sql.streaming.pollingDelay": "200ms",
 }
+#: How often an idle query polls its sources while many queries run in lockstep.
+LOCKSTEP_POLLING = "200ms"
+
+
+@contextmanager
+def lockstep_polling(spark: Any) -> Iterator[None]:
+    """Queries started inside poll idle sources every :data:`LOCKSTEP_POLLING` (Spark reads
+    the setting when a query starts); the session's own setting is back afterwards."""
+    key = "spark.sql.streaming.pollingDelay"
+    before = spark.conf.get(key, None)
+    spark.conf.set(key, LOCKSTEP_POLLING)
+    try:
+        yield
+    finally:
+        if before is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, before)

@@ -27,6 +27,7 @@ import pandas as pd
 import silt_spark
 from pyspark import cloudpickle
 from pyspark.sql import functions as F
+from sparkconf import lockstep_polling
 from test_spark_operator import fail_after_commit
 from test_spark_window import AGGS, OUT_COLUMNS, norm
 from test_spark_window import Run as WindowRun
@@ -97,21 +98,22 @@ def run_all(spark, tmp_path, batches, variants: dict[str, Variant]) -> None:
         runs[name].query = start_query(lambda: (runs[name].start(out), runs[name].query)[1])
         v.query_id = str(runs[name].query.id)
 
-    try:
-        for i, rows in enumerate(batches):
-            for name, v in variants.items():
-                if i in v.restarts:
-                    runs[name].stop()
-                    starts[name] += 1
-                    start(name)
-                runs[name].write(rows)
-                if i == 0:  # the first file waits when a query starts (else silt's tick
-                    start(name)  # source's first offset would make an empty first batch)
-            for name in variants:
-                runs[name].drain()
-    finally:
-        for run in runs.values():
-            run.stop()
+    with lockstep_polling(spark):
+        try:
+            for i, rows in enumerate(batches):
+                for name, v in variants.items():
+                    if i in v.restarts:
+                        runs[name].stop()
+                        starts[name] += 1
+                        start(name)
+                    runs[name].write(rows)
+                    if i == 0:  # the first file waits when a query starts (else silt's tick
+                        start(name)  # source's first offset would make an empty first batch)
+                for name in variants:
+                    runs[name].drain()
+        finally:
+            for run in runs.values():
+                run.stop()
     for name, v in variants.items():
         v.batches = runs[name].outputs
         frames = [df for _, df in sorted(runs[name].outputs.items()) if len(df)]

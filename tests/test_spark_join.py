@@ -28,6 +28,7 @@ from pyspark.sql import functions as F
 from silt.errors import InvalidArgumentError, InvalidTypeError
 from silt_spark.operators.join import _buffers
 from silt_spark.runtime import _names
+from sparkconf import lockstep_polling
 from test_spark_event_time import assert_same_batches, run_backlog, start_query
 from test_spark_operator import fail_after_commit, shard_versions
 
@@ -170,21 +171,22 @@ def run_all(spark, tmp_path, batches, variants: dict) -> tuple[dict[str, pd.Data
         runs[name].query = start_query(lambda: (runs[name].start(out), runs[name].query)[1])
         query_ids[name] = str(runs[name].query.id)
 
-    try:
-        for i, pair in enumerate(batches):
-            for name, (_, restarts, _) in variants.items():
-                if i in restarts:
-                    runs[name].stop()
-                    starts[name] += 1
-                    start(name)
-                runs[name].write(*pair)
-                if i == 0:  # the first files wait when a query starts (as in run_all of
-                    start(name)  # tests/test_spark_event_time.py)
-            for name in variants:
-                runs[name].query.processAllAvailable()
-    finally:
-        for run in runs.values():
-            run.stop()
+    with lockstep_polling(spark):
+        try:
+            for i, pair in enumerate(batches):
+                for name, (_, restarts, _) in variants.items():
+                    if i in restarts:
+                        runs[name].stop()
+                        starts[name] += 1
+                        start(name)
+                    runs[name].write(*pair)
+                    if i == 0:  # the first files wait when a query starts (as in run_all of
+                        start(name)  # tests/test_spark_event_time.py)
+                for name in variants:
+                    runs[name].query.processAllAvailable()
+        finally:
+            for run in runs.values():
+                run.stop()
     out = {}
     ids = {}
     for name, (_, _, fail) in variants.items():
