@@ -44,12 +44,11 @@ LOCKSTEP_POLLING = "200ms"
 
 
 @contextmanager
-def lockstep_polling(spark: Any) -> Iterator[None]:
-    """Queries started inside poll idle sources every :data:`LOCKSTEP_POLLING` (Spark reads
-    the setting when a query starts); the session's own setting is back afterwards."""
-    key = "spark.sql.streaming.pollingDelay"
+def session_conf(spark: Any, key: str, value: str) -> Iterator[None]:
+    """Spark conf ``key`` is ``value`` inside (for the queries started there: Spark reads most
+    streaming settings when a query starts); the session's own setting is back afterwards."""
     before = spark.conf.get(key, None)
-    spark.conf.set(key, LOCKSTEP_POLLING)
+    spark.conf.set(key, value)
     try:
         yield
     finally:
@@ -57,3 +56,8 @@ def lockstep_polling(spark: Any) -> Iterator[None]:
             spark.conf.unset(key)
         else:
             spark.conf.set(key, before)
+
+
+def lockstep_polling(spark: Any) -> Any:
+    """Queries started inside poll idle sources every :data:`LOCKSTEP_POLLING`."""
+    return session_conf(spark, "spark.sql.streaming.pollingDelay", LOCKSTEP_POLLING)

@@ -27,7 +27,7 @@ import pandas as pd
 import silt_spark
 from pyspark import cloudpickle
 from pyspark.sql import functions as F
-from sparkconf import lockstep_polling
+from sparkconf import lockstep_polling, session_conf
 from test_spark_operator import fail_after_commit
 from test_spark_window import AGGS, OUT_COLUMNS, norm
 from test_spark_window import Run as WindowRun
@@ -462,23 +462,8 @@ def test_windows_equal_spark_with_trigger_once(spark, tmp_path):
 
 def rocksdb_state_store(spark):
     """Spark's transformWithState needs the RocksDB state store provider (a context manager)."""
-    import contextlib
-
-    @contextlib.contextmanager
-    def cm():
-        provider = "spark.sql.streaming.stateStore.providerClass"
-        old = spark.conf.get(provider, None)
-        spark.conf.set(provider, "org.apache.spark.sql.execution.streaming.state."
-                                 "RocksDBStateStoreProvider")
-        try:
-            yield
-        finally:
-            if old is None:
-                spark.conf.unset(provider)
-            else:
-                spark.conf.set(provider, old)
-
-    return cm()
+    return session_conf(spark, "spark.sql.streaming.stateStore.providerClass",
+                        "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
 
 
 def test_dedup_and_timers_equal_spark_batch_by_batch_over_a_backlog(spark, tmp_path):
