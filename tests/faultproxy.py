@@ -307,8 +307,8 @@ class FaultProxy:
                 if rule is not None and rule.mode == "truncate":
                     room = rule.keep - conn.sent
                     if room > 0:
+                        conn.sent += min(room, len(data))  # before sending, as below
                         conn.client.sendall(data[:room])
-                        conn.sent += min(room, len(data))
                     if conn.sent >= rule.keep:
                         self._drop(conn, reset=rule.rst)
                         return
@@ -323,7 +323,10 @@ class FaultProxy:
                     if delay:
                         time.sleep(delay)
                 self._throttle(len(data))
-                conn.client.sendall(data)
+                # Counted before it is sent: once the client has the whole answer it may send its
+                # next request, whose pump resets ``sent`` to 0; counting after ``sendall`` could
+                # land after that reset and let the next answer skip its fault.
                 conn.sent += len(data)
+                conn.client.sendall(data)
         except OSError:
             self._drop(conn)
