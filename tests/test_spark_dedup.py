@@ -113,29 +113,36 @@ def test_dedup_matches_model_across_restart_and_failed_task(spark, tmp_path):
     assert entries == {(r[0], r[1]): b for b, w in enumerate(want) for r in w.itertuples(False)}
 
 
+#: The processing-time TTL of the test below: long enough that its first two batches run within
+#: it with a wide margin on a loaded 2-core machine (6 s left little room for two batches).
+TTL_S = 12
+
+
 def test_dedup_ttl_forgets_keys_in_processing_time(spark, tmp_path):
     state = (tmp_path / "state").as_uri()
     run = Run(spark, tmp_path)
     first = [("a", "x", 1), ("b", "x", 2), ("a", "x", 3)]
     try:
-        run.start(silt_spark.deduplicate(run.stream(), "id", state, 2, ttl="6 seconds"))
+        run.start(silt_spark.deduplicate(run.stream(), "id", state, 2, ttl=f"{TTL_S} seconds"))
         t0 = time.monotonic()
         run.write(first)
         run.drain()
+        # Batch 0 ran before this moment, so its keys' TTL runs out by this moment + TTL_S.
+        first_done = time.monotonic()
         run.write([("a", "y", 4), ("c", "y", 5)])  # within the TTL: only c is new
         run.drain()
         within = time.monotonic() - t0
-        time.sleep(max(0.0, 7.0 - (time.monotonic() - t0)))
+        time.sleep(max(0.0, first_done + TTL_S + 0.5 - time.monotonic()))
         run.write([("a", "z", 6), ("b", "z", 7), ("c", "z", 8)])  # a and b expired
         sent = time.time()
         run.drain()
         # Typed: each key remembered, with the batch that saw it and when the TTL forgets it
-        # (read at once: the keys batch 2 saw again are kept 6 s from then).
+        # (read at once: the keys batch 2 saw again are kept TTL_S from then).
         seen = silt_spark.read_state(spark, state, state_name="seen").collect()
         read = time.time()
     finally:
         run.stop()
-    assert within < 6, "the first two batches took longer than the TTL"
+    assert within < TTL_S, "the first two batches took longer than the TTL"
     assert_same(run.outputs[0], pd.DataFrame([first[0], first[1]], columns=COLUMNS), "batch 0")
     assert_same(run.outputs[1], pd.DataFrame([("c", "y", 5)], columns=COLUMNS), "batch 1")
     got = set(run.outputs[2]["id"])
@@ -144,7 +151,7 @@ def test_dedup_ttl_forgets_keys_in_processing_time(spark, tmp_path):
     again = {r.id: r for r in seen if r.first_batch_id == 2}
     assert set(again) == got  # emitted again in batch 2: remembered from batch 2
     for r in again.values():
-        assert sent + 6 - 1 <= r.expires_at.timestamp() <= read + 6
+        assert sent + TTL_S - 1 <= r.expires_at.timestamp() <= read + TTL_S
 
 
 def test_dedup_bad_input_is_refused(spark, tmp_path):
