@@ -72,6 +72,21 @@ sys.path[:0] = [str(_SRC / "packages" / p / "src")
                 for p in ("core", "spark", "tier-s3", "cache-ssd")]
 os.environ["PYTHONPATH"] = os.pathsep.join([*sys.path[:4], os.environ.get("PYTHONPATH", "")])
 
+
+def compile_checkout() -> None:
+    """Write the bytecode of the checkout's packages, as ``pip install`` does for a user's.
+
+    Spark's Python workers import silt from this checkout (``PYTHONPATH`` above). Without
+    bytecode beside the sources (a fresh checkout, or ``PYTHONDONTWRITEBYTECODE`` set, as on the
+    benchmark machine) every fresh worker compiles each silt module it imports: 150 to 400 ms
+    per worker, which a user running installed wheels never pays and the stateless floor (Spark
+    and pyarrow, installed) never pays either. ``compileall`` writes it whatever that variable
+    says; sources that did not change are skipped."""
+    import compileall
+
+    for src in sys.path[:4]:
+        compileall.compile_dir(src, quiet=1)
+
 import silt_spark  # noqa: E402
 from run_record import RESULTS, machine_load, write_results  # noqa: E402
 from spark_results import record  # noqa: E402
@@ -583,6 +598,39 @@ def _fmt(kinds: dict[str, float]) -> str:
     return ", ".join(f"{k} {n:.2f}" for k, n in kinds.items())
 
 
+def session_factory(shards: int, driver_memory: str, maintenance: int,
+                    extra: dict[str, str], local_root) -> Any:
+    """A function making the benchmark's SparkSession: local[2], ``shards`` shuffle partitions,
+    Spark's RocksDB state store with changelog checkpointing (the native peers' store), silt's
+    GC pass every ``maintenance`` batches, ``extra`` settings first. Each session it makes gets
+    new, empty local dirs under ``local_root()`` (the native store's working copies among
+    them), so a session made after ``stop()`` restarts cold."""
+    from pyspark.sql import SparkSession
+
+    def make() -> Any:
+        builder = SparkSession.builder
+        for k, v in extra.items():
+            builder = builder.config(k, v)
+        made = (
+            builder.master("local[2]").appName("silt-spark-bench")
+            .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
+            .config("spark.sql.shuffle.partitions", str(shards))
+            .config("spark.sql.streaming.stateStore.providerClass",
+                    "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
+            .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
+            .config("spark.driver.memory", driver_memory)
+            .config("spark.silt.maintenance.intervalBatches", str(maintenance))
+            .config("spark.local.dir", str(Path(tempfile.mkdtemp(dir=local_root(),
+                                                                 prefix="local-"))))
+            .getOrCreate()
+        )
+        made.sparkContext.setLogLevel("ERROR")
+        return made
+
+    return make
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
@@ -635,6 +683,7 @@ def main() -> None:
     ap.add_argument("--json", default=str(RESULTS / "spark_bench.json"),
                     help="where to write the results (bench/charts.py draws them)")
     args = ap.parse_args()
+    compile_checkout()
     if args.quick:
         args.rows, args.batches, args.keys, args.processor_rows = 20_000, 3, [10_000], 5_000
         args.join_rows, args.join_span = 20_000, 90  # (90 s per batch: evictions by batch 2)
@@ -655,35 +704,11 @@ def main() -> None:
                 args.join_buffered else "key = pkey AND ot >= pt - interval 30 seconds AND "
                 "ot <= pt + interval 30 seconds")
 
-    from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
     extra = dict(kv.split("=", 1) for kv in args.spark_conf)
-
-    def make_session():
-        builder = SparkSession.builder
-        for k, v in extra.items():
-            builder = builder.config(k, v)
-        return (
-            builder.master("local[2]").appName("silt-spark-bench")
-            .config("spark.ui.enabled", "false")
-            .config("spark.ui.showConsoleProgress", "false")
-            .config("spark.sql.shuffle.partitions", str(args.shards))
-            .config("spark.sql.streaming.stateStore.providerClass",
-                    "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
-            .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
-            .config("spark.driver.memory", args.driver_memory)
-            .config("spark.silt.maintenance.intervalBatches", str(args.maintenance))
-            # a new session starts with new, empty local dirs (the native store's working
-            # copies among them): a cold restart
-            .config("spark.local.dir", str(Path(tempfile.mkdtemp(dir=work, prefix="local-"))))
-            .getOrCreate()
-        )
-
-    def make() -> object:
-        made = make_session()
-        made.sparkContext.setLogLevel("ERROR")
-        return made
+    make = session_factory(args.shards, args.driver_memory, args.maintenance, extra,
+                           lambda: work)
 
     import silt
 
