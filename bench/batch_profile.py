@@ -27,7 +27,9 @@ filled as the benchmark's query fills it (every key once, then ``--batches`` bat
 ``--rows`` rows, default 50k: a shard's share of 200k rows), then each of ``--runs`` runs copies
 it and runs ``bench/cold_shard.py`` in a fresh interpreter: the imports the shard task needs,
 the shard's open, the restart batch's ``merge_partition`` and commit, then two more batches on
-the warm handle. Prints each run's steps and their medians. ``--profile-cold cprofile`` profiles
+the warm handle. Prints each run's steps and their medians (wall and CPU). The children import
+from bytecode (written by a first, uncounted run), as from an installed package;
+``--source-imports`` compiles silt's modules from source in every child instead. ``--profile-cold cprofile`` profiles
 one cold child (the steps after the worker's own imports).
 """
 
@@ -203,9 +205,14 @@ def cold(args: argparse.Namespace) -> None:
     child = [sys.executable, str(Path(__file__).with_name("cold_shard.py"))]
     with tempfile.TemporaryDirectory() as d:
         # Imports from bytecode, as an installed package's are: the children write and read
-        # theirs under the folder (a first run, not counted, fills it).
+        # theirs under the folder (a first run, not counted, fills it). --source-imports: from
+        # source, as a worker imports a checkout without bytecode when PYTHONDONTWRITEBYTECODE
+        # is set (each fresh worker compiles every silt module it imports).
         env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
         env["PYTHONPYCACHEPREFIX"] = str(Path(d) / "pycache")
+        if args.source_imports:  # (the installed packages' own bytecode is still read)
+            env["PYTHONDONTWRITEBYTECODE"] = "1"
+            del env["PYTHONPYCACHEPREFIX"]
         base = Path(d) / "base"
         base.mkdir()
         cold_fill(args, base)
@@ -227,17 +234,20 @@ def cold(args: argparse.Namespace) -> None:
         runs = []
         print(f"{args.keys} keys in the shard, {args.rows} rows per batch; "
               f"{'pure Python' if os.environ.get('SILT_NO_EXTENSIONS') else 'compiled'}; "
+              f"imports from {'source' if args.source_imports else 'bytecode'}; "
               f"load {os.getloadavg()[0]:.2f}")
         for r in range(args.runs):
             got = json.loads(one(f"run-{r}").stdout.splitlines()[-1])
             runs.append(got)
             print(f"run {r + 1}: " + ", ".join(f"{k} {1000 * got[k]:.0f}" for k in COLD_STEPS)
-                  + f" ms; {got['rows']} keys; load {os.getloadavg()[0]:.2f}")
-        med = {k: statistics.median(g[k] for g in runs) for k in COLD_STEPS}
-        print(f"median of {args.runs} runs (ms): "
-              + ", ".join(f"{k} {1000 * med[k]:.0f}" for k in COLD_STEPS)
-              + f"; cold - warm process {1000 * (med['process'] - med['warm_process']):.0f}"
-              + f"; load {os.getloadavg()[0]:.2f}")
+                  + f" ms; {got['rows']} keys; {got['read_threads']} read threads; "
+                  f"load {os.getloadavg()[0]:.2f}")
+        for what, pre in (("ms", ""), ("CPU ms", "cpu_")):
+            med = {k: statistics.median(g[pre + k] for g in runs) for k in COLD_STEPS}
+            print(f"median of {args.runs} runs ({what}): "
+                  + ", ".join(f"{k} {1000 * med[k]:.0f}" for k in COLD_STEPS)
+                  + f"; cold - warm process {1000 * (med['process'] - med['warm_process']):.0f}"
+                  + f"; load {os.getloadavg()[0]:.2f}")
 
 
 def _rewrite_job(run_dir: Path) -> None:
@@ -259,6 +269,8 @@ def main() -> None:
                     help="a cold shard's restart batch in fresh interpreters")
     ap.add_argument("--profile-cold", choices=["cprofile"],
                     help="with --cold: profile one cold child")
+    ap.add_argument("--source-imports", action="store_true",
+                    help="with --cold: the children import silt from source, not bytecode")
     args = ap.parse_args()
     if args.cold or args.profile_cold:
         args.rows = args.rows or 50_000

@@ -11,7 +11,8 @@ seconds of each step:
   plan), which imports silt_spark's modules and the parts of silt they name;
 * ``open``: ``silt.open`` of the shard at the last committed version (``silt.db`` and the
   engine behind it are imported here, at the shard's first open);
-* ``process``: ``merge_partition`` of the restart batch (output consumed), the cold batch;
+* ``process``: ``merge_partition`` of the restart batch (output consumed), the cold batch
+  (``read_threads``: the read pool's threads it started);
 * ``commit``: the shard's commit of that batch;
 * ``warm_process`` / ``warm_commit``: the median of the next batches on the same handle.
 
@@ -117,6 +118,10 @@ def child(folder: Path, profile: str | None, dump: str | None = None) -> dict[st
         clock = Clock(out)
         out["rows"] = sum(b.num_rows for b in stage(task, iter(cold)))
         clock.step("process")
+        import threading
+
+        # Read threads the cold batch started (a local store's reads stay in the task's thread).
+        out["read_threads"] = sum(t.name.startswith("silt-read") for t in threading.enumerate())
         task.commit()
         clock.step("commit")
         if prof is not None:
