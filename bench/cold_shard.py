@@ -11,7 +11,8 @@ seconds of each step:
   plan), which imports silt_spark's modules and the parts of silt they name;
 * ``open``: ``silt.open`` of the shard at the last committed version (``silt.db`` and the
   engine behind it are imported here, at the shard's first open);
-* ``process``: ``merge_partition`` of the restart batch (output consumed), the cold batch
+* ``process``: ``merge_partition`` of the restart batch (output consumed) behind the shard
+  task's key group check (``runtime._shard.placed``), the cold batch
   (``read_threads``: the read pool's threads it started);
 * ``commit``: the shard's commit of that batch;
 * ``warm_process`` / ``warm_commit``: the median of the next batches on the same handle.
@@ -107,6 +108,11 @@ def child(folder: Path, profile: str | None, dump: str | None = None) -> dict[st
     clock = Clock(out)
     stage = pickle.loads(stage_bytes)
     import silt
+    from silt_spark.runtime._shard import placed  # run_shard's check of the rows' key groups
+
+    def run(task: Task, batches: list[Any]) -> int:
+        return sum(b.num_rows for b in stage(task, placed(task, iter(batches))))
+
     clock.step("imports")
     db = silt.open(job["url"], at_most=job["batch"] - 1,
                    settings=silt.Settings.from_dict(job["settings"]))
@@ -116,7 +122,7 @@ def child(folder: Path, profile: str | None, dump: str | None = None) -> dict[st
     try:
         task = Task(db, job["url"], job["batch"])
         clock = Clock(out)
-        out["rows"] = sum(b.num_rows for b in stage(task, iter(cold)))
+        out["rows"] = run(task, cold)
         clock.step("process")
         import threading
 
@@ -131,7 +137,7 @@ def child(folder: Path, profile: str | None, dump: str | None = None) -> dict[st
             task = Task(db, job["url"], job["batch"] + i)
             steps.append({})
             clock = Clock(steps[-1])
-            sum(b.num_rows for b in stage(task, iter(batches)))
+            run(task, batches)
             clock.step("warm_process")
             task.commit()
             clock.step("warm_commit")

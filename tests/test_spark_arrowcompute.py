@@ -57,8 +57,9 @@ def test_sort_take_and_binary_kernels_equal_pyarrows(vals, data) -> None:
 
 def test_the_aggregates_stages_in_a_fresh_interpreter_import_no_pyarrow_compute(tmp_path) -> None:
     # As a restarted query's fresh workers: the partial aggregation before the shuffle, then
-    # the shard stage (merge with the stored state, write, output) on a real file:// shard,
-    # twice (the second batch reads what the first committed), then a cold handle's batch.
+    # the shard task's key group check and the shard stage (merge with the stored state,
+    # write, output) on a real file:// shard, three times, each on a new handle (a cold one
+    # reading what the one before committed).
     table = pa.table({"k": pa.array([3, 1, 3, 2, 7], pa.int64()),
                       "s": pa.array(["a", "b", "a", "c", "d"]),
                       "v": pa.array([1, None, 2, 4, 5], pa.int64())})
@@ -69,8 +70,10 @@ def test_the_aggregates_stages_in_a_fresh_interpreter_import_no_pyarrow_compute(
         import silt
         from pyspark.sql.types import LongType, StringType, StructField, StructType
         from silt_spark.operators import _aggregation, aggregate
+        from silt_spark.errors import ShardPlacementError
         from silt_spark.runtime._layout import KG_COLUMN, PARTITION_COLUMN
         from silt_spark.runtime._ndarrays import from_numpy
+        from silt_spark.runtime._shard import placed
 
         t = pa.Table.from_batches(list(pa.ipc.open_stream(sys.stdin.buffer.read())))
         schema = StructType([StructField("k", LongType()), StructField("s", StringType()),
@@ -79,23 +82,33 @@ def test_the_aggregates_stages_in_a_fresh_interpreter_import_no_pyarrow_compute(
                               _aggregation.parse_aggs(["count", "sum(v)", "avg(v)"]))[0]
 
         class Task:
+            shard, first_kg, last_kg = 0, 1, 2
+
             def __init__(self, db):
                 self.db, self.url, self.changed = db, {str(tmp_path.as_uri())!r}, False
 
-        def shard_input(t):
+        def shard_input(t, kg=1):
             parts = pa.Table.from_batches(list(_aggregation.partial_aggregate(
                 iter(t.to_batches()), p)))
-            kg = from_numpy(np.ones(parts.num_rows, np.int32))
+            kg = from_numpy(np.full(parts.num_rows, kg, np.int32))
             return parts.append_column(KG_COLUMN, kg).append_column(
                 PARTITION_COLUMN, from_numpy(np.zeros(parts.num_rows, np.int32)))
 
         rows = []
         for version in (1, 2, 3):
             with silt.open({str(tmp_path.as_uri())!r}) as db:
+                # placed(): the shard task's key group check, as run_shard wraps the stage
                 out = pa.Table.from_batches(list(aggregate.merge_partition(
-                    Task(db), iter(shard_input(t).to_batches()), p)))
+                    Task(db), placed(Task, iter(shard_input(t).to_batches())), p)))
                 db.commit(version)
             rows.append(sorted(zip(*out.to_pydict().values())))
+        heartbeat = shard_input(t.slice(0, 1), kg=-1).to_batches()
+        assert len(list(placed(Task, iter(heartbeat)))) == 1  # rows of every shard pass
+        try:
+            list(placed(Task, iter(shard_input(t, kg=3).to_batches())))
+            raise AssertionError("a row of key group 3 reached the shard of 1..2")
+        except ShardPlacementError as exc:
+            assert "key groups 1..2 but received rows of key groups 3..3" in str(exc), exc
         print(json.dumps([rows, sorted(m for m in ("pyarrow.compute", "pandas")
                                        if m in sys.modules)]))
     """)
