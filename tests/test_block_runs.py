@@ -204,13 +204,31 @@ class TimedStore(MemoryStore):
         return super().get_range(key, start, length)
 
 
-@pytest.mark.parametrize("cpu, wait, pooled", [(0.005, 0.0, False), (0.0, 0.005, True),
-                                               (0.005, 0.005, True)])
-def test_a_local_store_is_read_as_remote_by_its_waits_not_its_work(cpu, wait, pooled) -> None:
-    """The fetcher moves a local store's reads to its pool when they wait (a network mount),
-    never because they take CPU time: reading and decoding a cold SST's runs of blocks takes
-    milliseconds of CPU that a pool cannot overlap (a cold multi_get on file:// went to the
-    pool midway, starting its threads, and its runs waited for the GIL behind one another)."""
+class SlowCache:
+    """A block cache whose every insert, the end of a block's decoding, waits ``wait`` seconds
+    on ``clocks`` (a loaded machine's decoding thread waiting for the CPU)."""
+
+    def __init__(self, clocks: FakeClocks, wait: float) -> None:
+        self.inner, self.clocks, self.wait = BlockCache(1 << 22), clocks, wait
+
+    def put(self, key: object, blk: object, charge: int) -> None:
+        self.clocks.wall += self.wait
+        self.inner.put(key, blk, charge)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)
+
+
+@pytest.mark.parametrize("cpu, wait, decode_wait, pooled", [
+    (0.005, 0.0, 0.0, False), (0.0, 0.0, 0.005, False), (0.0, 0.005, 0.0, True),
+    (0.005, 0.005, 0.0, True)])
+def test_a_local_store_is_read_as_remote_by_its_waits_not_its_work(cpu, wait, decode_wait,
+                                                                    pooled) -> None:
+    """The fetcher moves a local store's reads to its pool when its requests wait (a network
+    mount), never because they take CPU time or because decoding their blocks took long:
+    decoding a cold SST's runs of blocks takes milliseconds of CPU that a pool cannot overlap
+    (a cold multi_get on file:// went to the pool midway, starting its threads, and its runs
+    waited for the GIL behind one another)."""
     data = {b"k%05d" % i: b"v%d" % i * 5 for i in range(3000)}
     keys = sorted(data)
     sst_id = paths.new_id(NOW)
@@ -220,7 +238,7 @@ def test_a_local_store_is_read_as_remote_by_its_waits_not_its_work(cpu, wait, po
     store = TimedStore(clocks, cpu=cpu, wait=wait)
     name = paths.sst_key(sst_id)
     store.put(name, raw)
-    reader = SstReader(store, name, info, BlockCache(1 << 22))
+    reader = SstReader(store, name, info, SlowCache(clocks, decode_wait))  # type: ignore[arg-type]
     reader.tail  # noqa: B018 - the tail is not a block read
     store.threads.clear()
     wanted = list(range(0, len(reader.tail.block_offsets), 2))  # every run is one block

@@ -352,8 +352,9 @@ class ReadView:
 #: store): a ``multi_get`` then coalesces the blocks it misses and reads them on the thread pool.
 #: A faster one is served by local disk or the page cache (~10 us), where handing a read to a
 #: thread costs more than it overlaps, so they are read in the calling thread. The wait is the
-#: read's time less the reading thread's CPU time: decoding a run of a cold SST's blocks (a few
-#: ms per MiB) is work a pool cannot overlap, not a sign of a remote store.
+#: request's time less the reading thread's CPU time, decoding left out: decoding a run of a
+#: cold SST's blocks (a few ms per MiB) is work a pool cannot overlap, not a sign of a remote
+#: store, and a loaded machine's wait for the CPU during it must not look like one either.
 REMOTE_READ_SECONDS = 0.002
 #: With remote reads, missed blocks of one SST at most this many bytes apart are read with one
 #: ranged GET (the bytes between them come along: a request costs far more than 64 KiB more of
@@ -464,8 +465,9 @@ class BlockFetcher:
         """Read the blocks ``run = (first, stop)`` of ``reader`` with one ranged GET (cached);
         returns ``(first, blocks)``."""
         start, cpu = self._clock(), self._cpu_clock()
-        blocks = reader.read_run(run[0], run[1])
+        data = reader.run_bytes(run[0], run[1])  # the request alone: decoding never waits
         took = max(0.0, self._clock() - start - (self._cpu_clock() - cpu))
+        blocks = reader.decode_run(run[0], run[1], data)
         # Falls at once to a fast read and rises slowly: a local read that waited for the CPU
         # or the GIL (a loaded machine) must not look remote, a remote one never looks local.
         self.read_seconds = min(took, 0.9 * self.read_seconds + 0.1 * took)
