@@ -20,7 +20,9 @@ seconds of each step:
 This module imports nothing but the standard library at its top, so that the child's steps are
 measured from a cold interpreter; ``Task`` is also what ``batch_profile.py`` runs its stages
 with. ``--profile cprofile`` wraps the steps after ``worker`` in cProfile and prints its top
-functions to stderr (and the raw profile to ``$COLD_PROFILE_OUT`` if set; py-spy: ``py-spy record -o out.svg -- python bench/cold_shard.py DIR``).
+functions to stderr (and writes the raw profile to ``$COLD_PROFILE_OUT`` if set). py-spy:
+``py-spy record -o out.svg -- python bench/cold_shard.py DIR`` (py-spy's pauses count as
+waits, so under it the reads may go to the read pool).
 """
 
 from __future__ import annotations
