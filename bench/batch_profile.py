@@ -2,6 +2,7 @@
 
     python bench/batch_profile.py                      # figures: median of --runs runs
     python bench/batch_profile.py --profile batch      # cProfile of the batch processor's stage
+    python bench/batch_profile.py --cold               # a cold shard's first batch (restart)
 
 What it measures: one shard's work per micro-batch, in this process, on a real shard LSM
 (``file://`` under a temporary folder) — what a Spark task of the shard stage runs after the
@@ -19,18 +20,34 @@ Each timed batch is the stage's call (output consumed) plus the shard's commit. 
 each case's median ms per batch and rows/s, and the batch processor's speed relative to the
 aggregate's in the same run; the last line, the median of the runs' figures and of their
 ratios. The machine may be shared: compare ratios, not absolute figures (the load is printed).
+
+``--cold``: what a cold shard adds to the first micro-batch after a restart. The ``aggregate``
+shard of ``--keys`` keys (default 500k: one of the restart benchmark's four shards at 2M keys) is
+filled as the benchmark's query fills it (every key once, then ``--batches`` batches of
+``--rows`` rows, default 50k: a shard's share of 200k rows), then each of ``--runs`` runs copies
+it and runs ``bench/cold_shard.py`` in a fresh interpreter: the imports the shard task needs,
+the shard's open, the restart batch's ``merge_partition`` and commit, then two more batches on
+the warm handle. Prints each run's steps and their medians (wall and CPU). The children import
+from bytecode (written by a first, uncounted run), as from an installed package;
+``--source-imports`` compiles silt's modules from source in every child instead. ``--profile-cold cprofile`` profiles
+one cold child (the steps after the worker's own imports).
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
+import json
 import os
+import pickle
 import pstats
+import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +60,7 @@ sys.path[:0] = [str(_SRC / "bench")] + [str(_SRC / "packages" / p / "src")
                                         for p in ("core", "spark", "tier-s3", "cache-ssd")]
 # isort: split
 import silt  # noqa: E402
+from cold_shard import KEY_GROUPS, Task  # noqa: E402
 from silt_spark.operators import _aggregation  # noqa: E402
 from silt_spark.operators import aggregate as _aggregate  # noqa: E402
 from silt_spark.operators.batch._task import process_partition  # noqa: E402
@@ -50,31 +68,9 @@ from silt_spark.runtime import _schema  # noqa: E402
 from silt_spark.runtime._layout import KG_COLUMN, PARTITION_COLUMN  # noqa: E402
 from spark_bench import BatchCount  # noqa: E402
 
-#: The key groups of the one shard (all of them).
-KEY_GROUPS = 256
 VALUE = (("n", "bigint", True), ("total", "bigint", True))
 VALUE_ARROW = pa.schema([("n", pa.int64()), ("total", pa.int64())])
 OUTPUT = pa.schema([("key", pa.int64()), ("n", pa.int64()), ("total", pa.int64())])
-
-
-class Task:
-    """What the shard stages use of a ``ShardTask``: the shard's DB and the batch's identity."""
-
-    def __init__(self, db: Any, url: str, batch_id: int) -> None:
-        self.db = db
-        self.url = url
-        self.batch_id = batch_id
-        self.shard = 0
-        self.spec = None
-        self.first_kg, self.last_kg = 0, KEY_GROUPS - 1
-        self.base_meta = db.meta
-        self.meta_updates: dict[str, str] = {}
-        self.changed = False
-        self.watermark = self.late_watermark = None
-
-    def commit(self) -> None:
-        if self.changed:
-            self.db.commit(self.batch_id, meta=self.meta_updates)
 
 
 def with_layout(t: pa.Table) -> pa.Table:
@@ -111,14 +107,20 @@ def batch_stage() -> Any:
     return prepare, run
 
 
-def aggregate_stage() -> Any:
-    """``(prepare, run)`` of the aggregate's shard stage (count, sum(amount))."""
+def aggregate_plan() -> Any:
+    """The aggregate's plan of the benchmark's query (count, sum(amount) by key)."""
     from pyspark.sql import types as T
 
     schema = T.StructType([T.StructField("key", T.LongType()),
                            T.StructField("amount", T.LongType())])
     plan, _, _ = _aggregation.plan(schema, ["key"], _aggregation.parse_aggs(
         ["count", "sum(amount)"]))
+    return plan
+
+
+def aggregate_stage() -> Any:
+    """``(prepare, run)`` of the aggregate's shard stage (count, sum(amount))."""
+    plan = aggregate_plan()
 
     def prepare(t: pa.Table) -> list[Any]:
         quarter = -(-t.num_rows // 4)
@@ -164,14 +166,119 @@ def run_case(name: str, data: list[pa.Table], root: Path, profile: bool) -> list
     return seconds
 
 
+def cold_fill(args: argparse.Namespace, folder: Path) -> None:
+    """Fill the shard under ``folder / "shard"`` and write the restart batch, the warm batches
+    after it, the stage's pickled function and the job for ``cold_shard.py``."""
+    data = inputs(args.keys, args.rows, args.batches + 3, seed=7)
+    prepare, run = aggregate_stage()
+    url = (folder / "shard").as_uri()
+    settings = silt.Settings()
+    db = silt.open(url, settings=settings)
+    try:
+        for b, t in enumerate(data[:args.batches + 1]):
+            task = Task(db, url, b)
+            run(task, prepare(t))
+            task.commit()
+        db.wait_for_compaction()
+        print("shard:", {k: v for k, v in db.stats().items() if not isinstance(v, dict)})
+    finally:
+        db.close()
+    import pyarrow.ipc as ipc
+
+    later = data[args.batches + 1:]
+    for name, t in [("cold", later[0]), ("warm-1", later[1]), ("warm-2", later[2])]:
+        batches = prepare(t)
+        with ipc.new_file(str(folder / f"{name}.arrow"), batches[0].schema) as w:
+            for b in batches:
+                w.write_batch(b)
+    (folder / "stage.pickle").write_bytes(
+        pickle.dumps(partial(_aggregate.merge_partition, p=aggregate_plan())))
+    (folder / "job.json").write_text(json.dumps(
+        {"url": url, "batch": args.batches + 1, "settings": settings.to_dict()}))
+
+
+COLD_STEPS = ("worker", "imports", "open", "process", "commit", "warm_process", "warm_commit")
+
+
+def cold(args: argparse.Namespace) -> None:
+    """``--cold``: the cold shard's steps in fresh interpreters (see the module)."""
+    child = [sys.executable, str(Path(__file__).with_name("cold_shard.py"))]
+    with tempfile.TemporaryDirectory() as d:
+        # Imports from bytecode, as an installed package's are: the children write and read
+        # theirs under the folder (a first run, not counted, fills it). --source-imports: from
+        # source, as a worker imports a checkout without bytecode when PYTHONDONTWRITEBYTECODE
+        # is set (each fresh worker compiles every silt module it imports).
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+        env["PYTHONPYCACHEPREFIX"] = str(Path(d) / "pycache")
+        if args.source_imports:  # (the installed packages' own bytecode is still read)
+            env["PYTHONDONTWRITEBYTECODE"] = "1"
+            del env["PYTHONPYCACHEPREFIX"]
+        base = Path(d) / "base"
+        base.mkdir()
+        cold_fill(args, base)
+
+        def one(name: str, *flags: str) -> subprocess.CompletedProcess[str]:
+            run_dir = Path(d) / name
+            shutil.copytree(base, run_dir)
+            _rewrite_job(run_dir)
+            try:
+                return subprocess.run([*child, *flags, str(run_dir)], check=True, env=env,
+                                      stdout=subprocess.PIPE, text=True)
+            finally:
+                shutil.rmtree(run_dir)
+
+        one("fills-the-bytecode-cache")
+        if args.profile_cold:
+            print(one("profiled", "--profile", args.profile_cold).stdout)
+            return
+        runs = []
+        print(f"{args.keys} keys in the shard, {args.rows} rows per batch; "
+              f"{'pure Python' if os.environ.get('SILT_NO_EXTENSIONS') else 'compiled'}; "
+              f"imports from {'source' if args.source_imports else 'bytecode'}; "
+              f"load {os.getloadavg()[0]:.2f}")
+        for r in range(args.runs):
+            got = json.loads(one(f"run-{r}").stdout.splitlines()[-1])
+            runs.append(got)
+            print(f"run {r + 1}: " + ", ".join(f"{k} {1000 * got[k]:.0f}" for k in COLD_STEPS)
+                  + f" ms; {got['rows']} keys; {got['read_threads']} read threads; "
+                  f"load {os.getloadavg()[0]:.2f}")
+        for what, pre in (("ms", ""), ("CPU ms", "cpu_")):
+            med = {k: statistics.median(g[pre + k] for g in runs) for k in COLD_STEPS}
+            print(f"median of {args.runs} runs ({what}): "
+                  + ", ".join(f"{k} {1000 * med[k]:.0f}" for k in COLD_STEPS)
+                  + f"; cold - warm process {1000 * (med['process'] - med['warm_process']):.0f}"
+                  + f"; load {os.getloadavg()[0]:.2f}")
+
+
+def _rewrite_job(run_dir: Path) -> None:
+    """Point the job of a copied shard at the copy."""
+    job = json.loads((run_dir / "job.json").read_text())
+    job["url"] = (run_dir / "shard").as_uri()
+    (run_dir / "job.json").write_text(json.dumps(job))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--keys", type=int, default=500_000)
-    ap.add_argument("--rows", type=int, default=200_000)
-    ap.add_argument("--batches", type=int, default=3, help="timed batches per run")
+    ap.add_argument("--rows", type=int, help="rows per batch (200k; with --cold 50k)")
+    ap.add_argument("--batches", type=int, default=None,
+                    help="timed batches per run (3); with --cold, batches after the fill (4)")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--profile", choices=sorted(STAGES), help="cProfile one case, one run")
+    ap.add_argument("--cold", action="store_true",
+                    help="a cold shard's restart batch in fresh interpreters")
+    ap.add_argument("--profile-cold", choices=["cprofile"],
+                    help="with --cold: profile one cold child")
+    ap.add_argument("--source-imports", action="store_true",
+                    help="with --cold: the children import silt from source, not bytecode")
     args = ap.parse_args()
+    if args.cold or args.profile_cold:
+        args.rows = args.rows or 50_000
+        args.batches = 4 if args.batches is None else args.batches
+        cold(args)
+        return
+    args.rows = args.rows or 200_000
+    args.batches = 3 if args.batches is None else args.batches
     data = inputs(args.keys, args.rows, args.batches, seed=7)
     if args.profile:
         with tempfile.TemporaryDirectory() as d:

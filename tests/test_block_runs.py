@@ -9,6 +9,7 @@ middle of a run, which must still raise ``CorruptionError`` naming the object.
 from __future__ import annotations
 
 import random
+import threading
 
 import hypothesis.strategies as st
 import pytest
@@ -169,3 +170,88 @@ def test_a_damaged_block_inside_a_run_raises_corruption(how: str) -> None:
                 fetch.close()
     assert reader.name in str(err.value)
     assert str(t.block_offsets[mid]) in str(err.value)
+
+
+class FakeClocks:
+    """A wall clock and a CPU clock that only the store's requests move."""
+
+    def __init__(self) -> None:
+        self.wall = self.cpu = 0.0
+
+    def now(self) -> float:
+        return self.wall
+
+    def cpu_now(self) -> float:
+        return self.cpu
+
+
+class TimedStore(MemoryStore):
+    """A local store whose ranged GETs each cost ``cpu`` seconds of the reading thread's CPU
+    (work, such as a cold page cache's copies) and ``wait`` seconds of waiting (a slow
+    request: a network mount) on ``clocks``; records each request's thread."""
+
+    local = True
+
+    def __init__(self, clocks: FakeClocks, *, cpu: float, wait: float) -> None:
+        super().__init__()
+        self.clocks, self.cpu, self.wait = clocks, cpu, wait
+        self.threads: list[int] = []
+
+    def get_range(self, key: str, start: int, length: int) -> bytes:
+        self.threads.append(threading.get_ident())
+        self.clocks.cpu += self.cpu
+        self.clocks.wall += self.cpu + self.wait
+        return super().get_range(key, start, length)
+
+
+class SlowCache:
+    """A block cache whose every insert, the end of a block's decoding, waits ``wait`` seconds
+    on ``clocks`` (a loaded machine's decoding thread waiting for the CPU)."""
+
+    def __init__(self, clocks: FakeClocks, wait: float) -> None:
+        self.inner, self.clocks, self.wait = BlockCache(1 << 22), clocks, wait
+
+    def put(self, key: object, blk: object, charge: int) -> None:
+        self.clocks.wall += self.wait
+        self.inner.put(key, blk, charge)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)
+
+
+@pytest.mark.parametrize("cpu, wait, decode_wait, pooled", [
+    (0.005, 0.0, 0.0, False), (0.0, 0.0, 0.005, False), (0.0, 0.005, 0.0, True),
+    (0.005, 0.005, 0.0, True)])
+def test_a_local_store_is_read_as_remote_by_its_waits_not_its_work(cpu, wait, decode_wait,
+                                                                    pooled) -> None:
+    """The fetcher moves a local store's reads to its pool when its requests wait (a network
+    mount), never because they take CPU time or because decoding their blocks took long:
+    decoding a cold SST's runs of blocks takes milliseconds of CPU that a pool cannot overlap
+    (a cold multi_get on file:// went to the pool midway, starting its threads, and its runs
+    waited for the GIL behind one another)."""
+    data = {b"k%05d" % i: b"v%d" % i * 5 for i in range(3000)}
+    keys = sorted(data)
+    sst_id = paths.new_id(NOW)
+    raw, info = build_sst(sst_id, keys, [data[k] for k in keys], silt.Settings(block_bytes=64),
+                          created_ms=NOW)
+    clocks = FakeClocks()
+    store = TimedStore(clocks, cpu=cpu, wait=wait)
+    name = paths.sst_key(sst_id)
+    store.put(name, raw)
+    reader = SstReader(store, name, info, SlowCache(clocks, decode_wait))  # type: ignore[arg-type]
+    reader.tail  # noqa: B018 - the tail is not a block read
+    store.threads.clear()
+    wanted = list(range(0, len(reader.tail.block_offsets), 2))  # every run is one block
+    assert len(wanted) > 20
+    fetch = BlockFetcher(3, clock=clocks.now, cpu_clock=clocks.cpu_now)
+    try:
+        got = fetch(reader, wanted)
+    finally:
+        fetch.close()
+    assert len(store.threads) == len(wanted)
+    off_thread = [t for t in store.threads if t != threading.get_ident()]
+    assert bool(off_thread) == pooled, (len(off_thread), fetch.read_seconds)
+    fresh = SstReader(MemoryStore(), name, info, None)
+    fresh.store.put(name, raw)
+    assert [list(b.items_from(None, None)) for b in got] == [
+        list(fresh.read_block(i, fill_cache=False).items_from(None, None)) for i in wanted]

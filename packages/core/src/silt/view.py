@@ -348,10 +348,13 @@ class ReadView:
         return len(self.l0) + sum(1 for lv in self.levels if lv.readers)
 
 
-#: A block read (one ranged GET) that takes longer than this on average is remote (an object
+#: A block read (one ranged GET) that waits longer than this on average is remote (an object
 #: store): a ``multi_get`` then coalesces the blocks it misses and reads them on the thread pool.
 #: A faster one is served by local disk or the page cache (~10 us), where handing a read to a
-#: thread costs more than it overlaps, so they are read in the calling thread.
+#: thread costs more than it overlaps, so they are read in the calling thread. The wait is the
+#: request's time less the reading thread's CPU time, decoding left out: decoding a run of a
+#: cold SST's blocks (a few ms per MiB) is work a pool cannot overlap, not a sign of a remote
+#: store, and a loaded machine's wait for the CPU during it must not look like one either.
 REMOTE_READ_SECONDS = 0.002
 #: With remote reads, missed blocks of one SST at most this many bytes apart are read with one
 #: ranged GET (the bytes between them come along: a request costs far more than 64 KiB more of
@@ -387,15 +390,18 @@ class BlockFetcher:
     reads are fast and on a pool of ``parallelism`` threads (started on first need) once they
     are slow (:data:`REMOTE_READ_SECONDS`); every block read is cached.
 
-    Thread-safe; :meth:`close` waits for reads in flight.
+    Thread-safe; :meth:`close` waits for reads in flight. ``clock`` and ``cpu_clock`` (the
+    calling thread's CPU time) time the reads.
     """
 
-    def __init__(self, parallelism: int) -> None:
+    def __init__(self, parallelism: int, *, clock: Callable[[], float] = time.perf_counter,
+                 cpu_clock: Callable[[], float] = time.thread_time) -> None:
         self._parallelism = parallelism
+        self._clock, self._cpu_clock = clock, cpu_clock
         self._pool: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
-        #: typical time of one run's read (updated without a lock: a lost update only
-        #: delays the switch between serial and pooled reads)
+        #: typical wait of one run's read, its time less its CPU time (updated without a lock:
+        #: a lost update only delays the switch between serial and pooled reads)
         self.read_seconds = 0.0
 
     def remote(self, reader: SstReader) -> bool:
@@ -458,9 +464,10 @@ class BlockFetcher:
     def read_run(self, reader: SstReader, run: tuple[int, int]) -> tuple[int, list[Any]]:
         """Read the blocks ``run = (first, stop)`` of ``reader`` with one ranged GET (cached);
         returns ``(first, blocks)``."""
-        start = time.perf_counter()
-        blocks = reader.read_run(run[0], run[1])
-        took = time.perf_counter() - start
+        start, cpu = self._clock(), self._cpu_clock()
+        data = reader.run_bytes(run[0], run[1])  # the request alone: decoding never waits
+        took = max(0.0, self._clock() - start - (self._cpu_clock() - cpu))
+        blocks = reader.decode_run(run[0], run[1], data)
         # Falls at once to a fast read and rises slowly: a local read that waited for the CPU
         # or the GIL (a loaded machine) must not look remote, a remote one never looks local.
         self.read_seconds = min(took, 0.9 * self.read_seconds + 0.1 * took)

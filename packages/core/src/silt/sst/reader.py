@@ -275,19 +275,36 @@ class SstReader:
         object) and decoded, each checked against its own checksum; put into the cache when
         ``fill_cache``. A miss of several neighbouring blocks (a scan, a compaction, a
         ``multi_get``) then costs one request instead of one per block."""
+        return self.decode_run(first, stop, self.run_bytes(first, stop), fill_cache)
+
+    def run_bytes(self, first: int, stop: int) -> bytes | memoryview:
+        """The framed bytes of blocks ``first`` to ``stop - 1``: :meth:`read_run`'s request
+        alone (its length checked), for :meth:`decode_run`."""
         t = self.tail
         offsets, sizes = t.block_offsets, t.block_sizes
         if not 0 <= first < stop <= len(offsets):
             raise IndexError(f"block run {first}..{stop} outside 0..{len(offsets)}")
-        if stop - first == 1:
-            return [self.read_block(first, fill_cache)]
         base = offsets[first]
         length = offsets[stop - 1] + sizes[stop - 1] - base
         data = self._get_range(base, length)
         if len(data) != length:
+            what = "block" if stop - first == 1 else "block run"
             raise CorruptionError(
-                self.name, base, f"block run truncated: {len(data)} of {length} bytes"
+                self.name, base, f"{what} truncated: {len(data)} of {length} bytes"
             )
+        return data
+
+    def decode_run(self, first: int, stop: int, data: bytes | memoryview,
+                   fill_cache: bool = True) -> list[Block]:
+        """:meth:`read_run`'s decoding of ``data``, the bytes :meth:`run_bytes` read."""
+        t = self.tail
+        offsets, sizes = t.block_offsets, t.block_sizes
+        if stop - first == 1:
+            blk = decode_block(data, self.name, offsets[first])
+            if fill_cache and self.cache is not None:
+                self.cache.put((self.cache_id, first), blk, blk.charge)
+            return [blk]
+        base = offsets[first]
         view = memoryview(data)
         name = self.name
         cache = self.cache if fill_cache else None

@@ -30,6 +30,7 @@ from silt.errors import InvalidArgumentError, InvalidTypeError
 from silt.tierkit import public_url
 
 from ..runtime import _keys, _root
+from ..runtime._arrowcompute import cast
 from ..runtime._ndarrays import from_numpy, to_numpy
 from ._groupby import group_by
 
@@ -240,7 +241,7 @@ def partial_aggregate(batches: Iterator[Any], p: AggPlan) -> Iterator[Any]:
     cols = {c: t[c] for c in p.key_columns}
     specs: list[tuple[Any, str]] = [([], "count_all")]
     for j, c in enumerate(p.value_columns):
-        cols[f"__v{j}"] = t[c].cast(pa.float64() if p.floating[j] else pa.int64())
+        cols[f"__v{j}"] = cast(t[c], pa.float64() if p.floating[j] else pa.int64())
         specs += [(f"__v{j}", "count"), (f"__v{j}", "sum"), (f"__v{j}", "min"),
                   (f"__v{j}", "max")]
     g = group_by(pa.table(cols), p.key_columns, specs)
@@ -361,7 +362,7 @@ def output_arrays(new: Any, p: AggPlan) -> list[Any]:
         else:
             field = {"sum": "s", "min": "mn", "max": "mx"}[a.func]
             arr = from_numpy(new[f"{field}{j}"], mask=empty)
-        arrays.append(arr.cast(p.output_schema.field(a.name).type))
+        arrays.append(cast(arr, p.output_schema.field(a.name).type))
     return arrays
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..runtime import _codec, _keys
+from ..runtime._arrowcompute import binary_join_element_wise, binary_length, cast
 from ..runtime._ndarrays import empty_binary, to_numpy
 
 
@@ -39,7 +40,7 @@ def _fixed(rec: Any, typ: Any) -> Any:
     arr = pa.FixedSizeBinaryArray.from_buffers(
         pa.binary(width), len(rec), [None, pa.py_buffer(rec.view(np.uint8))]
     )
-    return arr.cast(typ)
+    return cast(arr, typ)
 
 
 def _encode(columns: list[Any], n: int, head: list[tuple[str, str, Any]], large: bool) -> Any:
@@ -49,7 +50,6 @@ def _encode(columns: list[Any], n: int, head: list[tuple[str, str, Any]], large:
     with the strings' bytes. ``None`` for a column with nulls or of another type."""
     import numpy as np
     import pyarrow as pa
-    import pyarrow.compute as pc
 
     typ = pa.large_binary() if large else pa.binary()
     fields = [*head, ("tuple", "u1", 0x07), ("count", ">u4", len(columns))]  # _codec._TUPLE
@@ -73,17 +73,17 @@ def _encode(columns: list[Any], n: int, head: list[tuple[str, str, Any]], large:
         elif pa.types.is_floating(t):
             fields += [(f"t{i}", "u1", 0x04), (f"v{i}", ">f8", to_numpy(col))]  # _codec._FLOAT
         elif pa.types.is_string(t) or pa.types.is_large_string(t):
-            raw = col.cast(typ)
+            raw = cast(col, typ)
             fields += [(f"t{i}", "u1", 0x05),  # _codec._STR
-                       (f"v{i}", ">u4", to_numpy(pc.binary_length(raw)))]
+                       (f"v{i}", ">u4", to_numpy(binary_length(raw)))]
             close()
             pieces.append(raw)
         else:
             return None
     if fields:
         close()
-    return pieces[0] if len(pieces) == 1 else pc.binary_join_element_wise(
-        *pieces, empty_binary().cast(typ))
+    return pieces[0] if len(pieces) == 1 else binary_join_element_wise(
+        *pieces, cast(empty_binary(), typ))
 
 
 def encode_key_tuples(columns: list[Any], n: int) -> Any:

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from ..runtime import _api, _codec, _keys, _layout, _readers, _root, _shard
+from ..runtime import _api, _arrowcompute, _codec, _keys, _layout, _readers, _root, _shard
 from ..runtime._layout import KG_COLUMN, PARTITION_COLUMN
 from ..runtime._shard import ShardTask
 from . import _aggregation
@@ -52,7 +52,6 @@ KIND = "aggregate"
 def merge_partition(task: ShardTask, batches: Iterator[Any], p: AggPlan) -> Iterator[Any]:
     """After the shuffle, in the shard's task: merge partials into state, emit updated keys."""
     import pyarrow as pa
-    import pyarrow.compute as pc
 
     batches = list(batches)
     if not any(b.num_rows for b in batches):
@@ -63,9 +62,10 @@ def merge_partition(task: ShardTask, batches: Iterator[Any], p: AggPlan) -> Iter
     encoded = encode_keys_arrow(g[KG_COLUMN], [g[c] for c in p.key_columns])
     if encoded is not None:
         # Sorted in C++, so multi_get's sort finds one run and SSTs are probed in key order.
-        order = pc.sort_indices(encoded)
-        g = g.take(order)
-        keys = encoded.take(order).to_pylist()
+        # (_arrowcompute: a fresh worker's first batch does not import pyarrow.compute)
+        order = _arrowcompute.sort_indices(encoded)
+        g = _arrowcompute.take(g, order)
+        keys = _arrowcompute.take(encoded, order).to_pylist()
     else:
         keys = encode_keys(g[KG_COLUMN].to_pylist(), [g[c].to_pylist() for c in p.key_columns])
     db = task.db

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ._arrowcompute import cast
+
 
 def numpy_dtype(t: Any) -> Any:
     """The numpy dtype of a fixed-width Arrow integer or floating-point type, else ``None``."""
@@ -83,7 +85,7 @@ def from_numpy(values: Any, type: Any = None, mask: Any = None) -> Any:
         if nulls:
             validity = pa.py_buffer(np.packbits(~mask, bitorder="little").tobytes())
     arr = pa.Array.from_buffers(own, len(values), [validity, pa.py_buffer(data)], nulls)
-    return arr if type is None or type == own else arr.cast(type)
+    return arr if type is None or type == own else cast(arr, type)
 
 
 def empty_binary() -> Any:
