@@ -225,6 +225,40 @@ def test_options_are_parsed(aws_env: None) -> None:
     store.close()
 
 
+def test_stores_share_the_sdks_decoded_service_models(aws_env: None) -> None:
+    """Every store of a process builds its client from one botocore data loader
+    (silt_s3.sdk): the S3 service model and endpoint rules are read and decoded once, not once
+    per store (a query's build opens its root several times; each shard opens one). Each store
+    keeps its own credentials and region."""
+    from silt_s3 import sdk
+
+    S3Store.from_url("s3://bucket/first?endpoint_url=http://127.0.0.1:9").close()
+    loader = sdk.shared_loader()
+    files: list[str] = []
+    reader = loader.file_loader  # what reads and decodes botocore's JSON files
+    load_file = reader.load_file
+
+    def counting(path: str, *args, **kwargs):
+        files.append(path)
+        return load_file(path, *args, **kwargs)
+
+    reader.load_file = counting  # type: ignore[method-assign]
+    try:
+        a = S3Store.from_url("s3://bucket/a?endpoint_url=http://127.0.0.1:9&region=eu-west-3",
+                             storage_options={"access_key_id": "AKIAONE",
+                                              "secret_access_key": "one"})
+        b = S3Store.from_url("s3://bucket/b?region=us-west-2")
+    finally:
+        del reader.load_file
+    assert files == []  # the models came from the loader's cache
+    assert a._client._loader is b._client._loader is loader
+    assert (a._client.meta.region_name, b._client.meta.region_name) == ("eu-west-3", "us-west-2")
+    assert a._client._request_signer._credentials.access_key == "AKIAONE"
+    assert b._client._request_signer._credentials.access_key == "testing"  # the environment's
+    a.close()
+    b.close()
+
+
 def test_defaults(aws_env: None) -> None:
     store = S3Store.from_url("s3://bucket")
     config = store._client.meta.config

@@ -47,8 +47,8 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_EXCEPTION, Future, wait
 from typing import Any, TypeVar
 
-import boto3
 import botocore.config
+import botocore.session
 from botocore.exceptions import BotoCoreError, ClientError
 from silt.errors import StoreError, TransientStoreError
 from silt.store import ObjectInfo
@@ -61,6 +61,7 @@ from silt.tierkit import (
     safe_cause,
 )
 
+from . import sdk
 from .config import MAX_PARTS, SCHEME, S3Options, check_bucket, parse_url
 from .errors import NETWORK_ERRORS, error_code, map_error
 
@@ -114,18 +115,23 @@ class S3Store(TierStore):
     # --- construction --------------------------------------------------------------------------
 
     def _make_client(self, session: Any) -> Any:
+        """A client for the options: from ``session`` (a ``boto3.Session`` given in code) or a
+        new botocore session sharing the process's service models (:mod:`silt_s3.sdk`), with
+        the options' credentials when they name them."""
         opts = self.options
-        if session is None:
-            try:
-                session = boto3.session.Session(
-                    profile_name=opts.profile,
-                    aws_access_key_id=opts.access_key_id,
-                    aws_secret_access_key=opts.secret_access_key,
-                    aws_session_token=opts.session_token,
-                )
-            except _SDK_ERRORS as exc:
-                raise self._error(exc, "open", None) from None
-        region = opts.region or session.region_name or "us-east-1"
+        kwargs: dict[str, Any] = {}
+        try:
+            if session is None:
+                session = sdk.session(opts.profile)
+                region = opts.region or sdk.region(session) or "us-east-1"
+                if opts.access_key_id is not None:
+                    kwargs.update(aws_access_key_id=opts.access_key_id,
+                                  aws_secret_access_key=opts.secret_access_key,
+                                  aws_session_token=opts.session_token)
+            else:
+                region = opts.region or session.region_name or "us-east-1"
+        except _SDK_ERRORS as exc:
+            raise self._error(exc, "open", None) from None
         addressing = opts.addressing_style or ("path" if self.endpoint else "auto")
         config = botocore.config.Config(
             region_name=region,
@@ -139,12 +145,14 @@ class S3Store(TierStore):
             response_checksum_validation=opts.checksums,
             user_agent_appid="silt",
         )
-        kwargs: dict[str, Any] = {"config": config}
+        kwargs["config"] = config
         if self.endpoint:
             kwargs["endpoint_url"] = self.endpoint
         if opts.verify is not None:
             kwargs["verify"] = opts.verify
         try:
+            if isinstance(session, botocore.session.Session):
+                return session.create_client("s3", **kwargs)
             return session.client("s3", **kwargs)
         except _SDK_ERRORS as exc:
             raise self._error(exc, "open", None) from None
