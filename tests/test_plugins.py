@@ -416,5 +416,5 @@ def test_loading_the_first_party_plugins_imports_no_sdk() -> None:
     assert {"s3", "gs", "gcs", "az", "azure"} <= set(eval(out[0])), out
     assert out[1] == "[]" and out[2] == "[]", out  # registering, importing the package
     assert out[3] == "S3Store GcsStore AzureStore"
-    assert set(eval(out[4])) == {"boto3", "botocore", "google.cloud.storage",
-                                 "azure.storage.blob"}
+    # (the S3 tier builds its clients with botocore: boto3 only for a session given in code)
+    assert set(eval(out[4])) == {"botocore", "google.cloud.storage", "azure.storage.blob"}
