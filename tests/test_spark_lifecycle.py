@@ -7,6 +7,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import time
 import warnings
 
 import pandas as pd
@@ -296,3 +297,75 @@ def test_the_guard_starts_where_spark_will():
     assert _guard.start_batch(None, None) == 0
     assert _guard.start_batch(None, 0) == 0 and _guard.start_batch(0, 0) == 1
     assert _guard.start_batch(4, 5) == 5 and _guard.start_batch(5, 5) == 6
+
+
+def test_the_guard_hears_starts_and_converts_no_progress_event(spark, tmp_path, monkeypatch):
+    """The guard needs a query's start only: the progress events of a silt query's
+    micro-batches reach it unconverted. Through PySpark's own listener proxy each progress
+    event is first turned into Python objects, which looks up a class by its short name per
+    observed metric and makes the driver search every jar of Spark's classpath: about 15% of
+    the driver JVM's CPU in a test of five queries in lockstep. The guard still checks the
+    query when it starts."""
+    from pyspark.sql.streaming import StreamingQueryListener
+    from pyspark.sql.streaming import listener as pyspark_listener
+    from silt_spark.runtime import _guard
+
+    converted: list[str] = []
+    real_progress = pyspark_listener.JStreamingQueryListener.onQueryProgress
+
+    def counting(self, jevent):
+        converted.append(type(self.pylistener).__name__)
+        return real_progress(self, jevent)
+
+    monkeypatch.setattr(pyspark_listener.JStreamingQueryListener, "onQueryProgress", counting)
+    checked: list[str] = []
+    real_refusals = _guard.refusals
+
+    def refusals(plan, query_id, batch_id):
+        checked.append(query_id)
+        return real_refusals(plan, query_id, batch_id)
+
+    monkeypatch.setattr(_guard, "refusals", refusals)
+
+    class Progress(StreamingQueryListener):
+        """Registered after the guard: Spark's listener bus hands each event to the listeners
+        of a queue in the order they were added, so once this one has the last progress
+        event, the guard has had it too."""
+
+        def __init__(self):
+            super().__init__()
+            self.batches: set[int] = set()
+
+        def onQueryStarted(self, event):
+            pass
+
+        def onQueryProgress(self, event):
+            self.batches.add(event.progress.batchId)
+
+        def onQueryIdle(self, event):
+            pass
+
+        def onQueryTerminated(self, event):
+            pass
+
+    run = Run(spark, tmp_path, "guarded")
+    state = (tmp_path / "state").as_uri()
+    out = silt_spark.aggregate(run.stream(), ["user"], ["count"], state, num_shards=2)
+    listener = Progress()
+    spark.streams.addListener(listener)
+    try:
+        run.start(out)
+        for b in range(3):
+            run.write(batch(90 + b))
+            run.drain()
+        query_id = str(run.query.id)
+        deadline = time.monotonic() + 120
+        while not {0, 1, 2} <= listener.batches and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert {0, 1, 2} <= listener.batches, listener.batches
+    finally:
+        run.stop()
+        spark.streams.removeListener(listener)
+    assert checked == [query_id]
+    assert "Progress" in converted
+    assert "Guard" not in converted, converted

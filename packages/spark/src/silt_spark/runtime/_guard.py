@@ -39,7 +39,7 @@ import json
 import logging
 import threading
 import weakref
-from typing import Any
+from typing import Any, ClassVar
 
 from ..errors import ForeignStateError, SparkStateError, StateLostError
 from . import _lifecycle, _progress
@@ -109,6 +109,40 @@ def _java_option(option: Any) -> int | None:
     return int(option.get()) if option.isDefined() else None
 
 
+class _StartsOnly:
+    """The JVM side's view of the guard (a Py4J proxy of Spark's
+    ``PythonStreamingQueryListener``): only a query's start reaches the guard.
+
+    Spark's listener bus calls a Python listener for every event of every query in the
+    session, and PySpark's own proxy converts each event into Python objects before the
+    listener sees it; a progress event's conversion (once per micro-batch) looks up
+    ``PythonSQLUtils`` by its short name for each observed metric, and each such lookup makes
+    the driver search every jar of Spark's classpath for the packages it does not find. The
+    guard needs only ``onQueryStarted``: the other events are dropped here unconverted, so a
+    micro-batch costs the driver one Py4J callback for the guard and nothing more."""
+
+    def __init__(self, listener: Any) -> None:
+        self.listener = listener
+
+    def onQueryStarted(self, jevent: Any) -> None:
+        from pyspark.sql.streaming.listener import QueryStartedEvent
+
+        self.listener.onQueryStarted(QueryStartedEvent.fromJObject(jevent))
+
+    def onQueryProgress(self, jevent: Any) -> None:
+        pass
+
+    def onQueryIdle(self, jevent: Any) -> None:
+        pass
+
+    def onQueryTerminated(self, jevent: Any) -> None:
+        pass
+
+    class Java:
+        implements: ClassVar[list[str]] = [
+            "org.apache.spark.sql.streaming.PythonStreamingQueryListener"]
+
+
 def _listener_class() -> type:
     from pyspark.sql.streaming import StreamingQueryListener
 
@@ -118,6 +152,13 @@ def _listener_class() -> type:
         def __init__(self, session: Any) -> None:
             super().__init__()
             self.session = session
+            try:  # PySpark's classic listeners keep their JVM proxy here (see _StartsOnly)
+                jvm = session.sparkContext._jvm
+                self._jlistenerobj = jvm.org.apache.spark.sql.streaming \
+                    .PythonStreamingQueryListenerWrapper(_StartsOnly(self))
+            except Exception:  # Spark Connect or other internals: PySpark's own proxy serves
+                log.debug("silt_spark: the guard listens through PySpark's proxy",
+                          exc_info=True)
 
         def onQueryStarted(self, event: Any) -> None:
             query_id = str(event.id)
