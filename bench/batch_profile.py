@@ -216,9 +216,10 @@ def session_stage(key_groups: int = KEY_GROUPS) -> Any:
 
 
 def run_case(name: str, data: list[pa.Table], root: Path, profile: bool,
-             shards: int = 1) -> list[float]:
+             shards: int = 1, cpu: list[float] | None = None) -> list[float]:
     """Seconds of each timed batch of one case (a fresh shard LSM under ``root``; sessions:
-    one of ``shards`` shards' key groups)."""
+    one of ``shards`` shards' key groups); ``cpu`` gets each one's CPU seconds (the process's,
+    every thread)."""
     key_groups = KEY_GROUPS // shards
     prepare, run = session_stage(key_groups) if name == "session" else STAGES[name]()
     url = (root / name).as_uri()
@@ -236,7 +237,7 @@ def run_case(name: str, data: list[pa.Table], root: Path, profile: bool,
             task = (SessionTask(db, url, b, watermarks[b], watermarks[b - 1] if b else None,
                                 key_groups)
                     if name == "session" else Task(db, url, b))
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             if prof is not None and b:
                 prof.enable()
             run(task, batches)
@@ -245,6 +246,8 @@ def run_case(name: str, data: list[pa.Table], root: Path, profile: bool,
                 prof.disable()
             if b:  # the fill batch is not timed
                 seconds.append(time.perf_counter() - start)
+                if cpu is not None:
+                    cpu.append(time.process_time() - start_cpu)
     finally:
         db.close()
     if prof is not None:
@@ -358,16 +361,19 @@ def sessions(args: argparse.Namespace) -> None:
           f"{batches} timed batches; "
           f"{'pure Python' if os.environ.get('SILT_NO_EXTENSIONS') else 'compiled'}; "
           f"load {os.getloadavg()[0]:.2f}")
-    medians = []
+    medians, cpus = [], []
     for r in range(args.runs):
+        cpu: list[float] = []
         with tempfile.TemporaryDirectory() as d:
-            s = run_case("session", data, Path(d), False, args.shards)
+            s = run_case("session", data, Path(d), False, args.shards, cpu)
         medians.append(statistics.median(s))
+        cpus.append(statistics.median(cpu))
         print(f"run {r + 1}: median {1000 * medians[-1]:7.1f} ms per batch "
-              f"({rows / medians[-1] / 1000:6.1f}k rows/s; load {os.getloadavg()[0]:.2f})")
-    m = statistics.median(medians)
+              f"({rows / medians[-1] / 1000:6.1f}k rows/s), CPU {1000 * cpus[-1]:7.1f} ms "
+              f"per batch (load {os.getloadavg()[0]:.2f})")
+    m, c = statistics.median(medians), statistics.median(cpus)
     print(f"median of {args.runs} runs: {1000 * m:.1f} ms per batch, "
-          f"{rows / m / 1000:.1f}k rows/s per shard")
+          f"{rows / m / 1000:.1f}k rows/s per shard; CPU {1000 * c:.1f} ms per batch")
 
 
 def main() -> None:
