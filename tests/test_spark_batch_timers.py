@@ -218,17 +218,53 @@ def shard(file_url):
     t.db.close()
 
 
-def _timers_of(task, mode="processingtime"):
+def _timers_of(task, mode="processingtime", names=("a", "b"), kgs=None):
     from silt_spark.operators.batch import BatchHandle
     from silt_spark.operators.batch._state import BatchKeys
     from silt_spark.runtime import _rowcodec
 
     handle = BatchHandle(task, "P", registry(), {"n": N_ARROW})
     handle.getValueState("n", "n long")
-    keys = pa.table({"k": ["a", "b"]})
+    keys = pa.table({"k": list(names)})
     encoded = _rowcodec.encode_tuples([keys["k"]]).to_list()
-    handle._bind(BatchKeys(["k"], encoded, [KGS["a"], KGS["b"]], "P"))
+    handle._bind(BatchKeys(["k"], encoded, kgs or [KGS[k] for k in names], "P"))
     return _timers.BatchTimers(handle, mode, 0, -1)
+
+
+NAMES = [f"u{i}" for i in range(12)]
+TIMES = st.sampled_from([-(1 << 63), -5_000, -1, 0, 1, 7, 1 << 40, (1 << 63) - 1])
+TIMER_CALLS = st.lists(st.tuples(
+    st.sampled_from(["register", "delete", "list"]),
+    st.lists(st.tuples(st.sampled_from(NAMES), TIMES), max_size=10)), max_size=10)
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(calls=TIMER_CALLS)
+def test_timer_calls_over_many_keys_agree_with_a_model(tmp_path_factory, calls):
+    """Random ``register``, ``delete`` and ``list`` calls over 12 keys in 12 key groups (a key
+    any number of times in a call, times from the smallest to the largest int64): ``list``
+    gives each key row's timers in the rows' order, then by time, as a set per key says; the
+    calls before it in the batch are seen, a delete of a timer that is not there is nothing."""
+    task = FakeTask(silt.open(tmp_path_factory.mktemp("many").as_uri()))
+    try:
+        t = _timers_of(task, names=NAMES, kgs=[i * 37 % 256 for i in range(len(NAMES))])
+        model: dict[str, set[int]] = {k: set() for k in NAMES}
+        for call, rows in calls:
+            keys = pa.table({"k": pa.array([k for k, _ in rows], pa.string())})
+            times = pa.array([ms for _, ms in rows], pa.int64())
+            if call == "list":
+                want = [{"k": k, "time": ms} for k, _ in rows for ms in sorted(model[k])]
+                assert t.list(keys).to_pylist() == want
+                continue
+            getattr(t, call)(keys, times)
+            for k, ms in rows:
+                (model[k].add if call == "register" else model[k].discard)(ms)
+        # and the shard-wide index holds exactly the same timers
+        index = [k for k, _ in task.db.scan() if k[2:3] == b"T"]
+        assert len(index) == sum(len(v) for v in model.values())
+    finally:
+        task.db.close()
 
 
 @pytest.mark.parametrize("call, keys, times, error, message", [
