@@ -3,6 +3,8 @@
     python bench/batch_profile.py                      # figures: median of --runs runs
     python bench/batch_profile.py --profile batch      # cProfile of the batch processor's stage
     python bench/batch_profile.py --cold               # a cold shard's first batch (restart)
+    python bench/batch_profile.py --sessions           # the docs' sessionization (timers)
+    python bench/batch_profile.py --sessions --profile batch   # ... under cProfile
 
 What it measures: one shard's work per micro-batch, in this process, on a real shard LSM
 (``file://`` under a temporary folder) — what a Spark task of the shard stage runs after the
@@ -15,6 +17,14 @@ fill batch holding every one of ``--keys`` keys once (not timed), then ``--batch
 * ``aggregate``: ``silt_spark.aggregate``'s shard stage (``operators/aggregate.merge_partition``)
   on the partials of the same rows (the partial aggregation before the shuffle, done here per
   quarter of the batch as four input partitions would, is not timed).
+
+``--sessions``: the ``batch`` case runs ``session_bench.Sessions`` (docs/spark.md's
+sessionization: event-time gap sessions, one event-time timer per open session) on
+``session_bench``'s input (``spark_bench.make_window_input``'s: each batch the next 60 s of
+event time, 1% of the rows 90 s late), with the watermark Spark would give each batch (the
+previous batches' largest event time less the 3 s delay), so timers are registered, deleted
+and fired as in the query; ``--shards`` divides ``--keys`` and ``--rows`` (one shard's share
+of a query on that many shards). No ``aggregate`` case then.
 
 Each timed batch is the stage's call (output consumed) plus the shard's commit. A run prints
 each case's median ms per batch and rows/s, and the batch processor's speed relative to the
@@ -53,6 +63,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 # This checkout's packages and bench/ first (not an installed silt).
 _SRC = Path(__file__).resolve().parents[1]
@@ -73,9 +84,10 @@ VALUE_ARROW = pa.schema([("n", pa.int64()), ("total", pa.int64())])
 OUTPUT = pa.schema([("key", pa.int64()), ("n", pa.int64()), ("total", pa.int64())])
 
 
-def with_layout(t: pa.Table) -> pa.Table:
-    """``t`` with the routing columns the shard stage gets (key group: the key's low byte)."""
-    kg = pa.array(t["key"].to_numpy() % KEY_GROUPS, pa.int32())
+def with_layout(t: pa.Table, key_groups: int = KEY_GROUPS) -> pa.Table:
+    """``t`` with the routing columns the shard stage gets (key group: the key modulo
+    ``key_groups``, by default the key's low byte)."""
+    kg = pa.array(t["key"].to_numpy() % key_groups, pa.int32())
     return t.append_column(KG_COLUMN, kg).append_column(
         PARTITION_COLUMN, pa.array(np.zeros(t.num_rows, np.int32)))
 
@@ -137,19 +149,95 @@ def aggregate_stage() -> Any:
 
 STAGES = {"aggregate": aggregate_stage, "batch": batch_stage}
 
+#: ``session_bench``'s watermark delay (ms).
+SESSION_DELAY_MS = 3_000
 
-def run_case(name: str, data: list[pa.Table], root: Path, profile: bool) -> list[float]:
-    """Seconds of each timed batch of one case (a fresh shard LSM under ``root``)."""
-    prepare, run = STAGES[name]()
+
+def session_inputs(keys: int, rows: int, batches: int, seed: int) -> list[pa.Table]:
+    """``1 + batches`` batches of session_bench's input, in memory: batch ``b`` covers
+    ``[60 s * b, 60 s * (b + 1))`` of event time, 1% of its rows 90 s older."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for b in range(1 + batches):
+        ms = 60_000 * b + rng.integers(0, 60_000, rows)
+        ms[rng.random(rows) < 0.01] -= 90_000
+        out.append(pa.table({
+            "key": pa.array(rng.integers(0, keys, rows), pa.int64()),
+            "amount": pa.array(rng.integers(0, 1000, rows), pa.int64()),
+            "ts": pa.array(np.maximum(ms, 0) * 1000, pa.timestamp("us", tz="UTC")),
+        }))
+    return out
+
+
+class SessionTask(Task):
+    """:class:`Task` in event time: the batch's watermark as Spark computes it (the largest
+    event time of the batches before, less the delay), the late rows' watermark the one before
+    (as with no-data batches on); the shard holds ``key_groups`` key groups (one shard's share of
+the 256 of a query)."""
+
+    class Spec:
+        ticks = False
+        root = ""
+        storage_options = None
+
+    def __init__(self, db: Any, url: str, batch_id: int, watermark: int | None,
+                 late: int | None, key_groups: int) -> None:
+        super().__init__(db, url, batch_id)
+        self.last_kg = key_groups - 1
+        self.spec = self.Spec()
+        self.watermark, self.late_watermark = watermark, late
+
+    def observe_event_time(self, max_ms: int | None, input_index: int = 0) -> None:
+        pass
+
+
+def session_stage(key_groups: int = KEY_GROUPS) -> Any:
+    """``(prepare, run)`` of the batch processor's shard stage running ``session_bench``'s
+    ``Sessions`` on a shard of ``key_groups`` key groups."""
+    from session_bench import Sessions
+    from silt_spark.operators._timemode import TimeConfig
+
+    value = (("start", "bigint", True), ("last", "bigint", True), ("n", "bigint", True))
+    registry = _schema.evolve({}, {"session": _schema.Declared("value", None, value, False)})
+    arrow = {"session": pa.schema([(n, pa.int64()) for n, _, _ in value])}
+    output = pa.schema([(n, pa.int64()) for n in ("key", "start", "end", "n")])
+    time = TimeConfig("eventtime", "ts", SESSION_DELAY_MS)
+    key_schema = pa.schema([("key", pa.int64())])
+
+    def prepare(t: pa.Table) -> list[Any]:
+        return with_layout(t, key_groups).to_batches()
+
+    def run(task: Task, batches: list[Any]) -> int:
+        out = process_partition(task, iter(batches), Sessions(), ["key"], output, registry,
+                                arrow, {}, time=time, key_schema=key_schema)
+        return sum(b.num_rows for b in out)
+
+    return prepare, run
+
+
+def run_case(name: str, data: list[pa.Table], root: Path, profile: bool,
+             shards: int = 1, cpu: list[float] | None = None) -> list[float]:
+    """Seconds of each timed batch of one case (a fresh shard LSM under ``root``; sessions:
+    one of ``shards`` shards' key groups); ``cpu`` gets each one's CPU seconds (the process's,
+    every thread)."""
+    key_groups = KEY_GROUPS // shards
+    prepare, run = session_stage(key_groups) if name == "session" else STAGES[name]()
     url = (root / name).as_uri()
     db = silt.open(url)
     seconds = []
     prof = cProfile.Profile() if profile else None
+    watermarks = [None]  # the watermark of each batch (sessions: event time)
+    for t in data:
+        if "ts" in t.column_names:
+            top = pc.max(t["ts"]).cast(pa.int64()).as_py() // 1000 - SESSION_DELAY_MS
+            watermarks.append(max(top, watermarks[-1] or top))
     try:
         for b, t in enumerate(data):
             batches = prepare(t)
-            task = Task(db, url, b)
-            start = time.perf_counter()
+            task = (SessionTask(db, url, b, watermarks[b], watermarks[b - 1] if b else None,
+                                key_groups)
+                    if name == "session" else Task(db, url, b))
+            start, start_cpu = time.perf_counter(), time.process_time()
             if prof is not None and b:
                 prof.enable()
             run(task, batches)
@@ -158,6 +246,8 @@ def run_case(name: str, data: list[pa.Table], root: Path, profile: bool) -> list
                 prof.disable()
             if b:  # the fill batch is not timed
                 seconds.append(time.perf_counter() - start)
+                if cpu is not None:
+                    cpu.append(time.process_time() - start_cpu)
     finally:
         db.close()
     if prof is not None:
@@ -257,6 +347,35 @@ def _rewrite_job(run_dir: Path) -> None:
     (run_dir / "job.json").write_text(json.dumps(job))
 
 
+def sessions(args: argparse.Namespace) -> None:
+    """``--sessions``: the sessionization batch processor's shard stage (see the module)."""
+    keys = (args.keys if args.keys != 500_000 else 100_000) // args.shards
+    rows = (args.rows or 50_000) // args.shards
+    batches = 3 if args.batches is None else args.batches
+    data = session_inputs(keys, rows, batches, seed=7)
+    if args.profile:
+        with tempfile.TemporaryDirectory() as d:
+            run_case("session", data, Path(d), True, args.shards)
+        return
+    print(f"sessions: {keys} keys, {rows} rows per batch (one of {args.shards} shards), "
+          f"{batches} timed batches; "
+          f"{'pure Python' if os.environ.get('SILT_NO_EXTENSIONS') else 'compiled'}; "
+          f"load {os.getloadavg()[0]:.2f}")
+    medians, cpus = [], []
+    for r in range(args.runs):
+        cpu: list[float] = []
+        with tempfile.TemporaryDirectory() as d:
+            s = run_case("session", data, Path(d), False, args.shards, cpu)
+        medians.append(statistics.median(s))
+        cpus.append(statistics.median(cpu))
+        print(f"run {r + 1}: median {1000 * medians[-1]:7.1f} ms per batch "
+              f"({rows / medians[-1] / 1000:6.1f}k rows/s), CPU {1000 * cpus[-1]:7.1f} ms "
+              f"per batch (load {os.getloadavg()[0]:.2f})")
+    m, c = statistics.median(medians), statistics.median(cpus)
+    print(f"median of {args.runs} runs: {1000 * m:.1f} ms per batch, "
+          f"{rows / m / 1000:.1f}k rows/s per shard; CPU {1000 * c:.1f} ms per batch")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--keys", type=int, default=500_000)
@@ -264,14 +383,21 @@ def main() -> None:
     ap.add_argument("--batches", type=int, default=None,
                     help="timed batches per run (3); with --cold, batches after the fill (4)")
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--profile", choices=sorted(STAGES), help="cProfile one case, one run")
+    ap.add_argument("--profile", choices=sorted(STAGES), help="cProfile one case, one run (with --sessions: batch)")
     ap.add_argument("--cold", action="store_true",
                     help="a cold shard's restart batch in fresh interpreters")
     ap.add_argument("--profile-cold", choices=["cprofile"],
                     help="with --cold: profile one cold child")
     ap.add_argument("--source-imports", action="store_true",
                     help="with --cold: the children import silt from source, not bytecode")
+    ap.add_argument("--sessions", action="store_true",
+                    help="the batch case runs session_bench's Sessions (event-time timers)")
+    ap.add_argument("--shards", type=int, default=4,
+                    help="with --sessions: one shard's share of --keys and --rows")
     args = ap.parse_args()
+    if args.sessions:
+        sessions(args)
+        return
     if args.cold or args.profile_cold:
         args.rows = args.rows or 50_000
         args.batches = 4 if args.batches is None else args.batches

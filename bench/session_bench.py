@@ -14,7 +14,10 @@ time, 1% of the rows 90 s late) three ways:
 * ``silt StatefulProcessor``: the same logic one user at a time (:class:`SessionsLogic`) through
   ``silt_spark.transform_with_state`` (pandas rows);
 * ``transformWithStateInPandas``: the very same per-key class through Spark's own operator on
-  its RocksDB state store (changelog checkpointing), ``withWatermark`` with the same delay.
+  its RocksDB state store (changelog checkpointing), ``withWatermark`` with the same delay;
+* with ``--floor`` also ``silt no-op batch processor``: the batch processor's query with a
+  processor that declares the same state and does nothing else (:class:`Nothing`), the query's
+  cost without the sessions' logic, state writes or timers.
 
 Each runs ``--batches`` micro-batches (the first, which starts the Python workers, is not
 counted in rows/s), then a cold restart on one more batch (``spark_bench.run_query``). The output
@@ -141,11 +144,26 @@ class Sessions(silt_spark.BatchProcessor):
                          "n": s["n"]})
 
 
-def cases(shards: int, state: str) -> dict[str, Any]:
-    """Name -> a function building the case's query from the input stream."""
+class Nothing(silt_spark.BatchProcessor):
+    """The batch processor's query without its work: the same state declared (and so read
+    ahead for the batch's keys), nothing written, no timer, no output."""
+
+    def init(self, handle):
+        handle.getValueState("session", "start long, last long, n long")
+
+    def process(self, batch, state, timers):
+        return None
+
+
+def cases(shards: int, state: str, floor: bool = False) -> dict[str, Any]:
+    """Name -> a function building the case's query from the input stream (``floor``: with
+    the no-op batch processor)."""
     silt_opts = {"time_mode": "EventTime", "event_time_column": "ts",
                  "watermark_delay": DELAY}
-    return {
+    extra = {"silt no-op batch processor": lambda df: silt_spark.transform_batches(
+        df, Nothing(), ["key"], OUT, state_url=state + "-noop", num_shards=shards,
+        **silt_opts)} if floor else {}
+    return {**extra,
         "silt batch processor": lambda df: silt_spark.transform_batches(
             df, Sessions(), ["key"], OUT, state_url=state + "-batch", num_shards=shards,
             **silt_opts),
@@ -181,6 +199,8 @@ def main() -> None:
     ap.add_argument("--shards", type=int, default=4)
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--cases", default="", help="comma-separated substrings of case names")
+    ap.add_argument("--floor", action="store_true",
+                    help="also the no-op batch processor (the query's floor)")
     ap.add_argument("--driver-memory", default="2g")
     ap.add_argument("--json", default=str(RESULTS / "session_bench.json"))
     args = ap.parse_args()
@@ -199,7 +219,8 @@ def main() -> None:
             work.mkdir(exist_ok=True)
             src = work / f"sessions-{keys}"
             make_window_input(src, args.batches, args.rows, keys, seed=keys + 5)
-            for name, build in cases(args.shards, (work / f"state-{keys}").as_uri()).items():
+            for name, build in cases(args.shards, (work / f"state-{keys}").as_uri(),
+                                     args.floor).items():
                 if wanted and not any(c in name for c in wanted):
                     continue
                 r = run_query(session, build, src, work / f"chk-{name}-{keys}", args.batches,
@@ -222,7 +243,8 @@ def main() -> None:
             runs = [r for r in results if r["case"] == name and r["keys"] == keys]
             print(f"{name:28s} {keys:>10,d} {summary([r['rows_per_s'] for r in runs]):>28s} "
                   f"{summary([r['recovery_s'] for r in runs]):>20s}")
-        for peer in ("silt StatefulProcessor", "transformWithStateInPandas"):
+        for peer in ("silt StatefulProcessor", "transformWithStateInPandas",
+                     "silt no-op batch processor"):
             ratios = [b["rows_per_s"] / p["rows_per_s"]
                       for b in results for p in results
                       if b["case"] == "silt batch processor" and p["case"] == peer

@@ -155,6 +155,7 @@ def test_multi_get_given_a_single_key(db: silt.DB) -> None:
         lambda b: b.put(b"k", b"v", ttl=-1),
         lambda b: b.put(b"k", b"v", ttl="1"),
         lambda b: b.delete(5),
+        lambda b: b.delete_many([b"ok", 5]),
         lambda b: b.put(b"x" * 70_000, b"v"),
     ],
 )

@@ -12,6 +12,8 @@ calls are refused, naming the processor and the call, before anything is written
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -216,17 +218,53 @@ def shard(file_url):
     t.db.close()
 
 
-def _timers_of(task, mode="processingtime"):
+def _timers_of(task, mode="processingtime", names=("a", "b"), kgs=None):
     from silt_spark.operators.batch import BatchHandle
     from silt_spark.operators.batch._state import BatchKeys
     from silt_spark.runtime import _rowcodec
 
     handle = BatchHandle(task, "P", registry(), {"n": N_ARROW})
     handle.getValueState("n", "n long")
-    keys = pa.table({"k": ["a", "b"]})
+    keys = pa.table({"k": list(names)})
     encoded = _rowcodec.encode_tuples([keys["k"]]).to_list()
-    handle._bind(BatchKeys(["k"], encoded, [KGS["a"], KGS["b"]], "P"), mode != "none")
+    handle._bind(BatchKeys(["k"], encoded, kgs or [KGS[k] for k in names], "P"))
     return _timers.BatchTimers(handle, mode, 0, -1)
+
+
+NAMES = [f"u{i}" for i in range(12)]
+TIMES = st.sampled_from([-(1 << 63), -5_000, -1, 0, 1, 7, 1 << 40, (1 << 63) - 1])
+TIMER_CALLS = st.lists(st.tuples(
+    st.sampled_from(["register", "delete", "list"]),
+    st.lists(st.tuples(st.sampled_from(NAMES), TIMES), max_size=10)), max_size=10)
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(calls=TIMER_CALLS)
+def test_timer_calls_over_many_keys_agree_with_a_model(tmp_path_factory, calls):
+    """Random ``register``, ``delete`` and ``list`` calls over 12 keys in 12 key groups (a key
+    any number of times in a call, times from the smallest to the largest int64): ``list``
+    gives each key row's timers in the rows' order, then by time, as a set per key says; the
+    calls before it in the batch are seen, a delete of a timer that is not there is nothing."""
+    task = FakeTask(silt.open(tmp_path_factory.mktemp("many").as_uri()))
+    try:
+        t = _timers_of(task, names=NAMES, kgs=[i * 37 % 256 for i in range(len(NAMES))])
+        model: dict[str, set[int]] = {k: set() for k in NAMES}
+        for call, rows in calls:
+            keys = pa.table({"k": pa.array([k for k, _ in rows], pa.string())})
+            times = pa.array([ms for _, ms in rows], pa.int64())
+            if call == "list":
+                want = [{"k": k, "time": ms} for k, _ in rows for ms in sorted(model[k])]
+                assert t.list(keys).to_pylist() == want
+                continue
+            getattr(t, call)(keys, times)
+            for k, ms in rows:
+                (model[k].add if call == "register" else model[k].discard)(ms)
+        # and the shard-wide index holds exactly the same timers
+        index = [k for k, _ in task.db.scan() if k[2:3] == b"T"]
+        assert len(index) == sum(len(v) for v in model.values())
+    finally:
+        task.db.close()
 
 
 @pytest.mark.parametrize("call, keys, times, error, message", [
@@ -276,3 +314,78 @@ def test_timers_need_a_time_mode_and_list_by_key_then_time(shard):
     t.delete(pa.table({"k": ["b", "a"]}), [7000, 4])  # a has no timer at 4: nothing happens
     assert t.list(pa.table({"k": ["a", "b"]}))["time"].to_pylist() == [5, 2]
     assert t.registered_min == 2
+
+
+class Moved:
+    """Each key row (one per key) moves its key's timer: the timers listed and deleted, one
+    registered at the row's ``t``; a fired timer's time goes to the key's ``n``."""
+
+    def init(self, handle):
+        handle.getValueState("n", "n long")
+
+    def process(self, batch, state, timers):
+        keys = batch.select(["k"])
+        old = timers.list(keys)
+        timers.delete(old.select(["k"]), old["time"])
+        timers.register(keys, batch["t"])
+
+    def expired(self, keys, times, state):
+        state.value("n").put(keys, pa.table({"n": times}))
+        return pa.table({"k": keys["k"], "what": pa.array(["fired"] * len(keys)), "ms": times})
+
+
+def _python_calls(fn) -> int:
+    """How many Python functions of silt_spark ``fn()`` calls (calls into C not counted)."""
+    count = 0
+
+    def profile(frame, event, arg):
+        nonlocal count
+        if event == "call" and "silt_spark" in frame.f_code.co_filename:
+            count += 1
+
+    sys.setprofile(profile)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return count
+
+
+def test_timer_calls_and_firing_make_no_python_call_per_timer(tmp_path, monkeypatch):
+    """Registering, listing, deleting and firing the timers of 40 and of 400 keys runs the
+    same number of silt_spark Python functions (the timers' entries are built, read and
+    taken apart with numpy and Arrow), with the right timers listed, moved and fired."""
+    cfg = _runner.TimeConfig("processingtime", None, 0)
+    counts = []
+    for n in (4, 40, 400):  # the first, uncounted, imports what the stage imports lazily
+        task = FakeTask(silt.open((tmp_path / str(n)).as_uri()))
+        keys = [f"k{i}" for i in range(n)]
+        calls, outs = [], []
+        try:
+            for b, (now, base) in enumerate([(1_000, 2_000), (1_500, 5_000), (10_000, None)]):
+                monkeypatch.setattr(_batch_task._time, "time", lambda now=now: now / 1000)
+                rows = [] if base is None else [pa.table({
+                    "k": keys, "t": pa.array([base + i for i in range(n)], pa.int64()),
+                    _layout.KG_COLUMN: pa.array([i % 256 for i in range(n)], pa.int32()),
+                    _layout.PARTITION_COLUMN: pa.array([0] * n, pa.int32())}).to_batches()[0]]
+                task.batch_id = b
+
+                def batch(rows=rows, task=task, outs=outs):
+                    outs.append(list(_batch_task.process_partition(
+                        task, iter(rows), Moved(), ["k"], OUT, registry(), {"n": N_ARROW}, {},
+                        None, cfg, KEY_SCHEMA)))
+
+                calls.append(_python_calls(batch))
+                task.commit(b)
+            # batch 1 moved every timer from 2000 + i to 5000 + i; batch 2 fired them in order
+            fired = pa.Table.from_batches(outs[2], schema=OUT).to_pylist()
+            assert fired == [{"k": k, "what": "fired", "ms": 5_000 + i}
+                             for i, k in enumerate(keys)]
+            assert not outs[0] and not outs[1]
+            live = [r for r in task.db.committed_records() if r[1] is not None]
+            assert len(live) == n  # the n values; no timer entry left
+            assert task.base_meta.get(_names.META_NEXT_TIMER) == ""
+        finally:
+            task.db.close()
+        counts.append(calls)
+    assert counts[1] == counts[2], counts

@@ -795,6 +795,22 @@ def test_write_batch_fast_and_slow_paths_agree(url: str, small: silt.Settings) -
             assert db.get(k + b"s") == k
 
 
+def test_write_batch_delete_many_is_deletes_in_order(url: str) -> None:
+    """``delete_many(keys)`` adds what ``delete(k)`` of each key in order adds, and the DB
+    applies it the same way (a later op on a key wins)."""
+    keys = [b"a", b"b", b"c", b"a"]
+    many = silt.WriteBatch().put(b"a", b"1").delete_many(iter(keys)).put(b"c", b"3")
+    one = silt.WriteBatch().put(b"a", b"1")
+    for k in keys:
+        one.delete(k)
+    one.put(b"c", b"3")
+    assert list(many) == list(one)
+    with silt.open(url) as db:
+        db.put(b"b", b"0")
+        db.write(many)
+        assert db.multi_get([b"a", b"b", b"c"]) == [None, None, b"3"]
+
+
 # --- many keys against one SST (multi_get) --------------------------------------------------------
 @FAST
 @given(st.lists(st.binary(max_size=12) | st.sampled_from([b"", b"a" * 9, b"a" * 8, b"a" * 10]),

@@ -159,6 +159,12 @@ def u64_at_end(rows: Rows, back: int) -> np.ndarray:
     return _read_fixed(rows.data, pos, ">u8")
 
 
+def field_at(rows: Rows, at: int, dtype: str) -> np.ndarray:
+    """Per row, the big-endian fixed-width ``dtype`` field (``'>u8'``...) starting ``at`` bytes
+    into it (in native byte order)."""
+    return _read_fixed(rows.data, rows.offsets[:-1] + at, dtype)
+
+
 def _read_fixed(data: np.ndarray, pos: np.ndarray, dtype: str) -> np.ndarray:
     width = np.dtype(dtype).itemsize
     if len(pos) == 0:

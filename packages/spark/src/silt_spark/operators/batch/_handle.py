@@ -12,7 +12,6 @@ from silt.errors import InvalidArgumentError
 from ...runtime import _schema
 from ...runtime._names import META_DELETED_STATES
 from .. import _varkeys
-from .._varkeys import TIMER_MARK
 from ._lists import BatchListState
 from ._maps import BatchMapState
 from ._state import BatchKeys, BatchValueState, BatchVariable
@@ -79,8 +78,6 @@ class BatchHandle:
         self._keys: Any = None
         self._state: Any = None
         self._values: Any = None
-        #: Whether the keys' timers are read ahead (a time mode is on).
-        self._timers = False
         #: List key -> the sequence number of its next element, once known in this batch.
         self._list_next: dict[bytes, int] = {}
         #: Variables the per-key processor's ``deleteIfExists`` removed with nothing written
@@ -149,22 +146,22 @@ class BatchHandle:
             "variable"
         )
 
-    def _bind(self, keys: BatchKeys, timers: bool = False) -> None:
+    def _bind(self, keys: BatchKeys) -> None:
         """Serve the batch's ``keys``: read every declared variable of every key ahead, value
         variables with one ``multi_get`` (held by key position, ``_values.py``), list and map
-        variables (and with ``timers``, the keys' timers) with one ``multi_scan``."""
+        variables with one ``multi_scan`` (timers are not read ahead: ``_timers.py``)."""
         from ...runtime._prefetch import BatchState
 
         self._keys = keys
-        self._timers = timers
         self._state = BatchState(self._task)
         self._values = HeldValues(self._task, keys)
         self._load(keys.prefixes)
 
-    def _add_keys(self, keys: list[tuple[int, bytes]]) -> None:
-        """Serve ``(key group, enc(key))`` pairs too (the keys whose timers fire), read ahead
-        as :meth:`_bind` reads the batch's."""
-        self._load(self._keys.add(keys))
+    def _add_keys(self, encoded: Any, kgs: Any) -> None:
+        """Serve the keys ``encoded`` (a ``_rowcodec.Rows`` of ``enc(key)``) of key groups
+        ``kgs`` too (the keys whose timers fire), read ahead as :meth:`_bind` reads the
+        batch's."""
+        self._load(self._keys.add(encoded, kgs))
 
     def _load(self, prefixes: list[bytes]) -> None:
         """Read ahead the state of the keys with ``prefixes``: the keys not read yet."""
@@ -172,8 +169,6 @@ class BatchHandle:
             return
         values = [v._name for v in self._vars.values() if v.kind == "value"]
         entries = [v._name for v in self._vars.values() if v.kind != "value"]
-        if self._timers:
-            entries.append(TIMER_MARK)
         if values:
             self._values.load(values)
         if entries:

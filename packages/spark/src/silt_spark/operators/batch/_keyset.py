@@ -13,7 +13,6 @@ the same way and looking the encodings up with one Arrow ``index_in``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -84,7 +83,6 @@ class BatchKeys:
         self.prefix_array = pa.array([], pa.large_binary())
         self._prefixes = np.empty(0, object)
         self._kgs = np.zeros(0, np.int64)
-        self._dicts: tuple[dict[bytes, bytes], dict[bytes, tuple[int, bytes]]] | None = None
         #: The last table resolved and its positions (``get`` then ``put`` of one table).
         self._last: tuple[Any, np.ndarray] | None = None
         #: The key column of the keys, by position, when there is one of a type whose values
@@ -130,7 +128,6 @@ class BatchKeys:
         self.prefix_array = pa.concat_arrays([self.prefix_array, prefixes])
         self._prefixes = np.concatenate([self._prefixes, _object_array(prefixes.to_pylist())])
         self._kgs = np.concatenate([self._kgs, kgs])
-        self._dicts = None
         self._last = None
         if len(self.encoded) != n:
             self._column = None  # keys added: look them up by their encodings
@@ -160,44 +157,35 @@ class BatchKeys:
         return self._prefixes.tolist()
 
     @property
-    def prefix_of(self) -> dict[bytes, bytes]:
-        """``enc(key)`` -> the key's state prefix (built when first asked for)."""
-        return self._lookups()[0]
+    def kgs(self) -> np.ndarray:
+        """The key group of every key, by position (int64)."""
+        return self._kgs
 
-    @property
-    def key_of(self) -> dict[bytes, tuple[int, bytes]]:
-        """The key's state prefix -> ``(key group, enc(key))`` (built when first asked for)."""
-        return self._lookups()[1]
-
-    def _lookups(self) -> tuple[dict[bytes, bytes], dict[bytes, tuple[int, bytes]]]:
-        if self._dicts is None:
-            encoded = self.encoded.to_pylist()
-            prefixes = self._prefixes.tolist()
-            self._dicts = (dict(zip(encoded, prefixes)),
-                           dict(zip(prefixes, zip(self._kgs.tolist(), encoded))))
-        return self._dicts
-
-    def add(self, keys: Iterable[tuple[int, bytes]]) -> list[bytes]:
-        """Take ``(key group, enc(key))`` pairs as keys of the batch too (the keys whose
-        timers fire), after those held; return the state prefixes of those that were not."""
-        import pyarrow as pa
+    def add(self, rows: _rowcodec.Rows, kgs: np.ndarray) -> list[bytes]:
+        """Take the keys ``rows`` (``enc(key)`` each) with key groups ``kgs`` as keys of the
+        batch too (the keys whose timers fire), after those held, each once (a key given
+        twice keeps its first key group); return the state prefixes of those that were not
+        held. No Python call per key."""
         import pyarrow.compute as pc
 
-        pairs = list(keys)
-        if not pairs:
+        encoded = rows.to_arrow()
+        fresh = np.flatnonzero(pc.is_null(pc.index_in(encoded, value_set=self.encoded))
+                               .to_numpy(zero_copy_only=False))
+        if not len(fresh):
             return []
-        found = pc.index_in(pa.array([e for _, e in pairs], pa.large_binary()),
-                            value_set=self.encoded).is_null().to_pylist()
-        new: dict[bytes, int] = {}
-        for (kg, e), fresh in zip(pairs, found):
-            if fresh and e not in new:
-                new[e] = kg
-        if not new:
-            return []
+        codes = pc.dictionary_encode(encoded.take(fresh)).indices.to_numpy()
+        _, first = np.unique(codes, return_index=True)
+        keep = fresh[np.sort(first)]
         start = len(self)
-        self._append(_rowcodec.Rows.from_list(list(new)), np.asarray(list(new.values()),
-                                                                    np.int64))
+        self._append(rows.take(keep), np.asarray(kgs, np.int64)[keep])
         return self._prefixes[start:].tolist()
+
+    def positions_of(self, rows: _rowcodec.Rows) -> np.ndarray:
+        """The position of each of the held keys ``rows`` (``enc(key)`` each; int64)."""
+        import pyarrow.compute as pc
+
+        return pc.index_in(rows.to_arrow(), value_set=self.encoded).to_numpy(
+            zero_copy_only=False).astype(np.int64)
 
     def positions(self, keys: Any, what: str) -> tuple[Any, np.ndarray]:
         """``keys`` (a table of key rows of this batch, in any order, a key any number of

@@ -36,13 +36,11 @@ Every argument is checked before anything is written; an error names the process
 variable and what was wrong. Not thread-safe: one shard's micro-batch, in its task.
 
 Timers (``time_mode="ProcessingTime"`` or ``"EventTime"``) are ``_timers.py``: in the per-key
-processor's layout, registered, deleted and listed for many keys at once, the due ones handed
-to ``expired(keys, times, state)`` in one call.
+processor's layout, registered, deleted and listed for many keys at once (no Python call per
+timer), the due ones handed to ``expired(keys, times, state)`` in one call.
 
 Simplified for now: no ``deleteIfExists`` (refused when the query is built: run the query once
-with ``transform_with_state`` to delete a variable); timer calls and the firing of due timers
-are one Python step per timer (no user code per key, but not numpy-vectorized as the keys
-are), and the keys ``expired`` gets are decoded one per timer; values of a schema with a
+with ``transform_with_state`` to delete a variable); values of a schema with a
 variable-length field (or of an older schema version) are encoded and decoded with one Python
 call per element, while fixed-width schemas go by numpy records (``runtime._valuecolumns``).
 """
@@ -214,8 +212,7 @@ class BatchVariable:
         batch = silt.WriteBatch()
         for start, end in ranges:
             batch.delete_range(start, end)
-        for k in deletes:
-            batch.delete(k)
+        batch.delete_many(deletes)
         ttl = self._ttl
         for k, v in puts:
             batch.put(k, v, ttl=ttl)

@@ -109,7 +109,7 @@ def process_partition(
     bound = next_timer
     try:
         processor.init(handle)
-        handle._bind(keys, timers_on)  # no state read in process waits on the store
+        handle._bind(keys)  # no state read in process waits on the store
         states = BatchStates(handle, timers)
         if init_rows is not None:
             processor.process_initial(init_rows.drop_columns([KG_COLUMN]), states, timers)

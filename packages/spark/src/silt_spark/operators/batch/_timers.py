@@ -8,6 +8,12 @@ t:u64`` under the key's prefix and the entry ``kg 'T' t enc(key)`` of the shard-
 the due timers are read from; the manifest meta keeps a lower bound of the shard's timers
 (``spark.next_timer_ms``), so a batch with nothing due scans nothing. Times are int64 ms since
 the epoch (timestamps are taken too, as whole ms); a key has at most one timer per time.
+
+Every call works on whole arrays (``_timerkeys.py`` builds and takes apart the entries with
+numpy): no Python call per timer in ``register``, ``delete``, ``list`` or the firing. A key's
+timers are not read ahead with the batch's state: ``register`` and ``delete`` write without
+reading (registering a timer again rewrites the same entries, deleting a timer that is not
+there removes nothing), and ``list`` reads the keys it is given when called.
 """
 
 from __future__ import annotations
@@ -16,11 +22,11 @@ from typing import Any
 
 from silt.errors import InvalidArgumentError, InvalidTypeError
 
-from ...runtime import _codec
+from ...runtime import _rowcodec
+from ...runtime._rowcodec import Rows
 from ...runtime._shard import ShardTask
-from .._timemode import due_timers
 from .._timervalues import TimerValues
-from .._varkeys import TIMER_MARK, _due_key, _timer_bytes, _timer_value
+from . import _timerkeys
 
 #: The time column of :meth:`BatchTimers.list`.
 TIME_COLUMN = "time"
@@ -55,25 +61,24 @@ class BatchTimers(TimerValues):
         super().__init__(processing_ms, watermark_ms)
         self._handle = handle
         self._mode = mode
-        #: Key prefix -> the key's timers (ms), once read in this batch.
-        self._held: dict[bytes, set[int]] = {}
         #: Smallest timer registered since the last reset (keeps the shard's timer bound).
         self.registered_min: int | None = None
 
     def _what(self, call: str) -> str:
         return f"{self._handle._processor} timers.{call}"
 
-    def _resolve(self, keys: Any, call: str) -> tuple[Any, list[bytes]]:
+    def _positions(self, keys: Any, call: str) -> tuple[Any, Any]:
         what = self._what(call)
         if self._mode == "none":
             raise InvalidArgumentError(
                 f"{what}: timers need time_mode='ProcessingTime' or 'EventTime' in "
                 "transform_batches"
             )
-        return self._handle._keys.resolve(keys, what)
+        return self._handle._keys.positions(keys, what)
 
-    def _times(self, times: Any, n: int, call: str) -> list[int]:
-        """``times`` as ``n`` ints (ms), or an error saying what was wrong."""
+    def _times(self, times: Any, n: int, call: str) -> Any:
+        """``times`` as ``n`` int64 ms (a numpy array), or an error saying what was wrong."""
+        import numpy as np
         import pyarrow as pa
 
         what = self._what(call)
@@ -98,107 +103,104 @@ class BatchTimers(TimerValues):
             )
         t = arr.type
         if pa.types.is_timestamp(t):
-            raw = arr.cast(pa.int64()).to_pylist()
+            raw = arr.cast(pa.int64()).to_numpy(zero_copy_only=False).astype(np.int64)
             if t.unit == "s":
-                return [v * 1000 for v in raw]
+                return self._scaled(raw, what)
             per_ms = {"ms": 1, "us": 1000, "ns": 1_000_000}[t.unit]
-            return [v // per_ms for v in raw]
+            return raw // per_ms  # whole ms, as floor division does
         if not (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_null(t)):
             raise InvalidTypeError(
                 f"{what}: times must be int64 ms or timestamps, got an array of {t}"
             )
         try:
-            return arr.cast(pa.int64()).to_pylist()
+            return arr.cast(pa.int64()).to_numpy(zero_copy_only=False).astype(np.int64)
         except (ValueError, TypeError) as exc:  # pyarrow's ArrowInvalid included
             raise InvalidArgumentError(f"{what}: times do not fit int64 ms: {exc}") from None
 
-    def held(self, prefix: bytes) -> set[int]:
-        """The timers of the key with ``prefix`` (from the batch's prefetch, then this
-        batch's writes)."""
-        own = self._held.get(prefix)
-        if own is None:
-            n = len(prefix) + 1
-            own = {_timer_value(k[n:])
-                   for k, _ in self._handle._state.map_items(prefix + TIMER_MARK)}
-            self._held[prefix] = own
-        return own
+    def _scaled(self, seconds: Any, what: str) -> Any:
+        """Timestamps in seconds as ms, or an error when one is out of range."""
+        import numpy as np
+
+        bound = np.iinfo(np.int64).max // 1000
+        if len(seconds) and (seconds.max() > bound or seconds.min() < -bound - 1):
+            bad = seconds[(seconds > bound) | (seconds < -bound - 1)][0]
+            raise InvalidArgumentError(
+                f"{what}: time {int(bad) * 1000!r} is out of range (a signed 64-bit count "
+                "of ms)"
+            )
+        return seconds * 1000
+
+    def _entries(self, pos: Any, ms: Any) -> list[bytes]:
+        """Both entries of each timer ``(key at position pos[i], ms[i])``: the keys' own, then
+        the index's."""
+        keys = self._handle._keys
+        own = _timerkeys.own_entries(Rows.from_arrow(keys.prefix_array.take(pos)), ms)
+        return own + _timerkeys.index_entries(keys.kgs[pos], ms,
+                                              Rows.from_arrow(keys.encoded.take(pos)))
 
     def register(self, keys: Any, times: Any) -> None:
         """Register a timer at ``times[i]`` (ms) for each key row ``keys[i]``: it fires in the
         first micro-batch whose processing time (``ProcessingTime``) or watermark
         (``EventTime``) is at or after it, calling ``expired`` once and then removed. A key
-        has at most one timer per time (registering it again does nothing). One write batch."""
-        table, prefixes = self._resolve(keys, "register")
-        ms = self._times(times, table.num_rows, "register")
-        self._range(ms, "register")
-        key_of = self._handle._keys.key_of
-        import silt
-
-        batch = silt.WriteBatch()
-        fresh = sorted(set(zip(prefixes, ms)))
-        for p, t in fresh:
-            kg, enc = key_of[p]
-            batch.put(p + TIMER_MARK + _timer_bytes(t), b"")
-            batch.put(_due_key(kg, t, enc), b"")
-        if not fresh:
+        has at most one timer per time (registering it again does nothing). One
+        ``put_many``, built with numpy: no Python call per timer."""
+        _, pos = self._positions(keys, "register")
+        ms = self._times(times, len(pos), "register")
+        if not len(pos):
             return
-        self._handle._task.db.write(batch)
+        entries = self._entries(pos, ms)
+        self._handle._task.db.put_many(entries, [b""] * len(entries))
         self._handle._task.changed = True
-        for p, t in fresh:
-            self.held(p).add(t)
-        low = min(ms)
+        low = int(ms.min())
         if self.registered_min is None or low < self.registered_min:
             self.registered_min = low
 
     def delete(self, keys: Any, times: Any) -> None:
         """Delete the timer at ``times[i]`` of each key row ``keys[i]`` (none there: nothing
-        happens). One write batch."""
-        table, prefixes = self._resolve(keys, "delete")
-        ms = self._times(times, table.num_rows, "delete")
-        self._range(ms, "delete")
-        gone = sorted({(p, t) for p, t in zip(prefixes, ms) if t in self.held(p)})
-        if not gone:
-            return
-        self._forget(gone)
+        is removed). One write batch, built with numpy: no Python call per timer (and no read:
+        the timers are not looked up first)."""
+        _, pos = self._positions(keys, "delete")
+        ms = self._times(times, len(pos), "delete")
+        if len(pos):
+            self._forget(self._entries(pos, ms))
 
-    def _forget(self, gone: list[tuple[bytes, int]]) -> None:
-        """Delete the timers ``(key prefix, ms)``, both entries each, in one write batch."""
+    def _forget(self, entries: list[bytes]) -> None:
+        """Delete the timer ``entries`` (both of each timer) in one write batch."""
         import silt
 
-        key_of = self._handle._keys.key_of
-        batch = silt.WriteBatch()
-        for p, t in gone:
-            kg, enc = key_of[p]
-            batch.delete(p + TIMER_MARK + _timer_bytes(t))
-            batch.delete(_due_key(kg, t, enc))
-            self.held(p).discard(t)
-        self._handle._task.db.write(batch)
+        self._handle._task.db.write(silt.WriteBatch().delete_many(entries))
         self._handle._task.changed = True
 
     def list(self, keys: Any) -> Any:
         """The timers of ``keys`` as a ``pyarrow.Table``: the key columns of ``keys`` and
         ``time`` (int64 ms), one row per timer, by key row in their order, then by time (a key
-        column itself named ``time`` comes first: select by position then)."""
+        column itself named ``time`` comes first: select by position then). Read when asked,
+        with one ``multi_scan`` of the distinct keys' timers (this batch's registers and
+        deletes included): timers are not read ahead with the batch's state, so a processor
+        that never lists them never reads them."""
+        import numpy as np
         import pyarrow as pa
+        import pyarrow.compute as pc
 
-        table, prefixes = self._resolve(keys, "list")
-        take: list[int] = []
-        times: list[int] = []
-        for i, p in enumerate(prefixes):
-            own = sorted(self.held(p))
-            take.extend([i] * len(own))
-            times.extend(own)
-        cols = self._handle._keys.key_columns
-        out = table.select(cols).take(pa.array(take, pa.int64()))
-        return out.append_column(TIME_COLUMN, pa.array(times, pa.int64()))
-
-    def _range(self, ms: list[int], call: str) -> None:
-        bad = [t for t in ms if not -(1 << 63) <= t < (1 << 63)]
-        if bad:
-            raise InvalidArgumentError(
-                f"{self._what(call)}: time {bad[0]!r} is out of range (a signed 64-bit count "
-                "of ms)"
-            )
+        table, pos = self._positions(keys, "list")
+        distinct = np.unique(pos)
+        prefixes = self._handle._keys.prefix_array.take(distinct)
+        by_bytes = pc.sort_indices(prefixes).to_numpy().astype(np.int64)
+        owner, times = _timerkeys.listed(self._handle._task.db,
+                                         Rows.from_arrow(prefixes.take(by_bytes)))
+        owner = by_bytes[owner]  # the index in distinct of each timer's key
+        grouped = np.argsort(owner, kind="stable")  # by key, then time (as read)
+        times = times[grouped]
+        counts = np.bincount(owner, minlength=len(distinct))
+        first = np.cumsum(counts) - counts
+        row_key = np.searchsorted(distinct, pos)
+        per_row = counts[row_key]
+        total = int(per_row.sum())
+        out_first = np.cumsum(per_row) - per_row
+        take = np.repeat(np.arange(len(pos)), per_row)
+        at = np.repeat(first[row_key] - out_first, per_row) + np.arange(total)
+        out = table.select(self._handle._keys.key_columns).take(pa.array(take, pa.int64()))
+        return out.append_column(TIME_COLUMN, pa.array(times[at], pa.int64()))
 
 
 def fire(task: ShardTask, handle: Any, processor: Any, states: Any, timers: BatchTimers,
@@ -217,19 +219,19 @@ def fire(task: ShardTask, handle: Any, processor: Any, states: Any, timers: Batc
         bound = registered
     if bound is None or threshold is None or bound > threshold:
         return bound, None
-    due, bound = due_timers(task, threshold)
+    due, bound = _timerkeys.due(task.db, task.first_kg, task.last_kg, threshold)
     result = None
-    if due:
-        handle._add_keys([(kg, enc) for _, kg, enc in due])
+    if len(due.times):
+        handle._add_keys(due.encoded, due.kgs)
         fn = getattr(processor, "expired", None)
         if fn is not None:
-            decoded = [_codec.decode(enc) for _, _, enc in due]
-            keys = pa.Table.from_arrays(
-                [pa.array([k[i] for k in decoded], f.type) for i, f in enumerate(key_schema)],
-                schema=key_schema)
-            result = fn(keys, pa.array([t for t, _, _ in due], pa.int64()), states)
-        prefix_of = handle._keys.prefix_of
-        timers._forget([(prefix_of[enc], t) for t, _, enc in due])
+            keys = pa.Table.from_arrays(_rowcodec.decode_tuples(due.encoded, key_schema),
+                                        schema=key_schema)
+            result = fn(keys, pa.array(due.times, pa.int64()), states)
+        pos = handle._keys.positions_of(due.encoded)
+        own = _timerkeys.own_entries(Rows.from_arrow(handle._keys.prefix_array.take(pos)),
+                                     due.times)
+        timers._forget(own + due.index)
     again = timers.registered_min
     timers.registered_min = None
     if again is not None and (bound is None or again < bound):
