@@ -122,8 +122,8 @@ def test_block_charge_is_what_each_twin_holds() -> None:
 def test_speedups_reports_every_accelerated_module() -> None:
     report = silt.speedups()
     assert set(report) == {"silt.sst.bloom", "silt.sst.block", "silt.sst.builder",
-                           "silt.sst.reader", "silt.sst.probe", "silt.merge", "silt.memtable",
-                           "silt.cache"}
+                           "silt.sst.reader", "silt.sst.tail", "silt.sst.probe", "silt.merge",
+                           "silt.memtable", "silt.cache"}
     forced_pure = os.environ.get("SILT_NO_EXTENSIONS", "") not in ("", "0")
     assert all(v is (not forced_pure) for v in report.values())
     assert (blk_mod.Block is C.Block) is (not forced_pure)
@@ -487,6 +487,31 @@ def test_sst_reads_identical(kr, per_block: int, start, end, probes, bits: int) 
         probe, lo, hi, bf_c, last_keys)
     assert reader_mod.plan_probe_py(probe, 0, len(probe), None, last_keys) == C.plan_probe(
         probe, 0, len(probe), None, last_keys)
+
+
+# keys that often share their first 8 bytes (the compiled index compares whole keys only then)
+tied_keys_st = st.lists(
+    st.sampled_from([b"", b"a" * 8, b"a" * 7 + b"b", b"\xff" * 8]).flatmap(
+        lambda p: st.binary(max_size=4).map(lambda s: p + s)) | st.binary(max_size=10),
+    max_size=80)
+
+
+@FAST
+@given(tied_keys_st, tied_keys_st, st.integers(-2, 90))
+def test_key_index_bisects_like_the_last_keys(keys: list[bytes], probes: list[bytes],
+                                              lo: int) -> None:
+    """The compiled block index (8-byte prefixes, whole keys on ties) finds the same block as
+    a bisect of the last keys, from any start; the pure twin has none (it bisects the list)."""
+    from silt.sst import tail as tail_mod
+
+    keys = sorted(set(keys))
+    index = C.key_index(keys)
+    assert len(index) == len(keys) and tail_mod.key_index_py(keys) is None
+    for probe in probes + keys + [k + b"\x00" for k in keys]:
+        assert index.lower_bound(probe) == bisect_left(keys, probe)
+        assert index.lower_bound(probe, lo) == bisect_left(keys, probe, max(lo, 0))
+    with pytest.raises(TypeError):
+        C.key_index([b"a", "b"])
 
 
 @FAST

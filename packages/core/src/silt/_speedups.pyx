@@ -992,6 +992,107 @@ cdef inline Py_ssize_t _next_block(list last_keys, const unsigned char* k, Py_ss
     return b
 
 
+@cython.final
+@cython.no_gc
+cdef class KeyIndex:
+    """An SST's block index as the compiled reads search it: the big-endian first 8 bytes of
+    each block's last key in one array of 8 bytes a block (zero-padded), beside the list of
+    last keys itself. A search runs over the array, which stays in the CPU cache, and reads a
+    last key (one object each, scattered over the heap: a cache miss per step) only where two
+    prefixes tie. Built once per decoded tail (:func:`silt.sst.tail.key_index`); immutable.
+    Not tracked by the garbage collector: it refers only to a list of bytes."""
+
+    cdef list _keys
+    cdef uint64_t* _pfx
+    cdef Py_ssize_t _n
+
+    def __cinit__(self, list last_keys):
+        cdef Py_ssize_t i, n = PyList_GET_SIZE(last_keys)
+        cdef object key
+        for i in range(n):
+            if not PyBytes_CheckExact(<object>PyList_GET_ITEM(last_keys, i)):
+                raise TypeError("last keys must be bytes")
+        self._pfx = <uint64_t*>malloc(max(n, 1) * sizeof(uint64_t))
+        if self._pfx == NULL:
+            raise MemoryError()
+        for i in range(n):
+            key = <object>PyList_GET_ITEM(last_keys, i)
+            self._pfx[i] = _prefix(<const unsigned char*>PyBytes_AS_STRING(key),
+                                   PyBytes_GET_SIZE(key))
+        self._keys = last_keys
+        self._n = n
+
+    def __dealloc__(self):
+        free(self._pfx)
+
+    def __len__(self):
+        return self._n
+
+    def lower_bound(self, bytes key, Py_ssize_t lo=0):
+        """The first block from ``lo`` on whose last key is >= ``key`` (``len`` when none)."""
+        if lo < 0:
+            lo = 0
+        return self._lower(<const unsigned char*>PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key),
+                           _prefix(<const unsigned char*>PyBytes_AS_STRING(key),
+                                   PyBytes_GET_SIZE(key)), lo, self._n)
+
+    cdef inline bint _below(self, Py_ssize_t i, const unsigned char* k, Py_ssize_t nk,
+                            uint64_t pk) noexcept:
+        """Whether block ``i``'s last key is < the key (``pk``: its prefix)."""
+        cdef uint64_t p = self._pfx[i]
+        cdef object x
+        if p != pk:
+            return p < pk
+        x = <object>PyList_GET_ITEM(self._keys, i)
+        return _cmp(<const unsigned char*>PyBytes_AS_STRING(x), PyBytes_GET_SIZE(x), k, nk) < 0
+
+    cdef inline Py_ssize_t _lower(self, const unsigned char* k, Py_ssize_t nk, uint64_t pk,
+                                  Py_ssize_t lo, Py_ssize_t hi) noexcept:
+        cdef Py_ssize_t mid
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            if self._below(mid, k, nk, pk):
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    cdef inline Py_ssize_t _next(self, const unsigned char* k, Py_ssize_t nk, uint64_t pk,
+                                 Py_ssize_t b) noexcept:
+        """``_next_block`` over the prefixes: the first block from ``b`` on whose last key is
+        >= the key; one step when it is the next block, a bisect of the rest otherwise."""
+        if b < self._n and self._below(b, k, nk, pk):
+            b += 1
+            if b < self._n and self._below(b, k, nk, pk):
+                b = self._lower(k, nk, pk, b + 1, self._n)
+        return b
+
+
+def key_index(last_keys):
+    """The :class:`KeyIndex` of an SST tail's last keys (a list of bytes)."""
+    return KeyIndex(last_keys)
+
+
+cdef inline Py_ssize_t _find_in(object t, BloomFilter bloom, bytes key, long long h) except -2:
+    """``_find_block`` over the decoded tail ``t``, through its :class:`KeyIndex` when it has
+    one (a tail decoded by the pure-Python twins has none)."""
+    cdef object index = getattr(t, "key_index", None)
+    cdef Py_ssize_t i
+    cdef const unsigned char* k
+    cdef Py_ssize_t nk
+    if type(index) is not KeyIndex:
+        return _find_block(bloom, t.last_keys, key, h)
+    if bloom is not None:
+        if h < 0:
+            h = _hash(key)
+        if not bloom._test(<uint32_t>h):
+            return -1
+    k = <const unsigned char*>PyBytes_AS_STRING(key)
+    nk = PyBytes_GET_SIZE(key)
+    i = (<KeyIndex>index)._lower(k, nk, _prefix(k, nk), 0, (<KeyIndex>index)._n)
+    return i if i < (<KeyIndex>index)._n else -1
+
+
 cdef Py_ssize_t _find_block(BloomFilter bloom, list last_keys, bytes key,
                             long long h) except -2:
     if bloom is not None:
@@ -1034,7 +1135,7 @@ cdef object _get_one(object reader, bytes key, const unsigned char* k, Py_ssize_
     bloom = t.bloom
     if bloom is not None and type(bloom) is not BloomFilter:
         return reader.get(key, h[0])  # a tail decoded by the pure-Python twins
-    i = _find_block(bloom, t.last_keys, key, h[0])
+    i = _find_in(t, bloom, key, h[0])
     if i < 0:
         return _MISSING
     cache = reader.cache
@@ -1709,6 +1810,36 @@ cdef inline Py_ssize_t _bisect_right_bytes(list a, const unsigned char* k, Py_ss
     return lo
 
 
+# How far ahead of its use probe_sst starts loading memory: a filter's line (keys ahead), a
+# block's object and its prefix array (blocks ahead). Each is a cache miss of its own when the
+# filters and blocks are larger than the CPU cache, so several are kept in flight at once.
+cdef Py_ssize_t PROBE_BLOOM_AHEAD = 8
+cdef Py_ssize_t PROBE_BLOCK_AHEAD = 6
+
+
+cdef inline void _prefetch_block(object blk, bint fields) noexcept:
+    """Start loading a block's object (``fields`` false) or, once that is in cache, the
+    prefix array its search reads (up to 1 KiB of it, from the middle out)."""
+    cdef Block b
+    cdef Py_ssize_t n, m, step
+    if type(blk) is not Block:
+        return
+    if not fields:
+        SILT_PREFETCH(<PyObject*>blk)
+        SILT_PREFETCH(<char*><PyObject*>blk + 64)
+        SILT_PREFETCH(<char*><PyObject*>blk + 128)
+        return
+    b = <Block>blk
+    n = b._n
+    m = n >> 1
+    SILT_PREFETCH(b._pfx + m)
+    step = 8  # eight prefixes a cache line
+    while step <= 64 and step <= m:
+        SILT_PREFETCH(b._pfx + m - step)
+        SILT_PREFETCH(b._pfx + m + step)
+        step += 8
+
+
 def probe_sst(reader, list keys, dict found, fetch):
     """Look sorted, distinct ``keys`` up in the SST of ``reader``: the records it holds go to
     ``found``; returns the other keys, still sorted (``keys`` itself when none is in the SST's
@@ -1717,16 +1848,21 @@ def probe_sst(reader, list keys, dict found, fetch):
 
     One pass merges the keys in range against the bloom filter and the index (remembering each
     key's block in a C array), one more looks each key up in its fetched block and writes the
-    unresolved keys out in order: no per-key Python, no per-block list, no sort."""
+    unresolved keys out in order: no per-key Python, no per-block list, no sort. Both passes
+    keep several cache misses in flight (a filter's line a few keys ahead, a block's object and
+    prefix array a few blocks ahead): with filters and blocks far larger than the CPU cache,
+    each is a trip to memory, and one at a time they were most of a warm multi_get."""
     cdef object info = reader.info
     cdef object smallest = info.smallest, largest = info.largest
-    cdef Py_ssize_t n = PyList_GET_SIZE(keys), lo, hi, j, b, nb, cur, g, pos
+    cdef Py_ssize_t n = PyList_GET_SIZE(keys), lo, hi, j, b, nb, cur, g, pos, m, ng
     cdef Py_ssize_t* where
-    cdef object t, bloom, key, last, blk, r
+    cdef uint32_t* hashes
+    cdef object t, bloom, key, last, blk, r, index
     cdef list last_keys, block_ids, blocks, out
     cdef const unsigned char* k
     cdef Py_ssize_t nk
-    cdef bint compiled_bloom
+    cdef bint compiled_bloom, indexed
+    cdef KeyIndex kx = None
     if not (PyBytes_CheckExact(smallest) and PyBytes_CheckExact(largest)):
         raise TypeError("SST key bounds must be bytes")
     for j in range(n):
@@ -1745,11 +1881,22 @@ def probe_sst(reader, list keys, dict found, fetch):
     compiled_bloom = type(bloom) is BloomFilter
     last_keys = t.last_keys
     nb = PyList_GET_SIZE(last_keys)
-    where = <Py_ssize_t*>malloc((hi - lo) * sizeof(Py_ssize_t))
+    index = getattr(t, "key_index", None)
+    indexed = type(index) is KeyIndex and (<KeyIndex>index)._n == nb
+    if indexed:
+        kx = <KeyIndex>index
+    m = hi - lo
+    where = <Py_ssize_t*>malloc(m * (sizeof(Py_ssize_t) + sizeof(uint32_t)))
     if where == NULL:
         raise MemoryError()
+    hashes = <uint32_t*>(where + m)
     try:
         # 1. each key's block (-1: ruled out by the filter or past the last block)
+        if compiled_bloom:
+            for j in range(m):
+                hashes[j] = _hash(<bytes>PyList_GET_ITEM(keys, lo + j))
+            for j in range(min(m, PROBE_BLOOM_AHEAD)):
+                (<BloomFilter>bloom)._prefetch(hashes[j])
         block_ids = []
         b = 0
         cur = -1
@@ -1760,11 +1907,16 @@ def probe_sst(reader, list keys, dict found, fetch):
             where[j - lo] = -1
             if bloom is not None:
                 if compiled_bloom:
-                    if not (<BloomFilter>bloom)._test(_hash(<bytes>key)):
+                    if j - lo + PROBE_BLOOM_AHEAD < m:
+                        (<BloomFilter>bloom)._prefetch(hashes[j - lo + PROBE_BLOOM_AHEAD])
+                    if not (<BloomFilter>bloom)._test(hashes[j - lo]):
                         continue
                 elif not bloom.may_contain_hash(_hash(<bytes>key)):
                     continue
-            b = _next_block(last_keys, k, nk, b, nb)  # keys are sorted: never moves back
+            if indexed:  # keys are sorted: the block never moves back
+                b = kx._next(k, nk, _prefix(k, nk), b)
+            else:
+                b = _next_block(last_keys, k, nk, b, nb)
             if b >= nb:
                 continue
             where[j - lo] = b
@@ -1773,8 +1925,11 @@ def probe_sst(reader, list keys, dict found, fetch):
                 block_ids.append(b)
         # 2. the blocks, then each key in its block; the rest out in order
         blocks = list(fetch(reader, block_ids)) if block_ids else []
-        if PyList_GET_SIZE(blocks) != PyList_GET_SIZE(block_ids):
+        ng = PyList_GET_SIZE(blocks)
+        if ng != PyList_GET_SIZE(block_ids):
             raise ValueError("fetch returned a different number of blocks than asked for")
+        for g in range(min(ng, PROBE_BLOCK_AHEAD)):
+            _prefetch_block(<object>PyList_GET_ITEM(blocks, g), g < PROBE_BLOCK_AHEAD // 2)
         out = keys[:lo]
         cur = -1
         g = -1
@@ -1791,6 +1946,11 @@ def probe_sst(reader, list keys, dict found, fetch):
                 g += 1
                 blk = <object>PyList_GET_ITEM(blocks, g)
                 pos = 0
+                if g + PROBE_BLOCK_AHEAD < ng:
+                    _prefetch_block(<object>PyList_GET_ITEM(blocks, g + PROBE_BLOCK_AHEAD), False)
+                if g + PROBE_BLOCK_AHEAD // 2 < ng:
+                    _prefetch_block(<object>PyList_GET_ITEM(blocks, g + PROBE_BLOCK_AHEAD // 2),
+                                    True)
             if type(blk) is Block:
                 k = <const unsigned char*>PyBytes_AS_STRING(key)
                 nk = PyBytes_GET_SIZE(key)
