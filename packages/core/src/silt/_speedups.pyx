@@ -1969,3 +1969,51 @@ def probe_sst(reader, list keys, dict found, fetch):
         return out
     finally:
         free(where)
+
+
+def read_runs(reader, read, list runs, dict where, list out):
+    """Compiled twin of :func:`silt.sst.probe.read_runs`: each run read through ``read`` (the
+    store's direct reader), checked, decoded and cached, and its wanted blocks placed in
+    ``out``, in one C loop (the direct reader is the only Python frame per run)."""
+    cdef object t = reader.loaded_tail
+    cdef object offsets, sizes, cache, name, cid, data, view, blk, run, off
+    cdef Py_ssize_t r, first, stop, i, base, length, o, sz
+    cdef PyObject* j
+    if t is None:
+        t = reader.tail
+    offsets = t.block_offsets
+    sizes = t.block_sizes
+    cache = reader.cache
+    name = reader.name
+    cid = reader.cache_id
+    for r in range(PyList_GET_SIZE(runs)):
+        run = <object>PyList_GET_ITEM(runs, r)
+        first = run[0]
+        stop = run[1]
+        if not 0 <= first < stop <= len(offsets):
+            raise IndexError(f"block run {first}..{stop} outside 0..{len(offsets)}")
+        base = offsets[first]
+        length = offsets[stop - 1] + sizes[stop - 1] - base
+        try:
+            data = read(base, length)
+        except Exception as exc:
+            data = reader.direct_failed(exc, base, length)
+        if len(data) != length:
+            raise CorruptionError(name, base, "%s truncated: %d of %d bytes" % (
+                "block" if stop - first == 1 else "block run", len(data), length))
+        view = data if stop - first == 1 else memoryview(data)
+        for i in range(first, stop):
+            o = offsets[i]
+            sz = sizes[i]
+            if stop - first == 1:
+                blk = decode_block(view, name, o)
+            else:
+                blk = decode_block(view[o - base:o - base + sz], name, o)
+            if type(cache) is BlockCache:
+                (<BlockCache>cache).put((cid, i), blk, (<Block>blk).charge)
+            elif cache is not None:
+                cache.put((cid, i), blk, blk.charge)
+            j = PyDict_GetItem(where, i)
+            if j != NULL:
+                out[<object>j] = blk
+

@@ -37,7 +37,7 @@ from .readplan import covering, load_tails, read_blocks, wanted_blocks
 from .record import MISSING
 from .sst.bloom import bloom_hash
 from .sst.builder import SstInfo
-from .sst.probe import probe_sst, sorted_unique
+from .sst.probe import probe_sst, read_runs, sorted_unique
 from .sst.reader import SstReader, get_levels
 
 if TYPE_CHECKING:
@@ -391,7 +391,9 @@ class BlockFetcher:
     are slow (:data:`REMOTE_READ_SECONDS`); every block read is cached.
 
     Thread-safe; :meth:`close` waits for reads in flight. ``clock`` and ``cpu_clock`` (the
-    calling thread's CPU time) time the reads.
+    calling thread's CPU time) time the reads: where the store has a direct reader, an SST's
+    first missed run alone, and while it says local, the rest go in one compiled loop
+    (:func:`silt.sst.probe.read_runs`: no Python frame per block on a cold local read).
     """
 
     def __init__(self, parallelism: int, *, clock: Callable[[], float] = time.perf_counter,
@@ -433,6 +435,9 @@ class BlockFetcher:
             _place(first, blocks, where, out)
             remote = self.remote(reader)
             k += 1
+            if not remote and k < len(runs) and (read := reader.direct_read()) is not None:
+                read_runs(reader, read, runs[k:], where, out)  # the rest: one compiled loop
+                return out
         if k < len(runs):
             for first, blocks in self.gather([partial(self.read_run, reader, run)
                                               for run in runs[k:]]):
