@@ -1198,16 +1198,26 @@ def get_from(readers, bytes key, long long h=-1):
 cdef Py_ssize_t L0_PREFETCH = 4
 
 
-def get_levels(l0, levels, bytes key, long long h=-1):
+def get_levels(l0, levels, bytes key, long long h=-1, tuple bounds=None):
     """The record of ``key`` in the L0 SSTs ``l0`` (newest first), else in the first of
     ``levels`` (sorted runs, each with ``readers`` and their ``largest`` keys) that has it, or
-    MISSING: ``get_from`` over L0 and one bisect per level, with one bloom hash for all."""
+    MISSING: ``get_from`` over L0 and one bisect per level, with one bloom hash for all. A key
+    outside ``bounds`` (``key_bounds`` of them) is MISSING at once."""
     cdef object reader, r, level
     cdef list largest
     cdef Py_ssize_t i
     cdef const unsigned char* k = <const unsigned char*>PyBytes_AS_STRING(key)
     cdef Py_ssize_t nk = PyBytes_GET_SIZE(key)
-    cdef object t, bloom
+    cdef object t, bloom, lo, hi
+    if bounds is not None:
+        lo = bounds[0]
+        hi = bounds[1]
+        if not (PyBytes_CheckExact(lo) and PyBytes_CheckExact(hi)):
+            raise TypeError("key bounds must be bytes")
+        if (_cmp(k, nk, <const unsigned char*>PyBytes_AS_STRING(lo), PyBytes_GET_SIZE(lo)) < 0
+                or _cmp(k, nk, <const unsigned char*>PyBytes_AS_STRING(hi),
+                        PyBytes_GET_SIZE(hi)) > 0):
+            return _MISSING
     if len(l0) >= L0_PREFETCH:
         # Several overlapping L0 SSTs: their filters' probes are cache misses (the filters are
         # far larger than the CPU cache), so start them all before testing one by one.

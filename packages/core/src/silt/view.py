@@ -38,7 +38,7 @@ from .record import MISSING
 from .sst.bloom import bloom_hash
 from .sst.builder import SstInfo
 from .sst.probe import probe_sst, read_runs, sorted_unique
-from .sst.reader import SstReader, get_levels
+from .sst.reader import SstReader, get_levels, key_bounds
 
 if TYPE_CHECKING:
     from .budget import MemoryBudget
@@ -94,7 +94,7 @@ class ReadView:
     shows finished compactions no commit published yet (:mod:`silt.compaction.early`).
     """
 
-    __slots__ = ("mem", "parts", "l0", "levels", "tombs", "committed")
+    __slots__ = ("mem", "parts", "l0", "levels", "tombs", "committed", "bounds", "plain")
 
     def __init__(self, mem: Memtable, parts: tuple[Part, ...] = (),
                  l0: tuple[SstReader, ...] = (), levels: tuple[Level, ...] = (),
@@ -107,6 +107,8 @@ class ReadView:
         self.levels = levels
         self.tombs = tombs
         self.committed = committed
+        self.bounds = key_bounds(l0, levels)  # a get outside them reads no SST
+        self.plain = not parts and not tombs  # all below the memtable is in l0 and levels
 
     def but(self, **changes: Any) -> ReadView:
         """A copy with some members replaced; new ``l0`` or ``levels`` without ``committed``
@@ -123,9 +125,8 @@ class ReadView:
             return self
         return self.but(l0=self.committed[0], levels=self.committed[1])
 
-    # -- point reads ----------------------------------------------------------------------------
-    # DB.get reads the active memtable itself (and L0 when that is all there is below it):
-    # point reads are the hot path, and a frame more costs ~8%. The rest is here.
+    # -- point reads: DB.get reads the active memtable itself, and the SSTs when the view is
+    # ``plain`` (point reads are the hot path, and a frame more costs ~8%). The rest is here.
     def get_below(self, key: bytes) -> object:
         """The newest record of ``key`` below the active memtable (``MISSING``: none)."""
         if self.tombs:
@@ -143,7 +144,7 @@ class ReadView:
                 r = part.reader.get(key, h)  # type: ignore[union-attr]
             if r is not MISSING:
                 return r
-        return get_levels(self.l0, self.levels, key, h)
+        return get_levels(self.l0, self.levels, key, h, self.bounds)
 
     def _get_below_covered(self, key: bytes, t: int) -> object:
         """``get_below`` for a key inside a range tombstone of sequence number ``t``: the newest

@@ -466,14 +466,30 @@ def get_from(readers: Sequence[SstReader], key: bytes, h: int = -1) -> object:
     return MISSING
 
 
+def key_bounds(l0: Sequence[SstReader], levels: Sequence[Any]) -> tuple[bytes, bytes] | None:
+    """The smallest and the largest key of the SSTs ``l0`` and ``levels`` (as
+    :func:`get_levels` takes them), or ``None`` when there is none."""
+    firsts = [r.info.smallest for r in l0]
+    lasts = [r.info.largest for r in l0]
+    for level in levels:
+        if level.readers:
+            firsts.append(level.readers[0].info.smallest)
+            lasts.append(level.readers[-1].info.largest)
+    return (min(firsts), max(lasts)) if firsts else None
+
+
 def get_levels(
-    l0: Sequence[SstReader], levels: Sequence[Any], key: bytes, h: int = -1
+    l0: Sequence[SstReader], levels: Sequence[Any], key: bytes, h: int = -1,
+    bounds: tuple[bytes, bytes] | None = None,
 ) -> object:
     """The record of ``key`` in the L0 SSTs ``l0`` (newest first), else in the first of
     ``levels`` (sorted runs, each with ``readers`` and their ``largest`` keys, as
     :class:`silt.view.Level`) that has it, or :data:`MISSING`: :func:`get_from` over L0 and one
     bisect per level, with one bloom hash for all (a DB's whole point read below its memtables
-    in one call)."""
+    in one call). ``bounds`` is :func:`key_bounds` of ``l0`` and ``levels`` when the caller
+    keeps it: a key outside it is answered without looking at any SST."""
+    if bounds is not None and (key < bounds[0] or key > bounds[1]):
+        return MISSING
     if h < 0:
         h = bloom_hash(key)
     if l0:
