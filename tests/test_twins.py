@@ -577,17 +577,24 @@ def test_get_levels_identical(l0_dicts: list[dict], level_runs: list[list[dict]]
         pieces = [dict((k, union[k]) for k in keys[i:i + cut]) for i in range(0, len(keys), cut)]
         levels.append(Level([reader(p) for p in pieces if p]))
         model.append(union)
-    bounds = reader_mod.key_bounds(l0, levels)
+    bounds = C.key_bounds(l0, levels)  # with the L0 SSTs' ranges and filters beside
+    pure_bounds = reader_mod.key_bounds_py(l0, levels)
     stored = [k for d in model for k in d]
-    assert bounds == ((min(stored), max(stored)) if stored else None)
+    assert pure_bounds == ((min(stored), max(stored)) if stored else None)
+    assert (bounds is None) is (pure_bounds is None)
+    if bounds is not None:
+        assert tuple(bounds) == pure_bounds == (bounds[-2], bounds[-1]) and bounds == pure_bounds
     edges = [b"", b"\xff" * 5] + [k + b"\x00" for k in stored] + [k[:-1] for k in stored]
     for key in probes + stored + edges:
         want = next((d[key] for d in model if key in d), MISSING)
         assert reader_mod.get_levels_py(l0, levels, key) == want
-        assert reader_mod.get_levels_py(l0, levels, key, -1, bounds) == want
+        assert reader_mod.get_levels_py(l0, levels, key, -1, pure_bounds) == want
         assert C.get_levels(l0, levels, key) == want
         assert C.get_levels(l0, levels, key, bloom_mod.bloom_hash_py(key)) == want
+        assert C.get_levels(l0, levels, key, -1, bounds) == want  # twice: filters taken
         assert C.get_levels(l0, levels, key, -1, bounds) == want
+        assert C.get_levels(l0, levels, key, -1, pure_bounds) == want
+        assert C.get_levels(list(l0), levels, key, -1, bounds) == want  # built for another
 
 
 class _PublicReader:

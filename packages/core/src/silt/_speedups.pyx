@@ -1194,45 +1194,160 @@ def get_from(readers, bytes key, long long h=-1):
     return _MISSING
 
 
+@cython.final
+cdef class KeyBounds:
+    """Compiled twin of :func:`silt.sst.reader.key_bounds`' pair: the smallest and largest key
+    of a read view's SSTs (``bounds[0]``, ``bounds[1]``), and its L0 SSTs' own key ranges and
+    filters kept beside them, so that :func:`get_levels` checks each L0 SST's range and filter
+    without reading its attributes (several Python attribute reads per SST and get, with a
+    dozen overlapping L0 SSTs after a load). A filter is taken once its SST's tail is loaded
+    (tails load on first read and never change). Immutable but for that; thread-safe (a race
+    takes the same filter twice)."""
+
+    cdef readonly object lo, hi
+    cdef object _l0  # the L0 readers this was built for (get_levels uses it only for them)
+    cdef list _readers, _smallest, _largest
+    cdef list _blooms  # per L0 SST: its BloomFilter, False when it has none, None: not yet
+
+    def __init__(self, lo, hi, l0):
+        if not (PyBytes_CheckExact(lo) and PyBytes_CheckExact(hi)):
+            raise TypeError("key bounds must be bytes")
+        self.lo, self.hi, self._l0 = lo, hi, l0
+        cdef object sst, first, last
+        self._readers = list(l0)
+        self._smallest = []
+        self._largest = []
+        for sst in self._readers:
+            first = sst.info.smallest
+            last = sst.info.largest
+            if not (PyBytes_CheckExact(first) and PyBytes_CheckExact(last)):
+                raise TypeError("SST key bounds must be bytes")
+            self._smallest.append(first)
+            self._largest.append(last)
+        self._blooms = [None] * len(self._readers)
+
+    def __len__(self):
+        return 2
+
+    def __getitem__(self, Py_ssize_t i):
+        if i == 0 or i == -2:
+            return self.lo
+        if i == 1 or i == -1:
+            return self.hi
+        raise IndexError("key bounds have two items")
+
+    def __eq__(self, other):
+        return isinstance(other, (tuple, KeyBounds)) and tuple(self) == tuple(other)
+
+    def __repr__(self):
+        return f"KeyBounds({self.lo!r}, {self.hi!r})"
+
+    cdef inline object _bloom(self, Py_ssize_t i):
+        """L0 SST ``i``'s compiled filter, ``False`` when it has none to test here, or
+        ``None`` while its tail is not loaded."""
+        cdef object b = <object>PyList_GET_ITEM(self._blooms, i)
+        cdef object t
+        if b is None:
+            t = (<object>PyList_GET_ITEM(self._readers, i)).loaded_tail
+            if t is None:
+                return None
+            b = t.bloom
+            if type(b) is not BloomFilter:
+                b = False
+            self._blooms[i] = b
+        return b
+
+
+def key_bounds(l0, levels):
+    """Compiled twin of :func:`silt.sst.reader.key_bounds`: the pair as a :class:`KeyBounds`
+    (with the L0 SSTs' ranges and filters), or ``None`` when there is no SST."""
+    cdef list firsts = [], lasts = []
+    cdef object sst, level, run
+    for sst in l0:
+        firsts.append(sst.info.smallest)
+        lasts.append(sst.info.largest)
+    for level in levels:
+        run = level.readers
+        if run:
+            firsts.append(run[0].info.smallest)
+            lasts.append(run[len(run) - 1].info.largest)  # (no wraparound here)
+    return KeyBounds(min(firsts), max(lasts), l0) if firsts else None
+
+
 # From this many L0 SSTs on, a get starts loading their bloom probes before testing them.
 cdef Py_ssize_t L0_PREFETCH = 4
 
 
-def get_levels(l0, levels, bytes key, long long h=-1, tuple bounds=None):
+def get_levels(l0, levels, bytes key, long long h=-1, bounds=None):
     """The record of ``key`` in the L0 SSTs ``l0`` (newest first), else in the first of
     ``levels`` (sorted runs, each with ``readers`` and their ``largest`` keys) that has it, or
     MISSING: ``get_from`` over L0 and one bisect per level, with one bloom hash for all. A key
-    outside ``bounds`` (``key_bounds`` of them) is MISSING at once."""
+    outside ``bounds`` (``key_bounds`` of them) is MISSING at once; a :class:`KeyBounds` built
+    for ``l0`` also checks each L0 SST's range and filter without a Python attribute read."""
     cdef object reader, r, level
     cdef list largest
-    cdef Py_ssize_t i
+    cdef Py_ssize_t i, n0
     cdef const unsigned char* k = <const unsigned char*>PyBytes_AS_STRING(key)
     cdef Py_ssize_t nk = PyBytes_GET_SIZE(key)
     cdef object t, bloom, lo, hi
+    cdef KeyBounds kb = None
     if bounds is not None:
-        lo = bounds[0]
-        hi = bounds[1]
+        if type(bounds) is KeyBounds:
+            kb = <KeyBounds>bounds
+            lo = kb.lo
+            hi = kb.hi
+            if kb._l0 is not l0:
+                kb = None
+        else:
+            lo = bounds[0]
+            hi = bounds[1]
         if not (PyBytes_CheckExact(lo) and PyBytes_CheckExact(hi)):
             raise TypeError("key bounds must be bytes")
         if (_cmp(k, nk, <const unsigned char*>PyBytes_AS_STRING(lo), PyBytes_GET_SIZE(lo)) < 0
                 or _cmp(k, nk, <const unsigned char*>PyBytes_AS_STRING(hi),
                         PyBytes_GET_SIZE(hi)) > 0):
             return _MISSING
-    if len(l0) >= L0_PREFETCH:
-        # Several overlapping L0 SSTs: their filters' probes are cache misses (the filters are
-        # far larger than the CPU cache), so start them all before testing one by one.
-        if h < 0:
-            h = _hash(key)
+    if kb is not None:
+        n0 = PyList_GET_SIZE(kb._readers)
+        if n0:
+            if h < 0:
+                h = _hash(key)
+            if n0 >= L0_PREFETCH:
+                for i in range(n0):
+                    bloom = kb._bloom(i)
+                    if bloom is not None and bloom is not False:
+                        (<BloomFilter>bloom)._prefetch(<uint32_t>h)
+            for i in range(n0):
+                lo = <object>PyList_GET_ITEM(kb._smallest, i)
+                hi = <object>PyList_GET_ITEM(kb._largest, i)
+                if (_cmp(<const unsigned char*>PyBytes_AS_STRING(lo), PyBytes_GET_SIZE(lo),
+                         k, nk) > 0
+                        or _cmp(k, nk, <const unsigned char*>PyBytes_AS_STRING(hi),
+                                PyBytes_GET_SIZE(hi)) > 0):
+                    continue
+                bloom = kb._bloom(i)
+                if (bloom is not None and bloom is not False
+                        and not (<BloomFilter>bloom)._test(<uint32_t>h)):
+                    continue
+                r = _get_one(<object>PyList_GET_ITEM(kb._readers, i), key, k, nk, &h)
+                if r is not _MISSING:
+                    return r
+    else:
+        if len(l0) >= L0_PREFETCH:
+            # Several overlapping L0 SSTs: their filters' probes are cache misses (the filters
+            # are far larger than the CPU cache), so start them all before testing one by one.
+            if h < 0:
+                h = _hash(key)
+            for reader in l0:
+                t = reader.loaded_tail
+                if t is not None:
+                    bloom = t.bloom
+                    if type(bloom) is BloomFilter:
+                        (<BloomFilter>bloom)._prefetch(<uint32_t>h)
         for reader in l0:
-            t = reader.loaded_tail
-            if t is not None:
-                bloom = t.bloom
-                if type(bloom) is BloomFilter:
-                    (<BloomFilter>bloom)._prefetch(<uint32_t>h)
-    for reader in l0:
-        r = _get_one(reader, key, k, nk, &h)
-        if r is not _MISSING:
-            return r
+            r = _get_one(reader, key, k, nk, &h)
+            if r is not _MISSING:
+                return r
     for level in levels:
         largest = level.largest
         i = _bisect_bytes(largest, k, nk, 0, PyList_GET_SIZE(largest))

@@ -591,7 +591,7 @@ def lookup_groups(
 COMPILED = accelerate(globals(), (
     "find_block",
     "get_from",
-    "get_levels",
+    "get_levels", "key_bounds",
     "lookup_groups",
     "RangeIter",
     "plan_probe",
