@@ -15,8 +15,12 @@ encode_block, Block               silt.sst.block
 decode_block                      silt.sst.block
 split_blocks                      silt.sst.builder.split_blocks
 find_block, get_from, RangeIter   silt.sst.reader
+get_levels, key_bounds            silt.sst.reader (key_bounds: a KeyBounds, the pair and
+                                  the L0 SSTs' ranges and filters; pure: the pair)
 plan_probe, lookup_many/_groups   silt.sst.reader
+key_index                         silt.sst.tail (a KeyIndex; pure: None, the list is bisected)
 sorted_unique, probe_sst          silt.sst.probe
+read_runs                         silt.sst.probe
 merge_newest_first, live          silt.merge
 visible_many                      silt.merge
 sorted_items, split_found         silt.memtable
