@@ -14,7 +14,7 @@ import threading
 import weakref
 from bisect import bisect_left
 from collections.abc import Callable, Iterator, Sequence
-from itertools import pairwise
+from itertools import pairwise, repeat
 from typing import TYPE_CHECKING, Any
 
 from .._ext import accelerate
@@ -354,8 +354,7 @@ class SstReader:
         cache = self.cache
         if cache is None:
             return [None] * len(indexes)
-        cid = self.cache_id
-        return cache.get_many([(cid, i) for i in indexes])
+        return cache.get_many(list(zip(repeat(self.cache_id), indexes)))  # no bytecode a block
 
     def put_cached(self, i: int, blk: Block) -> None:
         if self.cache is not None:
