@@ -235,3 +235,28 @@ def test_read_runs_reads_checks_and_caches_as_read_run_does(twin: str, damage: s
         assert str(t.block_offsets[4]) in str(err.value) and name in str(err.value)
     else:
         assert isinstance(err.value, NotFoundError) and name in str(err.value)
+
+
+def test_every_read_caches_a_block_under_its_tails_own_key(tmp_path) -> None:
+    """Gets, multi_gets and their misses put and look up each block under the tail's own key
+    tuple (``SstTail.block_keys``), so the cache's dict finds it by identity; the keys equal
+    ``(cache_id, i)`` as before."""
+    s = silt.Settings(block_bytes=128, block_cache_bytes=8 << 20, compaction="none")
+    db = silt.open(tmp_path.as_uri(), settings=s)
+    keys = [b"k%05d" % i for i in range(3000)]
+    db.put_many(keys, keys)
+    db.flush()
+    db.commit()
+    db.close()
+    db = silt.open(tmp_path.as_uri(), settings=s)
+    try:
+        assert db.get(keys[10]) == keys[10]  # a miss of get
+        assert db.multi_get(keys[::7]) == keys[::7]  # misses of multi_get, in runs
+        assert db.multi_get(keys[::7]) == keys[::7]  # hits
+        (reader,) = db._state.view.l0
+        own = reader.tail.block_keys
+        cached = list(db.cache._data)
+        assert len(cached) > 100
+        assert all(k == (reader.cache_id, k[1]) and k is own[k[1]] for k in cached)
+    finally:
+        db.close()

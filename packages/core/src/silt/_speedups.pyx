@@ -1145,14 +1145,23 @@ cdef object _get_one(object reader, bytes key, const unsigned char* k, Py_ssize_
     cache = reader.cache
     blk = None
     if type(cache) is BlockCache:
-        blk = (<BlockCache>cache)._get((reader.cache_id, i))
+        blk = (<BlockCache>cache)._get(_block_key(reader, t, i))
     elif cache is not None:
-        blk = cache.get((reader.cache_id, i))
+        blk = cache.get(_block_key(reader, t, i))
     if blk is None:
         blk = _read_missed(reader, i, cache)
     if type(blk) is Block:
         return (<Block>blk).get(key)
     return blk.get(key)
+
+
+cdef inline object _block_key(object reader, object t, Py_ssize_t i):
+    """Block ``i``'s key in the block cache: the tail's own tuple (``SstTail.block_keys``: the
+    cache's dict then finds the entry by identity), or a new ``(cache_id, i)``."""
+    cdef object keys = getattr(t, "block_keys", None)
+    if type(keys) is list and i < PyList_GET_SIZE(<list>keys):
+        return <object>PyList_GET_ITEM(keys, i)
+    return (reader.cache_id, i)
 
 
 cdef object _read_missed(object reader, Py_ssize_t i, object cache):
@@ -1178,9 +1187,9 @@ cdef object _read_missed(object reader, Py_ssize_t i, object cache):
         raise CorruptionError(reader.name, off, f"block truncated: {len(data)} of {size} bytes")
     blk = decode_block(data, reader.name, off)
     if type(cache) is BlockCache:
-        (<BlockCache>cache).put((reader.cache_id, i), blk, (<Block>blk).charge)
+        (<BlockCache>cache).put(_block_key(reader, t, i), blk, (<Block>blk).charge)
     elif cache is not None:
-        cache.put((reader.cache_id, i), blk, blk.charge)
+        cache.put(_block_key(reader, t, i), blk, blk.charge)
     return blk
 
 
@@ -2105,7 +2114,7 @@ def read_runs(reader, read, list runs, dict where, list out):
     store's direct reader), checked, decoded and cached, and its wanted blocks placed in
     ``out``, in one C loop (the direct reader is the only Python frame per run)."""
     cdef object t = reader.loaded_tail
-    cdef object offsets, sizes, cache, name, cid, data, view, blk, run, off
+    cdef object offsets, sizes, cache, name, data, view, blk, run, off
     cdef Py_ssize_t r, first, stop, i, base, length, o, sz
     cdef PyObject* j
     if t is None:
@@ -2114,7 +2123,6 @@ def read_runs(reader, read, list runs, dict where, list out):
     sizes = t.block_sizes
     cache = reader.cache
     name = reader.name
-    cid = reader.cache_id
     for r in range(PyList_GET_SIZE(runs)):
         run = <object>PyList_GET_ITEM(runs, r)
         first = run[0]
@@ -2139,9 +2147,9 @@ def read_runs(reader, read, list runs, dict where, list out):
             else:
                 blk = decode_block(view[o - base:o - base + sz], name, o)
             if type(cache) is BlockCache:
-                (<BlockCache>cache).put((cid, i), blk, (<Block>blk).charge)
+                (<BlockCache>cache).put(_block_key(reader, t, i), blk, (<Block>blk).charge)
             elif cache is not None:
-                cache.put((cid, i), blk, blk.charge)
+                cache.put(_block_key(reader, t, i), blk, blk.charge)
             j = PyDict_GetItem(where, i)
             if j != NULL:
                 out[<object>j] = blk

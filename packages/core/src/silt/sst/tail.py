@@ -38,15 +38,20 @@ class SstTail:
 
     ``charge`` is the memory it holds, as a memory budget counts it: the tail's bytes plus
     56 per block (each last key is a bytes object in a list, and has an 8-byte prefix in the
-    compiled ``key_index``) plus 200.
+    compiled ``key_index``), 88 more per block with ``block_keys``, plus 200.
 
     ``key_index`` is :func:`key_index` of ``last_keys``: what the compiled reads search.
+    ``block_keys[i]`` is block ``i``'s key in the block cache, ``(cache_id, i)``, made once
+    (when ``cache_id`` is given, else ``None``; charged 88 bytes a block): every read that
+    asks the cache for a block or puts one passes the same tuple, so the cache's dict finds
+    its entry by identity instead of comparing two new tuples (and their ids) per lookup.
     """
 
     __slots__ = ("block_offsets", "block_sizes", "last_keys", "key_index", "bloom", "props",
-                 "filter_offset", "charge")
+                 "filter_offset", "charge", "block_keys")
 
-    def __init__(self, tail: bytes, tail_start: int, size: int, name: str) -> None:
+    def __init__(self, tail: bytes, tail_start: int, size: int, name: str,
+                 cache_id: str | None = None) -> None:
         if size < FOOTER_SIZE or len(tail) < FOOTER_SIZE:
             raise CorruptionError(name, 0, f"object of {size} bytes is too small to be an SST")
         foot = size - FOOTER_SIZE
@@ -126,7 +131,9 @@ class SstTail:
         except (ValueError, IndexError) as exc:
             raise CorruptionError(name, index_off, f"malformed index block ({exc})") from None
         self.key_index = key_index(self.last_keys)
-        self.charge = len(tail) + 56 * len(self.last_keys) + 200
+        n = len(self.last_keys)
+        self.block_keys = None if cache_id is None else list(zip([cache_id] * n, range(n)))
+        self.charge = len(tail) + (56 if cache_id is None else 144) * n + 200
 
 
 def key_index(last_keys: list[bytes]) -> Any:
