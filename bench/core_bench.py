@@ -36,6 +36,7 @@ try:  # pragma: no cover - depends on how the script is launched
 except ImportError:  # running from a checkout without PYTHONPATH
     sys.path.insert(0, str(REPO / "packages" / "core" / "src"))
 
+from floors import print_floor_shares  # noqa: E402
 from run_record import RESULTS, machine_load, summarize, write_results  # noqa: E402
 
 KEY_BYTES = 16
@@ -768,6 +769,7 @@ def report(args: argparse.Namespace, stores: list[Store], rec: Recorder) -> dict
             f"median [min-max] of {args.repeat}; silt vs best peer: >1 means silt is faster"
             + ("; settled: every store compacted fully before the reads" if args.settle else ""),
             header, rows)
+        summary["floor_shares"] = print_floor_shares(main, labels)
     scale_sections = [f"scale_{s}" for s in args.scale if f"scale_{s}" in rec.samples]
     if scale_sections:
         summary["scale"] = {}

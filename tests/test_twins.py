@@ -122,8 +122,8 @@ def test_block_charge_is_what_each_twin_holds() -> None:
 def test_speedups_reports_every_accelerated_module() -> None:
     report = silt.speedups()
     assert set(report) == {"silt.sst.bloom", "silt.sst.block", "silt.sst.builder",
-                           "silt.sst.reader", "silt.sst.probe", "silt.merge", "silt.memtable",
-                           "silt.cache"}
+                           "silt.sst.reader", "silt.sst.tail", "silt.sst.probe", "silt.merge",
+                           "silt.memtable", "silt.cache"}
     forced_pure = os.environ.get("SILT_NO_EXTENSIONS", "") not in ("", "0")
     assert all(v is (not forced_pure) for v in report.values())
     assert (blk_mod.Block is C.Block) is (not forced_pure)
@@ -489,6 +489,31 @@ def test_sst_reads_identical(kr, per_block: int, start, end, probes, bits: int) 
         probe, 0, len(probe), None, last_keys)
 
 
+# keys that often share their first 8 bytes (the compiled index compares whole keys only then)
+tied_keys_st = st.lists(
+    st.sampled_from([b"", b"a" * 8, b"a" * 7 + b"b", b"\xff" * 8]).flatmap(
+        lambda p: st.binary(max_size=4).map(lambda s: p + s)) | st.binary(max_size=10),
+    max_size=80)
+
+
+@FAST
+@given(tied_keys_st, tied_keys_st, st.integers(-2, 90))
+def test_key_index_bisects_like_the_last_keys(keys: list[bytes], probes: list[bytes],
+                                              lo: int) -> None:
+    """The compiled block index (8-byte prefixes, whole keys on ties) finds the same block as
+    a bisect of the last keys, from any start; the pure twin has none (it bisects the list)."""
+    from silt.sst import tail as tail_mod
+
+    keys = sorted(set(keys))
+    index = C.key_index(keys)
+    assert len(index) == len(keys) and tail_mod.key_index_py(keys) is None
+    for probe in probes + keys + [k + b"\x00" for k in keys]:
+        assert index.lower_bound(probe) == bisect_left(keys, probe)
+        assert index.lower_bound(probe, lo) == bisect_left(keys, probe, max(lo, 0))
+    with pytest.raises(TypeError):
+        C.key_index([b"a", "b"])
+
+
 @FAST
 @given(st.lists(st.dictionaries(st.binary(min_size=1, max_size=3), record_st, min_size=1,
                                 max_size=30), min_size=1, max_size=4),
@@ -552,11 +577,24 @@ def test_get_levels_identical(l0_dicts: list[dict], level_runs: list[list[dict]]
         pieces = [dict((k, union[k]) for k in keys[i:i + cut]) for i in range(0, len(keys), cut)]
         levels.append(Level([reader(p) for p in pieces if p]))
         model.append(union)
-    for key in probes + [k for d in model for k in d]:
+    bounds = C.key_bounds(l0, levels)  # with the L0 SSTs' ranges and filters beside
+    pure_bounds = reader_mod.key_bounds_py(l0, levels)
+    stored = [k for d in model for k in d]
+    assert pure_bounds == ((min(stored), max(stored)) if stored else None)
+    assert (bounds is None) is (pure_bounds is None)
+    if bounds is not None:
+        assert tuple(bounds) == pure_bounds == (bounds[-2], bounds[-1]) and bounds == pure_bounds
+    edges = [b"", b"\xff" * 5] + [k + b"\x00" for k in stored] + [k[:-1] for k in stored]
+    for key in probes + stored + edges:
         want = next((d[key] for d in model if key in d), MISSING)
         assert reader_mod.get_levels_py(l0, levels, key) == want
+        assert reader_mod.get_levels_py(l0, levels, key, -1, pure_bounds) == want
         assert C.get_levels(l0, levels, key) == want
         assert C.get_levels(l0, levels, key, bloom_mod.bloom_hash_py(key)) == want
+        assert C.get_levels(l0, levels, key, -1, bounds) == want  # twice: filters taken
+        assert C.get_levels(l0, levels, key, -1, bounds) == want
+        assert C.get_levels(l0, levels, key, -1, pure_bounds) == want
+        assert C.get_levels(list(l0), levels, key, -1, bounds) == want  # built for another
 
 
 class _PublicReader:

@@ -21,6 +21,7 @@ ACCELERATED = (
     "silt.sst.block",
     "silt.sst.builder",
     "silt.sst.reader",
+    "silt.sst.tail",
     "silt.sst.probe",
     "silt.merge",
     "silt.memtable",

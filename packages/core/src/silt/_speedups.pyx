@@ -15,8 +15,12 @@ encode_block, Block               silt.sst.block
 decode_block                      silt.sst.block
 split_blocks                      silt.sst.builder.split_blocks
 find_block, get_from, RangeIter   silt.sst.reader
+get_levels, key_bounds            silt.sst.reader (key_bounds: a KeyBounds, the pair and
+                                  the L0 SSTs' ranges and filters; pure: the pair)
 plan_probe, lookup_many/_groups   silt.sst.reader
+key_index                         silt.sst.tail (a KeyIndex; pure: None, the list is bisected)
 sorted_unique, probe_sst          silt.sst.probe
+read_runs                         silt.sst.probe
 merge_newest_first, live          silt.merge
 visible_many                      silt.merge
 sorted_items, split_found         silt.memtable
@@ -992,6 +996,107 @@ cdef inline Py_ssize_t _next_block(list last_keys, const unsigned char* k, Py_ss
     return b
 
 
+@cython.final
+@cython.no_gc
+cdef class KeyIndex:
+    """An SST's block index as the compiled reads search it: the big-endian first 8 bytes of
+    each block's last key in one array of 8 bytes a block (zero-padded), beside the list of
+    last keys itself. A search runs over the array, which stays in the CPU cache, and reads a
+    last key (one object each, scattered over the heap: a cache miss per step) only where two
+    prefixes tie. Built once per decoded tail (:func:`silt.sst.tail.key_index`); immutable.
+    Not tracked by the garbage collector: it refers only to a list of bytes."""
+
+    cdef list _keys
+    cdef uint64_t* _pfx
+    cdef Py_ssize_t _n
+
+    def __cinit__(self, list last_keys):
+        cdef Py_ssize_t i, n = PyList_GET_SIZE(last_keys)
+        cdef object key
+        for i in range(n):
+            if not PyBytes_CheckExact(<object>PyList_GET_ITEM(last_keys, i)):
+                raise TypeError("last keys must be bytes")
+        self._pfx = <uint64_t*>malloc(max(n, 1) * sizeof(uint64_t))
+        if self._pfx == NULL:
+            raise MemoryError()
+        for i in range(n):
+            key = <object>PyList_GET_ITEM(last_keys, i)
+            self._pfx[i] = _prefix(<const unsigned char*>PyBytes_AS_STRING(key),
+                                   PyBytes_GET_SIZE(key))
+        self._keys = last_keys
+        self._n = n
+
+    def __dealloc__(self):
+        free(self._pfx)
+
+    def __len__(self):
+        return self._n
+
+    def lower_bound(self, bytes key, Py_ssize_t lo=0):
+        """The first block from ``lo`` on whose last key is >= ``key`` (``len`` when none)."""
+        if lo < 0:
+            lo = 0
+        return self._lower(<const unsigned char*>PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key),
+                           _prefix(<const unsigned char*>PyBytes_AS_STRING(key),
+                                   PyBytes_GET_SIZE(key)), lo, self._n)
+
+    cdef inline bint _below(self, Py_ssize_t i, const unsigned char* k, Py_ssize_t nk,
+                            uint64_t pk) noexcept:
+        """Whether block ``i``'s last key is < the key (``pk``: its prefix)."""
+        cdef uint64_t p = self._pfx[i]
+        cdef object x
+        if p != pk:
+            return p < pk
+        x = <object>PyList_GET_ITEM(self._keys, i)
+        return _cmp(<const unsigned char*>PyBytes_AS_STRING(x), PyBytes_GET_SIZE(x), k, nk) < 0
+
+    cdef inline Py_ssize_t _lower(self, const unsigned char* k, Py_ssize_t nk, uint64_t pk,
+                                  Py_ssize_t lo, Py_ssize_t hi) noexcept:
+        cdef Py_ssize_t mid
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            if self._below(mid, k, nk, pk):
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    cdef inline Py_ssize_t _next(self, const unsigned char* k, Py_ssize_t nk, uint64_t pk,
+                                 Py_ssize_t b) noexcept:
+        """``_next_block`` over the prefixes: the first block from ``b`` on whose last key is
+        >= the key; one step when it is the next block, a bisect of the rest otherwise."""
+        if b < self._n and self._below(b, k, nk, pk):
+            b += 1
+            if b < self._n and self._below(b, k, nk, pk):
+                b = self._lower(k, nk, pk, b + 1, self._n)
+        return b
+
+
+def key_index(last_keys):
+    """The :class:`KeyIndex` of an SST tail's last keys (a list of bytes)."""
+    return KeyIndex(last_keys)
+
+
+cdef inline Py_ssize_t _find_in(object t, BloomFilter bloom, bytes key, long long h) except -2:
+    """``_find_block`` over the decoded tail ``t``, through its :class:`KeyIndex` when it has
+    one (a tail decoded by the pure-Python twins has none)."""
+    cdef object index = getattr(t, "key_index", None)
+    cdef Py_ssize_t i
+    cdef const unsigned char* k
+    cdef Py_ssize_t nk
+    if type(index) is not KeyIndex:
+        return _find_block(bloom, t.last_keys, key, h)
+    if bloom is not None:
+        if h < 0:
+            h = _hash(key)
+        if not bloom._test(<uint32_t>h):
+            return -1
+    k = <const unsigned char*>PyBytes_AS_STRING(key)
+    nk = PyBytes_GET_SIZE(key)
+    i = (<KeyIndex>index)._lower(k, nk, _prefix(k, nk), 0, (<KeyIndex>index)._n)
+    return i if i < (<KeyIndex>index)._n else -1
+
+
 cdef Py_ssize_t _find_block(BloomFilter bloom, list last_keys, bytes key,
                             long long h) except -2:
     if bloom is not None:
@@ -1034,20 +1139,29 @@ cdef object _get_one(object reader, bytes key, const unsigned char* k, Py_ssize_
     bloom = t.bloom
     if bloom is not None and type(bloom) is not BloomFilter:
         return reader.get(key, h[0])  # a tail decoded by the pure-Python twins
-    i = _find_block(bloom, t.last_keys, key, h[0])
+    i = _find_in(t, bloom, key, h[0])
     if i < 0:
         return _MISSING
     cache = reader.cache
     blk = None
     if type(cache) is BlockCache:
-        blk = (<BlockCache>cache)._get((reader.cache_id, i))
+        blk = (<BlockCache>cache)._get(_block_key(reader, t, i))
     elif cache is not None:
-        blk = cache.get((reader.cache_id, i))
+        blk = cache.get(_block_key(reader, t, i))
     if blk is None:
         blk = _read_missed(reader, i, cache)
     if type(blk) is Block:
         return (<Block>blk).get(key)
     return blk.get(key)
+
+
+cdef inline object _block_key(object reader, object t, Py_ssize_t i):
+    """Block ``i``'s key in the block cache: the tail's own tuple (``SstTail.block_keys``: the
+    cache's dict then finds the entry by identity), or a new ``(cache_id, i)``."""
+    cdef object keys = getattr(t, "block_keys", None)
+    if type(keys) is list and i < PyList_GET_SIZE(<list>keys):
+        return <object>PyList_GET_ITEM(keys, i)
+    return (reader.cache_id, i)
 
 
 cdef object _read_missed(object reader, Py_ssize_t i, object cache):
@@ -1073,9 +1187,9 @@ cdef object _read_missed(object reader, Py_ssize_t i, object cache):
         raise CorruptionError(reader.name, off, f"block truncated: {len(data)} of {size} bytes")
     blk = decode_block(data, reader.name, off)
     if type(cache) is BlockCache:
-        (<BlockCache>cache).put((reader.cache_id, i), blk, (<Block>blk).charge)
+        (<BlockCache>cache).put(_block_key(reader, t, i), blk, (<Block>blk).charge)
     elif cache is not None:
-        cache.put((reader.cache_id, i), blk, blk.charge)
+        cache.put(_block_key(reader, t, i), blk, blk.charge)
     return blk
 
 
@@ -1093,35 +1207,160 @@ def get_from(readers, bytes key, long long h=-1):
     return _MISSING
 
 
+@cython.final
+cdef class KeyBounds:
+    """Compiled twin of :func:`silt.sst.reader.key_bounds`' pair: the smallest and largest key
+    of a read view's SSTs (``bounds[0]``, ``bounds[1]``), and its L0 SSTs' own key ranges and
+    filters kept beside them, so that :func:`get_levels` checks each L0 SST's range and filter
+    without reading its attributes (several Python attribute reads per SST and get, with a
+    dozen overlapping L0 SSTs after a load). A filter is taken once its SST's tail is loaded
+    (tails load on first read and never change). Immutable but for that; thread-safe (a race
+    takes the same filter twice)."""
+
+    cdef readonly object lo, hi
+    cdef object _l0  # the L0 readers this was built for (get_levels uses it only for them)
+    cdef list _readers, _smallest, _largest
+    cdef list _blooms  # per L0 SST: its BloomFilter, False when it has none, None: not yet
+
+    def __init__(self, lo, hi, l0):
+        if not (PyBytes_CheckExact(lo) and PyBytes_CheckExact(hi)):
+            raise TypeError("key bounds must be bytes")
+        self.lo, self.hi, self._l0 = lo, hi, l0
+        cdef object sst, first, last
+        self._readers = list(l0)
+        self._smallest = []
+        self._largest = []
+        for sst in self._readers:
+            first = sst.info.smallest
+            last = sst.info.largest
+            if not (PyBytes_CheckExact(first) and PyBytes_CheckExact(last)):
+                raise TypeError("SST key bounds must be bytes")
+            self._smallest.append(first)
+            self._largest.append(last)
+        self._blooms = [None] * len(self._readers)
+
+    def __len__(self):
+        return 2
+
+    def __getitem__(self, Py_ssize_t i):
+        if i == 0 or i == -2:
+            return self.lo
+        if i == 1 or i == -1:
+            return self.hi
+        raise IndexError("key bounds have two items")
+
+    def __eq__(self, other):
+        return isinstance(other, (tuple, KeyBounds)) and tuple(self) == tuple(other)
+
+    def __repr__(self):
+        return f"KeyBounds({self.lo!r}, {self.hi!r})"
+
+    cdef inline object _bloom(self, Py_ssize_t i):
+        """L0 SST ``i``'s compiled filter, ``False`` when it has none to test here, or
+        ``None`` while its tail is not loaded."""
+        cdef object b = <object>PyList_GET_ITEM(self._blooms, i)
+        cdef object t
+        if b is None:
+            t = (<object>PyList_GET_ITEM(self._readers, i)).loaded_tail
+            if t is None:
+                return None
+            b = t.bloom
+            if type(b) is not BloomFilter:
+                b = False
+            self._blooms[i] = b
+        return b
+
+
+def key_bounds(l0, levels):
+    """Compiled twin of :func:`silt.sst.reader.key_bounds`: the pair as a :class:`KeyBounds`
+    (with the L0 SSTs' ranges and filters), or ``None`` when there is no SST."""
+    cdef list firsts = [], lasts = []
+    cdef object sst, level, run
+    for sst in l0:
+        firsts.append(sst.info.smallest)
+        lasts.append(sst.info.largest)
+    for level in levels:
+        run = level.readers
+        if run:
+            firsts.append(run[0].info.smallest)
+            lasts.append(run[len(run) - 1].info.largest)  # (no wraparound here)
+    return KeyBounds(min(firsts), max(lasts), l0) if firsts else None
+
+
 # From this many L0 SSTs on, a get starts loading their bloom probes before testing them.
 cdef Py_ssize_t L0_PREFETCH = 4
 
 
-def get_levels(l0, levels, bytes key, long long h=-1):
+def get_levels(l0, levels, bytes key, long long h=-1, bounds=None):
     """The record of ``key`` in the L0 SSTs ``l0`` (newest first), else in the first of
     ``levels`` (sorted runs, each with ``readers`` and their ``largest`` keys) that has it, or
-    MISSING: ``get_from`` over L0 and one bisect per level, with one bloom hash for all."""
+    MISSING: ``get_from`` over L0 and one bisect per level, with one bloom hash for all. A key
+    outside ``bounds`` (``key_bounds`` of them) is MISSING at once; a :class:`KeyBounds` built
+    for ``l0`` also checks each L0 SST's range and filter without a Python attribute read."""
     cdef object reader, r, level
     cdef list largest
-    cdef Py_ssize_t i
+    cdef Py_ssize_t i, n0
     cdef const unsigned char* k = <const unsigned char*>PyBytes_AS_STRING(key)
     cdef Py_ssize_t nk = PyBytes_GET_SIZE(key)
-    cdef object t, bloom
-    if len(l0) >= L0_PREFETCH:
-        # Several overlapping L0 SSTs: their filters' probes are cache misses (the filters are
-        # far larger than the CPU cache), so start them all before testing one by one.
-        if h < 0:
-            h = _hash(key)
+    cdef object t, bloom, lo, hi
+    cdef KeyBounds kb = None
+    if bounds is not None:
+        if type(bounds) is KeyBounds:
+            kb = <KeyBounds>bounds
+            lo = kb.lo
+            hi = kb.hi
+            if kb._l0 is not l0:
+                kb = None
+        else:
+            lo = bounds[0]
+            hi = bounds[1]
+        if not (PyBytes_CheckExact(lo) and PyBytes_CheckExact(hi)):
+            raise TypeError("key bounds must be bytes")
+        if (_cmp(k, nk, <const unsigned char*>PyBytes_AS_STRING(lo), PyBytes_GET_SIZE(lo)) < 0
+                or _cmp(k, nk, <const unsigned char*>PyBytes_AS_STRING(hi),
+                        PyBytes_GET_SIZE(hi)) > 0):
+            return _MISSING
+    if kb is not None:
+        n0 = PyList_GET_SIZE(kb._readers)
+        if n0:
+            if h < 0:
+                h = _hash(key)
+            if n0 >= L0_PREFETCH:
+                for i in range(n0):
+                    bloom = kb._bloom(i)
+                    if bloom is not None and bloom is not False:
+                        (<BloomFilter>bloom)._prefetch(<uint32_t>h)
+            for i in range(n0):
+                lo = <object>PyList_GET_ITEM(kb._smallest, i)
+                hi = <object>PyList_GET_ITEM(kb._largest, i)
+                if (_cmp(<const unsigned char*>PyBytes_AS_STRING(lo), PyBytes_GET_SIZE(lo),
+                         k, nk) > 0
+                        or _cmp(k, nk, <const unsigned char*>PyBytes_AS_STRING(hi),
+                                PyBytes_GET_SIZE(hi)) > 0):
+                    continue
+                bloom = kb._bloom(i)
+                if (bloom is not None and bloom is not False
+                        and not (<BloomFilter>bloom)._test(<uint32_t>h)):
+                    continue
+                r = _get_one(<object>PyList_GET_ITEM(kb._readers, i), key, k, nk, &h)
+                if r is not _MISSING:
+                    return r
+    else:
+        if len(l0) >= L0_PREFETCH:
+            # Several overlapping L0 SSTs: their filters' probes are cache misses (the filters
+            # are far larger than the CPU cache), so start them all before testing one by one.
+            if h < 0:
+                h = _hash(key)
+            for reader in l0:
+                t = reader.loaded_tail
+                if t is not None:
+                    bloom = t.bloom
+                    if type(bloom) is BloomFilter:
+                        (<BloomFilter>bloom)._prefetch(<uint32_t>h)
         for reader in l0:
-            t = reader.loaded_tail
-            if t is not None:
-                bloom = t.bloom
-                if type(bloom) is BloomFilter:
-                    (<BloomFilter>bloom)._prefetch(<uint32_t>h)
-    for reader in l0:
-        r = _get_one(reader, key, k, nk, &h)
-        if r is not _MISSING:
-            return r
+            r = _get_one(reader, key, k, nk, &h)
+            if r is not _MISSING:
+                return r
     for level in levels:
         largest = level.largest
         i = _bisect_bytes(largest, k, nk, 0, PyList_GET_SIZE(largest))
@@ -1709,6 +1948,36 @@ cdef inline Py_ssize_t _bisect_right_bytes(list a, const unsigned char* k, Py_ss
     return lo
 
 
+# How far ahead of its use probe_sst starts loading memory: a filter's line (keys ahead), a
+# block's object and its prefix array (blocks ahead). Each is a cache miss of its own when the
+# filters and blocks are larger than the CPU cache, so several are kept in flight at once.
+cdef Py_ssize_t PROBE_BLOOM_AHEAD = 8
+cdef Py_ssize_t PROBE_BLOCK_AHEAD = 6
+
+
+cdef inline void _prefetch_block(object blk, bint fields) noexcept:
+    """Start loading a block's object (``fields`` false) or, once that is in cache, the
+    prefix array its search reads (up to 1 KiB of it, from the middle out)."""
+    cdef Block b
+    cdef Py_ssize_t n, m, step
+    if type(blk) is not Block:
+        return
+    if not fields:
+        SILT_PREFETCH(<PyObject*>blk)
+        SILT_PREFETCH(<char*><PyObject*>blk + 64)
+        SILT_PREFETCH(<char*><PyObject*>blk + 128)
+        return
+    b = <Block>blk
+    n = b._n
+    m = n >> 1
+    SILT_PREFETCH(b._pfx + m)
+    step = 8  # eight prefixes a cache line
+    while step <= 64 and step <= m:
+        SILT_PREFETCH(b._pfx + m - step)
+        SILT_PREFETCH(b._pfx + m + step)
+        step += 8
+
+
 def probe_sst(reader, list keys, dict found, fetch):
     """Look sorted, distinct ``keys`` up in the SST of ``reader``: the records it holds go to
     ``found``; returns the other keys, still sorted (``keys`` itself when none is in the SST's
@@ -1717,16 +1986,21 @@ def probe_sst(reader, list keys, dict found, fetch):
 
     One pass merges the keys in range against the bloom filter and the index (remembering each
     key's block in a C array), one more looks each key up in its fetched block and writes the
-    unresolved keys out in order: no per-key Python, no per-block list, no sort."""
+    unresolved keys out in order: no per-key Python, no per-block list, no sort. Both passes
+    keep several cache misses in flight (a filter's line a few keys ahead, a block's object and
+    prefix array a few blocks ahead): with filters and blocks far larger than the CPU cache,
+    each is a trip to memory, and one at a time they were most of a warm multi_get."""
     cdef object info = reader.info
     cdef object smallest = info.smallest, largest = info.largest
-    cdef Py_ssize_t n = PyList_GET_SIZE(keys), lo, hi, j, b, nb, cur, g, pos
+    cdef Py_ssize_t n = PyList_GET_SIZE(keys), lo, hi, j, b, nb, cur, g, pos, m, ng
     cdef Py_ssize_t* where
-    cdef object t, bloom, key, last, blk, r
+    cdef uint32_t* hashes
+    cdef object t, bloom, key, last, blk, r, index
     cdef list last_keys, block_ids, blocks, out
     cdef const unsigned char* k
     cdef Py_ssize_t nk
-    cdef bint compiled_bloom
+    cdef bint compiled_bloom, indexed
+    cdef KeyIndex kx = None
     if not (PyBytes_CheckExact(smallest) and PyBytes_CheckExact(largest)):
         raise TypeError("SST key bounds must be bytes")
     for j in range(n):
@@ -1745,11 +2019,22 @@ def probe_sst(reader, list keys, dict found, fetch):
     compiled_bloom = type(bloom) is BloomFilter
     last_keys = t.last_keys
     nb = PyList_GET_SIZE(last_keys)
-    where = <Py_ssize_t*>malloc((hi - lo) * sizeof(Py_ssize_t))
+    index = getattr(t, "key_index", None)
+    indexed = type(index) is KeyIndex and (<KeyIndex>index)._n == nb
+    if indexed:
+        kx = <KeyIndex>index
+    m = hi - lo
+    where = <Py_ssize_t*>malloc(m * (sizeof(Py_ssize_t) + sizeof(uint32_t)))
     if where == NULL:
         raise MemoryError()
+    hashes = <uint32_t*>(where + m)
     try:
         # 1. each key's block (-1: ruled out by the filter or past the last block)
+        if compiled_bloom:
+            for j in range(m):
+                hashes[j] = _hash(<bytes>PyList_GET_ITEM(keys, lo + j))
+            for j in range(min(m, PROBE_BLOOM_AHEAD)):
+                (<BloomFilter>bloom)._prefetch(hashes[j])
         block_ids = []
         b = 0
         cur = -1
@@ -1760,11 +2045,16 @@ def probe_sst(reader, list keys, dict found, fetch):
             where[j - lo] = -1
             if bloom is not None:
                 if compiled_bloom:
-                    if not (<BloomFilter>bloom)._test(_hash(<bytes>key)):
+                    if j - lo + PROBE_BLOOM_AHEAD < m:
+                        (<BloomFilter>bloom)._prefetch(hashes[j - lo + PROBE_BLOOM_AHEAD])
+                    if not (<BloomFilter>bloom)._test(hashes[j - lo]):
                         continue
                 elif not bloom.may_contain_hash(_hash(<bytes>key)):
                     continue
-            b = _next_block(last_keys, k, nk, b, nb)  # keys are sorted: never moves back
+            if indexed:  # keys are sorted: the block never moves back
+                b = kx._next(k, nk, _prefix(k, nk), b)
+            else:
+                b = _next_block(last_keys, k, nk, b, nb)
             if b >= nb:
                 continue
             where[j - lo] = b
@@ -1773,8 +2063,11 @@ def probe_sst(reader, list keys, dict found, fetch):
                 block_ids.append(b)
         # 2. the blocks, then each key in its block; the rest out in order
         blocks = list(fetch(reader, block_ids)) if block_ids else []
-        if PyList_GET_SIZE(blocks) != PyList_GET_SIZE(block_ids):
+        ng = PyList_GET_SIZE(blocks)
+        if ng != PyList_GET_SIZE(block_ids):
             raise ValueError("fetch returned a different number of blocks than asked for")
+        for g in range(min(ng, PROBE_BLOCK_AHEAD)):
+            _prefetch_block(<object>PyList_GET_ITEM(blocks, g), g < PROBE_BLOCK_AHEAD // 2)
         out = keys[:lo]
         cur = -1
         g = -1
@@ -1791,6 +2084,11 @@ def probe_sst(reader, list keys, dict found, fetch):
                 g += 1
                 blk = <object>PyList_GET_ITEM(blocks, g)
                 pos = 0
+                if g + PROBE_BLOCK_AHEAD < ng:
+                    _prefetch_block(<object>PyList_GET_ITEM(blocks, g + PROBE_BLOCK_AHEAD), False)
+                if g + PROBE_BLOCK_AHEAD // 2 < ng:
+                    _prefetch_block(<object>PyList_GET_ITEM(blocks, g + PROBE_BLOCK_AHEAD // 2),
+                                    True)
             if type(blk) is Block:
                 k = <const unsigned char*>PyBytes_AS_STRING(key)
                 nk = PyBytes_GET_SIZE(key)
@@ -1809,3 +2107,50 @@ def probe_sst(reader, list keys, dict found, fetch):
         return out
     finally:
         free(where)
+
+
+def read_runs(reader, read, list runs, dict where, list out):
+    """Compiled twin of :func:`silt.sst.probe.read_runs`: each run read through ``read`` (the
+    store's direct reader), checked, decoded and cached, and its wanted blocks placed in
+    ``out``, in one C loop (the direct reader is the only Python frame per run)."""
+    cdef object t = reader.loaded_tail
+    cdef object offsets, sizes, cache, name, data, view, blk, run, off
+    cdef Py_ssize_t r, first, stop, i, base, length, o, sz
+    cdef PyObject* j
+    if t is None:
+        t = reader.tail
+    offsets = t.block_offsets
+    sizes = t.block_sizes
+    cache = reader.cache
+    name = reader.name
+    for r in range(PyList_GET_SIZE(runs)):
+        run = <object>PyList_GET_ITEM(runs, r)
+        first = run[0]
+        stop = run[1]
+        if not 0 <= first < stop <= len(offsets):
+            raise IndexError(f"block run {first}..{stop} outside 0..{len(offsets)}")
+        base = offsets[first]
+        length = offsets[stop - 1] + sizes[stop - 1] - base
+        try:
+            data = read(base, length)
+        except Exception as exc:
+            data = reader.direct_failed(exc, base, length)
+        if len(data) != length:
+            raise CorruptionError(name, base, "%s truncated: %d of %d bytes" % (
+                "block" if stop - first == 1 else "block run", len(data), length))
+        view = data if stop - first == 1 else memoryview(data)
+        for i in range(first, stop):
+            o = offsets[i]
+            sz = sizes[i]
+            if stop - first == 1:
+                blk = decode_block(view, name, o)
+            else:
+                blk = decode_block(view[o - base:o - base + sz], name, o)
+            if type(cache) is BlockCache:
+                (<BlockCache>cache).put(_block_key(reader, t, i), blk, (<Block>blk).charge)
+            elif cache is not None:
+                cache.put(_block_key(reader, t, i), blk, blk.charge)
+            j = PyDict_GetItem(where, i)
+            if j != NULL:
+                out[<object>j] = blk
+

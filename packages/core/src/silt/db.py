@@ -295,10 +295,10 @@ class DB:
         view = self._state.view
         r = view.mem.data.get(key, MISSING)
         if r is MISSING:
-            if view.parts or view.tombs:
+            if not view.plain:
                 r = view.get_below(key)
-            elif view.l0 or view.levels:  # all below the memtable is in SSTs: one call
-                r = get_levels(view.l0, view.levels, key)
+            elif view.bounds is not None:  # all below the memtable is in SSTs: one call
+                r = get_levels(view.l0, view.levels, key, -1, view.bounds)
         if r.__class__ is bytes:
             return r  # type: ignore[return-value]
         if r is MISSING or r is None:

@@ -84,7 +84,7 @@ class SstReader:
         self._pinned = 0
         self._unpin: weakref.finalize | None = None
         if tail is not None and tail_start is not None:
-            self.loaded_tail = SstTail(tail, tail_start, self.size, self.name)
+            self.loaded_tail = SstTail(tail, tail_start, self.size, self.name, self.cache_id)
 
     def charge_tail_to(self, budget: MemoryBudget) -> None:
         """Pin this reader's tail in ``budget`` from when it loads (now, if it is loaded) until
@@ -155,7 +155,7 @@ class SstReader:
             if len(head) != first - start:
                 raise CorruptionError(self.name, start, f"object is shorter than its {size} bytes")
             data = head + data
-        return SstTail(data, start, size, self.name)
+        return SstTail(data, start, size, self.name, self.cache_id)
 
     def _get_range(self, start: int, length: int) -> bytes | memoryview:
         """``length`` bytes of the object from ``start``: through the store's direct reader
@@ -267,7 +267,7 @@ class SstReader:
         blk = decode_block(data, self.name, off)
         cache = self.cache
         if cache is not None and fill_cache:
-            cache.put((self.cache_id, i), blk, blk.charge)
+            cache.put(t.block_keys[i], blk, blk.charge)
         return blk
 
     def read_run(self, first: int, stop: int, fill_cache: bool = True) -> list[Block]:
@@ -302,19 +302,19 @@ class SstReader:
         if stop - first == 1:
             blk = decode_block(data, self.name, offsets[first])
             if fill_cache and self.cache is not None:
-                self.cache.put((self.cache_id, first), blk, blk.charge)
+                self.cache.put(t.block_keys[first], blk, blk.charge)
             return [blk]
         base = offsets[first]
         view = memoryview(data)
         name = self.name
         cache = self.cache if fill_cache else None
-        cid = self.cache_id
+        keys = t.block_keys
         out: list[Block] = []
         for i in range(first, stop):
             off = offsets[i] - base
             blk = decode_block(view[off:off + sizes[i]], name, offsets[i])
             if cache is not None:
-                cache.put((cid, i), blk, blk.charge)
+                cache.put(keys[i], blk, blk.charge)
             out.append(blk)
         return out
 
@@ -354,8 +354,8 @@ class SstReader:
         cache = self.cache
         if cache is None:
             return [None] * len(indexes)
-        cid = self.cache_id
-        return cache.get_many([(cid, i) for i in indexes])
+        keys = self.tail.block_keys  # the tuples every read passes (no bytecode a block)
+        return cache.get_many(list(map(keys.__getitem__, indexes)))
 
     def put_cached(self, i: int, blk: Block) -> None:
         if self.cache is not None:
@@ -375,7 +375,7 @@ class SstReader:
             return MISSING
         cache = self.cache
         if cache is not None:
-            blk = cache.get((self.cache_id, i))
+            blk = cache.get(t.block_keys[i])
             if blk is not None:
                 return blk.get(key)
         return self.read_block(i).get(key)
@@ -466,14 +466,30 @@ def get_from(readers: Sequence[SstReader], key: bytes, h: int = -1) -> object:
     return MISSING
 
 
+def key_bounds(l0: Sequence[SstReader], levels: Sequence[Any]) -> tuple[bytes, bytes] | None:
+    """The smallest and the largest key of the SSTs ``l0`` and ``levels`` (as
+    :func:`get_levels` takes them), or ``None`` when there is none."""
+    firsts = [r.info.smallest for r in l0]
+    lasts = [r.info.largest for r in l0]
+    for level in levels:
+        if level.readers:
+            firsts.append(level.readers[0].info.smallest)
+            lasts.append(level.readers[-1].info.largest)
+    return (min(firsts), max(lasts)) if firsts else None
+
+
 def get_levels(
-    l0: Sequence[SstReader], levels: Sequence[Any], key: bytes, h: int = -1
+    l0: Sequence[SstReader], levels: Sequence[Any], key: bytes, h: int = -1,
+    bounds: tuple[bytes, bytes] | None = None,
 ) -> object:
     """The record of ``key`` in the L0 SSTs ``l0`` (newest first), else in the first of
     ``levels`` (sorted runs, each with ``readers`` and their ``largest`` keys, as
     :class:`silt.view.Level`) that has it, or :data:`MISSING`: :func:`get_from` over L0 and one
     bisect per level, with one bloom hash for all (a DB's whole point read below its memtables
-    in one call)."""
+    in one call). ``bounds`` is :func:`key_bounds` of ``l0`` and ``levels`` when the caller
+    keeps it: a key outside it is answered without looking at any SST."""
+    if bounds is not None and (key < bounds[0] or key > bounds[1]):
+        return MISSING
     if h < 0:
         h = bloom_hash(key)
     if l0:
@@ -575,7 +591,7 @@ def lookup_groups(
 COMPILED = accelerate(globals(), (
     "find_block",
     "get_from",
-    "get_levels",
+    "get_levels", "key_bounds",
     "lookup_groups",
     "RangeIter",
     "plan_probe",

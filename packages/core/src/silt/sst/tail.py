@@ -14,6 +14,7 @@ from itertools import accumulate, pairwise
 from typing import Any
 
 from .. import boundedjson
+from .._ext import accelerate
 from ..checksum import crc32
 from ..errors import CorruptionError
 from .block import _read_array, unframe
@@ -36,13 +37,21 @@ class SstTail:
     """The decoded tail of an SST: index, bloom filter and properties.
 
     ``charge`` is the memory it holds, as a memory budget counts it: the tail's bytes plus
-    48 per block (each last key is a bytes object in a list) plus 200.
+    56 per block (each last key is a bytes object in a list, and has an 8-byte prefix in the
+    compiled ``key_index``), 88 more per block with ``block_keys``, plus 200.
+
+    ``key_index`` is :func:`key_index` of ``last_keys``: what the compiled reads search.
+    ``block_keys[i]`` is block ``i``'s key in the block cache, ``(cache_id, i)``, made once
+    (when ``cache_id`` is given, else ``None``; charged 88 bytes a block): every read that
+    asks the cache for a block or puts one passes the same tuple, so the cache's dict finds
+    its entry by identity instead of comparing two new tuples (and their ids) per lookup.
     """
 
-    __slots__ = ("block_offsets", "block_sizes", "last_keys", "bloom", "props", "filter_offset",
-                 "charge")
+    __slots__ = ("block_offsets", "block_sizes", "last_keys", "key_index", "bloom", "props",
+                 "filter_offset", "charge", "block_keys")
 
-    def __init__(self, tail: bytes, tail_start: int, size: int, name: str) -> None:
+    def __init__(self, tail: bytes, tail_start: int, size: int, name: str,
+                 cache_id: str | None = None) -> None:
         if size < FOOTER_SIZE or len(tail) < FOOTER_SIZE:
             raise CorruptionError(name, 0, f"object of {size} bytes is too small to be an SST")
         foot = size - FOOTER_SIZE
@@ -121,7 +130,19 @@ class SstTail:
                 raise ValueError("last keys of the blocks are not in increasing order")
         except (ValueError, IndexError) as exc:
             raise CorruptionError(name, index_off, f"malformed index block ({exc})") from None
-        self.charge = len(tail) + 48 * len(self.last_keys) + 200
+        self.key_index = key_index(self.last_keys)
+        n = len(self.last_keys)
+        self.block_keys = None if cache_id is None else list(zip([cache_id] * n, range(n)))
+        self.charge = len(tail) + (56 if cache_id is None else 144) * n + 200
+
+
+def key_index(last_keys: list[bytes]) -> Any:
+    """The block index as the compiled reads search it, or ``None``: the pure-Python reads
+    bisect ``last_keys`` itself. Compiled, a ``KeyIndex``: the first 8 bytes of every last key
+    in one array, so a search misses the CPU cache only where two of them tie (each last key
+    is an object of its own, and a bisect over a large SST's list touched a cold one per
+    step)."""
+    return None
 
 
 def read_ranges(data: bytes, name: str = "<sst>") -> list[tuple[int, int]]:
@@ -141,3 +162,6 @@ def read_ranges(data: bytes, name: str = "<sst>") -> list[tuple[int, int]]:
     tail = SstTail(data[tail_start:], tail_start, size, name)
     return [(tail_start, size - tail_start), *zip(tail.block_offsets, tail.block_sizes)]
 
+
+#: The pure-Python twin stays reachable as ``key_index_py``.
+COMPILED = accelerate(globals(), ("key_index",))
