@@ -12,8 +12,6 @@ calls are refused, naming the processor and the call, before anything is written
 
 from __future__ import annotations
 
-import sys
-
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -27,6 +25,7 @@ from silt_spark.operators.batch import _timers
 from silt_spark.operators.processor import _runner
 from silt_spark.runtime import _layout, _names, _schema
 from silt_spark.runtime._schema import Declared
+from test_spark_batch_keys import _python_calls
 from test_spark_state import FakeTask
 
 N = (("n", "bigint", False),)
@@ -332,23 +331,6 @@ class Moved:
     def expired(self, keys, times, state):
         state.value("n").put(keys, pa.table({"n": times}))
         return pa.table({"k": keys["k"], "what": pa.array(["fired"] * len(keys)), "ms": times})
-
-
-def _python_calls(fn) -> int:
-    """How many Python functions of silt_spark ``fn()`` calls (calls into C not counted)."""
-    count = 0
-
-    def profile(frame, event, arg):
-        nonlocal count
-        if event == "call" and "silt_spark" in frame.f_code.co_filename:
-            count += 1
-
-    sys.setprofile(profile)
-    try:
-        fn()
-    finally:
-        sys.setprofile(None)
-    return count
 
 
 def test_timer_calls_and_firing_make_no_python_call_per_timer(tmp_path, monkeypatch):
