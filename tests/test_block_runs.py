@@ -1,5 +1,5 @@
 """Reads of runs of adjacent SST blocks: scan read-ahead (``Readahead``/``RangeIter``),
-``SstReader.read_run`` and ``multi_get``'s coalesced misses (``view.BlockFetcher``).
+``SstReader.read_run`` and ``multi_get``'s coalesced misses (``fetch.BlockFetcher``).
 
 Checked against a dict model on real SSTs in a memory store (both twins: the suite runs with
 and without the compiled extension), counting the ranged GETs, and with a damaged block in the
@@ -18,11 +18,11 @@ from hypothesis import given, settings
 from silt import paths
 from silt.cache import BlockCache
 from silt.errors import CorruptionError
+from silt.fetch import BlockFetcher, coalesce
 from silt.metrics import MeteredStore, Metrics
 from silt.sst.builder import build_sst
 from silt.sst.reader import READAHEAD_FIRST, SstReader
 from silt.tiers.memory import MemoryStore
-from silt.view import BlockFetcher, coalesce
 
 NOW = 1_700_000_000_000
 

@@ -20,6 +20,7 @@ import pytest
 import silt
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from silt import fetch as fetch_mod
 from silt import view as view_mod
 from silt.sst import probe as probe_mod
 
@@ -33,13 +34,19 @@ except ImportError as exc:  # pragma: no cover - depends on the build
 SMALL = silt.Settings(memtable_bytes=1500, block_bytes=96, block_cache_bytes=1 << 20,
                       bloom_bits_per_key=10, compaction="none")
 NOW = 1_700_000_000_000
-#: The pass's functions of each twin, as the read view calls them.
+#: The pass's functions of each twin, as the read view and the block fetcher call them.
 TWINS = {
     "pure": {"probe_sst": probe_mod.probe_sst_py, "read_runs": probe_mod.read_runs_py,
              "sorted_unique": probe_mod.sorted_unique_py},
     "compiled": {"probe_sst": C.probe_sst, "read_runs": C.read_runs,
                  "sorted_unique": C.sorted_unique},
 }
+
+def _use(m: pytest.MonkeyPatch, twin: str) -> None:
+    """Make the read view and the block fetcher call ``twin``'s pass."""
+    for name, fn in TWINS[twin].items():
+        m.setattr(fetch_mod if name == "read_runs" else view_mod, name, fn)
+
 
 # Keys that share their first 8 bytes often (the compiled index and blocks compare whole keys
 # only then), and plain short ones.
@@ -90,8 +97,7 @@ def _read(root: Path, clock: silt.ManualClock, twin: str, batch: list[bytes],
     """``multi_get(batch)`` of a cold handle through ``twin``'s pass, then ``get`` of each key;
     with the requests and the block cache's counts the multi_get made."""
     with monkeypatch.context() as m:
-        for name, fn in TWINS[twin].items():
-            m.setattr(view_mod, name, fn)
+        _use(m, twin)
         db = silt.open(root.as_uri(), settings=SMALL, clock=clock)
         try:
             before = dict(db.stats()["requests_by_kind"])
@@ -148,8 +154,7 @@ def test_the_compiled_pass_makes_no_python_call_per_key_or_block(tmp_path, monke
     Python calls are a few per SST, not per key or per block read (the store's direct reader,
     a Python closure of the tier, is the one call per read left). The old glue made five per
     missed run (read_run, run_bytes, _get_range, decode_run, _place)."""
-    for name, fn in TWINS["compiled"].items():
-        monkeypatch.setattr(view_mod, name, fn)
+    _use(monkeypatch, "compiled")
     s = silt.Settings(block_bytes=256, block_cache_bytes=64 << 20, compaction="none")
     db = silt.open(tmp_path.as_uri(), settings=s)
     rnd = random.Random(5)
@@ -173,7 +178,8 @@ def test_the_compiled_pass_makes_no_python_call_per_key_or_block(tmp_path, monke
     assert missed > 500 and read > 100  # a cold batch: most of its blocks read, in runs
     # the pass's own glue (the block cache and blocks are the session's twins: pure Python
     # under SILT_NO_EXTENSIONS=1, whatever the pass)
-    engine = {f: n for f, n in calls.items() if f in ("view.py", "probe.py", "reader.py", "db.py")}
+    glue = ("view.py", "fetch.py", "probe.py", "reader.py", "db.py")
+    engine = {f: n for f, n in calls.items() if f in glue}
     # a few per SST (its planning, the first missed run read alone and timed), not per key
     # (2,000) or per block read (500 and more)
     assert sum(engine.values()) <= 25 * ssts, engine

@@ -30,9 +30,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 import silt
+from silt.fetch import COALESCE_GAP_BYTES, COALESCE_MAX_BYTES, coalesce
 from silt.plugins import open_store
 from silt.testing import LatencyStore
-from silt.view import COALESCE_GAP_BYTES, COALESCE_MAX_BYTES, coalesce
 from silt_spark.operators.join import _buffers, _load
 from silt_spark.runtime import _keys, _layout, _rowcodec
 

@@ -17,9 +17,9 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from .fetch import BlockFetcher
     from .metrics import Metrics
     from .store import ObjectStore
-    from .view import BlockFetcher
 
 #: Runs independent calls (at once where it can) and returns their results in order.
 Gather = Callable[[Sequence[Callable[[], Any]]], list[Any]]
@@ -34,7 +34,7 @@ def gather_on(store: ObjectStore, metrics: Metrics, fetch: BlockFetcher,
               calls: Sequence[Any]) -> list[Any]:
     """The :data:`Gather` of an open DB: run independent requests at once on its read pool
     ``fetch``, counted under the caller's purpose (see :meth:`BlockFetcher.gather
-    <silt.view.BlockFetcher.gather>`); one after the other in this thread on a local store
+    <silt.fetch.BlockFetcher.gather>`); one after the other in this thread on a local store
     (``ObjectStore.local``: a request costs microseconds, less than handing it to a thread;
     and a single-threaded caller, such as the deterministic simulation, stays
     single-threaded)."""

@@ -6,7 +6,7 @@ costs on an object store is its round trips, so it fetches in waves of independe
    of one round trip per SST as each is reached.
 2. **Data blocks**: the blocks every SST needs are computed from the tails in memory, the cached
    ones taken from the block cache, the others coalesced per SST into ranged GETs by the
-   fetcher's tier-aware gap rule (:meth:`BlockFetcher.runs <silt.view.BlockFetcher.runs>`), and
+   fetcher's tier-aware gap rule (:meth:`BlockFetcher.runs <silt.fetch.BlockFetcher.runs>`), and
    every run of every SST is read in one concurrent wave on the DB's bounded read pool
    (:func:`read_blocks`): each block once per call.
 
@@ -22,8 +22,8 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from .fetch import BlockFetcher
     from .sst.reader import SstReader
-    from .view import BlockFetcher
 
 
 def _load_tail(reader: SstReader) -> None:

@@ -35,9 +35,9 @@ from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from .fetch import COALESCE_GAP_BYTES, COALESCE_MAX_BYTES, coalesce
 from .metrics import Metrics
 from .sst.reader import SstReader
-from .view import COALESCE_GAP_BYTES, COALESCE_MAX_BYTES, coalesce
 
 log = logging.getLogger("silt")
 

@@ -7,8 +7,9 @@ store. Each room owns its state and never calls back into the DB:
 * :mod:`silt.state` — the handle's mutable state (:class:`~silt.state.TreeState`: base
   manifest, read view, range-delete counter, references), changed only through its methods;
 * :mod:`silt.view` — the immutable :class:`~silt.view.ReadView` (active memtable, frozen parts,
-  L0, levels) with ``get``, ``multi_get`` and ``scan``, the open SST readers
-  (:class:`~silt.view.Readers`) and the parallel block reads (:class:`~silt.view.BlockFetcher`);
+  L0, levels) with ``get``, ``multi_get`` and ``scan``, and the open SST readers
+  (:class:`~silt.view.Readers`); :mod:`silt.fetch` — the block reads of planned reads,
+  coalesced by the tier's rule (:class:`~silt.fetch.BlockFetcher`);
 * :mod:`silt.budget` — the memtable's allowance (:class:`~silt.budget.MemtableAllowance`) and
   the memory budget whose block cache the DB shares; :mod:`silt.flush` — freezing the memtable
   and uploading SSTs; :mod:`silt.refill` — refilling the cache after adopted compactions;
@@ -35,6 +36,7 @@ from .clock import Clock
 from .commit import CommitSteps, Committer
 from .compaction.driver import CompactionDriver
 from .compaction.early import EarlyInstall
+from .fetch import BlockFetcher
 from .flush import Flusher
 from .gather import gather_on
 from .inline import DeltaFreezer
@@ -45,7 +47,7 @@ from .reopen import Following
 from .settings import Settings
 from .siblings import SiblingStores
 from .state import TreeState
-from .view import BlockFetcher, Readers
+from .view import Readers
 
 
 @dataclass(eq=False)

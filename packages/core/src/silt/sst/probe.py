@@ -4,7 +4,7 @@ A ``multi_get`` sorts its keys once (:func:`sorted_unique`), then walks the SSTs
 and each SST resolves what it can of the keys still unresolved (:func:`probe_sst`): the keys in
 its range are merged against its bloom filter and index (sorted keys never move back through
 the index), the blocks they need are fetched with one call (cached ones from the block cache,
-missing ones as runs of adjacent blocks, see ``silt.view.BlockFetcher``), and each key is
+missing ones as runs of adjacent blocks, see ``silt.fetch.BlockFetcher``), and each key is
 looked up in its block. The unresolved keys come back still sorted, so no SST sorts again.
 
 Compiled, each function is one C pass with no per-key Python (``silt._speedups``); the
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from .reader import SstReader
 
 #: ``fetch(reader, block_ids)``: the decoded blocks ``block_ids`` (ascending) of ``reader``,
-#: in that order (``silt.view.BlockFetcher``).
+#: in that order (``silt.fetch.BlockFetcher``).
 Fetch = Callable[["SstReader", list[int]], list[Any]]
 
 
