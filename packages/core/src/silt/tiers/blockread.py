@@ -17,8 +17,8 @@ the map 4.4-4.8 us, of which the ``fstat`` 1.6 us and the copy with its page fau
   A map needed an ``fstat`` before every copy to avoid touching a page the file no longer
   has, and still had a window between the check and the copy; a ``pread`` has none.
 * **One system call**, no page faults on first touch, and no mapped pages resident beside the
-  block cache's copies (a fresh process's peak RSS at 5M keys: 1,143 MiB mapped, 544 MiB
-  read).
+  block cache's copies (a fresh process's peak RSS after 100k cold gets at 5M keys: 1,143 MiB
+  with maps, 543 MiB with ``pread``).
 
 Thread safety: any thread may call a :class:`CachedReads`. The borrow and release take the
 cache's ``lock`` as :meth:`~silt.tiers.fdcache.FdCache.borrow` and
@@ -27,8 +27,7 @@ number cannot be reused under a read); the ``pread`` itself runs unlocked (and, 
 without the GIL).
 
 The compiled twin (``silt._speedups.CachedReads``) does the same in C: no Python frame per
-block read. tests/test_twins.py and tests/test_file_block_reads.py hold both to the same
-results.
+block read. tests/test_file_block_reads.py holds both to the same results.
 """
 
 from __future__ import annotations
@@ -50,8 +49,8 @@ class CachedReads:
     check (its bounds read from :mod:`~silt.tiers.fdcache` at each call, ``RECHECK_SECONDS``
     and ``SWEEP_EVERY``); otherwise (and after a failed ``pread``) ``slow(start, length)``,
     which must read like :meth:`~silt.tiers.file.FileStore.get_range` (the tier's checked
-    path). Never
-    returns anything that refers to the file (no map): a kept block holds its own bytes.
+    path). Never returns anything that refers to the file (no map): a kept block holds its
+    own bytes. Arguments that are not non-negative ``int`` go to ``slow`` too.
     """
 
     __slots__ = ("cache", "ident", "slow")
