@@ -20,7 +20,7 @@ from collections.abc import Callable
 import pytest
 import silt
 from silt.errors import NotFoundError
-from silt.tiers import fdcache, mapping
+from silt.tiers import fdcache
 from silt.tiers import file as file_tier
 from silt.tiers.fdcache import FdCache
 from silt.tiers.file import FileStore
@@ -244,9 +244,6 @@ def test_a_direct_read_racing_with_an_in_process_delete_is_not_trusted_after_it(
 def test_a_direct_read_rechecks_a_file_deleted_elsewhere_within_recheck_seconds(
     fds: FdCache, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Maps off: a read from a map checks the file's size (silt.tiers.mapping.read_map), so
-    # the only fstat left to count is the recheck's.
-    monkeypatch.setattr(mapping, "_LIBC", None)
     _, read = reader_of_abc(tmp_path)
     monkeypatch.setattr(fdcache, "RECHECK_SECONDS", 3600.0)
     assert read(0, 3) == b"abc"  # opens and caches the descriptor
@@ -396,7 +393,7 @@ def test_concurrent_reads_with_evictions_never_read_another_file(tmp_path: pathl
         t.join()
     assert errors == []
     assert len(cache) <= 1
-    assert all(entry.users == 0 for entry in cache._fds.values())
+    assert all(entry.users == 0 for entry in cache.entries.values())
     cache.clear()
 
 

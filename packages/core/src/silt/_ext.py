@@ -26,6 +26,7 @@ ACCELERATED = (
     "silt.merge",
     "silt.memtable",
     "silt.cache",
+    "silt.tiers.blockread",
 )
 
 

@@ -27,12 +27,13 @@ sorted_items, split_found         silt.memtable
 check_pairs, insert_pairs         silt.memtable
 check_ops, apply_ops              silt.memtable
 BlockCache                        silt.cache
+CachedReads                       silt.tiers.blockread (the file:// tier's block reads)
 ================================  =============================================
 
 The code is in the parts included at the end of this file, one per concept, from
 ``silt/_compiled/`` (crc, bloom, blocks, block_cache, key_index, sst_get, range_iter, merge,
-memtable, probe): one extension module, so the parts call each other's C functions directly. The
-cimports and the constants every part uses are here.
+memtable, probe, file_reads): one extension module, so the parts call each other's C
+functions directly. The cimports and the constants every part uses are here.
 
 The on-disk bytes are defined in docs/format.md; tests/test_twins.py checks both implementations
 byte for byte on random inputs. Why a .pyx and not a ``*_cy.py`` pure-mode source: the fast
@@ -128,3 +129,4 @@ include "_compiled/range_iter.pxi"
 include "_compiled/merge.pxi"
 include "_compiled/memtable.pxi"
 include "_compiled/probe.pxi"
+include "_compiled/file_reads.pxi"

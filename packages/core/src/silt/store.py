@@ -128,13 +128,14 @@ class ObjectStore(abc.ABC):
         ``read(start, length)`` that behaves like ``get_range(key, start, length)`` for
         non-negative ints ``start`` and ``length`` (the caller checks them), raising the same
         errors, with two differences allowed. It may return a read-only, contiguous
-        ``memoryview`` of bytes instead of ``bytes`` (the ``file://`` tier returns slices of a
-        memory map, :mod:`silt.tiers.mapping`); such a view must stay valid and unchanged for
-        as long as it is referenced (readers keep it in cached blocks). And an object deleted
-        by *another process* may still be read for a short time, since only objects that are
-        never overwritten are read this way and such a read returns that object's own bytes
-        (the ``file://`` tier's bound is ``fdcache.RECHECK_SECONDS``; a delete through a store
-        of this process is seen at once). Each call is one request. The callable is
+        ``memoryview`` of bytes instead of ``bytes`` (the ``file://`` tier returns ``bytes``,
+        one ``pread`` each, :mod:`silt.tiers.blockread`); such a view must stay valid and
+        unchanged for as long as it is referenced (readers keep it in cached blocks). And an
+        object deleted by *another process* may still be read for a short time, since only
+        objects that are never overwritten are read this way and such a read returns that
+        object's own bytes (the ``file://`` tier's bound is ``fdcache.RECHECK_SECONDS``; a
+        delete through a store of this process is seen at once). Each call is one request.
+        The callable is
         thread-safe and may be kept for the store's lifetime. A wrapper (metering, caches,
         fault injection) returns ``None`` unless it serves the reads itself or forwards them
         with its own bookkeeping.

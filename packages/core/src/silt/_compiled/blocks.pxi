@@ -370,7 +370,7 @@ def decode_block(framed, object_name, offset):
             base = <object>owner if owner != NULL else None
             if PyBytes_CheckExact(base) or getattr(type(base), "stable_buffer", False):
                 # Keep what the view shows instead of the view: its bytes stay where they are
-                # while it lives (bytes; a file's map, silt.tiers.mapping), and a memoryview
+                # while it lives (bytes, or an exporter marked ``stable_buffer``), and a memoryview
                 # per cached block would be one more object for the garbage collector to walk.
                 framed = base
     if size < TRAILER_SIZE:

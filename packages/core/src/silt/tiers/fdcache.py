@@ -83,12 +83,9 @@ RECHECK_SECONDS = 0.1
 class Fd:
     """One cached descriptor: ``fd``, how many reads use it, whether it is out of the cache
     (``dropped``: closed by the last :meth:`FdCache.release`), and when its file was last seen
-    to have a name (``checked``, ``time.monotonic()``, in the cache's ``epoch`` then).
-    ``view`` is the file's read-only map (:func:`silt.tiers.mapping.map_file`) once a direct
-    read made it, ``False`` when it cannot be mapped; it outlives the descriptor as long as
-    something refers to it."""
+    to have a name (``checked``, ``time.monotonic()``, in the cache's ``epoch`` then)."""
 
-    __slots__ = ("fd", "users", "dropped", "checked", "epoch", "view")
+    __slots__ = ("fd", "users", "dropped", "checked", "epoch")
 
     def __init__(self, fd: int, checked: float = float("-inf"), epoch: int = -1) -> None:
         self.fd = fd
@@ -96,7 +93,6 @@ class Fd:
         self.dropped = False
         self.checked = checked
         self.epoch = epoch
-        self.view: memoryview | bool | None = None
 
 
 class FdCache:
@@ -105,21 +101,26 @@ class FdCache:
     :meth:`borrow` or :meth:`adopt` hand out an :class:`Fd` the caller must :meth:`release`;
     ``capacity`` bounds the descriptors kept between reads (those in use by reads at the moment
     of an eviction close when the last of them finishes).
+
+    ``lock``, ``entries`` (identity -> :class:`Fd`, least recently used first), ``reads``,
+    ``hits`` and ``epoch`` are the state a lenient borrow reads and changes, public because
+    :class:`silt.tiers.blockread.CachedReads` (the SST reader's block reads, compiled where
+    built) makes the same borrow and release inline, under ``lock``, with the same rules.
     """
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self.hits = 0
         self.misses = 0
-        self._fds: OrderedDict[Hashable, Fd] = OrderedDict()
-        self._lock = threading.Lock()
-        self._reads = 0
+        self.entries: OrderedDict[Hashable, Fd] = OrderedDict()
+        self.lock = threading.Lock()
+        self.reads = 0
         self._swept = time.monotonic()
         #: Bumped by :meth:`invalidate`: a lenient borrow rechecks a descriptor of an older one.
         self.epoch = 0
 
     def __len__(self) -> int:
-        return len(self._fds)
+        return len(self.entries)
 
     def borrow(self, ident: Hashable, exact: bool = True) -> Fd | None:
         """The cached descriptor of ``ident`` if its file still has a name, else ``None`` (the
@@ -129,15 +130,15 @@ class FdCache:
         than :data:`RECHECK_SECONDS` ago with no :meth:`invalidate` since (see the module
         docstring: a file deleted by another process meanwhile may still be read).
         """
-        with self._lock:
-            entry = self._fds.get(ident)
+        with self.lock:
+            entry = self.entries.get(ident)
             if entry is None:
                 self.misses += 1
                 return None
-            self._fds.move_to_end(ident)
+            self.entries.move_to_end(ident)
             entry.users += 1
-            self._reads += 1
-            sweep = self._reads % SWEEP_EVERY == 0
+            self.reads += 1
+            sweep = self.reads % SWEEP_EVERY == 0
         if sweep:
             self.sweep()
         now = time.monotonic()
@@ -156,7 +157,7 @@ class FdCache:
             return entry
         self.discard(ident, entry)
         self.release(entry)
-        with self._lock:
+        with self.lock:
             self.misses += 1
         return None
 
@@ -170,20 +171,20 @@ class FdCache:
             return entry
         self.sweep()
         doomed: list[int] = []
-        with self._lock:
-            old = self._fds.pop(ident, None)
+        with self.lock:
+            old = self.entries.pop(ident, None)
             if old is not None:
                 self._drop(old, doomed)
-            self._fds[ident] = entry
-            while len(self._fds) > self.capacity:
-                _, evicted = self._fds.popitem(last=False)
+            self.entries[ident] = entry
+            while len(self.entries) > self.capacity:
+                _, evicted = self.entries.popitem(last=False)
                 self._drop(evicted, doomed)
         _close_all(doomed)
         return entry
 
     def release(self, entry: Fd) -> None:
         """The end of one read through ``entry``; closes it if it was dropped meanwhile."""
-        with self._lock:
+        with self.lock:
             entry.users -= 1
             close = entry.dropped and entry.users == 0
         if close:
@@ -193,17 +194,17 @@ class FdCache:
         """Drop ``ident``'s descriptor (only if it is ``entry``, when given): its file was
         deleted or replaced, or a read through it failed."""
         doomed: list[int] = []
-        with self._lock:
-            current = self._fds.get(ident)
+        with self.lock:
+            current = self.entries.get(ident)
             if current is not None and (entry is None or current is entry):
-                del self._fds[ident]
+                del self.entries[ident]
                 self._drop(current, doomed)
         _close_all(doomed)
 
     def invalidate(self, ident: Hashable) -> None:
         """An object was written or deleted through a store of this process: drop ``ident``'s
         descriptor and make every other one due for a check on its next lenient borrow."""
-        with self._lock:
+        with self.lock:
             self.epoch += 1
         self.discard(ident)
 
@@ -211,11 +212,11 @@ class FdCache:
         """Drop the descriptors whose file has no name left (deleted by any process); at most
         once per :data:`SWEEP_SECONDS` unless ``force``. Returns how many were dropped."""
         now = time.monotonic()
-        with self._lock:
+        with self.lock:
             if not force and now - self._swept < SWEEP_SECONDS:
                 return 0
             self._swept = now
-            kept = list(self._fds.items())
+            kept = list(self.entries.items())
         dead = []
         # Unlocked: a descriptor closed meanwhile (its number maybe reused) belongs to an entry
         # already out of the cache, which discard() below leaves alone.
@@ -232,9 +233,9 @@ class FdCache:
     def discard_where(self, belongs: object) -> None:
         """Drop every descriptor whose identity ``belongs(ident)`` accepts (a store's close)."""
         doomed: list[int] = []
-        with self._lock:
-            for ident in [i for i in self._fds if belongs(i)]:  # type: ignore[operator]
-                self._drop(self._fds.pop(ident), doomed)
+        with self.lock:
+            for ident in [i for i in self.entries if belongs(i)]:  # type: ignore[operator]
+                self._drop(self.entries.pop(ident), doomed)
         _close_all(doomed)
 
     def clear(self) -> None:
@@ -250,11 +251,11 @@ class FdCache:
 
     def _after_fork_in_child(self) -> None:
         """A forked child's copy: new lock, its copies of the inherited descriptors closed."""
-        self._lock = threading.Lock()
+        self.lock = threading.Lock()
         self._swept = time.monotonic()
         self.epoch += 1
-        fds = [entry.fd for entry in self._fds.values()]
-        self._fds = OrderedDict()
+        fds = [entry.fd for entry in self.entries.values()]
+        self.entries = OrderedDict()
         _close_all(fds)
 
 

@@ -71,9 +71,9 @@ from ..tierkit import (
     split_url,
     validate_key,
 )
+from .blockread import CachedReads
 from .fdcache import FDS, MAX_OPEN
 from .fileio import O_RDONLY, fsync_dir, read_fully, unlink_quietly
-from .mapping import map_file, read_map
 from .oserrors import MISSING_ERRNOS, NO_LINK_ERRNOS, advice
 
 #: Name of the directory under the root that holds writes in flight. Never a valid first key
@@ -380,48 +380,37 @@ class FileStore(ObjectStore):
 
     def direct_reader(self, key: str) -> Callable[[int, int], bytes | memoryview] | None:
         """A ranged reader of ``key`` for the SST reader's block reads (see
-        :meth:`ObjectStore.direct_reader`): a copy out of the file's memory map once its size is
-        checked (:func:`~silt.tiers.mapping.read_map`; else ``pread``: damage is corruption) through
-        the process's cached descriptor, with a lenient check that the file still has a name
-        (:mod:`silt.tiers.fdcache`: a delete made through any store of this process is seen at
-        once, one by another process within ``RECHECK_SECONDS``). Without a cached descriptor
-        it reads like :meth:`get_range`, which opens and caches one. ``None`` where descriptors
-        are not cached (Windows), and for a subclass that overrides ``get_range`` (its reads
-        must all go through it).
+        :meth:`ObjectStore.direct_reader`): one ``pread`` through the process's cached
+        descriptor (:class:`~silt.tiers.blockread.CachedReads`, compiled where built), with a
+        lenient check that the file still has a name (:mod:`silt.tiers.fdcache`: a delete made
+        through any store of this process is seen at once, one by another process within
+        ``RECHECK_SECONDS``). A file shrunk by damage reads short, which the SST reader reports
+        as corruption. Without a cached descriptor it reads like :meth:`get_range`, which opens
+        and caches one. ``None`` where descriptors are not cached (Windows), and for a subclass
+        that overrides ``get_range`` (its reads must all go through it).
         """
         if MAX_OPEN <= 0 or type(self).get_range is not FileStore.get_range:
             return None
         path = self._path(key)  # validates the key once
         ident = (self.root, key)
         get_range = self.get_range
-        pread = os.pread  # exists wherever descriptors are cached
+        fds = FDS
 
-        def read(start: int, length: int) -> bytes | memoryview:
-            fds = FDS
+        def checked_read(start: int, length: int) -> bytes:
+            """The slow path: a lenient borrow (its check made here when due), else
+            ``get_range``; a failed read drops the descriptor and is mapped to silt's errors."""
             entry = fds.borrow(ident, False)
             if entry is None:
                 return get_range(key, start, length)
             try:
-                view = entry.view
-                if view is None:
-                    # Two threads may both map: one map is kept, the other is unmapped when
-                    # its last slice goes.
-                    view = entry.view = map_file(entry.fd) or False
-                if view and (data := read_map(view, entry.fd, start, length)) is not None:
-                    return data
-                if view:
-                    entry.view = False  # the file shrank (damage): pread it, never the map
-                data = pread(entry.fd, length, start)
-                if len(data) < length and data:
-                    data += read_fully(entry.fd, start + len(data), length - len(data))
-                return data
+                return read_fully(entry.fd, start, length)
             except OSError as exc:
                 fds.discard(ident, entry)  # a stale handle: the next read opens the path
                 raise self._read_error(exc, key, path) from exc
             finally:
                 fds.release(entry)
 
-        return read
+        return CachedReads(fds, ident, checked_read)
 
     def _read_error(self, exc: OSError, key: str, path: str) -> StoreError:
         if exc.errno in MISSING_ERRNOS:

@@ -1,0 +1,106 @@
+# Part of silt._speedups, included by silt/_speedups.pyx (one compiled module).
+# The file:// tier's block reads (pure twin: silt.tiers.blockread.CachedReads): the lenient
+# borrow of a cached descriptor, one pread without the GIL, and the release, with no Python
+# frame. Everything else goes to the tier's checked slow path, as in the twin.
+
+cdef extern from *:
+    """
+    #ifdef _WIN32
+    #include <errno.h>
+    static Py_ssize_t silt_pread(int fd, char* buf, Py_ssize_t n, long long off) {
+        (void)fd; (void)buf; (void)n; (void)off;
+        errno = ENOSYS;  /* no pread: the tier caches no descriptors there */
+        return -1;
+    }
+    #else
+    #include <unistd.h>
+    static Py_ssize_t silt_pread(int fd, char* buf, Py_ssize_t n, long long off) {
+        return (Py_ssize_t)pread(fd, buf, (size_t)n, (off_t)off);
+    }
+    #endif
+    """
+    Py_ssize_t silt_pread(int fd, char* buf, Py_ssize_t n, long long off) nogil
+
+from time import monotonic as _monotonic
+
+from silt.tiers import fdcache as _fdcache
+
+
+@cython.final
+cdef class CachedReads:
+    """Compiled twin of :class:`silt.tiers.blockread.CachedReads` (see its contract):
+    ``read(start, length)`` borrows the cached descriptor of ``ident`` from ``cache`` when a
+    lenient check may trust it, reads with one ``pread`` (short only at the end of the file),
+    and releases it; every other read goes to ``slow(start, length)``."""
+
+    cdef readonly object cache, ident, slow
+
+    def __init__(self, cache, ident, slow):
+        self.cache = cache
+        self.ident = ident
+        self.slow = slow
+
+    def __call__(self, start, length):
+        cdef object cache = self.cache
+        cdef object ident = self.ident
+        cdef object lock = cache.lock
+        cdef object entries, entry = None
+        cdef PyObject* found
+        cdef double now = _monotonic()
+        cdef bint sweep = False, dropped, failed = False
+        cdef Py_ssize_t st = 0, n = 0, got = 0, r
+        cdef int fd
+        cdef bytes data
+        cdef char* buf
+        if type(start) is int and type(length) is int and start >= 0 and length >= 0:
+            st = start
+            n = length
+            lock.acquire()
+            try:
+                entries = cache.entries
+                found = PyDict_GetItem(entries, ident)
+                if found != NULL:
+                    entry = <object>found
+                    if (entry.epoch != cache.epoch
+                            or not now - <double>entry.checked < <double>_fdcache.RECHECK_SECONDS):
+                        entry = None
+                    else:
+                        entries.move_to_end(ident)
+                        entry.users = entry.users + 1
+                        cache.hits = cache.hits + 1
+                        cache.reads = cache.reads + 1
+                        sweep = cache.reads % _fdcache.SWEEP_EVERY == 0
+            finally:
+                lock.release()
+        if entry is None:
+            return self.slow(start, length)
+        try:
+            if sweep:
+                cache.sweep()
+            fd = entry.fd
+            data = PyBytes_FromStringAndSize(NULL, n)
+            buf = PyBytes_AS_STRING(data)
+            with nogil:
+                while got < n:
+                    r = silt_pread(fd, buf + got, n - got, st + got)
+                    if r < 0:
+                        failed = True  # EINTR included: the slow path's os.pread retries it
+                        break
+                    if r == 0:
+                        break
+                    got += r
+        finally:
+            lock.acquire()
+            try:
+                dropped = entry.dropped
+                if not dropped:
+                    entry.users = entry.users - 1
+            finally:
+                lock.release()
+            if dropped:  # out of the cache meanwhile: the last release closes it
+                cache.release(entry)
+        if failed:
+            return self.slow(start, length)
+        if got < n:
+            return PyBytes_FromStringAndSize(buf, got)
+        return data
