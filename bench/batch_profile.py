@@ -13,14 +13,14 @@ fill batch holding every one of ``--keys`` keys once (not timed), then ``--batch
 ``--rows`` random keys in ``[0, keys)`` with an amount, the running count and sum per key:
 
 * ``batch``: ``transform_batches``' task code (``operators/batch/_task.process_partition``)
-  running ``spark_bench.BatchCount``, the benchmark's batch processor, on the batch's rows;
+  running ``spark_counts.BatchCount``, the benchmark's batch processor, on the batch's rows;
 * ``aggregate``: ``silt_spark.aggregate``'s shard stage (``operators/aggregate.merge_partition``)
   on the partials of the same rows (the partial aggregation before the shuffle, done here per
   quarter of the batch as four input partitions would, is not timed).
 
 ``--sessions``: the ``batch`` case runs ``session_bench.Sessions`` (docs/spark.md's
 sessionization: event-time gap sessions, one event-time timer per open session) on
-``session_bench``'s input (``spark_bench.make_window_input``'s: each batch the next 60 s of
+``session_bench``'s input (``spark_inputs.make_window_input``'s: each batch the next 60 s of
 event time, 1% of the rows 90 s late), with the watermark Spark would give each batch (the
 previous batches' largest event time less the 3 s delay), so timers are registered, deleted
 and fired as in the query; ``--shards`` divides ``--keys`` and ``--rows`` (one shard's share
@@ -77,7 +77,7 @@ from silt_spark.operators import aggregate as _aggregate  # noqa: E402
 from silt_spark.operators.batch._task import process_partition  # noqa: E402
 from silt_spark.runtime import _schema  # noqa: E402
 from silt_spark.runtime._layout import KG_COLUMN, PARTITION_COLUMN  # noqa: E402
-from spark_bench import BatchCount  # noqa: E402
+from spark_counts import BatchCount  # noqa: E402
 
 VALUE = (("n", "bigint", True), ("total", "bigint", True))
 VALUE_ARROW = pa.schema([("n", pa.int64()), ("total", pa.int64())])

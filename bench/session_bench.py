@@ -6,7 +6,7 @@
 Event-time gap sessions (a user's row within ``GAP`` ms after the session's last row extends
 it, a later one closes it, and so does the watermark passing ``last + GAP``: one event-time
 timer per open session), the logic of docs/spark.md's sessionization example, run on the same
-generated input (``spark_bench.make_window_input``: each batch covers the next 60 s of event
+generated input (``spark_inputs.make_window_input``: each batch covers the next 60 s of event
 time, 1% of the rows 90 s late) three ways:
 
 * ``silt batch processor``: the docs' :class:`Sessions` through ``silt_spark.transform_batches``
@@ -45,7 +45,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 # spark_bench puts this checkout's packages first on sys.path (not an installed silt).
-from spark_bench import compile_checkout, make_window_input, run_query, session_factory
+from spark_bench import compile_checkout, run_query
+
+# isort: split
+from spark_inputs import make_window_input
+from spark_session import session_factory
 
 # isort: split
 import silt_spark

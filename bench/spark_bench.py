@@ -63,9 +63,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 _SRC = Path(os.environ.get("SILT_SRC") or Path(__file__).resolve().parents[1])
 sys.path[:0] = [str(_SRC / "packages" / p / "src")
@@ -88,334 +85,34 @@ def compile_checkout() -> None:
         compileall.compile_dir(src, quiet=1)
 
 import silt_spark  # noqa: E402
+import spark_counts  # noqa: E402
+from pyspark import cloudpickle  # noqa: E402
 from run_record import RESULTS, machine_load, write_results  # noqa: E402
+from spark_counts import (  # noqa: E402
+    BatchCount,
+    Count,
+    FastCount,
+    SparkCount,
+    identity,
+    pandas_with_state_count,
+)
+from spark_figures import (  # noqa: E402
+    cost_per_million,
+    du,
+    join_figures,
+    per_kind,
+    requests_per_task,
+    silt_commit_ms,
+    silt_request_totals,
+    state_files,
+    task_times,
+)
+from spark_inputs import JOIN_KEPT_S, join_batches, make_input, make_join_input, make_window_input  # noqa: E402
 from spark_results import record  # noqa: E402
+from spark_session import RemoteState, session_factory  # noqa: E402
 
-
-def make_input(folder: Path, batches: int, rows: int, keys: int, seed: int,
-               fill: bool = False) -> None:
-    """``batches`` files of ``rows`` random keys in ``[0, keys)``; with ``fill``, a first file
-    holding every key once (in random order), so the state holds ``keys`` keys from the first
-    batch on (``--fill``)."""
-    folder.mkdir(parents=True)
-    rng = np.random.default_rng(seed)
-    first = 0
-    if fill:
-        for start in range(0, keys, 5_000_000):  # files of at most 5M rows, the fill batch's
-            k = rng.permutation(np.arange(start, min(keys, start + 5_000_000)))
-            pq.write_table(pa.table({
-                "key": pa.array(k, pa.int64()),
-                "amount": pa.array(rng.integers(0, 1000, len(k)), pa.int64()),
-            }), folder / f"part-{first:05d}.parquet")
-            first += 1
-    for b in range(first, first + batches):
-        k = rng.integers(0, keys, rows)
-        t = pa.table({
-            "key": pa.array(k, pa.int64()),
-            "amount": pa.array(rng.integers(0, 1000, rows), pa.int64()),
-        })
-        pq.write_table(t, folder / f"part-{b:05d}.parquet")
-
-
-def make_window_input(folder: Path, batches: int, rows: int, keys: int, seed: int) -> None:
-    """Like :func:`make_input` plus an event time: batch ``b`` covers ``[60 s * b, 60 s * (b +
-    1))``, with 1% of the rows 90 s older (late once the watermark has moved)."""
-    folder.mkdir(parents=True)
-    rng = np.random.default_rng(seed)
-    for b in range(batches):
-        ms = 60_000 * b + rng.integers(0, 60_000, rows)
-        ms[rng.random(rows) < 0.01] -= 90_000
-        t = pa.table({
-            "key": pa.array(rng.integers(0, keys, rows), pa.int64()),
-            "amount": pa.array(rng.integers(0, 1000, rows), pa.int64()),
-            "ts": pa.array(np.maximum(ms, 0) * 1000, pa.timestamp("us", tz="UTC")),
-        })
-        pq.write_table(t, folder / f"part-{b:05d}.parquet")
-
-
-#: Seconds of event time each join side keeps buffered with --join-buffered (30 s range + 10 s
-#: delay).
-JOIN_KEPT_S = 40
-
-
-def join_batches(args) -> list[tuple[int, int, int]]:
-    """``(orders, event-time ms, gap ms before it)`` of each join batch: ``--join-rows`` over
-    ``--join-span`` s each; with ``--join-step-rows R`` (and ``--join-buffered N``) the two
-    batches that fill the buffers, then batches of R rows at the same event-time rate, so the
-    buffers stay at N rows while each batch adds and evicts about R (commit and eviction per
-    batch at a fixed delta); with ``--join-evict-rows E`` then one batch of E rows whose event
-    time jumps past everything buffered (its watermark expires the whole buffer: the cost of
-    evicting N rows, in the batch after the jump)."""
-    fill = [(args.join_rows, args.join_span * 1000, 0)]
-    if not args.join_step_rows:
-        return fill * args.batches
-    step_ms = max(1, args.join_step_rows * args.join_span * 1000 // args.join_rows)
-    out = fill * 2 + [(args.join_step_rows, step_ms, 0)] * max(0, args.batches - 2)
-    if args.join_evict_rows:
-        # the jump moves the watermark; the batch after it (Spark applies a batch's watermark
-        # from the next batch on) evicts everything buffered before the jump
-        out.append((args.join_evict_rows, step_ms, (JOIN_KEPT_S + 120) * 1000))
-        out.append((args.join_evict_rows, step_ms, 0))
-    return out
-
-
-def make_join_input(folder: Path, batches: list[tuple[int, int, int]], keys: int,
-                    seed: int) -> tuple[Path, Path]:
-    """Two folders, one file per batch each: orders ``(key, amount, ot)``, batch ``b`` having
-    ``batches[b][0]`` rows over ``batches[b][1]`` ms of event time starting ``batches[b][2]``
-    ms after the previous batch's, and payments ``(pkey, paid, pt)`` 0-50 s after 90% of
-    them."""
-    left, right = folder / "left", folder / "right"
-    left.mkdir(parents=True)
-    right.mkdir(parents=True)
-    rng = np.random.default_rng(seed)
-    start = 0
-    for b, (rows, span_ms, gap_ms) in enumerate(batches):
-        start += gap_ms
-        ms = start + rng.integers(0, span_ms, rows)
-        start += span_ms
-        k = rng.integers(0, keys, rows)
-        pq.write_table(pa.table({
-            "key": pa.array(k, pa.int64()),
-            "amount": pa.array(rng.integers(0, 1000, rows), pa.int64()),
-            "ot": pa.array(ms * 1000, pa.timestamp("us", tz="UTC")),
-        }), left / f"part-{b:05d}.parquet")
-        paid = rng.random(rows) < 0.9
-        pq.write_table(pa.table({
-            "pkey": pa.array(k[paid], pa.int64()),
-            "paid": pa.array(rng.integers(0, 1000, int(paid.sum())), pa.int64()),
-            "pt": pa.array((ms[paid] + rng.integers(0, 50_000, int(paid.sum()))) * 1000,
-                           pa.timestamp("us", tz="UTC")),
-        }), right / f"part-{b:05d}.parquet")
-    return left, right
-
-
-def join_figures(query_id: str) -> dict[str, float]:
-    """silt join's buffered rows per side after the last batch (summed over shards) and its
-    eviction time per batch (slowest shard, mean over batches), from silt_spark.metrics."""
-    records = [r for r in silt_spark.metrics(query_id) if "buffered_left" in r]
-    if not records:
-        return {}
-    last = max(r["batch_id"] for r in records)
-    per_batch: dict[int, float] = {}
-    for r in records:
-        per_batch[r["batch_id"]] = max(per_batch.get(r["batch_id"], 0.0), r.get("evict_ms", 0.0))
-    return {
-        "buffered_left": sum(r["buffered_left"] for r in records if r["batch_id"] == last),
-        "buffered_right": sum(r["buffered_right"] for r in records if r["batch_id"] == last),
-        "evicted": sum(r["evicted_left"] + r["evicted_right"] for r in records),
-        "evict_ms": float(np.mean(list(per_batch.values()))),
-        "evict_ms_by_batch": [round(per_batch[b], 1) for b in sorted(per_batch)],
-    }
-
-
-def silt_request_totals(query_id: str) -> dict[str, int]:
-    """Every object-store request silt made for the query's shard tasks, by kind (the shard
-    DBs' and the operator root's: watermark markers, lifecycle records)."""
-    out: dict[str, int] = {}
-    for r in silt_spark.metrics(query_id):
-        for kind, c in r["requests"].items():
-            out[kind] = out.get(kind, 0) + c["count"]
-    return out
-
-
-def state_files(chk: Path) -> int:
-    """Files Spark's own state store wrote under the checkpoint's ``state/`` folder (each is
-    at least one PUT on an object store; nothing is deleted this early: its maintenance keeps
-    the last 100 versions)."""
-    root = chk / "state"
-    return sum(1 for p in root.rglob("*") if p.is_file()) if root.exists() else 0
-
-
-def cost_per_million(requests: dict[str, int], rows: int) -> dict[str, float]:
-    """Class A and B requests and dollars (S3 Standard list prices) per 1M input rows."""
-    from silt.cost import S3_STANDARD, request_classes
-
-    classes = request_classes(requests)
-    scale = 1e6 / rows if rows else 0.0
-    return {"class_a": classes["class_a"] * scale, "class_b": classes["class_b"] * scale,
-            "usd": S3_STANDARD.cost(requests) * scale}
-
-
-def requests_per_task(query_id: str) -> dict[str, dict[str, float]]:
-    """silt's object-store requests per task (one shard, one micro-batch), by kind: all of
-    them, and the event-time watermark's share (purpose ``watermark``)."""
-    records = silt_spark.metrics(query_id)
-    out: dict[str, dict[str, float]] = {"all": {}, "watermark": {}}
-    if not records:
-        return out
-    for r in records:
-        for kind, c in r["requests"].items():
-            out["all"][kind] = out["all"].get(kind, 0) + c["count"]
-        for kind, c in r["requests_by_purpose"].get("watermark", {}).items():
-            out["watermark"][kind] = out["watermark"].get(kind, 0) + c["count"]
-    return {k: {kind: n / len(records) for kind, n in sorted(v.items())}
-            for k, v in out.items()}
-
-
-class RemoteState:
-    """moto's S3 server behind the test suite's fault proxy, adding ``latency_ms`` to every
-    answer (tests/servers.py, tests/faultproxy.py): state that lives in a remote object store.
-    Spark's Python workers inherit the credentials from this process's environment."""
-
-    def __init__(self, latency_ms: float) -> None:
-        sys.path.insert(0, str(_SRC / "tests"))
-        import boto3
-        from faultproxy import FaultProxy
-        from servers import start_moto
-
-        os.environ.update(AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench",
-                          AWS_DEFAULT_REGION="us-east-1", AWS_EC2_METADATA_DISABLED="true")
-        self.server = start_moto()
-        self.proxy = FaultProxy(self.server.url).start()
-        self.proxy.latency = latency_ms / 1000.0
-        self.bucket = "silt-spark-bench"
-        client = boto3.client("s3", endpoint_url=self.server.url, region_name="us-east-1")
-        client.create_bucket(Bucket=self.bucket)
-        client.close()
-
-    def url(self, prefix: str, cache_dir: Path | None = None) -> str:
-        url = f"s3://{self.bucket}/{prefix}?endpoint_url={self.proxy.url}"
-        if cache_dir is not None:
-            url += f"&cache=ssd&cache_dir={cache_dir}"
-        return url
-
-    def stop(self) -> None:
-        self.proxy.stop()
-        self.server.stop()
-
-
-def _identity(batches):
-    yield from batches
-
-
-class Count(silt_spark.StatefulProcessor):
-    def init(self, handle):
-        self.state = handle.getValueState("s", "n long, total long")
-
-    def handleInputRows(self, key, rows, timerValues):
-        n, total = self.state.get() or (0, 0)
-        for df in rows:
-            n += len(df)
-            total += int(df["amount"].sum())
-        self.state.update((n, total))
-        yield pd.DataFrame({"key": [key[0]], "n": [n], "total": [total]})
-
-
-class FastCount(silt_spark.StatefulProcessor):
-    """The same logic on silt's fast path: Arrow rows in, one tuple out per key."""
-
-    def init(self, handle):
-        self.state = handle.getValueState("s", "n long, total long")
-
-    def handleInputRows(self, key, rows, timerValues):
-        import pyarrow.compute as pc
-
-        n, total = self.state.get() or (0, 0)
-        for t in rows:
-            n += t.num_rows
-            total += pc.sum(t["amount"]).as_py() or 0
-        self.state.update((n, total))
-        yield (key[0], n, total)
-
-
-class BatchCount(silt_spark.BatchProcessor):
-    """The same logic as a batch processor: once per shard and micro-batch, over columns.
-
-    Rows are grouped by key with numpy (one stable sort, ``np.add.reduceat``), not with
-    ``Table.group_by``: pyarrow's runs through ``pyarrow.acero``, which imports pandas (about
-    0.2 s of CPU in each fresh Python worker)."""
-
-    def init(self, handle):
-        handle.getValueState("s", "n long, total long")
-
-    def process(self, batch, state, timers):
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
-        keys = batch["key"].to_numpy()
-        order = np.argsort(keys, kind="stable")
-        sorted_keys = keys[order]
-        starts = np.flatnonzero(np.r_[True, sorted_keys[1:] != sorted_keys[:-1]])
-        per_key = pa.table({
-            "key": sorted_keys[starts],
-            "count_all": np.diff(np.r_[starts, len(keys)]),
-            "amount_sum": np.add.reduceat(batch["amount"].to_numpy()[order], starts),
-        })
-        totals = state.value("s")
-        old = totals.get(per_key)
-        n = pc.add(pc.fill_null(old["n"], 0), per_key["count_all"])
-        total = pc.add(pc.fill_null(old["total"], 0), per_key["amount_sum"])
-        totals.put(per_key, pa.table({"n": n, "total": total}))
-        return pa.table({"key": per_key["key"], "n": n, "total": total})
-
-
-class SparkCount:
-    """The same logic for transformWithStateInPandas."""
-
-    def __new__(cls):
-        from pyspark.sql.streaming import StatefulProcessor
-
-        class _P(StatefulProcessor):
-            def init(self, handle):
-                self.state = handle.getValueState("s", "n long, total long")
-
-            def handleInputRows(self, key, rows, timerValues):
-                n, total = self.state.get() if self.state.exists() else (0, 0)
-                for df in rows:
-                    n += len(df)
-                    total += int(df["amount"].sum())
-                self.state.update((n, total))
-                yield pd.DataFrame({"key": [key[0]], "n": [n], "total": [total]})
-
-        return _P()
-
-
-def pandas_with_state_count(key, pdfs, state):
-    """The same logic for applyInPandasWithState."""
-    n, total = state.get if state.exists else (0, 0)
-    for df in pdfs:
-        n += len(df)
-        total += int(df["amount"].sum())
-    state.update((n, total))
-    yield pd.DataFrame({"key": [key[0]], "n": [n], "total": [total]})
-
-
-def silt_commit_ms(state_url: str, skip: int = 1) -> dict[str, float]:
-    """silt's per-batch state commit and open times, from the shards' manifests: for each
-    micro-batch the slowest shard (shards commit in parallel), then the mean over batches
-    after the first ``skip`` (the first batch, or with ``--fill`` the fill batches).
-    A commit's duration is its manifest's creation time minus the task's start, open and
-    processing time (docs/spark.md, Metrics)."""
-    import silt
-
-    root = Path(state_url[len("file://"):])
-    commits: dict[int, float] = {}
-    opens: dict[int, float] = {}
-    for d in sorted(p for p in root.iterdir() if p.is_dir() and p.name.startswith("kg-")):
-        store = silt.open_store(d.as_uri())
-        try:
-            for v in silt.versions(d.as_uri()):
-                m = silt.read_manifest(store, v)
-                meta = m.meta
-                if "spark.task_start_ms" not in meta or meta.get("spark.batch_id") != str(v):
-                    continue
-                c = m.created_ms - int(meta["spark.task_start_ms"]) - float(
-                    meta["spark.open_ms"]) - float(meta["spark.process_ms"])
-                commits[v] = max(commits.get(v, 0.0), c)
-                opens[v] = max(opens.get(v, 0.0), float(meta["spark.open_ms"]))
-        finally:
-            store.close()
-    batches = sorted(commits)
-    last = batches[-1] if batches else None
-    steady = batches[skip:-1] or batches  # the restart's batch is reported on its own
-    return {
-        "commit_ms_by_batch": [round(commits[b], 1) for b in batches],
-        "commit_ms": float(np.mean([commits[b] for b in steady])) if steady else 0.0,
-        "open_ms": float(np.mean([opens[b] for b in steady])) if steady else 0.0,
-        "restart_open_ms": opens.get(last, 0.0) if last is not None else 0.0,
-        "restart_commit_ms": commits.get(last, 0.0) if last is not None else 0.0,
-    }
+# Spark's Python workers cannot import bench/: the processors travel by value.
+cloudpickle.register_pickle_by_value(spark_counts)
 
 
 def run_query(session: dict, build, data: Path | tuple[Path, ...], chk: Path, batches: int,
@@ -522,20 +219,6 @@ def run_query(session: dict, build, data: Path | tuple[Path, ...], chk: Path, ba
     }
 
 
-def task_times(query_id: str, batch_id: int) -> dict[str, float]:
-    """The slowest ``open_ms``, ``process_ms`` and ``commit_ms`` of silt's shard tasks in one
-    micro-batch, and ``span_ms`` from the first task's start to the last one's end (empty
-    for a query without silt operators)."""
-    records = silt_spark.metrics(query_id, batch_id)
-    if not records:
-        return {}
-    out = {k: max(r[k] for r in records) for k in ("open_ms", "process_ms", "commit_ms")}
-    ends = [r["task_start_ms"] + r["open_ms"] + r["process_ms"] + r["commit_ms"]
-            for r in records]
-    out["span_ms"] = max(ends) - min(r["task_start_ms"] for r in records)
-    return out
-
-
 def measure(session, name, build, src, work, keys, rows, args, state: str | None = None,
             **query: Any) -> dict | None:
     """One case; a peer that cannot run here (say, transformWithStateInPandas without
@@ -568,8 +251,8 @@ def measure(session, name, build, src, work, keys, rows, args, state: str | None
               f"restart batch {r['tasks_restart_batch']}", flush=True)
     req = r.get("requests_per_task", {})
     if req.get("all"):
-        print(f"{'':32s} requests per batch and shard: {_fmt(req['all'])}; of which the "
-              f"watermark: {_fmt(req.get('watermark', {})) or 'none'}", flush=True)
+        print(f"{'':32s} requests per batch and shard: {per_kind(req['all'])}; of which the "
+              f"watermark: {per_kind(req.get('watermark', {})) or 'none'}", flush=True)
     if r.get("join"):
         j = r["join"]
         print(f"{'':32s} buffered rows left {j['buffered_left']:,} right "
@@ -587,48 +270,6 @@ def measure(session, name, build, src, work, keys, rows, args, state: str | None
            f"{live / 2**20:,.1f} MiB)" if live else "")
     print(f"{'':32s} state on disk {r['state_bytes'] / 2**20:,.1f} MiB{amp}", flush=True)
     return {"case": name, "keys": keys, "rows": rows, **r}
-
-
-def du(path: Path) -> int:
-    """Bytes of the files under ``path`` (0 if it is missing)."""
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.exists() else 0
-
-
-def _fmt(kinds: dict[str, float]) -> str:
-    return ", ".join(f"{k} {n:.2f}" for k, n in kinds.items())
-
-
-def session_factory(shards: int, driver_memory: str, maintenance: int,
-                    extra: dict[str, str], local_root) -> Any:
-    """A function making the benchmark's SparkSession: local[2], ``shards`` shuffle partitions,
-    Spark's RocksDB state store with changelog checkpointing (the native peers' store), silt's
-    GC pass every ``maintenance`` batches, ``extra`` settings first. Each session it makes gets
-    new, empty local dirs under ``local_root()`` (the native store's working copies among
-    them), so a session made after ``stop()`` restarts cold."""
-    from pyspark.sql import SparkSession
-
-    def make() -> Any:
-        builder = SparkSession.builder
-        for k, v in extra.items():
-            builder = builder.config(k, v)
-        made = (
-            builder.master("local[2]").appName("silt-spark-bench")
-            .config("spark.ui.enabled", "false")
-            .config("spark.ui.showConsoleProgress", "false")
-            .config("spark.sql.shuffle.partitions", str(shards))
-            .config("spark.sql.streaming.stateStore.providerClass",
-                    "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
-            .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
-            .config("spark.driver.memory", driver_memory)
-            .config("spark.silt.maintenance.intervalBatches", str(maintenance))
-            .config("spark.local.dir", str(Path(tempfile.mkdtemp(dir=local_root(),
-                                                                 prefix="local-"))))
-            .getOrCreate()
-        )
-        made.sparkContext.setLogLevel("ERROR")
-        return made
-
-    return make
 
 
 def main() -> None:
@@ -762,8 +403,8 @@ def main() -> None:
                 "native groupBy (RocksDB)": lambda df: df.groupBy("key").agg(
                     F.count("*").alias("count"), F.sum("amount").alias("sum")),
                 # The floor Spark sets: two Arrow stages around the same shuffle, no state.
-                "stateless floor (Arrow)": lambda df: df.mapInArrow(_identity, df.schema)
-                .repartition(args.shards, "key").mapInArrow(_identity, df.schema),
+                "stateless floor (Arrow)": lambda df: df.mapInArrow(identity, df.schema)
+                .repartition(args.shards, "key").mapInArrow(identity, df.schema),
             }
             for name, build in cases.items():
                 results.append(measure(session, name, build, src, work, keys, args.rows, args,
@@ -871,8 +512,8 @@ def main() -> None:
     for r in results:
         req = r.get("requests_per_task", {})
         if req.get("all"):
-            print(f"{r['case']:32s} requests per batch and shard: {_fmt(req['all'])}; "
-                  f"watermark: {_fmt(req.get('watermark', {})) or 'none'}")
+            print(f"{r['case']:32s} requests per batch and shard: {per_kind(req['all'])}; "
+                  f"watermark: {per_kind(req.get('watermark', {})) or 'none'}")
     print()
     print(f"{'state requests (S3 Standard)':32s} {'K':>10s} {'A/batch':>8s} {'B/batch':>8s} "
           f"{'A per 1M':>9s} {'B per 1M':>9s} {'$ per 1M rows':>13s}")
