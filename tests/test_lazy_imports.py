@@ -51,6 +51,21 @@ def test_unpickling_an_operator_module_in_a_worker_loads_no_engine_module() -> N
     assert got == []
 
 
+def test_the_partial_aggregation_loads_no_tier_kit_registry_or_root_code() -> None:
+    # The functions the stage before the shuffle runs live in operators._aggregation, which
+    # every fresh worker of that stage imports: the tier kit, the plugin registry and the
+    # root's descriptor code (build-time and error-message helpers) stay out of it (on a quiet
+    # machine about 35 ms of a 48 ms import).
+    driver_side = ("silt.tierkit", "silt.plugins", "silt.store", "silt_spark.runtime._root",
+                   "silt_spark.runtime._descriptor")
+    got = _fresh(f"""
+        import json, sys
+        import silt_spark.operators._aggregation
+        print(json.dumps(sorted(m for m in {driver_side!r} if m in sys.modules)))
+    """)
+    assert got == []
+
+
 @pytest.mark.parametrize("submodules_first", [False, True])
 def test_every_public_name_resolves_to_the_same_object_in_a_fresh_interpreter(
         submodules_first: bool) -> None:

@@ -24,15 +24,25 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from silt.errors import InvalidArgumentError, InvalidTypeError
-from silt.tierkit import public_url
 
-from ..runtime import _keys, _root
+from ..runtime import _keys
 from ..runtime._arrowcompute import cast
 from ..runtime._ndarrays import from_numpy, to_numpy
 from ._groupby import group_by
+
+if TYPE_CHECKING:
+    from ..runtime._root import OperatorSpec
+
+def _public(url: str) -> str:
+    """``silt.tierkit.public_url(url)``, imported when a message needs it: the partial stage
+    before the shuffle imports this module in every fresh worker, and never the tier kit."""
+    from silt.tierkit import public_url
+
+    return public_url(url)
+
 
 AGG_TAG = _keys.AGG_TAG
 
@@ -197,7 +207,7 @@ def evolve_columns(
     removed = [c for c, _ in previous if c not in kinds]
     if removed:
         raise LayoutMismatchError(
-            f"the state root {public_url(root)!r} keeps aggregates of column(s) "
+            f"the state root {_public(root)!r} keeps aggregates of column(s) "
             f"{', '.join(map(repr, removed))}, which the aggregates no longer use: a running "
             "query's aggregated columns can only be added to (old state needs them). Keep an "
             "aggregate over each of them, or use another state_url"
@@ -205,7 +215,7 @@ def evolve_columns(
     for c, t in previous:
         if kinds[c] != (t == "f64"):
             raise LayoutMismatchError(
-                f"column {c!r} changed type in the state root {public_url(root)!r}: its state "
+                f"column {c!r} changed type in the state root {_public(root)!r}: its state "
                 f"is {names[t == 'f64']}, the column is now {names[kinds[c]]}; cast it back "
                 "(e.g. .withColumn(...).cast(...)) or use another state_url"
             )
@@ -214,17 +224,21 @@ def evolve_columns(
     return known + added, [t == "f64" for _, t in previous] + [kinds[c] for c in added]
 
 
-def previous_columns(spec: _root.OperatorSpec, kind: str) -> list[list[str]] | None:
+def previous_columns(spec: OperatorSpec, kind: str) -> list[list[str]] | None:
     """The ``state_columns`` of the root's descriptor when it holds a ``kind`` operator (what
     :func:`plan` evolves from), else ``None`` (a new root, or one
     :func:`~silt_spark.runtime._shard.ensure_descriptor` refuses)."""
+    from ..runtime import _root
+
     have = _root.read_descriptor(spec.root, spec.storage_options)
     return have.get("state_columns") if have and have.get("operator") == kind else None
 
 
-def record_columns(spec: _root.OperatorSpec, previous: list[list[str]] | None,
+def record_columns(spec: OperatorSpec, previous: list[list[str]] | None,
                    p: AggPlan) -> None:
     """Record appended state columns in the root's descriptor (driver side, at start)."""
+    from ..runtime import _root
+
     if previous is not None and previous != state_columns(p):
         _root.update_descriptor(spec.root, {"state_columns": state_columns(p)},
                                  spec.storage_options)
@@ -290,7 +304,7 @@ def read_records(values: list[bytes | None], p: AggPlan, url: str) -> Any:
         part = state_dtype(p, columns)
         raw = np.frombuffer(b"".join([values[i] for i in rows]), part)  # type: ignore[misc]
         if (raw["fmt"] != STATE_FORMAT).any():
-            raise ValueError(f"unknown aggregation state format in {public_url(url)!r}")
+            raise ValueError(f"unknown aggregation state format in {_public(url)!r}")
         if columns == len(p.value_columns):
             old[np.asarray(rows)] = raw
         else:  # written before columns were appended: those start empty (n == 0)
@@ -309,7 +323,7 @@ def _columns_of(width: int, most: int, url: str) -> int:
     columns, rest = divmod(width - _HEAD_BYTES, _COLUMN_BYTES)
     if rest or not 0 <= columns <= most:
         raise ValueError(
-            f"an aggregation state record of {width} bytes in {public_url(url)!r} does not "
+            f"an aggregation state record of {width} bytes in {_public(url)!r} does not "
             f"match the root's {most} aggregated column(s)"
         )
     return columns
