@@ -73,6 +73,7 @@ def executor_work(events: list[dict[str, Any]], run_id: str) -> dict[str, float]
             stages.update({s: batch for s in e["Stage IDs"]})
     tick: dict[int, int] = {}
     every: dict[int, int] = {}
+    shards: dict[int, int] = {}
     tasks = 0
     for e in events:
         if e["Event"] == "SparkListenerTaskEnd" and e["Stage ID"] in stages:
@@ -80,11 +81,15 @@ def executor_work(events: list[dict[str, Any]], run_id: str) -> dict[str, float]
             run_ms = m.get("Executor Run Time", 0) + m.get("Executor Deserialize Time", 0)
             tasks += 1
             every[batch] = every.get(batch, 0) + run_ms
+            read = m.get("Shuffle Read Metrics", {})
+            if read.get("Local Blocks Fetched", 0) + read.get("Remote Blocks Fetched", 0):
+                shards[batch] = shards.get(batch, 0) + run_ms
             if m.get("Input Metrics", {}).get("Records Read") == 1:
                 tick[batch] = tick.get(batch, 0) + run_ms
     return {"jobs": len(jobs), "tasks": tasks,
             "tick_task_ms": statistics.median([tick.get(b, 0) for b in every] or [0]),
-            "task_ms": statistics.median(every.values() or [0])}
+            "task_ms": statistics.median(every.values() or [0]),
+            "shard_ms": statistics.median([shards.get(b, 0) for b in every] or [0])}
 
 
 def run(spark: Any, src: Path, work: Path, name: str, shards: int, tick: bool) -> dict:
@@ -146,15 +151,17 @@ def main() -> None:
         shutil.rmtree(root, ignore_errors=True)
     print(f"{'run':7s} {'load':>4s} {'rows/s':>8s} {'batch':>6s} "
           + " ".join(f"{k[:8]:>8s}" for k in PHASES)
-          + f" {'batches':>7s} {'jobs':>4s} {'tasks':>5s} {'task ms':>7s} {'tick ms':>7s}")
+          + f" {'batches':>7s} {'jobs':>4s} {'tasks':>5s} {'task ms':>7s} {'shards':>7s}"
+          f" {'tick ms':>7s}")
     for r in results:
         w = executor_work(events, r["run_id"])
         print(f"{r['name']:7s} {r['load']:4.1f} {r['rows_per_s']:8,.0f} {r['batch_ms']:6,.0f} "
               + " ".join(f"{r['phases'][k]:8,.0f}" for k in PHASES)
               + f" {r['batches']:7d} {w['jobs']:4d} {w['tasks']:5d} {w['task_ms']:7,.0f}"
-              f" {w['tick_task_ms']:7,.0f}")
+              f" {w['shard_ms']:7,.0f} {w['tick_task_ms']:7,.0f}")
     print("rows/s and ms: data batches after the first (medians per batch); task ms: the "
-          "batch's executor task time (run + deserialize), tick ms: the tick's task's")
+          "batch's executor task time (run + deserialize), shards: its shuffled stage's, "
+          "tick ms: the tick's task's")
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ Python process on the driver, which Spark starts once per run of the query and a
 offsets, returns the tick row together with the batch's end offset, and Spark keeps it in the
 driver's block manager, where the batch's task reads it. So no Python worker runs for the tick
 on an executor; with a reader that plans partitions, each batch with a tick ran one Python read
-task (40-90 ms of a core per batch on a loaded 2-core machine, and a Python worker to start
+task (30-90 ms of a core per batch on a loaded 2-core machine, and a Python worker to start
 when none was idle). Only a batch re-run from the offset log after a restart, whose row went
 with the previous run's process, reads it in a Python task (``readBetweenOffsets``). A new
 query's first batch runs whatever its sources offer (each source is new to Spark); the reader
