@@ -12,6 +12,8 @@ empty one (the first batch of a new query).
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import silt_spark
 from test_spark_window import AGGS, Run, stream_rows
@@ -61,6 +63,10 @@ def test_each_tick_batch_serves_its_row_from_the_driver(spark, tmp_path, backlog
     batches = stream_rows(7, backlog + 5)[1:]  # from the second on, each moves the watermark
     for rows in batches[:backlog]:
         run.write(rows)
+    # Spark's file source reads files in modification-time order (ties in listing order): one
+    # second apart, the backlog is read in the order written (each batch moves the watermark).
+    for i, path in enumerate(sorted(run.src.glob("part-*"))):
+        os.utime(path, (1_700_000_000 + i, 1_700_000_000 + i))
     run.start(silt_spark.window_aggregate(
         run.stream(), ["user"], "ts", "10 seconds", AGGS, state, 2,
         watermark_delay="3 seconds"))
