@@ -140,36 +140,48 @@ def test_the_tick_reader_lists_after_each_batch_not_while_spark_polls(tmp_path, 
     monkeypatch.setattr(_tick, "due_offset", lambda *a: lists.append(clock[0]) or real(*a))
     _, reader_class = _tick._classes()
     reader = reader_class(root, (1_000,), None)
-    start = reader.initialOffset()
+    initial = reader.initialOffset()
+    rows, start = reader.read(initial)  # a new query's first batch ends at the offset now
+    assert initial == {"w": {}, _tick.NEW: True} and start == {"w": {}} and list(rows) == []
     for _ in range(500):  # 5 s of polling
         clock[0] += 0.01
-        assert reader.latestOffset(start, None) == start
+        rows, end = reader.read(start)
+        assert end == start and list(rows) == []
     assert len(lists) == 3  # the first call, then every IDLE_LIST_S (2 s)
     # A batch runs (0.5 s without calls) and moves the watermark: the next call lists.
     _watermark.record(root, "q", 0, "kg-a", [9_000], _watermark.Observed((None,), 0))
     clock[0] += 0.5
-    end = reader.latestOffset(start, None)
-    assert end == {"w": {"q": 8_000}} and len(lists) == 4
-    assert reader.partitions(start, end) and not reader.partitions(end, end)
-    assert list(reader.read(reader.partitions(start, end)[0])) == [(1,)]
+    rows, end = reader.read(start)
+    assert end == {"w": {"q": 8_000}} and list(rows) == [(1,)] and len(lists) == 4
     clock[0] += 0.01
-    assert reader.latestOffset(end, None) == end and len(lists) == 4
+    rows, after = reader.read(end)
+    assert after == end and list(rows) == [] and len(lists) == 4
 
 
-def test_the_tick_reader_without_a_start_offset(tmp_path):
-    """pyspark < 4.2 calls ``latestOffset()`` without the previous end: the reader compares
-    with what it returned last, so it offers one tick per move, as with a start offset."""
+def test_the_tick_reader_offers_one_row_per_move_and_re_reads_it(tmp_path):
+    """Each move of a watermark is one row with the new offset as the batch's end (none
+    without a move, none for a move made before the run started: its ``baseline``); a batch
+    re-run from the offset log after a restart reads its row again from its two offsets."""
     root = (tmp_path / "op").as_uri()
     _, reader_class = _tick._classes()
+    _watermark.record(root, "q", 0, "kg-a", [2_000], _watermark.Observed((None,), 0))
     reader = reader_class(root, (0,), None)
-    first = reader.initialOffset()
-    assert reader.latestOffset() == first == {"w": {}}
-    _watermark.record(root, "q", 0, "kg-a", [5_000], _watermark.Observed((None,), 0))
-    reader.called = float("-inf")  # a batch ran since the last call
-    moved = reader.latestOffset()
-    assert moved == {"w": {"q": 5_000}} and reader.partitions(first, moved)
-    reader.called = float("-inf")
-    assert reader.latestOffset() == moved
+    assert reader.initialOffset() == {"w": {"q": 2_000}, _tick.NEW: True}
+    rows, first = reader.read(reader.initialOffset())
+    assert first == {"w": {"q": 2_000}} and list(rows) == []
+    # The previous run's end offset is older than the run's start: no tick for that move.
+    rows, end = reader.read({"w": {}})
+    assert end == {"w": {}} and list(rows) == []
+    for batch, event_ms in enumerate([5_000, 7_000, 6_000, 9_000], start=1):
+        _watermark.record(root, "q", batch, "kg-a", [event_ms], _watermark.Observed((None,), 0))
+        reader.called = float("-inf")  # a batch ran since the last call
+        rows, end = reader.read(first)
+        moved = event_ms > first["w"]["q"]  # a watermark never goes down
+        assert list(rows) == ([(1,)] if moved else [])
+        assert end == ({"w": {"q": event_ms}} if moved else first)
+        first = end
+    assert list(reader.readBetweenOffsets({"w": {"q": 7_000}}, first)) == [(1,)]
+    assert list(reader.readBetweenOffsets(first, first)) == []
 
 
 def test_a_run_s_first_batch_writes_its_markers_in_one_round_trip(monkeypatch):

@@ -25,12 +25,27 @@ moves, so it never ticks). ``availableNow``: the source supports it (it never re
 arrives later, it only follows the query's own progress), so such a run ends with every due
 closing emitted, after the same number of batches as Spark's.
 
-Cost: one LIST of the root's ``watermark/`` folder on the driver each time Spark asks for the
-offset after a micro-batch ran (once per trigger). An idle query polls its sources in a tight
-loop (every ``spark.sql.streaming.pollingDelay``, 10 ms, with the default trigger); calls that
-come that quickly after the previous one follow no micro-batch (one takes far longer than
+The reader is a *simple* one (PySpark's ``SimpleDataSourceStreamReader``): the source's
+Python process on the driver, which Spark starts once per run of the query and asks for the
+offsets, returns the tick row together with the batch's end offset, and Spark keeps it in the
+driver's block manager, where the batch's task reads it. So no Python worker runs for the tick
+on an executor; with a reader that plans partitions, each batch with a tick ran one Python read
+task (30-90 ms of a core per batch on a loaded 2-core machine, and a Python worker to start
+when none was idle). Only a batch re-run from the offset log after a restart, whose row went
+with the previous run's process, reads it in a Python task (``readBetweenOffsets``). A new
+query's first batch runs whatever its sources offer (each source is new to Spark); the reader
+ends it past its initial offset (marked :data:`NEW`) so that its empty read is served the same
+way.
+
+Cost per micro-batch, all on the driver: one LIST of the root's ``watermark/`` folder each time
+Spark asks for the offset after a micro-batch ran (once per trigger), and three calls into the
+source's process (offset and row, partitions, commit). An idle query polls its sources in a
+tight loop (every ``spark.sql.streaming.pollingDelay``, 10 ms, with the default trigger); calls
+that come that quickly after the previous one follow no micro-batch (one takes far longer than
 :data:`POLL_GAP_S` to plan and run), so they reuse the last listing, which is refreshed at most
-every :data:`IDLE_LIST_S` while the polling lasts.
+every :data:`IDLE_LIST_S` while the polling lasts. The tick's own cost is small against the
+batch it makes: that batch runs every shard's task (silt's closings need them), as Spark's
+no-data batch runs its stateful operators.
 
 Turn it off with the Spark conf ``spark.silt.tick=false`` (for example for a query whose
 checkpoint was written before the source existed: Spark refuses a changed set of sources);
@@ -52,6 +67,8 @@ from . import _watermark
 TICK_CONF = "spark.silt.tick"
 #: The source's one column.
 SCHEMA = "tick long"
+#: The key that marks a new query's initial offset (never an offset a batch ends at).
+NEW = "new"
 #: A call this soon after the previous one is Spark polling an idle query (no batch between).
 POLL_GAP_S = 0.05
 #: While Spark polls an idle query, the root's markers are listed at most this often (s).
@@ -90,15 +107,17 @@ def moved(start: dict[str, Any], now: dict[str, Any],
 
 
 def _classes() -> tuple[type, type]:
-    from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+    from pyspark.sql.datasource import DataSource, SimpleDataSourceStreamReader
+    from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
-    try:
-        from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
-    except ImportError:  # pyspark < 4.2: Spark wraps the source for availableNow itself
-        SupportsTriggerAvailableNow = object  # type: ignore[assignment,misc]
+    class TickReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNow):
+        """Offers one row exactly when the query's watermark moved since the last batch.
 
-    class TickReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-        """Offers one row exactly when the query's watermark moved since the last batch."""
+        A simple reader (PySpark's ``SimpleDataSourceStreamReader``): the driver's source
+        process returns the row with the batch's end offset (:meth:`read`), and Spark keeps it
+        in the driver's block manager, so the batch's task reads it there, with no Python worker
+        on the executor. Only a batch re-run from the offset log after a restart (whose row was
+        never prefetched in this run) reads it on an executor (:meth:`readBetweenOffsets`)."""
 
         def __init__(self, root: str, delays: tuple[int, ...],
                      storage_options: dict[str, str] | None) -> None:
@@ -112,6 +131,7 @@ def _classes() -> tuple[type, type]:
             #: ``Trigger.Once`` run, a query stopped right after a data batch), gets none
             #: after a restart, and its closings come with the next data batch.
             self.baseline: dict[str, Any] | None = None
+            self.initial: dict[str, Any] | None = None
 
         def _now(self) -> dict[str, Any]:
             """The offset now: listed again unless Spark is polling an idle query (see the
@@ -127,27 +147,32 @@ def _classes() -> tuple[type, type]:
             return self.last
 
         def initialOffset(self) -> dict[str, Any]:
-            self.returned = self._now()
-            return self.returned
+            """A new query's start: the offset now, marked :data:`NEW` (no batch ends there,
+            see :meth:`read`); the same value each time Spark asks in this run."""
+            if self.initial is None:
+                self.initial = {**self._now(), NEW: True}
+            return self.initial
 
-        def latestOffset(self, start: dict[str, Any] | None = None,
-                         limit: Any = None) -> dict[str, Any]:
-            """The offset of the next batch (pyspark < 4.2 passes no ``start``: the offset
-            this reader returned last is the previous batch's end)."""
-            if start is None:
-                start = getattr(self, "returned", None) or self.initialOffset()
+        def read(self, start: dict[str, Any]) -> tuple[Iterator[tuple[int]], dict[str, Any]]:
+            """The next batch's tick row and end offset from ``start`` (the previous batch's
+            end): one row and the offset now if a watermark moved, else nothing and ``start``
+            (Spark then runs no batch for this source). From a new query's start, the offset
+            now even without a move: that first batch runs anyway (every source is new to
+            Spark), and ending it past its start lets Spark serve its (empty) read from the
+            driver like every other batch's."""
             now = self._now()
-            self.returned = now if moved(start, now, self.baseline) else start
-            return self.returned
+            if moved(start, now, self.baseline):
+                return iter([(1,)]), now
+            return iter(()), now if start.get(NEW) else start
+
+        def readBetweenOffsets(self, start: dict[str, Any],
+                               end: dict[str, Any]) -> Iterator[tuple[int]]:
+            """The row of the batch from ``start`` to ``end`` again (a batch re-run from the
+            offset log after a restart): one row if the offset moved."""
+            return iter([(1,)] if start != end else ())
 
         def prepareForTriggerAvailableNow(self) -> None:
             """Nothing to pin: ticks follow the query's own progress, never later input."""
-
-        def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[Any]:
-            return [InputPartition(0)] if start != end else []
-
-        def read(self, partition: Any) -> Iterator[tuple[int]]:
-            yield (1,)
 
     class TickSource(DataSource):
         """The tick source of one operator root (subclassed per root by :func:`stream`, whose
@@ -161,7 +186,7 @@ def _classes() -> tuple[type, type]:
         def schema(self) -> str:
             return SCHEMA
 
-        def streamReader(self, schema: Any) -> TickReader:
+        def simpleStreamReader(self, schema: Any) -> TickReader:
             return TickReader(self.root, self.delays, self.storage_options)
 
     return TickSource, TickReader
