@@ -9,6 +9,9 @@ from cpython.list cimport PyList_New, PyList_SET_ITEM
 from cpython.ref cimport Py_INCREF
 from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 
+cdef extern from "Python.h":
+    void PyObject_GC_UnTrack(void* op)
+
 cdef bint _BIG_ENDIAN = _byteorder == "big"
 cdef Py_ssize_t INDEX_HEADER_SIZE = _fmt.INDEX_HEADER.size
 cdef Py_ssize_t TRAILER_BYTES = _fmt.TRAILER_SIZE
@@ -43,6 +46,7 @@ def decode_index(bytes index, object filter_off, object cache_id, object name,
     cdef uint32_t sz, s, e, ps, pe
     cdef list last_keys, block_keys
     cdef object key, pair, idx
+    cdef bint untrack = type(cache_id) is str
     if size < INDEX_HEADER_SIZE:
         raise _bad_index(name, index_off, "index regions do not add up")
     count = <Py_ssize_t>_le32(p)
@@ -98,6 +102,10 @@ def decode_index(bytes index, object filter_off, object cache_id, object name,
             idx = i
             Py_INCREF(idx)
             PyTuple_SET_ITEM(pair, 1, idx)
+            # A pair of a str and an int is in no reference cycle: left untracked, the
+            # thousands a large tail makes cost the garbage collector nothing to traverse.
+            if untrack:
+                PyObject_GC_UnTrack(<void*>pair)
             Py_INCREF(pair)
             PyList_SET_ITEM(block_keys, i, pair)
     return (_le_array("Q", index, INDEX_HEADER_SIZE, 8 * count),
