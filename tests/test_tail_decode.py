@@ -8,6 +8,7 @@ suite; without a compiled build these tests are skipped unless SILT_REQUIRE_EXTE
 
 from __future__ import annotations
 
+import gc
 import os
 import random
 import struct
@@ -218,3 +219,12 @@ def test_decoding_a_tail_makes_no_python_call_per_block(twin: str, monkeypatch) 
         counts.append(_python_calls(decode))
         assert len(t.last_keys) >= n and t.block_keys[-1] == ("cid", len(t.last_keys) - 1)
     assert counts[0] == counts[1], counts
+
+
+def test_compiled_block_cache_keys_cost_the_garbage_collector_nothing() -> None:
+    """The compiled twin's ``(cache_id, i)`` pairs (a str and an int, in no cycle) are not
+    tracked by the garbage collector: a tail of thousands of blocks adds nothing to its
+    passes."""
+    parts = sstparts.split(_sst([b"key-%06d" % i for i in range(400)], 64))
+    keys = C.decode_index(parts.index, len(parts.data), "cid", "s.sst", 77)[3]
+    assert len(keys) > 10 and not any(map(gc.is_tracked, keys))
