@@ -19,6 +19,7 @@ get_levels, key_bounds            silt.sst.reader (key_bounds: a KeyBounds, the 
                                   the L0 SSTs' ranges and filters; pure: the pair)
 plan_probe, lookup_many/_groups   silt.sst.reader
 key_index                         silt.sst.tail (a KeyIndex; pure: None, the list is bisected)
+decode_index                      silt.sst.tail (an SST tail's index block, decoded and checked)
 sorted_unique, probe_sst          silt.sst.probe
 read_runs                         silt.sst.probe
 merge_newest_first, live          silt.merge
@@ -31,7 +32,7 @@ CachedReads                       silt.tiers.blockread (the file:// tier's block
 ================================  =============================================
 
 The code is in the parts included at the end of this file, one per concept, from
-``silt/_compiled/`` (crc, bloom, blocks, block_cache, key_index, sst_get, range_iter, merge,
+``silt/_compiled/`` (crc, bloom, blocks, block_cache, key_index, tail, sst_get, range_iter, merge,
 memtable, probe, file_reads): one extension module, so the parts call each other's C
 functions directly. The cimports and the constants every part uses are here.
 
@@ -124,6 +125,7 @@ include "_compiled/bloom.pxi"
 include "_compiled/blocks.pxi"
 include "_compiled/block_cache.pxi"
 include "_compiled/key_index.pxi"
+include "_compiled/tail.pxi"
 include "_compiled/sst_get.pxi"
 include "_compiled/range_iter.pxi"
 include "_compiled/merge.pxi"

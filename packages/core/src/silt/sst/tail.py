@@ -10,7 +10,9 @@ ranges a reader requests from an SST. No I/O: the bytes come from the caller
 
 from __future__ import annotations
 
-from itertools import accumulate, pairwise
+from array import array
+from itertools import accumulate, islice, repeat
+from operator import lt
 from typing import Any
 
 from .. import boundedjson
@@ -99,41 +101,59 @@ class SstTail:
         if not isinstance(props, dict):
             raise CorruptionError(name, props_off, "properties block is not a JSON object")
         self.props: dict[str, Any] = props
-        index = region(index_off, index_len)
-        try:
-            (count,) = INDEX_HEADER.unpack_from(index, 0)
-            pos = INDEX_HEADER.size
-            self.block_offsets = _read_array("Q", index, pos, count, 8)
-            pos += 8 * count
-            self.block_sizes = _read_array("I", index, pos, count, 4)
-            pos += 4 * count
-            ends = _read_array("I", index, pos, count, 4)
-            pos += 4 * count
-            kbuf = index[pos:]
-            if len(self.block_offsets) != count or len(ends) != count or (
-                count and len(kbuf) != ends[-1]
-            ):
-                raise ValueError("index regions do not add up")
-            # Data blocks fill the object from offset 0 up to the filter block, in order, each
-            # at least a trailer long: so every block read stays inside the object.
-            sizes = self.block_sizes
-            if list(self.block_offsets) != [0, *accumulate(sizes)][:count] or (
-                (self.block_offsets[-1] + sizes[-1] if count else 0) != filter_off
-            ) or (count and min(sizes) < TRAILER_SIZE):
-                raise ValueError("data block offsets and sizes do not tile the object")
-            starts = [0, *ends]
-            if any(s > e for s, e in zip(starts, ends)):
-                raise ValueError("key offsets decrease")
-            self.last_keys = [kbuf[s:e] for s, e in zip(starts, ends)]
-            keys = self.last_keys
-            if any(a >= b for a, b in pairwise(keys)):
-                raise ValueError("last keys of the blocks are not in increasing order")
-        except (ValueError, IndexError) as exc:
-            raise CorruptionError(name, index_off, f"malformed index block ({exc})") from None
+        (self.block_offsets, self.block_sizes, self.last_keys, self.block_keys) = decode_index(
+            region(index_off, index_len), filter_off, cache_id, name, index_off
+        )
         self.key_index = key_index(self.last_keys)
         n = len(self.last_keys)
-        self.block_keys = None if cache_id is None else list(zip([cache_id] * n, range(n)))
         self.charge = len(tail) + (56 if cache_id is None else 144) * n + 200
+
+
+def decode_index(index: bytes, filter_off: int, cache_id: str | None, name: str,
+                 index_off: int) -> tuple[array, array, list[bytes], list[Any] | None]:
+    """The index block's payload ``index``, decoded and checked: ``(block_offsets,
+    block_sizes, last_keys, block_keys)`` as :class:`SstTail` holds them (``array('Q')``,
+    ``array('I')``, a list of bytes, and the list of ``(cache_id, i)`` or ``None`` when
+    ``cache_id`` is ``None``).
+
+    The layout (docs/format.md): a u32 block count ``n``, ``n`` u64 offsets, ``n`` u32
+    sizes, ``n`` u32 end offsets of the last keys, then the last keys end to end. The data
+    blocks must tile the object from 0 up to ``filter_off``, each at least a trailer long,
+    and the last keys must increase strictly. Damage raises :class:`CorruptionError` at
+    ``index_off`` with ``malformed index block (...)`` and the first failed check, in this
+    order: the regions do not add up (also: the block shorter than its arrays), the blocks
+    do not tile the object, the key offsets decrease, the last keys are out of order.
+    """
+    n = len(index) - INDEX_HEADER.size
+    count = INDEX_HEADER.unpack_from(index, 0)[0] if n >= 0 else 0
+    keys_at = INDEX_HEADER.size + 16 * count
+    if n < 0 or len(index) < keys_at:
+        raise _bad_index(name, index_off, "index regions do not add up")
+    offsets = _read_array("Q", index, INDEX_HEADER.size, count, 8)
+    sizes = _read_array("I", index, keys_at - 8 * count, count, 4)
+    ends = _read_array("I", index, keys_at - 4 * count, count, 4)
+    if count and len(index) - keys_at != ends[-1]:
+        raise _bad_index(name, index_off, "index regions do not add up")
+    # Data blocks fill the object from offset 0 up to the filter block, in order, each at
+    # least a trailer long: so every block read stays inside the object.
+    tiles = [0, *accumulate(sizes)]
+    if offsets.tolist() != tiles[:count] or tiles[-1] != filter_off or (
+        count and min(sizes) < TRAILER_SIZE
+    ):
+        raise _bad_index(name, index_off, "data block offsets and sizes do not tile the object")
+    key_ends = ends.tolist()
+    if key_ends != sorted(key_ends):
+        raise _bad_index(name, index_off, "key offsets decrease")
+    kbuf = index[keys_at:]
+    last_keys = list(map(kbuf.__getitem__, map(slice, [0, *key_ends], key_ends)))
+    if not all(map(lt, last_keys, islice(last_keys, 1, None))):
+        raise _bad_index(name, index_off, "last keys of the blocks are not in increasing order")
+    block_keys = None if cache_id is None else list(zip(repeat(cache_id, count), range(count)))
+    return offsets, sizes, last_keys, block_keys
+
+
+def _bad_index(name: str, index_off: int, what: str) -> CorruptionError:
+    return CorruptionError(name, index_off, f"malformed index block ({what})")
 
 
 def key_index(last_keys: list[bytes]) -> Any:
@@ -163,5 +183,5 @@ def read_ranges(data: bytes, name: str = "<sst>") -> list[tuple[int, int]]:
     return [(tail_start, size - tail_start), *zip(tail.block_offsets, tail.block_sizes)]
 
 
-#: The pure-Python twin stays reachable as ``key_index_py``.
-COMPILED = accelerate(globals(), ("key_index",))
+#: The pure-Python twins stay reachable as ``decode_index_py`` and ``key_index_py``.
+COMPILED = accelerate(globals(), ("decode_index", "key_index"))
