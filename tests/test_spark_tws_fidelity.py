@@ -15,7 +15,9 @@ from __future__ import annotations
 import itertools
 import sys
 
+import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pytest
 import silt_spark
 from pyspark import cloudpickle
@@ -227,14 +229,53 @@ class Expiring(SparkProcessor):
         })
 
 
+class BatchExpiring(silt_spark.BatchProcessor):
+    """Expiring over a whole micro-batch (``transform_batches``): the same variables and TTLs,
+    the same report per key, from columns instead of one key at a time."""
+
+    def init(self, handle):
+        hour = 3_600_000
+        handle.getValueState("count", "n long", hour)
+        handle.getListState("amounts", "amount long", hour)
+        handle.getMapState("signs", "sign string", "n long", hour)
+        handle.getValueState("brief", "n long", 1)
+
+    def process(self, batch, state, timers):
+        rows = batch.select(["user", "amount"]).to_pandas()
+        per_key = rows.groupby("user", sort=False).size()
+        keys = pa.table({"user": list(per_key.index)})
+        brief = state.value("brief").get(keys)["n"].to_pylist()  # before this batch writes
+        old = state.value("count").get(keys)["n"].to_pylist()
+        n = [(o or 0) + int(r) for o, r in zip(old, per_key)]
+        state.list("amounts").append(batch.select(["user"]), batch.select(["amount"]))
+        rows["sign"] = np.where(rows["amount"] < 0, "neg", "pos")
+        new = rows.groupby(["user", "sign"]).size().rename("k").reset_index()
+        signs = state.map("signs")
+        both = new.merge(signs.get(keys).to_pandas(), on=["user", "sign"], how="left")
+        both["n"] = both["n"].fillna(0).astype("int64") + both["k"]
+        signs.put(both[["user"]], both[["sign"]], both[["n"]])
+        state.value("count").put(keys, pa.table({"n": n}))
+        state.value("brief").put(keys, pa.table({"n": n}))
+        amounts = state.list("amounts").get(keys).to_pandas().groupby("user")["amount"]
+        held = signs.get(keys).to_pandas().sort_values(["user", "sign"]).groupby("user")
+        what = []
+        for user, count, was in zip(per_key.index, n, brief):
+            got = amounts.get_group(user)
+            have = held.get_group(user)
+            pairs = [(str(a), int(b)) for a, b in zip(have["sign"], have["n"])]
+            what.append(f"in:{count}:brief={was}:{len(got)}:{int(got.sum())}:{pairs}")
+        return pd.DataFrame({"user": list(per_key.index), "what": what, "ms": n})
+
+
 def test_ttl_processor_gives_sparks_output(rocksdb, tmp_path):
     """State TTLs in processing time, through Spark's transformWithStateInPandas and silt (2
-    shards, restarted and rescaled to 3): the same output. Processing time is the clock's, so
-    what is compared is chosen to be decided by the run, not by its speed: TTLs of an hour
-    expire in neither (the variables live across the restart and the rescale), and one of 1 ms
-    has passed in both by the next micro-batch (Spark's next batch starts later than 1 ms
-    after the previous; silt's task reads more than 1 ms after the previous batch's wrote):
-    every key finds it gone.
+    shards, restarted and rescaled to 3), the processor as written for PySpark and the same
+    logic as a batch processor (``transform_batches``): the same output. Processing time is
+    the clock's, so what is compared is chosen to be decided by the run, not by its speed:
+    TTLs of an hour expire in none (the variables live across the restart and the rescale),
+    and one of 1 ms has passed in all by the next micro-batch (Spark's next batch starts
+    later than 1 ms after the previous; silt's task reads more than 1 ms after the previous
+    batch's wrote): every key finds it gone.
 
     Spark allows TTLs in its "ProcessingTime" mode only, where it runs a no-data micro-batch
     after every batch, for ever (``processAllAvailable`` never settles): its query runs on a
@@ -246,6 +287,7 @@ def test_ttl_processor_gives_sparks_output(rocksdb, tmp_path):
 
     batches = event_rows(9, 4)
     spark_run, silt_run = Run(rocksdb, tmp_path, "spark"), Run(rocksdb, tmp_path, "silt")
+    batch_run = Run(rocksdb, tmp_path, "batch")
 
     def start_spark():
         out = (spark_run.stream().groupBy("user")
@@ -266,6 +308,12 @@ def test_ttl_processor_gives_sparks_output(rocksdb, tmp_path):
             LAYOUTS[n][0], time_mode="ProcessingTime")
         silt_run.query = start_query(lambda: (silt_run.start(out), silt_run.query)[1])
 
+    def start_batch(n):
+        out = silt_spark.transform_batches(
+            batch_run.stream(), BatchExpiring(), ["user"], OUT, (tmp_path / "ttl-batch").as_uri(),
+            LAYOUTS[n][0], time_mode="ProcessingTime")
+        batch_run.query = start_query(lambda: (batch_run.start(out), batch_run.query)[1])
+
     def spark_read(files):
         """Wait until Spark's query has emitted the output of ``files`` files (each file's
         batch has rows for its keys; its no-data batches emit nothing)."""
@@ -280,16 +328,22 @@ def test_ttl_processor_gives_sparks_output(rocksdb, tmp_path):
             if i in RESTARTS:
                 silt_run.stop()
                 start_silt(RESTARTS.index(i) + 1)
+                batch_run.stop()
+                start_batch(RESTARTS.index(i) + 1)
             spark_run.write(rows)
             silt_run.write(rows)
+            batch_run.write(rows)
             if i == 0:
                 start_spark()
                 start_silt(0)
+                start_batch(0)
             silt_run.drain()
+            batch_run.drain()
             spark_read(i + 1)
     finally:
         spark_run.stop()
         silt_run.stop()
+        batch_run.stop()
 
     def output(run):
         return pd.concat([df for _, df in sorted(run.outputs.items()) if len(df)],
@@ -302,6 +356,8 @@ def test_ttl_processor_gives_sparks_output(rocksdb, tmp_path):
     assert (want["ms"] > want.groupby("user")["ms"].transform("min")).any()  # keys come back
     pd.testing.assert_frame_equal(_sorted(got), _sorted(want), check_dtype=False,
                                   obj="TTL processor, silt 2 -> 3 shards")
+    pd.testing.assert_frame_equal(_sorted(output(batch_run)), _sorted(want), check_dtype=False,
+                                  obj="TTL batch processor, silt 2 -> 3 shards")
 
 
 # --- the class: every column type, nulls in some keys' rows, another session time zone --------
