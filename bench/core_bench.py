@@ -43,7 +43,7 @@ from core_data import (  # noqa: E402
     gen_values,
     outside_keys,
 )
-from core_report import fmt_cell, print_table, report, versions_info  # noqa: E402
+from core_report import Recorder, fmt_cell, print_table, report, versions_info  # noqa: E402
 from core_stores import PlyvelStore, SiltStore, Store, make_stores  # noqa: E402
 from run_record import RESULTS, machine_load, write_results  # noqa: E402
 
@@ -186,23 +186,6 @@ def loop_write_batches(store: Store, db: Any, keys: Sequence[bytes],
     wb = store.write_batch
     for i in range(0, len(keys), BATCH):
         wb(db, keys[i:i + BATCH], values[i:i + BATCH])
-
-
-class Recorder:
-    """Collects samples: results[section][metric][store] -> list of floats."""
-
-    def __init__(self) -> None:
-        self.samples: dict[str, dict[str, dict[str, list[float]]]] = {}
-        self.checks: list[str] = []
-
-    def add(self, section: str, metric: str, store: str, value: float) -> None:
-        self.samples.setdefault(section, {}).setdefault(metric, {}).setdefault(store, []).append(
-            value)
-
-    def check(self, ok: bool, what: str) -> None:
-        if not ok:
-            self.checks.append(what)
-            print(f"  !! check failed: {what}", file=sys.stderr)
 
 
 def log(msg: str) -> None:

@@ -1,6 +1,6 @@
-"""bench/core_bench.py's tables: the rows of the main and scale sections, each figure's
-median and min-max per store, silt against the best peer, and the versions of everything
-measured."""
+"""bench/core_bench.py's samples and tables: the recorder of every figure, the rows of the
+main and scale sections, each figure's median and min-max per store, silt against the best
+peer, and the versions of everything measured."""
 
 from __future__ import annotations
 
@@ -18,8 +18,24 @@ from floors import print_floor_shares
 from run_record import summarize
 
 if TYPE_CHECKING:
-    from core_bench import Recorder
     from core_stores import Store
+
+class Recorder:
+    """Collects samples: results[section][metric][store] -> list of floats."""
+
+    def __init__(self) -> None:
+        self.samples: dict[str, dict[str, dict[str, list[float]]]] = {}
+        self.checks: list[str] = []
+
+    def add(self, section: str, metric: str, store: str, value: float) -> None:
+        self.samples.setdefault(section, {}).setdefault(metric, {}).setdefault(store, []).append(
+            value)
+
+    def check(self, ok: bool, what: str) -> None:
+        if not ok:
+            self.checks.append(what)
+            print(f"  !! check failed: {what}", file=sys.stderr)
+
 
 #: The checkout (its git revision goes into the results).
 REPO = Path(__file__).resolve().parent.parent
