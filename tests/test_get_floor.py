@@ -6,28 +6,11 @@ Runs in both twins (the session's)."""
 from __future__ import annotations
 
 import random
-import sys
-from collections import Counter
 from pathlib import Path
 
 import silt
+from pycalls import python_calls
 from silt.sst import reader as reader_mod
-
-
-def _calls(fn) -> Counter:
-    """Python-level calls ``(file, function)`` made while ``fn()`` runs."""
-    calls: Counter = Counter()
-
-    def prof(frame, event, arg) -> None:
-        if event == "call":
-            calls[(Path(frame.f_code.co_filename).name, frame.f_code.co_name)] += 1
-
-    sys.setprofile(prof)
-    try:
-        fn()
-    finally:
-        sys.setprofile(None)
-    return calls
 
 
 def _db(tmp_path: Path, l0: int) -> tuple[silt.DB, list[bytes]]:
@@ -92,7 +75,7 @@ def test_a_get_below_the_memtable_makes_no_python_call_of_its_own(tmp_path) -> N
         compiled = reader_mod.COMPILED
         for key, want in ((keys[7], keys[7][::-1]), (b"m" + b"\x00" * 9, None),
                           (b"a", None), (b"z", None)):
-            calls = _calls(lambda key=key: db.get(key))
+            calls = python_calls(lambda key=key: db.get(key))
             assert db.get(key) == want
             ours = set(calls) - {("db.py", "get"), ("test_get_floor.py", "<lambda>")}
             if compiled:

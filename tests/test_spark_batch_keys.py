@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import math
 import struct
-import sys
 
 import numpy as np
 import pyarrow as pa
@@ -26,6 +25,7 @@ import pytest
 import silt
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pycalls import python_calls
 from silt.errors import InvalidArgumentError
 from silt_spark.operators import _batchkeys, _varkeys
 from silt_spark.operators.batch import BatchHandle, BatchStates
@@ -203,23 +203,6 @@ def _handle(task, n, declare=True):
     return handle, keys
 
 
-def _python_calls(fn) -> int:
-    """How many Python functions of silt_spark ``fn()`` calls (calls into C not counted)."""
-    count = 0
-
-    def profile(frame, event, arg):
-        nonlocal count
-        if event == "call" and "silt_spark" in frame.f_code.co_filename:
-            count += 1
-
-    sys.setprofile(profile)
-    try:
-        fn()
-    finally:
-        sys.setprofile(None)
-    return count
-
-
 @pytest.mark.parametrize("shuffled", [False, True])
 def test_value_calls_make_no_python_call_per_key(tmp_path, shuffled):
     counts = []
@@ -238,7 +221,7 @@ def test_value_calls_make_no_python_call_per_key(tmp_path, shuffled):
                 var.delete(keys.slice(0, n // 2))
                 assert got["n"].to_pylist() == list(range(n))
 
-            counts.append(_python_calls(calls))
+            counts.append(sum(python_calls(calls, "silt_spark").values()))
             assert var.get(keys)["n"].to_pylist() == [None] * (n // 2) + list(range(n // 2, n))
         finally:
             task.db.close()

@@ -19,13 +19,13 @@ import pytest
 import silt
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from pycalls import python_calls
 from silt.errors import InvalidArgumentError, InvalidTypeError
 from silt_spark.operators.batch import _task as _batch_task
 from silt_spark.operators.batch import _timers
 from silt_spark.operators.processor import _runner
 from silt_spark.runtime import _layout, _names, _schema
 from silt_spark.runtime._schema import Declared
-from test_spark_batch_keys import _python_calls
 from test_spark_state import FakeTask
 
 N = (("n", "bigint", False),)
@@ -357,7 +357,7 @@ def test_timer_calls_and_firing_make_no_python_call_per_timer(tmp_path, monkeypa
                         task, iter(rows), Moved(), ["k"], OUT, registry(), {"n": N_ARROW}, {},
                         None, cfg, KEY_SCHEMA)))
 
-                calls.append(_python_calls(batch))
+                calls.append(sum(python_calls(batch, "silt_spark").values()))
                 task.commit(b)
             # batch 1 moved every timer from 2000 + i to 5000 + i; batch 2 fired them in order
             fired = pa.Table.from_batches(outs[2], schema=OUT).to_pylist()

@@ -12,9 +12,7 @@ import gc
 import os
 import random
 import struct
-import sys
 from array import array
-from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -22,6 +20,7 @@ import silt
 import sstparts
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
+from pycalls import python_calls
 from silt.errors import CorruptionError
 from silt.sst import tail as tail_mod
 from silt.sst.builder import build_sst
@@ -181,23 +180,6 @@ def test_each_malformed_index_names_its_first_failed_check(twin: str) -> None:
 SILT_DIR = str(Path(silt.__file__).parent)
 
 
-def _python_calls(fn) -> int:
-    """The Python-level calls (frames, generators' resumptions included) made by ``fn()`` in
-    silt's own code (not, say, a garbage collector callback the test runner installed)."""
-    calls: Counter = Counter()
-
-    def prof(frame, event, arg) -> None:
-        if event == "call" and frame.f_code.co_filename.startswith(SILT_DIR):
-            calls[(Path(frame.f_code.co_filename).name, frame.f_code.co_name)] += 1
-
-    sys.setprofile(prof)
-    try:
-        fn()
-    finally:
-        sys.setprofile(None)
-    return sum(calls.values())
-
-
 @pytest.mark.parametrize("twin", ["py", "c"])
 def test_decoding_a_tail_makes_no_python_call_per_block(twin: str, monkeypatch) -> None:
     """An SST tail of 20 blocks and one of 2,000 are decoded with the same number of Python
@@ -216,7 +198,7 @@ def test_decoding_a_tail_makes_no_python_call_per_block(twin: str, monkeypatch) 
             nonlocal t
             t = tail_mod.SstTail(data[start:], start, len(data), "s.sst", "cid")
 
-        counts.append(_python_calls(decode))
+        counts.append(sum(python_calls(decode, SILT_DIR).values()))
         assert len(t.last_keys) >= n and t.block_keys[-1] == ("cid", len(t.last_keys) - 1)
     assert counts[0] == counts[1], counts
 
