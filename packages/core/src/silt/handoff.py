@@ -44,6 +44,12 @@ that holds no uncommitted write, unresolved commit, pending withdrawal or fence.
   covered its SSTs. Checkpoints are stricter here: :meth:`silt.DB.checkpoint` of ``v`` from the
   installed handle settles it, as from any handle that did not commit it.
 
+* **Following later.** The GETs of :mod:`silt.reopen` from the installed handle rest on two
+  facts about a handle: its version's manifest existed before any of its requests (the writer
+  created it before it left the record), and its markers were read before them (by the writer,
+  before the record). Both hold, so :meth:`silt.DB.catch_up` from it proves what it proves
+  from the first handle.
+
 What the record cannot prove, the caller scopes: that the root named is the one whose ``v`` the
 record describes. A root deleted and created again (or restored from an older copy) can hold
 another manifest under the same number; a handle cached in the first process has the same

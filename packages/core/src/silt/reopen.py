@@ -158,10 +158,12 @@ def check_at_most(at_most: Any) -> None:
 
 class Following:
     """The version following of one DB (:meth:`silt.DB.advance`, :meth:`silt.DB.advance_newer`,
-    :meth:`silt.DB.catch_up`, :meth:`silt.DB.newer_versions`, :meth:`silt.DB.proved_latest`)
+    :meth:`silt.DB.catch_up`, :meth:`silt.DB.newer_versions`, :meth:`silt.DB.proved_latest`),
+    and the handoff of its warm state to another process (:meth:`silt.DB.handoff`,
+    :meth:`silt.DB.take_handoff`, :func:`silt.resume`: :mod:`silt.handoff`, no request)
     over its state ``state`` (:class:`silt.state.TreeState`), its commit protocol's GC markers
     and lineage ``committer`` and its ``gather``; ``url`` names the DB in messages. The DB's
-    writer lock serializes :meth:`advance`; the others only read."""
+    writer lock serializes :meth:`advance` and the handoffs; the others only read."""
 
     def __init__(self, state: TreeState, url: str, store: ObjectStore, metrics: Metrics,
                  committer: Committer, gather: Gather) -> None:
