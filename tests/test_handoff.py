@@ -200,6 +200,10 @@ def test_a_zombie_record_whose_version_gc_passed_is_fenced(url: str) -> None:
     with silt.open(url) as fresh:
         assert (fresh.version, fresh.get(b"k")) == (6, b"v6")
         assert 2 not in silt.versions(url)
+    with silt.open(url, settings=NO_GRACE) as current:  # knows the horizon (6) once it commits
+        current.put(b"k", b"v7")
+        assert current.commit() == 7
+        assert not current.take_handoff(record, 1, SCOPE) and current.version == 7
     taken.close()
     writer.close()
 

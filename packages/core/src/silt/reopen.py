@@ -234,16 +234,19 @@ class Following:
 
     def take_handoff(self, url: str, data: Any, version: int, scope: str) -> bool:
         """Install the record ``data`` of ``version`` of ``url`` in ``scope`` (no request):
-        ``False``, the handle unchanged, when :func:`silt.handoff.decode` refuses it or the
-        handle is fenced. Refuses a handle with uncommitted writes as :meth:`advance` does."""
+        ``False``, the handle unchanged, when :func:`silt.handoff.decode` refuses it, the
+        handle is fenced, or the GC markers it knows put the version below the horizon.
+        Refuses a handle with uncommitted writes as :meth:`advance` does."""
         self._check_settled("take_handoff()")
         try:
             handed = handoff.decode(data, url, scope, version)
         except handoff.Refused:
             self._metrics.add("handoffs_refused")
             return False
-        if self._committer.fenced is not None:
-            return False
+        known = self._committer.markers
+        if self._committer.fenced is not None or (known is not None
+                                                  and known.horizon > version):
+            return False  # a fenced handle never commits; a version GC may collect: list
         self.install(handed)
         return True
 
