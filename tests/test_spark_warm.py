@@ -384,6 +384,9 @@ def test_a_record_of_another_version_or_query_is_not_taken(spec, handoff_dir) ->
     assert _handoff_take(other) is None
     other.release(False)
     (record,) = handoff_dir.iterdir()
+    handoff_dir.chmod(0o777)  # a folder others may write: nothing in it is taken
+    assert _handoff_take(ShardTask(spec, 0, 2, "q", 0)) is None
+    handoff_dir.chmod(0o700)
     record.write_bytes(record.read_bytes()[:-1])
     task, opened = _opening(spec, 2)
     assert opened.get("LIST") == 1 and task.replay  # refused: cold, and 2 exists

@@ -15,8 +15,9 @@ state ahead of the checkpoint) makes the commit's create-only PUT fail as it doe
 the task then replays or refuses exactly as on that handle.
 
 Only a file naming exactly version ``b - 1`` of this shard, this query and this incarnation
-of the root (the scope a cached handle is reused in) is taken; a missing, older, torn or
-foreign file is refused without a request and the task takes the remote path. Files are
+of the root (the scope a cached handle is reused in) is taken, owned by this user in a folder
+only this user may write; a missing, older, torn or foreign file is refused without a request
+and the task takes the remote path. Files are
 written to a temporary name and renamed over the last one (a reader sees a whole file or the
 previous one), in a directory private to the user (mode 0700) under Spark's per-application
 working directory of the executor (``SparkFiles.getRootDirectory()`` in a worker; Spark
@@ -107,6 +108,8 @@ def take(task: Any, db: silt.DB | None) -> silt.DB | None:
         return None
     try:
         with open(where, "rb") as f:
+            if not _private(f.fileno(), os.path.dirname(where)):
+                return None
             data = f.read(MAX_BYTES + 1)
     except OSError:
         return None  # no file (the usual case when this worker ran the last batch)
@@ -115,3 +118,15 @@ def take(task: Any, db: silt.DB | None) -> silt.DB | None:
     return silt.resume(task.url, data, version, scope=task.cache_owner,
                        settings=task.spec.silt_settings(),
                        storage_options=task.spec.storage_options)
+
+
+def _private(fd: int, folder: str) -> bool:
+    """Whether the open file ``fd`` and its ``folder`` belong to this user and no one else may
+    write them (another user's file is never taken, whatever it holds)."""
+    uid = os.getuid()
+    for st in (os.fstat(fd), os.stat(folder)):
+        if st.st_uid != uid or st.st_mode & 0o022:
+            log.debug("a handoff file or folder another user may write is not taken: %s",
+                      folder)
+            return False
+    return True
