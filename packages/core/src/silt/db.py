@@ -485,8 +485,9 @@ class DB:
         """Move this handle to version ``version`` from a record :meth:`handoff` wrote in
         another process, with no request, keeping the readers of the SSTs both versions share;
         ``False`` (the handle unchanged: take the remote path, e.g. :meth:`catch_up`) when the
-        record is not an intact one of exactly this URL, ``scope`` and version, or this
-        handle is fenced. The preconditions are :meth:`advance`'s."""
+        record is not an intact one of exactly this URL, ``scope`` and version, this handle
+        is fenced, or the GC markers it knows put the version below the horizon. The
+        preconditions are :meth:`advance`'s."""
         check_version(version)
         args.check_instance(scope, str, "DB.take_handoff scope", "a str")
         with self._lock:
