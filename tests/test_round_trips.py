@@ -292,6 +292,39 @@ def test_moved_handle_catches_up_in_three_round_trips(root: Root) -> None:
     db.close()
 
 
+def test_a_handle_handed_over_at_b_minus_1_runs_batch_b_with_no_request_before_its_commit(
+        root: Root) -> None:
+    """Another process committed b - 1 and left its handle's record (DB.handoff): a process
+    with no handle resumes it (silt.resume), one with an older handle moves it there
+    (DB.take_handoff), each with no request, and each commit is a warm commit's 2 round trips.
+    Before: a cold open (2 round trips, a LIST) or a catch-up (3 round trips, 4 GETs), and a
+    cold handle's first commit listed the GC markers."""
+    older, store = _warm_at(root, 2)
+    committer, _ = _warm_at(root, 3)  # another process, which commits b - 1 = 4
+    committer.put(b"h", b"b - 1")
+    assert committer.commit() == 4
+    record = committer.handoff("q/1")
+    assert record is not None
+    with store.operation() as op:
+        resumed = silt.resume(root.url, record, 4, scope="q/1", store=store,
+                              settings=SETTINGS)
+        assert resumed is not None and resumed.warm and resumed.get(b"h") == b"b - 1"
+        assert older.take_handoff(record, 4, "q/1") and older.version == 4
+        assert older.get(b"h") == b"b - 1"
+    _check(op, 0, {})
+    resumed.put(b"h", b"b")
+    with store.operation() as op:
+        assert resumed.commit(5) == 5
+    _check(op, 2, {"put_if_absent": 1, "get": 1})
+    older.put(b"h", b"other attempt")
+    with pytest.raises(CommitConflict):  # the create-only PUT: batch b is committed already
+        older.commit(5)
+    for db in (older, resumed, committer):
+        db.close()
+    with silt.open(root.url) as fresh:
+        assert (fresh.version, fresh.get(b"h")) == (5, b"b")
+
+
 def test_an_advance_that_must_list_reads_the_gc_markers_beside_the_listing(root: Root) -> None:
     """A GC pass ran since the handle's last commit: catch_up's GETs cannot prove the answer
     (the epoch moved), so it lists; the markers are read again at once with that LIST (the

@@ -198,10 +198,12 @@ def test_idle_shards_make_no_request(spark, tmp_path, operator):
 
 def test_a_warm_handle_another_worker_passed_makes_no_list(spark, tmp_path):
     """Spark runs a shard's batches in whichever Python worker is free: a process's cached
-    handle is often behind the shard (the other worker committed since). Its task advances the
-    handle with GETs (``silt.DB.advance``): no task of a process that ran the shard before
-    makes a LIST, per the metrics records. (Shard 1: shard 0 collects its garbage at batch 0,
-    which changes the GC markers, and a handle then lists once, as it should.)"""
+    handle is often behind the shard (the other worker committed since). The worker that
+    committed the batch before left its handle (runtime/_handoff.py), so no task of a batch
+    after the first makes a request to open at all, per the metrics records; without it, the
+    task advances its handle with GETs (``silt.DB.advance``) and makes no LIST. (Shard 1:
+    shard 0 collects its garbage at batch 0, which changes the GC markers, and a handle then
+    lists once, as it should.)"""
     state = (tmp_path / "state").as_uri()
     feed = Feed(spark, tmp_path)
     feed.start(silt_spark.aggregate(feed.stream(), ["user"], ["count"], state_url=state,
@@ -216,7 +218,7 @@ def test_a_warm_handle_another_worker_passed_makes_no_list(spark, tmp_path):
         feed.stop()
     assert [r["batch_id"] for r in records] == list(range(8))
     last_batch: dict[int, int] = {}  # worker pid -> the last batch it ran shard 1
-    behind = 0
+    behind = moved = 0
     for r in records:
         assert r["committed"], r
         last = last_batch.get(r["pid"])
@@ -225,8 +227,15 @@ def test_a_warm_handle_another_worker_passed_makes_no_list(spark, tmp_path):
                      if "LIST" in k and p != "lifecycle"}
             assert lists == {}, r
             behind += last != r["batch_id"] - 1
+        if r["batch_id"]:
+            # Batch b - 1 committed in a worker of this executor, which left its handle
+            # (runtime/_handoff.py): whichever worker runs batch b, its handle behind or none,
+            # opens with no request. (Before: a catch-up's 4 GETs, or a cold open's LIST.)
+            assert "open" not in r["requests_by_purpose"], r
+            moved += r["pid"] != records[r["batch_id"] - 1]["pid"]
         last_batch[r["pid"]] = r["batch_id"]
-    print(f"{len(last_batch)} worker processes; {behind} warm tasks on a handle behind")
+    print(f"{len(last_batch)} worker processes; {behind} warm tasks on a handle behind; "
+          f"{moved} tasks in another worker than the batch before")
 
 
 def test_figures_reach_sparks_own_progress_and_state_size_is_public(spark, tmp_path):

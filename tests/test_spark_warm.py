@@ -284,3 +284,135 @@ def test_the_tasks_of_a_batch_in_one_process_share_one_watermark_listing(tmp_pat
     assert _watermark.observe(root, "q", 3, [1_000], counts=counts, incarnation="x"
                               ).watermark_ms == 19_000
     assert counts["LIST"] == 3
+
+
+# --- a handle handed between the worker processes of an executor (runtime/_handoff.py) ---------
+
+
+@pytest.fixture
+def handoff_dir(tmp_path):
+    """The executor's handoff directory (Spark's working directory of the application in a
+    worker; here a test's)."""
+    from silt_spark.runtime import _handoff
+
+    _handoff.override = str(tmp_path / "executor")
+    yield tmp_path / "executor"
+    _handoff.override = None
+
+
+def _switch(worker: dict) -> dict:
+    """Become the worker process whose cached handles are ``worker`` (this one's are
+    returned): each Python worker of an executor has a cache of its own."""
+    mine = dict(_handles.CACHE)
+    _handles.CACHE.clear()
+    _handles.CACHE.update(worker)
+    return mine
+
+
+def _opening(spec: OperatorSpec, batch: int) -> tuple[ShardTask, dict[str, int]]:
+    """A task of ``batch`` that opens its shard, and the requests its handle made so far
+    (a handle resumed from a record starts at none)."""
+    cached = _handles.CACHE.get(spec.shard_url(0))
+    before = _requests(cached.db) if cached is not None else None
+    task = ShardTask(spec, 0, batch, "q", 0)
+    after = _requests(task.db)
+    if before is not None and task.db is cached.db:
+        after = {k: n - before[k] for k, n in after.items()}
+    return task, {k: n for k, n in after.items() if n}
+
+
+def _finish(task: ShardTask, key: bytes) -> None:
+    ok = False
+    try:
+        task.db.put(key, b"v%d" % task.batch_id)
+        task.changed = True
+        task.finish()
+        ok = True
+    finally:
+        task.release(ok)
+
+
+def test_the_next_worker_of_the_executor_takes_the_handle_with_no_request(
+        spec, handoff_dir) -> None:
+    """Worker A commits batches 0 and 1 and leaves its handle; batch 2 runs in worker B, which
+    has none: it resumes A's, with no request before its commit (before: a cold open, 1 LIST
+    and 2 GETs). Batch 3 runs in A again, whose handle is at 1: it moves to B's version 2, with
+    no request (before: a catch-up, 4 GETs in 3 round trips), keeping its readers."""
+    _run(spec, 0, b"a")
+    _run(spec, 1, b"b")
+    assert len(list(handoff_dir.iterdir())) == 1  # one file per shard and query
+    worker_a = _switch({})
+    task, opened = _opening(spec, 2)
+    assert opened == {} and task.db.version == 1 and task.db.warm
+    assert task.db.get(b"a") == b"v0"
+    _finish(task, b"c")
+    assert task.committed and task.db.version == 2
+    worker_b = _switch(worker_a)
+    handle = _handles.CACHE[spec.shard_url(0)].db
+    readers = dict(handle._readers.by_id)
+    task, opened = _opening(spec, 3)
+    assert task.db is handle and opened == {} and handle.version == 2
+    assert handle.stats()["handoffs"] == 1 and "advances" not in handle.stats()
+    assert all(handle._readers.by_id[i] is r for i, r in readers.items())
+    before = _requests(handle)
+    _finish(task, b"d")
+    commit = {k: n - before[k] for k, n in _requests(handle).items() if n != before[k]}
+    assert task.committed and commit == {"PUT": 1, "GET": 1}, commit  # a warm commit
+    assert handle.get(b"c") == b"v2" and handle.get(b"d") == b"v3"
+    _switch(worker_b)
+    task, opened = _opening(spec, 4)  # B at 2, the record at 3: taken
+    assert opened == {} and task.db.version == 3
+    _finish(task, b"e")
+    with silt.open(spec.shard_url(0)) as fresh:
+        assert [fresh.get(k) for k in (b"a", b"c", b"d", b"e")] == [b"v0", b"v2", b"v3", b"v4"]
+
+
+def test_a_record_of_another_version_or_query_is_not_taken(spec, handoff_dir) -> None:
+    """The record names batch 1, but another executor committed batch 2 (no record here):
+    batch 3's task catches up remotely, as before. A record of another query is never
+    taken. A damaged one is refused and the task opens cold."""
+    _run(spec, 0, b"a")
+    _run(spec, 1, b"b")
+    _other_process_commits(spec, 2, b"x", b"other")  # in another executor: no record here
+    _switch({})  # batch 3 in worker B
+    task, opened = _opening(spec, 3)
+    assert opened.get("LIST") == 1 and task.db.version == 2  # cold: the record is of 1
+    assert task.db.get(b"x") == b"other"
+    task.release(False)
+    _handles.drop_cached_handles()
+    other = ShardTask(spec, 0, 2, "another query", 0)
+    assert _handoff_take(other) is None
+    other.release(False)
+    (record,) = handoff_dir.iterdir()
+    handoff_dir.chmod(0o777)  # a folder others may write: nothing in it is taken
+    assert _handoff_take(ShardTask(spec, 0, 2, "q", 0)) is None
+    handoff_dir.chmod(0o700)
+    record.write_bytes(record.read_bytes()[:-1])
+    task, opened = _opening(spec, 2)
+    assert opened.get("LIST") == 1 and task.replay  # refused: cold, and 2 exists
+    task.release(False)
+
+
+def _handoff_take(task: ShardTask):
+    from silt_spark.runtime import _handoff
+
+    return _handoff.take(task, None)
+
+
+def test_a_handed_handle_whose_batch_committed_elsewhere_replays(spec, handoff_dir) -> None:
+    """Another attempt of batch 2 committed first (in another executor): the handle taken at
+    1 learns it at its commit, as a warm handle at 1 does, and the task is a replay."""
+    _run(spec, 0, b"a")
+    _run(spec, 1, b"b")
+    _switch({})
+    _other_process_commits(spec, 2, b"c", b"v2")
+    task, opened = _opening(spec, 2)
+    assert opened == {} and task.db.version == 1
+    _finish(task, b"c")
+    assert task.replay and not task.committed
+    _other_process_commits(spec, 6, b"z", b"later")
+    _switch({})
+    with pytest.raises(StateAheadError, match="newer than micro-batch 2"):
+        task, opened = _opening(spec, 2)
+        assert opened == {}
+        _finish(task, b"c")

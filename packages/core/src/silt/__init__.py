@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # the names below are imported on first use (PEP 562)
     from .db import DB
     from .hookspecs import hookimpl
     from .manifest import Manifest
-    from .opening import open, versions
+    from .opening import open, resume, versions
     from .plugins import open_store
     from .settings import Settings
     from .store import ObjectInfo, ObjectStore
@@ -53,6 +53,7 @@ _LAZY = {
     "Manifest": (".manifest", "Manifest"),
     "open": (".opening", "open"),
     "versions": (".opening", "versions"),
+    "resume": (".opening", "resume"),
     "open_store": (".plugins", "open_store"),
     "Settings": (".settings", "Settings"),
     "ObjectInfo": (".store", "ObjectInfo"),
@@ -128,6 +129,7 @@ __all__ = [
     "memory_budget",
     "open",
     "read_manifest",
+    "resume",
     "set_memory_budget",
     "speedups",
     "verify",

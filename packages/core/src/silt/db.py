@@ -32,7 +32,7 @@ from .budget import MemoryBudget
 from .cache import BlockCache
 from .changes import changed_keys
 from .clock import Clock
-from .commit import Committer
+from .commit import Committer, check_version
 from .cost import user_meta
 from .errors import ClosedError
 from .gc import GcReport, collect_for
@@ -467,6 +467,32 @@ class DB:
         version, newer = self._advance(at_most, newer=True, stay=True)
         assert newer is not None
         return version, newer
+
+    def handoff(self, scope: str = "") -> bytes | None:
+        """This handle's warm state as a record another process of the same machine installs
+        with :func:`silt.resume` or :meth:`take_handoff`, with no request, when it asks for
+        exactly this version (:mod:`silt.handoff` proves that a commit from there is as safe
+        as one from this handle). ``None`` unless this handle committed its base version
+        itself and holds nothing pending. ``scope`` names what identifies this incarnation of
+        the root for the caller (as its cache of open handles does); the taker must give the
+        same. The caller stores it (a private local file, replaced atomically)."""
+        args.check_instance(scope, str, "DB.handoff scope", "a str")
+        with self._lock:
+            self._check_open()
+            return self._rooms.following.handoff(self._url, scope)
+
+    def take_handoff(self, data: bytes, version: int, scope: str = "") -> bool:
+        """Move this handle to version ``version`` from a record :meth:`handoff` wrote in
+        another process, with no request, keeping the readers of the SSTs both versions share;
+        ``False`` (the handle unchanged: take the remote path, e.g. :meth:`catch_up`) when the
+        record is not an intact one of exactly this URL, ``scope`` and version, this handle
+        is fenced, or the GC markers it knows put the version below the horizon. The
+        preconditions are :meth:`advance`'s."""
+        check_version(version)
+        args.check_instance(scope, str, "DB.take_handoff scope", "a str")
+        with self._lock:
+            self._check_open()
+            return self._rooms.following.take_handoff(self._url, data, version, scope)
 
     def _advance(self, at_most: int, *, newer: bool,
                  stay: bool = False) -> tuple[int | None, list[int] | None]:

@@ -16,6 +16,7 @@ from .commit import check_version
 from .db import DB
 from .gather import Gather, at_once, serially
 from .gc import read_checkpoints
+from .handoff import Refused, decode
 from .manifest import Manifest
 from .markers import GcMarkers, read_markers
 from .metrics import MeteredStore, Metrics
@@ -68,6 +69,45 @@ def _at_once_counted(metrics: Metrics, calls: Sequence[Callable[[], Any]]) -> li
     return at_once([partial(counted, call) for call in calls])
 
 
+def _check_settings(settings: Settings | None, budget: MemoryBudget | None) -> Settings:
+    """``settings`` (default ``Settings()``) once checked with ``budget``, as :func:`open`
+    checks them."""
+    if settings is None:
+        settings = Settings()
+    elif not isinstance(settings, Settings):
+        raise errors.InvalidTypeError(
+            f"settings must be a silt.Settings, got {type(settings).__name__}"
+        )
+    if budget is not None:
+        if not isinstance(budget, MemoryBudget):
+            raise errors.InvalidTypeError(
+                f"budget must be a silt.MemoryBudget, got {type(budget).__name__}"
+            )
+        if settings.block_cache_bytes is not None:
+            raise errors.InvalidArgumentError(
+                "pass either budget= (a cache shared under a memory budget) or "
+                "Settings.block_cache_bytes (a private cache), not both"
+            )
+    if settings.value_rewriter is not None:
+        # Import and build it now: a name that cannot load fails the open, not a later merge.
+        from .compaction import rewrite
+
+        rewrite.load(settings.value_rewriter, settings.value_rewriter_config)
+    return settings
+
+
+def _store(url: str, store: ObjectStore | None,
+           storage_options: Mapping[str, str] | None) -> ObjectStore:
+    """``store``, or the store of ``url`` opened with ``storage_options``."""
+    if store is None:
+        return open_store(url, storage_options=storage_options)
+    if storage_options:
+        raise errors.InvalidArgumentError(
+            "pass either store= or storage_options= (options for opening url), not both"
+        )
+    return store
+
+
 def versions(url: str, *, storage_options: Mapping[str, str] | None = None) -> list[int]:
     """The committed versions under ``url``, ascending (empty for a new root; withdrawn versions
     are not listed). ``storage_options`` as for :func:`open`."""
@@ -108,27 +148,7 @@ def open(
     :class:`silt.MemoryBudget` shared by the DBs opened with it); ``Settings.block_cache_bytes``
     gives it a private cache instead (see :mod:`silt.budget`).
     """
-    if settings is None:
-        settings = Settings()
-    elif not isinstance(settings, Settings):
-        raise errors.InvalidTypeError(
-            f"settings must be a silt.Settings, got {type(settings).__name__}"
-        )
-    if budget is not None:
-        if not isinstance(budget, MemoryBudget):
-            raise errors.InvalidTypeError(
-                f"budget must be a silt.MemoryBudget, got {type(budget).__name__}"
-            )
-        if settings.block_cache_bytes is not None:
-            raise errors.InvalidArgumentError(
-                "pass either budget= (a cache shared under a memory budget) or "
-                "Settings.block_cache_bytes (a private cache), not both"
-            )
-    if settings.value_rewriter is not None:
-        # Import and build it now: a name that cannot load fails the open, not a later merge.
-        from .compaction import rewrite
-
-        rewrite.load(settings.value_rewriter, settings.value_rewriter_config)
+    settings = _check_settings(settings, budget)
     if version is not None:
         check_version(version)
     if at_most is not None:
@@ -136,12 +156,7 @@ def open(
             raise errors.InvalidArgumentError("pass either version= or at_most=, not both")
         check_at_most(at_most)
     owns_store = store is None
-    if store is None:
-        store = open_store(url, storage_options=storage_options)
-    elif storage_options:
-        raise errors.InvalidArgumentError(
-            "pass either store= or storage_options= (options for opening url), not both"
-        )
+    store = _store(url, store, storage_options)
     # Opening's requests count as the handle's own (purpose "open"): silt.cost records them
     # in its first commit.
     metrics = Metrics()
@@ -181,3 +196,44 @@ def open(
         if owns_store:
             store.close()
         raise
+
+
+def resume(
+    url: str,
+    handoff: bytes,
+    version: int,
+    *,
+    scope: str = "",
+    settings: Settings | None = None,
+    clock: Clock | None = None,
+    store: ObjectStore | None = None,
+    budget: MemoryBudget | None = None,
+    storage_options: Mapping[str, str] | None = None,
+) -> DB | None:
+    """Open the database at ``url`` at exactly ``version`` from ``handoff``, the record
+    :meth:`silt.DB.handoff` wrote in another process of this machine after committing that
+    version, with no request: a handle as warm as that process's (its GC markers known, the
+    version checked as a base), whose commits run the same requests and checks as that
+    handle's would (:mod:`silt.handoff` proves it as safe). ``None``, nothing opened, when the
+    record is not an intact one of exactly this URL, ``scope`` and version: then open with
+    :func:`open` (a stale, torn or foreign record is never trusted). The other arguments are
+    :func:`open`'s; the store is opened (no request) only once the record verified."""
+    check_version(version)
+    if not isinstance(scope, str):
+        raise errors.InvalidTypeError(f"scope must be a str, got {type(scope).__name__}")
+    settings = _check_settings(settings, budget)
+    try:
+        handed = decode(handoff, url, scope, version)
+    except Refused:
+        return None
+    owns_store = store is None
+    store = _store(url, store, storage_options)
+    try:
+        db = DB(store, url=url, settings=settings, clock=clock or Clock(),
+                manifest=handed.manifest, owns_store=owns_store, budget=budget)
+    except BaseException:
+        if owns_store:
+            store.close()
+        raise
+    db._rooms.following.install(handed)
+    return db

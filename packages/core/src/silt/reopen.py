@@ -127,7 +127,7 @@ from __future__ import annotations
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from . import paths
+from . import handoff, paths
 from .errors import InvalidArgumentError, InvalidTypeError, NotFoundError
 from .gather import Gather, serially
 from .manifest import Manifest
@@ -158,10 +158,12 @@ def check_at_most(at_most: Any) -> None:
 
 class Following:
     """The version following of one DB (:meth:`silt.DB.advance`, :meth:`silt.DB.advance_newer`,
-    :meth:`silt.DB.catch_up`, :meth:`silt.DB.newer_versions`, :meth:`silt.DB.proved_latest`)
+    :meth:`silt.DB.catch_up`, :meth:`silt.DB.newer_versions`, :meth:`silt.DB.proved_latest`),
+    and the handoff of its warm state to another process (:meth:`silt.DB.handoff`,
+    :meth:`silt.DB.take_handoff`, :func:`silt.resume`: :mod:`silt.handoff`, no request)
     over its state ``state`` (:class:`silt.state.TreeState`), its commit protocol's GC markers
     and lineage ``committer`` and its ``gather``; ``url`` names the DB in messages. The DB's
-    writer lock serializes :meth:`advance`; the others only read."""
+    writer lock serializes :meth:`advance` and the handoffs; the others only read."""
 
     def __init__(self, state: TreeState, url: str, store: ObjectStore, metrics: Metrics,
                  committer: Committer, gather: Gather) -> None:
@@ -193,21 +195,70 @@ class Following:
         uncommitted writes (memtable, parts, a range delete numbered after its base),
         references or an unresolved commit."""
         check_at_most(at_most)
+        self._check_settled("advance()")
         state, committer = self._state, self._committer
-        base, view = state.manifest, state.view
-        if (len(view.mem) or view.parts or state.refs or committer.uncertain is not None
-                or committer.withdrawing is not None
-                or state.seq > (base.seq if base is not None else 0)):
-            raise InvalidArgumentError(
-                f"{self._url!r} has uncommitted writes (or a commit whose outcome is not "
-                "known yet): advance() would drop them. Commit first, or close the DB and "
-                "open it again"
-            )
+        base = state.manifest
         found, after = follow(self._store, self._metrics, committer, base, at_most,
                               self._gather, newer=newer, stay=stay)
         if found is not base:
             state.move_to(found)
         return after
+
+    def _settled(self) -> bool:
+        """Whether the state holds no uncommitted writes (memtable, parts, a range delete
+        numbered after its base), references or an unresolved commit or withdrawal."""
+        state, committer = self._state, self._committer
+        base, view = state.manifest, state.view
+        return not (len(view.mem) or view.parts or state.refs
+                    or committer.uncertain is not None or committer.withdrawing is not None
+                    or state.seq > (base.seq if base is not None else 0))
+
+    def _check_settled(self, what: str) -> None:
+        if not self._settled():
+            raise InvalidArgumentError(
+                f"{self._url!r} has uncommitted writes (or a commit whose outcome is not "
+                f"known yet): {what} would drop them. Commit first, or close the DB and "
+                "open it again"
+            )
+
+    def handoff(self, url: str, scope: str) -> bytes | None:
+        """The record of this handle's warm state (:mod:`silt.handoff`) for the DB at ``url``
+        in ``scope``; ``None`` unless the handle committed its base itself, its checks passed
+        and nothing is pending (the record's safety argument rests on that)."""
+        base, committer = self._state.manifest, self._committer
+        if (base is None or committer.markers is None or committer.confirmed != base.version
+                or committer.fenced is not None or not self._settled()
+                or (committer.lineage, committer.next) != (base.version, base.next_version)):
+            return None
+        return handoff.encode(url, scope, base, committer.markers)
+
+    def take_handoff(self, url: str, data: Any, version: int, scope: str) -> bool:
+        """Install the record ``data`` of ``version`` of ``url`` in ``scope`` (no request):
+        ``False``, the handle unchanged, when :func:`silt.handoff.decode` refuses it, the
+        handle is fenced, or the GC markers it knows put the version below the horizon.
+        Refuses a handle with uncommitted writes as :meth:`advance` does."""
+        self._check_settled("take_handoff()")
+        try:
+            handed = handoff.decode(data, url, scope, version)
+        except handoff.Refused:
+            self._metrics.add("handoffs_refused")
+            return False
+        known = self._committer.markers
+        if self._committer.fenced is not None or (known is not None
+                                                  and known.horizon > version):
+            return False  # a fenced handle never commits; a version GC may collect: list
+        self.install(handed)
+        return True
+
+    def install(self, handed: handoff.Handed) -> None:
+        """Base the (settled) state on a verified record's version, with its GC markers when
+        they are newer than the handle's own, the version checked as a base."""
+        committer = self._committer
+        self._state.move_to(handed.manifest)
+        if committer.markers is None or handed.markers.epoch >= committer.markers.epoch:
+            committer.markers = handed.markers
+        committer.base_checked = handed.manifest.version
+        self._metrics.add("handoffs")
 
 
 def follow(store: ObjectStore, metrics: Metrics, committer: Committer, base: Manifest | None,

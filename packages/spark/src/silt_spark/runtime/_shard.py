@@ -10,7 +10,8 @@ The task for batch ``b`` of shard ``i``:
    advances to the latest version ``<= b - 1`` and proves that nothing is newer in the same
    step (:meth:`silt.DB.catch_up`: 4 GETs in 3 round trips when another process committed
    ``b - 1``; it keeps its readers and cached blocks, and lists only when GETs cannot prove
-   the answer);
+   the answer), unless the worker that committed ``b - 1`` on this executor left its handle
+   (``_handoff.py``): then no request either;
 2. refuses a shard whose latest manifest was written by another streaming query (unless the
    operator was built with ``take_over=True``, which deletes that shard's objects first), and a
    shard that already has versions newer than ``b`` (the checkpoint is older than the state;
@@ -60,7 +61,7 @@ from ..errors import (
     ShardPlacementError,
     StateAheadError,
 )
-from . import _guard, _layout, _lifecycle, _metrics, _progress, _watermark
+from . import _guard, _handoff, _layout, _lifecycle, _metrics, _progress, _watermark
 from ._handles import CACHE, MAX_CACHED_SHARDS, Cached
 from ._layout import KG_COLUMN
 from ._names import META_BATCH_ID, META_MAINTAINED, META_QUERY_ID, META_ROWS_IN
@@ -251,6 +252,10 @@ class ShardTask:
                 # (An attempt of this batch that commits first makes ours a replay, at commit.)
                 self.base_meta = db.meta
                 return db
+            handed = _handoff.take(self, db)  # another worker's handle at b - 1: no request
+            if handed is not None:
+                self.base_meta = handed.meta
+                return handed
             if db is None:
                 db = self._open_at_most(b - 1)
                 # The versions after the base, from the LIST opening made (none more).
@@ -470,6 +475,8 @@ class ShardTask:
         self._db = db
         if ok and not (self.changed and not self.committed):
             current = self.batch_id if not self.replay else None
+            if self.committed:  # for the next batch's task in another worker (_handoff.py)
+                _handoff.leave(self.url, self.cache_owner, db)
             CACHE[self.url] = Cached(self.cache_owner, db, current)
             while len(CACHE) > MAX_CACHED_SHARDS:
                 CACHE.popitem(last=False)[1].db.close()
