@@ -2,9 +2,11 @@
 
 Plan: a partial aggregation per input partition (``mapInArrow`` + ``pyarrow`` ``group_by``) before
 the shuffle, then routing by key group, ``repartition(N)``, and per shard: merge the partials
-(``group_by`` again), read the state of every distinct key with one sorted ``multi_get``, combine
-with numpy, write the new states, commit, and emit one row per key updated in the batch (the
-key's aggregates over everything seen so far: Spark's "update" output, usable with any sink).
+per key in state-key order (numpy for integer keys, ``_keyorder.py``; else ``group_by`` again and
+a sort of the encoded keys), read the state of every distinct key with one sorted
+``multi_get``, combine with numpy, write the new states, commit, and emit one row per key
+updated in the batch (the key's aggregates over everything seen so far: Spark's "update"
+output, usable with any sink). No Python step runs per key.
 
 State entry per grouping key: ``kg:u16be 'A' enc(grouping key)`` -> one partial-aggregate
 record (``_aggregation.py``, shared with the window aggregation).
@@ -22,6 +24,7 @@ from typing import Any
 
 from ..runtime import _api, _arrowcompute, _codec, _keys, _layout, _readers, _root, _shard
 from ..runtime._layout import KG_COLUMN, PARTITION_COLUMN
+from ..runtime._ndarrays import record_bytes
 from ..runtime._shard import ShardTask
 from . import _aggregation
 from ._aggregation import (
@@ -44,6 +47,7 @@ from ._aggregation import (
 )
 from ._batchkeys import encode_keys, encode_keys_arrow
 from ._groupby import group_by
+from ._keyorder import grouped_in_key_order
 
 #: The operator kind, as recorded in the state root's descriptor.
 KIND = "aggregate"
@@ -56,28 +60,34 @@ def merge_partition(task: ShardTask, batches: Iterator[Any], p: AggPlan) -> Iter
     batches = list(batches)
     if not any(b.num_rows for b in batches):
         return
-    t = pa.Table.from_batches(batches)
-    g = group_by(t.drop_columns([PARTITION_COLUMN]), [*p.key_columns, KG_COLUMN],
-                 merge_specs(p))
-    encoded = encode_keys_arrow(g[KG_COLUMN], [g[c] for c in p.key_columns])
-    if encoded is not None:
-        # Sorted in C++, so multi_get's sort finds one run and SSTs are probed in key order.
-        # (_arrowcompute: a fresh worker's first batch does not import pyarrow.compute)
-        order = _arrowcompute.sort_indices(encoded)
-        g = _arrowcompute.take(g, order)
-        keys = _arrowcompute.take(encoded, order).to_pylist()
-    else:
-        keys = encode_keys(g[KG_COLUMN].to_pylist(), [g[c].to_pylist() for c in p.key_columns])
+    t = pa.Table.from_batches(batches).drop_columns([PARTITION_COLUMN])
+    g, keys = _groups_in_key_order(t, p)
     db = task.db
     new = combine(read_records(db.multi_get(keys), p, task.url), g, p)
-
-    buf = new.tobytes()
-    width = new.dtype.itemsize
-    db.put_many(keys, [buf[i:i + width] for i in range(0, len(buf), width)])
+    db.put_many(keys, record_bytes(new))
     task.changed = True
 
     arrays = [g[c] for c in p.key_columns] + output_arrays(new, p)
     yield from pa.Table.from_arrays(arrays, schema=p.output_schema).to_batches()
+
+
+def _groups_in_key_order(t: Any, p: AggPlan) -> tuple[Any, list[bytes]]:
+    """The partials of ``t`` merged per grouping key (``merge_specs``), sorted by their state
+    keys, and those keys: sorted, so multi_get's sort finds one run and SSTs are probed in key
+    order. Integer keys are grouped and ordered by numpy (``_keyorder``), other keys by
+    ``group_by`` then a sort of their encodings."""
+    g = grouped_in_key_order(t, p.key_columns, KG_COLUMN, merge_specs(p))
+    if g is not None:
+        return g, encode_keys_arrow(g[KG_COLUMN], [g[c] for c in p.key_columns]).to_pylist()
+    g = group_by(t, [*p.key_columns, KG_COLUMN], merge_specs(p))
+    encoded = encode_keys_arrow(g[KG_COLUMN], [g[c] for c in p.key_columns])
+    if encoded is None:
+        return g, encode_keys(g[KG_COLUMN].to_pylist(),
+                              [g[c].to_pylist() for c in p.key_columns])
+    # Sorted in C++ (_arrowcompute: a fresh worker's first batch does not import
+    # pyarrow.compute).
+    order = _arrowcompute.sort_indices(encoded)
+    return _arrowcompute.take(g, order), _arrowcompute.take(encoded, order).to_pylist()
 
 
 # --- driver: the query plan ------------------------------------------------------------------

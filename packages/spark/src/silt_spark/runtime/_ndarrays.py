@@ -104,3 +104,13 @@ def scalar(value: Any, dtype: str = "int64") -> Any:
     import numpy as np
 
     return from_numpy(np.array([value], dtype))[0]
+
+
+def record_bytes(records: Any) -> list[bytes]:
+    """Each element of a 1-D numpy array (a structured record, say) as its own ``bytes``, in
+    order: ``[r.tobytes() for r in records]`` without a Python step per element (the array
+    viewed as one opaque ``void`` field, whose ``tolist`` gives each element's bytes)."""
+    import numpy as np
+
+    records = np.ascontiguousarray(records)
+    return records.view(np.dtype((np.void, records.dtype.itemsize))).tolist()
