@@ -8,11 +8,13 @@ enc(key tuple)``, records ``fmt rows n sum min max``), and no Python step runs p
 from __future__ import annotations
 
 import struct
+import textwrap
 
 import numpy as np
 import pyarrow as pa
 import pytest
 import silt
+from freshworker import run_fresh
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pycalls import python_lines
@@ -238,3 +240,45 @@ def test_the_shard_stage_runs_no_python_step_per_key(tmp_path) -> None:
         finally:
             task.db.close()
     assert counts[0] == counts[1], counts
+
+
+def test_the_shard_stage_in_a_fresh_worker_imports_no_pandas_acero_or_numpy_ma(tmp_path) -> None:
+    # A restarted worker's first shard task: grouping, reading the records back and writing
+    # them import neither pandas, Acero (through pyarrow.dataset), pyarrow.compute nor
+    # numpy.ma (which np.unique imports: 10-20 ms of a fresh worker's CPU).
+    p = _plan(floating=True)
+    keys = np.arange(-50, 50)
+    parts = _batch(keys, (keys * 0.5).astype(float), p)
+    code = textwrap.dedent(f"""
+        import json, sys
+        import pyarrow as pa
+        import silt
+        from pyspark.sql import types as T
+        from silt_spark.operators import _aggregation, aggregate
+
+        class Task:
+            url = {tmp_path.as_uri()!r}
+            db = silt.open(url)
+            changed = False
+
+            def commit(self, version):
+                self.db.commit(version)
+
+        t = pa.Table.from_batches(list(pa.ipc.open_stream(sys.stdin.buffer.read())))
+        schema = T.StructType([T.StructField("key", T.LongType()),
+                               T.StructField("amount", T.DoubleType())])
+        p, _, _ = _aggregation.plan(schema, ["key"], _aggregation.parse_aggs(
+            ["count", "sum(amount)", "min(amount)", "max(amount)"]))
+        task = Task()
+        for batch in (1, 2):  # the second batch reads the first one's records
+            out = pa.Table.from_batches(list(aggregate.merge_partition(
+                task, iter(t.to_batches()), p)))
+            task.changed = True
+            task.commit(batch)
+        assert out["count"].to_pylist() == [2] * 100
+        task.db.close()
+        print(json.dumps(sorted(m for m in ("pandas", "pyarrow.dataset", "pyarrow.acero",
+                                            "pyarrow.compute", "numpy.ma")
+                                if m in sys.modules)))
+    """)
+    assert run_fresh(code, parts) == []

@@ -108,10 +108,11 @@ def _reduce(values: Any, func: str, ids: Any, count: int) -> Any:
         ufunc.at(out, ids, data)
         if floating:  # 0.0 == -0.0: Acero keeps the first of equal values (in row order)
             zeros = np.flatnonzero(data == 0)
-            if len(zeros):
-                groups, at = np.unique(ids[zeros], return_index=True)
-                tie = out[groups] == 0
-                out[groups[tie]] = data[zeros[at[tie]]]
+            if len(zeros):  # each group's first zero (np.unique would import numpy.ma)
+                first = np.full(count, len(data))
+                np.minimum.at(first, ids[zeros], zeros)
+                tie = np.flatnonzero((out == 0) & (first < len(data)))
+                out[tie] = data[first[tie]]
     if valid is None:
         return from_numpy(out)
     empty = np.bincount(ids, minlength=count) == 0
