@@ -690,6 +690,8 @@ def test_write_helpers_identical(pairs, limit: int, budget: int) -> None:
     assert C.check_pairs(keys, values, limit, limit) == mt.check_pairs_py(keys, values, limit,
                                                                           limit)
     assert C.check_pairs(keys, values[:-1], 8, 8) == mt.check_pairs_py(keys, values[:-1], 8, 8)
+    assert C.check_keys_plain(keys, limit) == mt.check_keys_plain_py(keys, limit)
+    assert C.check_keys_plain(values, 1 << 20) == mt.check_keys_plain_py(values, 1 << 20)
     ops = [(k, v, None) for k, v in pairs]
     ok = C.check_ops(ops, limit, limit)
     assert ok == mt.check_ops_py(ops, limit, limit)

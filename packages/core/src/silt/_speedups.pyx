@@ -26,6 +26,7 @@ merge_newest_first, live          silt.merge
 visible_many                      silt.merge
 sorted_items, split_found         silt.memtable
 check_pairs, insert_pairs         silt.memtable
+check_keys_plain                  silt.memtable
 check_ops, apply_ops              silt.memtable
 BlockCache                        silt.cache
 CachedReads                       silt.tiers.blockread (the file:// tier's block reads)

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from typing import Any
 
 from .errors import InvalidArgumentError, InvalidTypeError
-from .memtable import check_pairs
+from .memtable import check_keys_plain, check_pairs
 from .sst.format import MAX_EXPIRY_MS
 from .writebatch import DELETE_RANGE
 
@@ -172,17 +172,15 @@ def check_range(start: Any, end: Any, max_key: int,
 
 def check_keys(keys: Any, max_key: int, what: str) -> list[bytes]:
     """Many keys as a list of bytes; the per-key check (which also converts bytes-like) runs
-    only when some key is not plain bytes within ``max_key`` (C loops over the plain case)."""
+    only when some key is not plain bytes within ``max_key`` (:func:`silt.memtable.
+    check_keys_plain`: one compiled loop over the plain case, C loops in the pure twin)."""
     keys = list(check_many(keys, what, "keys"))
-    if keys and (set(map(type, keys)) != _BYTES_ONLY or max(map(len, keys)) > max_key):
+    if check_keys_plain(keys, max_key) >= 0:
         keys = [
             k if k.__class__ is bytes and len(k) <= max_key else check_key(k, max_key, "keys")
             for k in keys
         ]
     return keys
-
-
-_BYTES_ONLY = {bytes}
 
 
 def check_scan(start: Any, end: Any, prefix: Any,

@@ -128,6 +128,21 @@ def check_pairs(keys, values, max_key: int, max_value: int) -> int:  # type: ign
     return -1
 
 
+def check_keys_plain(keys, max_key: int) -> int:  # type: ignore[no-untyped-def]
+    """Index of the first key that is not bytes within ``max_key``, or -1 when all are
+    (``DB.multi_get``'s plain case; C loops over it here too, the index found only when one
+    fails)."""
+    if not keys or (set(map(type, keys)) == _BYTES_ONLY and max(map(len, keys)) <= max_key):
+        return -1
+    for i, k in enumerate(keys):
+        if k.__class__ is not bytes or len(k) > max_key:
+            return i
+    return -1  # pragma: no cover - the C loops above found one
+
+
+_BYTES_ONLY = {bytes}
+
+
 def insert_pairs(  # type: ignore[no-untyped-def]
     data: dict[bytes, object], keys, values, start: int, approx: int, limit: int
 ) -> tuple[int, int]:
@@ -187,6 +202,7 @@ def apply_ops(data: dict[bytes, object], ops: list[tuple[bytes, bytes | None, No
 #: The pure-Python twins stay reachable as ``<name>_py`` (tests compare both).
 COMPILED = accelerate(globals(), (
     "check_pairs",
+    "check_keys_plain",
     "insert_pairs",
     "check_ops",
     "apply_ops",

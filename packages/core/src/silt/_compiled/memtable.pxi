@@ -17,6 +17,17 @@ def check_pairs(keys, values, Py_ssize_t max_key, Py_ssize_t max_value):
     return -1
 
 
+def check_keys_plain(keys, Py_ssize_t max_key):
+    """Index of the first key that is not bytes within ``max_key``, or -1 when all are."""
+    cdef Py_ssize_t i, n = len(keys)
+    cdef object k
+    for i in range(n):
+        k = keys[i]
+        if not PyBytes_CheckExact(k) or PyBytes_GET_SIZE(k) > max_key:
+            return i
+    return -1
+
+
 def insert_pairs(dict data, keys, values, Py_ssize_t start, Py_ssize_t approx,
                  Py_ssize_t limit):
     """Put ``keys[i] -> values[i]`` for ``i >= start`` into ``data`` until the memtable size

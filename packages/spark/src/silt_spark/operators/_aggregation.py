@@ -293,7 +293,7 @@ def read_records(values: list[bytes | None], p: AggPlan, url: str) -> Any:
     """State records for ``multi_get`` results, zeros where a key has no state yet.
 
     Without a Python step per value: the present values are joined into one buffer (C loops:
-    ``filter``, ``map(len)``, ``bytes.join``) and read with ``np.frombuffer``, records of each
+    ``compress``, ``map(len)``, ``bytearray.join``) and read with ``np.frombuffer``, records of each
     width (a record written before columns were appended is shorter) gathered by offset."""
     import numpy as np
 
@@ -311,7 +311,7 @@ def read_records(values: list[bytes | None], p: AggPlan, url: str) -> Any:
     else:
         present, rows = values, None
     lengths = np.fromiter(map(len, present), np.int64, len(present))
-    data = np.frombuffer(b"".join(present), np.uint8)
+    data = np.frombuffer(bytearray().join(present), np.uint8)  # writable: no copy
     # (np.unique would import numpy.ma in a fresh worker: 10-20 ms)
     widths = np.flatnonzero(np.bincount(lengths)).tolist()
     columns = {w: _columns_of(w, len(p.value_columns), url) for w in widths}
@@ -320,9 +320,9 @@ def read_records(values: list[bytes | None], p: AggPlan, url: str) -> Any:
         if (raw["fmt"] != STATE_FORMAT).any():
             raise ValueError(f"unknown aggregation state format in {_public(url)!r}")
         if rows is None:
-            old[:] = raw
-        else:
-            old[rows] = raw
+            return raw
+        whole = np.dtype((np.void, dt.itemsize))  # each record copied as one opaque field
+        old.view(whole)[rows] = raw.view(whole)
         return old
     offsets = np.zeros(len(present), np.int64)
     np.cumsum(lengths[:-1], out=offsets[1:])
