@@ -3,10 +3,11 @@
 
 * A writer loads four L0 SSTs, its compaction of them finishes, and it closes without a
   commit: a handle opened afterwards probes no L0 SST (it read all four before), answers the
-  same, and its base and manifest are unchanged; its first commit adopts the compaction (every
-  block read and checked first) and deletes the record.
-* An output damaged in a data block (its tail intact) is never adopted: the commit refuses the
-  record and reads go back to the inputs.
+  same, and its base and manifest are unchanged. Its first commit adopts nothing but starts
+  reading every block of the outputs on a thread; the commit after that check adopts the
+  compaction and deletes the record.
+* An output damaged in a data block (its tail intact) is never adopted: the check a commit
+  starts finds it, reads go back to the inputs, and no commit adopts it.
 * Age: a leftover is shown only while its oldest output is younger than half of the shortest
   grace any writer announced (and of the handle's own), and leaves the view at that age.
 * A handle that only reads never starts a compaction; remote stores, a follower moved to
@@ -108,12 +109,21 @@ def test_a_new_handle_reads_the_compaction_an_earlier_one_left(tier: str, tmp_pa
         check_reads(db, model)
         assert db.manifest is manifest  # nothing committed
         shown = [[r.info.id for r in lv.readers] for lv in db._view.levels]
-        # The first commit adopts it (after reading every block of the outputs).
+        # The first commit adopts none: it starts reading every block of the outputs, on a
+        # thread (the commit does not wait for it); the view still shows them.
         db.put(b"k000", b"new")
         model[b"k000"] = b"new"
         db.commit()
+        assert len(db.manifest.l0) == 5 and not any(db.manifest.levels)
+        assert [[r.info.id for r in lv.readers] for lv in db._view.levels] == shown
+        check_reads(db, model)
+        # Once checked, the next commit adopts it.
+        assert db.wait_for_compaction(60)
+        db.put(b"k001", b"new")
+        model[b"k001"] = b"new"
+        db.commit()
         assert [[s.id for s in run] for run in db.manifest.levels] == shown
-        assert len(db.manifest.l0) == 1
+        assert len(db.manifest.l0) == 2
         assert db.stats()["compactions_adopted"] == 1
         check_reads(db, model)
     store = silt.open_store(url)
@@ -152,10 +162,13 @@ def test_a_damaged_output_is_never_adopted(tmp_path) -> None:
         assert l0_ids(db) == []  # shown: its tails check out
         db.put(b"k001", b"new")
         model[b"k001"] = b"new"
-        db.commit()
-        # The commit read every block first: refused, the inputs stay and serve reads.
-        assert len(db.manifest.l0) == 5 and not any(db.manifest.levels)
+        db.commit()  # starts the check of every block
+        assert db.wait_for_compaction(60)
         assert db.stats()["compactions_damaged"] == 1
+        assert len(l0_ids(db)) == 5  # out of the view: the inputs serve reads
+        check_reads(db, model)
+        db.commit()  # refused: never adopted
+        assert len(db.manifest.l0) == 5 and not any(db.manifest.levels)
         assert len(l0_ids(db)) == 5
         check_reads(db, model)
 
@@ -219,3 +232,28 @@ def test_nothing_is_shown_without_a_policy_or_on_a_follower(tmp_path) -> None:
         assert follower.advance(moved) == moved
         assert len(l0_ids(follower)) == 5
         check_reads(follower, model)
+
+
+@pytest.mark.parametrize("tier", ["memory", "file"])
+def test_close_while_the_blocks_are_checked_returns(tier: str, tmp_path) -> None:
+    """A close right after the commit that started the check of every block: the check stops
+    between two outputs and the close returns (it used to wait forever for the writer lock the
+    close held)."""
+    import threading
+
+    url = root(tier, tmp_path)
+    model, _ = leave_a_compaction(url, 6)
+    for i in range(3):
+        db = silt.open(url, settings=SETTINGS)
+        assert db.wait_for_compaction(60)
+        # Found again by each handle (none committed twice): only the new L0 SSTs are read.
+        assert db.stats()["compactions_found"] == 1 and len(l0_ids(db)) == i
+        db.put(b"k003", b"new")
+        db.commit()  # starts the check on a thread
+        closer = threading.Thread(target=db.close)
+        closer.start()
+        closer.join(60)
+        assert not closer.is_alive()
+        model[b"k003"] = b"new"
+    with silt.open(url, settings=SETTINGS) as again:
+        check_reads(again, model)

@@ -86,6 +86,9 @@ class CompactionDriver:
         self._unchecked: set[str] = set()
         #: A leftover's own age limit (ms), when shorter than :attr:`max_age_ms`.
         self._limits: dict[str, int] = {}
+        #: Starts reading every block of unchecked leftovers (:mod:`.leftovers`), called by
+        #: :meth:`gather` under the writer lock; None: no leftovers here.
+        self.check_leftovers: Callable[[list[CompactionRecord]], None] | None = None
         self.last_error: BaseException | None = None
         #: Called with no argument, on the compaction thread, when a compaction of this
         #: writer finished (:meth:`.early.EarlyInstall.finished_soon` installs it for reads).
@@ -175,7 +178,9 @@ class CompactionDriver:
                 self._future.exception()
                 self.metrics.add("stall_seconds", time.monotonic() - start)
                 self.metrics.add("stalls")
-        self._check_leftovers()
+        pending = [r for r in self._ready if r.id in self._unchecked]
+        if pending and self.check_leftovers is not None:
+            self.check_leftovers(pending)
         return self.ready(poll=True)
 
     def ready(self, *, poll: bool, reads: bool = False) -> list[CompactionRecord]:
@@ -201,9 +206,10 @@ class CompactionDriver:
 
     def add_leftovers(self, records: list[CompactionRecord], limit_ms: int) -> int:
         """Hold ``records``, found by :mod:`.leftovers` with their outputs' tails checked, as
-        ready: they serve reads at once, a commit adopts them once every block is checked
-        (:meth:`gather`); none is shown or adopted past ``limit_ms`` of age. Returns how many
-        were new."""
+        ready: they serve reads at once, and a commit adopts them once every block of their
+        outputs was read and checked (the first :meth:`gather` that finds them starts that, on
+        a thread, and adopts none of them: :meth:`checked`); none is shown or adopted past
+        ``limit_ms`` of age. Returns how many were new."""
         known = self.known()
         fresh = [r for r in records if r.id not in known]
         for r in fresh:
@@ -212,22 +218,16 @@ class CompactionDriver:
             self._limits[r.id] = min(limit_ms, self.max_age_ms)
         return len(fresh)
 
-    def _check_leftovers(self) -> None:
-        """Read and check every block of the leftovers' outputs before a commit may adopt
-        them (once adopted, GC may remove their inputs); a store error leaves a leftover for
-        the next commit, a failed check refuses it."""
-        for record in [r for r in self._ready if r.id in self._unchecked]:
-            try:
-                with self.metrics.purpose("compaction"):
-                    why = check_outputs(self.store, record, blocks=True)
-            except StoreError as exc:  # not NotFound: the store failed, try again next commit
-                log.warning("could not check compaction %s (retried later): %s", record.id, exc)
-                continue
-            self._unchecked.discard(record.id)
-            if why is not None:
-                log.warning("compaction %s is not adopted: %s", record.id, why)
-                self.metrics.add("compactions_damaged")
-                self._damaged[record.id] = why
+    def checked(self, record_id: str, why: str | None) -> None:
+        """Every block of leftover ``record_id``'s outputs was read: ``why`` it failed, or
+        ``None`` (a commit may adopt it now). Under the writer lock."""
+        if record_id not in self._unchecked:
+            return
+        self._unchecked.discard(record_id)
+        if why is not None:
+            log.warning("compaction %s is not adopted: %s", record_id, why)
+            self.metrics.add("compactions_damaged")
+            self._damaged[record_id] = why
 
     def _poll(self) -> None:
         known = self._resolved | {r.id for r in self._ready}
@@ -329,18 +329,23 @@ class CompactionDriver:
         for rid in done:
             self._damaged.pop(rid, None)
             self._unchecked.discard(rid)
-            self._limits.pop(rid, None)
         self.metrics.add("compactions_adopted", len(adopted))
         self.metrics.add("compactions_refused", len(refused))
         self.metrics.add("compaction_input_bytes", sum(r.input_bytes for r in adopted))
         self.metrics.add("compaction_output_bytes",
                          sum(s.size for r in adopted for s in r.outputs))
+        # A refused leftover may be another live writer's (its inputs in a version this handle
+        # does not have): its object is left to that writer, or to GC.
+        drop = {r.id for r in adopted} | {r.id for r in refused if r.id not in self._limits}
         try:
             with self.metrics.purpose("compaction"):
-                keys = [paths.compaction_key(i) for i in sorted(done)]
-                retrying(lambda: self.store.delete_many(keys))
+                keys = [paths.compaction_key(i) for i in sorted(drop)]
+                if keys:
+                    retrying(lambda: self.store.delete_many(keys))
         except Exception as exc:  # only hints: GC removes them later
             log.warning("could not delete compaction records: %s", exc)
+        for rid in done:
+            self._limits.pop(rid, None)
 
     def close(self) -> None:
         if self._pool is not None:

@@ -19,10 +19,12 @@ before they are shown; its data blocks are then checked as every block is, by th
 when a read loads them, so a damaged output fails a read with ``CorruptionError`` and never
 answers wrongly. Before a commit adopts it (after which GC may remove the inputs and the outputs
 are the only copy), every block of every output is read and checked, exactly as for an external
-compactor's record (:meth:`.driver.CompactionDriver.gather`); a record that fails is refused,
-leaves the view and is deleted. That full read is the commit's: a process that only reads never
-pays it, and a fresh reader does not wait for it (reading every output of a 5M-key compaction
-takes a second of CPU).
+compactor's record: the first commit that finds leftovers unchecked
+(:meth:`.driver.CompactionDriver.gather`) adopts none of them and starts that read on a thread
+(:meth:`LeftoverFinder.check_soon`), and a later commit adopts those that passed; one that fails
+leaves the view and is never adopted. So a process that only reads never pays that read (a
+second of CPU for the outputs of a 5M-key compaction), and no commit waits for it. A refused
+leftover's record object is not deleted (it may be another live writer's): GC collects it.
 
 Age, and why GC cannot take the outputs from under a reader. A leftover's outputs are referenced
 by no manifest: GC may delete them once they are older than GC's grace, which is never shorter
@@ -43,9 +45,10 @@ Why local stores only. On object storage, adopting a leftover means downloading 
 first (the full check above): at a restart after a large load, gigabytes for a saving of a few
 tail reads and filter probes per get. Remote stores keep ignoring leftovers (GC collects them).
 
-Thread safety: the finder reads and checks outside the DB's writer lock and takes it only to
-hand the records over; :meth:`LeftoverFinder.close` (under the lock, from ``DB.close``) stops
-it between two requests, and the DB's close waits for it.
+Thread safety: the finder and the check read outside the DB's writer lock and take it only to
+hand their results over; :meth:`LeftoverFinder.close` (under the lock, from ``DB.close``) stops
+them between two requests and waits for them. :meth:`silt.DB.wait_for_compaction` waits for
+both.
 """
 
 from __future__ import annotations
@@ -135,7 +138,8 @@ def check_tails(store: ObjectStore, record: CompactionRecord,
 
 class LeftoverFinder:
     """Finds an opened base's leftover compactions once, on a thread of its own (module
-    docstring), and hands them to ``driver``; ``early`` shows them."""
+    docstring), and hands them to ``driver``; ``early`` shows them. :meth:`check_soon` reads
+    every block of their outputs, on another thread, before a commit may adopt them."""
 
     def __init__(self, store: ObjectStore, state: TreeState, driver: CompactionDriver,
                  early: EarlyInstall, clock: Clock, metrics: Metrics, version: int) -> None:
@@ -149,20 +153,40 @@ class LeftoverFinder:
         self._version = version
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="silt-leftovers", daemon=True)
+        self._checker: threading.Thread | None = None
+        driver.check_leftovers = self.check_soon
 
     def start(self) -> None:
         self._thread.start()
 
     def wait(self, timeout: float | None = None) -> bool:
-        """Wait until the leftovers found (if any) serve reads; False if ``timeout`` passed."""
+        """Wait until the leftovers found (if any) serve reads and a check of their blocks a
+        commit started is over; False if ``timeout`` passed first."""
         self._thread.join(timeout)
+        checker = self._checker
+        if checker is not None and not self._thread.is_alive():
+            checker.join(timeout)
+            return not checker.is_alive()
         return not self._thread.is_alive()
 
     def close(self) -> None:
-        """Stop looking (the DB closes) and wait for the thread."""
+        """Stop (the DB closes) and wait for the threads: they stop between two requests."""
         self._stop.set()
-        if self._thread.is_alive() and threading.current_thread() is not self._thread:
-            self._thread.join()
+        for t in (self._thread, self._checker):
+            if t is not None and t.is_alive() and threading.current_thread() is not t:
+                t.join()
+
+    def _under_lock(self, fn: Callable[[], None]) -> None:
+        """``fn()`` under the writer lock, unless the DB closes first (a close holds the lock
+        while it waits for these threads)."""
+        while not self._stop.is_set():
+            if self._lock.acquire(timeout=0.05):
+                try:
+                    if not self._stop.is_set():
+                        fn()
+                finally:
+                    self._lock.release()
+                return
 
     def _run(self) -> None:
         try:
@@ -175,16 +199,50 @@ class LeftoverFinder:
             return
         if not records:
             return
-        while not self._stop.is_set():
-            if self._lock.acquire(timeout=0.05):
-                try:
-                    if self._stop.is_set():
-                        return
-                    self._state.keep_readers(readers)
-                    self._metrics.add("compactions_found",
-                                      self._driver.add_leftovers(records, limit))
-                    self._early.opened = self._version
-                    self._early.settle()
-                finally:
-                    self._lock.release()
+
+        def hand_over() -> None:
+            self._state.keep_readers(readers)
+            self._metrics.add("compactions_found", self._driver.add_leftovers(records, limit))
+            self._early.opened = self._version
+            self._early.settle()
+
+        self._under_lock(hand_over)
+
+    def check_soon(self, records: list[CompactionRecord]) -> None:
+        """Read and check every block of ``records``' outputs on a thread (a commit found them
+        unchecked: it adopts none of them, and a later commit adopts those that pass); one check
+        at a time. Under the writer lock."""
+        if self._stop.is_set() or (self._checker is not None and self._checker.is_alive()):
+            return
+        self._checker = threading.Thread(target=self._check, args=(records,),
+                                         name="silt-leftovers-check", daemon=True)
+        self._checker.start()
+
+    def _check(self, records: list[CompactionRecord]) -> None:
+        for record in records:
+            try:
+                why = self._check_blocks(record)
+            except (StoreError, OSError) as exc:  # left unchecked: a later commit retries
+                log.warning("could not check compaction %s (retried later): %s", record.id, exc)
+                continue
+            if self._stop.is_set():
                 return
+            self._under_lock(lambda r=record, w=why: self._driver.checked(r.id, w))
+        # Show what changed (a damaged record leaves the view) and let compaction go on (under
+        # the lock through _under_lock: EarlyInstall.finished would wait for a closing DB).
+        self._under_lock(self._early.settle)
+
+    def _check_blocks(self, record: CompactionRecord) -> str | None:
+        """:func:`.driver.check_outputs` with ``blocks``, stopping early when the DB closes."""
+        for out in record.outputs:
+            if self._stop.is_set():
+                return None
+            key = paths.sst_key(out.id)
+            try:
+                with self._metrics.purpose("compaction"):
+                    check_sst(self._store, key, out, blocks=True)
+            except NotFoundError:
+                return f"output {key!r} does not exist"
+            except CorruptionError as exc:
+                return str(exc)
+        return None
