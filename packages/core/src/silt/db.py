@@ -400,12 +400,17 @@ class DB:
     def wait_for_compaction(self, timeout: float | None = None) -> bool:
         """Block until the background compaction in flight (if any) has finished and serves
         reads (:mod:`silt.compaction.early`; with ``compaction_mode="external"``, records
-        ``silt compact`` wrote are looked for and installed). The next :meth:`commit` publishes
-        it. Returns False if ``timeout`` seconds passed first. Useful before measuring, and in
-        tests.
+        ``silt compact`` wrote are looked for and installed), and the compactions an earlier
+        handle finished and left uncommitted, found at open, serve reads too
+        (:mod:`silt.compaction.leftovers`). The next :meth:`commit` publishes them. Returns
+        False if ``timeout`` seconds passed first. Useful before measuring, and in tests.
         """
         self._check_open()
-        if not self._compaction.wait(args.check_timeout(timeout)):
+        timeout = args.check_timeout(timeout)
+        leftovers = self._rooms.leftovers
+        if leftovers is not None and not leftovers.wait(timeout):
+            return False
+        if not self._compaction.wait(timeout):
             return False
         with self._lock:
             self._check_open()

@@ -18,7 +18,8 @@ store. Each room owns its state and never calls back into the DB:
   :mod:`silt.inline` — freezing a commit's delta inline or folded;
 * :mod:`silt.reopen` — following newer versions (:class:`~silt.reopen.Following`);
 * :mod:`silt.siblings` — references to sibling DBs' SSTs; :mod:`silt.compaction` — compaction,
-  and :mod:`silt.compaction.early` — finished compactions serving reads before a commit.
+  :mod:`silt.compaction.early` — finished compactions serving reads before a commit, and
+  :mod:`silt.compaction.leftovers` — those an earlier handle left uncommitted, for a new one.
 
 Not thread-safe to build or close; the DB's writer lock (``lock``) serializes what uses them.
 """
@@ -36,6 +37,7 @@ from .clock import Clock
 from .commit import CommitSteps, Committer
 from .compaction.driver import CompactionDriver
 from .compaction.early import EarlyInstall
+from .compaction.leftovers import LeftoverFinder
 from .fetch import BlockFetcher
 from .flush import Flusher
 from .gather import gather_on
@@ -73,6 +75,8 @@ class Rooms:
     early: EarlyInstall
     steps: CommitSteps
     following: Following
+    #: Looks for an earlier handle's finished compactions once, at open (None: not here).
+    leftovers: LeftoverFinder | None = None
 
     def stats(self) -> dict[str, Any]:
         """``DB.stats``: the state's shape, amplification, compaction, cache and requests."""
@@ -96,6 +100,8 @@ class Rooms:
         """Stop the threads (waiting for uploads in progress), release the memory the DB holds
         in a shared budget (the shared cache keeps its blocks until evicted: a reopen finds
         them) or clear a private cache, and close the stores (the DB's own if it owns it)."""
+        if self.leftovers is not None:
+            self.leftovers.close()
         self.early.close()
         self.refiller.close()
         self.flusher.close()
@@ -145,5 +151,14 @@ def furnish(store: MeteredStore, url: str, pub: str, settings: Settings, clock: 
     steps = CommitSteps(committer, flusher, deltas, compaction, siblings, metrics, url,
                         refiller if refill else None, early)
     following = Following(state, pub, store, metrics, committer, gather)
-    return Rooms(store, metrics, budget, cache, allowance, readers, fetch, refiller, siblings,
-                 flusher, committer, state, deltas, compaction, early, steps, following)
+    leftovers = None
+    if (manifest is not None and store.local and compaction.in_process
+            and compaction.policy is not None):
+        leftovers = LeftoverFinder(store, state, compaction, early, clock, metrics,
+                                   manifest.version)
+    rooms = Rooms(store, metrics, budget, cache, allowance, readers, fetch, refiller, siblings,
+                  flusher, committer, state, deltas, compaction, early, steps, following,
+                  leftovers)
+    if leftovers is not None:
+        leftovers.start()
+    return rooms

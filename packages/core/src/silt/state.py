@@ -72,6 +72,18 @@ class TreeState:
         """The open reader of the SST ``info`` (opened once, kept while a version lists it)."""
         return self.readers.open(info, lambda i: self._siblings.reader(i, self._cache))
 
+    def new_reader(self, info: SstInfo) -> SstReader:
+        """A reader of ``info`` made as :meth:`reader` makes it, not kept (any thread): for a
+        tail to load before a view lists the SST; :meth:`keep_readers` keeps it then."""
+        return self._siblings.reader(info, self._cache)
+
+    def keep_readers(self, readers: list[SstReader]) -> None:
+        """Keep readers :meth:`new_reader` made (their tails loaded), so that :meth:`reader`
+        returns them, unless a reader of that SST is open already. Under the writer lock."""
+        for r in readers:
+            if r.info.id not in self.readers.by_id:  # type: ignore[union-attr]
+                self.readers.add(r)
+
     # -- versions -----------------------------------------------------------------------------
     def install(self, manifest: Manifest | None) -> None:
         """Make ``manifest`` the base version: a new read view in which the parts it committed

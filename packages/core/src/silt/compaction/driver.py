@@ -81,6 +81,14 @@ class CompactionDriver:
         #: Records whose outputs failed :func:`check_outputs`: id -> why (refused by apply).
         self._damaged: dict[str, str] = {}
         self._last_poll = float("-inf")
+        #: Leftovers (:mod:`.leftovers`) whose blocks are not checked yet: they serve reads,
+        #: and a commit checks every block before it may adopt them (as for external records).
+        self._unchecked: set[str] = set()
+        #: A leftover's own age limit (ms), when shorter than :attr:`max_age_ms`.
+        self._limits: dict[str, int] = {}
+        #: Starts reading every block of unchecked leftovers (:mod:`.leftovers`), called by
+        #: :meth:`gather` under the writer lock; None: no leftovers here.
+        self.check_leftovers: Callable[[list[CompactionRecord]], None] | None = None
         self.last_error: BaseException | None = None
         #: Called with no argument, on the compaction thread, when a compaction of this
         #: writer finished (:meth:`.early.EarlyInstall.finished_soon` installs it for reads).
@@ -170,13 +178,17 @@ class CompactionDriver:
                 self._future.exception()
                 self.metrics.add("stall_seconds", time.monotonic() - start)
                 self.metrics.add("stalls")
+        pending = [r for r in self._ready if r.id in self._unchecked]
+        if pending and self.check_leftovers is not None:
+            self.check_leftovers(pending)
         return self.ready(poll=True)
 
-    def ready(self, *, poll: bool) -> list[CompactionRecord]:
+    def ready(self, *, poll: bool, reads: bool = False) -> list[CompactionRecord]:
         """The finished records not adopted or refused yet, in the order a commit tries them,
         without waiting for anything; with ``poll`` in external mode, ``compaction/`` is
         listed first (at most every ``compaction_poll_seconds``) for records ``silt compact``
-        wrote (their outputs are read and checked in full then)."""
+        wrote (their outputs are read and checked in full then). Leftovers whose blocks are not
+        checked yet only with ``reads`` (what reads may be shown, :mod:`.early`)."""
         self._harvest()
         if poll and self.mode == "external":
             now = time.monotonic()
@@ -185,7 +197,37 @@ class CompactionDriver:
                 self._poll()
         # By creation time; a tie keeps the order they were found in (finished, or listed by
         # id), so a record made behind another (schedule's behind_ready) comes after it.
-        return sorted(self._ready, key=lambda r: r.created_ms)
+        return sorted((r for r in self._ready if reads or r.id not in self._unchecked),
+                      key=lambda r: r.created_ms)
+
+    def known(self) -> set[str]:
+        """Ids of the records this driver holds or resolved (a leftover search skips them)."""
+        return self._resolved | {r.id for r in self._ready}
+
+    def add_leftovers(self, records: list[CompactionRecord], limit_ms: int) -> int:
+        """Hold ``records``, found by :mod:`.leftovers` with their outputs' tails checked, as
+        ready: they serve reads at once, and a commit adopts them once every block of their
+        outputs was read and checked (the first :meth:`gather` that finds them starts that, on
+        a thread, and adopts none of them: :meth:`checked`); none is shown or adopted past
+        ``limit_ms`` of age. Returns how many were new."""
+        known = self.known()
+        fresh = [r for r in records if r.id not in known]
+        for r in fresh:
+            self._ready.append(r)
+            self._unchecked.add(r.id)
+            self._limits[r.id] = min(limit_ms, self.max_age_ms)
+        return len(fresh)
+
+    def checked(self, record_id: str, why: str | None) -> None:
+        """Every block of leftover ``record_id``'s outputs was read: ``why`` it failed, or
+        ``None`` (a commit may adopt it now). Under the writer lock."""
+        if record_id not in self._unchecked:
+            return
+        self._unchecked.discard(record_id)
+        if why is not None:
+            log.warning("compaction %s is not adopted: %s", record_id, why)
+            self.metrics.add("compactions_damaged")
+            self._damaged[record_id] = why
 
     def _poll(self) -> None:
         known = self._resolved | {r.id for r in self._ready}
@@ -261,7 +303,7 @@ class CompactionDriver:
         # collected by GC (a commit adopting them was withdrawn for that): never adopted, so
         # a retry is not withdrawn again for the same outputs (the inputs still hold the data).
         oldest = min((paths.id_time_ms(s.id) for s in record.outputs), default=now)
-        if now - oldest > self.max_age_ms or oldest < reach:
+        if now - oldest > self.max_age_of(record) or oldest < reach:
             return "GC may already consider its outputs garbage"
         if any(s.seq > max_seq for s in record.outputs):
             return (f"its outputs claim range-delete number "
@@ -273,6 +315,10 @@ class CompactionDriver:
         """The age (ms) past which a record's outputs are never adopted: half the grace."""
         return int(self.settings.gc_grace_seconds * 500)
 
+    def max_age_of(self, record: CompactionRecord) -> int:
+        """:attr:`max_age_ms`, or a leftover's shorter limit (:mod:`.leftovers`)."""
+        return self._limits.get(record.id, self.max_age_ms)
+
     def resolved(self, adopted: list[CompactionRecord], refused: list[CompactionRecord]) -> None:
         """After a commit landed: forget the records and delete their objects."""
         done = {r.id for r in adopted} | {r.id for r in refused}
@@ -282,17 +328,24 @@ class CompactionDriver:
         self._resolved |= done
         for rid in done:
             self._damaged.pop(rid, None)
+            self._unchecked.discard(rid)
         self.metrics.add("compactions_adopted", len(adopted))
         self.metrics.add("compactions_refused", len(refused))
         self.metrics.add("compaction_input_bytes", sum(r.input_bytes for r in adopted))
         self.metrics.add("compaction_output_bytes",
                          sum(s.size for r in adopted for s in r.outputs))
+        # A refused leftover may be another live writer's (its inputs in a version this handle
+        # does not have): its object is left to that writer, or to GC.
+        drop = {r.id for r in adopted} | {r.id for r in refused if r.id not in self._limits}
         try:
             with self.metrics.purpose("compaction"):
-                keys = [paths.compaction_key(i) for i in sorted(done)]
-                retrying(lambda: self.store.delete_many(keys))
+                keys = [paths.compaction_key(i) for i in sorted(drop)]
+                if keys:
+                    retrying(lambda: self.store.delete_many(keys))
         except Exception as exc:  # only hints: GC removes them later
             log.warning("could not delete compaction records: %s", exc)
+        for rid in done:
+            self._limits.pop(rid, None)
 
     def close(self) -> None:
         if self._pool is not None:

@@ -100,6 +100,9 @@ class EarlyInstall:
         self.shown: frozenset[str] = frozenset()
         #: Ids of records whose outputs were refilled into the cache when first shown.
         self.refilled: set[str] = set()
+        #: The version this handle opened, once leftovers were found for it (:mod:`.leftovers`):
+        #: shown with its records like a version this handle committed.
+        self.opened: int | None = None
 
     def refresh(self, *, poll: bool = False) -> None:
         """Show the base's tree with every finished record applied that a commit would adopt
@@ -109,23 +112,27 @@ class EarlyInstall:
         base = state.manifest
         if self._closing.is_set():
             return
-        records = self._driver.ready(poll=poll)
-        # Only a base this handle committed: a follower shows what it follows.
-        if base is None or base.version != self._committer.confirmed or not records:
+        records = self._driver.ready(poll=poll, reads=True)
+        # Only a base this handle committed, or the one it opened when leftovers were found
+        # for it (:mod:`.leftovers`): a follower shows what it follows.
+        if base is None or base.version not in (self._committer.confirmed, self.opened) or (
+                not records):
             self._show(None, [])
             return
         now = self._clock.now_ms()
         l0, levels, adopted, _refused = self._driver.apply(base.l0, base.levels, records,
                                                            state.seq, quiet=True)
         self._show((l0, levels) if adopted else None, adopted)
-        if adopted and len(adopted) == len(records):
+        if adopted and len(adopted) == len(records) and base.version == self._committer.confirmed:
             # The next compaction need not wait for a commit either: it is picked from the
-            # tree shown (the commit adopts both, in the order they finished).
+            # tree shown (the commit adopts both, in the order they finished). Not on the base
+            # a handle opened: a handle compacts only once it commits (a reader never does).
             self._driver.schedule(replace(base, l0=l0, levels=levels), behind_ready=True)
-        born = [paths.id_time_ms(s.id) for r in adopted for s in r.outputs]
-        if born:  # (a record with no outputs reads nothing GC could take)
+        ends = [min(paths.id_time_ms(s.id) for s in r.outputs) + self._driver.max_age_of(r)
+                for r in adopted if r.outputs]
+        if ends:  # (a record with no outputs reads nothing GC could take)
             # The first moment a commit would refuse the oldest: take them out then.
-            self._wake_at(max(min(born) + self._driver.max_age_ms + 1, now + 1))
+            self._wake_at(max(min(ends) + 1, now + 1))
 
     def settle(self) -> None:
         """:meth:`refresh` after a commit attempt, which must not hide the commit's own error:

@@ -46,7 +46,7 @@ def check_properties(info: SstInfo, props: dict[str, Any], name: str) -> None:
 
 
 def check_sst(store: ObjectStore, key: str, info: SstInfo, *, blocks: bool,
-              name: str | None = None) -> tuple[int, int]:
+              name: str | None = None, reader: SstReader | None = None) -> tuple[int, int]:
     """Check the SST object ``key`` in ``store`` against ``info``; return its entry and block
     counts.
 
@@ -55,10 +55,15 @@ def check_sst(store: ObjectStore, key: str, info: SstInfo, *, blocks: bool,
     ``info.size`` bytes long (one more one-byte ranged GET), and its properties must match
     ``info`` (entries, tombstones, key range). With ``blocks``, every data block is also read
     and checked (bypassing any cache). Raises :class:`CorruptionError` (naming ``name``,
-    default ``key``), or the store's ``NotFoundError`` when the object is missing.
+    default ``key``), or the store's ``NotFoundError`` when the object is missing. ``reader``:
+    an unused reader of ``key`` with ``info`` (not clipped) to load the tail into, so that
+    whoever reads the SST next finds it loaded (without: a reader of its own, no cache).
     """
     name = name or key
-    reader = SstReader(store, key, replace(info, clipped=False), None)
+    if reader is None:
+        reader = SstReader(store, key, replace(info, clipped=False), None)
+    elif reader.name != key or reader.info != info or info.clipped:
+        raise ValueError("the reader is not one of this SST, unclipped")
     try:
         entries = reader.verify() if blocks else info.entries
         props, count = reader.properties, reader.num_blocks
