@@ -49,3 +49,17 @@ def timed(db: silt.DB) -> Iterator[Timed]:
             yield Timed(op)
     finally:
         metered.inner, metered.local = inner, inner.local
+
+
+def foreground_requests(db: silt.DB) -> dict[str, int]:
+    """The requests ``db`` made, by kind, but for its background compaction's: on a local store
+    a new handle that compacts lists ``compaction/`` on a thread of its own for results an
+    earlier process left (:mod:`silt.compaction.leftovers`), off the path of its open, reads
+    and commits, and at a moment no test controls."""
+    counts: dict[str, int] = {}
+    for purpose, kinds in db.stats()["requests"].items():
+        if purpose != "compaction":
+            for kind, figures in kinds.items():
+                counts[kind] = counts.get(kind, 0) + figures["count"]
+    return {kind: counts.get(kind, 0) for kind in db.stats()["requests_by_kind"]}
+

@@ -12,6 +12,7 @@ import struct
 import uuid
 
 import pytest
+import roundtrips
 import silt
 from silt import handoff, paths
 from silt.checksum import crc32
@@ -45,12 +46,7 @@ def _committed(url: str, n: int = 2,
 
 
 def _requests(db: silt.DB) -> int:
-    """The handle's requests to the store, but for its background compaction's: on a local
-    store a new handle lists ``compaction/`` on a thread for results an earlier process left
-    (:mod:`silt.compaction.leftovers`), off the path of its open, reads and commits."""
-    by_purpose = db.stats()["requests"]
-    return sum(kind["count"] for purpose, kinds in by_purpose.items()
-               if purpose != "compaction" for kind in kinds.values())
+    return sum(roundtrips.foreground_requests(db).values())
 
 
 def test_a_record_is_taken_for_its_root_scope_and_version_only(url: str) -> None:

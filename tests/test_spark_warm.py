@@ -17,7 +17,7 @@ from silt_spark.runtime._shard import ShardTask
 
 
 def _requests(db: silt.DB) -> dict[str, int]:
-    return db.stats()["requests_by_kind"]
+    return roundtrips.foreground_requests(db)
 
 
 @pytest.fixture
