@@ -23,6 +23,7 @@ import pytest
 import silt
 from silt import paths
 from silt.graces import Announcer
+from test_early_install import check_reads, load
 
 T0 = 1_700_000_000_000
 GRACE_MS = 10_000
@@ -40,35 +41,12 @@ SETTINGS = silt.Settings(
     gc_grace_seconds=GRACE_MS / 1000,
 )
 
-KEYS = [b"k%03d" % i for i in range(60)]
 
 
 def root(tier: str, tmp_path) -> str:
     if tier == "memory":
         return f"memory://leftovers-{uuid.uuid4().hex}"
     return (tmp_path / f"root-{uuid.uuid4().hex[:8]}").as_uri()
-
-
-def load(db: silt.DB, model: dict[bytes, bytes], rng: random.Random, commits: int) -> None:
-    """``commits`` commits of overlapping random puts and deletes (one L0 SST each)."""
-    for c in range(commits):
-        for _ in range(25):
-            k = rng.choice(KEYS)
-            if rng.random() < 0.15:
-                db.delete(k)
-                model.pop(k, None)
-                continue
-            v = b"v%d-%d" % (c, rng.randrange(1000))
-            db.put(k, v)
-            model[k] = v
-        db.commit()
-
-
-def check_reads(db: silt.DB, model: dict[bytes, bytes]) -> None:
-    for k in KEYS:
-        assert db.get(k) == model.get(k), k
-    assert db.multi_get(KEYS) == [model.get(k) for k in KEYS]
-    assert list(db.scan()) == sorted(model.items())
 
 
 def leave_a_compaction(url: str, seed: int, clock: silt.Clock | None = None,
