@@ -62,14 +62,13 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from .. import paths
 from ..clock import Clock, Wakeup
 from ..metrics import Metrics
 
 if TYPE_CHECKING:
-    from ..commit import Committer
     from ..refill import Refiller
     from ..sst.reader import SstReader
     from ..state import TreeState
@@ -83,10 +82,18 @@ log = logging.getLogger("silt.compaction")
 LOCK_POLL_SECONDS = 0.05
 
 
+class Confirmations(Protocol):
+    """What the early install reads of the DB's committer (``silt.commit.Committer``): the
+    last version this writer committed whose post-commit checks passed (``None`` before its
+    first)."""
+
+    confirmed: int | None
+
+
 class EarlyInstall:
     """Shows one writer's finished compactions to its reads (see the module docstring)."""
 
-    def __init__(self, state: TreeState, driver: CompactionDriver, committer: Committer,
+    def __init__(self, state: TreeState, driver: CompactionDriver, committer: Confirmations,
                  clock: Clock, metrics: Metrics, refiller: Refiller | None) -> None:
         self._state = state
         self._driver = driver

@@ -23,7 +23,8 @@ from ._builder import transform_batches
 from ._handle import BatchHandle, BatchStates
 from ._lists import BatchListState
 from ._maps import BatchMapState
-from ._state import BatchProcessor, BatchValueState
+from ._processor import BatchProcessor
+from ._state import BatchValueState
 from ._timers import BatchTimers
 
 __all__ = ["BatchHandle", "BatchListState", "BatchMapState", "BatchProcessor", "BatchStates",

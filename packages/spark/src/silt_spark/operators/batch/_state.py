@@ -1,7 +1,7 @@
 """The batch processor's state variables: what ``process`` reads and writes for many keys at
 once. :class:`BatchValueState` is here with what every variable shares (:class:`BatchKeys`,
 :class:`BatchVariable`); list and map variables are ``_lists.py`` and ``_maps.py``, the handle
-that declares them ``_handle.py``.
+that declares them ``_handle.py``, the processor's base class ``_processor.py``.
 
 Layout: exactly the per-key processor's (``silt_spark.operators.processor``, built from
 ``operators/_varkeys.py``). For grouping key ``k`` in key group ``kg`` and a variable named
@@ -47,7 +47,7 @@ call per element, while fixed-width schemas go by numpy records (``runtime._valu
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from silt.errors import InvalidArgumentError
 
@@ -56,63 +56,24 @@ from .. import _varkeys
 from ._keyset import BatchKeys
 from ._tables import as_table, conform
 
-__all__ = ["BatchKeys", "BatchProcessor", "BatchValueState", "BatchVariable", "rows_table"]
+__all__ = ["BatchKeys", "BatchValueState", "BatchVariable", "VariableHost", "rows_table"]
 
-if TYPE_CHECKING:
-    from ._handle import BatchHandle, BatchStates
 
-class BatchProcessor:
-    """Stateful logic over whole micro-batches, applied with
-    :func:`silt_spark.transform_batches`.
 
-    ``init(handle)`` declares the state variables (``handle.getValueState(name, schema)``,
-    ``getListState(name, schema)``, ``getMapState(name, user_key_schema, value_schema)``, each
-    with an optional ``ttlDurationMs``, as a :class:`~silt_spark.StatefulProcessor` does);
-    ``process(batch, state, timers)`` is called once per shard and micro-batch with the shard's
-    rows (a ``pyarrow.Table`` with every input column, key columns included) and returns the
-    output rows (a ``pyarrow.Table``, ``RecordBatch`` or pandas DataFrame with the operator's
-    ``output_schema``, or ``None``); ``close()`` is optional, and so is
-    ``process_initial(rows, state, timers)`` (required with ``initial_state=``: called once per
-    shard in the query's first micro-batch with the shard's initial rows, before ``process``;
-    what it returns is ignored), and so is ``expired(keys, times, state)`` (with a
-    ``time_mode``: called once per shard and micro-batch with the timers that are due, ``keys``
-    a ``pyarrow.Table`` of the key columns and ``times`` their int64 ms, one row per timer in
-    firing order; returns output rows as ``process`` does; ``state.timers`` registers, deletes
-    and lists timers there). ``timers`` (also ``state.timers``) is a
-    :class:`~silt_spark.operators.batch.BatchTimers`: the batch's processing time and
-    watermark, and ``register(keys, times)``, ``delete(keys, times)``, ``list(keys)``. Any
-    object with ``init`` and ``process`` is accepted.
+class VariableHost(Protocol):
+    """What a state variable uses of the handle that declared it (``_handle.BatchHandle``):
+    the processor's name for errors, the batch's keys, prefetched state and held values, the
+    shard's task (its DB), the next list sequence per list prefix, and the record of which
+    variables the batch wrote."""
 
-    Examples
-    --------
-    >>> import pyarrow as pa
-    >>> import pyarrow.compute as pc
-    >>> class RunningCount(BatchProcessor):
-    ...     def init(self, handle):
-    ...         handle.getValueState("count", "n long")
-    ...     def process(self, batch, state, timers):
-    ...         per_key = batch.group_by("user").aggregate([([], "count_all")])
-    ...         count = state.value("count")
-    ...         old = count.get(per_key)
-    ...         n = pc.add(pc.fill_null(old["n"], 0), per_key["count_all"])
-    ...         count.put(per_key, pa.table({"n": n}))
-    ...         return pa.table({"user": per_key["user"], "n": n})
-    """
+    _processor: str
+    _keys: Any
+    _state: Any
+    _values: Any
+    _task: Any
+    _list_next: dict[bytes, int]
 
-    def init(self, handle: BatchHandle) -> None:
-        """Declare the state variables (``handle.getValueState``, ``getListState``,
-        ``getMapState``)."""
-        raise NotImplementedError
-
-    def process(self, batch: Any, state: BatchStates, timers: Any) -> Any:
-        """The shard's output for its rows of one micro-batch (see the class docstring);
-        ``timers`` is the batch's :class:`~silt_spark.operators.batch.BatchTimers`
-        (its processing time and watermark, as a :class:`~silt_spark.TimerValues`)."""
-        raise NotImplementedError
-
-    def close(self) -> None:
-        """Called after ``process``, also when it raised."""
-
+    def _wrote(self, name: str, put: bool) -> None: ...
 
 def rows_table(rows: list[tuple | None], schema: Any) -> Any:
     """A ``pyarrow.Table`` of ``schema`` from decoded rows (``None``: a row of nulls)."""
@@ -136,7 +97,7 @@ class BatchVariable:
     #: ``"value"``, ``"list"`` or ``"map"``.
     kind = ""
 
-    def __init__(self, handle: BatchHandle, name: str, codec: _valuecodec.VarCodec,
+    def __init__(self, handle: VariableHost, name: str, codec: _valuecodec.VarCodec,
                  arrow_schema: Any, ttl_seconds: float | None = None) -> None:
         import pyarrow as pa
 
