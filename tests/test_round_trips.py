@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import pytest
 import silt
-from silt import plugins
+from silt import plugins, readplan
 from silt.errors import CommitConflict
 from silt.plugins import open_store
 from silt.sst.bloom import bloom_hash
@@ -434,6 +434,23 @@ def test_a_cold_multi_get_across_many_ssts_reads_tails_then_blocks_in_two_waves(
     with store.operation() as op:  # warm: every block cached
         assert db.multi_get(keys) == expected
     _check(op, 0, {})
+    db.close()
+
+
+def test_a_planned_wave_stops_at_its_byte_limit(root: Root, monkeypatch: pytest.MonkeyPatch
+                                                ) -> None:
+    """A plan reads at most readplan.PLAN_MAX_BYTES of blocks at once; the SSTs past it are
+    planned when the call reaches them. At a limit below one SST's blocks each SST is its own
+    wave (the requests and answers unchanged)."""
+    ssts = _levels_and_l0(root)
+    keys = _keys(0, 3000)[::3]
+    with silt.open(root.url) as plain:
+        expected = plain.multi_get(keys)
+    monkeypatch.setattr(readplan, "PLAN_MAX_BYTES", 1)
+    db, store = root.open(settings=WIDE)
+    with store.operation() as op:
+        assert db.multi_get(keys) == expected
+    _check(op, 1 + ssts, {"get_range": 2 * ssts})
     db.close()
 
 

@@ -113,7 +113,7 @@ def wanted_blocks(reader: SstReader, ranges: list[tuple[bytes, bytes]],
 #: The most bytes of blocks one planned wave of a ``multi_get`` reads (coalesced runs, gaps
 #: included), so a call that needs more than this holds at most about this much decoded at once:
 #: the SSTs past the limit are planned when the call reaches them (another wave).
-PLAN_MAX_BYTES = 64 * 1024 * 1024
+PLAN_MAX_BYTES = 32 * 1024 * 1024
 
 
 class GetPlan:
