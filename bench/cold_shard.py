@@ -22,7 +22,7 @@ says ``"round_trips": true`` (a remote root: ``batch_profile.py --cold --s3-late
 store is wrapped in ``silt.testing.LatencyStore`` with no added delay, which counts each step's
 *sequential round trips* structurally (the longest chain of requests each started after the one
 before had completed; the latency is the proxy's) and its requests; ``waves`` lists the
-requests of each round trip of the open and the cold batch (kind and count).
+requests of each round trip of each step (kind and the key's first folder: ``get_range sst/``).
 
 This module imports nothing but the standard library at its top, so that the child's steps are
 measured from a cold interpreter; ``Task`` is also what ``batch_profile.py`` runs its stages
@@ -120,7 +120,8 @@ class Counted:
         out.setdefault("requests", {})[name] = dict(op.requests)
         out.setdefault("round_trips", {})[name] = op.round_trips
         out.setdefault("waves", {})[name] = [
-            dict(collections.Counter(kind for kind, _ in wave)) for wave in op.waves()]
+            dict(collections.Counter(f"{kind} {key.split('/')[0]}/" for kind, key in wave))
+            for wave in op.waves()]
 
 
 def _read_batches(path: Path) -> list[Any]:
