@@ -110,9 +110,9 @@ def wanted_blocks(reader: SstReader, ranges: list[tuple[bytes, bytes]],
     return sorted(wanted)
 
 
-#: The most bytes of blocks one planned wave of a ``multi_get`` reads (coalesced runs, gaps
-#: included), so a call that needs more than this holds at most about this much decoded at once:
-#: the SSTs past the limit are planned when the call reaches them (another wave).
+#: The most bytes of blocks (as stored) one planned wave of a ``multi_get`` reads, so that a call
+#: that needs more holds about this much at once (decoded, until each SST is probed): the SSTs
+#: past the limit are planned when the call reaches them (another wave).
 PLAN_MAX_BYTES = 32 * 1024 * 1024
 
 
