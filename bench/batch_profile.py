@@ -40,7 +40,10 @@ the shard's open, the restart batch's ``merge_partition`` and commit, then two m
 the warm handle. Prints each run's steps and their medians (wall and CPU). The children import
 from bytecode (written by a first, uncounted run), as from an installed package;
 ``--source-imports`` compiles silt's modules from source in every child instead. ``--profile-cold cprofile`` profiles
-one cold child (the steps after the worker's own imports).
+one cold child (the steps after the worker's own imports). ``--s3-latency-ms 20``: each run also
+restarts a copy of the shard uploaded to moto's S3 server behind the Spark benchmark's latency
+proxy (``spark_session.RemoteState``), file:// and S3 alternated, and prints each step's
+requests and, on S3, its sequential round trips and what went out in each (``cold_shard.py``).
 """
 
 from __future__ import annotations
@@ -293,57 +296,109 @@ COLD_STEPS = ("worker", "imports", "open", "process", "commit", "warm_process", 
 def cold(args: argparse.Namespace) -> None:
     """``--cold``: the cold shard's steps in fresh interpreters (see the module)."""
     child = [sys.executable, str(Path(__file__).with_name("cold_shard.py"))]
-    with tempfile.TemporaryDirectory() as d:
-        # Imports from bytecode, as an installed package's are: the children write and read
-        # theirs under the folder (a first run, not counted, fills it). --source-imports: from
-        # source, as a worker imports a checkout without bytecode when PYTHONDONTWRITEBYTECODE
-        # is set (each fresh worker compiles every silt module it imports).
-        env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-        env["PYTHONPYCACHEPREFIX"] = str(Path(d) / "pycache")
-        if args.source_imports:  # (the installed packages' own bytecode is still read)
-            env["PYTHONDONTWRITEBYTECODE"] = "1"
-            del env["PYTHONPYCACHEPREFIX"]
-        base = Path(d) / "base"
-        base.mkdir()
-        cold_fill(args, base)
+    remote = None
+    if args.s3_latency_ms is not None:
+        from spark_session import RemoteState
 
-        def one(name: str, *flags: str) -> subprocess.CompletedProcess[str]:
-            run_dir = Path(d) / name
-            shutil.copytree(base, run_dir)
-            _rewrite_job(run_dir)
-            try:
-                return subprocess.run([*child, *flags, str(run_dir)], check=True, env=env,
-                                      stdout=subprocess.PIPE, text=True)
-            finally:
-                shutil.rmtree(run_dir)
+        remote = RemoteState(args.s3_latency_ms)
+    try:
+        with tempfile.TemporaryDirectory() as d:
+            _cold_runs(args, child, Path(d), remote)
+    finally:
+        if remote is not None:
+            remote.stop()
 
-        one("fills-the-bytecode-cache")
-        if args.profile_cold:
-            print(one("profiled", "--profile", args.profile_cold).stdout)
-            return
-        runs = []
-        print(f"{args.keys} keys in the shard, {args.rows} rows per batch; "
-              f"{'pure Python' if os.environ.get('SILT_NO_EXTENSIONS') else 'compiled'}; "
-              f"imports from {'source' if args.source_imports else 'bytecode'}; "
-              f"load {os.getloadavg()[0]:.2f}")
-        for r in range(args.runs):
-            got = json.loads(one(f"run-{r}").stdout.splitlines()[-1])
-            runs.append(got)
-            print(f"run {r + 1}: " + ", ".join(f"{k} {1000 * got[k]:.0f}" for k in COLD_STEPS)
+
+def _cold_runs(args: argparse.Namespace, child: list[str], d: Path, remote: Any) -> None:
+    # Imports from bytecode, as an installed package's are: the children write and read
+    # theirs under the folder (a first run, not counted, fills it). --source-imports: from
+    # source, as a worker imports a checkout without bytecode when PYTHONDONTWRITEBYTECODE
+    # is set (each fresh worker compiles every silt module it imports).
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPYCACHEPREFIX"] = str(d / "pycache")
+    if args.source_imports:  # (the installed packages' own bytecode is still read)
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+        del env["PYTHONPYCACHEPREFIX"]
+    base = d / "base"
+    base.mkdir()
+    cold_fill(args, base)
+
+    def one(name: str, *flags: str, tier: str = "file") -> subprocess.CompletedProcess[str]:
+        run_dir = d / name
+        shutil.copytree(base, run_dir)
+        _rewrite_job(run_dir, _uploaded(remote, run_dir, name) if tier == "s3" else None)
+        try:
+            return subprocess.run([*child, *flags, str(run_dir)], check=True, env=env,
+                                  stdout=subprocess.PIPE, text=True)
+        finally:
+            shutil.rmtree(run_dir)
+
+    tiers = ["file"] if remote is None else ["file", "s3"]
+    for tier in tiers:  # (the S3 tier's imports too: botocore's bytecode under the prefix)
+        one(f"fills-the-bytecode-cache-{tier}", tier=tier)
+    if args.profile_cold:
+        print(one("profiled", "--profile", args.profile_cold, tier=tiers[-1]).stdout)
+        return
+    runs: dict[str, list[dict[str, Any]]] = {t: [] for t in tiers}
+    print(f"{args.keys} keys in the shard, {args.rows} rows per batch; "
+          f"{'pure Python' if os.environ.get('SILT_NO_EXTENSIONS') else 'compiled'}; "
+          f"imports from {'source' if args.source_imports else 'bytecode'}; "
+          + (f"S3 (moto) +{args.s3_latency_ms:g} ms per request beside file://; "
+             if remote else "") + f"load {os.getloadavg()[0]:.2f}")
+    for r in range(args.runs):
+        for tier in tiers if r % 2 == 0 else tiers[::-1]:  # alternated: file, s3, s3, file
+            got = json.loads(one(f"run-{r}-{tier}", tier=tier).stdout.splitlines()[-1])
+            runs[tier].append(got)
+            print(f"run {r + 1} {tier}: "
+                  + ", ".join(f"{k} {1000 * got[k]:.0f}" for k in COLD_STEPS)
                   + f" ms; {got['rows']} keys; {got['read_threads']} read threads; "
                   f"load {os.getloadavg()[0]:.2f}")
+            print("   requests: " + "; ".join(
+                f"{step} {_kinds(got['requests'][step])}"
+                + (f" in {got['round_trips'][step]} round trips "
+                   + " | ".join(_kinds(w) for w in got["waves"][step])
+                   if "round_trips" in got else "")
+                for step in ("open", "process", "commit")))
+    for tier in tiers:
         for what, pre in (("ms", ""), ("CPU ms", "cpu_")):
-            med = {k: statistics.median(g[pre + k] for g in runs) for k in COLD_STEPS}
-            print(f"median of {args.runs} runs ({what}): "
+            med = {k: statistics.median(g[pre + k] for g in runs[tier]) for k in COLD_STEPS}
+            print(f"{tier}: median of {args.runs} runs ({what}): "
                   + ", ".join(f"{k} {1000 * med[k]:.0f}" for k in COLD_STEPS)
-                  + f"; cold - warm process {1000 * (med['process'] - med['warm_process']):.0f}"
+                  + f"; cold - warm process "
+                  f"{1000 * (med['process'] - med['warm_process']):.0f}"
                   + f"; load {os.getloadavg()[0]:.2f}")
+    if remote is not None:
+        print("S3 - file:// per step, median of the runs' differences (ms): " + ", ".join(
+            f"{k} {1000 * statistics.median(s[k] - f[k] for s, f in zip(runs['s3'], runs['file'])):.0f}"
+            for k in ("open", "process", "commit")))
 
 
-def _rewrite_job(run_dir: Path) -> None:
-    """Point the job of a copied shard at the copy."""
+def _kinds(counts: dict[str, int]) -> str:
+    return ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "none"
+
+
+def _uploaded(remote: Any, run_dir: Path, prefix: str) -> str:
+    """Upload the shard copied under ``run_dir`` to the remote bucket under ``prefix``
+    (straight to moto, not through the proxy); returns its URL (through the proxy)."""
+    import boto3
+
+    client = boto3.client("s3", endpoint_url=remote.server.url, region_name="us-east-1")
+    shard = run_dir / "shard"
+    for path in sorted(shard.rglob("*")):
+        rel = path.relative_to(shard).as_posix()
+        if path.is_file() and not rel.startswith(".tmp/"):
+            client.put_object(Bucket=remote.bucket, Key=f"{prefix}/{rel}",
+                              Body=path.read_bytes())
+    client.close()
+    return remote.url(prefix)
+
+
+def _rewrite_job(run_dir: Path, url: str | None = None) -> None:
+    """Point the job of a copied shard at the copy (``url``: its upload, whose round trips the
+    child counts)."""
     job = json.loads((run_dir / "job.json").read_text())
-    job["url"] = (run_dir / "shard").as_uri()
+    job["url"] = url or (run_dir / "shard").as_uri()
+    job["round_trips"] = url is not None
     (run_dir / "job.json").write_text(json.dumps(job))
 
 
@@ -390,6 +445,9 @@ def main() -> None:
                     help="with --cold: profile one cold child")
     ap.add_argument("--source-imports", action="store_true",
                     help="with --cold: the children import silt from source, not bytecode")
+    ap.add_argument("--s3-latency-ms", type=float, default=None,
+                    help="with --cold: each run also restarts the shard on moto's S3 server "
+                    "behind a proxy adding this latency per request (bench/spark_session.py)")
     ap.add_argument("--sessions", action="store_true",
                     help="the batch case runs session_bench's Sessions (event-time timers)")
     ap.add_argument("--shards", type=int, default=4,

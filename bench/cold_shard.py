@@ -17,6 +17,13 @@ seconds of each step:
 * ``commit``: the shard's commit of that batch;
 * ``warm_process`` / ``warm_commit``: the median of the next batches on the same handle.
 
+``requests``: each step's requests by kind (the DB's own count, ``DB.stats``). When the job
+says ``"round_trips": true`` (a remote root: ``batch_profile.py --cold --s3-latency-ms``), the
+store is wrapped in ``silt.testing.LatencyStore`` with no added delay, which counts each step's
+*sequential round trips* structurally (the longest chain of requests each started after the one
+before had completed; the latency is the proxy's) and its requests; ``waves`` lists the
+requests of each round trip of each step (kind and the key's first folder: ``get_range sst/``).
+
 This module imports nothing but the standard library at its top, so that the child's steps are
 measured from a cold interpreter; ``Task`` is also what ``batch_profile.py`` runs its stages
 with. ``--profile cprofile`` wraps the steps after ``worker`` in cProfile and prints its top
@@ -27,6 +34,8 @@ waits, so under it the reads may go to the read pool).
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import json
 import os
 import statistics
@@ -80,6 +89,41 @@ class Clock:
         self.wall, self.cpu = wall, cpu
 
 
+class Counted:
+    """Each step's requests, and on a remote root its sequential round trips (see the module):
+    ``store`` is what ``silt.open`` is given (``None``: the URL's own store)."""
+
+    def __init__(self, url: str, round_trips: bool) -> None:
+        self.store: Any = None
+        self.db: Any = None
+        if round_trips:
+            from silt.plugins import open_store
+            from silt.testing import LatencyStore
+
+            self.store = LatencyStore(open_store(url), 0.0)
+
+    def _requests(self) -> dict[str, int]:
+        return dict(self.db.stats()["requests_by_kind"]) if self.db is not None else {}
+
+    @contextlib.contextmanager
+    def step(self, out: dict[str, Any], name: str) -> Any:
+        """Record the requests (and round trips) of the block as step ``name`` of ``out``."""
+        before = self._requests()
+        if self.store is None:
+            yield
+            after = self._requests()
+            out.setdefault("requests", {})[name] = {
+                k: n - before.get(k, 0) for k, n in after.items() if n - before.get(k, 0)}
+            return
+        with self.store.operation() as op:
+            yield
+        out.setdefault("requests", {})[name] = dict(op.requests)
+        out.setdefault("round_trips", {})[name] = op.round_trips
+        out.setdefault("waves", {})[name] = [
+            dict(collections.Counter(f"{kind} {key.split('/')[0]}/" for kind, key in wave))
+            for wave in op.waves()]
+
+
 def _read_batches(path: Path) -> list[Any]:
     import pyarrow.ipc as ipc
 
@@ -116,21 +160,26 @@ def child(folder: Path, profile: str | None, dump: str | None = None) -> dict[st
         return sum(b.num_rows for b in stage(task, placed(task, iter(batches))))
 
     clock.step("imports")
-    db = silt.open(job["url"], at_most=job["batch"] - 1,
-                   settings=silt.Settings.from_dict(job["settings"]))
+    counted = Counted(job["url"], bool(job.get("round_trips")))
+    with counted.step(out, "open"):
+        db = silt.open(job["url"], at_most=job["batch"] - 1, store=counted.store,
+                       settings=silt.Settings.from_dict(job["settings"]))
     clock.step("open")
+    counted.db = db
     opened = db.stats()
     out["shape"] = {"l0_ssts": opened["l0_ssts"], "levels": opened["levels"]}
     try:
         task = Task(db, job["url"], job["batch"])
         clock = Clock(out)
-        out["rows"] = run(task, cold)
+        with counted.step(out, "process"):
+            out["rows"] = run(task, cold)
         clock.step("process")
         import threading
 
         # Read threads the cold batch started (a local store's reads stay in the task's thread).
         out["read_threads"] = sum(t.name.startswith("silt-read") for t in threading.enumerate())
-        task.commit()
+        with counted.step(out, "commit"):
+            task.commit()
         clock.step("commit")
         if prof is not None:
             prof.disable()

@@ -20,9 +20,10 @@ from dataclasses import dataclass
 
 import pytest
 import silt
-from silt import plugins
+from silt import plugins, readplan
 from silt.errors import CommitConflict
 from silt.plugins import open_store
+from silt.sst.bloom import bloom_hash
 from silt.testing import LatencyStore, Operation
 from test_engine_on_tiers import TIERS, Tier, register_plugin
 
@@ -358,16 +359,16 @@ def test_an_advance_that_must_list_reads_the_gc_markers_beside_the_listing(root:
 def test_reads_on_a_cold_and_a_warm_handle(root: Root) -> None:
     """A cold handle reads an SST's tail (index, filter) before its blocks; a warm one has
     them cached. A cold multi_get/multi_scan reads the tails of every SST it may probe in one
-    wave; then multi_get reads each SST's coalesced runs at once, SST after SST (newest
-    first: a key found stops there), and multi_scan the runs of every SST in one wave. Before:
-    per SST the tail, then its first run of blocks alone (whose time told the DB the store
-    was remote), then the other runs: 5 round trips and 11 and 10 GETs."""
+    wave, then the coalesced runs of every SST in one more. Before: per SST the tail, then its
+    first run of blocks alone (whose time told the DB the store was remote), then the other
+    runs: 5 round trips and 11 and 10 GETs; then multi_get read each SST's runs SST after
+    SST: 3 round trips."""
     _two_versions(root)
     keys = _keys(0, 600)[::37]
     ranges = [(b"k%05d" % i, b"k%05d" % (i + 3)) for i in range(0, 600, 41)]
     cases = [
         ("get", lambda db: db.get(b"k00010"), (2, {"get_range": 2})),
-        ("multi_get", lambda db: db.multi_get(keys), (3, {"get_range": 4})),
+        ("multi_get", lambda db: db.multi_get(keys), (2, {"get_range": 4})),
         ("multi_scan", lambda db: db.multi_scan(ranges), (2, {"get_range": 4})),
     ]
     for name, read, (cold_rt, cold_requests) in cases:
@@ -381,3 +382,99 @@ def test_reads_on_a_cold_and_a_warm_handle(root: Root) -> None:
         db.close()
     with silt.open(root.url) as plain:
         assert expected == plain.multi_scan(ranges)
+
+
+#: A pool that takes a wave of 2 x 11 SSTs' requests at once (the default, 8 threads and the
+#: calling one, would queue the 11 tails in two rounds).
+WIDE = SETTINGS.replace(read_parallelism=16)
+
+
+def _levels_and_l0(root: Root) -> int:
+    """Keys 0-2999 compacted into one level of several SSTs, then 3 overlapping L0 SSTs, each
+    updating every 7th key (from 0, 1, 2): 11 SSTs a multi_get of the whole range probes,
+    each of several blocks. Returns the SSTs' count."""
+    loading = UPLOADED.replace(compaction="leveled", compaction_mode="thread",
+                               target_sst_bytes=16 * 1024, l0_compaction_trigger=2)
+    with silt.open(root.url, settings=loading) as w:
+        for lo in (0, 1000, 2000):
+            for k in _keys(lo, lo + 1000):
+                w.put(k, b"v" * 40)
+            w.commit()
+        assert w.wait_for_compaction(60)
+        w.commit()  # publishes the compaction
+    with silt.open(root.url, settings=UPLOADED) as w:
+        for n in range(3):
+            for i in range(n, 3000, 7):
+                w.put(b"k%05d" % i, b"u%d" % n)
+            w.commit()
+        stats = w.stats()
+    assert stats["l0_ssts"] >= 3 and len(stats["levels"]) == 1 and stats["levels"][0] >= 5
+    return stats["l0_ssts"] + sum(stats["levels"])
+
+
+def test_a_cold_multi_get_across_many_ssts_reads_tails_then_blocks_in_two_waves(
+        root: Root) -> None:
+    """A cold handle's multi_get of keys spread over the whole range, over L0 SSTs that
+    overlap and a level of several SSTs: the tails of every SST in one wave, then the blocks
+    every SST must give in one more (the plan assumes a key is found in the newest SST whose
+    filter and index send it to a block), each SST's blocks one coalesced ranged GET. Before:
+    the tails' wave, then one wave per SST reached, newest first: 1 + 11 round trips."""
+    ssts = _levels_and_l0(root)
+    keys = _keys(0, 3000)[::3]
+    with silt.open(root.url) as plain:
+        expected = plain.multi_get(keys)
+    assert expected.count(None) == 0 and b"u1" in expected and b"v" * 40 in expected
+    db, store = root.open(settings=WIDE)
+    with store.operation() as op:
+        assert db.multi_get(keys) == expected
+    _check(op, 2, {"get_range": 2 * ssts})
+    tails, blocks = op.waves()
+    assert len({name for _, name in tails}) == ssts, op  # each SST's tail once
+    assert len({name for _, name in blocks}) == ssts, op  # each SST's blocks: one GET
+    with store.operation() as op:  # warm: every block cached
+        assert db.multi_get(keys) == expected
+    _check(op, 0, {})
+    db.close()
+
+
+def test_a_planned_wave_stops_at_its_byte_limit(root: Root, monkeypatch: pytest.MonkeyPatch
+                                                ) -> None:
+    """A plan reads at most readplan.PLAN_MAX_BYTES of blocks at once; the SSTs past it are
+    planned when the call reaches them. At a limit below one SST's blocks each SST is its own
+    wave (the requests and answers unchanged)."""
+    ssts = _levels_and_l0(root)
+    keys = _keys(0, 3000)[::3]
+    with silt.open(root.url) as plain:
+        expected = plain.multi_get(keys)
+    monkeypatch.setattr(readplan, "PLAN_MAX_BYTES", 1)
+    db, store = root.open(settings=WIDE)
+    with store.operation() as op:
+        assert db.multi_get(keys) == expected
+    _check(op, 1 + ssts, {"get_range": 2 * ssts})
+    db.close()
+
+
+def test_keys_a_bloom_filter_misleads_cost_one_wave_more_for_all_of_them(root: Root) -> None:
+    """Keys held only by the level whose newest L0 SST's bloom filter says "maybe" (false
+    positives): the plan assumes them found there and reads that SST's blocks only; probed,
+    they are not there, and the first level SST that needs a block for one plans again from
+    there, for every such key and every SST left: one wave more in all. Before: one wave per
+    SST reached (the level's SSTs that hold them, one after the other)."""
+    _levels_and_l0(root)
+    with silt.open(root.url, settings=WIDE) as probe:
+        newest = probe._state.view.l0[0]  # updates every 7th key from 2
+        bloom, info = newest.tail.bloom, newest.info
+        level = probe._state.view.levels[0].readers
+        misled = [k for k in _keys(0, 3000) if int(k[1:]) % 7 > 2
+                  and info.smallest <= k <= info.largest
+                  and bloom.may_contain_hash(bloom_hash(k))]
+        ssts = {id(r) for k in misled for r in level if r.info.smallest <= k <= r.info.largest}
+        expected = probe.multi_get(misled)
+    assert len(misled) >= 3 and len(ssts) >= 2, (misled, len(ssts))  # (a fixed data set)
+    assert expected == [b"v" * 40] * len(misled)
+    db, store = root.open(settings=WIDE)
+    with store.operation() as op:
+        assert db.multi_get(misled) == expected
+    _check(op, 3, dict(op.requests))
+    assert {name for _, name in op.waves()[1]} == {newest.name}, op
+    db.close()

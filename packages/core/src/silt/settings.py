@@ -95,7 +95,11 @@ class Settings:
             512 MiB unless set; see :mod:`silt.budget`). An int: the DB has a private LRU cache
             of that many bytes of decoded blocks and its memtables are outside any budget.
         upload_parallelism: SST uploads that may run at once. Default 4.
-        read_parallelism: block fetches ``multi_get`` and scans may issue at once. Default 8.
+        read_parallelism: threads of the read pool: the ranged GETs a planned read (a cold
+            ``multi_get``, ``multi_scan``, the tails of a cold handle) has in flight at once on a
+            remote store, besides the calling thread's own (a wave of more than
+            ``read_parallelism + 1`` takes a round trip per that many). Threads start on first
+            need; a local store's reads stay in the calling thread. Default 16.
         max_pending_flushes: frozen memtables allowed to wait for upload before writes block
             (backpressure). Default 2.
         max_key_bytes: largest accepted key. Default 64 KiB.
@@ -148,7 +152,7 @@ class Settings:
     bloom_bits_per_key: int = 10
     block_cache_bytes: int | None = None
     upload_parallelism: int = 4
-    read_parallelism: int = 8
+    read_parallelism: int = 16
     max_pending_flushes: int = 2
     max_key_bytes: int = 64 * KiB
     max_value_bytes: int = 256 * MiB

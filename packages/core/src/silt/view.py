@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from .memtable import Memtable, split_found
 from .merge import live, merge_newest_first, visible_many
 from .rangedel import EMPTY, RangeTombstones
-from .readplan import covering, load_tails, read_blocks, wanted_blocks
+from .readplan import GetPlan, covering, load_tails, read_blocks, wanted_blocks
 from .record import MISSING
 from .sst.bloom import bloom_hash
 from .sst.builder import SstInfo
@@ -168,8 +168,13 @@ class ReadView:
         found: dict[bytes, object] = {}
         tombs = self.tombs
         remaining = split_found(sorted_unique(keys), self.mem.data, found)
-        if remaining:  # a cold handle: the tails it may probe in one wave, not one per SST
-            load_tails(covering(self._readers(), remaining), fetch)
+        if not remaining:
+            return visible_many(keys, found, now_ms)
+        # A cold handle: the tails it may probe in one wave, not one per SST; then the blocks
+        # of every SST in one more wave (silt.readplan.GetPlan), not one per SST
+        readers = self._readers()
+        load_tails(covering(readers, remaining), fetch)
+        plan = GetPlan(fetch, readers)
         # Parts newest first, each as a memtable or (once uploaded) as an SST: uploads finish
         # out of order (parallel uploads, a failed upload retried at commit), so an older part
         # may still be a memtable while a newer one is already an SST.
@@ -181,14 +186,16 @@ class ReadView:
             if pm is not None:
                 remaining = split_found(remaining, pm.data, found)
             else:
-                remaining = probe_sst(part.reader, remaining, found, fetch)  # type: ignore[arg-type]
+                plan.entering(remaining)
+                remaining = probe_sst(part.reader, remaining, found, plan)  # type: ignore[arg-type]
             if tombs:
                 tombs.mask_found(before, found, part.seq)
         for reader in self.l0:
             if not remaining:
                 break
             before = remaining
-            remaining = probe_sst(reader, remaining, found, fetch)
+            plan.entering(remaining)
+            remaining = probe_sst(reader, remaining, found, plan)
             if tombs and tombs.covers_any(reader.info):  # type: ignore[arg-type]
                 tombs.mask_found(before, found, reader.info.seq)  # type: ignore[union-attr]
         for level in self.levels:
@@ -202,7 +209,8 @@ class ReadView:
                 hi = bisect_right(remaining, info.largest, lo)  # type: ignore[union-attr]
                 still.extend(remaining[pos:lo])
                 if lo < hi:
-                    still.extend(probe_sst(reader, remaining[lo:hi], found, fetch))
+                    plan.entering(remaining, still, lo)
+                    still.extend(probe_sst(reader, remaining[lo:hi], found, plan))
                     if tombs and tombs.covers_any(info):  # type: ignore[arg-type]
                         tombs.mask_found(remaining[lo:hi], found, info.seq)  # type: ignore[union-attr]
                 pos = hi
