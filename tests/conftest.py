@@ -8,7 +8,9 @@ explicitly).
 from __future__ import annotations
 
 import os
+import sys
 import uuid
+from collections.abc import Iterator
 
 import pytest
 
@@ -67,16 +69,9 @@ MOTO_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "te
 @pytest.fixture(scope="session")
 def moto_server():
     """The endpoint URL (``http://127.0.0.1:<port>``) of a moto S3 server subprocess."""
-    import sys
+    from servers import start_moto
 
-    from servers import start_server
-
-    server = start_server(
-        "moto S3",
-        [sys.executable, "-m", "moto.server", "-H", "{host}", "-p", "{port}"],
-        ready_path="/moto-api/",
-        timeout=60,
-    )
+    server = start_moto(timeout=60)
     yield server.url
     server.stop()
 
@@ -166,6 +161,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return (1 if item.path in spark_files else 2), 0
 
     items.sort(key=place)  # stable: within a group, collection order
+
+
+@pytest.fixture(autouse=True)
+def _no_shared_s3_clients_between_tests() -> Iterator[None]:
+    """Each test starts without the S3 clients earlier tests left in this process
+    (``silt_s3.sdk.shared_client``): a test that registers event handlers on its store's client
+    must not see them in the next test, and a long run must not hold every test's client."""
+    yield
+    sdk = sys.modules.get("silt_s3.sdk")
+    if sdk is not None:
+        sdk.forget_clients()
 
 
 @pytest.fixture(scope="session")

@@ -42,6 +42,9 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+#: moto's server with atomic conditional writes (``tests/motoserver.py``).
+MOTO_SERVER = str(Path(__file__).with_name("motoserver.py"))
+
 _LIVE: set[Server] = set()
 _LIVE_LOCK = threading.Lock()
 
@@ -395,11 +398,12 @@ def start_fake_gcs(timeout: float = 60.0, binary: str | None = None) -> Server:
 
 
 def start_moto(timeout: float = 60.0) -> Server:
-    """Start moto's S3 server (``python -m moto.server``) on a free 127.0.0.1 port; it is ready
-    when its admin API answers. Any access key works; create buckets through boto3."""
+    """Start moto's S3 server (:data:`MOTO_SERVER`: moto's own, with its conditional writes
+    decided atomically) on a free 127.0.0.1 port; it is ready when its admin API answers. Any
+    access key works; create buckets through boto3."""
     return start_server(
         "moto S3",
-        [sys.executable, "-m", "moto.server", "-H", "{host}", "-p", "{port}"],
+        [sys.executable, MOTO_SERVER, "-H", "{host}", "-p", "{port}"],
         ready_path="/moto-api/",
         timeout=timeout,
     )

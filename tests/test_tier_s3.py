@@ -718,3 +718,71 @@ def test_a_slow_read_is_hedged(aws_env: None, s3_bucket: str, proxy: FaultProxy)
         check_a_slow_read_is_hedged_and_billed_twice(store, proxy)
     finally:
         store.close()
+
+
+# --- one client per configuration and process ---------------------------------------------------
+
+
+def test_stores_of_one_configuration_share_a_client(
+    aws_env: None, s3_bucket: str, moto_server: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Stores whose options and environment would build identical clients get one client
+    (a Spark worker's origin check and shard open built two); any other option, credentials
+    of another environment, or a session given in code gets its own; closing one store leaves
+    the shared client working for the others; the table holds digests, never a secret."""
+    import boto3
+    from silt_s3 import sdk
+
+    a = open_on(s3_bucket, moto_server, "a")
+    b = open_on(s3_bucket, moto_server, "b")
+    assert a._client is b._client
+    assert open_on(s3_bucket, moto_server, "c", read_timeout=7)._client is not a._client
+    keyed = open_on(s3_bucket, moto_server, "d", access_key_id="AKIAOTHER",
+                    secret_access_key="very-secret-key")
+    assert keyed._client is not a._client
+    assert not any("very-secret-key" in k or "AKIAOTHER" in k for k in sdk._clients)
+    given = S3Store(s3_bucket, "e", options=S3Options(endpoint_url=moto_server),
+                    session=boto3.Session())
+    assert given._client is not a._client and not sdk.is_shared(given._client)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAROTATED")
+    rotated = open_on(s3_bucket, moto_server, "f")
+    assert rotated._client is not a._client  # the credential chain reads the environment
+    a.put("x", b"1")
+    a.close()
+    b.put("y", b"2")  # a's close did not close the shared client
+    assert b.get("y") == b"2" and [i.key for i in b.list()] == ["y"]
+    closed: list[bool] = []
+    close_given = given._client.close
+    given._client.close = lambda: closed.append(True) or close_given()  # type: ignore[method-assign]
+    given.close()
+    assert closed == [True]  # a client given in code is the store's own: its close closes it
+    sdk.forget_clients()
+    assert b.get("y") == b"2"  # an open store's next request opens new connections
+    assert open_on(s3_bucket, moto_server, "g")._client is not b._client
+    for store in (b, keyed, rotated):
+        store.close()
+
+
+def test_a_forked_child_never_uses_its_parents_client(
+    aws_env: None, s3_bucket: str, moto_server: str
+) -> None:
+    """A child forked after its parent opened a store builds its own client (the parent's
+    sockets are the parent's): its store works, and the parent's client is untouched."""
+    import os
+
+    parent = open_on(s3_bucket, moto_server, "p")
+    parent.put("x", b"parent")
+    pid = os.fork()
+    if pid == 0:  # the child: exit code 0 only if it got a new, working client
+        code = 1
+        try:
+            child = open_on(s3_bucket, moto_server, "p")
+            if child._client is not parent._client and child.get("x") == b"parent":
+                code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert open_on(s3_bucket, moto_server, "p")._client is parent._client
+    assert parent.get("x") == b"parent"
+    parent.close()

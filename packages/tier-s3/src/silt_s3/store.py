@@ -115,26 +115,41 @@ class S3Store(TierStore):
     # --- construction --------------------------------------------------------------------------
 
     def _make_client(self, session: Any) -> Any:
-        """A client for the options: from ``session`` (a ``boto3.Session`` given in code) or a
-        new botocore session sharing the process's service models (:mod:`silt_s3.sdk`), with
-        the options' credentials when they name them."""
+        """A client for the options: from ``session`` (a ``boto3.Session`` given in code) or,
+        without one, the process's client of the same configuration (:func:`sdk.shared_client`:
+        a new botocore session sharing the process's service models, with the options'
+        credentials when they name them)."""
+        opts = self.options
+        addressing = opts.addressing_style or ("path" if self.endpoint else "auto")
+        if session is not None:
+            return self._build_client(session, opts.region or session.region_name, addressing)
+        digest = sdk.configuration_digest((
+            opts.profile, opts.region, opts.access_key_id, opts.secret_access_key,
+            opts.session_token, self.endpoint, addressing, opts.max_attempts,
+            opts.connect_timeout, opts.read_timeout, opts.max_pool_connections, opts.checksums,
+            opts.verify,
+        ))
+        return sdk.shared_client(digest, lambda: self._build_client(None, opts.region,
+                                                                     addressing))
+
+    def _build_client(self, session: Any, region: str | None, addressing: str) -> Any:
+        """A new client: on ``session`` (given in code), else on a new botocore session of the
+        options' profile (region from the options, the session's configuration, else
+        ``us-east-1``)."""
         opts = self.options
         kwargs: dict[str, Any] = {}
         try:
             if session is None:
                 session = sdk.session(opts.profile)
-                region = opts.region or sdk.region(session) or "us-east-1"
+                region = region or sdk.region(session)
                 if opts.access_key_id is not None:
                     kwargs.update(aws_access_key_id=opts.access_key_id,
                                   aws_secret_access_key=opts.secret_access_key,
                                   aws_session_token=opts.session_token)
-            else:
-                region = opts.region or session.region_name or "us-east-1"
         except _SDK_ERRORS as exc:
             raise self._error(exc, "open", None) from None
-        addressing = opts.addressing_style or ("path" if self.endpoint else "auto")
         config = botocore.config.Config(
-            region_name=region,
+            region_name=region or "us-east-1",
             retries={"mode": "standard", "total_max_attempts": opts.max_attempts},
             connect_timeout=opts.connect_timeout,
             read_timeout=opts.read_timeout,
@@ -160,9 +175,10 @@ class S3Store(TierStore):
             raise StoreError(f"cannot open {self.url}: {exc}") from None
 
     def _release(self) -> None:
-        """Close the client's connections."""
+        """Close the client's connections, unless it is the process's shared client of this
+        configuration (:mod:`silt_s3.sdk`: other stores use it)."""
         close = getattr(self._client, "close", None)
-        if close is not None:
+        if close is not None and not sdk.is_shared(self._client):
             close()
 
     # --- helpers -------------------------------------------------------------------------------
