@@ -96,6 +96,9 @@ def test_the_wait_is_bounded(tier: str, tmp_path, monkeypatch: pytest.MonkeyPatc
         assert 0.15 <= waited < 1.5, waited  # the bound, once for all the reads
         assert not looking.is_set()
         assert len(db._view.l0) == 4  # the opened tree, read as before
+        finder = db._rooms.leftovers
+        assert finder.view_for_reads() is finder.view_for_reads()  # one copy, not one a read
+        assert finder.view_for_reads().waits is None
         t0 = time.monotonic()
         check_reads(db, model)
         assert time.monotonic() - t0 < 1.5  # no wait past the bound

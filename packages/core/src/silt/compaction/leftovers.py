@@ -172,6 +172,7 @@ class LeftoverFinder:
         self._thread = threading.Thread(target=self._run, name="silt-leftovers", daemon=True)
         self._checker: threading.Thread | None = None
         self._deadline: float | None = None
+        self._unwaited: tuple[ReadView, ReadView] | None = None
         driver.check_leftovers = self.check_soon
 
     def start(self) -> None:
@@ -196,7 +197,14 @@ class LeftoverFinder:
         if self._thread.is_alive():
             self._thread.join(max(0.0, deadline - time.monotonic()))
         view = self._state.view
-        return view if view.waits is None else view.but()
+        if view.waits is None:
+            return view
+        # The search outlasted the wait: the opened view without it, made once (a copy per
+        # read would build its key bounds again for every get until the search is over).
+        copy = self._unwaited
+        if copy is None or copy[0] is not view:
+            copy = self._unwaited = (view, view.but())
+        return copy[1]
 
     def wait(self, timeout: float | None = None) -> bool:
         """Wait until the leftovers found (if any) serve reads and a check of their blocks a
