@@ -255,3 +255,31 @@ def test_a_local_store_is_read_as_remote_by_its_waits_not_its_work(cpu, wait, de
     fresh.store.put(name, raw)
     assert [list(b.items_from(None, None)) for b in got] == [
         list(fresh.read_block(i, fill_cache=False).items_from(None, None)) for i in wanted]
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.data())
+def test_coalesce_and_missing_runs_twins_agree(data) -> None:
+    """The compiled ``coalesce`` and ``missing_runs`` (the fetcher's plan of a multi_get's
+    missed blocks) give the pure twins' runs and places, for any gap and size limit."""
+    from silt.sst import probe
+
+    reader, _, _ = make_sst({b"k%05d" % i: b"v" * 30 for i in range(400)})
+    n = reader.num_blocks
+    indexes = sorted(data.draw(st.sets(st.integers(0, n - 1), min_size=1, max_size=40)))
+    cached = data.draw(st.lists(st.booleans(), min_size=len(indexes), max_size=len(indexes)))
+    if all(cached):
+        cached[0] = False
+    out = [object() if c else None for c in cached]
+    gap = data.draw(st.sampled_from([0, 100, 1 << 16]))
+    most = data.draw(st.sampled_from([0, 300, 1 << 20]))
+    twins = [(probe.coalesce_py, probe.missing_runs_py)]
+    if probe.COMPILED:
+        twins.append((probe.coalesce, probe.missing_runs))
+    got = [(co(reader, indexes, gap, most), mr(reader, indexes, out, gap, most))
+           for co, mr in twins]
+    assert all(g == got[0] for g in got)
+    where, runs = got[0][1]
+    assert list(where) == [i for i, c in zip(indexes, cached) if not c]
+    assert all(out[j] is None for j in where.values())
+    assert [i for a, b in runs for i in range(a, b) if i in where] == list(where)

@@ -30,6 +30,7 @@ check_keys_plain                  silt.memtable
 check_ops, apply_ops              silt.memtable
 BlockCache                        silt.cache
 CachedReads                       silt.tiers.blockread (the file:// tier's block reads)
+CountedReads                      silt.metrics (a direct reader's reads, metered)
 ================================  =============================================
 
 The code is in the parts included at the end of this file, one per concept, from

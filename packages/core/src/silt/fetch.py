@@ -4,9 +4,9 @@ docs/tuning.md, "Round trips").
 
 A read that plans its blocks first (``multi_get``, ``multi_scan``, the tails a cold handle
 loads: :mod:`silt.readplan`) hands the fetcher the block indexes of one SST at a time; cached
-blocks come from the block cache, the others as runs of adjacent blocks (:func:`coalesce`),
-one ranged read each. The gap a run may bridge follows the tier: on a remote store
-(``ObjectStore.local`` false, or reads measured slow) blocks up to
+blocks come from the block cache, the others as runs of adjacent blocks
+(:func:`silt.sst.probe.coalesce`), one ranged read each. The gap a run may bridge follows the
+tier: on a remote store (``ObjectStore.local`` false, or reads measured slow) blocks up to
 :data:`COALESCE_GAP_BYTES` apart share a read, which goes to the fetcher's thread pool; on a
 local one only adjacent blocks do, read in the calling thread. Shared by every read of one DB
 (``silt.rooms``); it knows nothing of read views or commits.
@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from functools import partial
 from typing import Any
 
-from .sst.probe import read_runs
+from .sst.probe import coalesce, missing_runs, read_runs
 from .sst.reader import SstReader
 
 #: A block read (one ranged GET) that waits longer than this on average is remote (an object
@@ -39,32 +39,16 @@ COALESCE_GAP_BYTES = 64 * 1024
 #: The largest single read a coalesced run of blocks may make.
 COALESCE_MAX_BYTES = 1024 * 1024
 
-
-def coalesce(reader: SstReader, indexes: list[int], gap: int,
-             max_bytes: int) -> list[tuple[int, int]]:
-    """Runs ``(first, stop)`` of blocks of ``reader`` that cover the ascending block
-    ``indexes``: consecutive indexes share a run when the bytes between them are at most
-    ``gap`` and the run stays within ``max_bytes`` (a lone block may be larger)."""
-    t = reader.tail
-    offsets, sizes = t.block_offsets, t.block_sizes
-    runs: list[tuple[int, int]] = []
-    first = prev = indexes[0]
-    for i in indexes[1:]:
-        if (offsets[i] - offsets[prev] - sizes[prev] <= gap
-                and offsets[i] + sizes[i] - offsets[first] <= max_bytes):
-            prev = i
-            continue
-        runs.append((first, prev + 1))
-        first = prev = i
-    runs.append((first, prev + 1))
-    return runs
+#: Kept importable from here (silt.refill, tests): the rule is the probe's.
+__all__ = ["COALESCE_GAP_BYTES", "COALESCE_MAX_BYTES", "REMOTE_READ_SECONDS", "BlockFetcher",
+           "coalesce"]
 
 
 class BlockFetcher:
     """Reads the blocks a ``multi_get`` needs: cached ones from the cache, the others as runs
-    of adjacent blocks (:func:`coalesce`) with one ranged GET each, in the calling thread while
-    reads are fast and on a pool of ``parallelism`` threads (started on first need) once they
-    are slow (:data:`REMOTE_READ_SECONDS`); every block read is cached.
+    of adjacent blocks (:func:`~silt.sst.probe.coalesce`) with one ranged GET each, in the
+    calling thread while reads are fast and on a pool of ``parallelism`` threads (started on
+    first need) once they are slow (:data:`REMOTE_READ_SECONDS`); every block read is cached.
 
     Thread-safe; :meth:`close` waits for reads in flight. ``clock`` and ``cpu_clock`` (the
     calling thread's CPU time) time the reads: where the store has a direct reader, an SST's
@@ -93,16 +77,26 @@ class BlockFetcher:
         """The coalesced runs that read the ascending block ``indexes`` of ``reader``: the
         tier-aware gap rule (blocks up to :data:`COALESCE_GAP_BYTES` apart share a GET on a
         remote store, only adjacent ones on a local one)."""
-        return coalesce(reader, indexes, COALESCE_GAP_BYTES if self.remote(reader) else 0,
-                        COALESCE_MAX_BYTES if reader.store.coalesce_reads else 0)
+        return coalesce(reader, indexes, *self._rule(reader))
+
+    def _rule(self, reader: SstReader) -> tuple[int, int]:
+        """``(gap, max_bytes)`` of :func:`~silt.sst.probe.coalesce` for ``reader`` now."""
+        return (COALESCE_GAP_BYTES if self.remote(reader) else 0,
+                COALESCE_MAX_BYTES if reader.store.coalesce_reads else 0)
 
     def __call__(self, reader: SstReader, indexes: list[int]) -> list[Any]:
         out = reader.cached_blocks(indexes)
         if None not in out:
             return out
-        where = {i: j for j, (i, blk) in enumerate(zip(indexes, out)) if blk is None}
-        runs = self.runs(reader, sorted(where))
+        return self.fill(reader, indexes, out)
+
+    def fill(self, reader: SstReader, indexes: list[int], out: list[Any]) -> list[Any]:
+        """Read the blocks ``indexes[j]`` (ascending) of ``reader`` that ``out[j]`` lacks
+        (``None``: the block cache missed them) into ``out``, and return it: what
+        :meth:`__call__` does after its cache lookups (the compiled ``probe_sst`` makes those
+        itself). Every block read is cached."""
         remote = self.remote(reader)
+        where, runs = missing_runs(reader, indexes, out, *self._rule(reader))
         k = 0
         # On a local store the first run is read here: its time tells local from remote again
         # (a pooled read's time also holds its wait for the GIL behind the other reads).

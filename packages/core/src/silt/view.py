@@ -23,7 +23,7 @@ uploader sets ``reader`` before it clears ``memtable``, so a reader always finds
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
@@ -90,9 +90,15 @@ class ReadView:
     range tombstones over all of them, committed or not. ``committed`` is ``None`` when ``l0``
     and ``levels`` are the base version's, else the base's ``(l0, levels)`` while the view
     shows finished compactions no commit published yet (:mod:`silt.compaction.early`).
+
+    ``waits`` (set only by :meth:`waiting`, on the view a handle opened with while its search
+    for leftover compactions runs: :mod:`silt.compaction.leftovers`) is a callable that waits
+    for that search, boundedly, and returns the view to read instead: every read below the
+    active memtable of this view goes to it first. Any other view (:meth:`but`) has none.
     """
 
-    __slots__ = ("mem", "parts", "l0", "levels", "tombs", "committed", "bounds", "plain")
+    __slots__ = ("mem", "parts", "l0", "levels", "tombs", "committed", "bounds", "plain",
+                 "waits")
 
     def __init__(self, mem: Memtable, parts: tuple[Part, ...] = (),
                  l0: tuple[SstReader, ...] = (), levels: tuple[Level, ...] = (),
@@ -107,6 +113,15 @@ class ReadView:
         self.committed = committed
         self.bounds = key_bounds(l0, levels)  # a get outside them reads no SST
         self.plain = not parts and not tombs  # all below the memtable is in l0 and levels
+        self.waits: Callable[[], ReadView] | None = None
+
+    def waiting(self, waits: Callable[[], ReadView]) -> ReadView:
+        """A copy whose reads below the active memtable read ``waits()`` instead (see the class
+        docstring); not ``plain``, so ``DB.get`` goes through :meth:`get_below`."""
+        view = self.but()
+        view.waits = waits
+        view.plain = False
+        return view
 
     def but(self, **changes: Any) -> ReadView:
         """A copy with some members replaced; new ``l0`` or ``levels`` without ``committed``
@@ -127,6 +142,8 @@ class ReadView:
     # ``plain`` (point reads are the hot path, and a frame more costs ~8%). The rest is here.
     def get_below(self, key: bytes) -> object:
         """The newest record of ``key`` below the active memtable (``MISSING``: none)."""
+        if self.waits is not None:
+            return self.waits().get_below(key)
         if self.tombs:
             t = self.tombs.seq_at(key)
             if t:
@@ -165,6 +182,8 @@ class ReadView:
                   now_ms: int) -> list[bytes | None]:
         """Values for ``keys`` (checked bytes), in their order: sorted and deduplicated, each
         SST probed for the keys still unresolved, each needed block read once (``fetch``)."""
+        if self.waits is not None:
+            return self.waits().multi_get(keys, fetch, now_ms)
         found: dict[bytes, object] = {}
         tombs = self.tombs
         remaining = split_found(sorted_unique(keys), self.mem.data, found)
@@ -229,6 +248,8 @@ class ReadView:
     def scan(self, start: bytes | None, end: bytes | None,
              now_ms: int) -> Iterator[tuple[bytes, bytes]]:
         """Live ``(key, value)`` in ``[start, end)`` in key order, as of this view."""
+        if self.waits is not None:
+            return self.waits().scan(start, end, now_ms)
         sources: list[Iterator[tuple[bytes, object]]] = [self.mem.iter_range(start, end)]
         tombs = self.tombs
         for part in reversed(self.parts):
@@ -249,6 +270,8 @@ class ReadView:
         disjoint), in key order: :meth:`scan` of each, but each SST block the ranges need is
         read once per call, the missing ones as runs of adjacent blocks (``fetch``, as
         ``multi_get`` reads them), before any range is merged."""
+        if self.waits is not None:
+            return self.waits().multi_scan(ranges, fetch, now_ms)
         tombs = self.tombs
         # The parts newest first, each looked at once, as get_below and scan do: a memtable, or
         # (once uploaded) its SST prefetched. Uploads finish out of order and at any moment, so

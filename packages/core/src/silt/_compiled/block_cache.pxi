@@ -59,6 +59,32 @@ cdef class BlockCache:
             self._release()
         return out
 
+    cdef Py_ssize_t _get_blocks(self, object reader, object t, list ids, list out) except -1:
+        """``out[g] = get(block key of ids[g])`` of ``reader``'s tail ``t`` where it is cached,
+        under one lock acquisition, without building the list of keys; the misses stay as
+        ``out`` had them and are counted (returned)."""
+        cdef Py_ssize_t g, i, n = PyList_GET_SIZE(ids), missed = 0
+        cdef PyObject* p
+        cdef object key
+        self._acquire()
+        try:
+            for g in range(n):
+                i = <object>PyList_GET_ITEM(ids, g)
+                if i < 0:
+                    raise IndexError(f"block {i} of a cache lookup")
+                key = _block_key(reader, t, i)
+                p = PyDict_GetItem(self._data, key)
+                if p == NULL:
+                    self.misses += 1
+                    missed += 1
+                else:
+                    self._move(key)
+                    self.hits += 1
+                    out[g] = <object>PyTuple_GET_ITEM(<object>p, 0)
+        finally:
+            self._release()
+        return missed
+
     def holds(self, list keys):
         """Whether each of ``keys`` is cached, without making it recently used or counting a
         hit or a miss (a look at what the cache holds, not a read)."""

@@ -41,6 +41,9 @@ cdef class CachedReads:
         self.slow = slow
 
     def __call__(self, start, length):
+        return self._read(start, length)
+
+    cdef object _read(self, object start, object length):
         cdef object cache = self.cache
         cdef object ident = self.ident
         cdef object lock = cache.lock
@@ -104,3 +107,45 @@ cdef class CachedReads:
         if got < n:
             return PyBytes_FromStringAndSize(buf, got)
         return data
+
+
+@cython.final
+cdef class CountedReads:
+    """Compiled twin of :class:`silt.metrics.CountedReads` (see its contract): the count is
+    made here, and ``inner`` is called without a Python frame when it is a :class:`CachedReads`.
+    """
+
+    cdef readonly object inner, requests, local
+
+    def __init__(self, inner, requests, local):
+        self.inner = inner
+        self.requests = requests
+        self.local = local
+
+    def __call__(self, start, length):
+        return self._read(start, length)
+
+    cdef object _read(self, object start, object length):
+        cdef object data = b""
+        cdef object purpose, entry
+        try:
+            if type(self.inner) is CachedReads:
+                data = (<CachedReads>self.inner)._read(start, length)
+            else:
+                data = self.inner(start, length)
+            return data
+        finally:
+            purpose = getattr(self.local, "purpose", None) or "read"
+            entry = self.requests[(purpose, "RANGE_GET")]
+            entry[0] += 1
+            entry[1] += len(data)
+
+
+cdef inline object _direct_read(object read, object start, object length):
+    """``read(start, length)`` of a store's direct reader, without a Python call when it is
+    one of the compiled readers (metered or not)."""
+    if type(read) is CountedReads:
+        return (<CountedReads>read)._read(start, length)
+    if type(read) is CachedReads:
+        return (<CachedReads>read)._read(start, length)
+    return read(start, length)

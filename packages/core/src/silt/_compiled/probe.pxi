@@ -169,7 +169,7 @@ def probe_sst(reader, list keys, dict found, fetch):
                 cur = b
                 block_ids.append(b)
         # 2. the blocks, then each key in its block; the rest out in order
-        blocks = list(fetch(reader, block_ids)) if block_ids else []
+        blocks = _fetch_blocks(reader, t, block_ids, fetch) if block_ids else []
         ng = PyList_GET_SIZE(blocks)
         if ng != PyList_GET_SIZE(block_ids):
             raise ValueError("fetch returned a different number of blocks than asked for")
@@ -216,6 +216,76 @@ def probe_sst(reader, list keys, dict found, fetch):
         free(where)
 
 
+cdef list _fetch_blocks(object reader, object t, list block_ids, object fetch):
+    """``fetch(reader, block_ids)`` as a list; with a compiled block cache and a fetcher that
+    can ``fill`` (``silt.fetch.BlockFetcher``), the cache is read here and the fetcher called
+    only for the blocks it missed: a warm pass makes no Python call per SST."""
+    cdef object cache = reader.cache
+    cdef object fill
+    cdef list blocks
+    if type(cache) is BlockCache:
+        fill = getattr(fetch, "fill", None)
+        if fill is not None:
+            blocks = [None] * PyList_GET_SIZE(block_ids)
+            if (<BlockCache>cache)._get_blocks(reader, t, block_ids, blocks):
+                blocks = list(fill(reader, block_ids, blocks))
+            return blocks
+    return list(fetch(reader, block_ids))
+
+
+def coalesce(reader, list indexes, Py_ssize_t gap, Py_ssize_t max_bytes):
+    """Compiled twin of :func:`silt.sst.probe.coalesce`."""
+    cdef object t = reader.loaded_tail
+    if t is None:
+        t = reader.tail
+    return _coalesce(t.block_offsets, t.block_sizes, indexes, gap, max_bytes)
+
+
+cdef list _coalesce(object offsets, object sizes, list indexes, Py_ssize_t gap,
+                    Py_ssize_t max_bytes):
+    cdef Py_ssize_t n = PyList_GET_SIZE(indexes), g, i, first, prev
+    cdef long long o_first, o_prev_end, o_i, s_i
+    cdef list runs = []
+    if n == 0:
+        raise IndexError("no block indexes to coalesce")
+    first = prev = <object>PyList_GET_ITEM(indexes, 0)
+    o_first = offsets[first]
+    o_prev_end = o_first + <long long>sizes[first]
+    for g in range(1, n):
+        i = <object>PyList_GET_ITEM(indexes, g)
+        o_i = offsets[i]
+        s_i = sizes[i]
+        if o_i - o_prev_end <= gap and o_i + s_i - o_first <= max_bytes:
+            prev = i
+            o_prev_end = o_i + s_i
+            continue
+        runs.append((first, prev + 1))
+        first = prev = i
+        o_first = o_i
+        o_prev_end = o_i + s_i
+    runs.append((first, prev + 1))
+    return runs
+
+
+def missing_runs(reader, list indexes, list out, Py_ssize_t gap, Py_ssize_t max_bytes):
+    """Compiled twin of :func:`silt.sst.probe.missing_runs`."""
+    cdef Py_ssize_t j, n = PyList_GET_SIZE(indexes)
+    cdef dict where = {}
+    cdef list missing = []
+    cdef object i, t
+    if PyList_GET_SIZE(out) != n:
+        raise ValueError("indexes and blocks differ in length")
+    for j in range(n):
+        if <object>PyList_GET_ITEM(out, j) is None:
+            i = <object>PyList_GET_ITEM(indexes, j)
+            where[i] = j
+            missing.append(i)
+    t = reader.loaded_tail
+    if t is None:
+        t = reader.tail
+    return where, _coalesce(t.block_offsets, t.block_sizes, missing, gap, max_bytes)
+
+
 def read_runs(reader, read, list runs, dict where, list out):
     """Compiled twin of :func:`silt.sst.probe.read_runs`: each run read through ``read`` (the
     store's direct reader), checked, decoded and cached, and its wanted blocks placed in
@@ -239,7 +309,7 @@ def read_runs(reader, read, list runs, dict where, list out):
         base = offsets[first]
         length = offsets[stop - 1] + sizes[stop - 1] - base
         try:
-            data = read(base, length)
+            data = _direct_read(read, base, length)
         except Exception as exc:
             data = reader.direct_failed(exc, base, length)
         if len(data) != length:

@@ -106,7 +106,7 @@ cdef object _read_missed(object reader, Py_ssize_t i, object cache):
     off = t.block_offsets[i]
     size = t.block_sizes[i]
     try:
-        data = read(off, size)
+        data = _direct_read(read, off, size)
     except Exception as exc:
         data = reader.direct_failed(exc, off, size)
     if len(data) != size:

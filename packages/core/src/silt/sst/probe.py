@@ -61,6 +61,36 @@ def probe_sst(reader: SstReader, keys: list[bytes], found: dict[bytes, object],
     return unresolved
 
 
+def coalesce(reader: SstReader, indexes: list[int], gap: int,
+             max_bytes: int) -> list[tuple[int, int]]:
+    """Runs ``(first, stop)`` of blocks of ``reader`` that cover the ascending block
+    ``indexes``: consecutive indexes share a run when the bytes between them are at most
+    ``gap`` and the run stays within ``max_bytes`` (a lone block may be larger)."""
+    t = reader.tail
+    offsets, sizes = t.block_offsets, t.block_sizes
+    runs: list[tuple[int, int]] = []
+    first = prev = indexes[0]
+    for i in indexes[1:]:
+        if (offsets[i] - offsets[prev] - sizes[prev] <= gap
+                and offsets[i] + sizes[i] - offsets[first] <= max_bytes):
+            prev = i
+            continue
+        runs.append((first, prev + 1))
+        first = prev = i
+    runs.append((first, prev + 1))
+    return runs
+
+
+def missing_runs(reader: SstReader, indexes: list[int], out: list[Any], gap: int,
+                 max_bytes: int) -> tuple[dict[int, int], list[tuple[int, int]]]:
+    """For the ascending block ``indexes`` of ``reader`` whose blocks ``out`` lacks
+    (``out[j] is None``, at least one): ``where`` (block ``indexes[j]`` -> ``j``) and the runs
+    that read them (:func:`coalesce` with ``gap`` and ``max_bytes``), for
+    :func:`read_runs` and ``silt.fetch.BlockFetcher.fill``. Compiled: one C loop."""
+    where = {i: j for j, (i, blk) in enumerate(zip(indexes, out)) if blk is None}
+    return where, coalesce(reader, list(where), gap, max_bytes)
+
+
 def read_runs(reader: SstReader, read: Callable[[int, int], Any], runs: list[tuple[int, int]],
               where: dict[int, int], out: list[Any]) -> None:
     """Read the runs ``(first, stop)`` of adjacent blocks of ``reader`` through the store's
@@ -91,4 +121,5 @@ def read_runs(reader: SstReader, read: Callable[[int, int], Any], runs: list[tup
 
 
 #: The pure-Python twins stay reachable as ``<name>_py`` (tests compare both).
-COMPILED = accelerate(globals(), ("sorted_unique", "probe_sst", "read_runs"))
+COMPILED = accelerate(globals(), ("sorted_unique", "probe_sst", "coalesce", "missing_runs",
+                                  "read_runs"))
