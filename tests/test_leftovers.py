@@ -235,3 +235,42 @@ def test_close_while_the_blocks_are_checked_returns(tier: str, tmp_path) -> None
         model[b"k003"] = b"new"
     with silt.open(url, settings=SETTINGS) as again:
         check_reads(again, model)
+
+
+#: As SETTINGS, with the compaction subprocess (a ``file://`` root on the system clock).
+BACKGROUND = SETTINGS.replace(compaction_mode="background")
+
+
+@pytest.mark.parametrize("damaged", [False, True])
+def test_the_block_check_runs_in_the_compaction_subprocess(damaged: bool, tmp_path) -> None:
+    """``background`` mode on ``file://``: every block of the leftover's outputs is read and
+    checked by the compaction subprocess, one request per output (not by a thread holding the
+    writer's GIL after a restart's first commit); an intact record is adopted by the commit
+    after the check, a damaged one is refused and its inputs serve reads."""
+    url = root("file", tmp_path)
+    model, record_key = leave_a_compaction(url, 7, settings=BACKGROUND)
+    if damaged:
+        damage_a_block(url, record_key)
+    with silt.open(url, settings=BACKGROUND.replace(l0_compaction_trigger=64)) as db:
+        assert db.wait_for_compaction(60)
+        assert l0_ids(db) == [] and db.stats()["compactions_found"] == 1
+        outputs = sum(len(lv.readers) for lv in db._view.levels)
+        db.put(b"k004", b"new")
+        model[b"k004"] = b"new"
+        db.commit()  # starts the check
+        assert db.wait_for_compaction(60)
+        stats = db.stats()
+        # Every output when intact; the damaged first output ends the check.
+        assert stats["leftover_checks_in_subprocess"] == (1 if damaged else outputs)
+        assert stats.get("compactions_damaged", 0) == damaged
+        db.commit()
+        if damaged:
+            assert len(db.manifest.l0) == 5 and not any(db.manifest.levels)
+            assert len(l0_ids(db)) == 5
+        else:
+            assert db.stats()["compactions_adopted"] == 1
+            assert len(db.manifest.l0) == 1 and sum(map(len, db.manifest.levels)) == outputs
+        check_reads(db, model)
+    if not damaged:  # (a new handle would find the refused record again: GC collects it)
+        with silt.open(url, settings=BACKGROUND) as again:
+            check_reads(again, model)

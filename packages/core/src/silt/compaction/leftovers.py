@@ -25,6 +25,10 @@ compactor's record: the first commit that finds leftovers unchecked
 leaves the view and is never adopted. So a process that only reads never pays that read (a
 second of CPU for the outputs of a 5M-key compaction), and no commit waits for it. A refused
 leftover's record object is not deleted (it may be another live writer's): GC collects it.
+Where the DB's compactions may run in the compaction subprocess (``background`` mode, a
+``file://`` root: :func:`.worker.can_check_elsewhere`), so does that read, output by output, at
+the subprocess's lower priority and outside the writer's GIL: after a restart it would otherwise
+take the writer's process for a second of CPU per 5M keys, beside the stream's next tasks.
 
 Age, and why GC cannot take the outputs from under a reader. A leftover's outputs are referenced
 by no manifest: GC may delete them once they are older than GC's grace, which is never shorter
@@ -79,6 +83,7 @@ from ..sst.builder import SstInfo
 from ..sst.check import check_sst
 from ..store import ObjectStore, retrying
 from .record import CompactionRecord
+from .worker import can_check_elsewhere, check_elsewhere
 
 if TYPE_CHECKING:
     from ..sst.reader import SstReader
@@ -292,14 +297,21 @@ class LeftoverFinder:
         self._under_lock(self._early.settle)
 
     def _check_blocks(self, record: CompactionRecord) -> str | None:
-        """:func:`.driver.check_outputs` with ``blocks``, stopping early when the DB closes."""
+        """:func:`.driver.check_outputs` with ``blocks``, stopping early when the DB closes;
+        one output at a time in the compaction subprocess where the DB qualifies."""
+        elsewhere = self._driver.mode == "background" and can_check_elsewhere(self._store,
+                                                                              self._clock)
         for out in record.outputs:
             if self._stop.is_set():
                 return None
             key = paths.sst_key(out.id)
             try:
                 with self._metrics.purpose("compaction"):
-                    check_sst(self._store, key, out, blocks=True)
+                    if elsewhere:
+                        self._metrics.add("leftover_checks_in_subprocess")
+                        check_elsewhere(self._store, key, out, self._metrics)
+                    else:
+                        check_sst(self._store, key, out, blocks=True)
             except NotFoundError:
                 return f"output {key!r} does not exist"
             except CorruptionError as exc:

@@ -15,6 +15,11 @@ store tiers carry options and credentials that are not in their URL), with the s
 (a :class:`~silt.clock.ManualClock` lives in this process only) and a task that reads no sibling
 DB's SSTs qualifies (:func:`can_run_elsewhere`); the others compact in the driver's thread as
 before. The worker's requests are counted into the DB's metrics under ``compaction``.
+
+The same worker reads and checks every block of a leftover compaction's output
+(:func:`check_elsewhere`, for :mod:`.leftovers`): a full read of what a large load's compaction
+wrote (about a second of CPU per 5M keys), which a writer's thread would run under the GIL right
+after a restarted stream's first commit, beside the next shard tasks of the same Python worker.
 """
 
 from __future__ import annotations
@@ -29,10 +34,11 @@ import time
 from typing import IO, Any
 
 from ..clock import Clock
-from ..errors import StoreError
+from ..errors import CorruptionError, NotFoundError, StoreError
 from ..manifest import Manifest
 from ..metrics import MeteredStore, Metrics
 from ..settings import Settings
+from ..sst.builder import SstInfo
 from ..store import ObjectStore
 from ..tiers.file import FileStore
 from .record import CompactionRecord
@@ -71,6 +77,12 @@ def can_run_elsewhere(store: ObjectStore, manifest: Manifest, task: CompactionTa
         return False
     ids = set(task.inputs)
     return not any(s.db for s in manifest.all_ssts() if s.id in ids)
+
+
+def can_check_elsewhere(store: ObjectStore, clock: Clock) -> bool:
+    """Whether :func:`check_elsewhere` can check ``store``'s SSTs (a ``file://`` root, the
+    system clock: the DBs whose compactions :func:`can_run_elsewhere` may take)."""
+    return type(clock) is Clock and _file_root(store) is not None
 
 
 def _worker() -> subprocess.Popen[bytes]:
@@ -130,28 +142,59 @@ def run_elsewhere(store: ObjectStore, manifest: Manifest, task: CompactionTask,
     :class:`~silt.errors.StoreError` and replaced on the next call."""
     root = _file_root(store)
     assert root is not None
-    with _lock:
-        proc = _worker()
-        try:
-            _send(proc, (root, manifest.encode(), task, settings))
-            assert proc.stdout is not None
-            outcome = pickle.load(proc.stdout)  # blocks without the GIL
-        except (EOFError, OSError, pickle.UnpicklingError) as exc:
-            _stop(proc)
-            raise StoreError(f"the compaction subprocess died ({type(exc).__name__}); the "
-                             "task is picked again by a later commit") from None
-    kind, payload, requests = outcome
-    for (_, op), (count, nbytes) in requests.items():
-        entry = metrics.requests[(metrics.current_purpose(), op)]
-        entry[0] += count
-        entry[1] += nbytes
+    kind, payload = _ask(("compact", (root, manifest.encode(), task, settings)), metrics,
+                         "the task is picked again by a later commit")
     if kind == "error":
         raise payload
     return CompactionRecord.decode(payload, "compaction subprocess")
 
 
+def check_elsewhere(store: ObjectStore, key: str, info: SstInfo, metrics: Metrics) -> None:
+    """:func:`silt.sst.check.check_sst` of ``key`` against ``info`` with ``blocks`` (every data
+    block read and checked), in the compaction subprocess, at its lower priority and outside
+    this process's GIL. Raises as ``check_sst`` does: :class:`~silt.errors.CorruptionError`
+    (same object name, offset and detail) or :class:`~silt.errors.NotFoundError`; any other
+    failure, the worker's death included, as a :class:`~silt.errors.StoreError` (the check
+    can be tried again). Call only when :func:`can_check_elsewhere` says so."""
+    root = _file_root(store)
+    assert root is not None
+    kind, payload = _ask(("check", (root, key, info)), metrics,
+                         "the check is tried again by a later commit")
+    if kind == "corrupt":
+        raise CorruptionError(*payload)
+    if kind == "missing":
+        raise NotFoundError(payload)
+    if kind == "error":
+        raise payload
+
+
+def _ask(message: tuple[str, tuple[Any, ...]], metrics: Metrics,
+         retry: str) -> tuple[str, Any]:
+    """Send one request to the worker (started if need be) and wait for its outcome, without
+    the GIL; the worker's requests are added to ``metrics`` under the current purpose. A worker
+    that died is stopped (the next request starts another) and reported as a StoreError that
+    ends with ``retry``."""
+    with _lock:
+        proc = _worker()
+        try:
+            _send(proc, message)
+            assert proc.stdout is not None
+            outcome = pickle.load(proc.stdout)  # blocks without the GIL
+        except (EOFError, OSError, pickle.UnpicklingError) as exc:
+            _stop(proc)
+            raise StoreError(f"the compaction subprocess died ({type(exc).__name__}); "
+                             + retry) from None
+    kind, payload, requests = outcome
+    for (_, op), (count, nbytes) in requests.items():
+        entry = metrics.requests[(metrics.current_purpose(), op)]
+        entry[0] += count
+        entry[1] += nbytes
+    return kind, payload
+
+
 def serve() -> None:
-    """The worker's loop: one task per message on stdin, its outcome on stdout, until stdin
+    """The worker's loop: one request per message on stdin (``(kind, arguments)``, a kind of
+    :data:`_JOBS`), its outcome on stdout, until stdin
     ends (the writer closed it or is gone). A watchdog ends the worker as soon as the writer
     process is gone, even in the middle of a task (its half-written outputs are garbage that
     GC removes)."""
@@ -173,7 +216,8 @@ def serve() -> None:
             request = pickle.load(inp)
         except EOFError:
             return
-        pickle.dump(_compact(*request), out, protocol=pickle.HIGHEST_PROTOCOL)
+        kind, args = request
+        pickle.dump(_JOBS[kind](*args), out, protocol=pickle.HIGHEST_PROTOCOL)
         out.flush()
 
 
@@ -196,3 +240,28 @@ def _compact(root: str, manifest_data: bytes, task: CompactionTask,
         except Exception:
             exc = StoreError(f"compaction failed: {type(exc).__name__}: {exc}")
         return "error", exc, dict(metrics.requests)
+
+
+def _check(root: str, key: str, info: SstInfo) -> tuple[str, Any, dict[tuple[str, str], list[int]]]:
+    """In the worker: ``check_sst`` of ``key`` with every block; ``("ok", None, requests)``,
+    ``("corrupt", (object name, offset, detail), requests)``, ``("missing", message,
+    requests)`` or ``("error", exception, requests)``."""
+    from ..sst.check import check_sst
+
+    metrics = Metrics()
+    store = MeteredStore(FileStore(root), metrics)
+    try:
+        with metrics.purpose("compaction"):
+            check_sst(store, key, info, blocks=True)
+        return "ok", None, dict(metrics.requests)
+    except CorruptionError as exc:
+        return "corrupt", (exc.object_name, exc.offset, exc.detail), dict(metrics.requests)
+    except NotFoundError as exc:
+        return "missing", str(exc), dict(metrics.requests)
+    except Exception as exc:
+        return "error", StoreError(f"check of {key} failed: {type(exc).__name__}: {exc}"), \
+            dict(metrics.requests)
+
+
+#: What the worker runs, by the kind a request names.
+_JOBS = {"compact": _compact, "check": _check}
