@@ -150,11 +150,28 @@ class GetPlan:
     def __call__(self, reader: SstReader, ids: list[int]) -> list[Any]:
         if id(reader) not in self.readers or not self.fetch.remote(reader):
             return self.fetch(reader, ids)
+        return self._serve(reader, ids, [None] * len(ids), lookup=True)
+
+    def fill(self, reader: SstReader, ids: list[int], out: list[Any]) -> list[Any]:
+        """:meth:`__call__` after the caller's own block cache lookups (``out[j]`` the cached
+        block ``ids[j]``, ``None`` where the cache missed), as ``BlockFetcher.fill``: the
+        compiled probe reads the cache itself and calls this only when a block missed."""
+        if id(reader) not in self.readers or not self.fetch.remote(reader):
+            return self.fetch.fill(reader, ids, out)
+        return self._serve(reader, ids, out, lookup=False)
+
+    def _serve(self, reader: SstReader, ids: list[int], out: list[Any],
+               lookup: bool) -> list[Any]:
+        """The blocks ``ids`` of ``reader`` into ``out``: planned ones, then (``lookup``)
+        cached ones, planning this SST and the later ones at the first block that is neither."""
         got = self.blocks.get(id(reader)) or {}
-        out = [got.get(i) for i in ids]
+        for j, blk in enumerate(out):
+            if blk is None:
+                out[j] = got.get(ids[j])
         if None in out:
             where = [j for j, blk in enumerate(out) if blk is None]
-            cached = reader.cached_blocks([ids[j] for j in where])
+            cached = (reader.cached_blocks([ids[j] for j in where]) if lookup
+                      else [None] * len(where))
             if None in cached:  # not planned, not cached: plan this SST and the later ones
                 self._plan(reader)
                 got = self.blocks.get(id(reader)) or {}
