@@ -39,11 +39,22 @@ it and runs ``bench/cold_shard.py`` in a fresh interpreter: the imports the shar
 the shard's open, the restart batch's ``merge_partition`` and commit, then two more batches on
 the warm handle. Prints each run's steps and their medians (wall and CPU). The children import
 from bytecode (written by a first, uncounted run), as from an installed package;
-``--source-imports`` compiles silt's modules from source in every child instead. ``--profile-cold cprofile`` profiles
-one cold child (the steps after the worker's own imports). ``--s3-latency-ms 20``: each run also
-restarts a copy of the shard uploaded to moto's S3 server behind the Spark benchmark's latency
-proxy (``spark_session.RemoteState``), file:// and S3 alternated, and prints each step's
-requests and, on S3, its sequential round trips and what went out in each (``cold_shard.py``).
+``--source-imports`` compiles silt's modules from source in every child instead.
+``--profile-cold cprofile`` profiles one cold child (the steps after the worker's own imports).
+``--s3-latency-ms 20``: each run also restarts a copy of the shard uploaded to moto's S3 server
+behind the Spark benchmark's latency proxy (``spark_session.RemoteState``), file:// and S3
+alternated, and prints each step's requests and, on S3, its sequential round trips and what
+went out in each (``cold_shard.py``).
+``--next-shard``: after the first shard's commit, the child opens a second copy of the shard
+and runs the same restart batch on it, as a reused Spark worker runs its next shard task while
+what the first task's commit started (threads, the compaction subprocess) goes on. ``--base
+DIR`` keeps the filled shard for the next invocation (the fill of 5M keys takes a minute);
+``--against CHECKOUT`` alternates children of another checkout (its compiled twin built) with
+this one's, for A/B figures on a shared machine (with ``--s3-latency-ms``, the four
+(checkout, tier) pairs alternate). ``--steps`` times the cold batch's steps one
+by one (key group check, grouping and key order, ``multi_get``, record decoding, combine,
+``put_many``, output; with the block cache's misses and the reads' RANGE_GETs). CPU is reported
+for the child's process (every thread) and, for the batches, its main thread alone.
 """
 
 from __future__ import annotations
@@ -260,22 +271,26 @@ def run_case(name: str, data: list[pa.Table], root: Path, profile: bool,
 
 
 def cold_fill(args: argparse.Namespace, folder: Path) -> None:
-    """Fill the shard under ``folder / "shard"`` and write the restart batch, the warm batches
+    """Fill the shard under ``folder / "shard"`` (with ``--next-shard``, a second one under
+    ``folder / "next"``: the same data in SSTs of other ids, so the first shard's blocks in the
+    process's block cache are not the second's) and write the restart batch, the warm batches
     after it, the stage's pickled function and the job for ``cold_shard.py``."""
     data = inputs(args.keys, args.rows, args.batches + 3, seed=7)
     prepare, run = aggregate_stage()
-    url = (folder / "shard").as_uri()
     settings = silt.Settings()
-    db = silt.open(url, settings=settings)
-    try:
-        for b, t in enumerate(data[:args.batches + 1]):
-            task = Task(db, url, b)
-            run(task, prepare(t))
-            task.commit()
-        db.wait_for_compaction()
-        print("shard:", {k: v for k, v in db.stats().items() if not isinstance(v, dict)})
-    finally:
-        db.close()
+    for name in ("shard", "next") if args.next_shard else ("shard",):
+        url = (folder / name).as_uri()
+        db = silt.open(url, settings=settings)
+        try:
+            for b, t in enumerate(data[:args.batches + 1]):
+                task = Task(db, url, b)
+                run(task, prepare(t))
+                task.commit()
+            db.wait_for_compaction()
+            print(f"{name}:", {k: v for k, v in db.stats().items() if not isinstance(v, dict)})
+        finally:
+            db.close()
+    url = (folder / "shard").as_uri()
     import pyarrow.ipc as ipc
 
     later = data[args.batches + 1:]
@@ -291,11 +306,14 @@ def cold_fill(args: argparse.Namespace, folder: Path) -> None:
 
 
 COLD_STEPS = ("worker", "imports", "open", "process", "commit", "warm_process", "warm_commit")
+#: With --next-shard: a second shard's restart batch in the same process (see cold_shard.py).
+NEXT_STEPS = ("next_open", "next_process", "next_commit")
+#: The steps whose S3 and file:// figures are compared (and their next shard's).
+REMOTE_STEPS = ("open", "process", "commit")
 
 
 def cold(args: argparse.Namespace) -> None:
     """``--cold``: the cold shard's steps in fresh interpreters (see the module)."""
-    child = [sys.executable, str(Path(__file__).with_name("cold_shard.py"))]
     remote = None
     if args.s3_latency_ms is not None:
         from spark_session import RemoteState
@@ -303,87 +321,137 @@ def cold(args: argparse.Namespace) -> None:
         remote = RemoteState(args.s3_latency_ms)
     try:
         with tempfile.TemporaryDirectory() as d:
-            _cold_runs(args, child, Path(d), remote)
+            _cold_runs(args, Path(d), remote)
     finally:
         if remote is not None:
             remote.stop()
 
 
-def _cold_runs(args: argparse.Namespace, child: list[str], d: Path, remote: Any) -> None:
+def _cold_runs(args: argparse.Namespace, d: Path, remote: Any) -> None:
+    """``--cold``'s runs under the scratch folder ``d``: the children of each checkout (this
+    one; with ``--against``, that one first) on each tier (file://; with ``--s3-latency-ms``,
+    also ``remote``'s S3), the (checkout, tier) pairs alternated run by run."""
     # Imports from bytecode, as an installed package's are: the children write and read
     # theirs under the folder (a first run, not counted, fills it). --source-imports: from
     # source, as a worker imports a checkout without bytecode when PYTHONDONTWRITEBYTECODE
     # is set (each fresh worker compiles every silt module it imports).
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    env["PYTHONPYCACHEPREFIX"] = str(d / "pycache")
     if args.source_imports:  # (the installed packages' own bytecode is still read)
         env["PYTHONDONTWRITEBYTECODE"] = "1"
-        del env["PYTHONPYCACHEPREFIX"]
-    base = d / "base"
-    base.mkdir()
-    cold_fill(args, base)
+    base = Path(args.base) if args.base else d / "base"
+    if not (base / "job.json").exists() or (args.next_shard and not (base / "next").exists()):
+        base.mkdir(parents=True, exist_ok=True)
+        cold_fill(args, base)
+    sides = [("this", _SRC)]
+    if args.against:
+        sides.insert(0, ("against", Path(args.against).resolve()))
+    tiers = ["file"] if remote is None else ["file", "s3"]
+    pairs = [(f"{name} {tier}", side, tier) for name, side in sides for tier in tiers]
 
-    def one(name: str, *flags: str, tier: str = "file") -> subprocess.CompletedProcess[str]:
+    def one(name: str, side: Path, *flags: str,
+            tier: str = "file") -> subprocess.CompletedProcess[str]:
         run_dir = d / name
         shutil.copytree(base, run_dir)
-        _rewrite_job(run_dir, _uploaded(remote, run_dir, name) if tier == "s3" else None)
+        if tier == "s3":  # the copies uploaded (the next shard's under a prefix of its own)
+            _rewrite_job(run_dir, _uploaded(remote, run_dir / "shard", name), args.next_shard,
+                         _uploaded(remote, run_dir / "next", name + "-next")
+                         if args.next_shard else None)
+        else:
+            _rewrite_job(run_dir, None, args.next_shard)
+        child_env = dict(env)
+        if not args.source_imports:  # each checkout's bytecode apart
+            child_env["PYTHONPYCACHEPREFIX"] = str(d / "pycache" / side.name)
         try:
-            return subprocess.run([*child, *flags, str(run_dir)], check=True, env=env,
-                                  stdout=subprocess.PIPE, text=True)
+            return subprocess.run(
+                [sys.executable, str(side / "bench" / "cold_shard.py"), *flags, str(run_dir)],
+                check=True, env=child_env, stdout=subprocess.PIPE, text=True)
         finally:
             shutil.rmtree(run_dir)
 
-    tiers = ["file"] if remote is None else ["file", "s3"]
-    for tier in tiers:  # (the S3 tier's imports too: botocore's bytecode under the prefix)
-        one(f"fills-the-bytecode-cache-{tier}", tier=tier)
+    for label, side, tier in pairs:  # (the S3 tier's imports too: botocore's bytecode)
+        one(f"fills-the-bytecode-cache-{label.replace(' ', '-')}", side, tier=tier)
     if args.profile_cold:
-        print(one("profiled", "--profile", args.profile_cold, tier=tiers[-1]).stdout)
+        print(one("profiled", _SRC, "--profile", args.profile_cold, tier=tiers[-1]).stdout)
         return
-    runs: dict[str, list[dict[str, Any]]] = {t: [] for t in tiers}
+    steps = COLD_STEPS + (NEXT_STEPS if args.next_shard else ())
+    flags = ["--steps"] if args.steps else []
+    runs: dict[str, list[dict[str, Any]]] = {label: [] for label, _, _ in pairs}
     print(f"{args.keys} keys in the shard, {args.rows} rows per batch; "
           f"{'pure Python' if os.environ.get('SILT_NO_EXTENSIONS') else 'compiled'}; "
           f"imports from {'source' if args.source_imports else 'bytecode'}; "
+          + (f"alternated with {sides[0][1]}; " if args.against else "")
           + (f"S3 (moto) +{args.s3_latency_ms:g} ms per request beside file://; "
              if remote else "") + f"load {os.getloadavg()[0]:.2f}")
     for r in range(args.runs):
-        for tier in tiers if r % 2 == 0 else tiers[::-1]:  # alternated: file, s3, s3, file
-            got = json.loads(one(f"run-{r}-{tier}", tier=tier).stdout.splitlines()[-1])
-            runs[tier].append(got)
-            print(f"run {r + 1} {tier}: "
-                  + ", ".join(f"{k} {1000 * got[k]:.0f}" for k in COLD_STEPS)
-                  + f" ms; {got['rows']} keys; {got['read_threads']} read threads; "
-                  f"load {os.getloadavg()[0]:.2f}")
-            print("   requests: " + "; ".join(
-                f"{step} {_kinds(got['requests'][step])}"
-                + (f" in {got['round_trips'][step]} round trips "
-                   + " | ".join(_kinds(w) for w in got["waves"][step])
-                   if "round_trips" in got else "")
-                for step in ("open", "process", "commit")))
-    for tier in tiers:
-        for what, pre in (("ms", ""), ("CPU ms", "cpu_")):
-            med = {k: statistics.median(g[pre + k] for g in runs[tier]) for k in COLD_STEPS}
-            print(f"{tier}: median of {args.runs} runs ({what}): "
-                  + ", ".join(f"{k} {1000 * med[k]:.0f}" for k in COLD_STEPS)
-                  + f"; cold - warm process "
-                  f"{1000 * (med['process'] - med['warm_process']):.0f}"
-                  + f"; load {os.getloadavg()[0]:.2f}")
+        # The pairs alternate their order: (against file, against s3, this file, this s3),
+        # then reversed, ...
+        for label, side, tier in pairs if r % 2 == 0 else pairs[::-1]:
+            got = json.loads(one(f"run-{r}-{label.replace(' ', '-')}", side, *flags,
+                                 tier=tier).stdout.splitlines()[-1])
+            runs[label].append(got)
+            _print_run(f"run {r + 1} {label}", got, steps)
+    for label, got in runs.items():
+        _print_medians(label, got, steps, args.steps)
     if remote is not None:
-        print("S3 - file:// per step, median of the runs' differences (ms): " + ", ".join(
-            f"{k} {1000 * statistics.median(s[k] - f[k] for s, f in zip(runs['s3'], runs['file'])):.0f}"
-            for k in ("open", "process", "commit")))
+        for name, _ in sides:
+            s3, file = runs[f"{name} s3"], runs[f"{name} file"]
+            diff = {k: statistics.median(s[k] - f[k] for s, f in zip(s3, file))
+                    for k in steps if k in s3[0] and k.removeprefix("next_") in REMOTE_STEPS}
+            print(f"{name}: S3 - file:// per step, median of the runs' differences (ms): "
+                  + ", ".join(f"{k} {1000 * v:.0f}" for k, v in diff.items()))
+
+
+def _print_run(title: str, got: dict[str, Any], steps: tuple[str, ...]) -> None:
+    """One child's steps (ms), CPU and requests (an ``--against`` checkout's child may lack
+    some figures: those are left out)."""
+    cpu = "; ".join(
+        f"{which}process {1000 * got['cpu_' + k]:.0f}"
+        + (f", main thread {1000 * got['tcpu_' + k]:.0f}" if "tcpu_" + k in got else "")
+        for k, which in (("process", ""), ("next_process", "next shard's "))
+        if "cpu_" + k in got)
+    print(f"{title}: " + ", ".join(f"{k} {1000 * got[k]:.0f}" for k in steps if k in got)
+          + f" ms (CPU ms: {cpu or 'n/a'}); {got['rows']} keys; {got['read_threads']} read "
+          f"threads; load {os.getloadavg()[0]:.2f}")
+    print("   requests: " + "; ".join(
+        f"{k} {_kinds(got['requests'][k])}"
+        + (f" in {got['round_trips'][k]} round trips "
+           + " | ".join(_kinds(w) for w in got["waves"][k]) if "round_trips" in got else "")
+        for k in steps if k in got.get("requests", {})))
+
+
+def _print_medians(label: str, got: list[dict[str, Any]], steps: tuple[str, ...],
+                   by_step: bool) -> None:
+    """The medians of one (checkout, tier) pair's runs."""
+    if by_step:  # the cold batch's steps, main thread CPU ms
+        parts = [k for k in got[0] if k.startswith("tcpu_step_")]
+        print(f"{label}: the cold batch by step, median main thread CPU ms: "
+              + ", ".join(f"{k[10:]} {1000 * statistics.median(g[k] for g in got):.1f}"
+                          for k in parts)
+              + "; " + ", ".join(f"{k[5:]} {statistics.median(g[k] for g in got):.0f}"
+                                 for k in ("step_cache_misses", "step_range_gets",
+                                           "step_range_get_bytes") if k in got[0]))
+    for what, pre in (("ms", ""), ("CPU ms", "cpu_"), ("main thread CPU ms", "tcpu_")):
+        keys = [k for k in steps if pre + k in got[0]]
+        if not keys:
+            continue
+        med = {k: statistics.median(g[pre + k] for g in got) for k in keys}
+        print(f"{label}: median of {len(got)} runs ({what}): "
+              + ", ".join(f"{k} {1000 * med[k]:.0f}" for k in keys)
+              + (f"; cold - warm process {1000 * (med['process'] - med['warm_process']):.0f}"
+                 if "warm_process" in med else "")
+              + f"; load {os.getloadavg()[0]:.2f}")
 
 
 def _kinds(counts: dict[str, int]) -> str:
     return ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "none"
 
 
-def _uploaded(remote: Any, run_dir: Path, prefix: str) -> str:
-    """Upload the shard copied under ``run_dir`` to the remote bucket under ``prefix``
+def _uploaded(remote: Any, shard: Path, prefix: str) -> str:
+    """Upload the shard copied under ``shard`` to the remote bucket under ``prefix``
     (straight to moto, not through the proxy); returns its URL (through the proxy)."""
     import boto3
 
     client = boto3.client("s3", endpoint_url=remote.server.url, region_name="us-east-1")
-    shard = run_dir / "shard"
     for path in sorted(shard.rglob("*")):
         rel = path.relative_to(shard).as_posix()
         if path.is_file() and not rel.startswith(".tmp/"):
@@ -393,12 +461,16 @@ def _uploaded(remote: Any, run_dir: Path, prefix: str) -> str:
     return remote.url(prefix)
 
 
-def _rewrite_job(run_dir: Path, url: str | None = None) -> None:
+def _rewrite_job(run_dir: Path, url: str | None = None, next_shard: bool = False,
+                 next_url: str | None = None) -> None:
     """Point the job of a copied shard at the copy (``url``: its upload, whose round trips the
-    child counts)."""
+    child counts) and, with ``next_shard``, at its second copy, ``next`` (``next_url``: that
+    copy's upload)."""
     job = json.loads((run_dir / "job.json").read_text())
     job["url"] = url or (run_dir / "shard").as_uri()
     job["round_trips"] = url is not None
+    if next_shard:
+        job["next_url"] = next_url or (run_dir / "next").as_uri()
     (run_dir / "job.json").write_text(json.dumps(job))
 
 
@@ -448,6 +520,17 @@ def main() -> None:
     ap.add_argument("--s3-latency-ms", type=float, default=None,
                     help="with --cold: each run also restarts the shard on moto's S3 server "
                     "behind a proxy adding this latency per request (bench/spark_session.py)")
+    ap.add_argument("--steps", action="store_true",
+                    help="with --cold: time the cold batch's steps one by one")
+    ap.add_argument("--next-shard", action="store_true",
+                    help="with --cold: a second shard's restart batch in the same child "
+                    "after the first's commit (a reused worker's next shard task)")
+    ap.add_argument("--base", help="with --cold: keep the filled shard in this folder and "
+                    "reuse it when it is there (same --keys, --rows, --batches)")
+    ap.add_argument("--against", metavar="CHECKOUT",
+                    help="with --cold: alternate children of CHECKOUT's bench/cold_shard.py "
+                    "(another tree of silt, its compiled twin built) with this checkout's; "
+                    "--steps, --next-shard, --s3-latency-ms need its cold_shard.py to know them")
     ap.add_argument("--sessions", action="store_true",
                     help="the batch case runs session_bench's Sessions (event-time timers)")
     ap.add_argument("--shards", type=int, default=4,

@@ -15,9 +15,18 @@ seconds of each step:
   task's key group check (``runtime._shard.placed``), the cold batch
   (``read_threads``: the read pool's threads it started);
 * ``commit``: the shard's commit of that batch;
-* ``warm_process`` / ``warm_commit``: the median of the next batches on the same handle.
+* ``warm_process`` / ``warm_commit``: the median of the next batches on the same handle;
+* with ``next_url`` in the job (``batch_profile.py --next-shard``): ``next_open``,
+  ``next_process``, ``next_commit``, the same restart batch on a second copy of the shard,
+  opened right after the first shard's commit (before the warm batches), as a reused Spark
+  worker runs its next shard task beside what the first one's commit started.
 
-``requests``: each step's requests by kind (the DB's own count, ``DB.stats``). When the job
+Each step has its wall seconds, ``cpu_`` its process CPU seconds (every thread) and ``tcpu_``
+the main thread's CPU seconds.
+``--steps`` (``batch_profile.py --cold --steps``): the cold batch's own steps, ``step_*``
+(see ``stepwise``), with the block cache's misses and the reads' RANGE_GETs.
+
+``requests``: each step's requests by kind (the next shard's steps too) (the DB's own count, ``DB.stats``). When the job
 says ``"round_trips": true`` (a remote root: ``batch_profile.py --cold --s3-latency-ms``), the
 store is wrapped in ``silt.testing.LatencyStore`` with no added delay, which counts each step's
 *sequential round trips* structurally (the longest chain of requests each started after the one
@@ -80,13 +89,15 @@ class Clock:
         self.out = out
         self.wall = time.perf_counter()
         self.cpu = time.process_time()
+        self.tcpu = time.thread_time()
 
     def step(self, name: str) -> None:
         """Record the time since the last step (or the clock's start) as step ``name``."""
-        wall, cpu = time.perf_counter(), time.process_time()
+        wall, cpu, tcpu = time.perf_counter(), time.process_time(), time.thread_time()
         self.out[name] = wall - self.wall
         self.out["cpu_" + name] = cpu - self.cpu
-        self.wall, self.cpu = wall, cpu
+        self.out["tcpu_" + name] = tcpu - self.tcpu
+        self.wall, self.cpu, self.tcpu = wall, cpu, tcpu
 
 
 class Counted:
@@ -131,7 +142,75 @@ def _read_batches(path: Path) -> list[Any]:
         return [f.get_batch(i) for i in range(f.num_record_batches)]
 
 
-def child(folder: Path, profile: str | None, dump: str | None = None) -> dict[str, Any]:
+def _next_shard(job: dict[str, Any], stage: Any, batches: list[Any],
+                out: dict[str, Any]) -> None:
+    """The next shard task of the same worker: open the shard's second copy, run the restart
+    batch on it, commit, close (steps ``next_open``, ``next_process``, ``next_commit``, each
+    with its requests and, on a remote root, its round trips as the first shard's)."""
+    import silt
+    from silt_spark.runtime._shard import placed
+
+    clock = Clock(out)
+    counted = Counted(job["next_url"], bool(job.get("round_trips")))
+    with counted.step(out, "next_open"):
+        db = silt.open(job["next_url"], at_most=job["batch"] - 1, store=counted.store,
+                       settings=silt.Settings.from_dict(job["settings"]))
+    clock.step("next_open")
+    counted.db = db
+    try:
+        task = Task(db, job["next_url"], job["batch"])
+        with counted.step(out, "next_process"):
+            sum(b.num_rows for b in stage(task, placed(task, iter(batches))))
+        clock.step("next_process")
+        with counted.step(out, "next_commit"):
+            task.commit()
+        clock.step("next_commit")
+    finally:
+        db.close()
+
+
+def stepwise(task: Task, stage: Any, batches: list[Any], out: dict[str, Any]) -> int:
+    """The aggregate's shard stage (``placed`` then ``merge_partition``) on ``batches``, its
+    steps timed one by one into ``out`` (``--steps``; the same calls as ``merge_partition``,
+    kept in step with it by hand) with the block cache's misses and the RANGE_GETs of the
+    reads."""
+    import pyarrow as pa
+    from silt_spark.operators import _aggregation as agg
+    from silt_spark.operators import aggregate
+    from silt_spark.runtime._layout import PARTITION_COLUMN
+    from silt_spark.runtime._ndarrays import record_bytes
+    from silt_spark.runtime._shard import placed
+
+    p, db = stage.keywords["p"], task.db
+    before = db.stats()
+    gets = list(db._metrics.requests[("read", "RANGE_GET")])
+    clock = Clock(out)
+    t = pa.Table.from_batches(list(placed(task, iter(batches)))).drop_columns(
+        [PARTITION_COLUMN])
+    clock.step("step_check_and_table")
+    g, keys = aggregate._groups_in_key_order(t, p)
+    clock.step("step_group_and_order")
+    values = db.multi_get(keys)
+    clock.step("step_multi_get")
+    old = agg.read_records(values, p, task.url)
+    clock.step("step_read_records")
+    new = agg.combine(old, g, p)
+    clock.step("step_combine")
+    db.put_many(keys, record_bytes(new))
+    task.changed = True
+    clock.step("step_put_many")
+    arrays = [g[c] for c in p.key_columns] + agg.output_arrays(new, p)
+    rows = sum(b.num_rows for b in pa.Table.from_arrays(
+        arrays, schema=p.output_schema).to_batches())
+    clock.step("step_output")
+    out["step_cache_misses"] = db.stats()["cache_misses"] - before["cache_misses"]
+    count, nbytes = db._metrics.requests[("read", "RANGE_GET")]  # the DB's own counters
+    out["step_range_gets"], out["step_range_get_bytes"] = count - gets[0], nbytes - gets[1]
+    return rows
+
+
+def child(folder: Path, profile: str | None, dump: str | None = None,
+          by_step: bool = False) -> dict[str, Any]:
     """The steps of one cold shard task on the shard under ``folder`` (see the module)."""
     out: dict[str, Any] = {}
     clock = Clock(out)
@@ -172,7 +251,8 @@ def child(folder: Path, profile: str | None, dump: str | None = None) -> dict[st
         task = Task(db, job["url"], job["batch"])
         clock = Clock(out)
         with counted.step(out, "process"):
-            out["rows"] = run(task, cold)
+            out["rows"] = (stepwise(task, stage, cold, out) if by_step
+                           else run(task, cold))
         clock.step("process")
         import threading
 
@@ -181,6 +261,8 @@ def child(folder: Path, profile: str | None, dump: str | None = None) -> dict[st
         with counted.step(out, "commit"):
             task.commit()
         clock.step("commit")
+        if job.get("next_url"):
+            _next_shard(job, stage, cold, out)
         if prof is not None:
             prof.disable()
         steps: list[dict[str, Any]] = []
@@ -210,7 +292,10 @@ def child(folder: Path, profile: str | None, dump: str | None = None) -> dict[st
 
 if __name__ == "__main__":
     args = sys.argv[1:]
-    prof_mode = None
+    prof_mode, by_step = None, False
+    if args[:1] == ["--steps"]:
+        by_step, args = True, args[1:]
     if args[:1] == ["--profile"]:
         prof_mode, args = args[1], args[2:]
-    print(json.dumps(child(Path(args[0]), prof_mode, os.environ.get("COLD_PROFILE_OUT"))))
+    print(json.dumps(child(Path(args[0]), prof_mode, os.environ.get("COLD_PROFILE_OUT"),
+                           by_step)))
