@@ -142,21 +142,31 @@ def _read_batches(path: Path) -> list[Any]:
         return [f.get_batch(i) for i in range(f.num_record_batches)]
 
 
+def _open_counted(job: dict[str, Any], url: str, out: dict[str, Any], clock: Any,
+                  step: str) -> tuple[Any, Any]:
+    """Open the shard at ``url`` at the job's last committed batch as step ``step`` (timed by
+    ``clock``, its requests and, on a remote root, its round trips counted into ``out``);
+    returns the DB and its :class:`Counted`."""
+    import silt
+
+    counted = Counted(url, bool(job.get("round_trips")))
+    with counted.step(out, step):
+        db = silt.open(url, at_most=job["batch"] - 1, store=counted.store,
+                       settings=silt.Settings.from_dict(job["settings"]))
+    clock.step(step)
+    counted.db = db
+    return db, counted
+
+
 def _next_shard(job: dict[str, Any], stage: Any, batches: list[Any],
                 out: dict[str, Any]) -> None:
     """The next shard task of the same worker: open the shard's second copy, run the restart
     batch on it, commit, close (steps ``next_open``, ``next_process``, ``next_commit``, each
     with its requests and, on a remote root, its round trips as the first shard's)."""
-    import silt
     from silt_spark.runtime._shard import placed
 
     clock = Clock(out)
-    counted = Counted(job["next_url"], bool(job.get("round_trips")))
-    with counted.step(out, "next_open"):
-        db = silt.open(job["next_url"], at_most=job["batch"] - 1, store=counted.store,
-                       settings=silt.Settings.from_dict(job["settings"]))
-    clock.step("next_open")
-    counted.db = db
+    db, counted = _open_counted(job, job["next_url"], out, clock, "next_open")
     try:
         task = Task(db, job["next_url"], job["batch"])
         with counted.step(out, "next_process"):
@@ -232,19 +242,14 @@ def child(folder: Path, profile: str | None, dump: str | None = None,
 
     clock = Clock(out)
     stage = pickle.loads(stage_bytes)
-    import silt
+    import silt  # noqa: F401  (its package import counts in the imports step, as before)
     from silt_spark.runtime._shard import placed  # run_shard's check of the rows' key groups
 
     def run(task: Task, batches: list[Any]) -> int:
         return sum(b.num_rows for b in stage(task, placed(task, iter(batches))))
 
     clock.step("imports")
-    counted = Counted(job["url"], bool(job.get("round_trips")))
-    with counted.step(out, "open"):
-        db = silt.open(job["url"], at_most=job["batch"] - 1, store=counted.store,
-                       settings=silt.Settings.from_dict(job["settings"]))
-    clock.step("open")
-    counted.db = db
+    db, counted = _open_counted(job, job["url"], out, clock, "open")
     opened = db.stats()
     out["shape"] = {"l0_ssts": opened["l0_ssts"], "levels": opened["levels"]}
     try:
