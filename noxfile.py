@@ -44,8 +44,8 @@ SPARK_INFRA_RERUN = [
 #: and a file's tests share their module fixtures (a standalone cluster, a server) as when run
 #: alone. One more worker than cores: a Spark test leaves part of its cores idle (its JVM and
 #: Python workers wait on each other, queries poll their sources, servers start), and on the
-#: 2-core machine the compiled run used 1.5 cores with 2 workers; with 3 it took 10:07 instead
-#: of 12:36 (quiet, same tests, 1.79 cores).
+#: 2-core machine the suite used 1.5 cores with 2 workers. Quiet, same tests, compiled run:
+#: 12:36 with 2 workers; with 3, 12:04 in nox and 10:07 run directly (1.79 cores).
 WORKERS = min(4, (os.cpu_count() or 1) + 1)
 PARALLEL = ["-n", str(WORKERS), "--dist", "loadfile"]
 #: Tests that run a SparkSession run against the compiled core; against pure Python only this
