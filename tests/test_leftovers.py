@@ -22,6 +22,8 @@ import uuid
 import pytest
 import silt
 from silt import paths
+from silt.compaction.record import CompactionRecord
+from silt.errors import CorruptionError
 from silt.graces import Announcer
 from test_early_install import check_reads, load
 
@@ -116,8 +118,6 @@ def test_a_new_handle_reads_the_compaction_an_earlier_one_left(tier: str, tmp_pa
 def damage_a_block(url: str, record_key: str) -> None:
     """Flip a byte inside the first data block of the record's first output (its tail, which
     the check before showing reads, stays intact)."""
-    from silt.compaction.record import CompactionRecord
-
     store = silt.open_store(url)
     try:
         record = CompactionRecord.decode(store.get(record_key), record_key)
@@ -148,6 +148,34 @@ def test_a_damaged_output_is_never_adopted(tmp_path) -> None:
         db.commit()  # refused: never adopted
         assert len(db.manifest.l0) == 5 and not any(db.manifest.levels)
         assert len(l0_ids(db)) == 5
+        check_reads(db, model)
+
+
+@pytest.mark.parametrize("tier", ["memory", "file"])
+def test_a_read_of_a_damaged_output_fails_loudly_until_the_check_refuses_it(
+        tier: str, tmp_path) -> None:
+    """Before the check, a read that loads the damaged block raises ``CorruptionError`` naming
+    the output (never a wrong answer), the same under both implementations; once a commit's
+    check refused the leftover, every read is answered by the inputs."""
+    url = root(tier, tmp_path)
+    model, record_key = leave_a_compaction(url, 4)
+    damage_a_block(url, record_key)
+    store = silt.open_store(url)
+    try:
+        record = CompactionRecord.decode(store.get(record_key), record_key)
+    finally:
+        store.close()
+    with silt.open(url, settings=SETTINGS.replace(l0_compaction_trigger=64)) as db:
+        assert db.wait_for_compaction(60)
+        assert l0_ids(db) == []  # shown: its tails check out
+        with pytest.raises(CorruptionError) as caught:
+            list(db.scan())  # every block of every output
+        assert paths.sst_key(record.outputs[0].id) in str(caught.value)
+        db.put(b"k002", b"new")
+        model[b"k002"] = b"new"
+        db.commit()  # starts the check of every block
+        assert db.wait_for_compaction(60)
+        assert db.stats()["compactions_damaged"] == 1
         check_reads(db, model)
 
 
