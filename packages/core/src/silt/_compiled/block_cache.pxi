@@ -98,7 +98,8 @@ cdef class BlockCache:
         return 0
 
     cdef inline object _hit(self, PyObject* p):
-        (<_CacheEntry>p).marked = True
+        if not (<_CacheEntry>p).marked:  # (a marked entry's line is left clean)
+            (<_CacheEntry>p).marked = True
         self.hits += 1
         return (<_CacheEntry>p).value
 
@@ -141,13 +142,20 @@ cdef class BlockCache:
         ``out`` had them and are counted (returned)."""
         cdef Py_ssize_t g, i, n = PyList_GET_SIZE(ids), missed = 0
         cdef PyObject* p
+        cdef object key
+        cdef object keys = getattr(t, "block_keys", None)  # once, not once a block
+        cdef Py_ssize_t nkeys = PyList_GET_SIZE(keys) if type(keys) is list else 0
         self._acquire()
         try:
             for g in range(n):
                 i = <object>PyList_GET_ITEM(ids, g)
                 if i < 0:
                     raise IndexError(f"block {i} of a cache lookup")
-                p = PyDict_GetItem(self._data, _block_key(reader, t, i))
+                if i < nkeys:  # the tail's own key (see _block_key)
+                    key = <object>PyList_GET_ITEM(keys, i)
+                else:
+                    key = (reader.cache_id, i)
+                p = PyDict_GetItem(self._data, key)
                 if p == NULL:
                     self.misses += 1
                     missed += 1
