@@ -148,3 +148,32 @@ def test_threads_share_one_cache() -> None:
     held_now = sum(cache.holds([("sst", i) for i in range(200)]))
     assert len(cache) == held_now == 50 and cache.used == 50 * 64
     assert 0 < cache.evictions <= sum(puts) - len(cache)  # a racing put of one key replaces
+
+
+def test_block_keys_are_ints_unique_across_ssts_and_shared_by_readers() -> None:
+    from silt.cache import BLOCK_INDEX_BITS, block_key, block_key_base
+
+    a, b = block_key_base("01ARZ3NDEKTSV4RRFFQ69G5FAV"), block_key_base("01ARZ3NDEKTSV4RRFF")
+    assert type(a) is int and a == block_key_base("01ARZ3NDEKTSV4RRFFQ69G5FAV")  # shared
+    assert a != b and a % (1 << BLOCK_INDEX_BITS) == 0 == b % (1 << BLOCK_INDEX_BITS)
+    last = (1 << BLOCK_INDEX_BITS) - 1
+    keys_a = {block_key(a, 0), block_key(a, last)}
+    keys_b = {block_key(b, 0), block_key(b, last)}
+    assert not keys_a & keys_b  # an SST's whole index range stays below the next base
+    for bad in (-1, 1 << BLOCK_INDEX_BITS):
+        try:
+            block_key(a, bad)
+        except IndexError:
+            pass
+        else:  # pragma: no cover - the check failed
+            raise AssertionError(f"block index {bad} was accepted")
+
+
+def test_a_forgotten_name_gets_a_new_base_never_an_old_one(monkeypatch) -> None:
+    from silt import cache as cache_mod
+
+    monkeypatch.setattr(cache_mod, "BASES_KEPT", 3)
+    seen = [cache_mod.block_key_base(f"sst-{i}") for i in range(10)]
+    assert len(set(seen)) == 10  # names forgotten on the way: still no base given twice
+    again = cache_mod.block_key_base("sst-0")
+    assert again not in seen

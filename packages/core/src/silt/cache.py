@@ -1,7 +1,8 @@
 """The in-memory block cache: CLOCK (second chance), bounded by bytes.
 
-Keys are ``(sst_id, block_index)``; values are decoded, immutable blocks, so a cached block can
-be shared by every reader and never goes stale (objects are never overwritten). Thread-safe.
+A block's key is one int, ``block_key_base(sst_id) + block_index`` (:func:`block_key_base`);
+values are decoded, immutable blocks, so a cached block can be shared by every reader and never
+goes stale (objects are never overwritten). Thread-safe.
 
 One cache may serve every DB of a process: :class:`silt.budget.MemoryBudget` owns such a shared
 cache and shrinks it (:meth:`BlockCache.resize`) as memtables take their part of the budget.
@@ -15,6 +16,48 @@ from collections.abc import Hashable
 from typing import Any
 
 from ._ext import accelerate
+
+#: Bits of a block index in a block key: an SST's block count is a 32-bit field of its index
+#: (docs/format.md), so its indexes are below ``1 << BLOCK_INDEX_BITS``.
+BLOCK_INDEX_BITS = 32
+#: How many SST names :func:`block_key_base` remembers before it forgets them all.
+BASES_KEPT = 1 << 16
+
+_bases: dict[str, int] = {}
+_next_serial = 1
+_bases_lock = threading.Lock()
+
+
+def block_key_base(name: str) -> int:
+    """The base of the block keys of the SST ``name`` (its id, or its object name) in this
+    process: block ``i``'s key is ``base + i``, for ``0 <= i < 1 << BLOCK_INDEX_BITS``.
+
+    Every reader of one SST gets the same base, so readers of it in several DBs or handles share
+    its cached blocks; no two names ever get the same base (a serial, never reused, shifted past
+    the index bits), so no two blocks of different SSTs ever share a key, whatever caches
+    they meet in. An int hashes and compares in a step, where an ``(id, index)`` tuple took
+    three objects' memory. The process remembers up to :data:`BASES_KEPT` names, then forgets
+    them all: a later reader of a forgotten name gets a new base (correct; its blocks cached
+    under the old one are never hit again and are evicted first, being never marked).
+    """
+    global _next_serial
+    with _bases_lock:
+        base = _bases.get(name)
+        if base is None:
+            if len(_bases) >= BASES_KEPT:
+                _bases.clear()
+            base = _next_serial << BLOCK_INDEX_BITS
+            _next_serial += 1
+            _bases[name] = base
+        return base
+
+
+def block_key(base: int, index: int) -> int:
+    """Block ``index``'s key under ``base`` (:func:`block_key_base`); the index is checked."""
+    if not 0 <= index < 1 << BLOCK_INDEX_BITS:
+        raise IndexError(f"block index {index} outside 0..2**{BLOCK_INDEX_BITS}")
+    return base + index
+
 
 # An entry is the list [key, value, charge, marked]: mutable in place, so that a hit only
 # marks it.

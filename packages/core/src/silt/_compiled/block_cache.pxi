@@ -154,7 +154,7 @@ cdef class BlockCache:
                 if i < nkeys:  # the tail's own key (see _block_key)
                     key = <object>PyList_GET_ITEM(keys, i)
                 else:
-                    key = (reader.cache_id, i)
+                    key = reader.cache_id + i
                 p = PyDict_GetItem(self._data, key)
                 if p == NULL:
                     self.misses += 1
