@@ -41,6 +41,7 @@ cdef class BlockCache:
 
     def __dealloc__(self):
         self._drop_ring()
+        free(self._ring)
 
     cdef void _drop_ring(self) noexcept:
         """Empty the ring, dropping its references (its buffer kept)."""
