@@ -236,8 +236,8 @@ def test_read_runs_reads_checks_and_caches_as_read_run_does(twin: str, damage: s
 
 def test_every_read_caches_a_block_under_its_tails_own_key(tmp_path) -> None:
     """Gets, multi_gets and their misses put and look up each block under the tail's own key
-    tuple (``SstTail.block_keys``), so the cache's dict finds it by identity; the keys equal
-    ``(cache_id, i)`` as before."""
+    (``SstTail.block_keys``), so the cache's dict finds it by identity; the keys are the ints
+    ``cache_id + i`` (silt.cache.block_key)."""
     s = silt.Settings(block_bytes=128, block_cache_bytes=8 << 20, compaction="none")
     db = silt.open(tmp_path.as_uri(), settings=s)
     keys = [b"k%05d" % i for i in range(3000)]
@@ -254,6 +254,6 @@ def test_every_read_caches_a_block_under_its_tails_own_key(tmp_path) -> None:
         own = reader.tail.block_keys
         cached = list(db.cache._data)
         assert len(cached) > 100
-        assert all(k == (reader.cache_id, k[1]) and k is own[k[1]] for k in cached)
+        assert all(k is own[k - reader.cache_id] for k in cached)
     finally:
         db.close()

@@ -225,13 +225,13 @@ def test_bloom_probes() -> None:
 # --- block cache --------------------------------------------------------------------------------
 
 
-def test_block_cache_lru_eviction_and_byte_bound() -> None:
+def test_block_cache_eviction_and_byte_bound() -> None:
     cache = BlockCache(100)
     cache.put("a", "A", 40)
     cache.put("b", "B", 40)
     assert cache.used == 80
-    assert cache.get("a") == "A"  # a is now the most recently used
-    cache.put("c", "C", 40)  # evicts b, the least recently used
+    assert cache.get("a") == "A"  # a hit marks a: it has a second chance
+    cache.put("c", "C", 40)  # evicts b, never hit (tests/test_block_cache.py: the order)
     assert cache.get("b") is None
     assert (cache.get("a"), cache.get("c")) == ("A", "C")
     assert cache.used == 80 and len(cache) == 2 and cache.evictions == 1
@@ -251,10 +251,10 @@ def test_block_cache_get_many_is_get_in_order() -> None:
     assert cache.get_many(["c", "x", "a"]) == ["C", None, "A"]
     assert (cache.hits - hits, cache.misses - misses) == (2, 1)
     assert cache.get_many([]) == []
-    cache.put("d", "D", 30)  # evicts b: c and a were used after it, in that order
+    cache.put("d", "D", 30)  # evicts b, never hit (a, hit, has a second chance)
     assert cache.get("b") is None
-    cache.put("e", "E", 30)  # then c
-    assert cache.get_many(["c", "a", "d", "e"]) == [None, "A", "D", "E"]
+    cache.put("e", "E", 30)  # then a, whose mark that pass spent (c still has its own)
+    assert cache.get_many(["c", "a", "d", "e"]) == ["C", None, "D", "E"]
     assert cache.get("d") == "D"
     assert cache.hits >= 5 and cache.misses >= 2
     cache.clear()
@@ -264,15 +264,18 @@ def test_block_cache_get_many_is_get_in_order() -> None:
 def test_block_cache_stays_within_bounds_under_random_use() -> None:
     rng = random.Random(3)
     cache = BlockCache(1000)
+    charges: dict[int, int] = {}
     for _ in range(5000):
         key = rng.randrange(100)
         if rng.random() < 0.5:
-            cache.put(key, key, rng.randrange(1, 300))
+            charges[key] = rng.randrange(1, 300)
+            cache.put(key, key, charges[key])
         else:
             got = cache.get(key)
             assert got is None or got == key
         assert cache.used <= 1000
-        assert cache.used == sum(c for _, c in cache._data.values())
+        held = [k for k, h in zip(charges, cache.holds(list(charges))) if h]
+        assert cache.used == sum(charges[k] for k in held) and len(cache) == len(held)
 
 
 def test_db_block_cache_is_bounded(url: str) -> None:

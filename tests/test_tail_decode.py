@@ -43,7 +43,10 @@ def _sst(keys: list[bytes], block_bytes: int) -> bytes:
     return build_sst("01ARZ3NDEKTSV4RRFFQ69G5FAV", keys, [k[::-1] for k in keys], s)[0]
 
 
-def _outcome(decode, index: bytes, filter_off: int, cache_id: str | None) -> tuple:
+CID = 5 << 32  # a cache id as silt.cache.block_key_base gives them
+
+
+def _outcome(decode, index: bytes, filter_off: int, cache_id: int | None) -> tuple:
     """What ``decode`` gives: its results with the arrays' types, or the error it raises."""
     try:
         offsets, sizes, last_keys, block_keys = decode(index, filter_off, cache_id, "s.sst", 77)
@@ -58,7 +61,7 @@ def _outcome(decode, index: bytes, filter_off: int, cache_id: str | None) -> tup
 def _agree(index: bytes, filter_off: int) -> list[tuple]:
     """Both twins' outcomes (with and without a cache id), asserted equal."""
     outs = []
-    for cache_id in (None, "cid"):
+    for cache_id in (None, CID):
         py = _outcome(TWINS["py"], index, filter_off, cache_id)
         assert _outcome(TWINS["c"], index, filter_off, cache_id) == py
         outs.append(py)
@@ -76,7 +79,7 @@ def test_twins_decode_real_index_blocks_identically(keys: list[bytes], block_byt
     plain, cached = _agree(parts.index, len(parts.data))
     offsets, sizes, last_keys = sstparts.parse_index(parts.index)
     assert plain == ("Q", offsets, "I", sizes, last_keys, None)
-    assert cached[5] == [("cid", i) for i in range(len(offsets))]
+    assert cached[5] == [CID + i for i in range(len(offsets))]
     assert last_keys[-1] == keys[-1]
 
 
@@ -174,7 +177,9 @@ def test_each_malformed_index_names_its_first_failed_check(twin: str) -> None:
         decode(bad, end, None, "s.sst", 77)
     with pytest.raises(CorruptionError, match="do not tile"):
         decode(parts.index, end + 1, None, "s.sst", 77)
-    assert decode(make([], [], []), 0, "c", "s.sst", 77)[2:] == ([], [])
+    assert decode(make([], [], []), 0, CID, "s.sst", 77)[2:] == ([], [])
+    with pytest.raises(TypeError, match="cache id is an int"):  # the old (id, index) key's id
+        decode(parts.index, end, "01ARZ3NDEKTSV4RRFFQ69G5FAV", "s.sst", 77)
 
 
 SILT_DIR = str(Path(silt.__file__).parent)
@@ -196,17 +201,16 @@ def test_decoding_a_tail_makes_no_python_call_per_block(twin: str, monkeypatch) 
 
         def decode(data=data, start=start) -> None:
             nonlocal t
-            t = tail_mod.SstTail(data[start:], start, len(data), "s.sst", "cid")
+            t = tail_mod.SstTail(data[start:], start, len(data), "s.sst", CID)
 
         counts.append(sum(python_calls(decode, SILT_DIR).values()))
-        assert len(t.last_keys) >= n and t.block_keys[-1] == ("cid", len(t.last_keys) - 1)
+        assert len(t.last_keys) >= n and t.block_keys[-1] == CID + len(t.last_keys) - 1
     assert counts[0] == counts[1], counts
 
 
 def test_compiled_block_cache_keys_cost_the_garbage_collector_nothing() -> None:
-    """The compiled twin's ``(cache_id, i)`` pairs (a str and an int, in no cycle) are not
-    tracked by the garbage collector: a tail of thousands of blocks adds nothing to its
-    passes."""
+    """The compiled twin's block keys (ints) are not tracked by the garbage collector: a tail
+    of thousands of blocks adds nothing to its passes."""
     parts = sstparts.split(_sst([b"key-%06d" % i for i in range(400)], 64))
-    keys = C.decode_index(parts.index, len(parts.data), "cid", "s.sst", 77)[3]
+    keys = C.decode_index(parts.index, len(parts.data), CID, "s.sst", 77)[3]
     assert len(keys) > 10 and not any(map(gc.is_tracked, keys))

@@ -774,13 +774,14 @@ def test_block_cache_identical(capacity: int, ops: list) -> None:
                 out.append(c.get(("sst", op[1])))
             elif op[0] == "get_many":
                 out.append(c.get_many([("sst", i) for i in op[1]]))
-            elif op[0] == "holds":  # a look: no hit, no miss, no change of the LRU order
+            elif op[0] == "holds":  # a look: no hit, no miss, no mark
                 out.append(c.holds([("sst", i) for i in op[1]]))
             elif op[0] == "resize":
                 out.append(c.resize(op[1]))
             else:
                 out.append(c.clear())
             out.append((len(c), c.used, c.hits, c.misses, c.evictions, c.capacity))
+            out.append(c.holds([("sst", i) for i in range(7)]))  # the same entries evicted
         return out
 
     assert run(cache_mod.BlockCache_py) == run(C.BlockCache)

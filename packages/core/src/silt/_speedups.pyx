@@ -59,7 +59,6 @@ from libc.stdint cimport uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcmp, memcpy, memset
 
-from collections import OrderedDict as _OrderedDict
 
 import lz4.block as _lz4_block
 from threading import Lock as _Lock

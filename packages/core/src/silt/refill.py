@@ -53,7 +53,7 @@ def hot_ranges(readers: Iterable[SstReader], cache: Any) -> list[tuple[bytes, by
             continue
         last = tail.last_keys
         cid = reader.cache_id
-        held = cache.holds([(cid, i) for i in range(len(last))])
+        held = cache.holds([cid + i for i in range(len(last))])
         smallest = reader.info.smallest
         for i, h in enumerate(held):
             if h:
@@ -129,7 +129,7 @@ class Refiller:
                 if not wanted:
                     continue
                 cid = reader.cache_id
-                held = self._cache.holds([(cid, i) for i in wanted])
+                held = self._cache.holds([cid + i for i in wanted])
                 missing = [i for i, h in zip(wanted, held) if not h]
                 if not missing:
                     continue

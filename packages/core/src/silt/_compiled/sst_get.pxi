@@ -82,12 +82,12 @@ cdef object _get_one(object reader, bytes key, const unsigned char* k, Py_ssize_
 
 
 cdef inline object _block_key(object reader, object t, Py_ssize_t i):
-    """Block ``i``'s key in the block cache: the tail's own tuple (``SstTail.block_keys``: the
-    cache's dict then finds the entry by identity), or a new ``(cache_id, i)``."""
+    """Block ``i``'s key in the block cache: the tail's own int (``SstTail.block_keys``: the
+    cache's dict then finds the entry by identity), or ``cache_id + i`` (silt.cache.block_key)."""
     cdef object keys = getattr(t, "block_keys", None)
     if type(keys) is list and i < PyList_GET_SIZE(<list>keys):
         return <object>PyList_GET_ITEM(keys, i)
-    return (reader.cache_id, i)
+    return reader.cache_id + i
 
 
 cdef object _read_missed(object reader, Py_ssize_t i, object cache):

@@ -7,10 +7,6 @@ from sys import byteorder as _byteorder
 
 from cpython.list cimport PyList_New, PyList_SET_ITEM
 from cpython.ref cimport Py_INCREF
-from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
-
-cdef extern from "Python.h":
-    void PyObject_GC_UnTrack(void* op)
 
 cdef bint _BIG_ENDIAN = _byteorder == "big"
 cdef Py_ssize_t INDEX_HEADER_SIZE = _fmt.INDEX_HEADER.size
@@ -45,8 +41,12 @@ def decode_index(bytes index, object filter_off, object cache_id, object name,
     cdef uint64_t acc = 0, want
     cdef uint32_t sz, s, e, ps, pe
     cdef list last_keys, block_keys
-    cdef object key, pair, idx
-    cdef bint untrack = type(cache_id) is str
+    cdef object key, idx
+    cdef long long base = 0
+    if cache_id is not None:
+        if type(cache_id) is not int:
+            raise TypeError("an SST's cache id is an int (silt.cache.block_key_base)")
+        base = cache_id
     if size < INDEX_HEADER_SIZE:
         raise _bad_index(name, index_off, "index regions do not add up")
     count = <Py_ssize_t>_le32(p)
@@ -95,19 +95,10 @@ def decode_index(bytes index, object filter_off, object cache_id, object name,
         block_keys = None
     else:
         block_keys = PyList_New(count)
-        for i in range(count):
-            pair = PyTuple_New(2)
-            Py_INCREF(cache_id)
-            PyTuple_SET_ITEM(pair, 0, cache_id)
-            idx = i
+        for i in range(count):  # ints: nothing for the garbage collector to track
+            idx = base + i
             Py_INCREF(idx)
-            PyTuple_SET_ITEM(pair, 1, idx)
-            # A pair of a str and an int is in no reference cycle: left untracked, the
-            # thousands a large tail makes cost the garbage collector nothing to traverse.
-            if untrack:
-                PyObject_GC_UnTrack(<void*>pair)
-            Py_INCREF(pair)
-            PyList_SET_ITEM(block_keys, i, pair)
+            PyList_SET_ITEM(block_keys, i, idx)
     return (_le_array("Q", index, INDEX_HEADER_SIZE, 8 * count),
             _le_array("I", index, INDEX_HEADER_SIZE + 8 * count, 4 * count),
             last_keys, block_keys)

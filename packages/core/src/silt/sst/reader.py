@@ -18,7 +18,7 @@ from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
 from .._ext import accelerate
-from ..cache import BlockCache
+from ..cache import BlockCache, block_key, block_key_base
 from ..errors import (
     CorruptionError,
     NotFoundError,
@@ -69,7 +69,7 @@ class SstReader:
         if self.size is None:
             raise ValueError("SstReader needs the object size (from SstInfo or a listing)")
         self.cache = cache
-        self.cache_id = info.id if info is not None else object_name
+        self.cache_id = block_key_base(info.id if info is not None else object_name)
         #: The store's fast path for this object's reads (ObjectStore.direct_reader) or None;
         #: asked for on the first read (opening a DB with many SSTs asks for none).
         self._direct: Any = _UNASKED
@@ -248,7 +248,7 @@ class SstReader:
         """Decoded block ``i``, from the cache when present."""
         cache = self.cache
         if cache is not None:
-            blk = cache.get((self.cache_id, i))
+            blk = cache.get(block_key(self.cache_id, i))
             if blk is not None:
                 return blk
         return self.read_block(i, fill_cache)
@@ -344,22 +344,22 @@ class SstReader:
         name, cid = self.name, self.cache_id
         for i, (off, size) in enumerate(zip(t.block_offsets, t.block_sizes)):
             blk = decode_block(data[off:off + size], name, off)
-            cache.put((cid, i), blk, blk.charge)
+            cache.put(cid + i, blk, blk.charge)
 
     def cached_block(self, i: int) -> Block | None:
-        return self.cache.get((self.cache_id, i)) if self.cache is not None else None
+        return self.cache.get(block_key(self.cache_id, i)) if self.cache is not None else None
 
     def cached_blocks(self, indexes: list[int]) -> list[Block | None]:
         """``cached_block(i)`` for each of ``indexes``."""
         cache = self.cache
         if cache is None:
             return [None] * len(indexes)
-        keys = self.tail.block_keys  # the tuples every read passes (no bytecode a block)
+        keys = self.tail.block_keys  # the keys every read passes (no bytecode a block)
         return cache.get_many(list(map(keys.__getitem__, indexes)))
 
     def put_cached(self, i: int, blk: Block) -> None:
         if self.cache is not None:
-            self.cache.put((self.cache_id, i), blk, blk.charge)
+            self.cache.put(block_key(self.cache_id, i), blk, blk.charge)
 
     # -- lookups ----------------------------------------------------------------------------
     def get(self, key: bytes, h: int = -1) -> object:
@@ -457,7 +457,7 @@ def get_from(readers: Sequence[SstReader], key: bytes, h: int = -1) -> object:
             if i == len(last_keys):
                 continue
             cache = reader.cache
-            blk = None if cache is None else cache.get((reader.cache_id, i))
+            blk = None if cache is None else cache.get(reader.cache_id + i)
             if blk is None:
                 blk = reader.read_block(i)
             r = blk.get(key)

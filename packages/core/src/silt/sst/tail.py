@@ -11,7 +11,7 @@ ranges a reader requests from an SST. No I/O: the bytes come from the caller
 from __future__ import annotations
 
 from array import array
-from itertools import accumulate, islice, repeat
+from itertools import accumulate, islice
 from operator import lt
 from typing import Any
 
@@ -40,20 +40,21 @@ class SstTail:
 
     ``charge`` is the memory it holds, as a memory budget counts it: the tail's bytes plus
     56 per block (each last key is a bytes object in a list, and has an 8-byte prefix in the
-    compiled ``key_index``), 88 more per block with ``block_keys``, plus 200.
+    compiled ``key_index``), 40 more per block with ``block_keys``, plus 200.
 
     ``key_index`` is :func:`key_index` of ``last_keys``: what the compiled reads search.
-    ``block_keys[i]`` is block ``i``'s key in the block cache, ``(cache_id, i)``, made once
-    (when ``cache_id`` is given, else ``None``; charged 88 bytes a block): every read that
-    asks the cache for a block or puts one passes the same tuple, so the cache's dict finds
-    its entry by identity instead of comparing two new tuples (and their ids) per lookup.
+    ``block_keys[i]`` is block ``i``'s key in the block cache, the int ``cache_id + i``
+    (``cache_id`` from :func:`silt.cache.block_key_base`), made once (when ``cache_id`` is
+    given, else ``None``; charged 40 bytes a block): every read that asks the cache for a
+    block or puts one passes the same int object, so the cache's dict finds its entry by
+    identity.
     """
 
     __slots__ = ("block_offsets", "block_sizes", "last_keys", "key_index", "bloom", "props",
                  "filter_offset", "charge", "block_keys")
 
     def __init__(self, tail: bytes, tail_start: int, size: int, name: str,
-                 cache_id: str | None = None) -> None:
+                 cache_id: int | None = None) -> None:
         if size < FOOTER_SIZE or len(tail) < FOOTER_SIZE:
             raise CorruptionError(name, 0, f"object of {size} bytes is too small to be an SST")
         foot = size - FOOTER_SIZE
@@ -106,15 +107,17 @@ class SstTail:
         )
         self.key_index = key_index(self.last_keys)
         n = len(self.last_keys)
-        self.charge = len(tail) + (56 if cache_id is None else 144) * n + 200
+        self.charge = len(tail) + (56 if cache_id is None else 96) * n + 200
 
 
-def decode_index(index: bytes, filter_off: int, cache_id: str | None, name: str,
-                 index_off: int) -> tuple[array, array, list[bytes], list[Any] | None]:
+def decode_index(index: bytes, filter_off: int, cache_id: int | None, name: str,
+                 index_off: int) -> tuple[array, array, list[bytes], list[int] | None]:
     """The index block's payload ``index``, decoded and checked: ``(block_offsets,
     block_sizes, last_keys, block_keys)`` as :class:`SstTail` holds them (``array('Q')``,
-    ``array('I')``, a list of bytes, and the list of ``(cache_id, i)`` or ``None`` when
-    ``cache_id`` is ``None``).
+    ``array('I')``, a list of bytes, and the list of block keys ``cache_id + i`` or ``None``
+    when ``cache_id`` is ``None``; ``cache_id`` is a base from
+    :func:`silt.cache.block_key_base`, else :class:`TypeError`). A block count is a u32, so
+    every index is below ``1 << silt.cache.BLOCK_INDEX_BITS``: keys of two SSTs never meet.
 
     The layout (docs/format.md): a u32 block count ``n``, ``n`` u64 offsets, ``n`` u32
     sizes, ``n`` u32 end offsets of the last keys, then the last keys end to end. The data
@@ -124,6 +127,8 @@ def decode_index(index: bytes, filter_off: int, cache_id: str | None, name: str,
     order: the regions do not add up (also: the block shorter than its arrays), the blocks
     do not tile the object, the key offsets decrease, the last keys are out of order.
     """
+    if cache_id is not None and type(cache_id) is not int:
+        raise TypeError("an SST's cache id is an int (silt.cache.block_key_base)")
     n = len(index) - INDEX_HEADER.size
     count = INDEX_HEADER.unpack_from(index, 0)[0] if n >= 0 else 0
     keys_at = INDEX_HEADER.size + 16 * count
@@ -148,7 +153,7 @@ def decode_index(index: bytes, filter_off: int, cache_id: str | None, name: str,
     last_keys = list(map(kbuf.__getitem__, map(slice, [0, *key_ends], key_ends)))
     if not all(map(lt, last_keys, islice(last_keys, 1, None))):
         raise _bad_index(name, index_off, "last keys of the blocks are not in increasing order")
-    block_keys = None if cache_id is None else list(zip(repeat(cache_id, count), range(count)))
+    block_keys = None if cache_id is None else list(range(cache_id, cache_id + count))
     return offsets, sizes, last_keys, block_keys
 
 
