@@ -252,7 +252,8 @@ def measure(session, name, build, src, work, keys, rows, args, state: str | None
     req = r.get("requests_per_task", {})
     if req.get("all"):
         print(f"{'':32s} requests per batch and shard: {per_kind(req['all'])}; of which the "
-              f"watermark: {per_kind(req.get('watermark', {})) or 'none'}", flush=True)
+              f"watermark: {per_kind(req.get('watermark', {})) or 'none'}; by purpose: "
+              f"{per_kind(req.get('purposes', {}))}", flush=True)
     if r.get("join"):
         j = r["join"]
         print(f"{'':32s} buffered rows left {j['buffered_left']:,} right "

@@ -62,9 +62,11 @@ def cost_per_million(requests: dict[str, int], rows: int) -> dict[str, float]:
 
 def requests_per_task(query_id: str) -> dict[str, dict[str, float]]:
     """silt's object-store requests per task (one shard, one micro-batch), by kind: all of
-    them, and the event-time watermark's share (purpose ``watermark``)."""
+    them, and the event-time watermark's share (purpose ``watermark``); and by purpose
+    (``purposes``: ``read``, ``refill``, ``compaction``, ...; the requests a handle's background
+    threads made between two of its tasks count in the later one)."""
     records = silt_spark.metrics(query_id)
-    out: dict[str, dict[str, float]] = {"all": {}, "watermark": {}}
+    out: dict[str, dict[str, float]] = {"all": {}, "watermark": {}, "purposes": {}}
     if not records:
         return out
     for r in records:
@@ -72,6 +74,9 @@ def requests_per_task(query_id: str) -> dict[str, dict[str, float]]:
             out["all"][kind] = out["all"].get(kind, 0) + c["count"]
         for kind, c in r["requests_by_purpose"].get("watermark", {}).items():
             out["watermark"][kind] = out["watermark"].get(kind, 0) + c["count"]
+        for purpose, kinds in r["requests_by_purpose"].items():
+            n = sum(c["count"] for c in kinds.values())
+            out["purposes"][purpose] = out["purposes"].get(purpose, 0) + n
     return {k: {kind: n / len(records) for kind, n in sorted(v.items())}
             for k, v in out.items()}
 

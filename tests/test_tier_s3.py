@@ -13,11 +13,14 @@ Fixtures ``moto_server``, ``moto_admin``, ``aws_env``, ``s3_bucket`` and ``s3_ur
 
 from __future__ import annotations
 
+import os
 import pickle
 import random
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from urllib.parse import quote
 
 import pytest
@@ -786,3 +789,49 @@ def test_a_forked_child_never_uses_its_parents_client(
     assert open_on(s3_bucket, moto_server, "p")._client is parent._client
     assert parent.get("x") == b"parent"
     parent.close()
+
+
+def test_a_child_forked_during_a_build_opens_its_own_store(
+    aws_env: None, s3_bucket: str, moto_server: str,
+) -> None:
+    """A fork while another thread is inside ``shared_client``'s build (a Spark task's origin
+    check builds the worker's first client on a thread) leaves the child a working table: its
+    first store builds its own client and answers. Before, the child waited forever on the lock
+    the parent's thread held."""
+    from silt_s3 import sdk
+
+    inside, release = threading.Event(), threading.Event()
+
+    def slow_build() -> object:
+        inside.set()
+        release.wait(30)
+        return SimpleNamespace(close=lambda: None)
+
+    builder = threading.Thread(target=sdk.shared_client, args=("slow-build", slow_build))
+    builder.start()
+    assert inside.wait(30)
+    pid = os.fork()
+    if pid == 0:  # the child: 0 only if its store opened and answered
+        code = 1
+        try:
+            store = open_on(s3_bucket, moto_server, "child")
+            store.put("k", b"child")
+            if store.get("k") == b"child":
+                code = 0
+        finally:
+            os._exit(code)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            if time.monotonic() > deadline:
+                os.kill(pid, 9)
+                os.waitpid(pid, 0)
+                pytest.fail("the forked child hung on the parent's client lock")
+            time.sleep(0.05)
+        assert os.waitstatus_to_exitcode(status) == 0
+    finally:
+        release.set()
+        builder.join(30)

@@ -21,7 +21,9 @@ TLS verification) and every ``AWS_*`` environment variable (the standard credent
 reads them), so stores that would have built identical clients get the same one. botocore's
 clients are thread-safe, and their connection pool (``max_pool_connections``) is then shared by
 those stores. The key is a SHA-256 digest, so the table holds no secret. A forked child never
-uses its parent's clients (their sockets belong to the parent): it starts an empty table.
+uses its parent's clients (their sockets belong to the parent): it starts an empty table, with
+new locks (a fork while another thread builds a client, as a Spark task's origin check does on
+a thread, would otherwise leave the child a lock no thread of it can release).
 Closing a store leaves a shared client open for the process's other stores;
 :func:`forget_clients` closes them all.
 
@@ -47,6 +49,19 @@ _clients: dict[str, Any] = {}
 _clients_pid = os.getpid()
 #: Guards the table (its own lock: building a client takes :data:`_lock` for the loader).
 _clients_lock = threading.Lock()
+
+
+def _after_fork() -> None:
+    """In a forked child: new locks and an empty table (see the module docstring); the
+    loader's decoded models are the parent's, read-only, and kept."""
+    global _lock, _clients_lock, _clients_pid
+    _lock = threading.Lock()
+    _clients_lock = threading.Lock()
+    _clients.clear()
+    _clients_pid = os.getpid()
+
+
+os.register_at_fork(after_in_child=_after_fork)
 
 
 def shared_loader() -> botocore.loaders.Loader:

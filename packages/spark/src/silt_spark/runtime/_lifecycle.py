@@ -15,13 +15,17 @@ A task writes its query's origin when it runs batch 0, when the root was dropped
 (:func:`drop_state`), when the operator was built with ``take_over=True``, or for roots created
 before origins existed (their descriptor has no ``lifecycle`` field: nothing to check against).
 Each Python worker remembers the roots and queries it has checked, so the check costs one LIST
-per root, query and worker process, not per batch.
+per root, query and worker process, not per batch. On a remote root a task makes that LIST on a
+thread (:func:`start_origin_check`) while it opens its shard, and waits for the answer before
+it uses what it opened or emits a row: a fresh worker's first task pays one round trip fewer,
+and nothing is read into the batch, written or emitted before the check passed.
 """
 
 from __future__ import annotations
 
 import threading
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 from silt.errors import InvalidArgumentError
 from silt.plugins import open_store
@@ -30,6 +34,8 @@ from silt.tierkit import public_url
 
 from ..errors import ForeignStateError, NotAnOperatorRootError, SparkStateError, StateLostError
 from . import _layout
+
+T = TypeVar("T")
 
 PREFIX = "lifecycle/"
 DROPPED = PREFIX + "dropped"
@@ -82,6 +88,87 @@ def check_origin(
         store.close()
     with _LOCK:
         _CHECKED.add((root, incarnation, query_id))
+
+
+#: Schemes whose origin check runs in the task's thread (a local listing: no round trip to hide).
+LOCAL_SCHEMES = ("file", "memory")
+
+
+def _checked() -> None:
+    """The wait of a check already done."""
+
+
+def start_origin_check(
+    root: str, incarnation: str, query_id: str, batch: int, *, checked_root: bool,
+    take_over: bool, counts: dict[str, int] | None = None,
+    storage_options: dict[str, str] | None = None,
+) -> Callable[[], None]:
+    """:func:`check_origin`, begun now; returns the function that waits for it and raises
+    what it raised (call it before using the shard or emitting output; again is free).
+
+    Runs in the caller's thread, done on return, for a root this process checked already, a
+    ``file://`` or ``memory://`` root and ``take_over`` (which writes the origin before the
+    shard's objects are deleted); otherwise on a daemon thread, so its LIST overlaps the
+    shard's open (the first store of a fresh worker waits for the same S3 client either way:
+    :mod:`silt_s3.sdk` builds one per configuration). ``counts`` is complete once the wait
+    returned."""
+    with _LOCK:
+        if (root, incarnation, query_id) in _CHECKED:
+            return _checked
+    args = (root, incarnation, query_id, batch)
+    kwargs: dict[str, Any] = dict(checked_root=checked_root, take_over=take_over,
+                                  counts=counts, storage_options=storage_options)
+    if take_over or root.split("://", 1)[0].lower() in LOCAL_SCHEMES:
+        check_origin(*args, **kwargs)
+        return _checked
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            check_origin(*args, **kwargs)
+        except BaseException as exc:  # raised by the wait, in the task's thread
+            failed.append(exc)
+
+    thread = threading.Thread(target=run, name="silt-origin-check", daemon=True)
+    thread.start()
+
+    def wait() -> None:
+        thread.join()
+        if failed:
+            raise failed[0]
+
+    return wait
+
+
+def checked_open(open_shard: Callable[[], Any], wait: Callable[[], None]) -> Any:
+    """``open_shard()``'s DB once the origin check (``wait``, :func:`start_origin_check`)
+    passed: the check's error wins over the open's (a lost root explains a failed open), and a
+    DB opened on a root whose check failed is closed."""
+    try:
+        db = open_shard()
+    except BaseException:
+        wait()
+        raise
+    try:
+        wait()
+    except BaseException:
+        db.close()
+        raise
+    return db
+
+
+def checked_first(wait: Callable[[], None], rows: Iterator[T]) -> Iterator[T]:
+    """``rows`` (a task's output), each once the origin check (``wait``) passed, and the
+    check's end awaited when they end, even if none came; the check's error wins over one
+    ``rows`` raised."""
+    try:
+        for row in rows:
+            wait()
+            yield row
+    except BaseException:
+        wait()
+        raise
+    wait()
 
 
 def lost_message(root: str, query_id: str, batch: int) -> str:

@@ -114,7 +114,8 @@ class ShardTask:
         self._event_seen: list[int | None] = []
         #: Requests made at the operator root (not the shard's DB), by purpose and kind.
         self.root_requests: dict[str, dict[str, int]] = {"lifecycle": {}, "watermark": {}}
-        _lifecycle.check_origin(
+        #: Waits for the root's origin check and raises its error (_lifecycle.py).
+        self.origin_checked = _lifecycle.start_origin_check(
             spec.root, spec.incarnation, query_id, batch_id,
             checked_root=spec.records_origin, take_over=spec.take_over,
             counts=self.root_requests["lifecycle"], storage_options=spec.storage_options,
@@ -156,7 +157,7 @@ class ShardTask:
         a :class:`silt.DB`, or the probe's counting wrapper of one."""
         if self._db is None:
             t0 = _perf()
-            db = self._open()
+            db = _lifecycle.checked_open(self._open, self.origin_checked)
             self.open_ms = (_perf() - t0) * 1000
             self._db = self.probe.wrap(db) if self.probe is not None else db
         return self._db
@@ -339,6 +340,7 @@ class ShardTask:
         """Record the batch's event times (before the commit, so a committed version always
         has its markers), then commit version ``batch_id`` if anything changed (and it is not a
         replay)."""
+        self.origin_checked()
         observed = self._observed
         if observed is not None and (observed.new_run
                                      or any(m is not None for m in self._event_seen)):
@@ -545,7 +547,8 @@ def run_shard(
     try:
         if task.may_need_migration():
             _ = task.db  # a rescaled layout's shard takes its state at its first batch
-        out = probe.count_out(process(task, placed(task, probe.count_in(batches))))
+        out = _lifecycle.checked_first(task.origin_checked, probe.count_out(
+            process(task, placed(task, probe.count_in(batches)))))
         yield from out if stage is None else stage.data(out)
         task.meta_updates.update(probe.meta())
         task.finish()
