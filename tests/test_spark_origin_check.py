@@ -17,6 +17,7 @@ from silt_spark.errors import StateLostError
 from silt_spark.runtime import _handles, _lifecycle
 from silt_spark.runtime._root import OperatorSpec
 from silt_spark.runtime._shard import ShardTask
+from test_spark_warm import _finish
 
 pytest.importorskip("boto3")
 
@@ -55,15 +56,7 @@ def spec(
 
 
 def _commit(spec: OperatorSpec, batch: int, key: bytes) -> None:
-    task = ShardTask(spec, 0, batch, "q", 0)
-    ok = False
-    try:
-        task.db.put(key, b"v%d" % batch)
-        task.changed = True
-        task.finish()
-        ok = True
-    finally:
-        task.release(ok)
+    _finish(ShardTask(spec, 0, batch, "q", 0), key)
 
 
 def test_a_fresh_workers_first_task_lists_origins_while_it_opens(
