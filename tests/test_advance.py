@@ -33,7 +33,9 @@ from silt.versions import WITHDRAWN, Fate
 
 
 def _requests(db: silt.DB) -> dict[str, int]:
-    return db.stats()["requests_by_kind"]
+    """Without the leftovers search's requests: a thread's, at a moment a loaded machine moves
+    (``roundtrips.foreground_requests``)."""
+    return roundtrips.foreground_requests(db)
 
 
 def _delta(db: silt.DB, before: dict[str, int]) -> dict[str, int]:
