@@ -45,7 +45,8 @@ SPARK_INFRA_RERUN = [
 #: alone. One more worker than cores: a Spark test leaves part of its cores idle (its JVM and
 #: Python workers wait on each other, queries poll their sources, servers start), and on the
 #: 2-core machine the suite used 1.5 cores with 2 workers. Quiet, same tests, compiled run:
-#: 12:36 with 2 workers; with 3, 12:04 in nox and 10:07 run directly (1.79 cores).
+#: 12:36 with 2 workers, 12:04 with 3 (both from a venv without bytecode: COMPILE_BYTECODE);
+#: with 3 and bytecode, 10:20 in nox (2026-11-28, 15 more tests).
 WORKERS = min(4, (os.cpu_count() or 1) + 1)
 PARALLEL = ["-n", str(WORKERS), "--dist", "loadfile"]
 #: Tests that run a SparkSession run against the compiled core; against pure Python only this
@@ -116,7 +117,7 @@ FAST_VENV = "uv|virtualenv"
 #: suite starts (PySpark's workers, crash-test children, compaction subprocesses, servers) then
 #: compiled each module it imported, 1.5 s of CPU per start instead of 0.5 s for silt, pyspark,
 #: pyarrow and pandas. Quiet, same tests, compiled run: 13:04 (1,447 CPU s) from the venv uv
-#: made, 9:10 from a venv pip made.
+#: made, 9:10 from a venv pip made; with this, 10:20 in nox.
 COMPILE_BYTECODE = {"UV_COMPILE_BYTECODE": "1"}
 
 
