@@ -8,8 +8,8 @@ from cpython.ref cimport Py_DECREF, Py_INCREF, Py_XDECREF
 @cython.freelist(64)
 cdef class _CacheEntry:
     """One cached value: its key (to leave the dictionary when evicted), its charge and the
-    CLOCK mark a hit sets. Not tracked by the cyclic garbage collector (keys are tuples of an
-    SST id and a block index, values immutable blocks: no cycle can run through an entry), so
+    CLOCK mark a hit sets. Not tracked by the cyclic garbage collector (keys are ints,
+    ``silt.cache.block_key``, values immutable blocks: no cycle can run through an entry), so
     that a cache of tens of thousands of blocks adds nothing to a collection's walk."""
 
     cdef object key, value
