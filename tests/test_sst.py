@@ -261,23 +261,6 @@ def test_block_cache_get_many_is_get_in_order() -> None:
     assert cache.used == 0 and len(cache) == 0
 
 
-def test_block_cache_stays_within_bounds_under_random_use() -> None:
-    rng = random.Random(3)
-    cache = BlockCache(1000)
-    charges: dict[int, int] = {}
-    for _ in range(5000):
-        key = rng.randrange(100)
-        if rng.random() < 0.5:
-            charges[key] = rng.randrange(1, 300)
-            cache.put(key, key, charges[key])
-        else:
-            got = cache.get(key)
-            assert got is None or got == key
-        assert cache.used <= 1000
-        held = [k for k, h in zip(charges, cache.holds(list(charges))) if h]
-        assert cache.used == sum(charges[k] for k in held) and len(cache) == len(held)
-
-
 def test_db_block_cache_is_bounded(url: str) -> None:
     settings_ = silt.Settings(memtable_bytes=32 * 1024, block_bytes=256, block_cache_bytes=4096)
     with silt.open(url, settings=settings_) as db:
