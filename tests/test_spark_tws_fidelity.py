@@ -314,12 +314,32 @@ def test_ttl_processor_gives_sparks_output(rocksdb, tmp_path):
             LAYOUTS[n][0], time_mode="ProcessingTime")
         batch_run.query = start_query(lambda: (batch_run.start(out), batch_run.query)[1])
 
+    infra_restarts = []
+
     def spark_read(files):
         """Wait until Spark's query has emitted the output of ``files`` files (each file's
-        batch has rows for its keys; its no-data batches emit nothing)."""
+        batch has rows for its keys; its no-data batches emit nothing).
+
+        Spark's query starts Python processes as it runs: its first micro-batch checks the
+        processor's state schema in a fresh Python process on the driver
+        (``TransformWithStateInPySparkPythonPreInitRunner``), its tasks fork workers. At load
+        15-20 on a 2-core host such a process missed Spark's fixed 10 s to connect back in
+        three attempts of this test in a row, and the query died with "Python worker failed
+        to connect back" (or "Timed out while waiting for the Python worker to connect
+        back"). Such a death is Spark's infrastructure, not its answer: the query is
+        restarted from its checkpoint (Spark's own recovery re-runs the unfinished
+        micro-batch, and the sink keys outputs by batch id), at most 3 times. Any other
+        failure fails the test."""
         deadline = time.monotonic() + 600
         while sum(len(df) > 0 for df in list(spark_run.outputs.values())) < files:
             error = spark_run.query.exception() if not spark_run.query.isActive else None
+            if (error is not None and "Python worker" in str(error)
+                    and "to connect back" in str(error)
+                    and len(infra_restarts) < 3):
+                infra_restarts.append(str(error).splitlines()[0])
+                spark_run.stop()
+                start_spark()
+                continue
             assert error is None and time.monotonic() < deadline, error or "timed out"
             time.sleep(0.2)
 
