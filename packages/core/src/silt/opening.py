@@ -143,6 +143,17 @@ def open(
     settings given in code, credentials included, which the URL never carries (each tier
     documents the names it accepts; see :func:`silt.plugins.open_store`).
 
+    Requests: on a remote store (``ObjectStore.local`` false) with ``version`` not given, the
+    LIST of the versions, then the manifest with its fate record; beside them, the GC markers
+    (the LIST of the newest GC epoch, then the LIST of ``gc/``): 2 round trips, 5 requests
+    (3 on an empty root). A handle that knows the markers commits as a warm one does (the
+    manifest PUT, then one GET of the next GC epoch), proves the latest version with GETs, and
+    finds its writer grace announced when the listing shows it (:mod:`silt.graces`): its first
+    commit that uploads an SST costs the upload, the PUT and the GET, 3 round trips, where a
+    handle that learns the markers at its first commit pays 5 (the grace marker before the
+    upload, and the listings after the PUT). A local store reads the markers at the first
+    commit instead (its requests cost microseconds; a read-only handle then makes none).
+
     Memory: the DB shares the process's block cache and charges its memtables to the process's
     memory budget (:func:`silt.set_memory_budget`), or to ``budget`` (a
     :class:`silt.MemoryBudget` shared by the DBs opened with it); ``Settings.block_cache_bytes``
@@ -165,9 +176,15 @@ def open(
     try:
         manifest: Manifest | None = None
         listed: list[int] | None = None
+        markers: GcMarkers | None = None
         with metrics.purpose("open"):
-            if version is None:
+            if version is None and store.local:
                 manifest, listed = latest_at_most(counted, at_most, gather=gather)
+            elif version is None:
+                # The GC markers beside the listing and the manifest (_markers_at_open).
+                (manifest, listed), markers = gather([
+                    partial(latest_at_most, counted, at_most, gather=gather),
+                    partial(read_markers, counted)])
             else:
                 try:
                     manifest = _read_retained(counted, version, gather)
@@ -191,6 +208,7 @@ def open(
         return DB(
             store, url=url, settings=settings, clock=clock or Clock(), manifest=manifest,
             owns_store=owns_store, metrics=metrics, budget=budget, listed=listed,
+            markers=markers,
         )
     except BaseException:
         if owns_store:
