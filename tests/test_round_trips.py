@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import pytest
 import silt
-from silt import paths, plugins, readplan
+from silt import coldopen, paths, plugins, readplan
 from silt.errors import CommitConflict
 from silt.plugins import open_store
 from silt.sst.bloom import bloom_hash
@@ -114,8 +114,13 @@ def test_cold_open_lists_then_reads_the_manifest_its_fate_record_and_the_gc_mark
     for at_most in (None, 1):
         with store.operation() as op:
             db = silt.open(root.url, store=store, settings=SETTINGS, at_most=at_most)
-        _check(op, 2, {"list": 3, "get": 2})
-        assert op.waves()[0] == [("list", "epoch/"), ("list", "manifest/")]
+        if at_most is None:
+            _check(op, 2, {"list": 3, "get": 2})
+            assert op.waves()[0] == [("list", "epoch/"), ("list", "manifest/")]
+        else:  # manifest/1 guessed at once with the LIST; its SST's tail with its fate record
+            _check(op, 2, {"list": 3, "get": 2, "get_range": 1})
+            assert op.waves()[0] == [("get", "manifest/00000000000000000001"),
+                                     ("list", "epoch/"), ("list", "manifest/")]
         assert ("list", "gc/") in op.waves()[1]
         assert db.version == (2 if at_most is None else 1) and db.warm
         assert db.get(b"k00001") == b"v" * 50
@@ -517,4 +522,89 @@ def test_keys_a_bloom_filter_misleads_cost_one_wave_more_for_all_of_them(root: R
         assert db.multi_get(misled) == expected
     _check(op, 3, dict(op.requests))
     assert {name for _, name in op.waves()[1]} == {newest.name}, op
+    db.close()
+
+
+def test_a_cold_open_at_most_b_minus_1_prefetches_the_tails_so_a_batch_reads_in_one_wave(
+        root: Root) -> None:
+    """A stream processor's cold open (``at_most=b - 1``): manifest/<b - 1> is read at once with
+    the LIST, and the tails of its SSTs at once with its fate record and the LIST of gc/ (2
+    round trips, as before without them); the batch's multi_get over every SST then reads
+    only blocks, in one wave. Before: the open's 2 round trips, then the multi_get's 2 (the
+    tails' wave, then the blocks')."""
+    ssts = _levels_and_l0(root)
+    keys = _keys(0, 3000)[::3]
+    with silt.open(root.url) as plain:
+        expected, latest = plain.multi_get(keys), plain.version
+    store = root.slow()
+    with store.operation() as op:
+        db = silt.open(root.url, store=store, settings=WIDE, at_most=latest)
+    _check(op, 2, {"list": 3, "get": 2, "get_range": ssts})
+    tails = [name for kind, name in op.waves()[1] if kind == "get_range"]
+    assert len(set(tails)) == len(tails) == ssts, op  # each SST's tail once
+    with store.operation() as op:
+        assert db.multi_get(keys) == expected
+    _check(op, 1, {"get_range": ssts})
+    db.put(b"k00001", b"new")
+    with store.operation() as op:  # and its first commit is a warm one (the markers known)
+        assert db.commit(latest + 1) == latest + 1
+    _check(op, 2, {"put_if_absent": 1, "get": 1})
+    db.close()
+
+
+def test_a_wrong_guess_costs_one_get_of_a_missing_manifest_and_no_round_trip(
+        root: Root) -> None:
+    """``at_most`` past the latest version (a batch after versions that were skipped): the
+    guessed manifest does not exist; the latest below it is read after the LIST as before,
+    and nothing is prefetched."""
+    _two_versions(root)
+    store = root.slow()
+    with store.operation() as op:
+        db = silt.open(root.url, store=store, settings=SETTINGS, at_most=7)
+    _check(op, 2, {"list": 3, "get": 3})
+    assert ("get", "manifest/00000000000000000007") in op.waves()[0]
+    assert ("get", "manifest/00000000000000000002") in op.waves()[1]
+    assert db.version == 2 and db.get(b"k00301") == b"v" * 50
+    db.close()
+
+
+def test_the_prefetch_stops_at_its_limits(root: Root, monkeypatch: pytest.MonkeyPatch) -> None:
+    """At most coldopen.MAX_TAILS tails (and MAX_TAIL_BYTES), the first in read order: the
+    reads load the others in a wave of their own, as a cold handle's reads do."""
+    ssts = _levels_and_l0(root)
+    keys = _keys(0, 3000)[::3]
+    with silt.open(root.url) as plain:
+        expected, latest = plain.multi_get(keys), plain.version
+    monkeypatch.setattr(coldopen, "MAX_TAILS", 2)
+    store = root.slow()
+    with store.operation() as op:
+        db = silt.open(root.url, store=store, settings=WIDE, at_most=latest)
+    _check(op, 2, {"list": 3, "get": 2, "get_range": 2})
+    with store.operation() as op:
+        assert db.multi_get(keys) == expected
+    _check(op, 2, {"get_range": 2 * ssts - 2})
+    db.close()
+    monkeypatch.setattr(coldopen, "MAX_TAIL_BYTES", 0)
+    with store.operation() as op:
+        db = silt.open(root.url, store=store, settings=WIDE, at_most=latest)
+    _check(op, 2, {"list": 3, "get": 2})
+    db.close()
+
+
+def test_a_damaged_tail_the_open_prefetched_is_reported_by_the_read_not_the_open(
+        root: Root) -> None:
+    """A prefetched tail that does not decode is not taken: the open succeeds, and the first
+    read of that SST fetches the tail again and reports the damage, as without a prefetch."""
+    _two_versions(root)
+    with silt.open(root.url) as plain:
+        newest = plain.manifest.l0[0]  # keys 300-599
+    raw = open_store(root.url)
+    key = paths.sst_key(newest.id)
+    data = bytearray(raw.get(key))
+    data[newest.tail_offset + 1] ^= 0xFF
+    raw.put(key, bytes(data))
+    db, store = root.open(at_most=2)
+    assert db.get(b"k00001") == b"v" * 50  # the other SST reads
+    with pytest.raises(silt.errors.CorruptionError):
+        db.get(b"k00301")
     db.close()

@@ -58,7 +58,8 @@ class DB:
     def __init__(self, store: ObjectStore, *, url: str, settings: Settings, clock: Clock,
                  manifest: Manifest | None, owns_store: bool = True,
                  metrics: Metrics | None = None, budget: MemoryBudget | None = None,
-                 listed: list[int] | None = None, markers: GcMarkers | None = None) -> None:
+                 listed: list[int] | None = None, markers: GcMarkers | None = None,
+                 tails: dict[str, tuple[bytes, int]] | None = None) -> None:
         #: The live versions opening listed (see :attr:`listed_at_open`).
         self._listed = listed
         #: Request counters; ``metrics`` carries on the counts of opening this DB.
@@ -83,6 +84,10 @@ class DB:
         if markers is not None:  # read by opening (silt.open), before any request of ours
             rooms.committer.markers = markers
             rooms.flusher.announce.seen(markers.graces)
+        for sst_id, (tail, start) in (tails or {}).items():  # prefetched (silt.coldopen)
+            reader = self._readers.by_id.get(sst_id)
+            if reader is not None:
+                reader.preload_tail(tail, start)
         if rooms.budget is not None:  # a DB dropped unclosed gives its reservation back
             weakref.finalize(self, self._allowance.give_back_soon)
 

@@ -12,6 +12,7 @@ from typing import Any
 from . import errors
 from .budget import MemoryBudget
 from .clock import Clock
+from .coldopen import open_latest
 from .commit import check_version
 from .db import DB
 from .gather import Gather, at_once, serially
@@ -146,12 +147,15 @@ def open(
     Requests: on a remote store (``ObjectStore.local`` false) with ``version`` not given, the
     LIST of the versions, then the manifest with its fate record; beside them, the GC markers
     (the LIST of the newest GC epoch, then the LIST of ``gc/``): 2 round trips, 5 requests
-    (3 on an empty root). A handle that knows the markers commits as a warm one does (the
-    manifest PUT, then one GET of the next GC epoch), proves the latest version with GETs, and
-    finds its writer grace announced when the listing shows it (:mod:`silt.graces`): its first
-    commit that uploads an SST costs the upload, the PUT and the GET, 3 round trips, where a
-    handle that learns the markers at its first commit pays 5 (the grace marker before the
-    upload, and the listings after the PUT). A local store reads the markers at the first
+    (3 on an empty root). With ``at_most``, the manifest of ``at_most`` is read at once with
+    the LIST, and the tails of its SSTs at once with its fate record (:mod:`silt.coldopen`):
+    still 2 round trips, and the first reads need no round trip for the tails. A handle that
+    knows the markers commits as a warm one does (the manifest PUT, then one GET of the next
+    GC epoch), proves the latest version with GETs, and finds its writer grace announced when
+    the listing shows it (:mod:`silt.graces`): its first commit that uploads an SST costs the
+    upload, the PUT and the GET, 3 round trips, where a handle that learns the markers at its
+    first commit pays 5 (the grace marker before the upload, and the listings after the PUT).
+    A local store reads the markers at the first
     commit instead (its requests cost microseconds; a read-only handle then makes none).
 
     Memory: the DB shares the process's block cache and charges its memtables to the process's
@@ -177,14 +181,14 @@ def open(
         manifest: Manifest | None = None
         listed: list[int] | None = None
         markers: GcMarkers | None = None
+        tails: dict[str, tuple[bytes, int]] = {}
         with metrics.purpose("open"):
             if version is None and store.local:
                 manifest, listed = latest_at_most(counted, at_most, gather=gather)
-            elif version is None:
-                # The GC markers beside the listing and the manifest (_markers_at_open).
-                (manifest, listed), markers = gather([
-                    partial(latest_at_most, counted, at_most, gather=gather),
-                    partial(read_markers, counted)])
+            elif version is None:  # silt.coldopen: 2 round trips, markers and tails too
+                opened = open_latest(counted, at_most, gather)
+                manifest, listed, markers = opened.manifest, opened.listed, opened.markers
+                tails = opened.tails
             else:
                 try:
                     manifest = _read_retained(counted, version, gather)
@@ -208,7 +212,7 @@ def open(
         return DB(
             store, url=url, settings=settings, clock=clock or Clock(), manifest=manifest,
             owns_store=owns_store, metrics=metrics, budget=budget, listed=listed,
-            markers=markers,
+            markers=markers, tails=tails,
         )
     except BaseException:
         if owns_store:
