@@ -603,7 +603,7 @@ def test_a_damaged_tail_the_open_prefetched_is_reported_by_the_read_not_the_open
     data = bytearray(raw.get(key))
     data[newest.tail_offset + 1] ^= 0xFF
     raw.put(key, bytes(data))
-    db, store = root.open(at_most=2)
+    db, _ = root.open(at_most=2)
     assert db.get(b"k00001") == b"v" * 50  # the other SST reads
     with pytest.raises(silt.errors.CorruptionError):
         db.get(b"k00301")
