@@ -12,6 +12,7 @@ them as one operation (sequential round trips across stores). Register it with
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlencode
 
 import silt
 from silt.plugins import open_store
@@ -28,7 +29,7 @@ TIMELINE = LatencyStore(MemoryStore(), 0.0)
 def open_slow(url: str, options: dict[str, str], **kwargs: Any) -> LatencyStore:
     """The store of ``url`` (``slow://<scheme>/<rest>``) behind the latency."""
     scheme, _, rest = url[len("slow://"):].partition("/")
-    query = "&".join(f"{k}={v}" for k, v in options.items())
+    query = urlencode(options)
     inner = open_store(f"{scheme}://{rest}" + (f"?{query}" if query else ""), **kwargs)
     return LatencyStore(inner, DELAY, timeline=TIMELINE)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from urllib.parse import parse_qsl
 
 import pytest
 import slowtier
@@ -56,7 +57,7 @@ def spec(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
         url = tier.url()
         inner = url.replace("://", "/", 1).split("?")[0] + "/op"
         query = url.partition("?")[2]
-        options = dict(kv.split("=", 1) for kv in query.split("&")) if query else None
+        options = dict(parse_qsl(query)) or None
         extra.append((tier.scheme, PLUGIN_MODULES[tier.scheme]))
     monkeypatch.setattr(plugins, "DEFAULT_PLUGINS", (*plugins.DEFAULT_PLUGINS, *extra))
     plugins.reset_registry()
