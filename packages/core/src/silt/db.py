@@ -112,9 +112,9 @@ class DB:
 
     @property
     def warm(self) -> bool:
-        """Whether this DB knows the GC markers (its first commit reads them): then
-        :meth:`proved_latest` and :meth:`advance` can answer with GETs, where a DB that never
-        committed lists."""
+        """Whether this DB knows the GC markers (read by its open on a remote store, else by
+        its first commit): then :meth:`proved_latest` and :meth:`advance` can answer with GETs,
+        where a DB that does not know them lists."""
         return self._committer.markers is not None
 
     @property
