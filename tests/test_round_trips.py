@@ -144,15 +144,16 @@ def test_open_at_a_version_reads_its_fate_record_and_the_gc_markers_at_once(root
         silt.open(root.url, store=store, version=7)
 
 
-def test_open_of_an_empty_root_lists_the_versions_beside_the_gc_markers(root: Root) -> None:
-    """The LIST of manifest/ beside the GC markers' two LISTs: 2 round trips (1 before, when
-    the first commit listed the markers after its PUT)."""
+def test_open_of_an_empty_root_is_one_round_trip(root: Root) -> None:
+    """The LIST of manifest/ and the LIST of the GC epoch at once; the root has no version, so
+    the markers are not listed (the first commit reads them: a new root's first commit lists
+    the versions after its PUT anyway)."""
     store = root.slow()
     with store.operation() as op:
         db = silt.open(root.url, store=store, settings=SETTINGS)
-    _check(op, 2, {"list": 3})
-    assert op.waves() == [[("list", "epoch/"), ("list", "manifest/")], [("list", "gc/")]]
-    assert db.version is None and db.warm
+    _check(op, 1, {"list": 2})
+    assert op.waves() == [[("list", "epoch/"), ("list", "manifest/")]]
+    assert db.version is None and not db.warm
     db.close()
 
 
@@ -186,16 +187,16 @@ def test_first_commit_of_a_handle_is_a_warm_commit_its_open_read_the_markers(
     at_version.close()
 
 
-def test_first_commit_on_an_empty_root_lists_versions_beside_the_epoch_get(root: Root) -> None:
+def test_first_commit_on_an_empty_root_lists_versions_and_markers_at_once(root: Root) -> None:
     """On an empty root the checks after the PUT also list the versions (another writer may
-    have committed meanwhile): at once with the GET of the next GC epoch (the open read the
-    markers). Before: 4 round trips; then 2 with 3 LISTs (the markers' two)."""
+    have committed meanwhile): at once with the LIST of gc/, the epoch listed with the PUT.
+    Before: 4 round trips."""
     db, store = root.open()
     db.put(b"x", b"1")
     with store.operation() as op:
         assert db.commit() == 1
-    _check(op, 2, {"put_if_absent": 1, "list": 1, "get": 1})
-    assert op.waves()[1] == [("get", paths.epoch_key(1)), ("list", "manifest/")]
+    _check(op, 2, {"put_if_absent": 1, "list": 3})
+    assert op.waves()[1] == [("list", "gc/"), ("list", "manifest/")]
     db.close()
 
 

@@ -7,7 +7,10 @@ What :func:`silt.open` asks of a remote store (``ObjectStore.local`` false) when
 * **the version**: the LIST of ``manifest/``; then the manifest of the latest live version
   ``<= at_most`` with its fate record, at once (:func:`silt.reopen.latest_at_most`);
 * **the GC markers**: the LIST of the newest GC epoch; then the LIST of ``gc/``
-  (:func:`silt.markers.read_markers`), so the handle's first commit is a warm one;
+  (:func:`silt.markers.read_markers`), so the handle's first commit is a warm one. Not on an
+  empty root (the versions' LIST found none: a new root has no markers to speak of, and its
+  first commit lists the versions after its PUT anyway, with ``gc/`` beside them): the open
+  stays 1 round trip there, and the first commit reads the markers as before;
 * **the guess** (only with ``at_most``, as a stream processor opens: batch ``b`` opens
   ``at_most=b - 1``, which its previous batch committed): the GET of ``manifest/<at_most>``
   at once with the LIST; once it has the manifest, the tails (index, bloom filter) of the SSTs
@@ -43,7 +46,7 @@ from . import paths
 from .errors import SiltError
 from .gather import Gather
 from .manifest import Manifest
-from .markers import GcMarkers, read_markers
+from .markers import GcMarkers, newest_epoch, read_markers
 from .sst.builder import SstInfo
 from .store import ObjectStore, retrying
 from .versions import judged, list_versions, manifest_bytes, read_fate, read_manifest
@@ -60,12 +63,12 @@ MAX_TAIL_BYTES = 32 * 1024 * 1024
 @dataclass
 class Opened:
     """What a cold open found: the manifest (``None``: no version ``<= at_most``), the live
-    versions listed, the GC markers, and the prefetched tails by SST id
-    (``(tail bytes, where they start)``)."""
+    versions listed, the GC markers (``None`` on an empty root), and the prefetched tails by
+    SST id (``(tail bytes, where they start)``)."""
 
     manifest: Manifest | None
     listed: list[int]
-    markers: GcMarkers
+    markers: GcMarkers | None
     tails: dict[str, tuple[bytes, int]] = field(default_factory=dict)
 
 
@@ -133,9 +136,15 @@ def open_latest(store: ObjectStore, at_most: int | None, gather: Gather) -> Open
     """The cold open of the module docstring on the remote store ``store``, its requests run
     at once through ``gather``; raises what :func:`silt.reopen.latest_at_most` raises."""
     guess = _Guess()
+    listing: list[list[int]] = []
+    answered = threading.Event()  # the versions' LIST answered (or failed)
 
     def version() -> tuple[Manifest | None, list[int]]:
-        listed = list_versions(store).versions
+        try:
+            listed = list_versions(store).versions
+            listing.append(listed)
+        finally:
+            answered.set()
         found = listed if at_most is None else [v for v in listed if v <= at_most]
         if not found:
             return None, listed
@@ -145,7 +154,14 @@ def open_latest(store: ObjectStore, at_most: int | None, gather: Gather) -> Open
                 return judged(at_most, guess.data, read_fate(store, at_most)), listed
         return read_manifest(store, found[-1], listed=gather), listed
 
-    calls: list[Callable[[], Any]] = [version, partial(read_markers, store)]
+    def markers() -> GcMarkers | None:
+        epoch = newest_epoch(store)  # first: markers written before it are in gc/'s listing
+        answered.wait()
+        if not listing or not listing[0]:
+            return None  # an empty root (or a failed LIST, which the open raises)
+        return read_markers(store, epoch=epoch)
+
+    calls: list[Callable[[], Any]] = [version, markers]
     if at_most is not None:
         calls.append(partial(guess.run, store, at_most, gather))
     (manifest, listed), markers, *_ = gather(calls)

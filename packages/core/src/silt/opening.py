@@ -147,9 +147,10 @@ def open(
     Requests: on a remote store (``ObjectStore.local`` false) with ``version`` not given, the
     LIST of the versions, then the manifest with its fate record; beside them, the GC markers
     (the LIST of the newest GC epoch, then the LIST of ``gc/``): 2 round trips, 5 requests
-    (3 on an empty root). With ``at_most``, the manifest of ``at_most`` is read at once with
-    the LIST, and the tails of its SSTs at once with its fate record (:mod:`silt.coldopen`):
-    still 2 round trips, and the first reads need no round trip for the tails. A handle that
+    (on an empty root 1 round trip, 2 LISTs: no markers to read yet). With ``at_most``, the
+    manifest of ``at_most`` is read at once with the LIST, and the tails of its SSTs at once
+    with its fate record (:mod:`silt.coldopen`): still 2 round trips, and the first reads need
+    no round trip for the tails. A handle that
     knows the markers commits as a warm one does (the manifest PUT, then one GET of the next
     GC epoch), proves the latest version with GETs, and finds its writer grace announced when
     the listing shows it (:mod:`silt.graces`): its first commit that uploads an SST costs the
