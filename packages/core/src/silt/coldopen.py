@@ -154,14 +154,14 @@ def open_latest(store: ObjectStore, at_most: int | None, gather: Gather) -> Open
                 return judged(at_most, guess.data, read_fate(store, at_most)), listed
         return read_manifest(store, found[-1], listed=gather), listed
 
-    def markers() -> GcMarkers | None:
+    def gc_markers() -> GcMarkers | None:
         epoch = newest_epoch(store)  # first: markers written before it are in gc/'s listing
         answered.wait()
         if not listing or not listing[0]:
             return None  # an empty root (or a failed LIST, which the open raises)
         return read_markers(store, epoch=epoch)
 
-    calls: list[Callable[[], Any]] = [version, markers]
+    calls: list[Callable[[], Any]] = [version, gc_markers]
     if at_most is not None:
         calls.append(partial(guess.run, store, at_most, gather))
     (manifest, listed), markers, *_ = gather(calls)
