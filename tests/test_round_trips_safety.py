@@ -11,7 +11,8 @@ versions must fence one of them (:class:`~silt.errors.FencedError`), a running G
 cutoff is past their SSTs must withdraw one of them (:class:`~silt.errors.WithdrawnError`). The
 open reads the markers (the epoch, then ``gc/``); each commit GETs the epoch after the one it
 knows after its PUT, so a marker written after the open's listing of ``gc/`` is found by the
-next commit's GET, and one written before it is in the listing or bumps an epoch after it.
+next commit's GET, and one written before it is in the listing or bumps an epoch after it. On
+an empty root the open lists only the epoch, and the first commit lists ``gc/`` after its PUT.
 """
 
 from __future__ import annotations
@@ -38,6 +39,11 @@ SETTINGS = silt.Settings(inline_delta_bytes=0, compaction="none")
 #: SST, PUT + LIST epoch, LIST gc/; then the SST, the PUT, the epoch GET), the open not covered.
 REQUESTS = 11
 
+#: On an empty root: the open's LIST manifest/ and LIST epoch/; the first commit's grace marker,
+#: SST, PUT, then LIST gc/ and LIST manifest/ (the epoch the open listed); the second's SST, PUT
+#: and epoch GET.
+EMPTY_ROOT_REQUESTS = 10
+
 
 def _horizon(raw: silt.ObjectStore) -> None:
     raw.put_if_absent(paths.horizon_key(100), b"{}")
@@ -47,13 +53,15 @@ def _running_pass(raw: silt.ObjectStore) -> None:
     raw.put_if_absent(paths.pass_key(int(time.time() * 1000) + 3_600_000), b"")
 
 
-def _two_commits(k: int, marker, error: type[Exception]) -> int:
+def _two_commits(k: int, marker, error: type[Exception], empty: bool) -> int:
     """A cold handle's open and two commits, the marker written before the k-th request of them;
-    returns which commit ``error`` stopped (checked against a fresh open)."""
+    returns which commit ``error`` stopped (checked against a fresh open). ``empty``: the root
+    has no version before (the open lists the GC epoch but no markers)."""
     url = f"memory://rt-safety-{uuid.uuid4().hex}"
-    with silt.open(url, settings=SETTINGS) as first:
-        first.put(b"a", b"0")
-        assert first.commit() == 1
+    if not empty:
+        with silt.open(url, settings=SETTINGS) as first:
+            first.put(b"a", b"0")
+            assert first.commit() == 1
     raw = open_store(url)
     faulty = FaultyStore(raw)
     seen = itertools.count()
@@ -81,14 +89,16 @@ def _two_commits(k: int, marker, error: type[Exception]) -> int:
     assert fired.is_set(), k
     assert stopped in (1, 2), (k, faulty.log)
     with silt.open(url) as fresh:  # the stopped commit never stands
-        assert fresh.version == stopped, (k, fresh.version)
+        assert fresh.version == ((stopped - 1 or None) if empty else stopped), (k, fresh.version)
     return stopped
 
 
+@pytest.mark.parametrize("empty", [False, True], ids=["root with a version", "empty root"])
 @pytest.mark.parametrize(("marker", "error"), [(_horizon, FencedError),
                                               (_running_pass, WithdrawnError)])
 def test_a_gc_marker_written_at_any_point_of_two_commits_stops_one_of_them(
-        marker, error) -> None:
-    outcomes = [_two_commits(k, marker, error) for k in range(REQUESTS)]
+        marker, error, empty: bool) -> None:
+    requests = EMPTY_ROOT_REQUESTS if empty else REQUESTS
+    outcomes = [_two_commits(k, marker, error, empty) for k in range(requests)]
     # both commits were reached: the marker landed before and after the first one's checks
     assert set(outcomes) == {1, 2}, outcomes

@@ -10,7 +10,9 @@ What :func:`silt.open` asks of a remote store (``ObjectStore.local`` false) when
   (:func:`silt.markers.read_markers`), so the handle's first commit is a warm one. Not on an
   empty root (the versions' LIST found none: a new root has no markers to speak of, and its
   first commit lists the versions after its PUT anyway, with ``gc/`` beside them): the open
-  stays 1 round trip there, and the first commit reads the markers as before;
+  stays 1 round trip there, and the first commit lists ``gc/`` after its PUT as before, but
+  not the epoch again (``Opened.epoch``: listed before that listing, which is all
+  :func:`silt.markers.read_markers` needs of it);
 * **the guess** (only with ``at_most``, as a stream processor opens: batch ``b`` opens
   ``at_most=b - 1``, which its previous batch committed): the GET of ``manifest/<at_most>``
   at once with the LIST; once it has the manifest, the tails (index, bloom filter) of the SSTs
@@ -69,6 +71,8 @@ class Opened:
     manifest: Manifest | None
     listed: list[int]
     markers: GcMarkers | None
+    #: The newest GC epoch listed (when the markers were not read: an empty root).
+    epoch: int | None = None
     tails: dict[str, tuple[bytes, int]] = field(default_factory=dict)
 
 
@@ -154,11 +158,11 @@ def open_latest(store: ObjectStore, at_most: int | None, gather: Gather) -> Open
                 return judged(at_most, guess.data, read_fate(store, at_most)), listed
         return read_manifest(store, found[-1], listed=gather), listed
 
-    def gc_markers() -> GcMarkers | None:
+    def gc_markers() -> GcMarkers | int:
         epoch = newest_epoch(store)  # first: markers written before it are in gc/'s listing
         answered.wait()
         if not listing or not listing[0]:
-            return None  # an empty root (or a failed LIST, which the open raises)
+            return epoch  # an empty root (or a failed LIST, which the open raises)
         return read_markers(store, epoch=epoch)
 
     calls: list[Callable[[], Any]] = [version, gc_markers]
@@ -166,4 +170,6 @@ def open_latest(store: ObjectStore, at_most: int | None, gather: Gather) -> Open
         calls.append(partial(guess.run, store, at_most, gather))
     (manifest, listed), markers, *_ = gather(calls)
     used = manifest is not None and manifest.version == at_most
-    return Opened(manifest, listed, markers, guess.tails if used else {})
+    if isinstance(markers, int):
+        return Opened(manifest, listed, None, markers)
+    return Opened(manifest, listed, markers, None, guess.tails if used else {})

@@ -59,6 +59,7 @@ class DB:
                  manifest: Manifest | None, owns_store: bool = True,
                  metrics: Metrics | None = None, budget: MemoryBudget | None = None,
                  listed: list[int] | None = None, markers: GcMarkers | None = None,
+                 epoch: int | None = None,
                  tails: dict[str, tuple[bytes, int]] | None = None) -> None:
         #: The live versions opening listed (see :attr:`listed_at_open`).
         self._listed = listed
@@ -84,6 +85,7 @@ class DB:
         if markers is not None:  # read by opening (silt.open), before any request of ours
             rooms.committer.markers = markers
             rooms.flusher.announce.seen(markers.graces)
+        rooms.committer.epoch_listed = epoch  # listed by opening (markers not read)
         for sst_id, (tail, start) in (tails or {}).items():  # prefetched (silt.coldopen)
             reader = self._readers.by_id.get(sst_id)
             if reader is not None:

@@ -182,6 +182,7 @@ def open(
         manifest: Manifest | None = None
         listed: list[int] | None = None
         markers: GcMarkers | None = None
+        epoch: int | None = None
         tails: dict[str, tuple[bytes, int]] = {}
         with metrics.purpose("open"):
             if version is None and store.local:
@@ -189,7 +190,7 @@ def open(
             elif version is None:  # silt.coldopen: 2 round trips, markers and tails too
                 opened = open_latest(counted, at_most, gather)
                 manifest, listed, markers = opened.manifest, opened.listed, opened.markers
-                tails = opened.tails
+                epoch, tails = opened.epoch, opened.tails
             else:
                 try:
                     manifest = _read_retained(counted, version, gather)
@@ -213,7 +214,7 @@ def open(
         return DB(
             store, url=url, settings=settings, clock=clock or Clock(), manifest=manifest,
             owns_store=owns_store, metrics=metrics, budget=budget, listed=listed,
-            markers=markers, tails=tails,
+            markers=markers, epoch=epoch, tails=tails,
         )
     except BaseException:
         if owns_store:
