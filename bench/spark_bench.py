@@ -48,6 +48,10 @@ compaction), next to the same on file://.
     SILT_SRC=/path/to/other/checkout python bench/spark_bench.py --cases window
 
 runs the same cases on another checkout's silt and silt_spark (a before/after comparison).
+
+Each case (and each of its ``--repeat`` runs) runs in a driver process of its own, a fresh
+JVM, in the listed order on even repeats and reversed on odd ones (bench/spark_drivers.py);
+``--same-driver`` runs them all in this process, one after the other, as before.
 """
 
 from __future__ import annotations
@@ -96,6 +100,7 @@ from spark_counts import (  # noqa: E402
     identity,
     pandas_with_state_count,
 )
+from spark_drivers import Runner, add_arguments, once, run_in_drivers  # noqa: E402
 from spark_figures import (  # noqa: E402
     cost_per_million,
     du,
@@ -128,7 +133,11 @@ def run_query(session: dict, build, data: Path | tuple[Path, ...], chk: Path, ba
     restarts from its checkpoint. ``recovery_s`` runs from the new query's start to its first
     batch done; making the new session is reported apart (``new_session_s``).
     """
+    if "spark" not in session:  # made when the first case runs (none in the listing parent)
+        session["spark"] = session["make"]()
     spark = session["spark"]
+    if callable(data):  # an input generated on first use (spark_drivers.once)
+        data = data()
     datas = data if isinstance(data, tuple) else (data,)  # a join has two inputs
     schemas = schema if isinstance(schema, tuple) else (schema,)
     srcs = [chk.with_name(f"{chk.name}-in{i}") for i in range(len(datas))]
@@ -221,10 +230,10 @@ def run_query(session: dict, build, data: Path | tuple[Path, ...], chk: Path, ba
 
 def measure(session, name, build, src, work, keys, rows, args, state: str | None = None,
             **query: Any) -> dict | None:
-    """One case; a peer that cannot run here (say, transformWithStateInPandas without
-    protobuf installed) is reported with its error instead of stopping the benchmark."""
-    wanted = [c.strip() for c in args.cases.split(",") if c.strip()]
-    if wanted and not any(c in name for c in wanted):
+    """One case, when this process runs it (``session["runner"]``, bench/spark_drivers.py);
+    a peer that cannot run here (say, transformWithStateInPandas without protobuf installed)
+    is reported with its error instead of stopping the benchmark."""
+    if not session["runner"].wants(session["rep"], keys, name):
         return None
     try:
         r = run_query(session, build, src, work / f"chk-{name}-{keys}", args.batches, **query)
@@ -324,8 +333,11 @@ def main() -> None:
                     "timeline bench/restart_profile.py reads")
     ap.add_argument("--json", default=str(RESULTS / "spark_bench.json"),
                     help="where to write the results (bench/charts.py draws them)")
+    add_arguments(ap)
     args = ap.parse_args()
-    compile_checkout()
+    runner = Runner(args)
+    if not runner.child:
+        compile_checkout()
     if args.quick:
         args.rows, args.batches, args.keys, args.processor_rows = 20_000, 3, [10_000], 5_000
         args.join_rows, args.join_span = 20_000, 90  # (90 s per batch: evictions by batch 2)
@@ -356,29 +368,45 @@ def main() -> None:
 
     silt_settings = (silt.Settings(gc_grace_seconds=args.gc_grace)
                      if args.gc_grace is not None else None)
-    work = root = Path(tempfile.mkdtemp(prefix="silt-spark-bench-"))
+    work = root = Path(args.work_root or tempfile.mkdtemp(prefix="silt-spark-bench-"))
     started, load_at_start = time.time(), machine_load()
-    remote = RemoteState(args.s3_latency_ms) if args.s3_latency_ms is not None else None
-    session = {"make": make, "spark": make()}
+    remote = None
+    session: dict[str, Any] = {"make": make, "runner": runner}
     results = []
+
+    def generated(folder: Path, make_it) -> Any:
+        """The input in ``folder``, generated on first use unless a driver before made it."""
+        return once(lambda: folder if folder.exists() else make_it() or folder)
+
     try:
-        for rep, keys in [(r, k) for r in range(args.repeat) for k in args.keys]:
+        for rep, keys in runner.repeats():
+            session["rep"] = rep
             work = root / f"run-{rep}"  # each repeat's inputs, states and sessions apart
             work.mkdir(exist_ok=True)
-            if remote is not None:
-                src = work / f"remote-{keys}"
-                make_input(src, args.batches, args.rows, keys, seed=keys)
-                where = {
-                    "file://": (work / f"state-remote-{keys}").as_uri(),
-                    f"s3 +{args.s3_latency_ms:g} ms": remote.url(f"agg-{keys}-{rep}"),
-                    f"s3 +{args.s3_latency_ms:g} ms, ssd cache": remote.url(
-                        f"agg-ssd-{keys}-{rep}", cache_dir=work / f"ssd-{keys}"),
+            if args.s3_latency_ms is not None:
+                src = generated(work / f"remote-{keys}", lambda src=work / f"remote-{keys}",
+                                keys=keys: make_input(src, args.batches, args.rows, keys,
+                                                      seed=keys))
+                ms = f"{args.s3_latency_ms:g} ms"
+                where = {  # label -> the state's URL (the S3 ones need the server)
+                    "file://": lambda _remote, keys=keys, work=work: (
+                        work / f"state-remote-{keys}").as_uri(),
+                    f"s3 +{ms}": lambda remote, keys=keys, rep=rep: remote.url(
+                        f"agg-{keys}-{rep}"),
+                    f"s3 +{ms}, ssd cache": lambda remote, keys=keys, rep=rep, work=work: (
+                        remote.url(
+                        f"agg-ssd-{keys}-{rep}", cache_dir=work / f"ssd-{keys}")),
                     # the cache refill after compactions off (silt.refill): what it saves
-                    f"s3 +{args.s3_latency_ms:g} ms, no refill": remote.url(
+                    f"s3 +{ms}, no refill": lambda remote, keys=keys, rep=rep: remote.url(
                         f"agg-norefill-{keys}-{rep}"),
                 }
-                for label, url in where.items():
+                for label, state_url in where.items():
                     name = f"silt aggregate ({label})"
+                    if not runner.wants(rep, keys, name):
+                        continue
+                    if remote is None:
+                        remote = RemoteState(args.s3_latency_ms)
+                    url = state_url(remote)
                     opts = (silt.Settings(refill_after_compaction=False)
                             if label.endswith("no refill") else None)
 
@@ -393,8 +421,9 @@ def main() -> None:
                     if r is not None:
                         r["proxied_requests"] = remote.proxy.counts.get("requests", 0)
                         results.append(r)
-            src = work / f"agg-{keys}"
-            make_input(src, args.batches, args.rows, keys, seed=keys, fill=args.fill)
+            src = generated(work / f"agg-{keys}", lambda src=work / f"agg-{keys}", keys=keys:
+                            make_input(src, args.batches, args.rows, keys, seed=keys,
+                                       fill=args.fill))
             fill_files = -(-keys // 5_000_000) if args.fill else 0
             state = (work / f"state-agg-{keys}").as_uri()
             cases = {
@@ -411,8 +440,9 @@ def main() -> None:
                 results.append(measure(session, name, build, src, work, keys, args.rows, args,
                                        state if name.startswith("silt") else None,
                                        restart_file=fill_files, steady_from=fill_files or 1))
-            psrc = work / f"proc-{keys}"
-            make_input(psrc, args.batches, args.processor_rows, keys, seed=keys + 1)
+            psrc = generated(work / f"proc-{keys}", lambda p=work / f"proc-{keys}", keys=keys:
+                             make_input(p, args.batches, args.processor_rows, keys,
+                                        seed=keys + 1))
             pstate = (work / f"state-proc-{keys}").as_uri()
             cases = {
                 "silt StatefulProcessor (pandas)": lambda df, pstate=pstate: (
@@ -452,8 +482,9 @@ def main() -> None:
                     restart_file=fill_files if fast else 0,
                     steady_from=(fill_files or 1) if fast else 1,
                 ))
-            wsrc = work / f"win-{keys}"
-            make_window_input(wsrc, args.batches, args.rows, keys, seed=keys + 2)
+            wsrc = generated(work / f"win-{keys}", lambda w=work / f"win-{keys}", keys=keys:
+                             make_window_input(w, args.batches, args.rows, keys,
+                                               seed=keys + 2))
             wstate = (work / f"state-win-{keys}").as_uri()
             cases = {
                 "silt window_aggregate": lambda df, wstate=wstate: silt_spark.window_aggregate(
@@ -469,8 +500,10 @@ def main() -> None:
                     wstate if name.startswith("silt") else None,
                     schema="key long, amount long, ts timestamp", mode="append",
                 ))
-            jsrc = make_join_input(work / f"join-{keys}", join_batches(args), keys,
-                                   seed=keys + 3)
+            jfolder = work / f"join-{keys}"
+            made = generated(jfolder, lambda j=jfolder, keys=keys: make_join_input(
+                j, join_batches(args), keys, seed=keys + 3))
+            jsrc = once(lambda made=made, j=jfolder: (made(), (j / "left", j / "right"))[1])
             for how, spark_how in (("inner", "inner"), ("left", "left_outer")):
                 jstate = (work / f"state-join-{how}-{keys}").as_uri()
                 cases = {
@@ -495,12 +528,19 @@ def main() -> None:
                         # restart then measures the buffer that batch left, not a full one)
                         restart_file=-1 if args.join_step_rows else 0,
                     ))
+        if runner.listing:  # each case listed above, now in a driver of its own
+            results = run_in_drivers(runner.listed, args.repeat, root, sys.argv[1:])
     finally:
-        session["spark"].stop()
+        if "spark" in session:
+            session["spark"].stop()
         if remote is not None:
             remote.stop()
-        shutil.rmtree(root, ignore_errors=True)
+        if not runner.child:
+            shutil.rmtree(root, ignore_errors=True)
     results = [r for r in results if r is not None]
+    if runner.child:  # the parent prints the table and writes the results file
+        Path(args.one_out).write_text(json.dumps(results, default=float))
+        return
     print()
     print(f"{'case':32s} {'K':>10s} {'rows/batch':>10s} {'rows/s':>10s} {'commit ms':>10s} "
           f"{'recovery s':>10s} {'1st batch s':>11s}")

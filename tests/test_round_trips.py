@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import pytest
 import silt
-from silt import plugins, readplan
+from silt import coldopen, paths, plugins, readplan
 from silt.errors import CommitConflict
 from silt.plugins import open_store
 from silt.sst.bloom import bloom_hash
@@ -103,17 +103,26 @@ def _check(op: Operation, round_trips: int, requests: dict[str, int]) -> None:
 # --- opening ------------------------------------------------------------------------------------
 
 
-def test_cold_open_lists_then_reads_the_manifest_and_its_fate_record_at_once(root: Root) -> None:
-    """LIST of manifest/; then the manifest and its fate record at once (the listing showed
-    the manifest before the record is read). Before: 3 round trips, one GET after the other."""
+def test_cold_open_lists_then_reads_the_manifest_its_fate_record_and_the_gc_markers(
+        root: Root) -> None:
+    """LIST of manifest/ and of the GC epoch at once; then the manifest, its fate record and
+    the LIST of gc/ at once (the listing showed the manifest before the record is read; the
+    epoch was read before gc/ is listed). Before: 3 round trips, one GET after the other; then
+    2 without the markers, which the handle's first commit listed after its PUT."""
     _two_versions(root)
     store = root.slow()
     for at_most in (None, 1):
         with store.operation() as op:
             db = silt.open(root.url, store=store, settings=SETTINGS, at_most=at_most)
-        _check(op, 2, {"list": 1, "get": 2})
-        assert op.waves()[0] == [("list", "manifest/")]
-        assert db.version == (2 if at_most is None else 1)
+        if at_most is None:
+            _check(op, 2, {"list": 3, "get": 2})
+            assert op.waves()[0] == [("list", "epoch/"), ("list", "manifest/")]
+        else:  # manifest/1 guessed at once with the LIST; its SST's tail with its fate record
+            _check(op, 2, {"list": 3, "get": 2, "get_range": 1})
+            assert op.waves()[0] == [("get", "manifest/00000000000000000001"),
+                                     ("list", "epoch/"), ("list", "manifest/")]
+        assert ("list", "gc/") in op.waves()[1]
+        assert db.version == (2 if at_most is None else 1) and db.warm
         assert db.get(b"k00001") == b"v" * 50
         db.close()
 
@@ -135,41 +144,65 @@ def test_open_at_a_version_reads_its_fate_record_and_the_gc_markers_at_once(root
         silt.open(root.url, store=store, version=7)
 
 
-def test_open_of_an_empty_root_is_one_list(root: Root) -> None:
+def test_open_of_an_empty_root_is_one_round_trip(root: Root) -> None:
+    """The LIST of manifest/ and the LIST of the GC epoch at once; the root has no version, so
+    the markers are not listed (the first commit reads them: a new root's first commit lists
+    the versions after its PUT anyway)."""
     store = root.slow()
     with store.operation() as op:
         db = silt.open(root.url, store=store, settings=SETTINGS)
-    _check(op, 1, {"list": 1})
-    assert db.version is None
+    _check(op, 1, {"list": 2})
+    assert op.waves() == [[("list", "epoch/"), ("list", "manifest/")]]
+    assert db.version is None and not db.warm
     db.close()
 
 
 # --- commits ------------------------------------------------------------------------------------
 
 
-def test_first_commit_of_a_handle_lists_the_gc_epoch_with_its_put(root: Root) -> None:
-    """A handle that knows no GC markers yet: the manifest PUT and the LIST of the newest GC
-    epoch at once, then the LIST of gc/. Before: 3 round trips (PUT; LIST epoch; LIST gc/)."""
+def test_first_commit_of_a_handle_is_a_warm_commit_its_open_read_the_markers(
+        root: Root) -> None:
+    """A handle whose open read the GC markers: the manifest PUT, then the GET of the next GC
+    epoch (missing: nothing changed since the open's listing). Before: 2 round trips and 3
+    requests (PUT with the LIST of the newest epoch; LIST gc/). A handle opened at a version
+    (its open lists gc/ without the epoch, so it knows no markers) still lists them at its
+    first commit: the epoch at once with the PUT, then gc/."""
     _two_versions(root)
     db, store = root.open()
     db.put(b"x", b"1")
     with store.operation() as op:
         assert db.commit() == 3
-    _check(op, 2, {"put_if_absent": 1, "list": 2})
-    assert op.waves() == [[("list", "epoch/"), ("put_if_absent", "manifest/00000000000000000003")],
-                          [("list", "gc/")]]
+    _check(op, 2, {"put_if_absent": 1, "get": 1})
+    assert op.waves() == [[("put_if_absent", "manifest/00000000000000000003")],
+                          [("get", paths.epoch_key(1))]]
     db.close()
+    at_version, store = root.open(version=3)
+    assert not at_version.warm
+    at_version.put(b"x", b"2")
+    with store.operation() as op:
+        assert at_version.commit() == 4
+    _check(op, 2, {"put_if_absent": 1, "list": 2})
+    assert op.waves() == [[("list", "epoch/"), ("put_if_absent", "manifest/00000000000000000004")],
+                          [("list", "gc/")]]
+    at_version.close()
 
 
 def test_first_commit_on_an_empty_root_lists_versions_and_markers_at_once(root: Root) -> None:
     """On an empty root the checks after the PUT also list the versions (another writer may
-    have committed meanwhile): at once with the LIST of gc/. Before: 4 round trips."""
+    have committed meanwhile): at once with the LIST of gc/; the GC epoch was listed by the
+    open. Before: 4 round trips; then 2 with 3 LISTs (the epoch again, with the PUT). The
+    next commit is a warm one."""
     db, store = root.open()
     db.put(b"x", b"1")
     with store.operation() as op:
         assert db.commit() == 1
-    _check(op, 2, {"put_if_absent": 1, "list": 3})
-    assert op.waves()[1] == [("list", "gc/"), ("list", "manifest/")]
+    _check(op, 2, {"put_if_absent": 1, "list": 2})
+    assert op.waves() == [[("put_if_absent", "manifest/00000000000000000001")],
+                          [("list", "gc/"), ("list", "manifest/")]]
+    db.put(b"x", b"2")
+    with store.operation() as op:
+        assert db.commit() == 2
+    _check(op, 2, {"put_if_absent": 1, "get": 1})
     db.close()
 
 
@@ -211,23 +244,42 @@ def test_commit_after_gc_wrote_markers_lists_gc_once(root: Root) -> None:
 
 
 def test_commit_that_uploads_an_sst_is_three_round_trips(root: Root) -> None:
-    """The SST's create-only upload; the manifest PUT; the GET of the next GC epoch."""
+    """The SST's create-only upload; the manifest PUT; the GET of the next GC epoch: from a
+    handle's first commit on, when its open's listing of gc/ showed its writer grace announced
+    (silt.graces). Before: 4 round trips at a handle's first upload (the grace marker's PUT
+    before it; the markers' LISTs after the manifest PUT)."""
     _two_versions(root)
     db, store = root.open(settings=UPLOADED)
-    db.put(b"x", b"1")
-    with store.operation() as op:
-        db.commit()
-    # A handle's first upload announces its writer's GC grace first (gc/grace/<ms>, before
-    # any upload), and its first commit lists the markers: 4 round trips, once per handle.
-    _check(op, 4, {"put_if_absent": 3, "list": 2})
-    assert op.waves()[0][0][1].startswith("gc/grace/")
-    for n in range(2):
+    for n in range(3):
         for k in _keys(0, 50):
             db.put(k, b"w%d" % n)
         with store.operation() as op:
             db.commit()
         _check(op, 3, {"put_if_absent": 2, "get": 1})
-    assert db.get(b"k00007") == b"w1"
+        assert [kind for kind, _ in op.waves()[0]] == ["put_if_absent"], op
+        assert op.waves()[0][0][1].startswith("sst/"), op
+    assert db.get(b"k00007") == b"w2"
+    db.close()
+
+
+def test_a_writer_whose_grace_is_not_announced_announces_it_before_its_first_upload(
+        root: Root) -> None:
+    """A grace no writer of the DB announced yet (none in the open's listing of gc/): its
+    marker is created before the first upload (GC's argument needs it to exist before any SST
+    it may list), one round trip more, once per handle."""
+    _two_versions(root)
+    other = UPLOADED.replace(gc_grace_seconds=UPLOADED.gc_grace_seconds + 1)
+    db, store = root.open(settings=other)
+    for n in range(2):
+        db.put(b"x", b"%d" % n)
+        with store.operation() as op:
+            db.commit()
+        if n == 0:
+            _check(op, 4, {"put_if_absent": 3, "get": 1})
+            assert op.waves()[0] == [("put_if_absent", paths.grace_key(
+                int(other.gc_grace_seconds * 1000)))], op
+        else:
+            _check(op, 3, {"put_if_absent": 2, "get": 1})
     db.close()
 
 
@@ -477,4 +529,89 @@ def test_keys_a_bloom_filter_misleads_cost_one_wave_more_for_all_of_them(root: R
         assert db.multi_get(misled) == expected
     _check(op, 3, dict(op.requests))
     assert {name for _, name in op.waves()[1]} == {newest.name}, op
+    db.close()
+
+
+def test_a_cold_open_at_most_b_minus_1_prefetches_the_tails_so_a_batch_reads_in_one_wave(
+        root: Root) -> None:
+    """A stream processor's cold open (``at_most=b - 1``): manifest/<b - 1> is read at once with
+    the LIST, and the tails of its SSTs at once with its fate record and the LIST of gc/ (2
+    round trips, as before without them); the batch's multi_get over every SST then reads
+    only blocks, in one wave. Before: the open's 2 round trips, then the multi_get's 2 (the
+    tails' wave, then the blocks')."""
+    ssts = _levels_and_l0(root)
+    keys = _keys(0, 3000)[::3]
+    with silt.open(root.url) as plain:
+        expected, latest = plain.multi_get(keys), plain.version
+    store = root.slow()
+    with store.operation() as op:
+        db = silt.open(root.url, store=store, settings=WIDE, at_most=latest)
+    _check(op, 2, {"list": 3, "get": 2, "get_range": ssts})
+    tails = [name for kind, name in op.waves()[1] if kind == "get_range"]
+    assert len(set(tails)) == len(tails) == ssts, op  # each SST's tail once
+    with store.operation() as op:
+        assert db.multi_get(keys) == expected
+    _check(op, 1, {"get_range": ssts})
+    db.put(b"k00001", b"new")
+    with store.operation() as op:  # and its first commit is a warm one (the markers known)
+        assert db.commit(latest + 1) == latest + 1
+    _check(op, 2, {"put_if_absent": 1, "get": 1})
+    db.close()
+
+
+def test_a_wrong_guess_costs_one_get_of_a_missing_manifest_and_no_round_trip(
+        root: Root) -> None:
+    """``at_most`` past the latest version (a batch after versions that were skipped): the
+    guessed manifest does not exist; the latest below it is read after the LIST as before,
+    and nothing is prefetched."""
+    _two_versions(root)
+    store = root.slow()
+    with store.operation() as op:
+        db = silt.open(root.url, store=store, settings=SETTINGS, at_most=7)
+    _check(op, 2, {"list": 3, "get": 3})
+    assert ("get", "manifest/00000000000000000007") in op.waves()[0]
+    assert ("get", "manifest/00000000000000000002") in op.waves()[1]
+    assert db.version == 2 and db.get(b"k00301") == b"v" * 50
+    db.close()
+
+
+def test_the_prefetch_stops_at_its_limits(root: Root, monkeypatch: pytest.MonkeyPatch) -> None:
+    """At most coldopen.MAX_TAILS tails (and MAX_TAIL_BYTES), the first in read order: the
+    reads load the others in a wave of their own, as a cold handle's reads do."""
+    ssts = _levels_and_l0(root)
+    keys = _keys(0, 3000)[::3]
+    with silt.open(root.url) as plain:
+        expected, latest = plain.multi_get(keys), plain.version
+    monkeypatch.setattr(coldopen, "MAX_TAILS", 2)
+    store = root.slow()
+    with store.operation() as op:
+        db = silt.open(root.url, store=store, settings=WIDE, at_most=latest)
+    _check(op, 2, {"list": 3, "get": 2, "get_range": 2})
+    with store.operation() as op:
+        assert db.multi_get(keys) == expected
+    _check(op, 2, {"get_range": 2 * ssts - 2})
+    db.close()
+    monkeypatch.setattr(coldopen, "MAX_TAIL_BYTES", 0)
+    with store.operation() as op:
+        db = silt.open(root.url, store=store, settings=WIDE, at_most=latest)
+    _check(op, 2, {"list": 3, "get": 2})
+    db.close()
+
+
+def test_a_damaged_tail_the_open_prefetched_is_reported_by_the_read_not_the_open(
+        root: Root) -> None:
+    """A prefetched tail that does not decode is not taken: the open succeeds, and the first
+    read of that SST fetches the tail again and reports the damage, as without a prefetch."""
+    _two_versions(root)
+    with silt.open(root.url) as plain:
+        newest = plain.manifest.l0[0]  # keys 300-599
+    raw = open_store(root.url)
+    key = paths.sst_key(newest.id)
+    data = bytearray(raw.get(key))
+    data[newest.tail_offset + 1] ^= 0xFF
+    raw.put(key, bytes(data))
+    db, _ = root.open(at_most=2)
+    assert db.get(b"k00001") == b"v" * 50  # the other SST reads
+    with pytest.raises(silt.errors.CorruptionError):
+        db.get(b"k00301")
     db.close()

@@ -1,14 +1,18 @@
 """The commit's concurrent rounds keep the GC protocol: a GC marker written at *any* point of a
-writer's first two commits on a remote store (each request of them in turn, the PUT and the
-LIST of the GC epoch going out at once in the first) is seen by one of them.
+writer's open and first two commits on a remote store (each request of them in turn: the open's
+LISTs of the versions and of the GC epoch at once, then the manifest, its fate record and the
+LIST of ``gc/`` at once; each commit's SST upload, manifest PUT and GET of the next GC epoch) is
+seen by one of the commits.
 
 The marker is written, with the epoch bump GC makes after it, just before the k-th request of
-the two commits reaches the store (:class:`silt.testing.FaultyStore`'s ``on_call``), for every
-k up to the last request of the second commit: a horizon above both versions must fence one of
-them (:class:`~silt.errors.FencedError`), a running GC pass whose cutoff is past their SSTs must
-withdraw one of them (:class:`~silt.errors.WithdrawnError`). The first commit lists the epoch
-at once with its PUT and ``gc/`` after it; the second GETs the next epoch; so a marker written
-after the first commit's listing of ``gc/`` is found by the second commit's GET.
+the open and the two commits reaches the store (:class:`silt.testing.FaultyStore`'s
+``on_call``), for every k up to the last request of the second commit: a horizon above both
+versions must fence one of them (:class:`~silt.errors.FencedError`), a running GC pass whose
+cutoff is past their SSTs must withdraw one of them (:class:`~silt.errors.WithdrawnError`). The
+open reads the markers (the epoch, then ``gc/``); each commit GETs the epoch after the one it
+knows after its PUT, so a marker written after the open's listing of ``gc/`` is found by the
+next commit's GET, and one written before it is in the listing or bumps an epoch after it. On
+an empty root the open lists only the epoch, and the first commit lists ``gc/`` after its PUT.
 """
 
 from __future__ import annotations
@@ -29,9 +33,16 @@ from silt.testing import FaultyStore, LatencyStore
 #: Every delta is an uploaded SST, so a GC pass's cutoff can reach it.
 SETTINGS = silt.Settings(inline_delta_bytes=0, compaction="none")
 
-#: Requests of the two commits: the grace marker and the SST, PUT + LIST epoch, LIST gc/;
-#: then the SST, the PUT, the epoch GET (and one LIST when it moved).
-REQUESTS = 8
+#: Requests of the open (LIST manifest/ and LIST epoch/; the manifest, its fate record, LIST
+#: gc/) and of the two commits (each: the SST, the PUT, the epoch GET; one LIST more when the
+#: epoch moved). Before the open read the markers: the commits' 8 (the grace marker and the
+#: SST, PUT + LIST epoch, LIST gc/; then the SST, the PUT, the epoch GET), the open not covered.
+REQUESTS = 11
+
+#: On an empty root: the open's LIST manifest/ and LIST epoch/; the first commit's grace marker,
+#: SST, PUT, then LIST gc/ and LIST manifest/ (the epoch the open listed); the second's SST, PUT
+#: and epoch GET.
+EMPTY_ROOT_REQUESTS = 10
 
 
 def _horizon(raw: silt.ObjectStore) -> None:
@@ -42,16 +53,17 @@ def _running_pass(raw: silt.ObjectStore) -> None:
     raw.put_if_absent(paths.pass_key(int(time.time() * 1000) + 3_600_000), b"")
 
 
-def _two_commits(k: int, marker, error: type[Exception]) -> int:
-    """A cold handle's two commits, the marker written before the k-th request of them;
-    returns which commit ``error`` stopped (checked against a fresh open)."""
+def _two_commits(k: int, marker, error: type[Exception], empty: bool) -> int:
+    """A cold handle's open and two commits, the marker written before the k-th request of them;
+    returns which commit ``error`` stopped (checked against a fresh open). ``empty``: the root
+    has no version before (the open lists the GC epoch but no markers)."""
     url = f"memory://rt-safety-{uuid.uuid4().hex}"
-    with silt.open(url, settings=SETTINGS) as first:
-        first.put(b"a", b"0")
-        assert first.commit() == 1
+    if not empty:
+        with silt.open(url, settings=SETTINGS) as first:
+            first.put(b"a", b"0")
+            assert first.commit() == 1
     raw = open_store(url)
     faulty = FaultyStore(raw)
-    db = silt.open(url, store=LatencyStore(faulty, 0.02), settings=SETTINGS)
     seen = itertools.count()
     fired = threading.Event()
     lock = threading.Lock()
@@ -64,6 +76,7 @@ def _two_commits(k: int, marker, error: type[Exception]) -> int:
                 fired.set()
 
     faulty.on_call("*", hook)
+    db = silt.open(url, store=LatencyStore(faulty, 0.02), settings=SETTINGS)
     stopped = None
     for n in (1, 2):
         db.put(b"a", b"%d" % n)
@@ -76,14 +89,16 @@ def _two_commits(k: int, marker, error: type[Exception]) -> int:
     assert fired.is_set(), k
     assert stopped in (1, 2), (k, faulty.log)
     with silt.open(url) as fresh:  # the stopped commit never stands
-        assert fresh.version == stopped, (k, fresh.version)
+        assert fresh.version == ((stopped - 1 or None) if empty else stopped), (k, fresh.version)
     return stopped
 
 
+@pytest.mark.parametrize("empty", [False, True], ids=["root with a version", "empty root"])
 @pytest.mark.parametrize(("marker", "error"), [(_horizon, FencedError),
                                               (_running_pass, WithdrawnError)])
 def test_a_gc_marker_written_at_any_point_of_two_commits_stops_one_of_them(
-        marker, error) -> None:
-    outcomes = [_two_commits(k, marker, error) for k in range(REQUESTS)]
+        marker, error, empty: bool) -> None:
+    requests = EMPTY_ROOT_REQUESTS if empty else REQUESTS
+    outcomes = [_two_commits(k, marker, error, empty) for k in range(requests)]
     # both commits were reached: the marker landed before and after the first one's checks
     assert set(outcomes) == {1, 2}, outcomes

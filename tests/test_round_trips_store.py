@@ -116,3 +116,32 @@ def test_it_wraps_only_a_store_and_operations_do_not_nest() -> None:
     with store.operation() as op:  # usable again after the refusal
         store.put("a", b"1")
     assert op.requests == {"put": 1}
+
+
+def test_stores_on_one_timeline_are_timed_as_one_operation() -> None:
+    """``timeline=``: requests of several stores are recorded in the operations of one; a
+    request of one store after another's completed follows it in the chain, requests of both
+    at once are one round trip; each store keeps its own counts."""
+    main = LatencyStore(MemoryStore(), DELAY)
+    other = LatencyStore(MemoryStore(), DELAY, timeline=main)
+    for s in (main, other):
+        s.put("k/seed", b"seed")
+    with other.operation() as op:  # either store's operation() opens the shared one
+        main.get("k/seed")
+        other.get("k/seed")
+        go = threading.Barrier(2)
+
+        def at_once(store: LatencyStore) -> None:
+            go.wait()
+            store.get_range("k/seed", 0, 1)
+
+        threads = [threading.Thread(target=at_once, args=(s,)) for s in (main, other)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert (op.round_trips, op.total) == (3, 4), op
+    assert main.counts == {"put": 1, "get": 1, "get_range": 1}
+    assert other.counts == {"put": 1, "get": 1, "get_range": 1}
+    with pytest.raises(InvalidTypeError, match="timeline is another LatencyStore"):
+        LatencyStore(MemoryStore(), 0, timeline=MemoryStore())  # type: ignore[arg-type]

@@ -43,7 +43,9 @@ Round trips: the PUT, then one round of checks (2; 3 with an SST upload first; a
 checks with one GET of the next GC epoch). A first commit lists the markers: only the LIST of
 ``gc/`` must follow the PUT; the epoch, read before that LIST begins, is all it needs
 (:func:`silt.markers.read_markers`), so it is listed at once with the PUT
-(:meth:`Committer._create_first`). Independent requests go out at once (the DB's ``gather``).
+(:meth:`Committer._create_first`), or not at all when the handle's open listed it (an empty
+root) or read the markers (any other root; then the first commit is a warm one:
+:mod:`silt.coldopen`). Independent requests go out at once (the DB's ``gather``).
 
 The :class:`Committer` never touches the DB's state: :class:`CommitSteps` passes it what it
 needs (base manifest, references) and installs what :meth:`Committer.publish` returns; the DB
@@ -127,6 +129,9 @@ class Committer(PostChecks):
         self.base_checked: int | None = None
         #: The GC markers as last read (a warm commit checks only that they did not change).
         self.markers: GcMarkers | None = None
+        #: A GC epoch listed by the handle's open when it read no markers (an empty root,
+        #: silt.coldopen): the first commit lists gc/ with it, not the epoch again.
+        self.epoch_listed: int | None = None
 
     # -- state --------------------------------------------------------------------------------
     def based_on(self, manifest: Manifest | None) -> None:
@@ -247,8 +252,11 @@ class Committer(PostChecks):
 
     def _create_first(self, manifest: Manifest) -> bool:
         """:meth:`_create`; with no GC markers known yet, the newest GC epoch is listed at once
-        with the PUT (module docstring, "Round trips")."""
+        with the PUT, unless the open listed it (module docstring, "Round trips")."""
         if self.markers is not None:
+            return self._create(manifest)
+        if self.epoch_listed is not None:  # listed before this PUT, so before gc/'s listing
+            self._epoch_seen = self.epoch_listed
             return self._create(manifest)
         created, self._epoch_seen = self._gather(
             [partial(self._create, manifest), partial(newest_epoch, self._store)])

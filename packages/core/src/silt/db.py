@@ -37,6 +37,7 @@ from .cost import user_meta
 from .errors import ClosedError
 from .gc import GcReport, collect_for
 from .manifest import Manifest
+from .markers import GcMarkers
 from .memtable import check_ops
 from .metrics import MeteredStore, Metrics
 from .pin import checkpoint
@@ -57,7 +58,9 @@ class DB:
     def __init__(self, store: ObjectStore, *, url: str, settings: Settings, clock: Clock,
                  manifest: Manifest | None, owns_store: bool = True,
                  metrics: Metrics | None = None, budget: MemoryBudget | None = None,
-                 listed: list[int] | None = None) -> None:
+                 listed: list[int] | None = None, markers: GcMarkers | None = None,
+                 epoch: int | None = None,
+                 tails: dict[str, tuple[bytes, int]] | None = None) -> None:
         #: The live versions opening listed (see :attr:`listed_at_open`).
         self._listed = listed
         #: Request counters; ``metrics`` carries on the counts of opening this DB.
@@ -79,6 +82,14 @@ class DB:
         self._state, self._cache, self._fetch = rooms.state, rooms.cache, rooms.fetch
         self._allowance, self._readers = rooms.allowance, rooms.readers
         self._committer, self._compaction = rooms.committer, rooms.compaction
+        if markers is not None:  # read by opening (silt.open), before any request of ours
+            rooms.committer.markers = markers
+            rooms.flusher.announce.seen(markers.graces)
+        rooms.committer.epoch_listed = epoch  # listed by opening (markers not read)
+        for sst_id, (tail, start) in (tails or {}).items():  # prefetched (silt.coldopen)
+            reader = self._readers.by_id.get(sst_id)
+            if reader is not None:
+                reader.preload_tail(tail, start)
         if rooms.budget is not None:  # a DB dropped unclosed gives its reservation back
             weakref.finalize(self, self._allowance.give_back_soon)
 
@@ -103,9 +114,9 @@ class DB:
 
     @property
     def warm(self) -> bool:
-        """Whether this DB knows the GC markers (its first commit reads them): then
-        :meth:`proved_latest` and :meth:`advance` can answer with GETs, where a DB that never
-        committed lists."""
+        """Whether this DB knows the GC markers (read by its open on a remote store, else by
+        its first commit): then :meth:`proved_latest` and :meth:`advance` can answer with GETs,
+        where a DB that does not know them lists."""
         return self._committer.markers is not None
 
     @property

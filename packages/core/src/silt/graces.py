@@ -13,9 +13,11 @@ had flushed and not committed yet.
 ``gc/grace/<grace_ms:020d>`` (empty, create-only; name in :mod:`silt.paths`): some writer of the
 DB uses a grace of ``grace_ms``. A writer creates the marker of its own grace before its first
 upload (:class:`Announcer`: once per DB handle, before the first flush and the first compaction
-output; a marker that exists already is left as it is). GC lists a DB's markers *after* its
-listing of candidates (:func:`silt.gc.collect_garbage`, step 2) and refuses, before it writes or
-deletes anything, a grace shorter than the greatest (:func:`required_grace`). Why that order is
+output; a marker that exists already is left as it is, and a handle that listed ``gc/`` before
+its first upload and saw its own grace's marker there creates nothing: :meth:`Announcer.seen`).
+GC lists a DB's markers *after* its listing of candidates (:func:`silt.gc.collect_garbage`, step
+2) and refuses, before it writes or deletes anything, a grace shorter than the greatest
+(:func:`required_grace`). Why that order is
 enough: an SST the candidate listing saw was uploaded before that listing, so its writer's
 marker existed before it, and the later listing of markers sees the marker.
 
@@ -48,6 +50,14 @@ class Announcer:
         self.grace_ms = grace_ms
         self._lock = threading.Lock()
         self._done = False
+
+    def seen(self, graces: tuple[int, ...]) -> None:
+        """A listing of ``gc/`` (:func:`silt.markers.read_markers`) showed the markers of
+        ``graces``: when this writer's is among them, it exists and stays (nothing deletes it
+        while a writer with that grace may still commit, module docstring), so no upload of
+        this handle needs to create it."""
+        if self.grace_ms in graces:
+            self._done = True
 
     def __call__(self) -> None:
         """Make sure the marker exists (one create-only PUT, the first time); raises

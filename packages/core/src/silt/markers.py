@@ -15,7 +15,10 @@ Three kinds of empty, create-only objects under a DB's ``gc/`` folder (names in 
   number with another token, can never be created again: creating it means the root was rolled
   back (its newest manifests deleted), which a writer detects after committing.
 
-* ``gc/grace/<ms>``: a writer's GC grace (:mod:`silt.graces`), read only by GC; ignored here.
+* ``gc/grace/<ms>``: a writer's GC grace (:mod:`silt.graces`), read by GC; the listing here
+  keeps their values (``GcMarkers.graces``) only so that a writer that finds its own grace
+  announced need not announce it again (the markers are never deleted while a writer that
+  uses that grace may still commit).
 
 * ``epoch/<n>``: whoever writes one of the markers above then creates the next epoch object
   (create-only: the smallest number not taken yet; named downwards, so the first name of a
@@ -55,6 +58,9 @@ class GcMarkers:
     epoch: int = 0
     #: Every horizon marker (GC drops all but the greatest).
     horizons: tuple[int, ...] = ()
+    #: The writer graces (ms) announced under ``gc/grace/`` (:mod:`silt.graces`) when listed;
+    #: empty when unknown (markers handed over or refreshed by a GET carry the last listing's).
+    graces: tuple[int, ...] = ()
 
     def passes_after(self, oldest_ms: int) -> tuple[list[int], list[int]]:
         """Passes whose cutoff is newer than ``oldest_ms`` (so they may delete an unreferenced
@@ -81,6 +87,7 @@ def read_markers(store: ObjectStore, db: str = "", *, epoch: int | None = None) 
     passes: dict[int, bool] = {}
     pins: list[tuple[int, str]] = []
     horizons: list[int] = []
+    graces: list[int] = []
     # The epoch first: markers written before it are in the listing that follows.
     if epoch is None:
         epoch = newest_epoch(store, db)
@@ -99,8 +106,12 @@ def read_markers(store: ObjectStore, db: str = "", *, epoch: int | None = None) 
         if parsed is not None:
             cutoff, done = parsed
             passes[cutoff] = passes.get(cutoff, False) or done
+            continue
+        grace = paths.parse_grace_key(rest)
+        if grace is not None:
+            graces.append(grace)
     return GcMarkers(horizon=horizon, passes=passes, pins=tuple(pins), epoch=epoch,
-                     horizons=tuple(horizons))
+                     horizons=tuple(horizons), graces=tuple(sorted(graces)))
 
 
 def unchanged(store: ObjectStore, known: GcMarkers, db: str = "") -> bool:

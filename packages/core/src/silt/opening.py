@@ -12,6 +12,7 @@ from typing import Any
 from . import errors
 from .budget import MemoryBudget
 from .clock import Clock
+from .coldopen import open_latest
 from .commit import check_version
 from .db import DB
 from .gather import Gather, at_once, serially
@@ -143,6 +144,21 @@ def open(
     settings given in code, credentials included, which the URL never carries (each tier
     documents the names it accepts; see :func:`silt.plugins.open_store`).
 
+    Requests: on a remote store (``ObjectStore.local`` false) with ``version`` not given, the
+    LIST of the versions, then the manifest with its fate record; beside them, the GC markers
+    (the LIST of the newest GC epoch, then the LIST of ``gc/``): 2 round trips, 5 requests
+    (on an empty root 1 round trip, 2 LISTs: no markers to read yet). With ``at_most``, the
+    manifest of ``at_most`` is read at once with the LIST, and the tails of its SSTs at once
+    with its fate record (:mod:`silt.coldopen`): still 2 round trips, and the first reads need
+    no round trip for the tails. A handle that
+    knows the markers commits as a warm one does (the manifest PUT, then one GET of the next
+    GC epoch), proves the latest version with GETs, and finds its writer grace announced when
+    the listing shows it (:mod:`silt.graces`): its first commit that uploads an SST costs the
+    upload, the PUT and the GET, 3 round trips, where a handle that learns the markers at its
+    first commit pays 5 (the grace marker before the upload, and the listings after the PUT).
+    A local store reads the markers at the first
+    commit instead (its requests cost microseconds; a read-only handle then makes none).
+
     Memory: the DB shares the process's block cache and charges its memtables to the process's
     memory budget (:func:`silt.set_memory_budget`), or to ``budget`` (a
     :class:`silt.MemoryBudget` shared by the DBs opened with it); ``Settings.block_cache_bytes``
@@ -165,9 +181,16 @@ def open(
     try:
         manifest: Manifest | None = None
         listed: list[int] | None = None
+        markers: GcMarkers | None = None
+        epoch: int | None = None
+        tails: dict[str, tuple[bytes, int]] = {}
         with metrics.purpose("open"):
-            if version is None:
+            if version is None and store.local:
                 manifest, listed = latest_at_most(counted, at_most, gather=gather)
+            elif version is None:  # silt.coldopen: 2 round trips, markers and tails too
+                opened = open_latest(counted, at_most, gather)
+                manifest, listed, markers = opened.manifest, opened.listed, opened.markers
+                epoch, tails = opened.epoch, opened.tails
             else:
                 try:
                     manifest = _read_retained(counted, version, gather)
@@ -191,6 +214,7 @@ def open(
         return DB(
             store, url=url, settings=settings, clock=clock or Clock(), manifest=manifest,
             owns_store=owns_store, metrics=metrics, budget=budget, listed=listed,
+            markers=markers, epoch=epoch, tails=tails,
         )
     except BaseException:
         if owns_store:

@@ -99,7 +99,10 @@ class Settings:
             ``multi_get``, ``multi_scan``, the tails of a cold handle) has in flight at once on a
             remote store, besides the calling thread's own (a wave of more than
             ``read_parallelism + 1`` takes a round trip per that many). Threads start on first
-            need; a local store's reads stay in the calling thread. Default 16.
+            need; a local store's reads stay in the calling thread. Default 31: with the calling
+            thread, 32 requests in flight, the connection pool of the S3 and Azure tiers
+            (``max_pool_connections``, ``max_connections``); a restarted 2M-key aggregate's
+            shard reads its 19 runs in one wave (two at 16).
         max_pending_flushes: frozen memtables allowed to wait for upload before writes block
             (backpressure). Default 2.
         max_key_bytes: largest accepted key. Default 64 KiB.
@@ -152,7 +155,7 @@ class Settings:
     bloom_bits_per_key: int = 10
     block_cache_bytes: int | None = None
     upload_parallelism: int = 4
-    read_parallelism: int = 16
+    read_parallelism: int = 31
     max_pending_flushes: int = 2
     max_key_bytes: int = 64 * KiB
     max_value_bytes: int = 256 * MiB

@@ -113,6 +113,22 @@ class SstReader:
             self._budget.unpin(self._pinned)  # type: ignore[union-attr]
 
     # -- tail -------------------------------------------------------------------------------
+    def preload_tail(self, tail: bytes, tail_start: int) -> None:
+        """Take the tail's bytes read by someone else (a cold open's prefetch,
+        :mod:`silt.coldopen`): the bytes from ``tail_start`` to the end of the object, decoded
+        and checked as :attr:`tail` decodes what it fetches. Nothing when a tail is loaded;
+        nothing either when the bytes do not decode (the first read fetches the tail again and
+        reports the damage, as without a prefetch)."""
+        with self._lock:
+            if self.loaded_tail is not None:
+                return
+            try:
+                t = SstTail(tail, tail_start, self.size, self.name, self.cache_id)
+            except CorruptionError:
+                return
+            self.loaded_tail = t
+            self._pin(t)
+
     @property
     def tail(self) -> SstTail:
         """The decoded tail (footer, index, filter, properties), fetched on first use."""

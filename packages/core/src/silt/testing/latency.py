@@ -115,11 +115,30 @@ class Operation:
                 f"waves={self.waves()})")
 
 
+class _Timeline:
+    """Where requests are recorded: the operation open now, and the numbering of requests;
+    one per :class:`LatencyStore`, or shared by stores made with ``timeline=``."""
+
+    __slots__ = ("lock", "seq", "operation")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.seq = 0
+        self.operation: Operation | None = None
+
+
 class LatencyStore(ObjectStore):
     """Wraps ``inner``: every request waits ``delay`` seconds first, and is recorded (see the
-    module docstring). ``delay`` is a number of seconds >= 0 (0 only counts)."""
+    module docstring). ``delay`` is a number of seconds >= 0 (0 only counts).
 
-    def __init__(self, inner: ObjectStore, delay: float = 0.1) -> None:
+    ``timeline``: another LatencyStore whose operations record this store's requests too, so
+    that the requests of several stores of a process (a stream processor's task opens one on
+    its operator's root and one on its shard) are timed as one operation: a request of one
+    store that starts after a request of another completed follows it in the chain. Each
+    store keeps its own :attr:`counts`."""
+
+    def __init__(self, inner: ObjectStore, delay: float = 0.1, *,
+                 timeline: LatencyStore | None = None) -> None:
         if not isinstance(inner, ObjectStore):
             raise InvalidTypeError(
                 f"LatencyStore wraps an ObjectStore (silt.plugins.open_store(url)), got "
@@ -128,15 +147,16 @@ class LatencyStore(ObjectStore):
                 0 <= delay < float("inf")):
             raise InvalidArgumentError(
                 f"delay must be a finite number of seconds >= 0, got {delay!r}")
+        if timeline is not None and not isinstance(timeline, LatencyStore):
+            raise InvalidTypeError(
+                f"timeline is another LatencyStore, got {type(timeline).__name__}")
         self.inner = inner
         self.delay = float(delay)
         self.url = inner.url
         self.coalesce_reads = inner.coalesce_reads
         self.local = False
         self.shared_across = inner.shared_across
-        self._lock = threading.Lock()
-        self._seq = 0
-        self._operation: Operation | None = None
+        self._timeline = _Timeline() if timeline is None else timeline._timeline
         #: Requests by kind since the wrapper was made (every operation, and outside them).
         self.counts: Counter[str] = Counter()
 
@@ -147,26 +167,28 @@ class LatencyStore(ObjectStore):
         Operations do not nest. Requests still in flight from before the block (a background
         upload) are not part of it, and do not count as completed predecessors."""
         op = Operation()
-        with self._lock:
-            if self._operation is not None:
+        line = self._timeline
+        with line.lock:
+            if line.operation is not None:
                 raise InvalidArgumentError("LatencyStore.operation() blocks do not nest")
-            self._operation = op
+            line.operation = op
         try:
             yield op
         finally:
-            with self._lock:
-                self._operation = None
+            with line.lock:
+                line.operation = None
 
     # -- timing -------------------------------------------------------------------------------
     def _timed(self, kind: str, key: str, call: Callable[[], T]) -> T:
-        with self._lock:
-            self._seq += 1
+        line = self._timeline
+        with line.lock:
+            line.seq += 1
             self.counts[kind] += 1
-            op = self._operation
+            op = line.operation
             request = None
             if op is not None:
                 finished = [r for r in op.log if r.done]
-                request = Request(self._seq, kind, key,
+                request = Request(line.seq, kind, key,
                                   1 + max((r.depth for r in finished), default=0),
                                   frozenset(r.seq for r in finished))
                 op.log.append(request)
@@ -176,7 +198,7 @@ class LatencyStore(ObjectStore):
             return call()
         finally:
             if request is not None:
-                with self._lock:
+                with line.lock:
                     request.done = True
 
     # -- the ObjectStore contract -------------------------------------------------------------
