@@ -29,7 +29,8 @@ from silt.record import MISSING
 from silt.sst import bloom as bloom_mod
 from silt.sst.builder import SstInfo, build_sst
 from silt.sst.format import BLOOM_LINE_BYTES, FOOTER, FOOTER_SIZE, SST_FORMAT_VERSION
-from silt.sst.reader import SstReader, get_levels, lookup_groups, plan_probe
+from silt.sst.probe import lookup_groups, plan_probe
+from silt.sst.reader import SstReader, get_levels
 from silt.tiers.memory import MemoryStore
 
 FIXTURE = Path(__file__).parent / "data" / "sst-format-1.sst"

@@ -284,7 +284,7 @@ def test_block_identical(kr, probes: list[bytes], start, end) -> None:
     miss_py: list = []
     miss_c: list = []
     probe = sorted(set(keys[::2] + probes))
-    reader_mod.lookup_many_py(py, probe, found_py, miss_py)
+    probe_mod.lookup_many_py(py, probe, found_py, miss_py)
     C.lookup_many(c, probe, found_c, miss_c)
     assert (found_py, miss_py) == (found_c, miss_c)
 
@@ -484,9 +484,9 @@ def test_sst_reads_identical(kr, per_block: int, start, end, probes, bits: int) 
     probe = sorted(set(keys + probes))
     lo = bisect_left(probe, keys[0])
     hi = bisect_left(probe, keys[-1] + b"\x00")
-    assert reader_mod.plan_probe_py(probe, lo, hi, bf_py, last_keys) == C.plan_probe(
+    assert probe_mod.plan_probe_py(probe, lo, hi, bf_py, last_keys) == C.plan_probe(
         probe, lo, hi, bf_c, last_keys)
-    assert reader_mod.plan_probe_py(probe, 0, len(probe), None, last_keys) == C.plan_probe(
+    assert probe_mod.plan_probe_py(probe, 0, len(probe), None, last_keys) == C.plan_probe(
         probe, 0, len(probe), None, last_keys)
 
 
@@ -738,9 +738,9 @@ def test_lookup_groups_identical(kr, probes: list[bytes]) -> None:
                 for i in range(0, len(keys), 3)]
     last_keys = [blk_mod.Block_py(p).keys[-1] for p in payloads]
     probe = sorted(set(keys + probes))
-    _, ids, groups = reader_mod.plan_probe_py(probe, 0, len(probe), None, last_keys)
+    _, ids, groups = probe_mod.plan_probe_py(probe, 0, len(probe), None, last_keys)
     out = []
-    for cls, fn in ((blk_mod.Block_py, reader_mod.lookup_groups_py), (C.Block, C.lookup_groups)):
+    for cls, fn in ((blk_mod.Block_py, probe_mod.lookup_groups_py), (C.Block, C.lookup_groups)):
         found: dict = {}
         unresolved: list = []
         fn([cls(payloads[i]) for i in ids], groups, found, unresolved)

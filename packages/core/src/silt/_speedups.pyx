@@ -17,7 +17,7 @@ split_blocks                      silt.sst.builder.split_blocks
 find_block, get_from, RangeIter   silt.sst.reader
 get_levels, key_bounds            silt.sst.reader (key_bounds: a KeyBounds, the pair and
                                   the L0 SSTs' ranges and filters; pure: the pair)
-plan_probe, lookup_many/_groups   silt.sst.reader
+plan_probe, lookup_many/_groups   silt.sst.probe
 key_index                         silt.sst.tail (a KeyIndex; pure: None, the list is bisected)
 decode_index                      silt.sst.tail (an SST tail's index block, decoded and checked)
 sorted_unique, probe_sst          silt.sst.probe

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from .sst.reader import plan_probe
+from .sst.probe import plan_probe
 
 if TYPE_CHECKING:
     from .fetch import BlockFetcher

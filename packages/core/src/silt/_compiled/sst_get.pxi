@@ -1,7 +1,7 @@
 # Part of silt._speedups, included by silt/_speedups.pyx (one compiled module).
 # Point reads: one key through an SST's filter and index (find_block, get_from), a read view's
 # levels (KeyBounds, get_levels) and sorted keys per block (plan_probe, lookup_many); twins in
-# silt.sst.reader.
+# silt.sst.reader (plan_probe, lookup_many and lookup_groups: silt.sst.probe).
 
 cdef inline Py_ssize_t _find_in(object t, BloomFilter bloom, bytes key, long long h) except -2:
     """``_find_block`` over the decoded tail ``t``, through its :class:`KeyIndex` when it has

@@ -2,10 +2,11 @@
 
 A ``multi_get`` sorts its keys once (:func:`sorted_unique`), then walks the SSTs newest first,
 and each SST resolves what it can of the keys still unresolved (:func:`probe_sst`): the keys in
-its range are merged against its bloom filter and index (sorted keys never move back through
-the index), the blocks they need are fetched with one call (cached ones from the block cache,
-missing ones as runs of adjacent blocks, see ``silt.fetch.BlockFetcher``), and each key is
-looked up in its block. The unresolved keys come back still sorted, so no SST sorts again.
+its range are merged against its bloom filter and index (:func:`plan_probe`: sorted keys never
+move back through the index), the blocks they need are fetched with one call (cached ones from
+the block cache, missing ones as runs of adjacent blocks, see ``silt.fetch.BlockFetcher``), and
+each key is looked up in its block (:func:`lookup_groups`). The unresolved keys come back still
+sorted, so no SST sorts again.
 
 Compiled, each function is one C pass with no per-key Python (``silt._speedups``); the
 pure-Python twins here define the behaviour and stay reachable as ``<name>_py``.
@@ -19,9 +20,11 @@ from typing import TYPE_CHECKING, Any
 
 from .._ext import accelerate
 from ..errors import CorruptionError
-from .reader import lookup_groups, plan_probe
+from ..record import MISSING
+from .bloom import BloomFilter, bloom_hash
 
 if TYPE_CHECKING:
+    from .block import Block
     from .reader import SstReader
 
 #: ``fetch(reader, block_ids)``: the decoded blocks ``block_ids`` (ascending) of ``reader``,
@@ -32,6 +35,69 @@ Fetch = Callable[["SstReader", list[int]], list[Any]]
 def sorted_unique(keys: list[bytes]) -> list[bytes]:
     """``sorted(set(keys))``: the distinct keys in byte order (a new list)."""
     return sorted(set(keys))
+
+
+def plan_probe(
+    keys: list[bytes], lo: int, hi: int, bloom: BloomFilter | None, last_keys: list[bytes]
+) -> tuple[list[bytes], list[int], list[list[bytes]]]:
+    """Group sorted ``keys[lo:hi]`` by the block that may hold them (a merge against the index).
+
+    Returns ``(unresolved, blocks, groups)``: ``unresolved`` starts with ``keys[:lo]`` plus the
+    keys the bloom filter rules out or that are past the last block; ``groups[j]`` holds the keys
+    to look up in block ``blocks[j]``.
+    """
+    unresolved = keys[:lo]
+    blocks: list[int] = []
+    groups: list[list[bytes]] = []
+    group: list[bytes] = []
+    cur = -1
+    n = len(last_keys)
+    b = 0
+    may_contain = bloom.may_contain_hash if bloom is not None else None
+    for key in keys[lo:hi]:
+        if may_contain is not None:
+            if not may_contain(bloom_hash(key)):
+                unresolved.append(key)
+                continue
+        b = bisect_left(last_keys, key, b)
+        if b >= n:
+            unresolved.append(key)
+            continue
+        if b != cur:
+            cur = b
+            group = []
+            blocks.append(b)
+            groups.append(group)
+        group.append(key)
+    return unresolved, blocks, groups
+
+
+def lookup_many(
+    blk: Block, keys: list[bytes], found: dict[bytes, object], unresolved: list[bytes]
+) -> None:
+    """Look sorted ``keys`` up in ``blk``: records go to ``found``, misses to ``unresolved``."""
+    get = blk.get
+    for key in keys:
+        r = get(key)
+        if r is MISSING:
+            unresolved.append(key)
+        else:
+            found[key] = r
+
+
+def lookup_groups(
+    blocks: list[Block], groups: list[list[bytes]], found: dict[bytes, object],
+    unresolved: list[bytes],
+) -> None:
+    """:func:`lookup_many` of ``groups[j]`` in ``blocks[j]`` for every ``j``."""
+    for blk, keys in zip(blocks, groups):
+        get = blk.get
+        for key in keys:
+            r = get(key)
+            if r is MISSING:
+                unresolved.append(key)
+            else:
+                found[key] = r
 
 
 def probe_sst(reader: SstReader, keys: list[bytes], found: dict[bytes, object],
@@ -121,5 +187,6 @@ def read_runs(reader: SstReader, read: Callable[[int, int], Any], runs: list[tup
 
 
 #: The pure-Python twins stay reachable as ``<name>_py`` (tests compare both).
-COMPILED = accelerate(globals(), ("sorted_unique", "probe_sst", "coalesce", "missing_runs",
+COMPILED = accelerate(globals(), ("sorted_unique", "plan_probe", "lookup_many",
+                                  "lookup_groups", "probe_sst", "coalesce", "missing_runs",
                                   "read_runs"))

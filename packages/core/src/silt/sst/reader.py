@@ -540,76 +540,10 @@ def RangeIter(
         i += 1
 
 
-def plan_probe(
-    keys: list[bytes], lo: int, hi: int, bloom: BloomFilter | None, last_keys: list[bytes]
-) -> tuple[list[bytes], list[int], list[list[bytes]]]:
-    """Group sorted ``keys[lo:hi]`` by the block that may hold them (a merge against the index).
-
-    Returns ``(unresolved, blocks, groups)``: ``unresolved`` starts with ``keys[:lo]`` plus the
-    keys the bloom filter rules out or that are past the last block; ``groups[j]`` holds the keys
-    to look up in block ``blocks[j]``.
-    """
-    unresolved = keys[:lo]
-    blocks: list[int] = []
-    groups: list[list[bytes]] = []
-    group: list[bytes] = []
-    cur = -1
-    n = len(last_keys)
-    b = 0
-    may_contain = bloom.may_contain_hash if bloom is not None else None
-    for key in keys[lo:hi]:
-        if may_contain is not None:
-            if not may_contain(bloom_hash(key)):
-                unresolved.append(key)
-                continue
-        b = bisect_left(last_keys, key, b)
-        if b >= n:
-            unresolved.append(key)
-            continue
-        if b != cur:
-            cur = b
-            group = []
-            blocks.append(b)
-            groups.append(group)
-        group.append(key)
-    return unresolved, blocks, groups
-
-
-def lookup_many(
-    blk: Block, keys: list[bytes], found: dict[bytes, object], unresolved: list[bytes]
-) -> None:
-    """Look sorted ``keys`` up in ``blk``: records go to ``found``, misses to ``unresolved``."""
-    get = blk.get
-    for key in keys:
-        r = get(key)
-        if r is MISSING:
-            unresolved.append(key)
-        else:
-            found[key] = r
-
-
-def lookup_groups(
-    blocks: list[Block], groups: list[list[bytes]], found: dict[bytes, object],
-    unresolved: list[bytes],
-) -> None:
-    """:func:`lookup_many` of ``groups[j]`` in ``blocks[j]`` for every ``j``."""
-    for blk, keys in zip(blocks, groups):
-        get = blk.get
-        for key in keys:
-            r = get(key)
-            if r is MISSING:
-                unresolved.append(key)
-            else:
-                found[key] = r
-
-
 #: The pure-Python twins stay reachable as ``<name>_py`` (tests compare both).
 COMPILED = accelerate(globals(), (
     "find_block",
     "get_from",
     "get_levels", "key_bounds",
-    "lookup_groups",
     "RangeIter",
-    "plan_probe",
-    "lookup_many",
 ))
