@@ -76,13 +76,7 @@ def lookup_many(
     blk: Block, keys: list[bytes], found: dict[bytes, object], unresolved: list[bytes]
 ) -> None:
     """Look sorted ``keys`` up in ``blk``: records go to ``found``, misses to ``unresolved``."""
-    get = blk.get
-    for key in keys:
-        r = get(key)
-        if r is MISSING:
-            unresolved.append(key)
-        else:
-            found[key] = r
+    _look_up(blk, keys, found, unresolved)
 
 
 def lookup_groups(
@@ -91,13 +85,20 @@ def lookup_groups(
 ) -> None:
     """:func:`lookup_many` of ``groups[j]`` in ``blocks[j]`` for every ``j``."""
     for blk, keys in zip(blocks, groups):
-        get = blk.get
-        for key in keys:
-            r = get(key)
-            if r is MISSING:
-                unresolved.append(key)
-            else:
-                found[key] = r
+        _look_up(blk, keys, found, unresolved)
+
+
+def _look_up(blk: Block, keys: list[bytes], found: dict[bytes, object],
+             unresolved: list[bytes]) -> None:
+    """The pure-Python body of :func:`lookup_many` (named apart: the compiled twin takes that
+    name, and the pure :func:`lookup_groups` must keep calling the pure body)."""
+    get = blk.get
+    for key in keys:
+        r = get(key)
+        if r is MISSING:
+            unresolved.append(key)
+        else:
+            found[key] = r
 
 
 def probe_sst(reader: SstReader, keys: list[bytes], found: dict[bytes, object],
