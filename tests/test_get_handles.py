@@ -114,6 +114,45 @@ def test_compiled_gets_through_kept_handles_answer_as_the_pure_twin() -> None:
         assert C.get_levels(list(l0), levels, key, -1, bounds) == want  # not its L0
 
 
+def test_compiled_misses_through_kept_handles_ask_for_the_direct_reader_once(tmp_path) -> None:
+    """A block-cache miss through a kept handle reads with the reader's direct reader (the
+    ``file://`` tier's), asked of the reader once per handle, not once per miss."""
+    from silt.cache import BlockCache
+    from silt.tiers.file import FileStore
+    from silt.view import Level
+
+    C = _compiled()
+    rnd = random.Random(9)
+    store = FileStore(str(tmp_path))
+    cache = BlockCache(1 << 10)  # one block at most: nearly every get misses
+    s = silt.Settings(block_bytes=128, bloom_bits_per_key=10)
+    asked = []
+
+    class Asking(_CountingReader):
+        def __getattr__(self, name: str) -> object:
+            if name == "direct_read":
+                asked.append(name)
+            return getattr(self._reader, name)
+
+    model = {rnd.randbytes(4): rnd.randbytes(20) for _ in range(400)}
+    keys = sorted(model)
+    readers = []
+    for n, part in enumerate((keys[:200], keys[200:])):
+        data, info = builder_mod.build_sst(f"sst{n}", part, [model[k] for k in part], s)
+        store.put(f"sst{n}", data)
+        readers.append(Asking(reader_mod.SstReader(store, f"sst{n}", info, cache)))
+    l0: list = []
+    levels = [Level(readers)]
+    bounds = C.key_bounds(l0, levels)
+    for key in keys:  # loads both tails, makes both handles
+        assert C.get_levels(l0, levels, key, -1, bounds) == model[key]
+    misses, before = cache.misses, len(asked)
+    for key in rnd.sample(keys, 200):
+        assert C.get_levels(l0, levels, key, -1, bounds) == model[key]
+    assert cache.misses - misses > 150
+    assert len(asked) == before <= 2 * len(readers)
+
+
 def test_db_gets_over_levels_and_l0_answer_the_model(tmp_path) -> None:
     """Both twins (the file runs under each): a DB's gets over L0 and levels, through views
     that change as compactions land, answer what was written."""

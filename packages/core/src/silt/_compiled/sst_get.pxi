@@ -97,14 +97,22 @@ cdef object _read_missed(object reader, Py_ssize_t i, object cache):
     decoded and put into ``cache`` here. A store without a direct reader goes through
     ``read_block``. Only public reader names are used (tests/test_twins.py holds it to that)."""
     cdef object read = reader.direct_read()
-    cdef object t, off, size, data, blk
+    cdef object t
     if read is None:
         return reader.read_block(i)
     t = reader.loaded_tail
     if t is None:
         t = reader.tail
-    off = t.block_offsets[i]
-    size = t.block_sizes[i]
+    return _read_direct(reader, read, t, i, cache, _block_key(reader, t, i))
+
+
+cdef object _read_direct(object reader, object read, object t, Py_ssize_t i, object cache,
+                         object bk):
+    """Block ``i`` of ``reader`` (tail ``t``) read with its direct reader ``read``, checked,
+    decoded and put into ``cache`` under the block key ``bk`` (``_read_missed``'s read)."""
+    cdef object off = t.block_offsets[i]
+    cdef object size = t.block_sizes[i]
+    cdef object data, blk
     try:
         data = _direct_read(read, off, size)
     except Exception as exc:
@@ -113,9 +121,9 @@ cdef object _read_missed(object reader, Py_ssize_t i, object cache):
         raise CorruptionError(reader.name, off, f"block truncated: {len(data)} of {size} bytes")
     blk = decode_block(data, reader.name, off)
     if type(cache) is BlockCache:
-        (<BlockCache>cache).put(_block_key(reader, t, i), blk, (<Block>blk).charge)
+        (<BlockCache>cache).put(bk, blk, (<Block>blk).charge)
     elif cache is not None:
-        cache.put(_block_key(reader, t, i), blk, blk.charge)
+        cache.put(bk, blk, blk.charge)
     return blk
 
 
@@ -127,7 +135,9 @@ cdef class _SstHot:
     attribute per SST (``_get_one`` reads eight). Kept by a :class:`KeyBounds` per SST of its
     view; only public reader names are read."""
 
-    cdef object reader, smallest, largest, last_keys, block_keys, cache, cache_id
+    cdef object reader, smallest, largest, last_keys, block_keys, cache, cache_id, tail
+    cdef object direct  # reader.direct_read() once asked (a reader asks its store once)
+    cdef bint asked
     cdef BloomFilter bloom
     cdef KeyIndex index
 
@@ -161,13 +171,15 @@ cdef object _make_hot(object reader):
     s.block_keys = keys if type(keys) is list else None
     s.cache = reader.cache
     s.cache_id = reader.cache_id
+    s.tail = t
     return s
 
 
 cdef object _get_hot(_SstHot s, bytes key, const unsigned char* k, Py_ssize_t nk,
                      long long* h):
     """``_get_one`` of ``s.reader`` over the fields of ``s``: the same steps in the same order
-    (range, filter, index, cache, block), the same answer."""
+    (range, filter, index, cache, block, and a miss read as ``_read_missed`` reads it, without
+    the frame of ``direct_read`` once it was asked), the same answer."""
     cdef object cache, blk, bk
     cdef Py_ssize_t i, n
     cdef object lo = s.smallest, hi = s.largest
@@ -198,7 +210,13 @@ cdef object _get_hot(_SstHot s, bytes key, const unsigned char* k, Py_ssize_t nk
     elif cache is not None:
         blk = cache.get(bk)
     if blk is None:
-        blk = _read_missed(s.reader, i, cache)
+        if not s.asked:
+            s.direct = s.reader.direct_read()
+            s.asked = True
+        if s.direct is None:
+            blk = s.reader.read_block(i)
+        else:
+            blk = _read_direct(s.reader, s.direct, s.tail, i, cache, bk)
     if type(blk) is Block:
         return (<Block>blk).get(key)
     return blk.get(key)
