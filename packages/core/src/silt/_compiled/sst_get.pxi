@@ -129,15 +129,18 @@ cdef object _read_direct(object reader, object read, object t, Py_ssize_t i, obj
 
 @cython.final
 cdef class _SstHot:
-    """What a get reads of one SST, gathered once its tail is loaded (a tail never changes
-    once loaded, nor do a reader's ``info``, ``cache`` and ``cache_id``): its key range,
-    filter, index and block cache keys as C fields, so that :func:`get_levels` reads no Python
+    """What a get reads of one SST, gathered once its tail is loaded: its key range, filter,
+    index and block cache keys as C fields, so that :func:`get_levels` reads no Python
     attribute per SST (``_get_one`` reads eight). Kept by a :class:`KeyBounds` per SST of its
-    view; only public reader names are read."""
+    view; only public reader names are read. Sound because none of it changes: a reader's
+    ``info``, ``cache`` and ``cache_id`` are set once, and its tail is decoded from an
+    immutable object (``SstReader.verify`` decodes it anew: the same index, filter and keys;
+    the KeyBounds' filters of L0 SSTs were kept the same way)."""
 
     cdef object reader, smallest, largest, last_keys, block_keys, cache, cache_id, tail
     cdef object direct  # reader.direct_read() once asked (a reader asks its store once)
     cdef bint asked
+    cdef long long base  # cache_id when the cache's int index may hold its keys, else -1
     cdef BloomFilter bloom
     cdef KeyIndex index
 
@@ -171,6 +174,7 @@ cdef object _make_hot(object reader):
     s.block_keys = keys if type(keys) is list else None
     s.cache = reader.cache
     s.cache_id = reader.cache_id
+    s.base = _index_key(s.cache_id)
     s.tail = t
     return s
 
@@ -180,8 +184,9 @@ cdef object _get_hot(_SstHot s, bytes key, const unsigned char* k, Py_ssize_t nk
     """``_get_one`` of ``s.reader`` over the fields of ``s``: the same steps in the same order
     (range, filter, index, cache, block, and a miss read as ``_read_missed`` reads it, without
     the frame of ``direct_read`` once it was asked), the same answer."""
-    cdef object cache, blk, bk
+    cdef object cache, blk, bk = None
     cdef Py_ssize_t i, n
+    cdef bint indexed
     cdef object lo = s.smallest, hi = s.largest
     if (_cmp(<const unsigned char*>PyBytes_AS_STRING(lo), PyBytes_GET_SIZE(lo), k, nk) > 0
             or _cmp(k, nk, <const unsigned char*>PyBytes_AS_STRING(hi),
@@ -199,16 +204,23 @@ cdef object _get_hot(_SstHot s, bytes key, const unsigned char* k, Py_ssize_t nk
         i = _bisect_bytes(<list>s.last_keys, k, nk, 0, n)
     if i >= n:
         return _MISSING
-    if s.block_keys is not None and i < PyList_GET_SIZE(<list>s.block_keys):
-        bk = <object>PyList_GET_ITEM(<list>s.block_keys, i)
-    else:
-        bk = s.cache_id + i
     cache = s.cache
     blk = None
-    if type(cache) is BlockCache:
-        blk = (<BlockCache>cache)._get(bk)
-    elif cache is not None:
-        blk = cache.get(bk)
+    # The key is base + i: the cache's int index finds it by value, no key object read.
+    indexed = type(cache) is BlockCache and s.base >= 0 and s.base + i < _INDEX_LIMIT
+    if indexed:
+        blk = (<BlockCache>cache)._get_block(s.base, i)
+    if blk is None:
+        if s.block_keys is not None and i < PyList_GET_SIZE(<list>s.block_keys):
+            bk = <object>PyList_GET_ITEM(<list>s.block_keys, i)
+        else:
+            bk = s.cache_id + i
+        if indexed:
+            pass  # missed above
+        elif type(cache) is BlockCache:
+            blk = (<BlockCache>cache)._get(bk)
+        elif cache is not None:
+            blk = cache.get(bk)
     if blk is None:
         if not s.asked:
             s.direct = s.reader.direct_read()
