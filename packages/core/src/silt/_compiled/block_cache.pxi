@@ -301,15 +301,29 @@ cdef class BlockCache:
         ``out`` had them and are counted (returned)."""
         cdef Py_ssize_t g, i, n = PyList_GET_SIZE(ids), missed = 0
         cdef PyObject* p
+        cdef _Slot* s
         cdef object key
         cdef object keys = getattr(t, "block_keys", None)  # once, not once a block
         cdef Py_ssize_t nkeys = PyList_GET_SIZE(keys) if type(keys) is list else 0
+        cdef long long base = _index_key(reader.cache_id)  # -1: not by the int index
         self._acquire()
         try:
             for g in range(n):
                 i = <object>PyList_GET_ITEM(ids, g)
                 if i < 0:
                     raise IndexError(f"block {i} of a cache lookup")
+                if base >= 0 and base + i < _INDEX_LIMIT:  # the key is base + i: by value
+                    s = self._find(base + i)
+                    if s == NULL:
+                        self.misses += 1
+                        missed += 1
+                    else:
+                        if not s.marked:
+                            s.marked = 1
+                            (<_CacheEntry>s.entry).marked = True
+                        self.hits += 1
+                        out[g] = <object>s.value
+                    continue
                 if i < nkeys:  # the tail's own key (see _block_key)
                     key = <object>PyList_GET_ITEM(keys, i)
                 else:
