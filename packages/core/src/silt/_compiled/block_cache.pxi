@@ -416,11 +416,11 @@ cdef class BlockCache:
         cdef Py_ssize_t i
         self._acquire()
         try:
-            self._data.clear()
-            self._drop_ring()
-            for i in range(self._nslots):
+            for i in range(self._nslots):  # first: the slots borrow what the dict holds
                 self._slots[i].key = -1
             self._nindexed = 0
+            self._data.clear()
+            self._drop_ring()
             self.used = 0
         finally:
             self._release()
