@@ -230,6 +230,15 @@ cdef class BlockCache:
         self.hits += 1
         return (<_CacheEntry>p).value
 
+    cdef inline object _slot_hit(self, _Slot* s):
+        """A hit on index slot ``s``: marks it and its entry (the entry's line is touched only
+        when the slot was unmarked), counts it, returns the value."""
+        if not s.marked:
+            s.marked = 1
+            (<_CacheEntry>s.entry).marked = True
+        self.hits += 1
+        return <object>s.value
+
     cdef object _get_block(self, long long base, Py_ssize_t index):
         """``get(base + index)`` through the int index (``base + index`` in [0, 2**62)): one
         slot read; the entry is touched only to mark it (the mark mirrored in the slot)."""
@@ -241,11 +250,7 @@ cdef class BlockCache:
             if s == NULL:
                 self.misses += 1
                 return None
-            if not s.marked:
-                s.marked = 1
-                (<_CacheEntry>s.entry).marked = True
-            self.hits += 1
-            return <object>s.value
+            return self._slot_hit(s)
         finally:
             self._release()
 
@@ -318,11 +323,7 @@ cdef class BlockCache:
                         self.misses += 1
                         missed += 1
                     else:
-                        if not s.marked:
-                            s.marked = 1
-                            (<_CacheEntry>s.entry).marked = True
-                        self.hits += 1
-                        out[g] = <object>s.value
+                        out[g] = self._slot_hit(s)
                     continue
                 if i < nkeys:  # the tail's own key (see _block_key)
                     key = <object>PyList_GET_ITEM(keys, i)
