@@ -177,3 +177,55 @@ def test_a_forgotten_name_gets_a_new_base_never_an_old_one(monkeypatch) -> None:
     assert len(set(seen)) == 10  # names forgotten on the way: still no base given twice
     again = cache_mod.block_key_base("sst-0")
     assert again not in seen
+
+
+def test_get_block_is_get_of_base_plus_index_step_for_step() -> None:
+    """``get_block(base, index)`` answers, marks and counts as ``get(base + index)``, and the
+    session's twin keeps the pure twin's contents step for step under random use: int keys
+    the compiled twin's int index holds (over a thousand of them live, so it grows and its
+    deletions shift colliding slots back), ints it does not (past 2**62, or ``base + index``
+    crossing it) and keys that are not ints, with replacements, resizes and clears."""
+    from silt.cache import BlockCache_py
+
+    rng = random.Random(8)
+    # block keys' bases, and random ones: keys spread at random collide in the index (a
+    # run of consecutive keys hardly does), so that its probing and shifting are exercised
+    bases = [0, 1 << 32, 5 << 32, (1 << 62) - 3, 1 << 64]
+    bases += [rng.randrange(1 << 62) for _ in range(40)]
+    caches = [BlockCache_py(6000), BlockCache(6000)]
+
+    def key() -> tuple[int, int] | tuple[str, int]:
+        if rng.random() < 0.05:
+            return ("t", rng.randrange(50))  # type: ignore[return-value]
+        return rng.choice(bases), rng.randrange(60)
+
+    def flat(k: tuple) -> object:
+        return k if k[0] == "t" else k[0] + k[1]
+
+    peak = 0
+    for step in range(40_000):
+        r = rng.random()
+        k = key()
+        if r < 0.45:
+            charge = rng.randrange(1, 5)
+            outs = [c.put(flat(k), (k, step), charge) for c in caches]
+        elif r < 0.7 and k[0] != "t":
+            outs = [c.get_block(*k) for c in caches]
+        elif r < 0.9:
+            outs = [c.get(flat(k)) for c in caches]
+        elif r < 0.995:
+            ks = [flat(key()) for _ in range(5)]
+            outs = [c.get_many(ks) for c in caches]
+        elif r < 0.9995:
+            cap = rng.randrange(0, 9000)
+            outs = [c.resize(cap) for c in caches]
+        else:
+            outs = [c.clear() for c in caches]
+        assert outs[0] == outs[1], step
+        pure, twin = ((len(c), c.used, c.hits, c.misses, c.evictions) for c in caches)
+        assert pure == twin, step
+        peak = max(peak, len(caches[1]))
+        if step % 2000 == 0:
+            universe = [b + i for b in bases for i in range(60)] + [("t", n) for n in range(50)]
+            assert caches[0].holds(universe) == caches[1].holds(universe)
+    assert peak > 600  # the int index grew past its first 1,024 slots (at 513 int keys)

@@ -438,3 +438,33 @@ def test_default_bound_leaves_most_descriptors_to_the_process() -> None:
     assert 1 <= fdcache.MAX_OPEN <= 128
     if soft != resource.RLIM_INFINITY:
         assert fdcache.MAX_OPEN <= max(1, soft // 8)
+
+
+def test_fd_twins_hold_the_same_fields() -> None:
+    """``Fd`` is the compiled twin where built (its fields in C for the compiled block reads),
+    else the pure one: both start alike, take the same writes, and the cache makes ``Fd``."""
+    from silt._ext import load
+
+    compiled = load()
+    assert fdcache.COMPILED is (compiled is not None)
+    assert fdcache.Fd is (compiled.Fd if compiled is not None else fdcache.Fd_py)
+    for cls in {fdcache.Fd, fdcache.Fd_py}:
+        e = cls(7)
+        assert (e.fd, e.users, e.dropped, e.checked, e.epoch) == (7, 1, False, float("-inf"), -1)
+        e = cls(9, 1.5, 3)
+        assert (e.checked, e.epoch) == (1.5, 3)
+        e.users += 2
+        e.dropped = True
+        e.checked = 2.25
+        e.epoch = 4
+        assert (e.fd, e.users, e.dropped, e.checked, e.epoch) == (9, 3, True, 2.25, 4)
+    cache = FdCache(2)
+    r, w = os.pipe()
+    try:
+        entry = cache.adopt("x", r)
+        assert type(entry) is fdcache.Fd and entry.users == 1
+        cache.release(entry)
+        assert entry.users == 0 and not entry.dropped
+    finally:
+        cache.clear()
+        os.close(w)

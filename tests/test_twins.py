@@ -124,7 +124,7 @@ def test_speedups_reports_every_accelerated_module() -> None:
     assert set(report) == {"silt.sst.bloom", "silt.sst.block", "silt.sst.builder",
                            "silt.sst.reader", "silt.sst.tail", "silt.sst.probe", "silt.merge",
                            "silt.memtable", "silt.cache", "silt.tiers.blockread",
-                           "silt.metrics"}
+                           "silt.tiers.fdcache", "silt.metrics"}
     forced_pure = os.environ.get("SILT_NO_EXTENSIONS", "") not in ("", "0")
     assert all(v is (not forced_pure) for v in report.values())
     assert (blk_mod.Block is C.Block) is (not forced_pure)

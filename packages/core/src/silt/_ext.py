@@ -27,6 +27,7 @@ ACCELERATED = (
     "silt.memtable",
     "silt.cache",
     "silt.tiers.blockread",
+    "silt.tiers.fdcache",
     "silt.metrics",
 )
 

@@ -16,7 +16,7 @@ decode_block                      silt.sst.block
 split_blocks                      silt.sst.builder.split_blocks
 find_block, get_from, RangeIter   silt.sst.reader
 get_levels, key_bounds            silt.sst.reader (key_bounds: a KeyBounds, the pair and
-                                  the L0 SSTs' ranges and filters; pure: the pair)
+                                  what a get reads of each SST, kept; pure: the pair)
 plan_probe, lookup_many/_groups   silt.sst.probe
 key_index                         silt.sst.tail (a KeyIndex; pure: None, the list is bisected)
 decode_index                      silt.sst.tail (an SST tail's index block, decoded and checked)
@@ -30,6 +30,7 @@ check_keys_plain                  silt.memtable
 check_ops, apply_ops              silt.memtable
 BlockCache                        silt.cache
 CachedReads                       silt.tiers.blockread (the file:// tier's block reads)
+Fd                                silt.tiers.fdcache (a cached descriptor, its fields in C)
 CountedReads                      silt.metrics (a direct reader's reads, metered)
 ================================  =============================================
 

@@ -82,7 +82,9 @@ class BlockCache:
     * :meth:`resize` makes room the same way down to the new capacity.
 
     A hit costs a dictionary lookup and a flag, not a reordering of a list; the queue is walked
-    only to make room, and each hit costs at most one step of that walk.
+    only to make room, and each hit costs at most one step of that walk. The compiled twin also
+    keeps its exact-int keys in ``[0, 2**62)`` in an index by value, which :meth:`get_block`
+    reads (the same answers, marks and counts as :meth:`get`).
     """
 
     def __init__(self, capacity_bytes: int) -> None:
@@ -105,6 +107,14 @@ class BlockCache:
             entry[_MARKED] = True
             self.hits += 1
             return entry[_VALUE]
+
+    def get_block(self, base: int, index: int) -> Any:
+        """``get(base + index)``: block ``index`` of the SST whose keys start at ``base``
+        (:func:`block_key_base`; ``0 <= index < 1 << BLOCK_INDEX_BITS``, unchecked here). The
+        compiled twin finds the entry through an index of its int keys by value, without an
+        int object or a trip through the dictionary and the entry (what the compiled gets
+        call)."""
+        return self.get(base + index)
 
     def get_many(self, keys: list[Hashable]) -> list[Any]:
         """``[get(key) for key in keys]`` under one lock acquisition (multi_get's blocks)."""

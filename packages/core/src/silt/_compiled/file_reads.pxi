@@ -27,6 +27,26 @@ from silt.tiers import fdcache as _fdcache
 
 
 @cython.final
+cdef class Fd:
+    """Compiled twin of :class:`silt.tiers.fdcache.Fd` (see its contract): one cached
+    descriptor, its fields in C, so that a compiled block read's borrow and release read and
+    change them without a Python attribute access (nine of them a read)."""
+
+    cdef public int fd
+    cdef public Py_ssize_t users
+    cdef public bint dropped
+    cdef public double checked
+    cdef public long long epoch
+
+    def __init__(self, int fd, double checked=float("-inf"), long long epoch=-1):
+        self.fd = fd
+        self.users = 1
+        self.dropped = False
+        self.checked = checked
+        self.epoch = epoch
+
+
+@cython.final
 cdef class CachedReads:
     """Compiled twin of :class:`silt.tiers.blockread.CachedReads` (see its contract):
     ``read(start, length)`` borrows the cached descriptor of ``ident`` from ``cache`` when a
@@ -48,6 +68,7 @@ cdef class CachedReads:
         cdef object ident = self.ident
         cdef object lock = cache.lock
         cdef object entries, entry = None
+        cdef Fd fe = None  # entry, when it is the compiled Fd (what the cache makes, compiled)
         cdef PyObject* found
         cdef double now = _monotonic()
         cdef bint sweep = False, dropped, failed = False
@@ -64,12 +85,20 @@ cdef class CachedReads:
                 found = PyDict_GetItem(entries, ident)
                 if found != NULL:
                     entry = <object>found
-                    if (entry.epoch != cache.epoch
+                    if type(entry) is Fd:
+                        fe = <Fd>entry
+                        if (fe.epoch != <long long>cache.epoch
+                                or not now - fe.checked < <double>_fdcache.RECHECK_SECONDS):
+                            entry = fe = None
+                    elif (entry.epoch != cache.epoch
                             or not now - <double>entry.checked < <double>_fdcache.RECHECK_SECONDS):
                         entry = None
-                    else:
+                    if entry is not None:
                         entries.move_to_end(ident)
-                        entry.users = entry.users + 1
+                        if fe is not None:
+                            fe.users += 1
+                        else:
+                            entry.users = entry.users + 1
                         cache.hits = cache.hits + 1
                         cache.reads = cache.reads + 1
                         sweep = cache.reads % _fdcache.SWEEP_EVERY == 0
@@ -80,7 +109,7 @@ cdef class CachedReads:
         try:
             if sweep:
                 cache.sweep()
-            fd = entry.fd
+            fd = fe.fd if fe is not None else entry.fd
             data = PyBytes_FromStringAndSize(NULL, n)
             buf = PyBytes_AS_STRING(data)
             with nogil:
@@ -95,9 +124,14 @@ cdef class CachedReads:
         finally:
             lock.acquire()
             try:
-                dropped = entry.dropped
-                if not dropped:
-                    entry.users = entry.users - 1
+                if fe is not None:
+                    dropped = fe.dropped
+                    if not dropped:
+                        fe.users -= 1
+                else:
+                    dropped = entry.dropped
+                    if not dropped:
+                        entry.users = entry.users - 1
             finally:
                 lock.release()
             if dropped:  # out of the cache meanwhile: the last release closes it

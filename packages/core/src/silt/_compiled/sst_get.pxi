@@ -97,14 +97,22 @@ cdef object _read_missed(object reader, Py_ssize_t i, object cache):
     decoded and put into ``cache`` here. A store without a direct reader goes through
     ``read_block``. Only public reader names are used (tests/test_twins.py holds it to that)."""
     cdef object read = reader.direct_read()
-    cdef object t, off, size, data, blk
+    cdef object t
     if read is None:
         return reader.read_block(i)
     t = reader.loaded_tail
     if t is None:
         t = reader.tail
-    off = t.block_offsets[i]
-    size = t.block_sizes[i]
+    return _read_direct(reader, read, t, i, cache, _block_key(reader, t, i))
+
+
+cdef object _read_direct(object reader, object read, object t, Py_ssize_t i, object cache,
+                         object bk):
+    """Block ``i`` of ``reader`` (tail ``t``) read with its direct reader ``read``, checked,
+    decoded and put into ``cache`` under the block key ``bk`` (``_read_missed``'s read)."""
+    cdef object off = t.block_offsets[i]
+    cdef object size = t.block_sizes[i]
+    cdef object data, blk
     try:
         data = _direct_read(read, off, size)
     except Exception as exc:
@@ -113,10 +121,117 @@ cdef object _read_missed(object reader, Py_ssize_t i, object cache):
         raise CorruptionError(reader.name, off, f"block truncated: {len(data)} of {size} bytes")
     blk = decode_block(data, reader.name, off)
     if type(cache) is BlockCache:
-        (<BlockCache>cache).put(_block_key(reader, t, i), blk, (<Block>blk).charge)
+        (<BlockCache>cache).put(bk, blk, (<Block>blk).charge)
     elif cache is not None:
-        cache.put(_block_key(reader, t, i), blk, blk.charge)
+        cache.put(bk, blk, blk.charge)
     return blk
+
+
+@cython.final
+cdef class _SstHot:
+    """What a get reads of one SST, gathered once its tail is loaded: its key range, filter,
+    index and block cache keys as C fields, so that :func:`get_levels` reads no Python
+    attribute per SST (``_get_one`` reads eight). Kept by a :class:`KeyBounds` per SST of its
+    view; only public reader names are read. Sound because none of it changes: a reader's
+    ``info``, ``cache`` and ``cache_id`` are set once, and its tail is decoded from an
+    immutable object (``SstReader.verify`` decodes it anew: the same index, filter and keys;
+    the KeyBounds' filters of L0 SSTs were kept the same way)."""
+
+    cdef object reader, smallest, largest, last_keys, block_keys, cache, cache_id, tail
+    cdef object direct  # reader.direct_read() once asked (a reader asks its store once)
+    cdef bint asked
+    cdef long long base  # cache_id when the cache's int index may hold its keys, else -1
+    cdef BloomFilter bloom
+    cdef KeyIndex index
+
+
+cdef object _make_hot(object reader):
+    """``reader``'s :class:`_SstHot`, ``None`` while its tail is not loaded, or ``False`` when
+    its gets stay with ``_get_one`` (a tail decoded by the pure-Python twins, bounds that are
+    not bytes: ``_get_one`` sorts those out as before)."""
+    cdef object t = reader.loaded_tail
+    cdef object info, bloom, index, keys
+    cdef _SstHot s
+    if t is None:
+        return None
+    info = reader.info
+    bloom = t.bloom
+    index = getattr(t, "key_index", None)
+    if ((bloom is not None and type(bloom) is not BloomFilter)
+            or not (PyBytes_CheckExact(info.smallest) and PyBytes_CheckExact(info.largest))
+            or (index is not None and type(index) is not KeyIndex)):
+        return False
+    s = _SstHot.__new__(_SstHot)
+    s.reader = reader
+    s.smallest = info.smallest
+    s.largest = info.largest
+    s.bloom = bloom
+    s.index = index
+    s.last_keys = t.last_keys
+    if index is None and type(s.last_keys) is not list:
+        return False
+    keys = getattr(t, "block_keys", None)
+    s.block_keys = keys if type(keys) is list else None
+    s.cache = reader.cache
+    s.cache_id = reader.cache_id
+    s.base = _index_key(s.cache_id)
+    s.tail = t
+    return s
+
+
+cdef object _get_hot(_SstHot s, bytes key, const unsigned char* k, Py_ssize_t nk,
+                     long long* h):
+    """``_get_one`` of ``s.reader`` over the fields of ``s``: the same steps in the same order
+    (range, filter, index, cache, block, and a miss read as ``_read_missed`` reads it, without
+    the frame of ``direct_read`` once it was asked), the same answer."""
+    cdef object cache, blk, bk = None
+    cdef Py_ssize_t i, n
+    cdef bint indexed
+    cdef object lo = s.smallest, hi = s.largest
+    if (_cmp(<const unsigned char*>PyBytes_AS_STRING(lo), PyBytes_GET_SIZE(lo), k, nk) > 0
+            or _cmp(k, nk, <const unsigned char*>PyBytes_AS_STRING(hi),
+                    PyBytes_GET_SIZE(hi)) > 0):
+        return _MISSING
+    if h[0] < 0:
+        h[0] = _hash(key)
+    if s.bloom is not None and not s.bloom._test(<uint32_t>h[0]):
+        return _MISSING
+    if s.index is not None:
+        n = s.index._n
+        i = s.index._lower(k, nk, _prefix(k, nk), 0, n)
+    else:
+        n = PyList_GET_SIZE(<list>s.last_keys)
+        i = _bisect_bytes(<list>s.last_keys, k, nk, 0, n)
+    if i >= n:
+        return _MISSING
+    cache = s.cache
+    blk = None
+    # The key is base + i: the cache's int index finds it by value, no key object read.
+    indexed = type(cache) is BlockCache and s.base >= 0 and s.base + i < _INDEX_LIMIT
+    if indexed:
+        blk = (<BlockCache>cache)._get_block(s.base, i)
+    if blk is None:
+        if s.block_keys is not None and i < PyList_GET_SIZE(<list>s.block_keys):
+            bk = <object>PyList_GET_ITEM(<list>s.block_keys, i)
+        else:
+            bk = s.cache_id + i
+        if indexed:
+            pass  # missed above
+        elif type(cache) is BlockCache:
+            blk = (<BlockCache>cache)._get(bk)
+        elif cache is not None:
+            blk = cache.get(bk)
+    if blk is None:
+        if not s.asked:
+            s.direct = s.reader.direct_read()
+            s.asked = True
+        if s.direct is None:
+            blk = s.reader.read_block(i)
+        else:
+            blk = _read_direct(s.reader, s.direct, s.tail, i, cache, bk)
+    if type(blk) is Block:
+        return (<Block>blk).get(key)
+    return blk.get(key)
 
 
 def get_from(readers, bytes key, long long h=-1):
@@ -147,12 +262,30 @@ cdef class KeyBounds:
     cdef object _l0  # the L0 readers this was built for (get_levels uses it only for them)
     cdef list _readers, _smallest, _largest
     cdef list _blooms  # per L0 SST: its BloomFilter, False when it has none, None: not yet
+    cdef list _hot0  # per L0 SST: its _SstHot, False: none to make, None: not yet
+    cdef object _levels  # the levels this was built for (None: get_levels reads them itself)
+    cdef list _lv_largest, _lv_readers, _lv_hot  # per level: its lists, and _SstHots as _hot0
 
-    def __init__(self, lo, hi, l0):
+    def __init__(self, lo, hi, l0, levels=None):
         if not (PyBytes_CheckExact(lo) and PyBytes_CheckExact(hi)):
             raise TypeError("key bounds must be bytes")
         self.lo, self.hi, self._l0 = lo, hi, l0
-        cdef object sst, first, last
+        cdef object sst, first, last, level
+        self._levels = None
+        if levels is not None:
+            self._lv_largest = []
+            self._lv_readers = []
+            self._lv_hot = []
+            for level in levels:
+                first = level.largest
+                last = level.readers
+                if type(first) is not list or type(last) is not list or len(first) != len(last):
+                    break  # not a Level as silt.view makes them: get_levels reads each itself
+                self._lv_largest.append(first)
+                self._lv_readers.append(last)
+                self._lv_hot.append([None] * len(last))
+            else:
+                self._levels = levels
         self._readers = list(l0)
         self._smallest = []
         self._largest = []
@@ -164,6 +297,7 @@ cdef class KeyBounds:
             self._smallest.append(first)
             self._largest.append(last)
         self._blooms = [None] * len(self._readers)
+        self._hot0 = [None] * len(self._readers)
 
     def __len__(self):
         return 2
@@ -197,6 +331,16 @@ cdef class KeyBounds:
         return b
 
 
+cdef inline object _hot_at(list hots, list readers, Py_ssize_t i):
+    """``hots[i]``, made from ``readers[i]`` on first need (a race makes it twice, alike)."""
+    cdef object s = <object>PyList_GET_ITEM(hots, i)
+    if s is None:
+        s = _make_hot(<object>PyList_GET_ITEM(readers, i))
+        if s is not None:
+            hots[i] = s
+    return s
+
+
 def key_bounds(l0, levels):
     """Compiled twin of :func:`silt.sst.reader.key_bounds`: the pair as a :class:`KeyBounds`
     (with the L0 SSTs' ranges and filters), or ``None`` when there is no SST."""
@@ -210,7 +354,7 @@ def key_bounds(l0, levels):
         if run:
             firsts.append(run[0].info.smallest)
             lasts.append(run[len(run) - 1].info.largest)  # (no wraparound here)
-    return KeyBounds(min(firsts), max(lasts), l0) if firsts else None
+    return KeyBounds(min(firsts), max(lasts), l0, levels) if firsts else None
 
 
 # From this many L0 SSTs on, a get starts loading their bloom probes before testing them.
@@ -223,9 +367,9 @@ def get_levels(l0, levels, bytes key, long long h=-1, bounds=None):
     MISSING: ``get_from`` over L0 and one bisect per level, with one bloom hash for all. A key
     outside ``bounds`` (``key_bounds`` of them) is MISSING at once; a :class:`KeyBounds` built
     for ``l0`` also checks each L0 SST's range and filter without a Python attribute read."""
-    cdef object reader, r, level
-    cdef list largest
-    cdef Py_ssize_t i, n0
+    cdef object reader, r, level, hot
+    cdef list largest, readers
+    cdef Py_ssize_t i, n0, li
     cdef const unsigned char* k = <const unsigned char*>PyBytes_AS_STRING(key)
     cdef Py_ssize_t nk = PyBytes_GET_SIZE(key)
     cdef object t, bloom, lo, hi
@@ -268,9 +412,27 @@ def get_levels(l0, levels, bytes key, long long h=-1, bounds=None):
                 if (bloom is not None and bloom is not False
                         and not (<BloomFilter>bloom)._test(<uint32_t>h)):
                     continue
-                r = _get_one(<object>PyList_GET_ITEM(kb._readers, i), key, k, nk, &h)
+                hot = _hot_at(kb._hot0, kb._readers, i)
+                if type(hot) is _SstHot:
+                    r = _get_hot(<_SstHot>hot, key, k, nk, &h)
+                else:
+                    r = _get_one(<object>PyList_GET_ITEM(kb._readers, i), key, k, nk, &h)
                 if r is not _MISSING:
                     return r
+        if kb._levels is levels:
+            for li in range(PyList_GET_SIZE(kb._lv_largest)):
+                largest = <list>PyList_GET_ITEM(kb._lv_largest, li)
+                i = _bisect_bytes(largest, k, nk, 0, PyList_GET_SIZE(largest))
+                if i < PyList_GET_SIZE(largest):
+                    readers = <list>PyList_GET_ITEM(kb._lv_readers, li)
+                    hot = _hot_at(<list>PyList_GET_ITEM(kb._lv_hot, li), readers, i)
+                    if type(hot) is _SstHot:
+                        r = _get_hot(<_SstHot>hot, key, k, nk, &h)
+                    else:
+                        r = _get_one(<object>PyList_GET_ITEM(readers, i), key, k, nk, &h)
+                    if r is not _MISSING:
+                        return r
+            return _MISSING
     else:
         if len(l0) >= L0_PREFETCH:
             # Several overlapping L0 SSTs: their filters' probes are cache misses (the filters

@@ -54,6 +54,8 @@ import time
 from collections import OrderedDict
 from collections.abc import Hashable
 
+from .._ext import accelerate
+
 
 def _default_max_open() -> int:
     """128, or an eighth of this process's soft ``RLIMIT_NOFILE`` when that is smaller."""
@@ -267,10 +269,15 @@ def _close_all(fds: list[int]) -> None:
             pass
 
 
+# The compiled Fd (silt._speedups.Fd: its fields in C, read so by the compiled block reads)
+# where built. (silt._speedups imports this module; a cycle Python resolves: it reads this
+# module's names only when it reads a block.)
+COMPILED = accelerate(globals(), ("Fd",))
+
 #: The process's cache, shared by every ``file://`` store.
 FDS = FdCache(MAX_OPEN)
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=lambda: FDS._after_fork_in_child())
 
-__all__ = ["FDS", "MAX_OPEN", "RECHECK_SECONDS", "Fd", "FdCache"]
+__all__ = ["COMPILED", "FDS", "MAX_OPEN", "RECHECK_SECONDS", "Fd", "FdCache"]
