@@ -143,6 +143,9 @@ def test_the_compiled_pass_makes_no_python_call_per_key_or_block(tmp_path, monke
     a Python closure of the tier, is the one call per read left). The old glue made five per
     missed run (read_run, run_bytes, _get_range, decode_run, _place)."""
     _use(monkeypatch, "compiled")
+    # the pass's local path whatever a read takes (see _read: at load a read over
+    # fetch.REMOTE_READ_SECONDS turns the fetcher to the object-store path and its pool)
+    monkeypatch.setattr(fetch_mod, "REMOTE_READ_SECONDS", float("inf"))
     s = silt.Settings(block_bytes=256, block_cache_bytes=64 << 20, compaction="none")
     db = silt.open(tmp_path.as_uri(), settings=s)
     rnd = random.Random(5)
