@@ -28,6 +28,8 @@ import sys
 import time
 from pathlib import Path
 
+from run_record import print_summaries
+
 HERE = Path(__file__).resolve().parent
 BATCH = 1000
 COLD_FIRST = 10_000
@@ -134,12 +136,7 @@ def ab(args: argparse.Namespace) -> None:
                   + ", ".join(f"{k} {res[k]:.2f}" for k in FIGURES)
                   + f"; mget hits/misses/evictions {res['mget_hits']}/{res['mget_misses']}/"
                     f"{res['mget_evictions']}", flush=True)
-    for label, rows in results.items():
-        cells = []
-        for k in FIGURES:
-            xs = [row[k] for row in rows]
-            cells.append(f"{k} {statistics.median(xs):.2f} [{min(xs):.2f}-{max(xs):.2f}]")
-        print(f"{label}: " + ", ".join(cells))
+    print_summaries(results, FIGURES)
 
 
 def main() -> None:

@@ -26,11 +26,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from run_record import print_summaries
 
 HERE = Path(__file__).resolve().parent
 COLD_FIRST = 10_000
@@ -132,12 +133,7 @@ def ab(args: argparse.Namespace) -> None:
             results[label].append(res)
             print(f"round {r + 1} {label} (load {load}): "
                   + ", ".join(f"{k} {res[k]:.2f}" for k in FIGURES), flush=True)
-    for label, rows in results.items():
-        cells = []
-        for k in FIGURES:
-            xs = [row[k] for row in rows]
-            cells.append(f"{k} {statistics.median(xs):.2f} [{min(xs):.2f}-{max(xs):.2f}]")
-        print(f"{label}: " + ", ".join(cells))
+    print_summaries(results, FIGURES)
 
 
 def main() -> None:

@@ -39,6 +39,17 @@ def summarize(values: list[float]) -> dict[str, float]:
             "n": len(values)}
 
 
+def print_summaries(results: dict[str, list[dict[str, float]]], figures: tuple[str, ...]) -> None:
+    """One line per label of ``results`` (label -> its runs' figures): each of ``figures`` as
+    ``median [min-max]`` over the runs (the A/B scripts' closing lines)."""
+    for label, rows in results.items():
+        cells = []
+        for k in figures:
+            xs = [row[k] for row in rows]
+            cells.append(f"{k} {statistics.median(xs):.2f} [{min(xs):.2f}-{max(xs):.2f}]")
+        print(f"{label}: " + ", ".join(cells))
+
+
 def write_results(path: Path | str, result: dict[str, Any]) -> Path:
     """Write ``result`` as JSON to ``path`` (its folder made if missing) and return the path.
     Numbers that JSON has no name for (numpy scalars) are written as floats."""
