@@ -59,6 +59,12 @@ class Announcer:
         if self.grace_ms in graces:
             self._done = True
 
+    @property
+    def announced(self) -> bool:
+        """Whether this writer's marker is known to exist (created by this handle, or shown by
+        a listing :meth:`seen` was given): no upload of this handle creates it again."""
+        return self._done
+
     def __call__(self) -> None:
         """Make sure the marker exists (one create-only PUT, the first time); raises
         :class:`~silt.errors.StoreError` when it cannot be written (then nothing is uploaded)."""
