@@ -225,3 +225,40 @@ def test_a_record_whose_gc_markers_changed_since_commits_after_reading_them(url:
         assert (fresh.version, fresh.get(b"k"), fresh.get(b"only1")) == (4, b"v4", b"x")
     taken.close()
     writer.close()
+
+
+def test_a_record_carries_the_writer_grace_only_when_its_marker_is_known(url: str) -> None:
+    """The record carries the leaving handle's own grace when it created that grace's marker
+    or a listing of gc/ showed it (silt.handoff, "The writer grace"); a handle that knows of no
+    such marker carries none, so its taker announces before its first upload."""
+    grace_ms = int(silt.Settings().gc_grace_seconds * 1000)
+    store = open_store(url)
+    inline, record = _committed(url, 1)  # inline deltas only: no upload, no marker anywhere
+    assert handoff.decode(record, url, SCOPE, 1).grace is None
+    assert not list(store.list(paths.GRACE_PREFIX))
+    inline.close()
+    uploader = silt.open(url, settings=silt.Settings(inline_delta_bytes=0))
+    uploader.put(b"u", b"1")
+    assert uploader.commit() == 2  # created the marker before its upload
+    assert handoff.decode(uploader.handoff(SCOPE), url, SCOPE, 2).grace == grace_ms
+    listed = silt.open(url)  # commits inline; lists gc/ after its PUT (memory:// is local)
+    listed.put(b"l", b"1")
+    assert listed.commit() == 3
+    record = listed.handoff(SCOPE)
+    assert handoff.decode(record, url, SCOPE, 3).grace == grace_ms
+    other_grace = silt.Settings(gc_grace_seconds=grace_ms / 1000 + 1)
+    taker = silt.resume(url, record, 3, scope=SCOPE, settings=other_grace)
+    assert taker is not None
+    taker.put(b"t", b"1")
+    taker.flush()  # another grace than the record's: announced before the upload
+    assert store.get(paths.grace_key(grace_ms + 1000)) == b""
+    for db in (uploader, listed, taker):
+        db.close()
+
+
+def test_a_record_with_a_malformed_grace_is_refused(url: str) -> None:
+    writer, record = _committed(url, 1)
+    for grace in (-1, "1", True, 1.5, [1]):
+        assert silt.resume(url, _with_header(record, grace=grace), 1, scope=SCOPE) is None
+    assert silt.resume(url, _with_header(record, grace=None), 1, scope=SCOPE) is not None
+    writer.close()

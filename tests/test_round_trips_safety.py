@@ -53,15 +53,24 @@ def _running_pass(raw: silt.ObjectStore) -> None:
     raw.put_if_absent(paths.pass_key(int(time.time() * 1000) + 3_600_000), b"")
 
 
-def _two_commits(k: int, marker, error: type[Exception], empty: bool) -> int:
+#: A handle resumed from a handoff record (silt.handoff, its writer grace carried: no grace
+#: marker before its first upload): each commit's SST, PUT and epoch GET.
+HANDED_REQUESTS = 6
+
+
+def _two_commits(k: int, marker, error: type[Exception], empty: bool,
+                 handed: bool = False) -> int:
     """A cold handle's open and two commits, the marker written before the k-th request of them;
     returns which commit ``error`` stopped (checked against a fresh open). ``empty``: the root
-    has no version before (the open lists the GC epoch but no markers)."""
+    has no version before (the open lists the GC epoch but no markers). ``handed``: the handle
+    is resumed from the record of the handle that committed version 1 (no request to open)."""
     url = f"memory://rt-safety-{uuid.uuid4().hex}"
+    record = None
     if not empty:
         with silt.open(url, settings=SETTINGS) as first:
             first.put(b"a", b"0")
             assert first.commit() == 1
+            record = first.handoff("q")
     raw = open_store(url)
     faulty = FaultyStore(raw)
     seen = itertools.count()
@@ -76,7 +85,11 @@ def _two_commits(k: int, marker, error: type[Exception], empty: bool) -> int:
                 fired.set()
 
     faulty.on_call("*", hook)
-    db = silt.open(url, store=LatencyStore(faulty, 0.02), settings=SETTINGS)
+    if handed:
+        db = silt.resume(url, record, 1, scope="q", store=LatencyStore(faulty, 0.02),
+                         settings=SETTINGS)
+    else:
+        db = silt.open(url, store=LatencyStore(faulty, 0.02), settings=SETTINGS)
     stopped = None
     for n in (1, 2):
         db.put(b"a", b"%d" % n)
@@ -87,6 +100,8 @@ def _two_commits(k: int, marker, error: type[Exception], empty: bool) -> int:
             break
     db.close()
     assert fired.is_set(), k
+    if handed:  # its grace came with the record: never announced again
+        assert not any(call.key.startswith(paths.GRACE_PREFIX) for call in faulty.log), k
     assert stopped in (1, 2), (k, faulty.log)
     with silt.open(url) as fresh:  # the stopped commit never stands
         assert fresh.version == ((stopped - 1 or None) if empty else stopped), (k, fresh.version)
@@ -101,4 +116,16 @@ def test_a_gc_marker_written_at_any_point_of_two_commits_stops_one_of_them(
     requests = EMPTY_ROOT_REQUESTS if empty else REQUESTS
     outcomes = [_two_commits(k, marker, error, empty) for k in range(requests)]
     # both commits were reached: the marker landed before and after the first one's checks
+    assert set(outcomes) == {1, 2}, outcomes
+
+
+@pytest.mark.parametrize(("marker", "error"), [(_horizon, FencedError),
+                                              (_running_pass, WithdrawnError)])
+def test_a_gc_marker_written_at_any_point_of_a_handed_over_handles_commits_stops_one(
+        marker, error) -> None:
+    """The record carried the markers and the writer grace, so the resumed handle sends no
+    request before its first upload: a marker written before any of its requests is still
+    found by one of its commits' checks after the PUT (nothing carried lets it skip one)."""
+    outcomes = [_two_commits(k, marker, error, False, handed=True)
+                for k in range(HANDED_REQUESTS)]
     assert set(outcomes) == {1, 2}, outcomes

@@ -116,3 +116,44 @@ def test_a_warm_task_at_the_previous_batch_reads_nothing_before_its_commit(
     with slowtier.TIMELINE.operation() as op:
         _batch(spec, 2)
     _check(op, 3, {"put_if_absent": 2, "get": 1})
+
+
+def test_a_task_in_another_worker_takes_the_handle_and_uploads_without_the_grace_marker(
+        spec: OperatorSpec, tmp_path: object, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Batch 1's task left its handle (runtime/_handoff.py); batch 2 runs in a fresh worker
+    of the executor, which resumes it with no request: the root's origin LIST; the tails of
+    the shard's 2 SSTs; the batch's blocks; the SST's upload; the manifest PUT; the GC epoch
+    GET: 6 round trips. The record says the writer grace is announced, so no grace marker is
+    created before the upload. Before: 7 (the grace marker's PUT before the upload), once per
+    handle handed over."""
+    from silt_spark.runtime import _handoff
+
+    monkeypatch.setattr(_handoff, "override", str(tmp_path))
+    _batch(spec, 0)
+    _batch(spec, 1)
+    _fresh_worker()
+    with slowtier.TIMELINE.operation() as op:
+        task = _batch(spec, 2)
+    assert task.committed and task.db.version == 2 and task.db.stats()["handoffs"] == 1
+    kinds = [(kind, name.split("/")[0]) for wave in op.waves() for kind, name in wave]
+    assert ("put_if_absent", "gc") not in kinds, op
+    assert ("list", "manifest") not in kinds and ("list", "gc") not in kinds, op
+    _check(op, 6, {"list": 1, "get": 1, "get_range": 3, "put_if_absent": 2})
+    waves = [[(kind, name.split("/")[0]) for kind, name in wave] for wave in op.waves()]
+    assert waves[-3:] == [[("put_if_absent", "sst")], [("put_if_absent", "manifest")],
+                          [("get", "epoch")]], op
+
+
+def test_a_state_reader_opens_its_shards_read_only(spec: OperatorSpec) -> None:
+    """The state source's shard (runtime/_sources.py: read_state, inspection) is opened
+    read-only: the versions' LIST beside the guessed manifest, then its fate record and the
+    SSTs' tails; no GC markers listed (before: the GC epoch and gc/, 2 LISTs more)."""
+    from silt_spark.runtime import _sources
+
+    _batch(spec, 0)
+    _batch(spec, 1)
+    with slowtier.TIMELINE.operation() as op:
+        sources = _sources.shard_sources(spec, 0, 1)
+    assert [db.version for db, _, _ in sources] == [1] and sources[0][0].read_only
+    _check(op, 2, {"list": 1, "get": 2, "get_range": 2})
+    sources[0][0].close()

@@ -7,7 +7,8 @@ What :func:`silt.open` asks of a remote store (``ObjectStore.local`` false) when
 * **the version**: the LIST of ``manifest/``; then the manifest of the latest live version
   ``<= at_most`` with its fate record, at once (:func:`silt.reopen.latest_at_most`);
 * **the GC markers**: the LIST of the newest GC epoch; then the LIST of ``gc/``
-  (:func:`silt.markers.read_markers`), so the handle's first commit is a warm one. Not on an
+  (:func:`silt.markers.read_markers`), so the handle's first commit is a warm one. Not for a
+  read-only open (:mod:`silt.readonly`: no commit to prepare), and not on an
   empty root (the versions' LIST found none: a new root has no markers to speak of, and its
   first commit lists the versions after its PUT anyway, with ``gc/`` beside them): the open
   stays 1 round trip there, and the first commit lists ``gc/`` after its PUT as before, but
@@ -136,9 +137,12 @@ class _Guess:
                 self.tails[got[0]] = (got[1], got[2])
 
 
-def open_latest(store: ObjectStore, at_most: int | None, gather: Gather) -> Opened:
+def open_latest(store: ObjectStore, at_most: int | None, gather: Gather, *,
+                markers: bool = True) -> Opened:
     """The cold open of the module docstring on the remote store ``store``, its requests run
-    at once through ``gather``; raises what :func:`silt.reopen.latest_at_most` raises."""
+    at once through ``gather``; raises what :func:`silt.reopen.latest_at_most` raises. Without
+    ``markers`` (a read-only open: :mod:`silt.readonly`) the GC markers are not read: the
+    version and the guess only, ``Opened.markers`` and ``Opened.epoch`` ``None``."""
     guess = _Guess()
     listing: list[list[int]] = []
     answered = threading.Event()  # the versions' LIST answered (or failed)
@@ -165,11 +169,15 @@ def open_latest(store: ObjectStore, at_most: int | None, gather: Gather) -> Open
             return epoch  # an empty root (or a failed LIST, which the open raises)
         return read_markers(store, epoch=epoch)
 
-    calls: list[Callable[[], Any]] = [version, gc_markers]
+    calls: list[Callable[[], Any]] = [version]
+    if markers:
+        calls.append(gc_markers)
     if at_most is not None:
         calls.append(partial(guess.run, store, at_most, gather))
-    (manifest, listed), markers, *_ = gather(calls)
-    used = manifest is not None and manifest.version == at_most
-    if isinstance(markers, int):
-        return Opened(manifest, listed, None, markers)
-    return Opened(manifest, listed, markers, None, guess.tails if used else {})
+    answers = gather(calls)
+    manifest, listed = answers[0]
+    found = answers[1] if markers else None
+    tails = guess.tails if manifest is not None and manifest.version == at_most else {}
+    if isinstance(found, int):
+        return Opened(manifest, listed, None, found)
+    return Opened(manifest, listed, found, None, tails)

@@ -55,6 +55,9 @@ from .writebatch import WriteBatch
 class DB:
     """An open silt database. Create it with :func:`silt.open`, not directly."""
 
+    #: Whether writes are refused (``silt.open(url, read_only=True)``: :mod:`silt.readonly`).
+    read_only = False
+
     def __init__(self, store: ObjectStore, *, url: str, settings: Settings, clock: Clock,
                  manifest: Manifest | None, owns_store: bool = True,
                  metrics: Metrics | None = None, budget: MemoryBudget | None = None,

@@ -31,6 +31,10 @@ class ClosedError(SiltError):
     """The database was used after :meth:`silt.DB.close`."""
 
 
+class ReadOnlyError(SiltError):
+    """A write (put, commit, checkpoint, GC...) on a DB opened with ``read_only=True``."""
+
+
 class VersionNotFoundError(SiltError, LookupError):
     """The requested version has no manifest under the root (never committed or collected)."""
 
@@ -138,6 +142,7 @@ __all__ = [
     "NoTierError",
     "NotFoundError",
     "PreconditionError",
+    "ReadOnlyError",
     "RetriesExhaustedError",
     "SiltError",
     "StoreError",

@@ -59,6 +59,12 @@ class Announcer:
         if self.grace_ms in graces:
             self._done = True
 
+    @property
+    def announced(self) -> bool:
+        """Whether this writer's marker is known to exist (created by this handle, or shown by
+        a listing :meth:`seen` was given): no upload of this handle creates it again."""
+        return self._done
+
     def __call__(self) -> None:
         """Make sure the marker exists (one create-only PUT, the first time); raises
         :class:`~silt.errors.StoreError` when it cannot be written (then nothing is uploaded)."""
@@ -109,8 +115,10 @@ def lower_grace(store: ObjectStore, grace_seconds: float) -> list[str]:
 
     Run it only after every writer that used a longer grace stopped (closed or died) and its
     uncommitted SSTs may go: a writer still running with a longer grace would have SSTs GC may
-    now delete before it commits them (its commit then fails saying its writes are lost). Start
-    the writers again with the shorter ``Settings.gc_grace_seconds``. Raises
+    now delete before it commits them (its commit then fails saying its writes are lost); a
+    stream query is such a writer until it stops, whichever process runs its next batch (a
+    handle handed between processes carries its grace as announced: :mod:`silt.handoff`).
+    Start the writers again with the shorter ``Settings.gc_grace_seconds``. Raises
     :class:`~silt.errors.InvalidArgumentError` for a grace that is not a finite number >= 0.
     """
     limit = int(check_grace(grace_seconds) * 1000)

@@ -44,6 +44,20 @@ that holds no uncommitted write, unresolved commit, pending withdrawal or fence.
   covered its SSTs. Checkpoints are stricter here: :meth:`silt.DB.checkpoint` of ``v`` from the
   installed handle settles it, as from any handle that did not commit it.
 
+* **The writer grace.** The record carries the first handle's own grace (``grace``, ms)
+  only when that handle knows its marker ``gc/grace/<grace>`` exists: it created it before its
+  first upload, or a listing of ``gc/`` showed it (:class:`silt.graces.Announcer`). A handle
+  whose ``Settings.gc_grace_seconds`` is that grace takes it as announced and uploads without
+  creating the marker again, as the first handle does for the rest of its life (its
+  announcer is done); another grace is announced before the first upload as by any writer.
+  Safe however old the record: GC never deletes a grace marker, only
+  :func:`silt.graces.lower_grace` does, which may run only once every writer that uses the
+  grace stopped, and a process that may take the record (the same shard of the same query)
+  is such a writer, as is the first handle kept in its process's cache. The grace is no check
+  a commit makes: it decides only whether a create-only PUT that would find its object there
+  is sent, and the commit's checks (the epoch GET, the horizon, pins, passes, the age of its
+  new SSTs) run from the markers exactly as above, so a stale record skips none of them.
+
 * **Following later.** The GETs of :mod:`silt.reopen` from the installed handle rest on two
   facts about a handle: its version's manifest existed before any of its requests (the writer
   created it before it left the record), and its markers were read before them (by the writer,
@@ -67,7 +81,7 @@ as that process could change the code that runs too: keep the directory private 
 Record, WARNING: on-disk format (docs/format.md)::
 
     magic "SILTHOF1" (8 bytes) | crc32 u32 of everything after it | header length u32
-    | JSON header {"url", "scope", "version", "markers"} | manifest bytes
+    | JSON header {"url", "scope", "version", "markers"[, "grace"]} | manifest bytes
 """
 
 from __future__ import annotations
@@ -95,6 +109,9 @@ class Handed:
 
     manifest: Manifest
     markers: GcMarkers
+    #: The writer grace (ms) whose marker the writer knew to exist (``None``: none known;
+    #: a record written before the field existed has none).
+    grace: int | None = None
 
 
 def url_digest(url: str) -> str:
@@ -102,9 +119,14 @@ def url_digest(url: str) -> str:
     return hashlib.sha256(url.encode()).hexdigest()
 
 
-def encode(url: str, scope: str, manifest: Manifest, markers: GcMarkers) -> bytes:
-    """The record of a handle at ``manifest`` that knows ``markers``, for ``url`` and ``scope``."""
+def encode(url: str, scope: str, manifest: Manifest, markers: GcMarkers,
+           grace: int | None = None) -> bytes:
+    """The record of a handle at ``manifest`` that knows ``markers``, for ``url`` and ``scope``;
+    ``grace``: its writer grace (ms) when it knows that grace's marker exists (module
+    docstring, "The writer grace")."""
+    fields: dict[str, Any] = {} if grace is None else {"grace": grace}
     header = json.dumps({
+        **fields,
         "url": url_digest(url), "scope": scope, "version": manifest.version,
         "markers": {"horizon": markers.horizon, "epoch": markers.epoch,
                     "passes": sorted([c, d] for c, d in markers.passes.items()),
@@ -142,6 +164,8 @@ def decode(data: Any, url: str, scope: str, version: int) -> Handed:
             pins=tuple((_int(v), str(t)) for v, t in m["pins"]),
             horizons=tuple(_int(h) for h in m["horizons"]))
         named = (head["url"], head["scope"], head["version"])
+        grace = head.get("grace")
+        grace = None if grace is None else _int(grace)
     except (ValueError, KeyError, TypeError, RecursionError) as exc:
         raise Refused(f"malformed handoff record ({exc})") from None
     if named[0] != url_digest(url):
@@ -158,7 +182,7 @@ def decode(data: Any, url: str, scope: str, version: int) -> Handed:
         raise Refused("the handoff record's manifest is not the version it names")
     if markers.horizon > version:
         raise Refused("the handoff record's version is below its GC horizon")
-    return Handed(manifest, markers)
+    return Handed(manifest, markers, grace)
 
 
 def _int(value: Any) -> int:

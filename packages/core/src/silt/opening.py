@@ -22,6 +22,7 @@ from .manifest import Manifest
 from .markers import GcMarkers, read_markers
 from .metrics import MeteredStore, Metrics
 from .plugins import open_store
+from .readonly import ReadOnlyDB
 from .reopen import check_at_most, latest_at_most
 from .settings import Settings
 from .store import ObjectStore
@@ -129,6 +130,7 @@ def open(
     store: ObjectStore | None = None,
     budget: MemoryBudget | None = None,
     storage_options: Mapping[str, str] | None = None,
+    read_only: bool = False,
 ) -> DB:
     """Open the database at ``url``: the latest committed version, or exactly ``version``.
 
@@ -159,12 +161,20 @@ def open(
     A local store reads the markers at the first
     commit instead (its requests cost microseconds; a read-only handle then makes none).
 
+    ``read_only=True``: a handle that reads and never writes (:mod:`silt.readonly`): every
+    write, commit, checkpoint or GC from it raises :class:`~silt.errors.ReadOnlyError`, and
+    its open on a remote store does not read the GC markers it would never use (2 LISTs
+    fewer: the LIST of the versions, then the manifest and its fate record).
+
     Memory: the DB shares the process's block cache and charges its memtables to the process's
     memory budget (:func:`silt.set_memory_budget`), or to ``budget`` (a
     :class:`silt.MemoryBudget` shared by the DBs opened with it); ``Settings.block_cache_bytes``
     gives it a private cache instead (see :mod:`silt.budget`).
     """
     settings = _check_settings(settings, budget)
+    if not isinstance(read_only, bool):
+        raise errors.InvalidTypeError(
+            f"read_only must be a bool, got {type(read_only).__name__}")
     if version is not None:
         check_version(version)
     if at_most is not None:
@@ -188,7 +198,7 @@ def open(
             if version is None and store.local:
                 manifest, listed = latest_at_most(counted, at_most, gather=gather)
             elif version is None:  # silt.coldopen: 2 round trips, markers and tails too
-                opened = open_latest(counted, at_most, gather)
+                opened = open_latest(counted, at_most, gather, markers=not read_only)
                 manifest, listed, markers = opened.manifest, opened.listed, opened.markers
                 epoch, tails = opened.epoch, opened.tails
             else:
@@ -211,7 +221,7 @@ def open(
                         f"{what.removeprefix(f'version {version} ')} ({known}); open without "
                         "version= for the latest"
                     ) from None
-        return DB(
+        return (ReadOnlyDB if read_only else DB)(
             store, url=url, settings=settings, clock=clock or Clock(), manifest=manifest,
             owns_store=owns_store, metrics=metrics, budget=budget, listed=listed,
             markers=markers, epoch=epoch, tails=tails,

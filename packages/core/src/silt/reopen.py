@@ -137,6 +137,7 @@ from .versions import list_versions, read_fate, read_manifest
 
 if TYPE_CHECKING:
     from .commit import Committer
+    from .graces import Announcer
     from .metrics import Metrics
     from .state import TreeState
 
@@ -166,8 +167,9 @@ class Following:
     writer lock serializes :meth:`advance` and the handoffs; the others only read."""
 
     def __init__(self, state: TreeState, url: str, store: ObjectStore, metrics: Metrics,
-                 committer: Committer, gather: Gather) -> None:
+                 committer: Committer, gather: Gather, announce: Announcer) -> None:
         self._state = state
+        self._announce = announce
         self._url = url
         self._store = store
         self._metrics = metrics
@@ -230,7 +232,10 @@ class Following:
                 or committer.fenced is not None or not self._settled()
                 or (committer.lineage, committer.next) != (base.version, base.next_version)):
             return None
-        return handoff.encode(url, scope, base, committer.markers)
+        own = self._announce
+        known = own.announced or own.grace_ms in committer.markers.graces
+        return handoff.encode(url, scope, base, committer.markers,
+                              own.grace_ms if known else None)
 
     def take_handoff(self, url: str, data: Any, version: int, scope: str) -> bool:
         """Install the record ``data`` of ``version`` of ``url`` in ``scope`` (no request):
@@ -252,8 +257,11 @@ class Following:
 
     def install(self, handed: handoff.Handed) -> None:
         """Base the (settled) state on a verified record's version, with its GC markers when
-        they are newer than the handle's own, the version checked as a base."""
+        they are newer than the handle's own, the version checked as a base, and the writer
+        grace the record says is announced (:mod:`silt.handoff`, "The writer grace")."""
         committer = self._committer
+        if handed.grace is not None:
+            self._announce.seen((handed.grace,))
         self._state.move_to(handed.manifest)
         if committer.markers is None or handed.markers.epoch >= committer.markers.epoch:
             committer.markers = handed.markers

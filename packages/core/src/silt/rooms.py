@@ -150,7 +150,7 @@ def furnish(store: MeteredStore, url: str, pub: str, settings: Settings, clock: 
     compaction.finished = early.finished_soon
     steps = CommitSteps(committer, flusher, deltas, compaction, siblings, metrics, url,
                         refiller if refill else None, early)
-    following = Following(state, pub, store, metrics, committer, gather)
+    following = Following(state, pub, store, metrics, committer, gather, flusher.announce)
     leftovers = None
     if (manifest is not None and store.local and compaction.in_process
             and compaction.policy is not None):

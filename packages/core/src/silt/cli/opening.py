@@ -74,12 +74,14 @@ def open_root(url: str) -> ObjectStore:
     return store
 
 
-def open_one_db(url: str, version: int | None) -> tuple[ObjectStore, DB]:
-    """The store and DB at ``url`` (at ``version``, default the latest), read-only use; the
+def open_one_db(url: str, version: int | None, *,
+                read_only: bool = False) -> tuple[ObjectStore, DB]:
+    """The store and DB at ``url`` (at ``version``, default the latest), opened ``read_only``
+    for a command that never writes (``get``, ``scan``: no GC markers read at open); the
     caller closes both. A root of several DBs is refused with an example URL of one of them."""
     store = open_root(url)
     try:
-        db = open_db(url, version=version, store=store)
+        db = open_db(url, version=version, store=store, read_only=read_only)
     except BaseException:
         store.close()
         raise

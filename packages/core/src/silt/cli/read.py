@@ -73,7 +73,7 @@ def cmd_get(args: argparse.Namespace) -> int:
     escaped by :func:`escape` on a terminal; status 1 when the key is absent."""
     key = key_arg(args.key, args.key_hex, "KEY")
     assert key is not None
-    store, db = open_one_db(args.url, args.version)
+    store, db = open_one_db(args.url, args.version, read_only=True)
     try:
         value = db.get(key)
         version = db.version
@@ -101,7 +101,7 @@ def cmd_scan(args: argparse.Namespace) -> int:
     end = key_arg(args.end, args.key_hex, "--end")
     prefix = key_arg(args.prefix, args.key_hex, "--prefix")
     fmt: Callable[[bytes], str] = bytes.hex if args.hex else escape
-    store, db = open_one_db(args.url, args.version)
+    store, db = open_one_db(args.url, args.version, read_only=True)
     try:
         items = db.scan(start, end, prefix=prefix)
         if args.limit is not None:

@@ -48,7 +48,8 @@ def describe(store: ObjectStore, url: str, version: int | None, values: int) -> 
     shards: list[list[Any]] = []
     watermark: tuple[int, int] | None = None  # (shard version, watermark ms)
     for shard in range(spec.num_shards):
-        db = silt.open(spec.shard_url(shard), at_most=at_most, settings=spec.silt_settings())
+        db = silt.open(spec.shard_url(shard), at_most=at_most, settings=spec.silt_settings(),
+                       read_only=True)
         sources = [db]
         note = ""
         if db.version is None and index > 0:

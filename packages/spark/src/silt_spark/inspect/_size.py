@@ -59,7 +59,7 @@ def state_size(
     index = [g for g, _ in spec.layouts].index(spec.generation)
     for shard in range(spec.num_shards):
         db = silt.open(spec.shard_url(shard), at_most=at_most, settings=spec.silt_settings(),
-                       storage_options=spec.storage_options)
+                       storage_options=spec.storage_options, read_only=True)
         versions[shard] = db.version
         sources = [db]
         if db.version is None and index > 0:  # a rescaled shard without a version of its own

@@ -45,14 +45,16 @@ def previous_sources(
     out: list[tuple[silt.DB, int, int]],
 ) -> None:
     """Open, for key groups ``[first, last]``, the shards of layout ``layout_index`` that have a
-    version ``<= at_most``; ranges whose shard has none come from the layout before it."""
+    version ``<= at_most``; ranges whose shard has none come from the layout before it. Opened
+    read-only (``silt.open(read_only=True)``: no GC markers read; a rescale only references
+    them)."""
     gen, n = spec.layouts[layout_index]
     for j in _layout.overlapping_shards(first, last, n, spec.key_groups):
         f, la = _layout.shard_range(j, n, spec.key_groups)
         lo, hi = max(f, first), min(la, last)
         url = _layout.shard_url(spec.root, j, n, spec.key_groups, gen)
         db = silt.open(url, at_most=at_most, settings=spec.silt_settings(),
-                       storage_options=spec.storage_options)
+                       storage_options=spec.storage_options, read_only=True)
         if db.version is not None:
             out.append((db, lo, hi))
             continue
@@ -132,12 +134,13 @@ def migrate(
 def shard_sources(spec: OperatorSpec, shard: int, version: int) -> list[tuple[Any, int, int]]:
     """``(db, first kg, last kg)`` of the DBs holding shard ``shard``'s key groups at
     ``<= version``: the shard itself when it has such a version, else the previous layouts'
-    shards that cover them (none when no layout has one). The caller closes them."""
+    shards that cover them (none when no layout has one), opened read-only. The caller closes
+    them."""
     import silt
 
     first, last = _layout.shard_range(shard, spec.num_shards, spec.key_groups)
     db = silt.open(spec.shard_url(shard), at_most=version, settings=spec.silt_settings(),
-                   storage_options=spec.storage_options)
+                   storage_options=spec.storage_options, read_only=True)
     if db.version is not None:
         return [(db, first, last)]
     db.close()
