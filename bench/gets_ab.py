@@ -3,6 +3,7 @@
     python bench/gets_ab.py build-peer DIR
     python bench/gets_ab.py ab DIR --old SRC --new SRC [--rounds 3]
     python bench/gets_ab.py reads --old SRC --new SRC [--rounds 3]
+    python bench/gets_ab.py fill DIR
 
 ``DIR`` is a store made by ``bench/block_cache_ab.py build DIR`` (a settled silt store of
 core_bench.py's data, its multi_get sample and cold keys beside it). ``build-peer`` loads the
@@ -22,6 +23,10 @@ alternation, a fresh process each: 200k reads of 8,600 bytes at random offsets o
 file in the OS page cache, through ``FileStore.direct_reader`` (CPU us per read), and the same
 offsets read with a bare ``os.pread`` in the same process (the floor: one Python call and the
 ``pread``).
+
+``fill`` (one process, the code on ``PYTHONPATH``) runs the 100k cold keys in tens of
+thousands and prints, for each, the CPU us and the minor page faults per get and how full the
+process's block cache is: where the cold rows stop filling the cache and start evicting.
 
 ``ab`` runs ``run`` for the old code, the new code (``SRC``: a ``packages/core/src`` with its
 compiled twin built) and plyvel in turn, each round, and prints each run with
@@ -173,6 +178,30 @@ def reads_ab(args: argparse.Namespace) -> None:
         print(f"{label}: " + ", ".join(cells))
 
 
+def fill(args: argparse.Namespace) -> None:
+    import resource
+
+    import silt
+    from silt.budget import process_budget
+
+    d = Path(args.dir)
+    cold = _keys(d / "cold.bin")
+    db = silt.open("file://" + str((d / "db").resolve()))
+    cache = process_budget().cache
+    cpu = time.process_time
+    step = 10_000
+    for i in range(0, len(cold), step):
+        f0, t = resource.getrusage(resource.RUSAGE_SELF).ru_minflt, cpu()
+        for k in cold[i:i + step]:
+            db.get(k)
+        us = (cpu() - t) / step * 1e6
+        faults = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0) / step
+        print(f"cold gets {i:>6,}-{i + step:,}: {us:.2f} us CPU, {faults:.2f} page faults per "
+              f"get; cache {cache.used >> 20} of {cache.capacity >> 20} MiB, "
+              f"{cache.evictions:,} evictions (load {_loadavg()})", flush=True)
+    db.close()
+
+
 def ab(args: argparse.Namespace) -> None:
     runs = (("old", args.old), ("new", args.new), ("plyvel", None))
     results: dict[str, list[dict[str, float]]] = {label: [] for label, _ in runs}
@@ -220,9 +249,11 @@ def main() -> None:
     ra.add_argument("--old", required=True)
     ra.add_argument("--new", required=True)
     ra.add_argument("--rounds", type=int, default=3)
+    f = sub.add_parser("fill")
+    f.add_argument("dir")
     args = p.parse_args()
     {"build-peer": build_peer, "run": run, "ab": ab, "read-once": read_once,
-     "reads": reads_ab}[args.cmd](args)
+     "reads": reads_ab, "fill": fill}[args.cmd](args)
 
 
 if __name__ == "__main__":
