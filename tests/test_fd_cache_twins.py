@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import pathlib
 import random
+import threading
 
 import pytest
 from silt.tiers import blockread, fdcache
@@ -186,3 +187,63 @@ def test_a_read_holding_a_descriptor_the_compiled_cache_evicts_closes_it_on_rele
     with pytest.raises(OSError):
         os.fstat(first.fd)  # closed by the last release
     cache.clear()
+
+
+@pytest.mark.parametrize("cache_twin", ["pure", "compiled"])
+def test_reads_racing_with_deletes_sweeps_and_store_closes_read_only_their_own_file(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, cache_twin: str
+) -> None:
+    """Six threads read blocks of four files through the selected reader while another
+    replaces objects, sweeps, invalidates and closes the store over and over: each read is of
+    its own file (or reports it gone), and at the end no descriptor is in use or left open."""
+    from silt.errors import NotFoundError
+    from silt.tiers import file as file_tier
+
+    cache = fdcache.FdCache_py(2) if cache_twin == "pure" else C.FdCache(2)
+    monkeypatch.setattr(file_tier, "FDS", cache)
+    monkeypatch.setattr(fdcache, "SWEEP_EVERY", 7)
+    monkeypatch.setattr(fdcache, "SWEEP_SECONDS", 0.0)
+    store = FileStore(tmp_path)
+    for i in range(4):
+        store.put(f"o/{i}", bytes([i]) * 4096)
+    reads = [store.direct_reader(f"o/{i}") for i in range(4)]
+    errors: list[str] = []
+    done = threading.Event()
+
+    def read_loop(t: int) -> None:
+        for n in range(300):
+            j = (t + n // 5) % 4
+            try:
+                got = reads[j](n % 4000, 64)  # type: ignore[misc]
+            except NotFoundError:
+                continue  # between a replacement's delete and its put
+            if got != bytes([j]) * 64:
+                errors.append(f"o/{j}: {got[:4]!r}")
+                return
+
+    def churn() -> None:
+        n = 0
+        while not done.is_set():
+            j = n % 4
+            store.put(f"o/{j}", bytes([j]) * 4096)  # replaced: invalidates every lenient check
+            if n % 3 == 0:
+                cache.sweep(force=True)
+            if n % 5 == 0:
+                store.close()  # drops every descriptor of the root (discard_where)
+            n += 1
+
+    threads = [threading.Thread(target=read_loop, args=(t,)) for t in range(6)]
+    churner = threading.Thread(target=churn)
+    churner.start()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    done.set()
+    churner.join()
+    assert errors == []
+    assert cache.hits > 0  # some reads took the lenient path while the churn ran
+    assert all(e.users == 0 for e in cache.entries.values())
+    cache.clear()
+    if os.path.isdir("/proc/self/fd"):
+        assert open_fds_under(str(tmp_path)) == []
