@@ -2,6 +2,8 @@
 
     python bench/gets_ab.py build-peer DIR
     python bench/gets_ab.py ab DIR --old SRC --new SRC [--rounds 3]
+    python bench/gets_ab.py reads --old SRC --new SRC [--rounds 3]
+    python bench/gets_ab.py fill DIR
 
 ``DIR`` is a store made by ``bench/block_cache_ab.py build DIR`` (a settled silt store of
 core_bench.py's data, its multi_get sample and cold keys beside it). ``build-peer`` loads the
@@ -15,6 +17,16 @@ seconds of the process (``time.process_time``, all its threads), per key:
   pass (at 5M keys the sample touches nearly every block, more than the 512 MiB cache holds,
   so about a third of these gets still miss the block cache);
 * ``hit_us``: a 20k sub-sample after a warm-up pass: every block cached.
+
+``reads`` times the ``file://`` tier's direct block reads alone, the old code and the new in
+alternation, a fresh process each: 200k reads of 8,600 bytes at random offsets of a 64 MiB
+file in the OS page cache, through ``FileStore.direct_reader`` (CPU us per read), and the same
+offsets read with a bare ``os.pread`` in the same process (the floor: one Python call and the
+``pread``).
+
+``fill`` (one process, the code on ``PYTHONPATH``) runs the 100k cold keys in tens of
+thousands and prints, for each, the CPU us and the minor page faults per get and how full the
+process's block cache is: where the cold rows stop filling the cache and start evicting.
 
 ``ab`` runs ``run`` for the old code, the new code (``SRC``: a ``packages/core/src`` with its
 compiled twin built) and plyvel in turn, each round, and prints each run with
@@ -115,6 +127,82 @@ def run(args: argparse.Namespace) -> None:
     print(json.dumps(out))
 
 
+def read_once(args: argparse.Namespace) -> None:
+    import random
+
+    from silt.tiers import fdcache
+    from silt.tiers.file import FileStore
+
+    size, n = 64 << 20, 200_000
+    store = FileStore(args.dir)
+    if not (Path(args.dir) / "sst" / "a").exists():
+        store.put("sst/a", random.Random(0).randbytes(size))
+    read = store.direct_reader("sst/a")
+    assert read is not None
+    fdcache.RECHECK_SECONDS = 3600.0  # no recheck falls due: every read is the lenient hit
+    rnd = random.Random(1)
+    offsets = [rnd.randrange(size - 9_000) for _ in range(n)]
+    cpu = time.process_time
+    for off in offsets[:20_000]:  # warm-up: the file in the page cache, the allocator settled
+        read(off, 8_600)
+    t = cpu()
+    for off in offsets:
+        read(off, 8_600)
+    out = {"read_us": (cpu() - t) / n * 1e6, "cache": type(fdcache.FDS).__module__}
+    fd = os.open(Path(args.dir) / "sst" / "a", os.O_RDONLY)
+    pread = os.pread
+    t = cpu()
+    for off in offsets:
+        pread(fd, 8_600, off)
+    out["pread_us"] = (cpu() - t) / n * 1e6
+    os.close(fd)
+    print(json.dumps(out))
+
+
+def reads_ab(args: argparse.Namespace) -> None:
+    rows: dict[str, list[dict[str, float]]] = {"old": [], "new": []}
+    for r in range(args.rounds):
+        for label, src in (("old", args.old), ("new", args.new)):
+            env = dict(os.environ, PYTHONPATH=src, SILT_REQUIRE_EXTENSIONS="1")
+            load = _loadavg()
+            proc = subprocess.run([sys.executable, __file__, "read-once", args.dir], env=env,
+                                  capture_output=True, text=True, check=True)
+            res = json.loads(proc.stdout.strip().splitlines()[-1])
+            rows[label].append(res)
+            print(f"round {r + 1} {label} (load {load}): read {res['read_us']:.3f} us, "
+                  f"bare pread {res['pread_us']:.3f} us", flush=True)
+    for label, rs in rows.items():
+        cells = []
+        for k in ("read_us", "pread_us"):
+            xs = [row[k] for row in rs]
+            cells.append(f"{k} {statistics.median(xs):.3f} [{min(xs):.3f}-{max(xs):.3f}]")
+        print(f"{label}: " + ", ".join(cells))
+
+
+def fill(args: argparse.Namespace) -> None:
+    import resource
+
+    import silt
+    from silt.budget import process_budget
+
+    d = Path(args.dir)
+    cold = _keys(d / "cold.bin")
+    db = silt.open("file://" + str((d / "db").resolve()))
+    cache = process_budget().cache
+    cpu = time.process_time
+    step = 10_000
+    for i in range(0, len(cold), step):
+        f0, t = resource.getrusage(resource.RUSAGE_SELF).ru_minflt, cpu()
+        for k in cold[i:i + step]:
+            db.get(k)
+        us = (cpu() - t) / step * 1e6
+        faults = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0) / step
+        print(f"cold gets {i:>6,}-{i + step:,}: {us:.2f} us CPU, {faults:.2f} page faults per "
+              f"get; cache {cache.used >> 20} of {cache.capacity >> 20} MiB, "
+              f"{cache.evictions:,} evictions (load {_loadavg()})", flush=True)
+    db.close()
+
+
 def ab(args: argparse.Namespace) -> None:
     runs = (("old", args.old), ("new", args.new), ("plyvel", None))
     results: dict[str, list[dict[str, float]]] = {label: [] for label, _ in runs}
@@ -150,8 +238,18 @@ def main() -> None:
     a.add_argument("--old", required=True)
     a.add_argument("--new", required=True)
     a.add_argument("--rounds", type=int, default=3)
+    o = sub.add_parser("read-once")
+    o.add_argument("dir")
+    ra = sub.add_parser("reads")
+    ra.add_argument("--dir", default="/tmp/silt-gets-ab-reads")
+    ra.add_argument("--old", required=True)
+    ra.add_argument("--new", required=True)
+    ra.add_argument("--rounds", type=int, default=3)
+    f = sub.add_parser("fill")
+    f.add_argument("dir")
     args = p.parse_args()
-    {"build-peer": build_peer, "run": run, "ab": ab}[args.cmd](args)
+    {"build-peer": build_peer, "run": run, "ab": ab, "read-once": read_once,
+     "reads": reads_ab, "fill": fill}[args.cmd](args)
 
 
 if __name__ == "__main__":

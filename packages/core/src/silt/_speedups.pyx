@@ -30,13 +30,13 @@ check_keys_plain                  silt.memtable
 check_ops, apply_ops              silt.memtable
 BlockCache                        silt.cache
 CachedReads                       silt.tiers.blockread (the file:// tier's block reads)
-Fd                                silt.tiers.fdcache (a cached descriptor, its fields in C)
+Fd, FdCache                       silt.tiers.fdcache (cached descriptors, their state in C)
 CountedReads                      silt.metrics (a direct reader's reads, metered)
 ================================  =============================================
 
 The code is in the parts included at the end of this file, one per concept, from
 ``silt/_compiled/`` (crc, bloom, blocks, block_cache, key_index, tail, sst_get, range_iter, merge,
-memtable, probe, file_reads): one extension module, so the parts call each other's C
+memtable, probe, fd_cache, file_reads): one extension module, so the parts call each other's C
 functions directly. The cimports and the constants every part uses are here.
 
 The on-disk bytes are defined in docs/format.md; tests/test_twins.py checks both implementations
@@ -133,4 +133,5 @@ include "_compiled/range_iter.pxi"
 include "_compiled/merge.pxi"
 include "_compiled/memtable.pxi"
 include "_compiled/probe.pxi"
+include "_compiled/fd_cache.pxi"
 include "_compiled/file_reads.pxi"

@@ -1,7 +1,8 @@
 # Part of silt._speedups, included by silt/_speedups.pyx (one compiled module).
 # The file:// tier's block reads (pure twin: silt.tiers.blockread.CachedReads): the lenient
-# borrow of a cached descriptor, one pread without the GIL, and the release, with no Python
-# frame. Everything else goes to the tier's checked slow path, as in the twin.
+# borrow of a cached descriptor (fd_cache.pxi's FdCache._lend), one pread without the GIL, and
+# the release, with no Python frame. Everything else goes to the tier's checked slow path, as
+# in the twin.
 
 cdef extern from *:
     """
@@ -21,37 +22,13 @@ cdef extern from *:
     """
     Py_ssize_t silt_pread(int fd, char* buf, Py_ssize_t n, long long off) nogil
 
-from time import monotonic as _monotonic
-
-from silt.tiers import fdcache as _fdcache
-
-
-@cython.final
-cdef class Fd:
-    """Compiled twin of :class:`silt.tiers.fdcache.Fd` (see its contract): one cached
-    descriptor, its fields in C, so that a compiled block read's borrow and release read and
-    change them without a Python attribute access (nine of them a read)."""
-
-    cdef public int fd
-    cdef public Py_ssize_t users
-    cdef public bint dropped
-    cdef public double checked
-    cdef public long long epoch
-
-    def __init__(self, int fd, double checked=float("-inf"), long long epoch=-1):
-        self.fd = fd
-        self.users = 1
-        self.dropped = False
-        self.checked = checked
-        self.epoch = epoch
-
-
 @cython.final
 cdef class CachedReads:
     """Compiled twin of :class:`silt.tiers.blockread.CachedReads` (see its contract):
     ``read(start, length)`` borrows the cached descriptor of ``ident`` from ``cache`` when a
-    lenient check may trust it, reads with one ``pread`` (short only at the end of the file),
-    and releases it; every other read goes to ``slow(start, length)``."""
+    lenient check may trust it (:meth:`FdCache.lend`: a C call on the compiled cache), reads
+    with one ``pread`` without the GIL (short only at the end of the file), and releases it;
+    every other read goes to ``slow(start, length)``."""
 
     cdef readonly object cache, ident, slow
 
@@ -65,13 +42,10 @@ cdef class CachedReads:
 
     cdef object _read(self, object start, object length):
         cdef object cache = self.cache
-        cdef object ident = self.ident
-        cdef object lock = cache.lock
-        cdef object entries, entry = None
-        cdef Fd fe = None  # entry, when it is the compiled Fd (what the cache makes, compiled)
-        cdef PyObject* found
-        cdef double now = _monotonic()
-        cdef bint sweep = False, dropped, failed = False
+        cdef FdCache fc = None  # cache, when it is the compiled FdCache
+        cdef Fd fe = None  # entry, when the compiled cache lent it
+        cdef object entry = None
+        cdef bint failed = False
         cdef Py_ssize_t st = 0, n = 0, got = 0, r
         cdef int fd
         cdef bytes data
@@ -79,36 +53,15 @@ cdef class CachedReads:
         if type(start) is int and type(length) is int and start >= 0 and length >= 0:
             st = start
             n = length
-            lock.acquire()
-            try:
-                entries = cache.entries
-                found = PyDict_GetItem(entries, ident)
-                if found != NULL:
-                    entry = <object>found
-                    if type(entry) is Fd:
-                        fe = <Fd>entry
-                        if (fe.epoch != <long long>cache.epoch
-                                or not now - fe.checked < <double>_fdcache.RECHECK_SECONDS):
-                            entry = fe = None
-                    elif (entry.epoch != cache.epoch
-                            or not now - <double>entry.checked < <double>_fdcache.RECHECK_SECONDS):
-                        entry = None
-                    if entry is not None:
-                        entries.move_to_end(ident)
-                        if fe is not None:
-                            fe.users += 1
-                        else:
-                            entry.users = entry.users + 1
-                        cache.hits = cache.hits + 1
-                        cache.reads = cache.reads + 1
-                        sweep = cache.reads % _fdcache.SWEEP_EVERY == 0
-            finally:
-                lock.release()
+            if type(cache) is FdCache:
+                fc = <FdCache>cache
+                fe = fc._lend(self.ident)
+                entry = fe
+            else:
+                entry = cache.lend(self.ident)
         if entry is None:
             return self.slow(start, length)
         try:
-            if sweep:
-                cache.sweep()
             fd = fe.fd if fe is not None else entry.fd
             data = PyBytes_FromStringAndSize(NULL, n)
             buf = PyBytes_AS_STRING(data)
@@ -122,19 +75,9 @@ cdef class CachedReads:
                         break
                     got += r
         finally:
-            lock.acquire()
-            try:
-                if fe is not None:
-                    dropped = fe.dropped
-                    if not dropped:
-                        fe.users -= 1
-                else:
-                    dropped = entry.dropped
-                    if not dropped:
-                        entry.users = entry.users - 1
-            finally:
-                lock.release()
-            if dropped:  # out of the cache meanwhile: the last release closes it
+            if fc is not None:
+                fc._give_back(fe)  # closes the descriptor if it was dropped meanwhile
+            else:
                 cache.release(entry)
         if failed:
             return self.slow(start, length)

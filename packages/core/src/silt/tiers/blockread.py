@@ -20,14 +20,16 @@ the map 4.4-4.8 us, of which the ``fstat`` 1.6 us and the copy with its page fau
   block cache's copies (a fresh process's peak RSS after 100k cold gets at 5M keys: 1,143 MiB
   with maps, 543 MiB with ``pread``).
 
-Thread safety: any thread may call a :class:`CachedReads`. The borrow and release take the
-cache's ``lock`` as :meth:`~silt.tiers.fdcache.FdCache.borrow` and
-:meth:`~silt.tiers.fdcache.FdCache.release` do, so a descriptor in use is never closed (its
-number cannot be reused under a read); the ``pread`` itself runs unlocked (and, compiled,
-without the GIL).
+Thread safety: any thread may call a :class:`CachedReads`. The borrow and release are the
+cache's :meth:`~silt.tiers.fdcache.FdCache.lend` and
+:meth:`~silt.tiers.fdcache.FdCache.release` (inline, under the cache's ``lock``, on the pure
+cache), so a descriptor in use is never closed (its number cannot be reused under a read); the
+``pread`` itself runs unlocked (and, compiled, without the GIL).
 
 The compiled twin (``silt._speedups.CachedReads``) does the same in C: no Python frame per
-block read. tests/test_file_block_reads.py holds both to the same results.
+block read, and on the compiled cache (``silt._speedups.FdCache``) no Python lock, attribute
+or call either: the borrow and release are C calls on the cache's C fields.
+tests/test_file_block_reads.py holds both to the same results.
 """
 
 from __future__ import annotations
@@ -63,21 +65,27 @@ class CachedReads:
 
     def __call__(self, start: int, length: int) -> bytes:
         cache = self.cache
-        ident = self.ident
-        now = monotonic()
-        sweep = False
-        with cache.lock:
-            entry = cache.entries.get(ident)
-            if (entry is None or type(start) is not int or type(length) is not int
-                    or start < 0 or length < 0 or entry.epoch != cache.epoch
-                    or not now - entry.checked < fdcache.RECHECK_SECONDS):
-                entry = None
-            else:
-                cache.entries.move_to_end(ident)
-                entry.users += 1
-                cache.hits += 1
-                cache.reads += 1
-                sweep = cache.reads % fdcache.SWEEP_EVERY == 0
+        if type(start) is not int or type(length) is not int or start < 0 or length < 0:
+            return self.slow(start, length)
+        inline = type(cache) is fdcache.FdCache_py
+        if inline:  # FdCache.lend, without its frame
+            ident = self.ident
+            now = monotonic()
+            sweep = False
+            with cache.lock:
+                entry = cache.entries.get(ident)
+                if (entry is None or entry.epoch != cache.epoch
+                        or not now - entry.checked < fdcache.RECHECK_SECONDS):
+                    entry = None
+                else:
+                    cache.entries.move_to_end(ident)
+                    entry.users += 1
+                    cache.hits += 1
+                    cache.reads += 1
+                    sweep = cache.reads % fdcache.SWEEP_EVERY == 0
+        else:  # the compiled cache (a pure reader beside it, as the tests pair them)
+            entry = cache.lend(self.ident)
+            sweep = False
         if entry is None:
             return self.slow(start, length)
         data: bytes | None = None
@@ -90,11 +98,14 @@ class CachedReads:
         except OSError:
             data = None  # the slow path reads again, maps the error, drops a stale descriptor
         finally:
-            with cache.lock:
-                dropped = entry.dropped
-                if not dropped:
-                    entry.users -= 1
-            if dropped:  # out of the cache meanwhile: the last release closes it
+            if inline:  # FdCache.release, without its frame while the entry is cached
+                with cache.lock:
+                    dropped = entry.dropped
+                    if not dropped:
+                        entry.users -= 1
+                if dropped:  # out of the cache meanwhile: the last release closes it
+                    cache.release(entry)
+            else:
                 cache.release(entry)
         if data is None:
             return self.slow(start, length)

@@ -104,10 +104,19 @@ class FdCache:
     ``capacity`` bounds the descriptors kept between reads (those in use by reads at the moment
     of an eviction close when the last of them finishes).
 
-    ``lock``, ``entries`` (identity -> :class:`Fd`, least recently used first), ``reads``,
-    ``hits`` and ``epoch`` are the state a lenient borrow reads and changes, public because
-    :class:`silt.tiers.blockread.CachedReads` (the SST reader's block reads, compiled where
-    built) makes the same borrow and release inline, under ``lock``, with the same rules.
+    A block read borrows with :meth:`lend` (a lenient hit, no check, no Python call of its own
+    when compiled) and returns with :meth:`release`. ``lock``, ``entries`` (identity ->
+    :class:`Fd`, least recently used first), ``reads``, ``hits`` and ``epoch`` are public
+    because the pure :class:`silt.tiers.blockread.CachedReads` makes :meth:`lend` and
+    :meth:`release` inline on this class (no frame per read), under ``lock``, with the same
+    rules.
+
+    Identities are ``str`` or tuples of ``str`` (the file tier's ``(root, key)``): the
+    compiled twin (``silt._speedups.FdCache``, selected where built) changes its state in
+    stretches of C that the GIL keeps whole instead of under a lock, which holds only while
+    hashing and comparing an identity run no Python code. It keeps the same counts and
+    evicts the same descriptors; its ``entries`` is a plain dictionary in no particular order
+    (each :class:`Fd`'s ``used`` stamp is its order of use) and it has no ``lock``.
     """
 
     def __init__(self, capacity: int) -> None:
@@ -162,6 +171,32 @@ class FdCache:
         with self.lock:
             self.misses += 1
         return None
+
+    def lend(self, ident: Hashable) -> Fd | None:
+        """A block read's borrow (:class:`silt.tiers.blockread.CachedReads`): ``ident``'s
+        descriptor, its use counted (:meth:`release` it), when it is cached, of the current
+        ``epoch`` and checked less than :data:`RECHECK_SECONDS` ago; else ``None`` and nothing
+        counted (the caller takes the checked path: :meth:`borrow`). Every
+        :data:`SWEEP_EVERY`-th read sweeps, as in :meth:`borrow`.
+        """
+        now = time.monotonic()
+        with self.lock:
+            entry = self.entries.get(ident)
+            if (entry is None or entry.epoch != self.epoch
+                    or not now - entry.checked < RECHECK_SECONDS):
+                return None
+            self.entries.move_to_end(ident)
+            entry.users += 1
+            self.hits += 1
+            self.reads += 1
+            sweep = self.reads % SWEEP_EVERY == 0
+        if sweep:
+            try:
+                self.sweep()
+            except BaseException:
+                self.release(entry)
+                raise
+        return entry
 
     def adopt(self, ident: Hashable, fd: int) -> Fd:
         """Keep the freshly opened ``fd`` for ``ident`` (the caller holds it: :meth:`release` it);
@@ -269,10 +304,10 @@ def _close_all(fds: list[int]) -> None:
             pass
 
 
-# The compiled Fd (silt._speedups.Fd: its fields in C, read so by the compiled block reads)
-# where built. (silt._speedups imports this module; a cycle Python resolves: it reads this
-# module's names only when it reads a block.)
-COMPILED = accelerate(globals(), ("Fd",))
+# The compiled Fd and FdCache (silt._speedups: their state in C, read and changed so by the
+# compiled block reads) where built. (silt._speedups imports this module; a cycle Python
+# resolves: it reads this module's names only when a cache is used.)
+COMPILED = accelerate(globals(), ("Fd", "FdCache"))
 
 #: The process's cache, shared by every ``file://`` store.
 FDS = FdCache(MAX_OPEN)
