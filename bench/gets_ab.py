@@ -171,12 +171,7 @@ def reads_ab(args: argparse.Namespace) -> None:
             rows[label].append(res)
             print(f"round {r + 1} {label} (load {load}): read {res['read_us']:.3f} us, "
                   f"bare pread {res['pread_us']:.3f} us", flush=True)
-    for label, rs in rows.items():
-        cells = []
-        for k in ("read_us", "pread_us"):
-            xs = [row[k] for row in rs]
-            cells.append(f"{k} {statistics.median(xs):.3f} [{min(xs):.3f}-{max(xs):.3f}]")
-        print(f"{label}: " + ", ".join(cells))
+    print_summaries(rows, ("read_us", "pread_us"), digits=3)
 
 
 def fill(args: argparse.Namespace) -> None:

@@ -39,14 +39,17 @@ def summarize(values: list[float]) -> dict[str, float]:
             "n": len(values)}
 
 
-def print_summaries(results: dict[str, list[dict[str, float]]], figures: tuple[str, ...]) -> None:
+def print_summaries(results: dict[str, list[dict[str, float]]], figures: tuple[str, ...],
+                    digits: int = 2) -> None:
     """One line per label of ``results`` (label -> its runs' figures): each of ``figures`` as
-    ``median [min-max]`` over the runs (the A/B scripts' closing lines)."""
+    ``median [min-max]`` over the runs with ``digits`` decimals (the A/B scripts' closing
+    lines)."""
     for label, rows in results.items():
         cells = []
         for k in figures:
             xs = [row[k] for row in rows]
-            cells.append(f"{k} {statistics.median(xs):.2f} [{min(xs):.2f}-{max(xs):.2f}]")
+            med = statistics.median(xs)
+            cells.append(f"{k} {med:.{digits}f} [{min(xs):.{digits}f}-{max(xs):.{digits}f}]")
         print(f"{label}: " + ", ".join(cells))
 
 
