@@ -21,15 +21,13 @@ old, ...). Printed: median [min-max] per figure, and the machine's load.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
 import subprocess
 import sys
-from pathlib import Path
 
-HERE = Path(__file__).resolve().parent.parent
+import s3_ab
 
 CHILD = r"""
 import inspect, json, os, time
@@ -66,44 +64,20 @@ print(json.dumps(out))
 """
 
 
-def pythonpath(tree: Path) -> str:
-    return os.pathsep.join(str(tree / "packages" / p / "src") for p in ("core", "tier-s3"))
-
-
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--runs", type=int, default=4)
-    ap.add_argument("--latency", type=float, default=0.02)
-    ap.add_argument("--against", help="another checkout of silt, run in alternation")
-    args = ap.parse_args()
-    sys.path.insert(0, str(HERE / "tests"))
-    import boto3
-    from faultproxy import FaultProxy
-    from servers import start_moto
-
-    os.environ.update({"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench",
-                       "AWS_DEFAULT_REGION": "us-east-1"})
-    trees = {"this": HERE, **({"against": Path(args.against).resolve()} if args.against else {})}
-    order = [name for i in range(args.runs)
-             for name in (list(trees) if i % 2 == 0 else list(reversed(trees)))]
-    server = start_moto(timeout=60)
-    bucket = "silt-handoff-readonly"
-    boto3.client("s3", endpoint_url=server.url, region_name="us-east-1").create_bucket(
-        Bucket=bucket)
+    args = s3_ab.parse_args(__doc__.split("\n\n")[0])
+    trees = s3_ab.trees(args)
     results: dict[str, list[dict[str, list[float]]]] = {name: [] for name in trees}
     with open("/proc/loadavg") as f:
         load_before = f.read().split()[:3]
-    try:
-        with FaultProxy(server.url) as proxy:
-            proxy.latency = args.latency
-            for i, name in enumerate(order):
-                env = dict(os.environ, PYTHONPATH=pythonpath(trees[name]), EP=proxy.url,
-                           ROOT=f"s3://{bucket}/run-{i}", SILT_DISABLE_PLUGIN_AUTOLOAD="1")
-                out = subprocess.run([sys.executable, "-c", CHILD], check=True, text=True,
-                                     capture_output=True, env=env)
-                results[name].append(json.loads(out.stdout))
-    finally:
-        server.stop()
+    with s3_ab.s3_behind_proxy("silt-handoff-readonly", args.latency) as endpoint:
+        for i, name in enumerate(s3_ab.order(args.runs, list(trees))):
+            env = dict(os.environ, EP=endpoint, ROOT=f"s3://silt-handoff-readonly/run-{i}",
+                       PYTHONPATH=s3_ab.pythonpath(trees[name], ("core", "tier-s3")),
+                       SILT_DISABLE_PLUGIN_AUTOLOAD="1")
+            out = subprocess.run([sys.executable, "-c", CHILD], check=True, text=True,
+                                 capture_output=True, env=env)
+            results[name].append(json.loads(out.stdout))
     with open("/proc/loadavg") as f:
         print(f"load {load_before} -> {f.read().split()[:3]}; {args.runs} runs each, "
               f"latency {args.latency} s")
