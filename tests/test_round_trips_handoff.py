@@ -92,6 +92,16 @@ def test_an_older_handle_that_takes_the_record_uploads_without_announcing(
     leaver.close()
 
 
+def _commits_after_announcing(db: silt.DB, store: object, version: int,
+                              settings: silt.Settings) -> None:
+    """``db`` uploads and commits ``version`` in 4 round trips, the first the create-only PUT
+    of the marker of ``settings``' grace."""
+    op = _upload_and_commit(db, store, version)
+    _check(op, 4, {"put_if_absent": 3, "get": 1})  # type: ignore[arg-type]
+    assert op.waves()[0] == [  # type: ignore[attr-defined]
+        ("put_if_absent", paths.grace_key(int(settings.gc_grace_seconds * 1000)))], op
+
+
 def test_a_taker_with_another_grace_or_an_old_record_announces_its_own(
         root: Root) -> None:  # noqa: F811 - the fixture
     """The record says only that the leaving writer's grace is announced: a taker with another
@@ -102,19 +112,13 @@ def test_a_taker_with_another_grace_or_an_old_record_announces_its_own(
     store = root.slow()
     taker = silt.resume(root.url, record, 2, scope=SCOPE, store=store, settings=other)
     assert taker is not None
-    op = _upload_and_commit(taker, store, 3)
-    _check(op, 4, {"put_if_absent": 3, "get": 1})  # type: ignore[arg-type]
-    assert op.waves()[0] == [  # type: ignore[attr-defined]
-        ("put_if_absent", paths.grace_key(int(other.gc_grace_seconds * 1000)))], op
+    _commits_after_announcing(taker, store, 3, other)
     assert store.get(paths.grace_key(int(other.gc_grace_seconds * 1000))) == b""
     old = _without_grace(taker.handoff(SCOPE))  # type: ignore[arg-type]
     assert handoff.decode(old, root.url, SCOPE, 3).grace is None
     store = root.slow()
     again = silt.resume(root.url, old, 3, scope=SCOPE, store=store, settings=UPLOADED)
     assert again is not None
-    op = _upload_and_commit(again, store, 4)
-    _check(op, 4, {"put_if_absent": 3, "get": 1})  # type: ignore[arg-type]
-    assert op.waves()[0] == [  # type: ignore[attr-defined]
-        ("put_if_absent", paths.grace_key(int(UPLOADED.gc_grace_seconds * 1000)))], op
+    _commits_after_announcing(again, store, 4, UPLOADED)
     for db in (leaver, taker, again):
         db.close()
