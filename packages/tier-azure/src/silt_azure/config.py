@@ -38,7 +38,7 @@ option                      meaning (default)
 ``download_chunk_size``     bytes per GET of a whole-object read; larger objects are fetched
                             in chunks of this size (8MiB)
 ``download_concurrency``    chunks of one object fetched at once (8)
-``max_connections``         HTTP connections kept per store (32)
+``max_connections``         HTTP connections kept per store (64)
 ``connect_timeout``         seconds (5)
 ``read_timeout``            seconds without a byte from the server (30)
 ``max_attempts``            tries of each request by the SDK's retry policy (5)
@@ -162,7 +162,7 @@ class AzureOptions(NetworkOptions):
     upload_concurrency: int = 8
     download_chunk_size: int = 8 * MiB
     download_concurrency: int = 8
-    max_connections: int = 32
+    max_connections: int = 64
     list_page_size: int = MAX_LIST_PAGE
     account_key: str | None = field(default=None, repr=False)
     sas_token: str | None = field(default=None, repr=False)

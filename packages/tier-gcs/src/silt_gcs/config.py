@@ -21,7 +21,7 @@ option                     default / fallback
 ``project``                ``GOOGLE_CLOUD_PROJECT`` for an emulator; otherwise unset (reading
                            and writing objects needs no project)
 ``user_project``           the project billed for a requester-pays bucket (unset)
-``max_pool_connections``   HTTP connections kept per store (default 32)
+``max_pool_connections``   HTTP connections kept per store (default 64)
 ``connect_timeout``        seconds (default 5)
 ``read_timeout``           seconds without a byte from the server (default 30)
 ``max_attempts``           tries of each request by the SDK's retry policy (default 5)
@@ -117,7 +117,7 @@ class GcsOptions(NetworkOptions):
     anonymous: bool | None = None
     project: str | None = None
     user_project: str | None = None
-    max_pool_connections: int = 32
+    max_pool_connections: int = 64
     retry_deadline: float = 30.0
     delete_concurrency: int = 16
     credentials_file: str | None = field(default=None, repr=False)

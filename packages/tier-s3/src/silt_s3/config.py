@@ -20,7 +20,9 @@ option                     default / fallback
 ``multipart_threshold``    objects larger than this are uploaded in parts (default 64MiB)
 ``multipart_part_size``    part size (default 16MiB; S3's minimum is 5MiB)
 ``multipart_concurrency``  parts of one object uploaded at once (default 8)
-``max_pool_connections``   HTTP connections kept per store (default 32)
+``max_pool_connections``   HTTP connections kept per store (default 64: a cold read's wave of
+                           ``read_parallelism`` + 1 GETs beside ``upload_parallelism`` uploads of
+                           ``multipart_concurrency`` parts each, at the engine's defaults)
 ``connect_timeout``        seconds (default 5)
 ``read_timeout``           seconds without a byte from the server (default 30)
 ``max_attempts``           botocore's attempts per request, "standard" retry mode (default 5)
@@ -135,7 +137,7 @@ class S3Options(NetworkOptions):
     multipart_threshold: int = 64 * MiB
     multipart_part_size: int = 16 * MiB
     multipart_concurrency: int = 8
-    max_pool_connections: int = 32
+    max_pool_connections: int = 64
     checksums: str = "when_supported"
     verify: bool | str | None = None
     access_key_id: str | None = dataclasses.field(default=None, repr=False)
