@@ -12,7 +12,7 @@ seconds of each step:
 * ``open``: ``silt.open`` of the shard at the last committed version (``silt.db`` and the
   engine behind it are imported here, at the shard's first open);
 * ``process``: ``merge_partition`` of the restart batch (output consumed) behind the shard
-  task's key group check (``runtime._shard.placed``), the cold batch
+  task's key group check (``runtime._run.placed``), the cold batch
   (``read_threads``: the read pool's threads it started);
 * ``commit``: the shard's commit of that batch;
 * ``warm_process`` / ``warm_commit``: the median of the next batches on the same handle;
@@ -163,7 +163,7 @@ def _next_shard(job: dict[str, Any], stage: Any, batches: list[Any],
     """The next shard task of the same worker: open the shard's second copy, run the restart
     batch on it, commit, close (steps ``next_open``, ``next_process``, ``next_commit``, each
     with its requests and, on a remote root, its round trips as the first shard's)."""
-    from silt_spark.runtime._shard import placed
+    from silt_spark.runtime._run import placed
 
     clock = Clock(out)
     db, counted = _open_counted(job, job["next_url"], out, clock, "next_open")
@@ -189,7 +189,7 @@ def stepwise(task: Task, stage: Any, batches: list[Any], out: dict[str, Any]) ->
     from silt_spark.operators import aggregate
     from silt_spark.runtime._layout import PARTITION_COLUMN
     from silt_spark.runtime._ndarrays import record_bytes
-    from silt_spark.runtime._shard import placed
+    from silt_spark.runtime._run import placed
 
     p, db = stage.keywords["p"], task.db
     before = db.stats()
@@ -243,7 +243,7 @@ def child(folder: Path, profile: str | None, dump: str | None = None,
     clock = Clock(out)
     stage = pickle.loads(stage_bytes)
     import silt  # noqa: F401  (its package import counts in the imports step, as before)
-    from silt_spark.runtime._shard import placed  # run_shard's check of the rows' key groups
+    from silt_spark.runtime._run import placed  # run_shard's check of the rows' key groups
 
     def run(task: Task, batches: list[Any]) -> int:
         return sum(b.num_rows for b in stage(task, placed(task, iter(batches))))

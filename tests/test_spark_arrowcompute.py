@@ -73,7 +73,7 @@ def test_the_aggregates_stages_in_a_fresh_interpreter_import_no_pyarrow_compute(
         from silt_spark.errors import ShardPlacementError
         from silt_spark.runtime._layout import KG_COLUMN, PARTITION_COLUMN
         from silt_spark.runtime._ndarrays import from_numpy
-        from silt_spark.runtime._shard import placed
+        from silt_spark.runtime._run import placed
 
         t = pa.Table.from_batches(list(pa.ipc.open_stream(sys.stdin.buffer.read())))
         schema = StructType([StructField("k", LongType()), StructField("s", StringType()),

@@ -14,7 +14,7 @@ from typing import Any
 from silt.errors import InvalidArgumentError, InvalidTypeError
 from silt.tierkit import public_url
 
-from . import _guard, _interval, _layout, _metrics, _progress, _root, _shard, _storage, _tick
+from . import _guard, _interval, _layout, _metrics, _progress, _root, _run, _shard, _storage, _tick
 
 
 def operator_spec(
@@ -257,7 +257,7 @@ def shard_stage(
     process: Callable[[_shard.ShardTask, Any], Any], struct: Any,
 ) -> Any:
     """The shuffled stage: ``mapInArrow`` runs ``process`` on one shard's rows in each task
-    (``_shard.run_shard``), its metrics reported to ``df``'s session and observed in the
+    (``_run.run_shard``), its metrics reported to ``df``'s session and observed in the
     query's progress (:mod:`silt_spark.runtime._progress`); returns the operator's output
     ``struct``. A streaming operator's root is checked when its query starts
     (:mod:`silt_spark.runtime._guard`)."""
@@ -267,7 +267,7 @@ def shard_stage(
         _guard.register(df.sparkSession, spec)  # checks the root when the query starts
 
     def shard_fn(batches: Any) -> Any:
-        return _shard.run_shard(spec, batches, process, report, schema)
+        return _run.run_shard(spec, batches, process, report, schema)
 
     # The name Spark's plan shows for the stage: MapInArrow silt_aggregate(...), not shard_fn.
     shard_fn.__name__ = shard_fn.__qualname__ = f"silt_{spec.kind}"

@@ -1,6 +1,6 @@
 """One shard's micro-batch of ``transform_batches``, inside its Spark task.
 
-The task (under ``silt_spark.runtime._shard.run_shard``, which opens the shard at the batch's base,
+The task (under ``silt_spark.runtime._run.run_shard``, which opens the shard at the batch's base,
 commits version ``b`` when the task succeeded and anything changed, and discards every write of
 a failed task) gathers the shard's rows into one ``pyarrow.Table``, finds the batch's grouping
 keys and their key groups, runs ``processor.init(handle)``, reads the state of every key ahead
