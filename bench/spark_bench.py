@@ -43,7 +43,9 @@ lower bound).
 
 runs silt aggregate with its state on moto's S3 server behind a proxy that adds 20 ms to every
 request (cold restarts with and without the SSD cache, and once without the cache refill after
-compaction), next to the same on file://.
+compaction), next to the same on file://; ``--cases "StatefulProcessor (arrow) ("`` the per-key
+Arrow processor (``FastCount``) on S3 and on file:// the same way (its rows/s on S3 against
+file://'s is the other ratio the object-storage targets name).
 
     SILT_SRC=/path/to/other/checkout python bench/spark_bench.py --cases window
 
@@ -113,6 +115,7 @@ from spark_figures import (  # noqa: E402
     task_times,
 )
 from spark_inputs import JOIN_KEPT_S, join_batches, make_input, make_join_input, make_window_input  # noqa: E402
+from spark_report import print_report  # noqa: E402
 from spark_results import record  # noqa: E402
 from spark_session import RemoteState, session_factory  # noqa: E402
 
@@ -319,9 +322,10 @@ def main() -> None:
                     "5M rows), so the state holds K keys before the measured batches (rows/s "
                     "and the restart count only the batches after them)")
     ap.add_argument("--s3-latency-ms", type=float, default=None,
-                    help="also run silt aggregate with its state on moto's S3 server behind a "
-                    "proxy adding this latency to every request, with and without the SSD "
-                    "cache, next to file:// (needs moto[server] and boto3)")
+                    help="also run silt aggregate (with and without the SSD cache) and the "
+                    "Arrow processor with their state on moto's S3 server behind a proxy adding "
+                    "this latency to every request, next to file:// (needs moto[server] and "
+                    "boto3)")
     ap.add_argument("--cases", default="",
                     help="comma-separated substrings: run only the cases whose name has one")
     ap.add_argument("--repeat", type=int, default=1,
@@ -388,39 +392,47 @@ def main() -> None:
                                 keys=keys: make_input(src, args.batches, args.rows, keys,
                                                       seed=keys))
                 ms = f"{args.s3_latency_ms:g} ms"
-                where = {  # label -> the state's URL (the S3 ones need the server)
-                    "file://": lambda _remote, keys=keys, work=work: (
-                        work / f"state-remote-{keys}").as_uri(),
-                    f"s3 +{ms}": lambda remote, keys=keys, rep=rep: remote.url(
-                        f"agg-{keys}-{rep}"),
-                    f"s3 +{ms}, ssd cache": lambda remote, keys=keys, rep=rep, work=work: (
-                        remote.url(
-                        f"agg-ssd-{keys}-{rep}", cache_dir=work / f"ssd-{keys}")),
+                where = {  # label -> the state's URL for a case tag (S3 needs the server)
+                    "file://": lambda _remote, tag, keys=keys, work=work: (
+                        work / f"state-remote-{tag}-{keys}").as_uri(),
+                    f"s3 +{ms}": lambda remote, tag, keys=keys, rep=rep: remote.url(
+                        f"{tag}-{keys}-{rep}"),
+                    f"s3 +{ms}, ssd cache": lambda remote, tag, keys=keys, rep=rep, work=work: (
+                        remote.url(f"{tag}-ssd-{keys}-{rep}",
+                                   cache_dir=work / f"ssd-{tag}-{keys}")),
                     # the cache refill after compactions off (silt.refill): what it saves
-                    f"s3 +{ms}, no refill": lambda remote, keys=keys, rep=rep: remote.url(
-                        f"agg-norefill-{keys}-{rep}"),
+                    f"s3 +{ms}, no refill": lambda remote, tag, keys=keys, rep=rep: remote.url(
+                        f"{tag}-norefill-{keys}-{rep}"),
+                }
+                # the aggregate in every place; the per-key Arrow processor (FastCount) on
+                # file:// and plain S3 (its rows/s against file://'s, as the aggregate's)
+                kinds = {
+                    "silt aggregate": lambda url, opts: lambda df: silt_spark.aggregate(
+                        df, ["key"], ["count", "sum(amount)"], state_url=url,
+                        num_shards=args.shards, settings=opts),
+                    "silt StatefulProcessor (arrow)": lambda url, opts: lambda df: (
+                        silt_spark.transform_with_state(
+                            df, FastCount(), ["key"], "key long, n long, total long",
+                            state_url=url, num_shards=args.shards, rows_format="arrow",
+                            settings=opts)),
                 }
                 for label, state_url in where.items():
-                    name = f"silt aggregate ({label})"
-                    if not runner.wants(rep, keys, name):
-                        continue
-                    if remote is None:
-                        remote = RemoteState(args.s3_latency_ms)
-                    url = state_url(remote)
-                    opts = (silt.Settings(refill_after_compaction=False)
-                            if label.endswith("no refill") else None)
-
-                    def build(df, url=url, opts=opts):
-                        return silt_spark.aggregate(df, ["key"], ["count", "sum(amount)"],
-                                                    state_url=url, num_shards=args.shards,
-                                                    settings=opts)
-
-                    remote.proxy.counts.clear()
-                    r = measure(session, name, build, src, work, keys, args.rows, args,
-                                url if url.startswith("file:") else None)
-                    if r is not None:
-                        r["proxied_requests"] = remote.proxy.counts.get("requests", 0)
-                        results.append(r)
+                    for kind, builder in kinds.items():
+                        name = f"{kind} ({label})"
+                        if (not runner.wants(rep, keys, name) or (kind != "silt aggregate"
+                                and label not in ("file://", f"s3 +{ms}"))):
+                            continue
+                        if remote is None:
+                            remote = RemoteState(args.s3_latency_ms)
+                        url = state_url(remote, "agg" if kind == "silt aggregate" else "proc")
+                        opts = (silt.Settings(refill_after_compaction=False)
+                                if label.endswith("no refill") else None)
+                        remote.proxy.counts.clear()
+                        r = measure(session, name, builder(url, opts), src, work, keys,
+                                    args.rows, args, url if url.startswith("file:") else None)
+                        if r is not None:
+                            r["proxied_requests"] = remote.proxy.counts.get("requests", 0)
+                            results.append(r)
             src = generated(work / f"agg-{keys}", lambda src=work / f"agg-{keys}", keys=keys:
                             make_input(src, args.batches, args.rows, keys, seed=keys,
                                        fill=args.fill))
@@ -541,79 +553,7 @@ def main() -> None:
     if runner.child:  # the parent prints the table and writes the results file
         Path(args.one_out).write_text(json.dumps(results, default=float))
         return
-    print()
-    print(f"{'case':32s} {'K':>10s} {'rows/batch':>10s} {'rows/s':>10s} {'commit ms':>10s} "
-          f"{'recovery s':>10s} {'1st batch s':>11s}")
-    for r in results:
-        tail = f"  ({r['error']})" if "error" in r else ""
-        commit = r.get("commit_ms", r.get("native_commit_ms", 0.0))
-        print(f"{r['case']:32s} {r['keys']:>10,d} {r['rows']:>10,d} {r['rows_per_s']:>10,.0f} "
-              f"{commit:>10.0f} {r['recovery_s']:>10.1f} "
-              f"{r.get('restart_first_batch_ms', 0) / 1000:>11.2f}{tail}")
-    for r in results:
-        req = r.get("requests_per_task", {})
-        if req.get("all"):
-            print(f"{r['case']:32s} requests per batch and shard: {per_kind(req['all'])}; "
-                  f"watermark: {per_kind(req.get('watermark', {})) or 'none'}")
-    print()
-    print(f"{'state requests (S3 Standard)':32s} {'K':>10s} {'A/batch':>8s} {'B/batch':>8s} "
-          f"{'A per 1M':>9s} {'B per 1M':>9s} {'$ per 1M rows':>13s}")
-    for r in results:
-        c = r.get("state_cost")
-        if not c:
-            continue
-        print(f"{r['case']:32s} {r['keys']:>10,d} {c['class_a_per_batch']:>8.1f} "
-              f"{c['class_b_per_batch']:>8.1f} "
-              f"{c['class_a']:>9.0f} {c['class_b']:>9.0f} {c['usd']:>13.4f}")
-    for keys in args.keys:
-        by = {r["case"]: r for r in results if r["keys"] == keys and "error" not in r}
-        win, nwin = by.get("silt window_aggregate"), by.get("native window (RocksDB)")
-        if win and nwin and nwin["rows_per_s"]:
-            print(f"K={keys:,d}: silt window_aggregate / native: "
-                  f"{win['rows_per_s'] / nwin['rows_per_s']:.2f}x rows/s")
-        for how in ("inner", "left"):
-            sj, nj = by.get(f"silt join {how}"), by.get(f"native join {how} (RocksDB)")
-            if sj and nj and nj["rows_per_s"]:
-                print(f"K={keys:,d}: silt join {how} / native: "
-                      f"{sj['rows_per_s'] / nj['rows_per_s']:.2f}x rows/s, recovery "
-                      f"{nj['recovery_s'] / max(1e-9, sj['recovery_s']):.2f}x faster, state "
-                      f"{sj['state_bytes'] / 2**20:,.0f} MiB vs {nj['state_bytes'] / 2**20:,.0f}"
-                      " MiB")
-        local = by.get("silt aggregate (file://)")
-        if local and local["rows_per_s"]:
-            for c, r in by.items():
-                if c.startswith("silt aggregate (s3"):
-                    print(f"K={keys:,d}: {c}: {r['rows_per_s'] / local['rows_per_s']:.2f}x "
-                          f"file://'s rows/s; cold restart {r['recovery_s']:.1f} s (first batch "
-                          f"{r['restart_first_batch_ms'] / 1000:.1f} s) against "
-                          f"{local['recovery_s']:.1f} s; {r.get('proxied_requests', 0):,} "
-                          "requests through the proxy")
-        floor = by.get("stateless floor (Arrow)")
-        if floor:
-            shares = ", ".join(
-                f"{c} {by[c]['recovery_s'] - floor['recovery_s']:+.1f} s"
-                for c in ("silt aggregate", "native groupBy (RocksDB)") if c in by)
-            print(f"K={keys:,d}: state's share of a cold restart (recovery minus the stateless "
-                  f"floor's {floor['recovery_s']:.1f} s): {shares}")
-        agg, nat = by.get("silt aggregate"), by.get("native groupBy (RocksDB)")
-        if agg and nat and nat["rows_per_s"] and agg["recovery_s"]:
-            print(f"K={keys:,d}: silt aggregate / native: {agg['rows_per_s'] / nat['rows_per_s']:.2f}x"
-                  f" rows/s, recovery {nat['recovery_s'] / agg['recovery_s']:.2f}x faster, first "
-                  f"batch after restart {nat['restart_first_batch_ms'] / max(1, agg['restart_first_batch_ms']):.2f}x faster")
-        best = max((by[c]["rows_per_s"] for c in ("transformWithStateInPandas",
-                                                  "applyInPandasWithState") if c in by),
-                   default=0.0)
-        for c in ("silt StatefulProcessor (pandas)", "silt StatefulProcessor (arrow)",
-                  "silt batch processor"):
-            if c in by and best:
-                print(f"K={keys:,d}: {c} / best Python peer: {by[c]['rows_per_s'] / best:.1f}x")
-        bp = by.get("silt batch processor")
-        if bp and bp["rows_per_s"]:
-            for c in ("silt aggregate", "silt StatefulProcessor (arrow)",
-                      "native groupBy (RocksDB)"):
-                if c in by and by[c]["rows_per_s"]:
-                    print(f"K={keys:,d}: silt batch processor / {c}: "
-                          f"{bp['rows_per_s'] / by[c]['rows_per_s']:.2f}x rows/s")
+    print_report(results, args.keys)
     print(json.dumps(results, default=float))
     out = write_results(args.json, record(
         dict(vars(args)), results,
