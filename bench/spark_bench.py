@@ -419,8 +419,9 @@ def main() -> None:
                 for label, state_url in where.items():
                     for kind, builder in kinds.items():
                         name = f"{kind} ({label})"
-                        if (not runner.wants(rep, keys, name) or (kind != "silt aggregate"
-                                and label not in ("file://", f"s3 +{ms}"))):
+                        if kind != "silt aggregate" and label not in ("file://", f"s3 +{ms}"):
+                            continue  # (before wants(): a listed case must run)
+                        if not runner.wants(rep, keys, name):
                             continue
                         if remote is None:
                             remote = RemoteState(args.s3_latency_ms)
