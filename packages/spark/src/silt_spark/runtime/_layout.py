@@ -154,12 +154,14 @@ def with_routing_columns(df, key_columns, num_shards: int, key_groups: int):
 
     The partition column is :func:`partition_values`' entry for the key group's shard
     (:func:`shard_of`, in integer arithmetic), so the plan holds one small literal array of
-    ``num_shards`` values (the same values as :func:`partition_table`)."""
+    ``num_shards`` int values (the same values as :func:`partition_table`). It is one SQL
+    expression (our column's name and integers only), one call into the JVM where building it
+    from Column methods took ~25: the driver builds it at every query start, a restart's
+    included."""
     from pyspark.sql import functions as F
 
     kg = F.pmod(F.xxhash64(*[F.col(c) for c in key_columns]), F.lit(key_groups)).cast("int")
-    shard = F.expr(f"div(`{KG_COLUMN}` * {num_shards}, {key_groups})")
-    table = F.array(*[F.lit(v) for v in partition_values(num_shards)])
-    return df.withColumn(KG_COLUMN, kg).withColumn(
-        PARTITION_COLUMN, F.element_at(table, (shard + 1).cast("int"))
-    )
+    values = ", ".join(str(int(v)) for v in partition_values(num_shards))
+    partition = F.expr(f"element_at(array({values}), "
+                       f"cast(div(`{KG_COLUMN}` * {num_shards}, {key_groups}) + 1 AS int))")
+    return df.withColumn(KG_COLUMN, kg).withColumn(PARTITION_COLUMN, partition)
