@@ -18,6 +18,14 @@ from ._ndarrays import to_numpy
 from ._root import OperatorSpec
 from ._shard import ShardTask
 
+#: Why a shard task runs as the wrong partition, and what to do: both placement checks say it.
+_MISPLACED = (
+    "its output shares a stage with other partitions (a union in which it is not the first "
+    "input), or adaptive query execution coalesced its shuffle. Add .repartition(n) to the "
+    "operator's output before the union, or make it the first input, and keep "
+    "spark.sql.adaptive.enabled off"
+)
+
 
 def run_shard(
     spec: OperatorSpec,
@@ -53,10 +61,7 @@ def run_shard(
         raise ShardPlacementError(
             f"a task of the silt_{spec.kind} operator at {public_url(spec.root)} runs as "
             f"partition {shard} of its stage, but the operator has {spec.num_shards} shards: "
-            "its output shares a stage with other partitions (a union in which it is not the "
-            "first input), or adaptive query execution coalesced its shuffle. Add "
-            ".repartition(n) to the operator's output before the union, or make it the first "
-            "input, and keep spark.sql.adaptive.enabled off"
+            f"{_MISPLACED}"
         )
     task = ShardTask(spec, shard, int(batch_id), query_id, ctx.attemptNumber(),
                      run_id=_watermark.run_of_task(ctx))
@@ -105,10 +110,7 @@ def check_key_groups(task: ShardTask, kg_array: Any) -> None:
         raise ShardPlacementError(
             f"shard {task.shard} owns key groups {task.first_kg}..{task.last_kg} but received "
             f"rows of key groups {lo}..{hi}: the operator's task runs as another partition "
-            "than its shard (its output shares a stage with other partitions, as in a union "
-            "in which it is not the first input, or adaptive query execution coalesced its "
-            "shuffle). Add .repartition(n) to the operator's output before the union, or make "
-            "it the first input, and keep spark.sql.adaptive.enabled off"
+            f"than its shard: {_MISPLACED}"
         )
 
 
