@@ -110,12 +110,16 @@ def test_block_charge_is_what_each_twin_holds() -> None:
     # The one difference between the twins' blocks: what the cache charges for one, the memory
     # each implementation holds for it (measured by RSS over thousands of cached 8 KiB blocks:
     # compiled ~payload + 1.0 KiB for 66 entries, pure ~payload + 6.7 KiB with its index; the
-    # compiled block also keeps a checked copy of its 2 x 4-byte offsets per entry).
+    # compiled block keeps an 8-byte prefix per entry, and a checked copy of its 2 x 4-byte
+    # offsets when its buffer is not an immutable ``bytes``).
     for n in (0, 1, 66, 500):
         keys = [b"%08d" % i for i in range(n)]
         payload = blk_mod.encode_block_py(keys, [b"v" * 100] * n)
         assert blk_mod.Block_py(payload).charge == len(payload) + 48 * n + 200
-        assert C.Block(payload).charge == len(payload) + 16 * n + 512
+        assert C.Block(payload).charge == len(payload) + 8 * n + 512
+        framed = blk_mod.frame(payload, blk_mod.COMPRESSION_NONE)
+        mapped = C.decode_block(memoryview(bytearray(framed)), "obj", 0)
+        assert mapped.charge == len(payload) + 16 * n + 512
 
 
 # --- selection ------------------------------------------------------------------------------------
@@ -287,6 +291,65 @@ def test_block_identical(kr, probes: list[bytes], start, end) -> None:
     probe_mod.lookup_many_py(py, probe, found_py, miss_py)
     C.lookup_many(c, probe, found_c, miss_c)
     assert (found_py, miss_py) == (found_c, miss_c)
+
+
+@st.composite
+def prefixed_entries(draw) -> tuple[list[bytes], list[object], list[bytes]]:
+    """A block whose keys share a long prefix (a key group's and a type's tag, as a Spark
+    shard's keys do), and probes around it: the prefix cut short, equal, exceeded, and changed
+    one byte up or down at any position."""
+    prefix = draw(st.binary(min_size=1, max_size=20))
+    keys = draw(st.lists(st.binary(max_size=6).map(lambda s: prefix + s), min_size=1,
+                         max_size=60, unique=True).map(sorted))
+    records = draw(st.lists(record_st, min_size=len(keys), max_size=len(keys)))
+    probes = [prefix[:j] for j in range(len(prefix) + 1)] + [prefix + b"\x00", prefix + b"\xff"]
+    for j in range(len(prefix)):
+        for d in (-1, 1):
+            if 0 <= prefix[j] + d <= 255:
+                probes.append(prefix[:j] + bytes([prefix[j] + d]) + prefix[j + 1:])
+    probes += draw(st.lists(st.binary(max_size=6).map(lambda s: prefix + s), max_size=10))
+    return keys, records, probes
+
+
+@FAST
+@given(prefixed_entries(), st.integers(0, 100), st.integers(0, 100))
+def test_blocks_of_keys_with_a_common_prefix_identical(kpr, a: int, b: int) -> None:
+    """The compiled block searches past its keys' common prefix: every probe around that
+    prefix finds what the pure twin finds, in a bytes payload and in a mapped buffer."""
+    keys, records, probes = kpr
+    payload = blk_mod.encode_block_py(keys, records)
+    py = blk_mod.Block_py(payload, "o", 9)
+    framed = blk_mod.frame(payload, blk_mod.COMPRESSION_NONE)
+    for c in (C.Block(payload, "o", 9), C.decode_block(memoryview(bytearray(framed)), "o", 9)):
+        assert block_view(py) == block_view(c)
+        for key in keys + probes:
+            assert c.get(key) == py.get(key)
+        bounds = sorted(probes)
+        start, end = bounds[a % len(bounds)], bounds[b % len(bounds)]
+        for lo, hi in ((start, end), (start, None), (None, end)):
+            assert list(py.items_from(lo, hi)) == list(c.items_from(lo, hi))
+        found_py: dict = {}
+        found_c: dict = {}
+        miss_py: list = []
+        miss_c: list = []
+        probe = sorted(set(keys[::2] + probes))
+        probe_mod.lookup_many_py(py, probe, found_py, miss_py)
+        C.lookup_many(c, probe, found_c, miss_c)
+        assert (found_py, miss_py) == (found_c, miss_c)
+
+
+@pytest.mark.parametrize("middle", [b"pfx", b"pf", b"pfw\xff", b"pfy", b"pfx0"])
+def test_a_block_whose_middle_key_leaves_the_common_prefix_is_corrupt(middle: bytes) -> None:
+    # The first and last keys share "pfx"; a middle key that does not (shorter, below or
+    # above it) breaks the order, and both twins say so; "pfx0" keeps the order: readable.
+    keys = [b"pfx", middle, b"pfx1"]
+    payload = blk_mod.encode_block_py(keys, [b"v", b"w", b"x"])
+    for cls in (blk_mod.Block_py, C.Block):
+        if middle == b"pfx0":
+            assert cls(payload, "o", 0).get(middle) == b"w"
+        else:
+            with pytest.raises(CorruptionError, match="increasing order"):
+                cls(payload, "o", 0)
 
 
 def _decode(cls: type, payload: bytes) -> object:

@@ -61,6 +61,7 @@ from libc.stdlib cimport free, malloc
 from libc.string cimport memcmp, memcpy, memset
 
 
+import os
 import lz4.block as _lz4_block
 from threading import Lock as _Lock
 

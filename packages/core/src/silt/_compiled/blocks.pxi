@@ -16,6 +16,28 @@ cdef inline uint64_t _prefix(const unsigned char* p, Py_ssize_t n) noexcept nogi
     return v
 
 
+cdef inline bint _same_bytes(const unsigned char* a, const unsigned char* b,
+                             Py_ssize_t n) noexcept nogil:
+    """Whether the ``n`` bytes at ``a`` and ``b`` are equal: eight at a time, inline (a short
+    prefix checked for every key of a block costs less than a call to memcmp)."""
+    cdef uint64_t x, y
+    while n >= 8:
+        memcpy(&x, a, 8)
+        memcpy(&y, b, 8)
+        if x != y:
+            return False
+        a += 8
+        b += 8
+        n -= 8
+    while n > 0:
+        if a[0] != b[0]:
+            return False
+        a += 1
+        b += 1
+        n -= 1
+    return True
+
+
 cdef inline int _cmp(const unsigned char* a, Py_ssize_t na,
                      const unsigned char* b, Py_ssize_t nb) noexcept nogil:
     cdef int c = memcmp(a, b, na if na < nb else nb)
@@ -118,11 +140,17 @@ cdef class Block:
     cdef const unsigned char* _keys
     cdef const unsigned char* _vals
     cdef list _keylist
-    cdef uint64_t* _pfx  # big-endian first 8 bytes of every key (zero-padded): the search runs
-                         # over this small array and touches key bytes only on prefix ties
-    cdef uint32_t* _ends  # the key ends, then the value ends, checked and copied at decoding
-                          # (in _pfx's allocation): every later read of key or value bytes
-                          # stays inside the payload, whatever its buffer holds by then
+    cdef uint64_t* _pfx  # big-endian 8 bytes of every key after the block's common prefix
+                         # (zero-padded): the search runs over this small array and touches
+                         # key bytes only on ties
+    cdef Py_ssize_t _skip  # the length of the prefix every key of the block shares (checked
+                           # at decoding): searches compare it once, then only what follows
+    cdef const unsigned char* _ends  # the key ends, then the value ends (2n little-endian
+                                     # uint32), checked at decoding: the payload's own when
+                                     # its owner is ``bytes`` (immutable), else a copy in
+                                     # _pfx's allocation, so every later read of key or value
+                                     # bytes stays inside the payload, whatever a mapped
+                                     # file's buffer holds by then
     cdef readonly Py_ssize_t charge
     cdef object _object_name, _offset  # where the block was read (no tuple per block: a
                                        # tuple is tracked by the garbage collector)
@@ -160,27 +188,30 @@ cdef class Block:
         self._kinds = self._vend + 4 * n
         self._exps = self._kinds + n if flags & BLOCK_FLAG_EXPIRY else NULL
         self._keys = b + need
-        # The offsets are copied first and checked on the copies: a buffer that changes after
-        # this (a memory-mapped file someone rewrote in place) can then change what a read
-        # returns, never where it reads.
+        # The offsets are checked where they stay: in an immutable ``bytes`` payload, in place;
+        # in any other buffer (a memory-mapped file someone may rewrite in place), on a copy,
+        # so that the buffer can then change what a read returns, never where it reads.
+        cdef bint copied = not PyBytes_CheckExact(owner)
         free(self._pfx)
-        self._pfx = <uint64_t*>malloc(max(self._n, 1) * (sizeof(uint64_t) + 2 * sizeof(uint32_t)))
+        self._pfx = <uint64_t*>malloc(max(self._n, 1) * (
+            sizeof(uint64_t) + (2 * sizeof(uint32_t) if copied else 0)))
         if self._pfx == NULL:
             raise MemoryError()
-        self._ends = <uint32_t*>(self._pfx + max(self._n, 1))
-        for i in range(self._n):
-            self._ends[i] = _le32(self._kend + 4 * i)
-            self._ends[self._n + i] = _le32(self._vend + 4 * i)
+        if copied:
+            memcpy(<void*>(self._pfx + max(self._n, 1)), self._kend, 8 * self._n)
+            self._ends = <const unsigned char*>(self._pfx + max(self._n, 1))
+        else:
+            self._ends = self._kend
         prev = 0
         for i in range(self._n):
-            e = self._ends[i]
+            e = self._kend_at(i)
             if e < prev:
                 self._bad("key offsets decrease")
             prev = e
         klen = prev
         prev = 0
         for i in range(self._n):
-            e = self._ends[self._n + i]
+            e = self._vend_at(i)
             if e < prev:
                 self._bad("value offsets decrease")
             prev = e
@@ -188,12 +219,28 @@ cdef class Block:
         if need + klen > <uint64_t>size or (n and need + klen + vlen != <uint64_t>size):
             self._bad("block regions do not add up")
         self._vals = self._keys + klen
+        # The prefix every key shares: the first key's common prefix with the last one (in a
+        # sorted block every key between shares it too; checked below for each key, as the
+        # order is). The prefix array then holds what follows it, which tells neighbours apart
+        # where their first 8 bytes would tie (a key group's and a type's tag, say).
+        cdef uint64_t skip = 0, last_start = 0
+        if self._n > 1:
+            last_start = self._kend_at(self._n - 2)
+            skip = min(self._kend_at(0), self._kend_at(self._n - 1) - last_start)
+            i = 0
+            while <uint64_t>i < skip and self._keys[i] == self._keys[last_start + i]:
+                i += 1
+            skip = i
+        self._skip = <Py_ssize_t>skip
         # Keys must be strictly increasing (lookups bisect them); the prefixes decide unless
         # they tie.
         cdef uint64_t start = 0, pstart = 0
         for i in range(self._n):
-            e = self._ends[i]
-            self._pfx[i] = _prefix(self._keys + start, e - start)
+            e = self._kend_at(i)
+            if skip and (e - start < skip
+                         or not _same_bytes(self._keys + start, self._keys, skip)):
+                self._bad("keys are not in increasing order")
+            self._pfx[i] = _prefix(self._keys + start + skip, e - start - skip)
             if i and (self._pfx[i] < self._pfx[i - 1] or (
                     self._pfx[i] == self._pfx[i - 1] and _cmp(
                         self._keys + pstart, <Py_ssize_t>(start - pstart),
@@ -202,10 +249,10 @@ cdef class Block:
             pstart = start
             start = e
         # What this block holds, measured (RSS over 7,000 cached 8 KiB blocks): the payload, an
-        # 8-byte prefix and two 4-byte offsets per entry, ~500 bytes of object, malloc and
-        # cache-entry overhead. The pure twin holds a bytes object per key and its index dict,
-        # and charges for those.
-        self.charge = size + 16 * self._n + 512
+        # 8-byte prefix per entry (and its two 4-byte offsets when copied), ~500 bytes of
+        # object, malloc and cache-entry overhead. The pure twin holds a bytes object per key
+        # and its index dict, and charges for those.
+        self.charge = size + (16 if copied else 8) * self._n + 512
         return 0
 
     def __dealloc__(self):
@@ -222,21 +269,35 @@ cdef class Block:
     def __len__(self):
         return self._n
 
+    cdef inline uint32_t _kend_at(self, Py_ssize_t i) noexcept nogil:
+        return _le32(self._ends + 4 * i)
+
+    cdef inline uint32_t _vend_at(self, Py_ssize_t i) noexcept nogil:
+        return _le32(self._ends + 4 * (self._n + i))
+
     cdef Py_ssize_t _kstart(self, Py_ssize_t i) noexcept nogil:
-        return self._ends[i - 1] if i else 0
+        return self._kend_at(i - 1) if i else 0
 
     cdef Py_ssize_t _vstart(self, Py_ssize_t i) noexcept nogil:
-        return self._ends[self._n + i - 1] if i else 0
+        return self._vend_at(i - 1) if i else 0
 
     cdef bytes _key(self, Py_ssize_t i):
         cdef Py_ssize_t s = self._kstart(i)
-        return PyBytes_FromStringAndSize(<const char*>self._keys + s, self._ends[i] - s)
+        return PyBytes_FromStringAndSize(<const char*>self._keys + s, self._kend_at(i) - s)
 
     cdef Py_ssize_t _lower_bound(self, const unsigned char* k, Py_ssize_t nk,
                                  Py_ssize_t lo) noexcept nogil:
         """First index >= lo whose key is >= k."""
-        cdef Py_ssize_t hi = self._n, mid, s
-        cdef uint64_t pk = _prefix(k, nk), p
+        cdef Py_ssize_t hi = self._n, mid, s, skip = self._skip
+        cdef int c
+        cdef uint64_t pk, p
+        if skip:  # every key starts with the block's common prefix: compare it once
+            c = memcmp(k, self._keys, nk if nk < skip else skip)
+            if c < 0 or (c == 0 and nk < skip):
+                return lo  # k is below every key
+            if c > 0:
+                return hi if hi > lo else lo  # k is above every key
+        pk = _prefix(k + skip, nk - skip)
         while lo < hi:
             mid = (lo + hi) >> 1
             p = self._pfx[mid]
@@ -244,9 +305,9 @@ cdef class Block:
                 lo = mid + 1
             elif p > pk:
                 hi = mid
-            else:  # same 8-byte prefix: compare the whole keys
-                s = self._kstart(mid)
-                if _cmp(self._keys + s, self._ends[mid] - s, k, nk) < 0:
+            else:  # the same 8 bytes after the common prefix: compare the rest
+                s = self._kstart(mid) + skip
+                if _cmp(self._keys + s, self._kend_at(mid) - s, k + skip, nk - skip) < 0:
                     lo = mid + 1
                 else:
                     hi = mid
@@ -255,7 +316,7 @@ cdef class Block:
     cdef bint _key_eq(self, Py_ssize_t i, const unsigned char* k,
                              Py_ssize_t nk) noexcept nogil:
         cdef Py_ssize_t s = self._kstart(i)
-        return (self._ends[i] - s == <uint32_t>nk
+        return (self._kend_at(i) - s == <uint32_t>nk
                 and memcmp(self._keys + s, k, nk) == 0)
 
     cdef object _record(self, Py_ssize_t i):
@@ -264,7 +325,7 @@ cdef class Block:
             return None
         cdef Py_ssize_t s = self._vstart(i)
         cdef bytes value = PyBytes_FromStringAndSize(<const char*>self._vals + s,
-                                                     self._ends[self._n + i] - s)
+                                                     self._vend_at(i) - s)
         if kind == KIND_PUT:
             return value
         if kind == KIND_PUT_EXPIRING and self._exps != NULL:
@@ -297,7 +358,7 @@ cdef class Block:
         i = self._lower_bound(k, nk, 0)
         if i < self._n:
             # the entry's value end and kind, loaded beside its key end and bytes
-            SILT_PREFETCH(self._ends + self._n + i)
+            SILT_PREFETCH(self._ends + 4 * (self._n + i))
             SILT_PREFETCH(self._kinds + i)
             if self._key_eq(i, k, nk):
                 return self._record(i)
@@ -335,7 +396,7 @@ cdef class Block:
     @property
     def value_ends(self):
         from array import array
-        return array("I", [self._ends[self._n + i] for i in range(self._n)])
+        return array("I", [self._vend_at(i) for i in range(self._n)])
 
     @property
     def expiries(self):
@@ -353,6 +414,72 @@ cdef uint64_t LZ4_MAX_RATIO = _fmt.LZ4_MAX_RATIO
 # table loop above on 8 KiB) and lz4's decoder, called on the block's bytes in place.
 cdef object _zlib_crc32 = _fast_crc32
 cdef object _lz4_decompress = _lz4_block.decompress
+
+cdef extern from *:
+    """
+    #ifdef _WIN32
+    static void* silt_loaded_symbol(const char* path, const char* name) {
+        (void)path; (void)name;
+        return NULL;  /* no dlsym: every block goes through lz4.block.decompress */
+    }
+    #else
+    #include <dlfcn.h>
+    /* ``name`` in the already loaded shared object at ``path`` (never loads one), or NULL. */
+    static void* silt_loaded_symbol(const char* path, const char* name) {
+        void* handle = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
+        void* found;
+        if (handle == NULL) return NULL;
+        found = dlsym(handle, name);
+        dlclose(handle);  /* the module's own reference keeps it loaded */
+        return found;
+    }
+    #endif
+    """
+    void* silt_loaded_symbol(const char* path, const char* name)
+
+ctypedef int (*_lz4_decompress_fn)(const char* src, char* dst, int src_size,
+                                   int dst_capacity) noexcept nogil
+
+
+cdef _lz4_decompress_fn _find_lz4_decompress():
+    """lz4's own ``LZ4_decompress_safe`` in the extension module behind ``lz4.block`` (which
+    is loaded: it was imported above), or NULL where it cannot be found. Called directly, it
+    decompresses a block into the bytes object the block keeps: ``lz4.block.decompress``
+    would decompress into a buffer of its own, copy that into a new bytes object and free the
+    buffer, for every block read (a copy of 8 KiB and a round through malloc)."""
+    cdef object module = getattr(_lz4_block, "_block", None)
+    cdef object path = getattr(module, "__file__", None)
+    if not isinstance(path, str):
+        return NULL
+    return <_lz4_decompress_fn>silt_loaded_symbol(os.fsencode(path), b"LZ4_decompress_safe")
+
+
+cdef _lz4_decompress_fn _lz4_direct = _find_lz4_decompress()
+
+
+def lz4_decompresses_in_place():
+    """Whether lz4's blocks decompress straight into the bytes a block keeps (lz4's own
+    function was found), rather than through ``lz4.block.decompress`` and a copy."""
+    return _lz4_direct != NULL
+
+
+cdef object _lz4_payload(const char* p, Py_ssize_t body_len, uint32_t size):
+    """The decompressed payload of the lz4 stream ``p[:body_len]`` (its 4-byte size prefix,
+    ``size``, checked by the caller), as ``lz4.block.decompress`` returns it: decompressed by
+    lz4 directly into the new bytes object when its function was found; any stream it does
+    not decompress to exactly ``size`` bytes goes to ``lz4.block.decompress``, which raises
+    its own error for it (the twins' messages then agree)."""
+    cdef bytes out
+    cdef char* dst
+    cdef int got
+    if _lz4_direct != NULL and size > 0 and body_len - 4 <= 0x7FFFFFFF and size <= 0x7FFFFFFF:
+        out = PyBytes_FromStringAndSize(NULL, size)
+        dst = PyBytes_AS_STRING(out)
+        with nogil:
+            got = _lz4_direct(p + 4, dst, <int>(body_len - 4), <int>size)
+        if got == <int>size:
+            return out
+    return _lz4_decompress(PyMemoryView_FromMemory(<char*>p, body_len, PyBUF_READ))
 
 
 def decode_block(framed, object_name, offset):
@@ -406,7 +533,7 @@ def decode_block(framed, object_name, offset):
                             > LZ4_MAX_RATIO * <uint64_t>body_len):
             raise CorruptionError(object_name, offset, "lz4 stream has an impossible size")
         try:
-            payload = _lz4_decompress(PyMemoryView_FromMemory(p, body_len, PyBUF_READ))
+            payload = _lz4_payload(p, body_len, _le32(<const unsigned char*>p))
         except Exception as exc:
             raise CorruptionError(object_name, offset, f"lz4 stream is invalid ({exc})") from None
         return Block(payload, object_name, offset)
