@@ -209,6 +209,33 @@ def test_the_fast_checksum_is_installed() -> None:
     assert checksum.IMPLEMENTATION == "zlib-ng"  # a dependency of silt-core
 
 
+@pytest.mark.skipif(sys.platform == "win32", reason="no dlsym there: lz4.block.decompress")
+def test_the_compiled_decode_calls_lz4_directly() -> None:
+    # lz4's own decompressor, found in the extension module behind lz4.block, writes a block
+    # straight into the bytes the compiled block keeps; lz4.block.decompress stays the path
+    # for any stream it rejects (one of each, byte-identical to the pure twin's decode).
+    assert C.lz4_decompresses_in_place()
+    keys = [b"k%05d" % i for i in range(300)]
+    payload = blk_mod.encode_block_py(keys, [b"value" * 8] * 300)
+    framed = blk_mod.frame(payload, blk_mod.COMPRESSION_LZ4)
+    c = C.decode_block(framed, "o", 0)
+    assert block_view(c) == block_view(blk_mod.decode_block_py(framed, "o", 0))
+    body = framed[:-blk_mod.TRAILER_SIZE]
+    size = int.from_bytes(body[:4], "little")
+    for damaged in (
+        (size + 1).to_bytes(4, "little") + body[4:],  # one byte short of what it says
+        body[:4] + bytes([0xF0]) + bytes(len(body) - 5),  # a literal run past the stream
+    ):
+        code = blk_mod.COMPRESSION_LZ4
+        bad = damaged + blk_mod.TRAILER.pack(code, zlib.crc32(bytes((code,)), zlib.crc32(damaged)))
+        errors = []
+        for decode in (C.decode_block, blk_mod.decode_block_py):
+            with pytest.raises(CorruptionError, match="lz4 stream is invalid") as exc:
+                decode(bad, "o", 0)
+            errors.append(str(exc.value))
+        assert errors[0] == errors[1]
+
+
 @FAST
 @given(st.lists(st.binary(max_size=20), max_size=200, unique=True), st.integers(0, 64),
        st.lists(st.binary(max_size=20), max_size=50))
