@@ -35,8 +35,8 @@ CountedReads                      silt.metrics (a direct reader's reads, metered
 ================================  =============================================
 
 The code is in the parts included at the end of this file, one per concept, from
-``silt/_compiled/`` (crc, bloom, blocks, block_cache, key_index, tail, sst_get, range_iter, merge,
-memtable, probe, fd_cache, file_reads): one extension module, so the parts call each other's C
+``silt/_compiled/`` (crc, bloom, blocks, block_frames, block_cache, key_index, tail, sst_get,
+range_iter, merge, memtable, probe, fd_cache, file_reads): one extension module, so the parts call each other's C
 functions directly. The cimports and the constants every part uses are here.
 
 The on-disk bytes are defined in docs/format.md; tests/test_twins.py checks both implementations
@@ -126,6 +126,7 @@ cdef uint32_t BLOOM_LINE_MUL = _fmt.BLOOM_LINE_MUL
 include "_compiled/crc.pxi"
 include "_compiled/bloom.pxi"
 include "_compiled/blocks.pxi"
+include "_compiled/block_frames.pxi"
 include "_compiled/block_cache.pxi"
 include "_compiled/key_index.pxi"
 include "_compiled/tail.pxi"
