@@ -17,28 +17,6 @@ cdef inline uint64_t _prefix(const unsigned char* p, Py_ssize_t n) noexcept nogi
     return v
 
 
-cdef inline bint _same_bytes(const unsigned char* a, const unsigned char* b,
-                             Py_ssize_t n) noexcept nogil:
-    """Whether the ``n`` bytes at ``a`` and ``b`` are equal: eight at a time, inline (a short
-    prefix checked for every key of a block costs less than a call to memcmp)."""
-    cdef uint64_t x, y
-    while n >= 8:
-        memcpy(&x, a, 8)
-        memcpy(&y, b, 8)
-        if x != y:
-            return False
-        a += 8
-        b += 8
-        n -= 8
-    while n > 0:
-        if a[0] != b[0]:
-            return False
-        a += 1
-        b += 1
-        n -= 1
-    return True
-
-
 cdef inline int _cmp(const unsigned char* a, Py_ssize_t na,
                      const unsigned char* b, Py_ssize_t nb) noexcept nogil:
     cdef int c = memcmp(a, b, na if na < nb else nb)
@@ -238,8 +216,7 @@ cdef class Block:
         cdef uint64_t start = 0, pstart = 0
         for i in range(self._n):
             e = self._kend_at(i)
-            if skip and (e - start < skip
-                         or not _same_bytes(self._keys + start, self._keys, skip)):
+            if skip and (e - start < skip or memcmp(self._keys + start, self._keys, skip)):
                 self._bad("keys are not in increasing order")
             self._pfx[i] = _prefix(self._keys + start + skip, e - start - skip)
             if i and (self._pfx[i] < self._pfx[i - 1] or (
