@@ -62,6 +62,7 @@ MAIN_ROWS = [
     ("open_fresh_s", "open, fresh process (s)", "time"),
     ("cold_peak_rss_mib", "peak RSS of the cold-get process (MiB)", "time"),
     ("cold_rss_anon_mib", "  of which anonymous at the end (MiB)", "time"),
+    ("cold_rss_anon_added_mib", "    added since before the open (the store's own, MiB)", "time"),
     ("cold_rss_file_mib", "  of which mapped files at the end (MiB)", "time"),
 ]
 

@@ -45,7 +45,10 @@ runs silt aggregate with its state on moto's S3 server behind a proxy that adds 
 request (cold restarts with and without the SSD cache, and once without the cache refill after
 compaction), next to the same on file://; ``--cases "StatefulProcessor (arrow) ("`` the per-key
 Arrow processor (``FastCount``) on S3 and on file:// the same way (its rows/s on S3 against
-file://'s is the other ratio the object-storage targets name).
+file://'s is the other ratio the object-storage targets name); ``--cases "silt join inner (,silt
+join left (" --keys 1000000 --join-buffered 1000000 --join-step-rows 100000 --batches 8`` the
+stream-stream join the same way (rows/s of the step batches, after the two that fill the
+buffers).
 
     SILT_SRC=/path/to/other/checkout python bench/spark_bench.py --cases window
 
@@ -431,6 +434,37 @@ def main() -> None:
                         remote.proxy.counts.clear()
                         r = measure(session, name, builder(url, opts), src, work, keys,
                                     args.rows, args, url if url.startswith("file:") else None)
+                        if r is not None:
+                            r["proxied_requests"] = remote.proxy.counts.get("requests", 0)
+                            results.append(r)
+                # the stream-stream join on file:// and plain S3 (inner and left outer), on
+                # the join's input (``--join-buffered N --join-step-rows R``: the buffers
+                # filled by two batches, then the step batches whose rows/s are compared)
+                jfolder = work / f"remote-join-{keys}"
+                made = generated(jfolder, lambda j=jfolder, keys=keys: make_join_input(
+                    j, join_batches(args), keys, seed=keys + 3))
+                jsrc = once(lambda made=made, j=jfolder: (made(), (j / "left", j / "right"))[1])
+                for label in ("file://", f"s3 +{ms}"):
+                    for how in ("inner", "left"):
+                        name = f"silt join {how} ({label})"
+                        if not runner.wants(rep, keys, name):
+                            continue
+                        if remote is None:
+                            remote = RemoteState(args.s3_latency_ms)
+                        url = where[label](remote, f"join-{how}")
+                        remote.proxy.counts.clear()
+                        r = measure(
+                            session, name, lambda lt, rt, how=how, url=url: silt_spark.join(
+                                lt, rt, [("key", "pkey")], how, state_url=url,
+                                num_shards=args.shards, left_time_column="ot",
+                                right_time_column="pt", left_watermark_delay="10 seconds",
+                                right_watermark_delay="10 seconds", time_range=join_range),
+                            jsrc, work, keys, args.join_rows, args,
+                            url if url.startswith("file:") else None,
+                            schema=("key long, amount long, ot timestamp",
+                                    "pkey long, paid long, pt timestamp"), mode="append",
+                            restart_file=-1 if args.join_step_rows else 0,
+                            steady_from=2 if args.join_step_rows else 1)
                         if r is not None:
                             r["proxied_requests"] = remote.proxy.counts.get("requests", 0)
                             results.append(r)

@@ -33,7 +33,7 @@ import silt
 from silt.fetch import COALESCE_GAP_BYTES, COALESCE_MAX_BYTES, coalesce
 from silt.plugins import open_store
 from silt.testing import LatencyStore
-from silt_spark.operators.join import _buffers, _load
+from silt_spark.operators.join import _buffers, _evict, _load
 from silt_spark.runtime import _keys, _layout, _rowcodec
 
 #: Seconds each request waits: long against a thread's start-up on a loaded machine.
@@ -205,6 +205,75 @@ def test_a_cold_probe_reads_each_block_once_in_one_wave(chunks: int, probe: int)
             assert got.n == len(want) > 0
             assert got.key_rows.to_list() == [k for k, _ in want]
             assert got.values.to_list() == [v for _, v in want]
+    finally:
+        db.close()
+        plain.close()
+
+
+def _rows(db: silt.DB, side: int) -> list[tuple[bytes, bytes]]:
+    """Every buffered row of ``side`` in the shard's key groups, by a plain scan."""
+    return [kv for kg in range(KGS) for kv in db.scan(*_row_range(kg, side))]
+
+
+def _row_range(kg: int, side: int) -> tuple[bytes, bytes]:
+    head = _buffers.rows_head(kg, side)
+    return head, _buffers.prefix_end(head)
+
+
+@pytest.mark.parametrize("indexed", [True, False])
+@pytest.mark.parametrize("evict_s", [30, 75])
+def test_a_cold_eviction_reads_every_key_group_at_once(indexed: bool, evict_s: int) -> None:
+    """An eviction on a cold handle (both sides due, the left outer) reads the count entries of
+    every key group of both sides with one multi_scan, in 2 round trips (the tails, then the
+    blocks), and an outer side's rows after them (its time index, then the unmatched values;
+    without an index, the expired and boundary buckets of every key group at once): 4 round
+    trips for the whole eviction (3 without the index) however many key groups and SSTs,
+    where a scan per key group and side took a round trip per SST each (27-28 here with the
+    index, 85 without). What it evicts and emits is what a plain scan of the buffers says
+    expires."""
+    url = f"memory://join-evict-{uuid.uuid4().hex}"
+    jp = _plan()
+    if not indexed:
+        jp = _buffers.JoinPlan(**{**jp.__dict__, "time_indexed": False})
+    rng = np.random.default_rng(evict_s + indexed)
+    _fill(url, jp, 5, rng)
+    store = LatencyStore(open_store(url), DELAY)
+    db = silt.open(url, store=store, settings=SETTINGS)
+    plain = silt.open(url)
+    evict_us = evict_s * 1_000_000
+    try:
+        assert len(db._state.view.l0) == 5
+        task = types.SimpleNamespace(db=db, first_kg=0, last_kg=KGS - 1, url=url)
+        ops: list = []
+        ranges: list = []
+        dead: set = set()
+        delta: dict = {}
+        got = []
+        with store.operation() as op:
+            counts = _evict.read_counts(db, range(KGS), (_buffers.LEFT, _buffers.RIGHT))
+            reads = op.round_trips
+            for side in (_buffers.LEFT, _buffers.RIGHT):
+                evict = _evict.evict_indexed if jp.indexed[side] else _evict.evict
+                got.append(evict(task, jp, side, evict_us, jp.outer[side], set(), ops,
+                                 ranges, dead, delta, counts))
+        if reads > 2:
+            raise AssertionError(f"{LONGER}: the counts in {reads}, expected 2: {op}")
+        assert reads == 2, op
+        # and the outer side: its index, then the unmatched values; unindexed, its rows
+        _longer(op, 4 if indexed else 3)
+        full = _buffers.full_buckets_below(evict_us, jp.bucket_us)
+        for side, (_, n, unmatched) in zip((_buffers.LEFT, _buffers.RIGHT), got):
+            rows = _rows(plain, side)
+            times = [_buffers.split_row_key(k)[3] for k, _ in rows]
+            buckets = [_buffers.split_row_key(k)[1] for k, _ in rows]
+            if jp.outer[side]:  # every row at or before the eviction time, emitted unmatched
+                gone = [v for (_, v), t in zip(rows, times) if t <= evict_us]
+                assert sorted(unmatched.to_list()) == sorted(gone)
+            else:  # whole buckets only; nothing emitted
+                gone = [v for (_, v), b in zip(rows, buckets) if b < full]
+                assert len(unmatched) == 0
+            assert n == len(gone)
+        assert sum(n for _, n, _ in got) > 0
     finally:
         db.close()
         plain.close()

@@ -1,10 +1,16 @@
 """Eviction: buffered rows whose time fell behind the watermark leave the state, whole buckets at
 a time (range deletes), and an outer join emits the ones that never matched.
+
+Reads are planned per batch, never per key group: the count entries of every key group of the
+shard (both sides due at once, :func:`read_counts`) go in one ``multi_scan``, and so do the
+rows an outer side without a time index reads; on an object store each is about one round
+trip of concurrent ranged GETs, where a ``scan`` per key group took a round trip per SST each.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from bisect import bisect_right
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -36,6 +42,28 @@ def evict_range(db: Any, start: bytes, end: bytes, ops: list, ranges: list,
         return
     keys = read if read is not None else [k for k, _ in db.scan(start, end)]
     ops.extend((k, None, None) for k in keys)
+
+
+def read_ranges(db: Any, ranges: Iterable[tuple[bytes, bytes]]
+                ) -> dict[tuple[bytes, bytes], list[tuple[bytes, bytes]]]:
+    """Each of ``ranges`` (disjoint ``[start, end)`` pairs, in any order) -> its live ``(key,
+    value)`` items in key order, all read with one ``DB.multi_scan`` (the blocks of every SST
+    found first, then read at once)."""
+    order = sorted(set(ranges))
+    out: dict[tuple[bytes, bytes], list[tuple[bytes, bytes]]] = {r: [] for r in order}
+    if not order:
+        return out
+    starts = [a for a, _ in order]
+    for kv in db.multi_scan(order):
+        out[order[bisect_right(starts, kv[0]) - 1]].append(kv)
+    return out
+
+
+def read_counts(db: Any, key_groups: Iterable[int], sides: Iterable[int]
+                ) -> dict[tuple[bytes, bytes], list[tuple[bytes, bytes]]]:
+    """The count entries of ``sides`` in every key group of ``key_groups``, by
+    :func:`counts_range`, with one ``multi_scan`` (:func:`read_ranges`)."""
+    return read_ranges(db, [counts_range(kg, s) for s in sides for kg in key_groups])
 
 
 def eviction_due(jp: JoinPlan, side: int, evict_us: int | None, bound: int | str | None) -> bool:
@@ -72,13 +100,13 @@ def _in_set(keys: Rows, marked: set[bytes]) -> np.ndarray:
     return np.asarray(seen.to_numpy(zero_copy_only=False), bool)
 
 
-def _expired_buckets(db: Any, kg: int, side: int, full: int) -> tuple[list[int], int,
-                                                                        int | None]:
-    """``side``'s buckets in key group ``kg`` below ``full`` (they expire whole; from the count
-    entries, in order), the rows they hold, and the first live bucket (``None``: none)."""
+def _expired_buckets(entries: Iterable[tuple[bytes, bytes]], full: int
+                     ) -> tuple[list[int], int, int | None]:
+    """The buckets below ``full`` (they expire whole) of one side and key group, from its count
+    ``entries`` in order; the rows they hold, and the first live bucket (``None``: none)."""
     expired: list[int] = []
     total = 0
-    for ck, cv in db.scan(*counts_range(kg, side)):
+    for ck, cv in entries:
         b = _keys.time_value(ck, _keys.BODY_AT + 1)
         if b >= full:
             return expired, total, b
@@ -87,17 +115,23 @@ def _expired_buckets(db: Any, kg: int, side: int, full: int) -> tuple[list[int],
     return expired, total, None
 
 
-def _drop_buckets(db: Any, kg: int, side: int, expired: list[int], outer: bool,
-                  marked: set[bytes], ops: list, ranges: list, dead_buckets: set,
-                  emitted: list[Rows]) -> None:
+def _expired_range(kg: int, side: int, expired: list[int]) -> tuple[bytes, bytes]:
+    """The rows of the whole buckets ``expired`` (consecutive from the first)."""
+    return bucket_prefix(kg, side, expired[0]), bucket_prefix(kg, side, expired[-1] + 1)
+
+
+def _drop_buckets(db: Any, kg: int, side: int, expired: list[int],
+                  items: list[tuple[bytes, bytes]] | None, marked: set[bytes], ops: list,
+                  ranges: list, dead_buckets: set, emitted: list[Rows]) -> None:
     """Delete the whole buckets ``expired`` (consecutive from the first) and their count
-    entries: one range each for rows and counts. With ``outer``, the rows are read and the
-    values of those never matched added to ``emitted``."""
+    entries: one range each for rows and counts. ``items``: for an outer side, the rows of
+    :func:`_expired_range` as read; the values of those never matched are added to
+    ``emitted`` (``None``: an inner side, nothing read)."""
     lo, hi = expired[0], expired[-1] + 1
-    start, end = bucket_prefix(kg, side, lo), bucket_prefix(kg, side, hi)
+    start, end = _expired_range(kg, side, expired)
     read: list[bytes] | None = None
-    if outer:
-        read, vals = _unmatched(list(db.scan(start, end)), marked)
+    if items is not None:
+        read, vals = _unmatched(items, marked)
         emitted.append(vals)
     evict_range(db, start, end, ops, ranges, read)
     evict_range(db, count_key(kg, side, lo), count_key(kg, side, hi), ops, ranges,
@@ -124,7 +158,8 @@ class _Sweep:
     whole (``full``), and what the sweep has gathered so far: the rows evicted, the smallest
     live bucket met and the values of evicted rows to emit."""
 
-    def __init__(self, task: ShardTask, jp: JoinPlan, evict_us: int) -> None:
+    def __init__(self, task: ShardTask, jp: JoinPlan, side: int, evict_us: int,
+                 counts: dict[tuple[bytes, bytes], list[tuple[bytes, bytes]]] | None) -> None:
         assert jp.bucket_us is not None
         self.db = task.db
         self.key_groups = range(task.first_kg, task.last_kg + 1)
@@ -132,11 +167,15 @@ class _Sweep:
         self.nxt: int | None = None
         self.total = 0
         self.emitted: list[Rows] = []
+        # every key group's count entries of the side: given (both sides read at once) or
+        # read here, in one multi_scan either way
+        self.counts = counts if counts is not None else read_counts(
+            self.db, self.key_groups, (side,))
 
     def buckets(self, kg: int, side: int) -> tuple[list[int], int | None]:
         """``side``'s expired buckets in key group ``kg`` (their rows counted as evicted) and
         its first live bucket (``None``: none), kept if it is the smallest so far."""
-        expired, n, live = _expired_buckets(self.db, kg, side, self.full)
+        expired, n, live = _expired_buckets(self.counts[counts_range(kg, side)], self.full)
         self.total += n
         if live is not None and (self.nxt is None or live < self.nxt):
             self.nxt = live
@@ -149,21 +188,34 @@ class _Sweep:
 
 
 def evict(task: ShardTask, jp: JoinPlan, side: int, evict_us: int, outer: bool,
-          marked: set[bytes], ops: list, ranges: list, dead_buckets: set, count_delta: dict
+          marked: set[bytes], ops: list, ranges: list, dead_buckets: set, count_delta: dict,
+          counts: dict[tuple[bytes, bytes], list[tuple[bytes, bytes]]] | None = None
           ) -> tuple[int | None, int, Rows]:
     """Evict ``side``'s rows with time ``<= evict_us`` in every key group of the shard: point
     deletes go to ``ops``, range deletes to ``ranges`` (see :func:`write`). Returns the smallest
     live bucket left, the rows evicted and, for an outer side, the values (``matched:u8
     enc(row)``) of the evicted rows never matched (``marked``: keys matched in this batch).
+    ``counts``: the shard's count entries of this side as :func:`read_counts` gives them
+    (``None``: read here).
 
     For a side without a time index (:func:`evict_indexed`): an outer side's whole expired
-    buckets and its boundary bucket are read to find the rows to emit and delete."""
-    sweep = _Sweep(task, jp, evict_us)
-    for kg in sweep.key_groups:
-        expired, live = sweep.buckets(kg, side)
+    buckets and its boundary bucket are read to find the rows to emit and delete, every key
+    group's with one ``multi_scan``."""
+    sweep = _Sweep(task, jp, side, evict_us, counts)
+    plan = [(kg, *sweep.buckets(kg, side)) for kg in sweep.key_groups]
+    wanted: list[tuple[bytes, bytes]] = []
+    if outer:
+        for kg, expired, live in plan:
+            if expired:
+                wanted.append(_expired_range(kg, side, expired))
+            if live == sweep.full:
+                prefix = bucket_prefix(kg, side, live)
+                wanted.append((prefix, prefix_end(prefix)))
+    got = read_ranges(sweep.db, wanted) if wanted else {}
+    for kg, expired, live in plan:
         if live == sweep.full and outer:
             prefix = bucket_prefix(kg, side, live)
-            items = list(sweep.db.scan(prefix, prefix_end(prefix)))
+            items = got[(prefix, prefix_end(prefix))]
             if items:
                 ks, vs = zip(*items)
                 keys = Rows.from_list(list(ks))
@@ -179,29 +231,33 @@ def evict(task: ShardTask, jp: JoinPlan, side: int, evict_us: int, outer: bool,
                     key = (side, kg, live)
                     count_delta[key] = count_delta.get(key, 0) - len(gone)
         if expired:
-            _drop_buckets(sweep.db, kg, side, expired, outer, marked, ops, ranges, dead_buckets,
-                          sweep.emitted)
+            _drop_buckets(sweep.db, kg, side, expired,
+                          got[_expired_range(kg, side, expired)] if outer else None, marked,
+                          ops, ranges, dead_buckets, sweep.emitted)
     return sweep.result()
 
 
 def evict_indexed(task: ShardTask, jp: JoinPlan, side: int, evict_us: int, outer: bool,
                   marked: set[bytes], ops: list, ranges: list, dead_buckets: set,
-                  count_delta: dict) -> tuple[int | None, int, Rows]:
+                  count_delta: dict,
+                  counts: dict[tuple[bytes, bytes], list[tuple[bytes, bytes]]] | None = None
+                  ) -> tuple[int | None, int, Rows]:
     """:func:`evict` for a side with a time index (an outer side, :attr:`JoinPlan.indexed`).
 
     The rows that expire, and only those, are listed in time order by the index, with their
     marks (one ``multi_scan`` over the shard's key groups): so the work follows the rows
     evicted, never the rows buffered. Whole expired buckets go by range delete, the boundary
     bucket's expired rows by point deletes, the index entries by one range per key group;
-    the values of the rows never matched are read with one ``multi_get`` to be emitted."""
-    sweep = _Sweep(task, jp, evict_us)
+    the values of the rows never matched are read with one ``multi_get`` to be emitted.
+    ``counts`` as for :func:`evict`."""
+    sweep = _Sweep(task, jp, side, evict_us, counts)
     db, full = sweep.db, sweep.full
     index_ranges: list[tuple[bytes, bytes]] = []
     until = _keys.time_bytes(evict_us + 1)
     for kg in sweep.key_groups:
         expired, live = sweep.buckets(kg, side)
         if expired:
-            _drop_buckets(db, kg, side, expired, False, marked, ops, ranges, dead_buckets,
+            _drop_buckets(db, kg, side, expired, None, marked, ops, ranges, dead_buckets,
                           sweep.emitted)
         if expired or live == full:
             index_ranges.append((index_head(kg, side), index_head(kg, side) + until))

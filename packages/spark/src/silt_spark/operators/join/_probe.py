@@ -103,7 +103,7 @@ from ._buffers import (
     row_keys,
     row_values,
 )
-from ._evict import evict, evict_indexed, eviction_due
+from ._evict import evict, evict_indexed, eviction_due, read_counts
 from ._load import Loaded, Side, key_codes, load_both
 
 
@@ -267,13 +267,17 @@ def merge_partition(task: ShardTask, batches: Iterator[Any], jp: JoinPlan) -> It
     evicted = [0, 0]
     next_bucket: list[int | str | None] = list(bounds)
     t_evict = time.perf_counter()
+    # both sides' count entries in every key group of the shard: one multi_scan
+    counts = read_counts(task.db, range(task.first_kg, task.last_kg + 1),
+                         [s for s in (LEFT, RIGHT) if due[s]]) if any(due) else {}
     for s in (LEFT, RIGHT):
         if not due[s]:
             continue
         lo_ = loaded[s]
         marked = set(lo_.marked_keys()) if lo_ is not None else set()
         nxt, n, unmatched = (evict_indexed if jp.indexed[s] else evict)(
-            task, jp, s, expiry[s], outer[s], marked, ops, ranges, dead_buckets, count_delta)
+            task, jp, s, expiry[s], outer[s], marked, ops, ranges, dead_buckets, count_delta,
+            counts)
         if len(unmatched):
             cols = _rowcodec.decode_tuples(unmatched, jp.side_schemas[s], skip=1)
             out.append(_output(jp, cols, None) if s == LEFT else _output(jp, None, cols))
