@@ -66,6 +66,16 @@ LIST_ELEMENT = b"\xff"
 TAGS = (AGG_TAG, WINDOW_TAG, DEDUP_TAG, EXPIRY_TAG, STATE_TAG, TIMER_TAG, JOIN_TAG)
 
 
+def prefix_end(prefix: bytes) -> bytes:
+    """The smallest key after every key starting with ``prefix`` (a state prefix starts with
+    its key group's two bytes and a tag, so it is never all 0xFF)."""
+    p = bytearray(prefix)
+    while p and p[-1] == 0xFF:
+        p.pop()
+    p[-1] += 1
+    return bytes(p)
+
+
 def head(kg: int, tag: bytes) -> bytes:
     """``kg:u16be tag``: the prefix of every key of one tag in one key group."""
     return _U16.pack(kg) + tag

@@ -6,11 +6,12 @@ possible, means no state read in user code waits on the store (with state on an 
 and a cold cache, one ranged GET per key otherwise). :class:`BatchState`:
 
 * reads the value states of all the keys with **one** sorted ``multi_get``;
-* when the processor has list or map states or timers, reads each key's entries under its key
-  prefix (one prefix scan per key: the key's list elements, map entries and timer marks);
+* when the processor has list or map states or timers, reads every key's entries under its key
+  prefix (its list elements, map entries and timer marks) with **one** ``multi_scan`` of all
+  the keys' prefixes (one planned wave of block reads, however many keys; a scan per key took
+  a round trip per SST and key on an object store);
 * or, for the batch processor, reads the list and map entries of all the keys with **one**
-  ``multi_scan`` (:meth:`BatchState.load_ranges`: one planned wave of block reads, however many
-  keys);
+  ``multi_scan`` (:meth:`BatchState.load_ranges`);
 * serves the state variables' reads from what it holds, and records every write the variables
   make (the writes still go to the DB at once, as before), so a read after a write in the same
   batch sees the write.
@@ -27,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from ._keys import TIMER_MARK
+from ._keys import TIMER_MARK, prefix_end
 
 
 class BatchState:
@@ -52,8 +53,9 @@ class BatchState:
         """Read the state of the keys with these prefixes (already held ones are skipped):
         the entries ``prefix + name`` for ``names`` (value states) with one ``multi_get``; with
         ``map_names`` (list and map states: entries under ``prefix + name``) or ``timers``, one
-        scan of each key's prefix for their entries and the timers (``timer_value`` decodes a
-        timer's 8 bytes)."""
+        ``multi_scan`` of every key's prefix for their entries and the timers (``timer_value``
+        decodes a timer's 8 bytes). Key prefixes are length-prefixed, so no prefix is another's
+        and their ranges never overlap."""
         prefixes = [p for p in dict.fromkeys(prefixes) if p not in self._loaded]
         names = list(names)
         map_names = list(map_names)
@@ -66,19 +68,24 @@ class BatchState:
             self._values.update(zip(keys, db.multi_get(keys)))
         if map_names or timers:
             wanted = set(map_names)
-            for p in prefixes:
+            order = sorted(prefixes)
+            maps: dict[bytes, dict[bytes, bytes | None]] = {
+                p + m: {} for p in order for m in map_names}
+            own: dict[bytes, set[int]] = {p: set() for p in order}
+            i = 0
+            for k, v in db.multi_scan([(p, prefix_end(p)) for p in order]):
+                while not k.startswith(order[i]):  # in key order, as the ranges: walk both
+                    i += 1
+                p = order[i]
                 n = len(p)
-                maps = {p + m: {} for m in map_names}
-                own: set[int] = set()
-                for k, v in db.scan(prefix=p):
-                    if k[n] == TIMER_MARK[0]:
-                        own.add(timer_value(k[n + 1:]))
-                        continue
-                    name = k[n:n + 1 + k[n]]
-                    if name in wanted:
-                        maps[p + name][k] = v
-                self._maps.update(maps)
-                self._timers[p] = own
+                if k[n] == TIMER_MARK[0]:
+                    own[p].add(timer_value(k[n + 1:]))
+                    continue
+                name = k[n:n + 1 + k[n]]
+                if name in wanted:
+                    maps[p + name][k] = v
+            self._maps.update(maps)
+            self._timers.update(own)
 
     def load_ranges(self, map_prefixes: Iterable[bytes]) -> None:
         """Read every entry under each of ``map_prefixes`` (``key prefix + state name`` of list

@@ -135,13 +135,8 @@ def counts_range(kg: int, side: int) -> tuple[bytes, bytes]:
     return h + _COUNTS[side], h + _COUNT_END[side]
 
 
-def prefix_end(prefix: bytes) -> bytes:
-    """The smallest key after every key starting with ``prefix``."""
-    p = bytearray(prefix)
-    while p and p[-1] == 0xFF:
-        p.pop()
-    p[-1] += 1
-    return bytes(p)
+#: The smallest key after every key starting with a prefix.
+prefix_end = _keys.prefix_end
 
 
 def bucket_of(time_us: int, bucket_us: int | None) -> int:

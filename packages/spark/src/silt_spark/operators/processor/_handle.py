@@ -119,8 +119,8 @@ class StatefulProcessorHandle:
 
     def _prefetch(self, keys: Iterator[tuple[int, bytes]]) -> None:
         """Read the state of ``(key group, encoded key)`` pairs before user code asks for it:
-        one ``multi_get`` for the value states registered so far, one prefix scan per key when
-        there are list or map states or timers."""
+        one ``multi_get`` for the value states registered so far, and one ``multi_scan`` of
+        every key's prefix when there are list or map states or timers."""
         names, maps = [], []
         for name, kind in self._names.items():
             (names if kind is ValueState else maps).append(_name_bytes(name))
