@@ -201,23 +201,11 @@ def _closed_windows(
     task: ShardTask, cutoff: int
 ) -> tuple[list[tuple[bytes, bytes]], list[int], int | None]:
     """State entries of windows with start ``<= cutoff``, the key groups that have any, and the
-    smallest start after it (``None``: no window left). One range scan per key group of the
-    shard."""
-    closed: list[tuple[bytes, bytes]] = []
-    groups: list[int] = []
-    nxt: int | None = None
-    scan = task.db.scan
-    for kg in range(task.first_kg, task.last_kg + 1):
-        n = len(closed)
-        for k, v in scan(*_keys.tag_range(kg, WINDOW_TAG)):
-            start = _keys.key_time(k)
-            if start > cutoff:
-                if nxt is None or start < nxt:
-                    nxt = start
-                break
-            closed.append((k, v))
-        if len(closed) > n:
-            groups.append(kg)
+    smallest start after it (``None``: no window left), read as ``_keys.timed_due`` reads a
+    time index (one ``multi_scan`` of every key group of the shard, never a scan per key
+    group on the store)."""
+    closed, nxt = _keys.timed_due(task.db, task.first_kg, task.last_kg, WINDOW_TAG, cutoff)
+    groups = sorted({int.from_bytes(k[:_keys.KG_BYTES], "big") for k, _ in closed})
     return closed, groups, nxt
 
 

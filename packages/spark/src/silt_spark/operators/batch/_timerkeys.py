@@ -20,9 +20,7 @@ from ...runtime._keys import (
     TIME_BYTES,
     TIMER_MARK,
     TIMER_TAG,
-    tag_range,
-    time_bytes,
-    time_value,
+    timed_due,
 )
 from ...runtime._rowcodec import Rows
 
@@ -71,23 +69,11 @@ class Due(NamedTuple):
 def due(db: Any, first_kg: int, last_kg: int, threshold: int) -> tuple[Due, int | None]:
     """The timers of key groups ``first_kg..last_kg`` due at ``threshold`` (time ``<=`` it),
     and the smallest time after it (``None``: no timer left): the same timers in the same order
-    as ``operators._timemode.due_timers``. One short scan per key group of the timer index, each
-    stopping at its first entry past the threshold; the entries are taken apart with numpy."""
-    limit = time_bytes(threshold)
-    at, end = BODY_AT, BODY_AT + TIME_BYTES
-    found: list[bytes] = []
-    after: bytes | None = None
-    scan = db.scan
-    for kg in range(first_kg, last_kg + 1):
-        for k, _ in scan(*tag_range(kg, TIMER_TAG)):
-            t = k[at:end]  # compared as bytes: they sort like the times
-            if t > limit:
-                if after is None or t < after:
-                    after = t
-                break
-            found.append(k)
-    nxt = None if after is None else time_value(after)
-    rows = Rows.from_list(found)
+    as ``operators._timemode.due_timers``, read as ``runtime._keys.timed_due`` reads them (one
+    ``multi_scan`` of every key group's due timers); the entries are taken apart with numpy."""
+    end = BODY_AT + TIME_BYTES
+    due_items, nxt = timed_due(db, first_kg, last_kg, TIMER_TAG, threshold)
+    rows = Rows.from_list([k for k, _ in due_items])
     times = unbiased(_rowcodec.field_at(rows, BODY_AT, ">u8"))
     # scan order is (key group, time, key): a stable sort by time gives (time, key group, key)
     order = np.argsort(times, kind="stable")
