@@ -103,6 +103,8 @@ class Task:
         self.operator_metrics: dict[str, Any] = {}
         self.first_kg, self.last_kg, self.shard = 0, KEY_GROUPS - 1, 0
         self.watermark = _watermark.watermark_of(seen, DELAY_MS)
+        # rows are judged late against batch b - 1's watermark (no tick source here)
+        self.late_watermark = self.watermark
         self._seen = seen
 
     def observe_event_time(self, ms: int, side: int = 0) -> None:
