@@ -227,7 +227,8 @@ def test_operators_on_a_standalone_cluster_with_restart(cluster, spark, tmp_path
             # state before user code runs) ...
             assert sum(r["state_reads"] for r in records) == users
             assert sum(r["state_writes"] for r in records) == touched
-            # ... and the processor reads each key's map with one scan (also prefetched)
+            # ... and the processor reads each key's map as one range of one multi_scan (also
+            # prefetched)
             assert sum(r["state_scans"] for r in records) == (name == "processor") * users
             assert all(r["committed"] == (r["rows_out"] > 0) for r in records)
 

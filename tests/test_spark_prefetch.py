@@ -175,8 +175,11 @@ def test_keys_with_due_timers_are_read_with_one_multi_get(task, monkeypatch):
     }
     assert calls["get"] == 0
     assert calls["multi_get"] == 1 and calls["multi_get_keys"] == 12
-    assert calls["multi_scan"] == 1 and calls["multi_scan_ranges"] == 12
-    assert calls["scan"] == 0
+    # the due timers of every key group of the shard with one multi_scan (then a short range
+    # scan per key group for its next timer), and the 12 keys' prefixes with one more
+    groups = task.last_kg - task.first_kg + 1
+    assert calls["multi_scan"] == 2 and calls["multi_scan_ranges"] == groups + 12
+    assert calls["scan"] == 0 and calls["range_scan"] == groups
 
 
 def test_state_read_outside_the_prefetch_still_reads_the_db(task):

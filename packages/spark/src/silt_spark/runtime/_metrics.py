@@ -5,7 +5,8 @@ Every task (one shard, one micro-batch) measures:
 - ``rows_in`` / ``rows_out``: Arrow rows the shard received and emitted (for ``aggregate`` the
   input rows are the per-partition partial aggregates, one per key and input partition);
 - ``state_reads`` (keys looked up: ``get`` plus each key of a ``multi_get``), ``state_scans``
-  and ``state_scanned`` (range scans and the entries they returned), ``state_writes`` (``put``,
+  and ``state_scanned`` (range scans, each range of a ``multi_scan`` one, and the entries they
+  returned), ``state_writes`` (``put``,
   ``delete``, each entry of ``put_many`` and of a ``WriteBatch``; a timer is two entries);
 - ``open_ms``, ``process_ms``, ``commit_ms`` (the manifest commit, SST uploads included);
 - object-store ``requests`` and bytes by kind (``GET``, ``RANGE_GET``, ``PUT``, ``LIST``,
@@ -116,6 +117,13 @@ class CountingDB:
     def scan(self, *args: Any, **kwargs: Any) -> Iterator[tuple[bytes, bytes]]:
         self.scans += 1
         return self._count(self.inner.scan(*args, **kwargs))
+
+    def multi_scan(self, ranges: Sequence[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+        """Each range a scan (the same rows as a scan of it), read in one call."""
+        got = self.inner.multi_scan(ranges)
+        self.scans += len(ranges)
+        self.scanned += len(got)
+        return got
 
     def _count(self, it: Iterator[tuple[bytes, bytes]]) -> Iterator[tuple[bytes, bytes]]:
         n = 0
