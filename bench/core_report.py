@@ -62,7 +62,8 @@ MAIN_ROWS = [
     ("open_fresh_s", "open, fresh process (s)", "time"),
     ("cold_peak_rss_mib", "peak RSS of the cold-get process (MiB)", "time"),
     ("cold_rss_anon_mib", "  of which anonymous at the end (MiB)", "time"),
-    ("cold_rss_anon_added_mib", "    added since before the open (the store's own, MiB)", "time"),
+    ("cold_rss_anon_open_mib", "    added by the open (imports, handles; MiB)", "time"),
+    ("cold_rss_anon_added_mib", "    added by the gets (the store's caches, MiB)", "time"),
     ("cold_rss_file_mib", "  of which mapped files at the end (MiB)", "time"),
 ]
 

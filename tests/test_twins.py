@@ -116,10 +116,10 @@ def test_block_charge_is_what_each_twin_holds() -> None:
         keys = [b"%08d" % i for i in range(n)]
         payload = blk_mod.encode_block_py(keys, [b"v" * 100] * n)
         assert blk_mod.Block_py(payload).charge == len(payload) + 48 * n + 200
-        assert C.Block(payload).charge == len(payload) + 8 * n + 512
+        assert C.Block(payload).charge == len(payload) + 8 * n + 640
         framed = blk_mod.frame(payload, blk_mod.COMPRESSION_NONE)
         mapped = C.decode_block(memoryview(bytearray(framed)), "obj", 0)
-        assert mapped.charge == len(payload) + 16 * n + 512
+        assert mapped.charge == len(payload) + 16 * n + 640
 
 
 # --- selection ------------------------------------------------------------------------------------

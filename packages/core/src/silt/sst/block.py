@@ -120,7 +120,7 @@ class Block:
     It costs about 36 bytes per entry more than ``charge`` counts. ``charge`` is what each twin
     holds for the block, so the twins differ there alone: this one ``len(payload) + 48 * n +
     200``, the compiled one (the payload and an 8-byte key prefix per entry, no per-key
-    objects) ``len(payload) + 8 * n + 512``. Keys of a block are sorted
+    objects) ``len(payload) + 8 * n + 640``. Keys of a block are sorted
     and unique (the decoder refuses a block whose keys are not), so it finds what a bisect
     finds.
 
