@@ -29,7 +29,11 @@ on-disk format (docs/format.md): never change one.
 from __future__ import annotations
 
 import struct
+from bisect import bisect_right
+from collections.abc import Iterable
 from typing import Any
+
+from silt.arguments import prefix_end  # noqa: F401  (the operators' name for it)
 
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
@@ -66,14 +70,20 @@ LIST_ELEMENT = b"\xff"
 TAGS = (AGG_TAG, WINDOW_TAG, DEDUP_TAG, EXPIRY_TAG, STATE_TAG, TIMER_TAG, JOIN_TAG)
 
 
-def prefix_end(prefix: bytes) -> bytes:
-    """The smallest key after every key starting with ``prefix`` (a state prefix starts with
-    its key group's two bytes and a tag, so it is never all 0xFF)."""
-    p = bytearray(prefix)
-    while p and p[-1] == 0xFF:
-        p.pop()
-    p[-1] += 1
-    return bytes(p)
+def read_ranges(db: Any, ranges: Iterable[tuple[bytes, bytes]]
+                ) -> dict[tuple[bytes, bytes], list[tuple[bytes, bytes]]]:
+    """Each of ``ranges`` (disjoint ``[start, end)`` pairs, in any order) -> its live ``(key,
+    value)`` items in key order, all read with **one** ``DB.multi_scan`` (the blocks of every
+    SST found first, then read at once: one wave of ranged GETs on an object store, kept in the
+    block cache), never a scan per range."""
+    order = sorted(set(ranges))
+    out: dict[tuple[bytes, bytes], list[tuple[bytes, bytes]]] = {r: [] for r in order}
+    if not order:
+        return out
+    starts = [a for a, _ in order]
+    for kv in db.multi_scan(order):
+        out[order[bisect_right(starts, kv[0]) - 1]].append(kv)
+    return out
 
 
 def head(kg: int, tag: bytes) -> bytes:

@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from ._keys import TIMER_MARK, prefix_end
+from ._keys import TIMER_MARK, prefix_end, read_ranges
 
 
 class BatchState:
@@ -68,41 +68,30 @@ class BatchState:
             self._values.update(zip(keys, db.multi_get(keys)))
         if map_names or timers:
             wanted = set(map_names)
-            order = sorted(prefixes)
-            maps: dict[bytes, dict[bytes, bytes | None]] = {
-                p + m: {} for p in order for m in map_names}
-            own: dict[bytes, set[int]] = {p: set() for p in order}
-            i = 0
-            for k, v in db.multi_scan([(p, prefix_end(p)) for p in order]):
-                while not k.startswith(order[i]):  # in key order, as the ranges: walk both
-                    i += 1
-                p = order[i]
+            got = read_ranges(db, [(p, prefix_end(p)) for p in prefixes])
+            for (p, _), items in got.items():
                 n = len(p)
-                if k[n] == TIMER_MARK[0]:
-                    own[p].add(timer_value(k[n + 1:]))
-                    continue
-                name = k[n:n + 1 + k[n]]
-                if name in wanted:
-                    maps[p + name][k] = v
-            self._maps.update(maps)
-            self._timers.update(own)
+                maps: dict[bytes, dict[bytes, bytes | None]] = {p + m: {} for m in map_names}
+                own: set[int] = set()
+                for k, v in items:
+                    if k[n] == TIMER_MARK[0]:
+                        own.add(timer_value(k[n + 1:]))
+                        continue
+                    name = k[n:n + 1 + k[n]]
+                    if name in wanted:
+                        maps[p + name][k] = v
+                self._maps.update(maps)
+                self._timers[p] = own
 
     def load_ranges(self, map_prefixes: Iterable[bytes]) -> None:
         """Read every entry under each of ``map_prefixes`` (``key prefix + state name`` of list
         and map states; already held ones are skipped) with one ``multi_scan``, and hold them
-        for :meth:`map_get` and :meth:`map_items`. A name's last byte is never 0xFF (UTF-8), so
-        a prefix's range ends where its last byte is one higher."""
-        wanted = sorted(p for p in set(map_prefixes) if p not in self._maps)
+        for :meth:`map_get` and :meth:`map_items`."""
+        wanted = [p for p in set(map_prefixes) if p not in self._maps]
         if not wanted:
             return
-        got = self._task.db.multi_scan([(p, p[:-1] + bytes([p[-1] + 1])) for p in wanted])
-        maps: dict[bytes, dict[bytes, bytes | None]] = {p: {} for p in wanted}
-        i = 0
-        for k, v in got:  # in key order, as the ranges are: walk both
-            while not k.startswith(wanted[i]):
-                i += 1
-            maps[wanted[i]][k] = v
-        self._maps.update(maps)
+        got = read_ranges(self._task.db, [(p, prefix_end(p)) for p in wanted])
+        self._maps.update({p: dict(items) for (p, _), items in got.items()})
 
     # -- value states -------------------------------------------------------------------------
     def get(self, key: bytes) -> bytes | None:

@@ -9,13 +9,13 @@ trip of concurrent ranged GETs, where a ``scan`` per key group took a round trip
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
 
 from ...runtime import _keys, _rowcodec
+from ...runtime._keys import read_ranges
 from ...runtime._rowcodec import Rows
 from ...runtime._shard import ShardTask
 from ._buffers import (
@@ -44,25 +44,10 @@ def evict_range(db: Any, start: bytes, end: bytes, ops: list, ranges: list,
     ops.extend((k, None, None) for k in keys)
 
 
-def read_ranges(db: Any, ranges: Iterable[tuple[bytes, bytes]]
-                ) -> dict[tuple[bytes, bytes], list[tuple[bytes, bytes]]]:
-    """Each of ``ranges`` (disjoint ``[start, end)`` pairs, in any order) -> its live ``(key,
-    value)`` items in key order, all read with one ``DB.multi_scan`` (the blocks of every SST
-    found first, then read at once)."""
-    order = sorted(set(ranges))
-    out: dict[tuple[bytes, bytes], list[tuple[bytes, bytes]]] = {r: [] for r in order}
-    if not order:
-        return out
-    starts = [a for a, _ in order]
-    for kv in db.multi_scan(order):
-        out[order[bisect_right(starts, kv[0]) - 1]].append(kv)
-    return out
-
-
 def read_counts(db: Any, key_groups: Iterable[int], sides: Iterable[int]
                 ) -> dict[tuple[bytes, bytes], list[tuple[bytes, bytes]]]:
     """The count entries of ``sides`` in every key group of ``key_groups``, by
-    :func:`counts_range`, with one ``multi_scan`` (:func:`read_ranges`)."""
+    :func:`counts_range`, with one ``multi_scan`` (``runtime._keys.read_ranges``)."""
     return read_ranges(db, [counts_range(kg, s) for s in sides for kg in key_groups])
 
 
