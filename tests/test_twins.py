@@ -744,6 +744,32 @@ def test_merge_and_live_identical(dicts: list[dict], now: int) -> None:
     assert C.visible_many(keys, found, now) == merge.visible_many_py(keys, found, now)
 
 
+@FAST
+@given(st.lists(st.dictionaries(st.binary(max_size=2), st.binary(max_size=2), max_size=10),
+                min_size=7, max_size=40))
+def test_merge_many_sources_identical(dicts: list[dict]) -> None:
+    """Past the sizes above: a tree of any shape (7 to 40 leaves, not only powers of two),
+    sources of every length, ending at different times, sharing keys."""
+    def srcs() -> list:
+        return [iter(sorted(d.items())) for d in dicts]
+
+    assert list(C.merge_newest_first(srcs())) == list(merge.merge_newest_first_py(srcs()))
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 8, 33])
+def test_merge_newest_wins_among_many(n: int) -> None:
+    """Source ``s`` holds the keys ``j`` with ``j % (s + 2) != 1`` (sources that start, skip
+    and end at different keys, most keys in several): each key comes out once, in order, with
+    the record of the newest (lowest) source holding it."""
+    keys = [b"k%03d" % j for j in range(90)]
+    held = [[j for j in range(len(keys)) if j % (s + 2) != 1] for s in range(n)]
+    want = [(keys[j], b"%d" % min(s for s in range(n) if j in held[s]))
+            for j in range(len(keys)) if any(j in h for h in held)]
+    for impl in (C.merge_newest_first, merge.merge_newest_first_py):
+        out = list(impl([iter([(keys[j], b"%d" % s) for j in held[s]]) for s in range(n)]))
+        assert out == want
+
+
 def test_merge_propagates_source_errors() -> None:
     def broken():
         yield (b"a", b"1")

@@ -25,6 +25,7 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
+from itertools import chain
 from typing import TYPE_CHECKING, Any
 
 from .memtable import Memtable, split_found
@@ -396,20 +397,28 @@ def _masked(reader: SstReader, start: bytes | None, end: bytes | None,
 def _prefetched(reader: SstReader, blocks: dict[int, Any], start: bytes,
                 end: bytes) -> Iterator[tuple[bytes, object]]:
     """The SST's ``(key, record)`` in ``[start, end)`` from its ``blocks`` read beforehand
-    (a block not among them, which :meth:`ReadView.multi_scan` never asks for, is read)."""
+    (a block not among them, which :meth:`ReadView.multi_scan` never asks for, is read).
+    Lazy: its tail is read, and its first block found, on the first item asked for."""
     if reader.clipped:
         info = reader.info
         start = max(start, info.smallest)  # type: ignore[union-attr]
         end = min(end, info.largest + b"\x00")  # type: ignore[union-attr]
         if start >= end:
-            return
+            return iter(())
+    # the blocks' own iterators, chained in C: no Python frame resumed per item
+    return chain.from_iterable(_prefetched_blocks(reader, blocks, start, end))
+
+
+def _prefetched_blocks(reader: SstReader, blocks: dict[int, Any], start: bytes,
+                       end: bytes) -> Iterator[Iterator[tuple[bytes, object]]]:
+    """The iterator of each of the SST's blocks :func:`_prefetched` reads, in order."""
     last_keys = reader.tail.last_keys
     i = first = bisect_left(last_keys, start)
     while i < len(last_keys):
         blk = blocks.get(i)
         if blk is None:
             blk = reader.read_block(i)
-        yield from blk.items_from(start if i == first else None, end)
+        yield blk.items_from(start if i == first else None, end)
         if last_keys[i] >= end:
             return
         i += 1
@@ -429,19 +438,22 @@ def _prefetched_within(sst: tuple[SstReader, int, dict[int, Any]], start: bytes,
 def _chain_masked(run: list[tuple[SstReader, int, dict[int, Any]]], start: bytes, end: bytes,
                   tombs: RangeTombstones) -> Iterator[tuple[bytes, object]]:
     """One level's prefetched SSTs in ``[start, end)`` in key order, each masked by the range
-    tombstones newer than it that meet the range."""
-    for reader, seq, blocks in run:
-        it = _prefetched(reader, blocks, start, end)
-        yield from (tombs.mask(it, seq, False) if tombs and tombs.newer_within(start, end, seq)
-                    else it)
+    tombstones newer than it that meet the range (each SST's items made on first use, the
+    items chained in C)."""
+    return chain.from_iterable(
+        tombs.mask(it, seq, False) if tombs and tombs.newer_within(start, end, seq) else it
+        for it, seq in ((_prefetched(reader, blocks, start, end), seq)
+                        for reader, seq, blocks in run))
 
 
 def _chain_range(
     readers: Iterable[SstReader], start: bytes | None, end: bytes | None,
     tombs: RangeTombstones = EMPTY,
 ) -> Iterator[tuple[bytes, object]]:
-    for reader in readers:
-        yield from _masked(reader, start, end, tombs)
+    """One level's SSTs (``readers``, in key order) in ``[start, end)``, one after the other:
+    each SST's iterator made when the one before it ends, the items chained in C (a Python
+    generator here would resume a frame per item of every scan of a level)."""
+    return chain.from_iterable(_masked(reader, start, end, tombs) for reader in readers)
 
 
 class Readers:

@@ -3,101 +3,137 @@
 
 cdef class merge_newest_first:
     """Iterate ``(key, record)`` over sorted sources in key order; on ties the lowest index
-    (newest source) wins and older records of the same key are skipped."""
+    (newest source) wins and older records of the same key are skipped.
+
+    A tree of losers over the sources' current keys: each item out replays one path from its
+    source's leaf to the root, one comparison a level (a binary heap's sift makes two), and a
+    comparison reads the two keys' bytes through pointers kept in C arrays, never the items.
+    A source that ends stands as a key above every other."""
 
     cdef list _its
-    cdef list _heads      # current (key, record) item of each source, or None
-    cdef int* _heap       # source indexes, a binary min-heap on (key, index)
-    cdef int _size
-    cdef object _last
+    cdef list _heads                # current (key, record) item of each source, or None
+    cdef const unsigned char** _kp  # the bytes of each source's current key
+    cdef Py_ssize_t* _kl            # and their length; -1 once the source has ended
+    cdef int* _tree                 # [0]: the winner; [1:n]: the loser of each match
+    cdef int _n
+    cdef object _last               # the key returned last (kept alive: compared by bytes)
     cdef bint _started
 
     def __cinit__(self, sources):
         self._its = [iter(s) for s in sources]
         cdef int n = len(self._its)
+        self._n = n
         self._heads = [None] * n
-        self._heap = <int*>malloc(max(n, 1) * sizeof(int))
-        if self._heap == NULL:
+        self._kp = <const unsigned char**>malloc(max(n, 1) * sizeof(unsigned char*))
+        self._kl = <Py_ssize_t*>malloc(max(n, 1) * sizeof(Py_ssize_t))
+        self._tree = <int*>malloc(max(n, 1) * sizeof(int))
+        if self._kp == NULL or self._kl == NULL or self._tree == NULL:
             raise MemoryError()
-        self._size = 0
+        cdef int i
+        for i in range(n):
+            self._kl[i] = -1
+        self._tree[0] = 0
         self._last = None
         self._started = False
 
+    def __dealloc__(self):
+        free(self._kp)
+        free(self._kl)
+        free(self._tree)
+
+    cdef inline bint _beats(self, int a, int b) noexcept:
+        """Whether source ``a``'s current key comes out before source ``b``'s: the smaller
+        key, the newer source on a tie, an ended source never."""
+        cdef Py_ssize_t la = self._kl[a], lb = self._kl[b]
+        if la < 0:
+            return False
+        if lb < 0:
+            return True
+        cdef int c = _cmp(self._kp[a], la, self._kp[b], lb)
+        return c < 0 or (c == 0 and a < b)
+
     cdef int _start(self) except -1:
-        """Pull every source's first item (on the first ``next``: nothing is read before)."""
+        """Pull every source's first item (on the first ``next``: nothing is read before),
+        then play every match once."""
         self._started = True
-        cdef int i, n = len(self._its)
-        cdef object item
+        cdef int n = self._n, i, left, right, wl, wr
         for i in range(n):
-            item = self._pull(i)
-            if item is not None:
-                self._heads[i] = item
-                self._heap[self._size] = i
-                self._size += 1
-        for i in range(self._size // 2 - 1, -1, -1):
-            self._sift(i)
+            self._pull(i)
+        if n <= 1:
+            return 0
+        cdef int* win = <int*>malloc(n * sizeof(int))
+        if win == NULL:
+            raise MemoryError()
+        for i in range(n - 1, 0, -1):
+            left = 2 * i
+            right = left + 1
+            wl = left - n if left >= n else win[left]
+            wr = right - n if right >= n else win[right]
+            if self._beats(wr, wl):
+                win[i] = wr
+                self._tree[i] = wl
+            else:
+                win[i] = wl
+                self._tree[i] = wr
+        self._tree[0] = win[1]
+        free(win)
         return 0
 
-    def __dealloc__(self):
-        free(self._heap)
-
-    cdef object _pull(self, int i):
+    cdef int _pull(self, int i) except -1:
+        """Source ``i``'s next item as its head (its key's bytes kept), or its end."""
         item = next(<object>PyList_GET_ITEM(self._its, i), None)
         if item is None:
-            return None
+            self._heads[i] = None
+            self._kl[i] = -1
+            return 0
         if not PyTuple_CheckExact(item) or PyTuple_GET_SIZE(item) != 2:
             item = tuple(item)
             if len(item) != 2:
                 raise ValueError("merge sources must yield (key, record) pairs")
-        if not PyBytes_CheckExact(<object>PyTuple_GET_ITEM(item, 0)):
+        key = <object>PyTuple_GET_ITEM(item, 0)
+        if not PyBytes_CheckExact(key):
             raise TypeError("merge keys must be bytes")
-        return item
+        self._heads[i] = item
+        self._kp[i] = <const unsigned char*>PyBytes_AS_STRING(key)
+        self._kl[i] = PyBytes_GET_SIZE(key)
+        return 0
 
-    cdef bint _less(self, int a, int b):
-        ka = <object>PyTuple_GET_ITEM(<tuple>PyList_GET_ITEM(self._heads, a), 0)
-        kb = <object>PyTuple_GET_ITEM(<tuple>PyList_GET_ITEM(self._heads, b), 0)
-        cdef int c = _cmp(<const unsigned char*>PyBytes_AS_STRING(ka), PyBytes_GET_SIZE(ka),
-                          <const unsigned char*>PyBytes_AS_STRING(kb), PyBytes_GET_SIZE(kb))
-        return c < 0 or (c == 0 and a < b)
-
-    cdef void _sift(self, int pos):
-        cdef int size = self._size, child, top = self._heap[pos]
-        while True:
-            child = 2 * pos + 1
-            if child >= size:
-                break
-            if child + 1 < size and self._less(self._heap[child + 1], self._heap[child]):
-                child += 1
-            if not self._less(self._heap[child], top):
-                break
-            self._heap[pos] = self._heap[child]
-            pos = child
-        self._heap[pos] = top
+    cdef inline void _replay(self, int i) noexcept:
+        """Source ``i``'s new key plays the matches on its path up; the winner at the top."""
+        cdef int node = (i + self._n) >> 1, cand = i, other
+        while node > 0:
+            other = self._tree[node]
+            if self._beats(other, cand):
+                self._tree[node] = cand
+                cand = other
+            node >>= 1
+        self._tree[0] = cand
 
     def __iter__(self):
         return self
 
     def __next__(self):
         cdef int top
-        cdef object item, nxt, key
+        cdef object item, key
+        cdef Py_ssize_t kl
         if not self._started:
             self._start()
-        while self._size > 0:
-            top = self._heap[0]
+        while True:
+            top = self._tree[0]
+            if self._n == 0 or self._kl[top] < 0:
+                raise StopIteration
             item = <object>PyList_GET_ITEM(self._heads, top)
-            nxt = self._pull(top)
-            self._heads[top] = nxt
-            if nxt is None:
-                self._size -= 1
-                self._heap[0] = self._heap[self._size]
-            if self._size > 0:
-                self._sift(0)
+            self._pull(top)
+            if self._n > 1:
+                self._replay(top)
             key = <object>PyTuple_GET_ITEM(item, 0)
-            if self._last is not None and key == self._last:
-                continue
+            if self._last is not None:
+                kl = PyBytes_GET_SIZE(key)
+                if kl == PyBytes_GET_SIZE(self._last) and memcmp(
+                        PyBytes_AS_STRING(key), PyBytes_AS_STRING(self._last), kl) == 0:
+                    continue
             self._last = key
             return item
-        raise StopIteration
 
 
 cdef class live:
