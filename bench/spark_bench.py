@@ -105,7 +105,7 @@ from spark_counts import (  # noqa: E402
     identity,
     pandas_with_state_count,
 )
-from spark_drivers import Runner, add_arguments, once, run_in_drivers  # noqa: E402
+from spark_drivers import Runner, add_arguments, generated, once, run_in_drivers  # noqa: E402
 from spark_figures import (  # noqa: E402
     cost_per_million,
     du,
@@ -118,9 +118,10 @@ from spark_figures import (  # noqa: E402
     task_times,
 )
 from spark_inputs import JOIN_KEPT_S, join_batches, make_input, make_join_input, make_window_input  # noqa: E402
+from spark_remote import RemoteCases  # noqa: E402
 from spark_report import print_report  # noqa: E402
 from spark_results import record  # noqa: E402
-from spark_session import RemoteState, session_factory  # noqa: E402
+from spark_session import session_factory  # noqa: E402
 
 # Spark's Python workers cannot import bench/: the processors travel by value.
 cloudpickle.register_pickle_by_value(spark_counts)
@@ -377,97 +378,18 @@ def main() -> None:
                      if args.gc_grace is not None else None)
     work = root = Path(args.work_root or tempfile.mkdtemp(prefix="silt-spark-bench-"))
     started, load_at_start = time.time(), machine_load()
-    remote = None
+    remote = (RemoteCases(args, runner, measure) if args.s3_latency_ms is not None
+              else None)
     session: dict[str, Any] = {"make": make, "runner": runner}
     results = []
-
-    def generated(folder: Path, make_it) -> Any:
-        """The input in ``folder``, generated on first use unless a driver before made it."""
-        return once(lambda: folder if folder.exists() else make_it() or folder)
 
     try:
         for rep, keys in runner.repeats():
             session["rep"] = rep
             work = root / f"run-{rep}"  # each repeat's inputs, states and sessions apart
             work.mkdir(exist_ok=True)
-            if args.s3_latency_ms is not None:
-                src = generated(work / f"remote-{keys}", lambda src=work / f"remote-{keys}",
-                                keys=keys: make_input(src, args.batches, args.rows, keys,
-                                                      seed=keys))
-                ms = f"{args.s3_latency_ms:g} ms"
-                where = {  # label -> the state's URL for a case tag (S3 needs the server)
-                    "file://": lambda _remote, tag, keys=keys, work=work: (
-                        work / f"state-remote-{tag}-{keys}").as_uri(),
-                    f"s3 +{ms}": lambda remote, tag, keys=keys, rep=rep: remote.url(
-                        f"{tag}-{keys}-{rep}"),
-                    f"s3 +{ms}, ssd cache": lambda remote, tag, keys=keys, rep=rep, work=work: (
-                        remote.url(f"{tag}-ssd-{keys}-{rep}",
-                                   cache_dir=work / f"ssd-{tag}-{keys}")),
-                    # the cache refill after compactions off (silt.refill): what it saves
-                    f"s3 +{ms}, no refill": lambda remote, tag, keys=keys, rep=rep: remote.url(
-                        f"{tag}-norefill-{keys}-{rep}"),
-                }
-                # the aggregate in every place; the per-key Arrow processor (FastCount) on
-                # file:// and plain S3 (its rows/s against file://'s, as the aggregate's)
-                kinds = {
-                    "silt aggregate": lambda url, opts: lambda df: silt_spark.aggregate(
-                        df, ["key"], ["count", "sum(amount)"], state_url=url,
-                        num_shards=args.shards, settings=opts),
-                    "silt StatefulProcessor (arrow)": lambda url, opts: lambda df: (
-                        silt_spark.transform_with_state(
-                            df, FastCount(), ["key"], "key long, n long, total long",
-                            state_url=url, num_shards=args.shards, rows_format="arrow",
-                            settings=opts)),
-                }
-                for label, state_url in where.items():
-                    for kind, builder in kinds.items():
-                        name = f"{kind} ({label})"
-                        if kind != "silt aggregate" and label not in ("file://", f"s3 +{ms}"):
-                            continue  # (before wants(): a listed case must run)
-                        if not runner.wants(rep, keys, name):
-                            continue
-                        if remote is None:
-                            remote = RemoteState(args.s3_latency_ms)
-                        url = state_url(remote, "agg" if kind == "silt aggregate" else "proc")
-                        opts = (silt.Settings(refill_after_compaction=False)
-                                if label.endswith("no refill") else None)
-                        remote.proxy.counts.clear()
-                        r = measure(session, name, builder(url, opts), src, work, keys,
-                                    args.rows, args, url if url.startswith("file:") else None)
-                        if r is not None:
-                            r["proxied_requests"] = remote.proxy.counts.get("requests", 0)
-                            results.append(r)
-                # the stream-stream join on file:// and plain S3 (inner and left outer), on
-                # the join's input (``--join-buffered N --join-step-rows R``: the buffers
-                # filled by two batches, then the step batches whose rows/s are compared)
-                jfolder = work / f"remote-join-{keys}"
-                made = generated(jfolder, lambda j=jfolder, keys=keys: make_join_input(
-                    j, join_batches(args), keys, seed=keys + 3))
-                jsrc = once(lambda made=made, j=jfolder: (made(), (j / "left", j / "right"))[1])
-                for label in ("file://", f"s3 +{ms}"):
-                    for how in ("inner", "left"):
-                        name = f"silt join {how} ({label})"
-                        if not runner.wants(rep, keys, name):
-                            continue
-                        if remote is None:
-                            remote = RemoteState(args.s3_latency_ms)
-                        url = where[label](remote, f"join-{how}")
-                        remote.proxy.counts.clear()
-                        r = measure(
-                            session, name, lambda lt, rt, how=how, url=url: silt_spark.join(
-                                lt, rt, [("key", "pkey")], how, state_url=url,
-                                num_shards=args.shards, left_time_column="ot",
-                                right_time_column="pt", left_watermark_delay="10 seconds",
-                                right_watermark_delay="10 seconds", time_range=join_range),
-                            jsrc, work, keys, args.join_rows, args,
-                            url if url.startswith("file:") else None,
-                            schema=("key long, amount long, ot timestamp",
-                                    "pkey long, paid long, pt timestamp"), mode="append",
-                            restart_file=-1 if args.join_step_rows else 0,
-                            steady_from=2 if args.join_step_rows else 1)
-                        if r is not None:
-                            r["proxied_requests"] = remote.proxy.counts.get("requests", 0)
-                            results.append(r)
+            if remote is not None:
+                results.extend(remote.run(session, work, rep, keys, join_range))
             src = generated(work / f"agg-{keys}", lambda src=work / f"agg-{keys}", keys=keys:
                             make_input(src, args.batches, args.rows, keys, seed=keys,
                                        fill=args.fill))

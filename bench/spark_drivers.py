@@ -89,6 +89,11 @@ def once(make: Callable[[], Any]) -> Callable[[], Any]:
     return get
 
 
+def generated(folder: Path, make_it: Callable[[], Any]) -> Callable[[], Any]:
+    """The input in ``folder``, generated on first use unless a driver before made it."""
+    return once(lambda: folder if folder.exists() else make_it() or folder)
+
+
 def order(cases: list[Case], repeats: int) -> list[Case]:
     """The order the children run in: each repeat's cases as listed on even repeats, reversed
     on odd ones."""
