@@ -41,9 +41,9 @@ functions directly. The cimports and the constants every part uses are here.
 
 The on-disk bytes are defined in docs/format.md; tests/test_twins.py checks both implementations
 byte for byte on random inputs. Why a .pyx and not a ``*_cy.py`` pure-mode source: the fast
-algorithms (table CRC-32, binary search over raw key offsets with memcmp, a heap over C arrays)
-are per-byte loops that run 100x slower interpreted, so a single pure-mode source would have to
-carry both algorithms behind ``cython.compiled`` branches anyway.
+algorithms (table CRC-32, binary search over raw key offsets with memcmp, a tree of losers over
+C arrays) are per-byte loops that run 100x slower interpreted, so a single pure-mode source
+would have to carry both algorithms behind ``cython.compiled`` branches anyway.
 """
 
 cimport cython
