@@ -438,12 +438,20 @@ def _prefetched_within(sst: tuple[SstReader, int, dict[int, Any]], start: bytes,
 def _chain_masked(run: list[tuple[SstReader, int, dict[int, Any]]], start: bytes, end: bytes,
                   tombs: RangeTombstones) -> Iterator[tuple[bytes, object]]:
     """One level's prefetched SSTs in ``[start, end)`` in key order, each masked by the range
-    tombstones newer than it that meet the range (each SST's items made on first use, the
-    items chained in C)."""
-    return chain.from_iterable(
-        tombs.mask(it, seq, False) if tombs and tombs.newer_within(start, end, seq) else it
-        for it, seq in ((_prefetched(reader, blocks, start, end), seq)
-                        for reader, seq, blocks in run))
+    tombstones newer than it that meet the range (each SST's items made when the one before
+    it ends, the items chained in C)."""
+    return chain.from_iterable(_prefetched_masked(reader, seq, blocks, start, end, tombs)
+                               for reader, seq, blocks in run)
+
+
+def _prefetched_masked(reader: SstReader, seq: int, blocks: dict[int, Any], start: bytes,
+                       end: bytes, tombs: RangeTombstones) -> Iterator[tuple[bytes, object]]:
+    """:func:`_prefetched`, its records deleted by the range tombstones newer than the SST
+    (``seq``) that meet the range as ``None``."""
+    it = _prefetched(reader, blocks, start, end)
+    if tombs and tombs.newer_within(start, end, seq):
+        return tombs.mask(it, seq, False)
+    return it
 
 
 def _chain_range(
